@@ -1,0 +1,146 @@
+// meridian: one binary, many subcommands. This file parses flags and calls into the modules;
+// nothing else lives here.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "base/strings.h"
+#include "sched/registry.h"
+#include "sim/alibaba_trace.h"
+#include "sim/fgd_protocol.h"
+#include "sim/fgd_report.h"
+
+namespace {
+
+using meridian::base::Result;
+using meridian::base::Status;
+
+// "42-51" or "42,43,50" or "7".
+Result<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
+  std::vector<uint64_t> seeds;
+  for (std::string_view part : meridian::base::Split(text, ',')) {
+    auto range = meridian::base::Split(part, '-');
+    long long lo = 0, hi = 0;
+    if (range.size() == 1 && meridian::base::ParseInt64(range[0], &lo) && lo >= 0) {
+      seeds.push_back(static_cast<uint64_t>(lo));
+    } else if (range.size() == 2 && meridian::base::ParseInt64(range[0], &lo) &&
+               meridian::base::ParseInt64(range[1], &hi) && lo >= 0 && hi >= lo &&
+               hi - lo < 100000) {
+      for (long long s = lo; s <= hi; ++s) seeds.push_back(static_cast<uint64_t>(s));
+    } else {
+      return Status::Invalid("--seeds: expected N, N-M or a comma-separated list, got \"" +
+                             std::string(part) + "\"");
+    }
+  }
+  return seeds;
+}
+
+int Fail(const Status& s) {
+  std::cerr << "meridian: " << s.message() << "\n";
+  return s.code() == meridian::base::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+struct FgdFlags {
+  std::string nodes, tasks, seeds = "42-51", compare, workload;
+  std::vector<std::string> policies;
+  double inflate = 1.3;
+  int threads = 0;
+  bool json = false;
+};
+
+int RunSimFgd(const FgdFlags& f) {
+  auto seeds = ParseSeeds(f.seeds);
+  if (!seeds.ok()) return Fail(seeds.status());
+  if (f.inflate <= 0 || f.inflate > 10) return Fail(Status::Invalid("--inflate: must be in (0, 10]"));
+  auto nodes = meridian::sim::ReadAlibabaNodes(f.nodes);
+  if (!nodes.ok()) return Fail(nodes.status());
+  auto trace = meridian::sim::ReadAlibabaTasks(f.tasks);
+  if (!trace.ok()) return Fail(trace.status());
+  auto snapshot = meridian::sim::SnapshotFromTrace(*nodes);
+  if (!snapshot.ok()) return Fail(snapshot.status());
+  auto tasks = meridian::sim::TasksFromTrace(*trace, *snapshot);
+
+  std::vector<std::string> policies = f.policies;
+  if (policies.empty()) policies = {"meridian"};
+  if (policies.size() == 1 && policies[0] == "all") policies = meridian::sched::PolicyNames();
+  std::string workload = f.workload;
+  if (workload.empty()) {
+    // openb_pod_list_default.csv -> default
+    std::string base = f.tasks.substr(f.tasks.find_last_of('/') + 1);
+    if (base.rfind("openb_pod_list_", 0) == 0) base = base.substr(15);
+    workload = base.substr(0, base.find('.'));
+  }
+  const bool tty = isatty(STDERR_FILENO);
+  std::vector<meridian::sim::FgdResult> results;
+  for (const std::string& policy : policies) {
+    meridian::sim::FgdOptions o;
+    o.policy = policy;
+    o.seeds = *seeds;
+    o.inflate = f.inflate;
+    o.threads = f.threads;
+    auto progress = [&](int done, int total) {
+      if (tty) std::fprintf(stderr, "\r%-16s seed %d/%d", policy.c_str(), done, total);
+      if (tty && done == total) std::fprintf(stderr, "\n");
+    };
+    auto r = meridian::sim::RunFgd(*snapshot, tasks, o, progress);
+    if (!r.ok()) return Fail(r.status());
+    results.push_back(std::move(*r));
+  }
+  if (f.json) {
+    std::cout << meridian::sim::FgdJson(results, workload).dump(2) << "\n";
+    return 0;
+  }
+  meridian::sim::PublishedTable published;
+  bool have_published = false;
+  if (!f.compare.empty()) {
+    auto p = meridian::sim::ReadPublishedSummary(f.compare, workload);
+    if (!p.ok()) return Fail(p.status());
+    published = std::move(*p);
+    have_published = true;
+  }
+  std::cout << "FGD protocol: workload " << workload << ", " << nodes->size() << " nodes, "
+            << snapshot->TotalGpuMilli() / 1000 << " GPUs, " << tasks.size()
+            << " tasks, inflate " << f.inflate << ", " << seeds->size() << " seeds\n";
+  meridian::sim::PrintFgdTable(results, have_published ? &published : nullptr, std::cout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Meridian: one control plane for GPU clusters"};
+  app.require_subcommand(1);
+
+  CLI::App* sim = app.add_subcommand("sim", "Simulate the scheduler on traces");
+  sim->require_subcommand(1);
+  FgdFlags fgd;
+  CLI::App* fgd_cmd = sim->add_subcommand(
+      "fgd", "Reproduce the FGD paper's protocol (Alibaba GPU-2023 trace) for placement policies");
+  fgd_cmd->add_option("--nodes", fgd.nodes, "node list CSV (openb_node_list_gpu_node.csv)")
+      ->required();
+  fgd_cmd->add_option("--tasks", fgd.tasks, "task list CSV (openb_pod_list_*.csv)")->required();
+  fgd_cmd->add_option("--policy", fgd.policies,
+                      "policy, repeatable or 'all': random, dotprod, gpu-packing, "
+                      "gpu-clustering, best-fit, fgd, meridian (default meridian)");
+  fgd_cmd->add_option("--seeds", fgd.seeds, "seeds: N, N-M or a list (default 42-51)");
+  fgd_cmd->add_option("--inflate", fgd.inflate, "arrive tasks up to this multiple of capacity");
+  fgd_cmd->add_option("--threads", fgd.threads, "worker threads (default: one per core)");
+  fgd_cmd->add_option("--compare", fgd.compare,
+                      "published summary-allocation.txt to print beside our allocation");
+  fgd_cmd->add_option("--workload", fgd.workload,
+                      "workload name in --compare (default: from the task file name)");
+  fgd_cmd->add_flag("--json", fgd.json, "print one JSON object");
+  int rc = 0;
+  fgd_cmd->callback([&] { rc = RunSimFgd(fgd); });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return rc;
+}

@@ -1,0 +1,69 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace meridian::domain {
+
+enum class SiteKind { kOnPrem, kCloud };
+enum class Backend { kAgent, kSlurm, kKubernetes };
+enum class PoolPurpose { kAny, kTraining, kInference, kInteractive };
+
+// A site: an on-prem cluster or a cloud region, with what a GPU-hour costs there (the amortised
+// rate on-prem) and the datasets it holds.
+struct Cluster {
+  std::string name;
+  SiteKind kind = SiteKind::kOnPrem;
+  std::string region;
+  Backend backend = Backend::kAgent;
+  std::map<std::string, double> price_per_gpu_hour;  // by GPU model name
+  std::vector<std::string> datasets;
+};
+
+// Nodes of one shape in a cluster. Cloud pools are elastic between min_nodes and max_nodes.
+struct NodePool {
+  std::string name;
+  std::string cluster;
+  PoolPurpose purpose = PoolPurpose::kAny;
+  bool spot = false;
+  int min_nodes = 0;
+  int max_nodes = 0;
+  int boot_seconds = 0;
+};
+
+struct Taint {
+  std::string key;
+  std::string value;
+  // Only NoSchedule semantics for now: a task must tolerate the taint to be placed on the node.
+};
+
+struct MigInstance {
+  std::string profile;  // "3g.40gb"
+  int start = 0;        // first memory slice
+};
+
+struct GpuDevice {
+  std::string uuid;
+  std::string model;
+  int nvlink_domain = 0;  // GPUs of one node that share an NVLink/NVSwitch domain
+  bool healthy = true;
+  bool mig_enabled = false;
+  std::vector<MigInstance> mig_instances;  // the current layout when MIG is enabled
+};
+
+struct Node {
+  std::string name;
+  std::string cluster;
+  std::string pool;
+  std::string rack;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  std::vector<GpuDevice> gpus;
+  std::map<std::string, std::string> labels;
+  std::vector<Taint> taints;
+  bool schedulable = true;
+};
+
+}  // namespace meridian::domain

@@ -1,0 +1,84 @@
+#include "sched/fragmentation.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace meridian::sched {
+
+FragmentationModel::FragmentationModel(std::vector<TypicalShape> shapes)
+    : shapes_(std::move(shapes)) {}
+
+FragmentationModel FragmentationModel::FromTasks(const std::vector<TaskSpec>& tasks,
+                                                 double coverage) {
+  using Key = std::tuple<int64_t, int32_t, int32_t, Mask>;
+  std::map<Key, int64_t> counts;
+  for (const TaskSpec& t : tasks) {
+    int32_t milli = t.gpu_kind == GpuKind::kWhole || t.gpu_kind == GpuKind::kFraction
+                        ? t.gpu_milli
+                        : 0;
+    int32_t count = milli > 0 ? t.gpu_count : 0;
+    ++counts[Key{t.cpu_milli, milli, count, t.allowed_models}];
+  }
+  std::vector<std::pair<Key, int64_t>> sorted(counts.begin(), counts.end());
+  // Most popular first; ties in a fixed order so the model does not depend on hashing.
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  const double total = static_cast<double>(tasks.size());
+  std::vector<TypicalShape> shapes;
+  double covered = 0;
+  for (const auto& [key, n] : sorted) {
+    if (total == 0 || covered >= coverage * total) break;
+    const auto& [cpu, milli, count, models] = key;
+    shapes.push_back({cpu, milli, count, models, static_cast<double>(n)});
+    covered += static_cast<double>(n);
+  }
+  for (TypicalShape& s : shapes) s.weight /= covered;
+  return FragmentationModel(std::move(shapes));
+}
+
+double FragmentationModel::NodeFragmentation(ModelId model, int64_t cpu_free,
+                                             std::span<const int32_t> gpu_free) const {
+  int64_t total = 0;
+  for (int32_t f : gpu_free) total += f;
+  if (total == 0) return 0;
+  double frag = 0;
+  for (const TypicalShape& s : shapes_) {
+    if (s.gpu_milli == 0 || model == kNoModel || !(s.models & Bit(model))) {
+      frag += s.weight * static_cast<double>(total);
+      continue;
+    }
+    int fitting = 0;
+    int64_t below = 0;
+    for (int32_t f : gpu_free) {
+      if (f >= s.gpu_milli) {
+        ++fitting;
+      } else {
+        below += f;
+      }
+    }
+    bool fits = fitting >= s.gpu_count && cpu_free >= s.cpu_milli;
+    frag += s.weight * static_cast<double>(fits ? below : total);
+  }
+  return frag;
+}
+
+void FreeMilliOfNode(const Snapshot& s, const NodeState& n, std::vector<int32_t>* out) {
+  out->resize(n.gpu_count);
+  for (int32_t i = 0; i < n.gpu_count; ++i) {
+    const GpuState& g = s.gpus[n.gpu_begin + i];
+    (*out)[i] = g.healthy && !g.mig_enabled ? g.free_milli : 0;
+  }
+}
+
+double FragmentationModel::NodeFragmentation(const Snapshot& s, const NodeState& n) const {
+  int32_t buf[64];
+  int32_t count = std::min(n.gpu_count, 64);
+  for (int32_t i = 0; i < count; ++i) {
+    const GpuState& g = s.gpus[n.gpu_begin + i];
+    buf[i] = g.healthy && !g.mig_enabled ? g.free_milli : 0;
+  }
+  return NodeFragmentation(n.model, n.cpu_free, std::span<const int32_t>(buf, count));
+}
+
+}  // namespace meridian::sched

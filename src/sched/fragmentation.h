@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sched/snapshot.h"
+#include "sched/task.h"
+
+namespace meridian::sched {
+
+// A task shape that is common in the workload, with its share of the tasks.
+struct TypicalShape {
+  int64_t cpu_milli = 0;
+  int32_t gpu_milli = 0;  // per GPU; 0 for CPU-only tasks
+  int32_t gpu_count = 0;
+  Mask models = kAll;
+  double weight = 0;  // popularity; the weights of a model sum to 1
+};
+
+// Expected GPU fragmentation of a node against a mix of task shapes, as FGD (Weng et al., ATC'23)
+// defines it: for each typical shape, weighted by its popularity, the node's idle GPU capacity
+// counts as fragment when that shape cannot use it: all of it when the shape does not fit the
+// node (too little CPU, no suitable GPUs, a model it may not use, or no GPU request at all); when
+// it fits, the GPUs whose free share is smaller than the shape's milli-GPU.
+// Immutable after construction; safe to share between threads.
+class FragmentationModel {
+ public:
+  FragmentationModel() = default;
+  explicit FragmentationModel(std::vector<TypicalShape> shapes);
+
+  // The smallest set of most popular shapes of `tasks` whose tasks cover `coverage` of them
+  // (CPU-only tasks included), with weights renormalised to sum to 1.
+  static FragmentationModel FromTasks(const std::vector<TaskSpec>& tasks, double coverage);
+
+  // Fragmented milli-GPU of a node of `model` with `cpu_free` and these free shares per GPU
+  // (0..1000 each; MIG and unhealthy GPUs count as 0).
+  double NodeFragmentation(ModelId model, int64_t cpu_free,
+                           std::span<const int32_t> gpu_free) const;
+  double NodeFragmentation(const Snapshot& s, const NodeState& n) const;
+
+  const std::vector<TypicalShape>& shapes() const { return shapes_; }
+
+ private:
+  std::vector<TypicalShape> shapes_;
+};
+
+// Free milli-GPU of each of a node's GPUs, as fragmentation counts it.
+void FreeMilliOfNode(const Snapshot& s, const NodeState& n, std::vector<int32_t>* out);
+
+}  // namespace meridian::sched

@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace meridian::sched {
+
+// What happens to a GPU's MIG layout when a grant is carried out; anything but kNone is a
+// reconfiguration that the node's agent performs before the task starts.
+enum class MigChange : int8_t {
+  kNone,            // not a MIG grant, or an existing free instance is used
+  kCreateInstance,  // a new instance in free slices of a GPU already in MIG mode
+  kRepartition,     // the GPU's unused instances are destroyed and the new one is created
+  kEnableMig,       // an idle GPU is switched to MIG mode and the instance created
+};
+
+// One device given to a task: a whole GPU, a share of one, or a MIG instance.
+struct DeviceGrant {
+  int32_t gpu = -1;         // index into Snapshot::gpus
+  int32_t milli = 0;        // compute share taken (1000 for a whole GPU)
+  int64_t memory_mib = 0;   // GPU memory taken by a fraction
+  int16_t mig_profile = -1;
+  int8_t mig_start = -1;
+  MigChange mig_change = MigChange::kNone;
+};
+
+struct Placement {
+  int32_t node = -1;
+  std::vector<DeviceGrant> devices;
+  double score = 0;
+};
+
+// Why a task was left unplaced: how many nodes each filter, or the GPU fit, turned away.
+struct Unschedulable {
+  int64_t nodes_considered = 0;
+  std::vector<std::pair<std::string, int64_t>> rejected_by;
+  bool cached = false;  // the answer came from the same-shape feasibility cache
+
+  void Reject(const std::string& reason, int64_t n = 1);
+  std::string Summary() const;
+};
+
+struct PlaceOutcome {
+  bool placed = false;
+  Placement placement;
+  Unschedulable why;
+};
+
+}  // namespace meridian::sched

@@ -1,0 +1,68 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/rng.h"
+#include "sched/node_index.h"
+#include "sched/placement.h"
+#include "sched/profile.h"
+#include "sched/snapshot.h"
+#include "sched/task.h"
+
+namespace meridian::sched {
+
+// The placement engine: finds where a task goes in a snapshot under a profile, and commits or
+// releases placements. Pure with respect to the outside world: it reads no clock, file or
+// global; randomness (tie-breaking, the random device choice) comes from the seed, so the same
+// snapshot, profile, seed and calls give the same decisions.
+//
+// It works from a NodeIndex and remembers, per task shape, that nothing fits until capacity is
+// released, so a pass over many pending tasks of few shapes costs little more than the tasks
+// that place. Not thread-safe; use one Placer per thread, each with its own snapshot.
+class Placer {
+ public:
+  Placer(Snapshot* snapshot, const Profile* profile, uint64_t seed);
+
+  // Where `task` would go now; nothing is changed.
+  PlaceOutcome Place(const TaskSpec& task, const CycleState& cycle);
+  // Applies a placement returned by Place (for the same task) to the snapshot.
+  void Commit(const TaskSpec& task, const Placement& placement, CycleState* cycle);
+  // Gives a committed placement's resources back.
+  void Release(const TaskSpec& task, const Placement& placement);
+
+  const Snapshot& snapshot() const { return *s_; }
+  int64_t cache_hits() const { return cache_hits_; }
+
+ private:
+  struct Option {
+    int32_t begin = 0;  // into grants_
+    int32_t count = 0;
+  };
+  // Fills options_/grants_ with the device choices for `task` on `node`; false if none fits.
+  bool DeviceOptions(const TaskSpec& task, const NodeState& node);
+  bool WholeOption(const TaskSpec& task, const NodeState& node);
+  bool FractionOptions(const TaskSpec& task, const NodeState& node);
+  bool MigOptions(const TaskSpec& task, const NodeState& node);
+  bool BreaksTie(int32_t node, int32_t incumbent, int64_t ties);
+  double ScoreOf(const PluginContext& ctx, const Candidate& c) const;
+
+  Snapshot* s_;
+  const Profile* profile_;
+  base::Rng rng_;
+  NodeIndex index_;
+  std::vector<uint32_t> visited_;
+  uint32_t stamp_ = 0;
+  uint64_t rotor_ = 0;
+  uint64_t epoch_ = 0;  // bumped whenever capacity is released
+  std::unordered_map<std::string, uint64_t> infeasible_;
+  int64_t cache_hits_ = 0;
+  std::vector<Option> options_;
+  std::vector<DeviceGrant> grants_;
+  std::vector<const std::vector<int32_t>*> lists_;
+  std::vector<int64_t> filter_rejects_;
+};
+
+}  // namespace meridian::sched

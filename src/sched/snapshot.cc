@@ -1,0 +1,151 @@
+#include "sched/snapshot.h"
+
+#include <algorithm>
+#include <map>
+
+namespace meridian::sched {
+
+ModelId Snapshot::FindModel(std::string_view name) const {
+  for (size_t i = 0; i < models_.size(); ++i) {
+    if (models_[i].name == name) return static_cast<ModelId>(i);
+  }
+  return kNoModel;
+}
+
+int32_t Snapshot::FindCluster(std::string_view name) const {
+  for (size_t i = 0; i < clusters.size(); ++i) {
+    if (clusters[i].name == name) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+int64_t Snapshot::TotalGpuMilli() const {
+  int64_t total = 0;
+  for (const GpuState& g : gpus) total += g.healthy ? 1000 : 0;
+  return total;
+}
+
+int64_t Snapshot::AllocatedGpuMilli() const {
+  int64_t used = 0;
+  for (const GpuState& g : gpus) {
+    if (!g.healthy) continue;
+    if (g.mig_enabled) {
+      int allocated_slices = 0;
+      for (const MigSlot& s : g.mig) allocated_slices += s.allocated ? s.width : 0;
+      used += allocated_slices * 1000 / domain::kMigMemorySlices;
+    } else {
+      used += 1000 - g.free_milli;
+    }
+  }
+  return used;
+}
+
+base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clusters,
+                                       const std::vector<domain::Node>& nodes,
+                                       const domain::GpuCatalog& catalog) {
+  Snapshot s;
+  if (clusters.size() > kMaxMaskBits) {
+    return base::Status::Invalid("clusters: at most 64 clusters per snapshot, got " +
+                                 std::to_string(clusters.size()));
+  }
+  auto intern_model = [&](const std::string& name) -> base::Result<ModelId> {
+    ModelId id = s.FindModel(name);
+    if (id != kNoModel) return id;
+    if (s.models_.size() >= kMaxMaskBits) {
+      return base::Status::Invalid("at most 64 GPU models per snapshot");
+    }
+    s.models_.push_back(catalog.Resolve(name));
+    return static_cast<ModelId>(s.models_.size() - 1);
+  };
+  for (const domain::Cluster& c : clusters) {
+    ClusterState cs;
+    cs.name = c.name;
+    cs.kind = c.kind;
+    cs.region = c.region;
+    cs.datasets = c.datasets;
+    s.clusters.push_back(std::move(cs));
+  }
+  std::map<std::string, int32_t> rack_ids;
+  s.nodes.reserve(nodes.size());
+  for (size_t ni = 0; ni < nodes.size(); ++ni) {
+    const domain::Node& n = nodes[ni];
+    std::string where = "nodes[" + std::to_string(ni) + "] (" + n.name + ")";
+    NodeState ns;
+    ns.name = n.name;
+    ns.cluster = s.FindCluster(n.cluster);
+    if (ns.cluster < 0) {
+      return base::Status::Invalid(where + ".cluster: unknown cluster \"" + n.cluster + "\"");
+    }
+    if (n.cpu_milli < 0 || n.memory_mib < 0) {
+      return base::Status::Invalid(where + ": CPU and memory must not be negative");
+    }
+    auto [rack_it, inserted] = rack_ids.emplace(n.rack, static_cast<int32_t>(s.racks.size()));
+    if (inserted) s.racks.push_back(n.rack);
+    ns.rack = rack_it->second;
+    ns.cpu_capacity = ns.cpu_free = n.cpu_milli;
+    ns.memory_capacity = ns.memory_free = n.memory_mib;
+    ns.schedulable = n.schedulable;
+    ns.labels.assign(n.labels.begin(), n.labels.end());
+    ns.taints = n.taints;
+    ns.gpu_begin = static_cast<int32_t>(s.gpus.size());
+    ns.gpu_count = static_cast<int32_t>(n.gpus.size());
+    for (size_t gi = 0; gi < n.gpus.size(); ++gi) {
+      const domain::GpuDevice& d = n.gpus[gi];
+      auto model = intern_model(d.model);
+      if (!model.ok()) return model.status();
+      if (n.gpus.size() > 64) {
+        return base::Status::Invalid(where + ".gpus: at most 64 GPUs per node");
+      }
+      if (gi == 0) {
+        ns.model = *model;
+      } else if (*model != ns.model) {
+        return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) +
+                                     "].model: a node holds GPUs of one model");
+      }
+      GpuState g;
+      g.model = *model;
+      g.nvlink_domain = static_cast<int16_t>(d.nvlink_domain);
+      g.memory_mib = g.free_memory_mib = s.models_[*model].memory_mib;
+      g.healthy = d.healthy;
+      g.mig_enabled = d.mig_enabled;
+      if (d.mig_enabled) {
+        const domain::GpuModel& spec = s.models_[*model];
+        if (!spec.mig_capable()) {
+          return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) + "]: model " +
+                                       spec.name + " does not support MIG");
+        }
+        g.free_milli = 0;
+        for (const domain::MigInstance& inst : d.mig_instances) {
+          const domain::MigProfile* p = spec.FindMigProfile(inst.profile);
+          if (!p || std::find(p->starts.begin(), p->starts.end(), inst.start) == p->starts.end()) {
+            return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) +
+                                         "].mig_instances: invalid instance " + inst.profile +
+                                         " at slice " + std::to_string(inst.start));
+          }
+          uint8_t bits = static_cast<uint8_t>(((1u << p->memory_slices) - 1) << inst.start);
+          if (g.mig_used & bits) {
+            return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) +
+                                         "].mig_instances: overlapping instances");
+          }
+          g.mig_used |= bits;
+          g.mig.push_back({static_cast<int16_t>(p - spec.mig_profiles.data()),
+                           static_cast<int8_t>(inst.start),
+                           static_cast<int8_t>(p->memory_slices), false});
+        }
+      }
+      if (!g.healthy) g.free_milli = 0;
+      s.gpus.push_back(std::move(g));
+    }
+    s.nodes.push_back(std::move(ns));
+  }
+  for (size_t ci = 0; ci < clusters.size(); ++ci) {
+    s.clusters[ci].price_by_model.assign(s.models_.size(), 0.0);
+    for (const auto& [model, price] : clusters[ci].price_per_gpu_hour) {
+      ModelId id = s.FindModel(model);
+      if (id != kNoModel) s.clusters[ci].price_by_model[id] = price;
+    }
+  }
+  return s;
+}
+
+}  // namespace meridian::sched

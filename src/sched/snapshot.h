@@ -1,0 +1,101 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "domain/cluster.h"
+#include "domain/gpu_model.h"
+
+namespace meridian::sched {
+
+using ModelId = int16_t;
+inline constexpr ModelId kNoModel = -1;
+// Sets of GPU models or clusters, one bit per id. A snapshot holds at most 64 of each; Build
+// rejects more (see docs/adr/0002-placement-engine.md).
+using Mask = uint64_t;
+inline constexpr Mask kAll = ~Mask{0};
+inline constexpr int kMaxMaskBits = 64;
+inline Mask Bit(int i) { return Mask{1} << i; }
+
+// One MIG instance on a GPU in MIG mode.
+struct MigSlot {
+  int16_t profile = -1;  // index into the model's mig_profiles
+  int8_t start = 0;
+  int8_t width = 0;      // memory slices
+  bool allocated = false;
+};
+
+// The schedulable state of one GPU: what is free on it now.
+struct GpuState {
+  ModelId model = kNoModel;
+  int16_t nvlink_domain = 0;
+  int32_t free_milli = 1000;  // 1000: idle; 0 when used whole or when in MIG mode
+  int64_t memory_mib = 0;
+  int64_t free_memory_mib = 0;
+  int32_t sharers = 0;  // tasks holding part of this GPU
+  bool healthy = true;
+  bool mig_enabled = false;
+  uint8_t mig_used = 0;  // bit i set: memory slice i belongs to an instance
+  std::vector<MigSlot> mig;
+
+  bool Idle() const { return healthy && !mig_enabled && free_milli == 1000 && sharers == 0; }
+};
+
+struct NodeState {
+  std::string name;
+  int32_t cluster = 0;
+  int32_t rack = 0;
+  ModelId model = kNoModel;  // every GPU of a node is of one model; kNoModel: CPU-only node
+  int64_t cpu_capacity = 0;
+  int64_t cpu_free = 0;
+  int64_t memory_capacity = 0;
+  int64_t memory_free = 0;
+  int32_t gpu_begin = 0;  // index of the node's first GPU in Snapshot::gpus
+  int32_t gpu_count = 0;
+  bool schedulable = true;
+  std::vector<std::pair<std::string, std::string>> labels;  // sorted by key
+  std::vector<domain::Taint> taints;
+  // Shapes of the GPU tasks running here (tag, count): what the gpu-clustering score groups by.
+  std::vector<std::pair<uint32_t, int32_t>> gpu_affinity;
+};
+
+struct ClusterState {
+  std::string name;
+  domain::SiteKind kind = domain::SiteKind::kOnPrem;
+  std::string region;
+  std::vector<double> price_by_model;  // per GPU-hour, by ModelId; 0 when unknown
+  std::vector<std::string> datasets;
+};
+
+// The capacity of an estate as the placement engine sees it: clusters, nodes and GPUs in flat
+// arrays indexed by small integers, with what is free on each. Built from domain values; the
+// engine mutates the free amounts as it commits placements, so a caller that wants a what-if
+// placement copies the snapshot first. Not thread-safe; copies are independent.
+class Snapshot {
+ public:
+  static base::Result<Snapshot> Build(const std::vector<domain::Cluster>& clusters,
+                                      const std::vector<domain::Node>& nodes,
+                                      const domain::GpuCatalog& catalog);
+
+  ModelId FindModel(std::string_view name) const;
+  int32_t FindCluster(std::string_view name) const;
+  const domain::GpuModel& model(ModelId id) const { return models_[id]; }
+  int model_count() const { return static_cast<int>(models_.size()); }
+
+  std::vector<ClusterState> clusters;
+  std::vector<NodeState> nodes;
+  std::vector<GpuState> gpus;
+  std::vector<std::string> racks;
+
+  int64_t TotalGpuMilli() const;
+  int64_t AllocatedGpuMilli() const;
+
+ private:
+  std::vector<domain::GpuModel> models_;
+};
+
+}  // namespace meridian::sched

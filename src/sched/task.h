@@ -1,0 +1,47 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "domain/job.h"
+#include "sched/snapshot.h"
+
+namespace meridian::sched {
+
+using GpuKind = domain::GpuRequest::Kind;
+
+// One task as the placement engine sees it: its request, resolved against a snapshot (model and
+// cluster names became masks), and what its neighbours in the same job share.
+struct TaskSpec {
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  GpuKind gpu_kind = GpuKind::kNone;
+  int32_t gpu_count = 0;        // whole GPUs; 1 for a fraction or a MIG instance
+  int32_t gpu_milli = 0;        // per GPU: 1000 for whole GPUs
+  int64_t gpu_memory_mib = 0;   // fractions: GPU memory wanted (0: not constrained)
+  std::string mig_profile;
+
+  Mask allowed_models = kAll;
+  Mask allowed_clusters = kAll;
+  std::vector<std::pair<std::string, std::string>> node_selector;
+  std::vector<domain::Toleration> tolerations;
+  std::string dataset;
+  int32_t group = -1;  // tasks of one gang or job: their placement prefers the same racks
+
+  bool WantsGpu() const { return gpu_kind != GpuKind::kNone; }
+  int64_t GpuMilliTotal() const;
+  // A small integer that tells GPU task shapes apart (count and milli); 0 for CPU-only tasks.
+  uint32_t AffinityTag() const;
+  // A key equal for two tasks exactly when the engine would find the same nodes feasible.
+  std::string FeasibilityKey() const;
+};
+
+// The tasks of a job, one TaskSpec per replica, resolved against `snapshot`. Names of models and
+// clusters that the snapshot does not hold simply match nothing.
+std::vector<TaskSpec> TasksForJob(const domain::Job& job, const Snapshot& snapshot,
+                                  int32_t group);
+
+}  // namespace meridian::sched
