@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <climits>
 #include <tuple>
 
 namespace meridian::sched {
@@ -13,12 +14,15 @@ FragmentationModel FragmentationModel::FromTasks(const std::vector<TaskSpec>& ta
                                                  double coverage) {
   using Key = std::tuple<int64_t, int32_t, int32_t, Mask>;
   std::map<Key, int64_t> counts;
+  std::map<Key, std::map<int64_t, int64_t>> memory_counts;
   for (const TaskSpec& t : tasks) {
     int32_t milli = t.gpu_kind == GpuKind::kWhole || t.gpu_kind == GpuKind::kFraction
                         ? t.gpu_milli
                         : 0;
     int32_t count = milli > 0 ? t.gpu_count : 0;
-    ++counts[Key{t.cpu_milli, milli, count, t.allowed_models}];
+    Key key{t.cpu_milli, milli, count, t.allowed_models};
+    ++counts[key];
+    ++memory_counts[key][t.memory_mib];
   }
   std::vector<std::pair<Key, int64_t>> sorted(counts.begin(), counts.end());
   // Most popular first; ties in a fixed order so the model does not depend on hashing.
@@ -30,7 +34,15 @@ FragmentationModel FragmentationModel::FromTasks(const std::vector<TaskSpec>& ta
   for (const auto& [key, n] : sorted) {
     if (total == 0 || covered >= coverage * total) break;
     const auto& [cpu, milli, count, models] = key;
-    shapes.push_back({cpu, milli, count, models, static_cast<double>(n)});
+    int64_t memory = 0;
+    int64_t best = 0;
+    for (const auto& [mib, c] : memory_counts[key]) {
+      if (c > best) {
+        best = c;
+        memory = mib;
+      }
+    }
+    shapes.push_back({cpu, memory, milli, count, models, static_cast<double>(n)});
     covered += static_cast<double>(n);
   }
   for (TypicalShape& s : shapes) s.weight /= covered;
@@ -38,6 +50,7 @@ FragmentationModel FragmentationModel::FromTasks(const std::vector<TaskSpec>& ta
 }
 
 double FragmentationModel::NodeFragmentation(ModelId model, int64_t cpu_free,
+                                             int64_t memory_free,
                                              std::span<const int32_t> gpu_free) const {
   int64_t total = 0;
   for (int32_t f : gpu_free) total += f;
@@ -57,7 +70,8 @@ double FragmentationModel::NodeFragmentation(ModelId model, int64_t cpu_free,
         below += f;
       }
     }
-    bool fits = fitting >= s.gpu_count && cpu_free >= s.cpu_milli;
+    bool fits = fitting >= s.gpu_count && cpu_free >= s.cpu_milli &&
+                (memory_free == kIgnoreMemory || memory_free >= s.memory_mib);
     frag += s.weight * static_cast<double>(fits ? below : total);
   }
   return frag;
@@ -78,7 +92,8 @@ double FragmentationModel::NodeFragmentation(const Snapshot& s, const NodeState&
     const GpuState& g = s.gpus[n.gpu_begin + i];
     buf[i] = g.healthy && !g.mig_enabled ? g.free_milli : 0;
   }
-  return NodeFragmentation(n.model, n.cpu_free, std::span<const int32_t>(buf, count));
+  return NodeFragmentation(n.model, n.cpu_free, kIgnoreMemory,
+                           std::span<const int32_t>(buf, count));
 }
 
 }  // namespace meridian::sched

@@ -12,6 +12,7 @@ namespace meridian::sched {
 // A task shape that is common in the workload, with its share of the tasks.
 struct TypicalShape {
   int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;  // the most common memory request of the shape's tasks
   int32_t gpu_milli = 0;  // per GPU; 0 for CPU-only tasks
   int32_t gpu_count = 0;
   Mask models = kAll;
@@ -22,7 +23,8 @@ struct TypicalShape {
 // defines it: for each typical shape, weighted by its popularity, the node's idle GPU capacity
 // counts as fragment when that shape cannot use it: all of it when the shape does not fit the
 // node (too little CPU, no suitable GPUs, a model it may not use, or no GPU request at all); when
-// it fits, the GPUs whose free share is smaller than the shape's milli-GPU.
+// it fits, the GPUs whose free share is smaller than the shape's milli-GPU. The paper judges the
+// fit on CPU and GPUs only; Meridian also counts host memory (pass kIgnoreMemory for the paper's).
 // Immutable after construction; safe to share between threads.
 class FragmentationModel {
  public:
@@ -33,10 +35,13 @@ class FragmentationModel {
   // (CPU-only tasks included), with weights renormalised to sum to 1.
   static FragmentationModel FromTasks(const std::vector<TaskSpec>& tasks, double coverage);
 
-  // Fragmented milli-GPU of a node of `model` with `cpu_free` and these free shares per GPU
-  // (0..1000 each; MIG and unhealthy GPUs count as 0).
-  double NodeFragmentation(ModelId model, int64_t cpu_free,
+  static constexpr int64_t kIgnoreMemory = INT64_MAX;
+
+  // Fragmented milli-GPU of a node of `model` with `cpu_free`, `memory_free` and these free
+  // shares per GPU (0..1000 each; MIG and unhealthy GPUs count as 0).
+  double NodeFragmentation(ModelId model, int64_t cpu_free, int64_t memory_free,
                            std::span<const int32_t> gpu_free) const;
+  // The paper's measure (memory ignored) of a node as it stands.
   double NodeFragmentation(const Snapshot& s, const NodeState& n) const;
 
   const std::vector<TypicalShape>& shapes() const { return shapes_; }

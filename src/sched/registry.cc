@@ -109,7 +109,7 @@ Registry MakeBuiltin() {
     return std::make_unique<plugins::TaintToleration>();
   }));
   must(r.RegisterScore("best-fit", Simple<BestFit>(BestFit::Normalization::kNodeCapacity)));
-  must(r.RegisterScore("best-fit-fixed", Simple<BestFit>(BestFit::Normalization::kFixedMax)));
+  must(r.RegisterScore("best-fit-absolute", Simple<BestFit>(BestFit::Normalization::kAbsolute)));
   must(r.RegisterScore("spread", Simple<plugins::Spread>()));
   must(r.RegisterScore("fragmentation", FragmentationFactory(Fragmentation::Mode::kExact)));
   must(r.RegisterScore("fgd", FragmentationFactory(Fragmentation::Mode::kPaper)));
@@ -155,15 +155,18 @@ base::Result<ProfileSpec> PolicySpec(std::string_view policy) {
   } else if (policy == "gpu-clustering") {
     s.scores = {{"gpu-clustering", 1}};
   } else if (policy == "best-fit") {
-    s.scores = {{"best-fit-fixed", 1}};
+    s.scores = {{"best-fit-absolute", 1}};
   } else if (policy == "fgd") {
     s.scores = {{"fgd", 1}};
     s.device_choice = DeviceChoice::kEnumerate;
   } else if (policy == "meridian") {
-    s.scores = {{"fragmentation", 1000}, {"best-fit", 1}, {"topology", 1}, {"data-locality", 1},
-                {"cost", 0.1}};
+    // Exact fragmentation descent that also counts host memory, then the least absolute free
+    // capacity (keep big nodes whole) among near-equal candidates; see docs/adr/0003.
+    s.scores = {{"fragmentation", 1000}, {"best-fit-absolute", 1}, {"topology", 1},
+                {"data-locality", 1}, {"cost", 0.1}};
     s.device_choice = DeviceChoice::kEnumerate;
     s.quantize_scores = false;
+    s.tie_break = TieBreak::kRandom;
   } else {
     std::string known;
     for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;

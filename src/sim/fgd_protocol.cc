@@ -6,8 +6,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <cstdio>
-#include <cstdlib>
 
 #include "base/rng.h"
 #include "sched/placer.h"
@@ -83,7 +81,6 @@ base::Result<FgdRun> RunFgdSeed(const sched::Snapshot& cluster,
       allocated += task.GpuMilliTotal();
     } else {
       ++run.failed;
-      if (getenv("MERIDIAN_DEBUG") && run.failed < 15) fprintf(stderr, "fail at %.1f%%: cpu %ld mem %ld gpu %d x %d models %lx: %s\n", 100.0*arrived/capacity, task.cpu_milli, task.memory_mib, task.gpu_count, task.gpu_milli, task.allowed_models, o.why.Summary().c_str());
     }
     while (next < options.points.size() && arrived * 100 >= options.points[next] * capacity) {
       double f = ClusterFragmentation(state, frag);

@@ -7,11 +7,11 @@ namespace meridian::sched::plugins {
 // Score: the less CPU and GPU a node has left after the candidate, the higher (0..100), CPU and
 // GPU weighted equally.
 //  - kNodeCapacity: what is left as a share of the node's own capacity. Meridian's own.
-//  - kFixedMax: what is left as a share of a fixed 128 cores and 8 GPUs, as the FGD artifact's
+//  - kAbsolute: what is left as a share of a fixed 128 cores and 8 GPUs, as the FGD artifact's
 //    BestFit normalises it (to reproduce the published results).
 class BestFit final : public ScorePlugin {
  public:
-  enum class Normalization { kNodeCapacity, kFixedMax };
+  enum class Normalization { kNodeCapacity, kAbsolute };
   explicit BestFit(Normalization n) : norm_(n) {}
   std::string_view Name() const override { return "best-fit"; }
   double Score(const PluginContext& ctx, const Candidate& c) const override;
