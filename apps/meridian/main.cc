@@ -9,8 +9,10 @@
 #include <vector>
 
 #include "base/strings.h"
+#include "bench/schedule_bench.h"
 #include "sched/registry.h"
 #include "sim/alibaba_trace.h"
+#include "sim/demo.h"
 #include "sim/fgd_protocol.h"
 #include "sim/fgd_report.h"
 
@@ -109,6 +111,35 @@ int RunSimFgd(const FgdFlags& f) {
   return 0;
 }
 
+struct BenchFlags {
+  meridian::bench::ScheduleBenchOptions options;
+  bool json = false;
+};
+
+int RunBenchSchedule(const BenchFlags& f) {
+  if (!f.json && isatty(STDERR_FILENO)) {
+    std::fprintf(stderr, "building %d nodes x %d GPUs and %d pending tasks...\n", f.options.nodes,
+                 f.options.gpus_per_node, f.options.pending);
+  }
+  auto r = meridian::bench::RunScheduleBench(f.options);
+  if (!r.ok()) return Fail(r.status());
+  if (f.json) {
+    std::cout << r->ToJson().dump(2) << "\n";
+    return 0;
+  }
+  std::printf("schedule benchmark: %d nodes x %d GPUs, %d pending tasks (mixed shapes), one core\n",
+              f.options.nodes, f.options.gpus_per_node, f.options.pending);
+  std::printf("  placed             %lld (%lld unschedulable, %lld answered by the shape cache)\n",
+              static_cast<long long>(r->placed), static_cast<long long>(r->unschedulable),
+              static_cast<long long>(r->cache_hits));
+  std::printf("  cycle              %.3f s for the full pass\n", r->cycle_seconds);
+  std::printf("  placements/s       %.0f\n", r->placements_per_second);
+  std::printf("  attempts/s         %.0f\n", r->attempts_per_second);
+  std::printf("  peak RSS           %.0f MiB\n", r->peak_rss_mib);
+  std::printf("  GPU allocation     %.1f%%\n", r->gpu_allocation);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,6 +167,27 @@ int main(int argc, char** argv) {
   fgd_cmd->add_flag("--json", fgd.json, "print one JSON object");
   int rc = 0;
   fgd_cmd->callback([&] { rc = RunSimFgd(fgd); });
+
+  CLI::App* demo = sim->add_subcommand(
+      "demo", "Place example jobs on a synthetic hybrid estate (what `make run` shows)");
+  demo->callback([&] {
+    Status s = meridian::sim::RunDemo(std::cout);
+    rc = s.ok() ? 0 : Fail(s);
+  });
+
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print figures");
+  bench->require_subcommand(1);
+  BenchFlags bf;
+  CLI::App* sched_bench =
+      bench->add_subcommand("schedule", "One placement pass over a large synthetic queue");
+  sched_bench->add_option("--nodes", bf.options.nodes, "nodes in the estate");
+  sched_bench->add_option("--gpus-per-node", bf.options.gpus_per_node, "GPUs per node");
+  sched_bench->add_option("--pending", bf.options.pending, "pending tasks");
+  sched_bench->add_option("--max-feasible-nodes", bf.options.max_feasible_nodes,
+                          "stop each search after this many feasible nodes (0: all)");
+  sched_bench->add_option("--seed", bf.options.seed, "seed of the synthetic estate and queue");
+  sched_bench->add_flag("--json", bf.json, "print one JSON object");
+  sched_bench->callback([&] { rc = RunBenchSchedule(bf); });
 
   try {
     app.parse(argc, argv);

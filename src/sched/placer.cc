@@ -166,13 +166,18 @@ bool Placer::MigOptions(const TaskSpec& task, const NodeState& node) {
       grant.mig_start = static_cast<int8_t>(profile->starts.front());
       grant.mig_change = MigChange::kEnableMig;
     }
-    if (rank == 99) continue;
+    if (rank == 99 || rank > best_rank) continue;
+    if (rank < best_rank) {
+      // A cheaper kind of option makes the dearer ones found so far moot: reconfiguring a GPU
+      // is never chosen while an instance or free slices are at hand on the node.
+      options_.clear();
+      grants_.clear();
+      best_rank = rank;
+      best = grant;
+    }
     if (profile_->device_choice == DeviceChoice::kEnumerate) {
       options_.push_back({static_cast<int32_t>(grants_.size()), 1});
       grants_.push_back(grant);
-    } else if (rank < best_rank) {
-      best_rank = rank;
-      best = grant;
     }
   }
   if (profile_->device_choice != DeviceChoice::kEnumerate && best_rank < 99) {
