@@ -1,2 +1,137 @@
+// End-to-end tests of the `meridian` binary: each runs it as a real child process and checks what
+// a user would see (output, JSON, exit code, error messages).
 #include <gtest/gtest.h>
-TEST(Cli, Placeholder) {}
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct CliRun {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun Meridian(const std::string& args, bool merge_stderr = true) {
+  std::string cmd = std::string(MERIDIAN_BINARY) + " " + args + (merge_stderr ? " 2>&1" : "");
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/meridian-cli-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    Write("nodes.csv",
+          "sn,cpu_milli,memory_mib,gpu,model\n"
+          "n0,64000,262144,8,G2\nn1,64000,262144,8,G2\nn2,32000,131072,2,T4\n");
+    std::string tasks =
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+        "deletion_time,scheduled_time\n";
+    for (int i = 0; i < 30; ++i) {
+      tasks += "t" + std::to_string(i) + ",2000,4096," +
+               (i % 3 == 0 ? "1,500" : i % 3 == 1 ? "1,1000" : "0,0") + ",,LS,Running,0,,\n";
+    }
+    Write("tasks.csv", tasks);
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ + "/" + name) << text;
+  }
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+  std::string dir_;
+};
+
+TEST_F(CliTest, SimFgdJsonCarriesEveryPointAsBands) {
+  CliRun r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("tasks.csv") +
+                       " --policy fgd --seeds 42-44 --inflate 1.3 --json",
+                   false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["points"].size(), 7u);
+  int arrived[] = {50, 80, 90, 100, 110, 120, 130};
+  for (size_t i = 0; i < 7; ++i) {
+    const auto& p = j["points"][i];
+    EXPECT_EQ(p["arrived"], arrived[i]);
+    for (const char* k : {"allocation", "fragmentation_amount", "fragmentation_ratio"}) {
+      double mean = p[k]["mean"], lo = p[k]["min"], hi = p[k]["max"];
+      EXPECT_LE(lo, mean);
+      EXPECT_LE(mean, hi);
+      EXPECT_GE(lo, 0.0);
+    }
+    EXPECT_LE(p["allocation"]["max"].get<double>(), 100.0);
+  }
+  EXPECT_EQ(j["policies"][0]["seeds"].size(), 3u);
+}
+
+TEST_F(CliTest, SimFgdTableComparesSeveralPolicies) {
+  CliRun r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("tasks.csv") +
+                   " --policy best-fit --policy meridian --seeds 1-2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("policy best-fit"), std::string::npos);
+  EXPECT_NE(r.out.find("policy meridian"), std::string::npos);
+  EXPECT_NE(r.out.find("130%"), std::string::npos);
+}
+
+TEST_F(CliTest, BadInputGetsAClearErrorAndExitCode2) {
+  Write("bad.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+        "deletion_time,scheduled_time\nt0,4000,8192,1,lots,,LS,Running,0,,\n");
+  CliRun r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("bad.csv"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find(Path("bad.csv") + ":2:16: gpu_milli: expected an integer"),
+            std::string::npos)
+      << r.out;
+
+  r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("tasks.csv") +
+               " --policy tetris");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown policy \"tetris\""), std::string::npos) << r.out;
+
+  r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("tasks.csv") +
+               " --seeds 9-3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--seeds"), std::string::npos) << r.out;
+
+  r = Meridian("sim fgd --nodes " + Path("missing.csv") + " --tasks " + Path("tasks.csv"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("cannot open"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, DemoPlacesOnBothClusters) {
+  CliRun r = Meridian("sim demo");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("onprem-fra/"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cloud-use1/"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("MIG 3g.40gb"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pending:"), std::string::npos) << r.out;  // the 16-GPU job cannot fit
+}
+
+TEST_F(CliTest, BenchScheduleReportsItsFigures) {
+  CliRun r = Meridian("bench schedule --nodes 200 --gpus-per-node 8 --pending 2000 --json", false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tasks"], 2000);
+  EXPECT_GT(j["placed"].get<int>(), 0);
+  EXPECT_EQ(j["placed"].get<int>() + j["unschedulable"].get<int>(), 2000);
+  EXPECT_GT(j["placements_per_second"].get<double>(), 0.0);
+  EXPECT_GT(j["peak_rss_mib"].get<double>(), 0.0);
+  EXPECT_GT(j["cycle_seconds"].get<double>(), 0.0);
+}
+
+}  // namespace
