@@ -44,7 +44,10 @@ class CliTest : public ::testing::Test {
         "deletion_time,scheduled_time\n";
     for (int i = 0; i < 30; ++i) {
       tasks += "t" + std::to_string(i) + ",2000,4096," +
-               (i % 3 == 0 ? "1,500" : i % 3 == 1 ? "1,1000" : "0,0") + ",,LS,Running,0,,\n";
+               (i % 3 == 0   ? "1,500"
+                : i % 3 == 1 ? "1,1000"
+                             : "0,0") +
+               ",,LS,Running,0,,\n";
     }
     Write("tasks.csv", tasks);
   }
@@ -59,8 +62,8 @@ class CliTest : public ::testing::Test {
 
 TEST_F(CliTest, SimFgdJsonCarriesEveryPointAsBands) {
   CliRun r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("tasks.csv") +
-                       " --policy fgd --seeds 42-44 --inflate 1.3 --json",
-                   false);
+                          " --policy fgd --seeds 42-44 --inflate 1.3 --json",
+                      false);
   ASSERT_EQ(r.code, 0) << r.out;
   nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["points"].size(), 7u);
@@ -81,7 +84,7 @@ TEST_F(CliTest, SimFgdJsonCarriesEveryPointAsBands) {
 
 TEST_F(CliTest, SimFgdTableComparesSeveralPolicies) {
   CliRun r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("tasks.csv") +
-                   " --policy best-fit --policy meridian --seeds 1-2");
+                      " --policy best-fit --policy meridian --seeds 1-2");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("policy best-fit"), std::string::npos);
   EXPECT_NE(r.out.find("policy meridian"), std::string::npos);

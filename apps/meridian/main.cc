@@ -57,7 +57,8 @@ struct FgdFlags {
 int RunSimFgd(const FgdFlags& f) {
   auto seeds = ParseSeeds(f.seeds);
   if (!seeds.ok()) return Fail(seeds.status());
-  if (f.inflate <= 0 || f.inflate > 10) return Fail(Status::Invalid("--inflate: must be in (0, 10]"));
+  if (f.inflate <= 0 || f.inflate > 10)
+    return Fail(Status::Invalid("--inflate: must be in (0, 10]"));
   auto nodes = meridian::sim::ReadAlibabaNodes(f.nodes);
   if (!nodes.ok()) return Fail(nodes.status());
   auto trace = meridian::sim::ReadAlibabaTasks(f.tasks);
@@ -105,8 +106,8 @@ int RunSimFgd(const FgdFlags& f) {
     have_published = true;
   }
   std::cout << "FGD protocol: workload " << workload << ", " << nodes->size() << " nodes, "
-            << snapshot->TotalGpuMilli() / 1000 << " GPUs, " << tasks.size()
-            << " tasks, inflate " << f.inflate << ", " << seeds->size() << " seeds\n";
+            << snapshot->TotalGpuMilli() / 1000 << " GPUs, " << tasks.size() << " tasks, inflate "
+            << f.inflate << ", " << seeds->size() << " seeds\n";
   meridian::sim::PrintFgdTable(results, have_published ? &published : nullptr, std::cout);
   return 0;
 }

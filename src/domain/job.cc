@@ -21,8 +21,8 @@ base::Status ValidateGpu(const GpuRequest& gpu, const std::string& field,
       return base::Status::Ok();
     case GpuRequest::Kind::kWhole:
       if (gpu.count < 1 || gpu.count > 64) {
-        return Invalid(field + ".count", "must be between 1 and 64, got " +
-                                             std::to_string(gpu.count));
+        return Invalid(field + ".count",
+                       "must be between 1 and 64, got " + std::to_string(gpu.count));
       }
       return base::Status::Ok();
     case GpuRequest::Kind::kFraction:
@@ -57,7 +57,8 @@ base::Status ValidateJob(const Job& job, const GpuCatalog& catalog) {
     const TaskGroup& g = job.task_groups[i];
     std::string field = "task_groups[" + std::to_string(i) + "]";
     if (g.replicas < 1) return Invalid(field + ".replicas", "must be at least 1");
-    if (g.request.cpu_milli < 0) return Invalid(field + ".request.cpu_milli", "must not be negative");
+    if (g.request.cpu_milli < 0)
+      return Invalid(field + ".request.cpu_milli", "must not be negative");
     if (g.request.memory_mib < 0) {
       return Invalid(field + ".request.memory_mib", "must not be negative");
     }

@@ -17,10 +17,10 @@ inline constexpr int32_t kMilliPerGpu = 1000;
 struct GpuRequest {
   enum class Kind { kNone, kWhole, kFraction, kMig };
   Kind kind = Kind::kNone;
-  int32_t count = 0;          // kWhole: number of GPUs; 1 for kFraction and kMig
-  int32_t milli = 0;          // kFraction: share of compute, 1..999
-  int64_t memory_mib = 0;     // kFraction: GPU memory wanted (0: not constrained)
-  std::string mig_profile;    // kMig
+  int32_t count = 0;        // kWhole: number of GPUs; 1 for kFraction and kMig
+  int32_t milli = 0;        // kFraction: share of compute, 1..999
+  int64_t memory_mib = 0;   // kFraction: GPU memory wanted (0: not constrained)
+  std::string mig_profile;  // kMig
 
   static GpuRequest None() { return {}; }
   static GpuRequest Whole(int32_t n) { return {Kind::kWhole, n, kMilliPerGpu, 0, {}}; }

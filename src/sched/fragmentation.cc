@@ -1,8 +1,8 @@
 #include "sched/fragmentation.h"
 
 #include <algorithm>
-#include <map>
 #include <climits>
+#include <map>
 #include <tuple>
 
 namespace meridian::sched {
@@ -16,9 +16,8 @@ FragmentationModel FragmentationModel::FromTasks(const std::vector<TaskSpec>& ta
   std::map<Key, int64_t> counts;
   std::map<Key, std::map<int64_t, int64_t>> memory_counts;
   for (const TaskSpec& t : tasks) {
-    int32_t milli = t.gpu_kind == GpuKind::kWhole || t.gpu_kind == GpuKind::kFraction
-                        ? t.gpu_milli
-                        : 0;
+    int32_t milli =
+        t.gpu_kind == GpuKind::kWhole || t.gpu_kind == GpuKind::kFraction ? t.gpu_milli : 0;
     int32_t count = milli > 0 ? t.gpu_count : 0;
     Key key{t.cpu_milli, milli, count, t.allowed_models};
     ++counts[key];
@@ -49,8 +48,7 @@ FragmentationModel FragmentationModel::FromTasks(const std::vector<TaskSpec>& ta
   return FragmentationModel(std::move(shapes));
 }
 
-double FragmentationModel::NodeFragmentation(ModelId model, int64_t cpu_free,
-                                             int64_t memory_free,
+double FragmentationModel::NodeFragmentation(ModelId model, int64_t cpu_free, int64_t memory_free,
                                              std::span<const int32_t> gpu_free) const {
   int64_t total = 0;
   for (int32_t f : gpu_free) total += f;

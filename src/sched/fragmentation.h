@@ -13,7 +13,7 @@ namespace meridian::sched {
 struct TypicalShape {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;  // the most common memory request of the shape's tasks
-  int32_t gpu_milli = 0;  // per GPU; 0 for CPU-only tasks
+  int32_t gpu_milli = 0;   // per GPU; 0 for CPU-only tasks
   int32_t gpu_count = 0;
   Mask models = kAll;
   double weight = 0;  // popularity; the weights of a model sum to 1

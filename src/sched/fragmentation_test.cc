@@ -9,9 +9,8 @@ namespace {
 
 TEST(Fragmentation, CountsWhatEachTypicalShapeCannotUse) {
   // Model 0 only. Shapes: a 500-milli fraction (weight .5), one whole GPU (.25), CPU-only (.25).
-  FragmentationModel m({{1000, 0, 500, 1, kAll, 0.5},
-                        {1000, 0, 1000, 1, kAll, 0.25},
-                        {1000, 0, 0, 0, kAll, 0.25}});
+  FragmentationModel m(
+      {{1000, 0, 500, 1, kAll, 0.5}, {1000, 0, 1000, 1, kAll, 0.25}, {1000, 0, 0, 0, kAll, 0.25}});
   const int32_t gpus[] = {1000, 300, 600, 0};
   // total free 1900. Fraction: fits, GPUs below 500 -> 300. Whole: fits, below 1000 -> 900.
   // CPU-only: all 1900. 0.5*300 + 0.25*900 + 0.25*1900 = 850.

@@ -97,8 +97,7 @@ void NodeIndex::CandidateLists(const Snapshot& s, const TaskSpec& t,
   auto add_whole_from = [&](size_t first_level) {
     for (size_t level = first_level; level < max_whole; ++level) {
       for (int m = 0; m < models; ++m) {
-        if (allowed(m) && level < by_model_[m].whole.size() &&
-            !by_model_[m].whole[level].empty()) {
+        if (allowed(m) && level < by_model_[m].whole.size() && !by_model_[m].whole[level].empty()) {
           out->push_back(&by_model_[m].whole[level]);
         }
       }

@@ -18,9 +18,9 @@ enum class MigChange : int8_t {
 
 // One device given to a task: a whole GPU, a share of one, or a MIG instance.
 struct DeviceGrant {
-  int32_t gpu = -1;         // index into Snapshot::gpus
-  int32_t milli = 0;        // compute share taken (1000 for a whole GPU)
-  int64_t memory_mib = 0;   // GPU memory taken by a fraction
+  int32_t gpu = -1;        // index into Snapshot::gpus
+  int32_t milli = 0;       // compute share taken (1000 for a whole GPU)
+  int64_t memory_mib = 0;  // GPU memory taken by a fraction
   int16_t mig_profile = -1;
   int8_t mig_start = -1;
   MigChange mig_change = MigChange::kNone;

@@ -102,8 +102,8 @@ bool Placer::FractionOptions(const TaskSpec& task, const NodeState& node) {
         bool duplicate = false;
         for (size_t o = first_option; o < options_.size() && !duplicate; ++o) {
           const GpuState& other = s_->gpus[grants_[options_[o].begin].gpu];
-          duplicate = other.free_milli == g.free_milli &&
-                      other.free_memory_mib == g.free_memory_mib;
+          duplicate =
+              other.free_milli == g.free_milli && other.free_memory_mib == g.free_memory_mib;
         }
         if (!duplicate) {
           options_.push_back({static_cast<int32_t>(grants_.size()), 1});
@@ -115,8 +115,8 @@ bool Placer::FractionOptions(const TaskSpec& task, const NodeState& node) {
   }
   if (profile_->device_choice != DeviceChoice::kEnumerate && chosen >= 0) {
     options_.push_back({static_cast<int32_t>(grants_.size()), 1});
-    grants_.push_back({chosen, EffectiveMilli(task, s_->gpus[chosen]), task.gpu_memory_mib, -1,
-                       -1, MigChange::kNone});
+    grants_.push_back({chosen, EffectiveMilli(task, s_->gpus[chosen]), task.gpu_memory_mib, -1, -1,
+                       MigChange::kNone});
   }
   return fitting > 0;
 }

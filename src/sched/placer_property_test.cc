@@ -111,9 +111,9 @@ std::vector<std::pair<int32_t, std::vector<int32_t>>> RunRandom(uint64_t seed, b
   auto frag = std::make_shared<FragmentationModel>(FragmentationModel::FromTasks(sample, 0.95));
   const DeviceChoice choices[] = {DeviceChoice::kEnumerate, DeviceChoice::kBestFit,
                                   DeviceChoice::kRandom};
-  Profile prof = testing::MakeProfile({{"fragmentation", 1000}, {"best-fit", 1}, {"topology", 1}},
-                                      choices[seed % 3], frag,
-                                      static_cast<int32_t>(seed % 2 ? 0 : 3));
+  Profile prof =
+      testing::MakeProfile({{"fragmentation", 1000}, {"best-fit", 1}, {"topology", 1}},
+                           choices[seed % 3], frag, static_cast<int32_t>(seed % 2 ? 0 : 3));
   Placer p(&s, &prof, seed);
   CycleState cycle;
   std::vector<Held> held;

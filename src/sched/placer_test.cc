@@ -155,8 +155,8 @@ TEST(Placer, ConstraintsAreFiltersWithReasons) {
     if (c.want_node < 0) {
       EXPECT_FALSE(o.placed) << c.name;
       if (c.reason) {
-        EXPECT_NE(o.why.Summary().find(c.reason), std::string::npos) << c.name << ": "
-                                                                     << o.why.Summary();
+        EXPECT_NE(o.why.Summary().find(c.reason), std::string::npos)
+            << c.name << ": " << o.why.Summary();
       }
     } else {
       ASSERT_TRUE(o.placed) << c.name;

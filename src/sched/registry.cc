@@ -99,9 +99,8 @@ Registry MakeBuiltin() {
   must(r.RegisterFilter("node-resources", [](const PluginArgs&) {
     return std::make_unique<plugins::NodeResources>();
   }));
-  must(r.RegisterFilter("cluster", [](const PluginArgs&) {
-    return std::make_unique<plugins::ClusterConstraint>();
-  }));
+  must(r.RegisterFilter(
+      "cluster", [](const PluginArgs&) { return std::make_unique<plugins::ClusterConstraint>(); }));
   must(r.RegisterFilter("node-selector", [](const PluginArgs&) {
     return std::make_unique<plugins::NodeSelector>();
   }));
@@ -162,16 +161,19 @@ base::Result<ProfileSpec> PolicySpec(std::string_view policy) {
   } else if (policy == "meridian") {
     // Exact fragmentation descent that also counts host memory, then the least absolute free
     // capacity (keep big nodes whole) among near-equal candidates; see docs/adr/0003.
-    s.scores = {{"fragmentation", 1000}, {"best-fit-absolute", 1}, {"topology", 1},
-                {"data-locality", 1}, {"cost", 0.1}};
+    s.scores = {{"fragmentation", 1000},
+                {"best-fit-absolute", 1},
+                {"topology", 1},
+                {"data-locality", 1},
+                {"cost", 0.1}};
     s.device_choice = DeviceChoice::kEnumerate;
     s.quantize_scores = false;
     s.tie_break = TieBreak::kRandom;
   } else {
     std::string known;
     for (const std::string& n : PolicyNames()) known += (known.empty() ? "" : ", ") + n;
-    return base::Status::Invalid("unknown policy \"" + std::string(policy) + "\" (known: " +
-                                 known + ")");
+    return base::Status::Invalid("unknown policy \"" + std::string(policy) + "\" (known: " + known +
+                                 ")");
   }
   return s;
 }

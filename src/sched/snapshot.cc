@@ -129,8 +129,8 @@ base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clust
           }
           g.mig_used |= bits;
           g.mig.push_back({static_cast<int16_t>(p - spec.mig_profiles.data()),
-                           static_cast<int8_t>(inst.start),
-                           static_cast<int8_t>(p->memory_slices), false});
+                           static_cast<int8_t>(inst.start), static_cast<int8_t>(p->memory_slices),
+                           false});
         }
       }
       if (!g.healthy) g.free_milli = 0;

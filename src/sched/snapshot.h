@@ -25,7 +25,7 @@ inline Mask Bit(int i) { return Mask{1} << i; }
 struct MigSlot {
   int16_t profile = -1;  // index into the model's mig_profiles
   int8_t start = 0;
-  int8_t width = 0;      // memory slices
+  int8_t width = 0;  // memory slices
   bool allocated = false;
 };
 

@@ -70,8 +70,7 @@ Mask ClusterMask(const domain::Constraints& c, const Snapshot& s) {
 
 }  // namespace
 
-std::vector<TaskSpec> TasksForJob(const domain::Job& job, const Snapshot& snapshot,
-                                  int32_t group) {
+std::vector<TaskSpec> TasksForJob(const domain::Job& job, const Snapshot& snapshot, int32_t group) {
   std::vector<TaskSpec> out;
   Mask models = ModelMask(job.constraints.gpu_models, snapshot);
   Mask clusters = ClusterMask(job.constraints, snapshot);

@@ -19,9 +19,9 @@ struct TaskSpec {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   GpuKind gpu_kind = GpuKind::kNone;
-  int32_t gpu_count = 0;        // whole GPUs; 1 for a fraction or a MIG instance
-  int32_t gpu_milli = 0;        // per GPU: 1000 for whole GPUs
-  int64_t gpu_memory_mib = 0;   // fractions: GPU memory wanted (0: not constrained)
+  int32_t gpu_count = 0;       // whole GPUs; 1 for a fraction or a MIG instance
+  int32_t gpu_milli = 0;       // per GPU: 1000 for whole GPUs
+  int64_t gpu_memory_mib = 0;  // fractions: GPU memory wanted (0: not constrained)
   std::string mig_profile;
 
   Mask allowed_models = kAll;
@@ -41,7 +41,6 @@ struct TaskSpec {
 
 // The tasks of a job, one TaskSpec per replica, resolved against `snapshot`. Names of models and
 // clusters that the snapshot does not hold simply match nothing.
-std::vector<TaskSpec> TasksForJob(const domain::Job& job, const Snapshot& snapshot,
-                                  int32_t group);
+std::vector<TaskSpec> TasksForJob(const domain::Job& job, const Snapshot& snapshot, int32_t group);
 
 }  // namespace meridian::sched

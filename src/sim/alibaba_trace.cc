@@ -53,11 +53,13 @@ class CsvTable {
 
   base::Status CheckWidth() const {
     if (fields_.size() != header_width_) {
-      return Error(line_no_, 1, "expected " + std::to_string(header_width_) + " fields, found " +
-                                    std::to_string(fields_.size()));
+      return Error(line_no_, 1,
+                   "expected " + std::to_string(header_width_) + " fields, found " +
+                       std::to_string(fields_.size()));
     }
     if (line_.find('"') != std::string_view::npos) {
-      return Error(line_no_, static_cast<int>(line_.find('"')) + 1, "quoted fields are not supported");
+      return Error(line_no_, static_cast<int>(line_.find('"')) + 1,
+                   "quoted fields are not supported");
     }
     return base::Status::Ok();
   }
@@ -155,9 +157,9 @@ base::Result<std::vector<TraceNode>> ParseAlibabaNodes(std::string_view text,
 base::Result<std::vector<TraceTask>> ParseAlibabaTasks(std::string_view text,
                                                        std::string_view file) {
   CsvTable t(text, file);
-  base::Status s = t.ReadHeader({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
-                                 "gpu_spec", "qos", "pod_phase", "creation_time",
-                                 "deletion_time", "scheduled_time"});
+  base::Status s =
+      t.ReadHeader({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
+                    "pod_phase", "creation_time", "deletion_time", "scheduled_time"});
   if (!s.ok()) return s;
   std::vector<TraceTask> out;
   const long long kUnset = -1;

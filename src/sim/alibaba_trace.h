@@ -28,7 +28,7 @@ struct TraceTask {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   int32_t num_gpu = 0;
-  int32_t gpu_milli = 0;  // per GPU; below 1000 only when num_gpu is 1
+  int32_t gpu_milli = 0;              // per GPU; below 1000 only when num_gpu is 1
   std::vector<std::string> gpu_spec;  // allowed models; empty: any
   std::string qos;
   std::string phase;
@@ -39,8 +39,10 @@ struct TraceTask {
 
 // Parse the CSV text of a node list or a task list; `file` names it in errors, which read
 // "file:line:column: what is wrong". Columns are found by their header names, in any order.
-base::Result<std::vector<TraceNode>> ParseAlibabaNodes(std::string_view text, std::string_view file);
-base::Result<std::vector<TraceTask>> ParseAlibabaTasks(std::string_view text, std::string_view file);
+base::Result<std::vector<TraceNode>> ParseAlibabaNodes(std::string_view text,
+                                                       std::string_view file);
+base::Result<std::vector<TraceTask>> ParseAlibabaTasks(std::string_view text,
+                                                       std::string_view file);
 base::Result<std::vector<TraceNode>> ReadAlibabaNodes(const std::string& path);
 base::Result<std::vector<TraceTask>> ReadAlibabaTasks(const std::string& path);
 

@@ -25,31 +25,30 @@ std::vector<domain::Job> ExampleJobs() {
   using domain::GpuRequest;
   using domain::JobKind;
   std::vector<domain::Job> jobs;
-  domain::Job train = MakeJob("llm-pretrain", JobKind::kTraining, 2,
-                              {96000, 768 * 1024, GpuRequest::Whole(8)});
+  domain::Job train =
+      MakeJob("llm-pretrain", JobKind::kTraining, 2, {96000, 768 * 1024, GpuRequest::Whole(8)});
   train.gang = true;
   train.dataset = "common-crawl";
   jobs.push_back(train);
-  domain::Job finetune = MakeJob("vit-finetune", JobKind::kTraining, 1,
-                                 {32000, 256 * 1024, GpuRequest::Whole(4)});
+  domain::Job finetune =
+      MakeJob("vit-finetune", JobKind::kTraining, 1, {32000, 256 * 1024, GpuRequest::Whole(4)});
   finetune.dataset = "imagenet";
   finetune.constraints.on_prem_only = true;
   jobs.push_back(finetune);
-  jobs.push_back(MakeJob("notebook-alice", JobKind::kInteractive, 1,
-                         {8000, 64 * 1024, GpuRequest::Whole(1)}));
+  jobs.push_back(
+      MakeJob("notebook-alice", JobKind::kInteractive, 1, {8000, 64 * 1024, GpuRequest::Whole(1)}));
   for (int i = 0; i < 3; ++i) {
     jobs.push_back(MakeJob("embed-serve-" + std::to_string(i), JobKind::kInference, 1,
                            {4000, 16 * 1024, GpuRequest::Fraction(250, 16 * 1024)}));
   }
-  jobs.push_back(MakeJob("mig-eval", JobKind::kBatch, 2,
-                         {4000, 32 * 1024, GpuRequest::Mig("3g.40gb")}));
-  domain::Job cheap = MakeJob("batch-transcode", JobKind::kBatch, 4,
-                              {4000, 16 * 1024, GpuRequest::Whole(1)});
+  jobs.push_back(
+      MakeJob("mig-eval", JobKind::kBatch, 2, {4000, 32 * 1024, GpuRequest::Mig("3g.40gb")}));
+  domain::Job cheap =
+      MakeJob("batch-transcode", JobKind::kBatch, 4, {4000, 16 * 1024, GpuRequest::Whole(1)});
   cheap.constraints.gpu_models = {"T4", "L40S"};
   jobs.push_back(cheap);
   jobs.push_back(MakeJob("etl-cpu", JobKind::kBatch, 2, {16000, 64 * 1024, GpuRequest::None()}));
-  domain::Job huge = MakeJob("too-big", JobKind::kTraining, 1,
-                             {1000, 1024, GpuRequest::Whole(16)});
+  domain::Job huge = MakeJob("too-big", JobKind::kTraining, 1, {1000, 1024, GpuRequest::Whole(16)});
   jobs.push_back(huge);
   return jobs;
 }

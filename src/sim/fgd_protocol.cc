@@ -114,8 +114,8 @@ base::Result<FgdResult> RunFgd(const sched::Snapshot& cluster,
   std::atomic<size_t> next{0};
   std::atomic<int> done{0};
   std::mutex progress_mu;
-  int threads = options.threads > 0 ? options.threads
-                                    : static_cast<int>(std::thread::hardware_concurrency());
+  int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   threads = std::clamp(threads, 1, static_cast<int>(options.seeds.size()));
   auto worker = [&]() {
     for (size_t i = next++; i < options.seeds.size(); i = next++) {
@@ -162,8 +162,7 @@ base::Result<FgdResult> RunFgd(const sched::Snapshot& cluster,
     s.frag_ratio = band([](const FgdSample& x) { return x.frag_ratio; });
     result.points.push_back(s);
   }
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

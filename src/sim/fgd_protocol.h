@@ -26,10 +26,10 @@ struct FgdOptions {
 };
 
 struct FgdSample {
-  int arrived = 0;            // %
-  double allocation = 0;      // allocated milli-GPU / capacity, %
-  double frag_amount = 0;     // fragmented milli-GPU / capacity, %
-  double frag_ratio = 0;      // fragmented / idle milli-GPU, %
+  int arrived = 0;         // %
+  double allocation = 0;   // allocated milli-GPU / capacity, %
+  double frag_amount = 0;  // fragmented milli-GPU / capacity, %
+  double frag_ratio = 0;   // fragmented / idle milli-GPU, %
 };
 
 struct FgdRun {

@@ -123,7 +123,9 @@ void PrintFgdTable(const std::vector<FgdResult>& results, const PublishedTable* 
 }
 
 nlohmann::json FgdJson(const std::vector<FgdResult>& results, const std::string& workload) {
-  auto band = [](const Band& b) { return nlohmann::json{{"mean", b.mean}, {"min", b.min}, {"max", b.max}}; };
+  auto band = [](const Band& b) {
+    return nlohmann::json{{"mean", b.mean}, {"min", b.min}, {"max", b.max}};
+  };
   nlohmann::json policies = nlohmann::json::array();
   for (const FgdResult& r : results) {
     nlohmann::json points = nlohmann::json::array();

@@ -1,11 +1,10 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 #include "sim/fgd_protocol.h"

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
+#include "sched/registry.h"
 #include "sim/alibaba_trace.h"
 #include "sim/fgd_protocol.h"
-#include "sched/registry.h"
 #include "sim/fgd_report.h"
 
 namespace meridian::sim {

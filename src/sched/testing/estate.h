@@ -42,10 +42,18 @@ inline domain::Node MakeNode(const NodeSpec& s) {
 }
 
 inline std::vector<domain::Cluster> TwoClusters() {
-  domain::Cluster onprem{"onprem", domain::SiteKind::kOnPrem, "eu-west", domain::Backend::kAgent,
-                         {{"H100-80GB", 2.0}, {"A100-80GB", 1.5}}, {"imagenet"}};
-  domain::Cluster cloud{"cloud", domain::SiteKind::kCloud, "us-east", domain::Backend::kAgent,
-                        {{"H100-80GB", 6.0}, {"A100-80GB", 4.0}}, {}};
+  domain::Cluster onprem{"onprem",
+                         domain::SiteKind::kOnPrem,
+                         "eu-west",
+                         domain::Backend::kAgent,
+                         {{"H100-80GB", 2.0}, {"A100-80GB", 1.5}},
+                         {"imagenet"}};
+  domain::Cluster cloud{"cloud",
+                        domain::SiteKind::kCloud,
+                        "us-east",
+                        domain::Backend::kAgent,
+                        {{"H100-80GB", 6.0}, {"A100-80GB", 4.0}},
+                        {}};
   return {onprem, cloud};
 }
 

@@ -13,8 +13,8 @@ TEST(FragmentationScore, PrefersTheGpuThatLeavesUsableShares) {
   // either); a 700 fraction can only go on GPU1, leaving 300 that no typical task can use.
   Snapshot s = testing::Build({{"n", "A100-80GB", 2}});
   s.gpus[0].free_milli = 500;
-  auto model = std::make_shared<FragmentationModel>(
-      std::vector<TypicalShape>{{1000, 0, 400, 1, kAll, 1.0}});
+  auto model =
+      std::make_shared<FragmentationModel>(std::vector<TypicalShape>{{1000, 0, 400, 1, kAll, 1.0}});
   Fragmentation exact(model, Fragmentation::Mode::kExact);
   CycleState cycle;
   TaskSpec t = testing::Fraction(200);

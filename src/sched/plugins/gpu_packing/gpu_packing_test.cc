@@ -12,9 +12,9 @@ namespace {
 // The three published baselines, checked against their bands as the FGD artifact defines them.
 TEST(PublishedBaselines, PackingPrefersSharedGpusThenUsedNodesThenIdleNodes) {
   Snapshot s = testing::Build({{"idle", "G2", 8}, {"used", "G2", 8}, {"shared", "G2", 8}});
-  s.gpus[8].free_milli = 0;      // node "used": one GPU taken whole
+  s.gpus[8].free_milli = 0;  // node "used": one GPU taken whole
   s.gpus[8].sharers = 1;
-  s.gpus[16].free_milli = 400;   // node "shared": one GPU 60% used
+  s.gpus[16].free_milli = 400;  // node "shared": one GPU 60% used
   s.gpus[16].sharers = 1;
   CycleState cycle;
   TaskSpec t = testing::Fraction(300);

@@ -11,7 +11,8 @@ double Topology::Score(const PluginContext& ctx, const Candidate& c) const {
   int domains = 0;
   for (const DeviceGrant& d : c.devices) {
     int16_t dom = ctx.snapshot.gpus[d.gpu].nvlink_domain;
-    if (std::find(seen, seen + domains, dom) == seen + domains && domains < 64) seen[domains++] = dom;
+    if (std::find(seen, seen + domains, dom) == seen + domains && domains < 64)
+      seen[domains++] = dom;
   }
   double score = 50.0 / std::max(domains, 1);
   const NodeState& node = ctx.snapshot.nodes[c.node];
