@@ -5,6 +5,8 @@
 #include <map>
 #include <tuple>
 
+#include "sched/node_math.h"
+
 namespace meridian::sched {
 
 FragmentationModel::FragmentationModel(std::vector<TypicalShape> shapes)
@@ -75,23 +77,11 @@ double FragmentationModel::NodeFragmentation(ModelId model, int64_t cpu_free, in
   return frag;
 }
 
-void FreeMilliOfNode(const Snapshot& s, const NodeState& n, std::vector<int32_t>* out) {
-  out->resize(n.gpu_count);
-  for (int32_t i = 0; i < n.gpu_count; ++i) {
-    const GpuState& g = s.gpus[n.gpu_begin + i];
-    (*out)[i] = g.healthy && !g.mig_enabled ? g.free_milli : 0;
-  }
-}
-
 double FragmentationModel::NodeFragmentation(const Snapshot& s, const NodeState& n) const {
-  int32_t buf[64];
-  int32_t count = std::min(n.gpu_count, 64);
-  for (int32_t i = 0; i < count; ++i) {
-    const GpuState& g = s.gpus[n.gpu_begin + i];
-    buf[i] = g.healthy && !g.mig_enabled ? g.free_milli : 0;
-  }
+  int32_t free[kMaxGpusPerNode];
+  GpuFreeNow(s, n, free);
   return NodeFragmentation(n.model, n.cpu_free, kIgnoreMemory,
-                           std::span<const int32_t>(buf, count));
+                           std::span<const int32_t>(free, n.gpu_count));
 }
 
 }  // namespace meridian::sched

@@ -50,7 +50,4 @@ class FragmentationModel {
   std::vector<TypicalShape> shapes_;
 };
 
-// Free milli-GPU of each of a node's GPUs, as fragmentation counts it.
-void FreeMilliOfNode(const Snapshot& s, const NodeState& n, std::vector<int32_t>* out);
-
 }  // namespace meridian::sched
