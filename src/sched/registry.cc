@@ -3,6 +3,7 @@
 #include "sched/plugins/best_fit/best_fit.h"
 #include "sched/plugins/cluster_constraint/cluster_constraint.h"
 #include "sched/plugins/cost/cost.h"
+#include "sched/plugins/cpu_stranding/cpu_stranding.h"
 #include "sched/plugins/data_locality/data_locality.h"
 #include "sched/plugins/dot_product/dot_product.h"
 #include "sched/plugins/fragmentation/fragmentation.h"
@@ -89,6 +90,16 @@ ScoreFactory FragmentationFactory(plugins::Fragmentation::Mode mode) {
   };
 }
 
+ScoreFactory CpuStrandingFactory() {
+  return [](const PluginArgs& args) -> base::Result<std::unique_ptr<ScorePlugin>> {
+    if (!args.fragmentation) {
+      return base::Status::Invalid("the cpu-stranding score needs a workload mix (typical shapes)");
+    }
+    return std::unique_ptr<ScorePlugin>(
+        std::make_unique<plugins::CpuStranding>(*args.fragmentation));
+  };
+}
+
 Registry MakeBuiltin() {
   using plugins::BestFit;
   using plugins::Fragmentation;
@@ -112,6 +123,7 @@ Registry MakeBuiltin() {
   must(r.RegisterScore("spread", Simple<plugins::Spread>()));
   must(r.RegisterScore("fragmentation", FragmentationFactory(Fragmentation::Mode::kExact)));
   must(r.RegisterScore("fgd", FragmentationFactory(Fragmentation::Mode::kPaper)));
+  must(r.RegisterScore("cpu-stranding", CpuStrandingFactory()));
   must(r.RegisterScore("topology", Simple<plugins::Topology>()));
   must(r.RegisterScore("data-locality", Simple<plugins::DataLocality>()));
   must(r.RegisterScore("cost", Simple<plugins::Cost>()));
@@ -159,13 +171,11 @@ base::Result<ProfileSpec> PolicySpec(std::string_view policy) {
     s.scores = {{"fgd", 1}};
     s.device_choice = DeviceChoice::kEnumerate;
   } else if (policy == "meridian") {
-    // Exact fragmentation descent that also counts host memory, then the least absolute free
+    // Exact fragmentation descent that also counts host memory, plus the GPU share stranded
+    // behind the node's CPU at the workload's CPU:GPU ratio, then the least absolute free
     // capacity (keep big nodes whole) among near-equal candidates; see docs/adr/0003.
-    s.scores = {{"fragmentation", 1000},
-                {"best-fit-absolute", 1},
-                {"topology", 1},
-                {"data-locality", 1},
-                {"cost", 0.1}};
+    s.scores = {{"fragmentation", 1000}, {"cpu-stranding", 500}, {"best-fit-absolute", 1},
+                {"topology", 1},         {"data-locality", 1},   {"cost", 0.1}};
     s.device_choice = DeviceChoice::kEnumerate;
     s.quantize_scores = false;
     s.tie_break = TieBreak::kRandom;
