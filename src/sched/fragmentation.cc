@@ -10,7 +10,19 @@
 namespace meridian::sched {
 
 FragmentationModel::FragmentationModel(std::vector<TypicalShape> shapes)
-    : shapes_(std::move(shapes)) {}
+    : shapes_(std::move(shapes)) {
+  for (const TypicalShape& s : shapes_) {
+    if (s.gpu_milli == 0) {
+      cpu_only_weight_ += s.weight;
+    } else {
+      gpu_shapes_by_milli_.push_back(s);
+    }
+  }
+  std::stable_sort(gpu_shapes_by_milli_.begin(), gpu_shapes_by_milli_.end(),
+                   [](const TypicalShape& a, const TypicalShape& b) {
+                     return a.gpu_milli < b.gpu_milli;
+                   });
+}
 
 FragmentationModel FragmentationModel::FromTasks(const std::vector<TaskSpec>& tasks,
                                                  double coverage) {
@@ -55,24 +67,31 @@ double FragmentationModel::NodeFragmentation(ModelId model, int64_t cpu_free, in
   int64_t total = 0;
   for (int32_t f : gpu_free) total += f;
   if (total == 0) return 0;
-  double frag = 0;
-  for (const TypicalShape& s : shapes_) {
-    if (s.gpu_milli == 0 || model == kNoModel || !(s.models & Bit(model))) {
-      frag += s.weight * static_cast<double>(total);
+  const double all = static_cast<double>(total);
+  double frag = cpu_only_weight_ * all;
+  int32_t counted_milli = -1;
+  int fitting = 0;
+  int64_t below = 0;
+  for (const TypicalShape& s : gpu_shapes_by_milli_) {
+    if (model == kNoModel || !(s.models & Bit(model))) {
+      frag += s.weight * all;
       continue;
     }
-    int fitting = 0;
-    int64_t below = 0;
-    for (int32_t f : gpu_free) {
-      if (f >= s.gpu_milli) {
-        ++fitting;
-      } else {
-        below += f;
+    if (s.gpu_milli != counted_milli) {
+      counted_milli = s.gpu_milli;
+      fitting = 0;
+      below = 0;
+      for (int32_t f : gpu_free) {
+        if (f >= s.gpu_milli) {
+          ++fitting;
+        } else {
+          below += f;
+        }
       }
     }
     bool fits = fitting >= s.gpu_count && cpu_free >= s.cpu_milli &&
                 (memory_free == kIgnoreMemory || memory_free >= s.memory_mib);
-    frag += s.weight * static_cast<double>(fits ? below : total);
+    frag += s.weight * (fits ? static_cast<double>(below) : all);
   }
   return frag;
 }

@@ -48,6 +48,10 @@ class FragmentationModel {
 
  private:
   std::vector<TypicalShape> shapes_;
+  // The GPU shapes sorted by milli-GPU, so that a node's GPUs are counted once per distinct
+  // milli value rather than once per shape (this is the hot path of the fragmentation scores).
+  std::vector<TypicalShape> gpu_shapes_by_milli_;
+  double cpu_only_weight_ = 0;  // CPU-only shapes can use no GPU: all free GPU is fragment
 };
 
 }  // namespace meridian::sched
