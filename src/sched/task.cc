@@ -13,8 +13,17 @@ int64_t TaskSpec::GpuMilliTotal() const {
 }
 
 uint32_t TaskSpec::AffinityTag() const {
-  if (!WantsGpu()) return 0;
-  return static_cast<uint32_t>(gpu_count) * 2048u + static_cast<uint32_t>(gpu_milli) + 1u;
+  switch (gpu_kind) {
+    case GpuKind::kNone:
+      return 0;
+    case GpuKind::kFraction:
+      return 1;  // every fraction is one kind, whatever its share
+    case GpuKind::kMig:
+      return 2;
+    case GpuKind::kWhole:
+      return 100 + static_cast<uint32_t>(gpu_count);
+  }
+  return 0;
 }
 
 std::string TaskSpec::FeasibilityKey() const {

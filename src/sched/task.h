@@ -33,7 +33,8 @@ struct TaskSpec {
 
   bool WantsGpu() const { return gpu_kind != GpuKind::kNone; }
   int64_t GpuMilliTotal() const;
-  // A small integer that tells GPU task shapes apart (count and milli); 0 for CPU-only tasks.
+  // The kind of GPU use that gpu-clustering groups by: fractions (any share), MIG, or a number of
+  // whole GPUs, as the FGD artifact tags them; 0 for CPU-only tasks.
   uint32_t AffinityTag() const;
   // A key equal for two tasks exactly when the engine would find the same nodes feasible.
   std::string FeasibilityKey() const;

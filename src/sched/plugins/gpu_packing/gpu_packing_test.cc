@@ -42,6 +42,10 @@ TEST(PublishedBaselines, ClusteringGroupsTasksOfOneShape) {
   TaskSpec cpu = testing::CpuOnly(1000);
   PluginContext cpu_ctx{s, cpu, cycle};
   EXPECT_DOUBLE_EQ(clustering.Score(cpu_ctx, {2, {}}), 0.0);
+  // As in the artifact, every fraction is one kind whatever its share; whole GPUs go by count.
+  EXPECT_EQ(testing::Fraction(200).AffinityTag(), testing::Fraction(500).AffinityTag());
+  EXPECT_NE(testing::Whole(1).AffinityTag(), testing::Whole(2).AffinityTag());
+  EXPECT_NE(testing::Whole(1).AffinityTag(), testing::Fraction(500).AffinityTag());
 }
 
 TEST(PublishedBaselines, DotProductPrefersTheLessAlignedNode) {
