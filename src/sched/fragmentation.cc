@@ -18,10 +18,9 @@ FragmentationModel::FragmentationModel(std::vector<TypicalShape> shapes)
       gpu_shapes_by_milli_.push_back(s);
     }
   }
-  std::stable_sort(gpu_shapes_by_milli_.begin(), gpu_shapes_by_milli_.end(),
-                   [](const TypicalShape& a, const TypicalShape& b) {
-                     return a.gpu_milli < b.gpu_milli;
-                   });
+  std::stable_sort(
+      gpu_shapes_by_milli_.begin(), gpu_shapes_by_milli_.end(),
+      [](const TypicalShape& a, const TypicalShape& b) { return a.gpu_milli < b.gpu_milli; });
 }
 
 FragmentationModel FragmentationModel::FromTasks(const std::vector<TaskSpec>& tasks,

@@ -2,13 +2,12 @@
 
 #include <gtest/gtest.h>
 
-#include "sched/plugins/data_locality/data_locality.h"
 #include "sched/testing/estate.h"
 
 namespace meridian::sched::plugins {
 namespace {
 
-TEST(CostAndLocality, CheaperAndCloserScoreHigher) {
+TEST(Cost, CheaperScoresHigher) {
   // On-prem H100 costs 2.0/h, cloud H100 6.0/h (the dearest): 66.7 and 0.
   Snapshot s = testing::Build({{"p", "H100-80GB", 8, 64000, 512 * 1024, "onprem"},
                                {"c", "H100-80GB", 8, 64000, 512 * 1024, "cloud"}});
@@ -21,12 +20,6 @@ TEST(CostAndLocality, CheaperAndCloserScoreHigher) {
   TaskSpec cpu = testing::CpuOnly(1000);
   PluginContext cpu_ctx{s, cpu, cycle};
   EXPECT_DOUBLE_EQ(cost.Score(cpu_ctx, {1, {}}), 100.0);
-
-  DataLocality local;
-  EXPECT_DOUBLE_EQ(local.Score(ctx, {0, {}}), 0.0);  // no dataset named: neutral
-  t.dataset = "imagenet";
-  EXPECT_DOUBLE_EQ(local.Score(ctx, {0, {}}), 100.0);
-  EXPECT_DOUBLE_EQ(local.Score(ctx, {1, {}}), 0.0);
 }
 
 }  // namespace

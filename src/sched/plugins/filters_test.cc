@@ -1,3 +1,4 @@
+// The four filter plugins against one table of cases: a row per task, a column per filter.
 #include <gtest/gtest.h>
 
 #include "sched/plugins/cluster_constraint/cluster_constraint.h"
