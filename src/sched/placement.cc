@@ -14,8 +14,10 @@ void Unschedulable::Reject(const std::string& reason, int64_t n) {
 
 std::string Unschedulable::Summary() const {
   if (rejected_by.empty()) {
-    return nodes_considered == 0 ? "no node offers the GPU model or shape asked for"
-                                 : "no feasible node";
+    return nodes_considered == 0
+               ? "no node has the free GPUs asked for (count, share or MIG profile) of an "
+                 "allowed model"
+               : "no feasible node";
   }
   std::string out = std::to_string(nodes_considered) + " nodes considered: ";
   for (size_t i = 0; i < rejected_by.size(); ++i) {

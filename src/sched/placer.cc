@@ -353,6 +353,44 @@ void Placer::Commit(const TaskSpec& task, const Placement& p, CycleState* cycle)
   }
 }
 
+bool Placer::Fits(const TaskSpec& task, const Placement& p) const {
+  const NodeState& node = s_->nodes[p.node];
+  if (node.cpu_free < task.cpu_milli || node.memory_free < task.memory_mib) return false;
+  for (const DeviceGrant& d : p.devices) {
+    const GpuState& g = s_->gpus[d.gpu];
+    if (d.mig_profile < 0) {
+      if (g.mig_enabled || g.free_milli < d.milli || g.free_memory_mib < d.memory_mib) return false;
+      if (d.milli == 1000 && !g.Idle()) return false;
+      continue;
+    }
+    const domain::MigProfile& prof = s_->model(g.model).mig_profiles[d.mig_profile];
+    const uint8_t bits = SliceBits(d.mig_start, prof.memory_slices);
+    switch (d.mig_change) {
+      case MigChange::kNone: {
+        bool free_instance = false;
+        for (const MigSlot& m : g.mig) {
+          free_instance = free_instance ||
+                          (!m.allocated && m.profile == d.mig_profile && m.start == d.mig_start);
+        }
+        if (!free_instance) return false;
+        break;
+      }
+      case MigChange::kCreateInstance:
+        if (!g.mig_enabled || (g.mig_used & bits)) return false;
+        break;
+      case MigChange::kRepartition:
+        for (const MigSlot& m : g.mig) {
+          if (m.allocated) return false;
+        }
+        break;
+      case MigChange::kEnableMig:
+        if (!g.Idle()) return false;
+        break;
+    }
+  }
+  return true;
+}
+
 void Placer::Release(const TaskSpec& task, const Placement& p) {
   NodeState& node = s_->nodes[p.node];
   node.cpu_free += task.cpu_milli;

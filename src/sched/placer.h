@@ -32,6 +32,9 @@ class Placer {
   void Commit(const TaskSpec& task, const Placement& placement, CycleState* cycle);
   // Gives a committed placement's resources back.
   void Release(const TaskSpec& task, const Placement& placement);
+  // True when every resource of `placement` is free now, so that Commit would not oversubscribe
+  // (used to give a placement back to a job that was about to be preempted).
+  bool Fits(const TaskSpec& task, const Placement& placement) const;
 
   const Snapshot& snapshot() const { return *s_; }
   int64_t cache_hits() const { return cache_hits_; }

@@ -1,0 +1,286 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace meridian::sched {
+
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// GPU milli a granted task holds, as quotas count it: MIG instances by their memory slices.
+int64_t GrantedMilli(const Snapshot& s, const Placement& p) {
+  int64_t milli = 0;
+  for (const DeviceGrant& d : p.devices) {
+    if (d.mig_profile >= 0) {
+      const GpuState& g = s.gpus[d.gpu];
+      milli += 1000 * s.model(g.model).mig_profiles[d.mig_profile].memory_slices /
+               domain::kMigMemorySlices;
+    } else {
+      milli += d.milli;
+    }
+  }
+  return milli;
+}
+
+// Once committed, a MIG grant's instance exists: giving the placement back later reuses it.
+void SettleMig(Placement* p) {
+  for (DeviceGrant& d : p->devices) {
+    if (d.mig_profile >= 0) d.mig_change = MigChange::kNone;
+  }
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Snapshot snapshot, Profile profile, QuotaTree quotas, SchedulerOptions options,
+                     uint64_t seed)
+    : snapshot_(std::move(snapshot)),
+      profile_(std::move(profile)),
+      quotas_(std::move(quotas)),
+      options_(std::move(options)),
+      placer_(&snapshot_, &profile_, seed) {
+  usage_.resize(quotas_.size());
+  gpu_capacity_ = std::max<int64_t>(1, snapshot_.TotalGpuMilli());
+  cpu_capacity_ = 1;
+  mem_capacity_ = 1;
+  for (const NodeState& n : snapshot_.nodes) {
+    cpu_capacity_ += n.cpu_capacity;
+    mem_capacity_ += n.memory_capacity;
+  }
+}
+
+base::Status Scheduler::Submit(JobSpec spec) {
+  if (jobs_.count(spec.id)) {
+    return base::Status::Invalid("job " + std::to_string(spec.id) + " was submitted before");
+  }
+  if (spec.tenant < 0 || spec.tenant >= quotas_.size()) {
+    return base::Status::Invalid("job " + std::to_string(spec.id) + ": unknown tenant");
+  }
+  if (spec.tasks.empty()) {
+    return base::Status::Invalid("job " + std::to_string(spec.id) + ": a job needs a task");
+  }
+  Job j;
+  for (TaskSpec& t : spec.tasks) {
+    t.group = static_cast<int32_t>(spec.id & 0x7fffffff);
+    j.milli += t.GpuMilliTotal();
+  }
+  j.spec = std::move(spec);
+  pending_.push_back(j.spec.id);
+  jobs_.emplace(j.spec.id, std::move(j));
+  return base::Status::Ok();
+}
+
+double Scheduler::FairShare(int32_t tenant) const {
+  const Usage& u = usage_[tenant];
+  double share = std::max({u.gpu / static_cast<double>(gpu_capacity_),
+                           u.cpu / static_cast<double>(cpu_capacity_),
+                           u.mem / static_cast<double>(mem_capacity_)});
+  return share / quotas_.weight(tenant);
+}
+
+int64_t Scheduler::AllocatedMilli(int32_t tenant) const { return usage_[tenant].gpu_now; }
+
+void Scheduler::AdvanceUsage(double now) {
+  const double dt = std::max(0.0, now - usage_time_);
+  usage_time_ = now;
+  if (dt == 0) return;
+  const double decay = std::exp2(-dt / options_.fair_share_half_life);
+  for (Usage& u : usage_) {
+    u.gpu = u.gpu * decay + static_cast<double>(u.gpu_now) * dt;
+    u.cpu = u.cpu * decay + static_cast<double>(u.cpu_now) * dt;
+    u.mem = u.mem * decay + static_cast<double>(u.mem_now) * dt;
+  }
+}
+
+int32_t Scheduler::LasLevel(double attained) const {
+  int32_t level = 0;
+  for (double t : options_.las_thresholds) {
+    if (attained >= t) ++level;
+  }
+  return level;
+}
+
+double Scheduler::EffectivePriority(const Job& j, double now) const {
+  switch (options_.order) {
+    case QueueOrder::kFifo:
+    case QueueOrder::kShortestJobFirst:
+      return 0;
+    case QueueOrder::kLeastAttainedService: {
+      double attained = j.attained;
+      if (j.phase != Phase::kPending) {
+        attained += static_cast<double>(j.milli) / 1000.0 * (now - j.start_time);
+      }
+      return -LasLevel(attained);
+    }
+    case QueueOrder::kMeridian: {
+      double waited = j.phase == Phase::kPending ? now - j.spec.submit_time : 0;
+      // Whole steps, so that within a priority class fair share decides, and a job gains a
+      // step only after a full period of waiting: starvation is bounded, order not churned.
+      return j.spec.priority + std::floor(options_.aging_per_hour * std::max(0.0, waited) / 3600.0);
+    }
+  }
+  return 0;
+}
+
+std::vector<int64_t> Scheduler::Order(double now) {
+  struct Key {
+    double priority;
+    double second;
+    double submit;
+    int64_t id;
+  };
+  std::vector<Key> keys;
+  keys.reserve(pending_.size());
+  for (int64_t id : pending_) {
+    const Job& j = jobs_.at(id);
+    Key k{EffectivePriority(j, now), 0, j.spec.submit_time, id};
+    if (options_.order == QueueOrder::kShortestJobFirst) {
+      k.second = j.spec.runtime_estimate > 0 ? j.spec.runtime_estimate : kInfinity;
+    } else if (options_.order == QueueOrder::kMeridian) {
+      k.second = FairShare(j.spec.tenant);
+    }
+    keys.push_back(k);
+  }
+  auto before = [](const Key& a, const Key& b) {
+    if (a.priority != b.priority) return a.priority > b.priority;
+    if (a.second != b.second) return a.second < b.second;
+    if (a.submit != b.submit) return a.submit < b.submit;
+    return a.id < b.id;
+  };
+  const size_t depth = std::min(keys.size(), static_cast<size_t>(options_.queue_depth));
+  std::partial_sort(keys.begin(), keys.begin() + static_cast<long>(depth), keys.end(), before);
+  std::vector<int64_t> out;
+  out.reserve(depth);
+  for (size_t i = 0; i < depth; ++i) out.push_back(keys[i].id);
+  return out;
+}
+
+std::string Scheduler::QuotaBlock(const Job& j) const {
+  return quotas_.LimitViolation(j.spec.tenant, kNoModel, j.milli);
+}
+
+void Scheduler::Rollback(const Job& j, const std::vector<Placement>& done) {
+  for (size_t i = done.size(); i-- > 0;) placer_.Release(j.spec.tasks[i], done[i]);
+}
+
+bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why) {
+  out->clear();
+  for (const TaskSpec& original : j.spec.tasks) {
+    TaskSpec t = original;
+    t.allowed_clusters &= clusters;
+    PlaceOutcome o = placer_.Place(t, cycle_);
+    if (!o.placed) {
+      if (why) *why = o.why.Summary();
+      Rollback(j, *out);
+      out->clear();
+      return false;
+    }
+    placer_.Commit(t, o.placement, &cycle_);
+    SettleMig(&o.placement);
+    out->push_back(std::move(o.placement));
+    // A gang stays in the cluster of its first task.
+    if (j.spec.gang && out->size() == 1) clusters = Bit(snapshot_.nodes[out->front().node].cluster);
+  }
+  return true;
+}
+
+bool Scheduler::TryPlace(Job& j, std::string* why) {
+  std::vector<Placement> placements;
+  if (!PlaceIn(j, kAll, &placements, why)) {
+    if (!j.spec.gang || snapshot_.clusters.size() < 2) return false;
+    // The gang may fit whole in a cluster other than the one its first task preferred.
+    bool placed = false;
+    for (size_t c = 0; c < snapshot_.clusters.size() && !placed; ++c) {
+      placed = PlaceIn(j, Bit(static_cast<int>(c)), &placements, nullptr);
+    }
+    if (!placed) return false;
+  }
+  // Per-model limits can be checked only now that the models are known.
+  std::vector<ModelId> models;
+  std::vector<int64_t> millis;
+  for (const Placement& p : placements) {
+    models.push_back(snapshot_.nodes[p.node].model);
+    millis.push_back(GrantedMilli(snapshot_, p));
+  }
+  for (size_t i = 0; i < placements.size(); ++i) {
+    std::string v = quotas_.LimitViolation(j.spec.tenant, models[i], millis[i]);
+    if (!v.empty()) {
+      if (why) *why = v;
+      Rollback(j, placements);
+      return false;
+    }
+  }
+  j.placements = std::move(placements);
+  j.charged_models = std::move(models);
+  j.charged_milli = std::move(millis);
+  return true;
+}
+
+void Scheduler::Start(Job& j, double now, CycleResult* out) {
+  int64_t total = 0;
+  for (int64_t m : j.charged_milli) total += m;
+  j.borrowed = !quotas_.WithinGuarantee(j.spec.tenant, kNoModel, total);
+  for (size_t i = 0; i < j.placements.size(); ++i) {
+    quotas_.Charge(j.spec.tenant, j.charged_models[i], j.charged_milli[i]);
+  }
+  Usage& u = usage_[j.spec.tenant];
+  u.gpu_now += total;
+  for (const TaskSpec& t : j.spec.tasks) {
+    u.cpu_now += t.cpu_milli;
+    u.mem_now += t.memory_mib;
+  }
+  j.phase = Phase::kRunning;
+  j.start_time = now;
+  pending_.erase(std::find(pending_.begin(), pending_.end(), j.spec.id));
+  running_.push_back(j.spec.id);
+  if (out) out->started.push_back({j.spec.id, j.placements, j.borrowed});
+}
+
+void Scheduler::Stop(Job& j, double now) {
+  Rollback(j, j.placements);
+  int64_t total = 0;
+  for (size_t i = 0; i < j.placements.size(); ++i) {
+    quotas_.Charge(j.spec.tenant, j.charged_models[i], -j.charged_milli[i]);
+    total += j.charged_milli[i];
+  }
+  Usage& u = usage_[j.spec.tenant];
+  u.gpu_now -= total;
+  for (const TaskSpec& t : j.spec.tasks) {
+    u.cpu_now -= t.cpu_milli;
+    u.mem_now -= t.memory_mib;
+  }
+  j.attained += static_cast<double>(total) / 1000.0 * std::max(0.0, now - j.start_time);
+  running_.erase(std::find(running_.begin(), running_.end(), j.spec.id));
+}
+
+void Scheduler::Restore(Job& j) {
+  for (size_t i = 0; i < j.placements.size(); ++i) {
+    placer_.Commit(j.spec.tasks[i], j.placements[i], &cycle_);
+  }
+}
+
+void Scheduler::Finish(int64_t id, double now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.phase == Phase::kPending ||
+      it->second.phase == Phase::kDone) {
+    return;
+  }
+  AdvanceUsage(now);
+  Stop(it->second, now);
+  it->second.phase = Phase::kDone;
+  it->second.placements.clear();
+}
+
+void Scheduler::Evicted(int64_t id, double now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.phase != Phase::kStopping) return;
+  AdvanceUsage(now);
+  Stop(it->second, now);
+  it->second.phase = Phase::kPending;
+  it->second.placements.clear();
+  pending_.push_back(id);
+}
+
+}  // namespace meridian::sched

@@ -1,0 +1,155 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "sched/placer.h"
+#include "sched/profile.h"
+#include "sched/quota.h"
+#include "sched/snapshot.h"
+#include "sched/task.h"
+
+namespace meridian::sched {
+
+// A job as the queueing half of the scheduler sees it. Times are seconds on the caller's clock.
+struct JobSpec {
+  int64_t id = 0;
+  int32_t tenant = -1;  // a leaf (project) of the QuotaTree
+  int32_t priority = 0;
+  bool preempting = true;   // may preempt jobs of lower priority
+  bool preemptible = true;  // may be preempted
+  bool gang = false;        // every task in one cluster (all-or-nothing holds for every job)
+  std::vector<TaskSpec> tasks;
+  double submit_time = 0;
+  double runtime_estimate = 0;  // 0: unknown
+  double runtime_limit = 0;     // 0: none
+  double min_runtime = 0;       // not preempted before it has run this long
+  double grace_period = 0;      // between the preemption notice and the stop
+};
+
+enum class QueueOrder {
+  kFifo,                  // submit time; a blocked head blocks the queue
+  kShortestJobFirst,      // runtime estimate
+  kLeastAttainedService,  // Tiresias: queues by attained GPU-seconds, FIFO within a queue
+  kMeridian,              // priority (with aging), weighted dominant-resource share, age
+};
+
+struct SchedulerOptions {
+  QueueOrder order = QueueOrder::kMeridian;
+  bool preemption = true;
+  bool backfill = true;
+  int32_t queue_depth = 1000;  // pending jobs considered per cycle
+  double fair_share_half_life = 7 * 24 * 3600.0;
+  double aging_per_hour = 1.0;  // priority steps a pending job gains per hour waited
+  // Tiresias queue boundaries in attained GPU-seconds (level k below thresholds[k]).
+  std::vector<double> las_thresholds = {3600.0, 36000.0};
+};
+
+struct StartDecision {
+  int64_t job = 0;
+  std::vector<Placement> placements;  // one per task
+  bool borrowed = false;              // beyond its tenant's guarantee
+};
+
+struct PreemptDecision {
+  int64_t job = 0;
+  int64_t for_job = 0;
+  std::string reason;  // "priority" or "quota reclaim"
+  double stop_at = 0;  // the caller reports Evicted(job) then
+};
+
+struct CycleResult {
+  std::vector<StartDecision> started;
+  std::vector<PreemptDecision> preempted;
+  std::vector<std::pair<int64_t, std::string>> pending;  // job, why it still waits
+  int64_t reserved_job = -1;  // backfill reservation for the blocked head of the queue
+  double reserved_at = 0;
+};
+
+// Why a job waits: its quota, each cluster's answer, and when it should start.
+struct Explanation {
+  bool known = false;
+  std::string quota;                                          // empty when its quota admits it
+  std::vector<std::pair<std::string, std::string>> clusters;  // cluster, why not (or "fits")
+  double estimated_start = -1;  // -1: cannot tell from the runtime estimates of what runs
+};
+
+// The queueing half of the scheduler: who goes first and who gives way. It owns the estate's
+// free capacity (through a Placer) and the quota tree's usage; a cycle takes `now` and returns
+// decisions it has already applied to that state. It reads no clock: the caller passes time in,
+// and reports back when jobs end (Finish) and when preempted jobs have stopped (Evicted).
+// Not thread-safe; not copyable (the placer points into it).
+class Scheduler {
+ public:
+  Scheduler(Snapshot snapshot, Profile profile, QuotaTree quotas, SchedulerOptions options,
+            uint64_t seed);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  base::Status Submit(JobSpec job);
+  void Finish(int64_t job, double now);
+  void Evicted(int64_t job, double now);
+  CycleResult Cycle(double now);
+  Explanation Explain(int64_t job, double now);
+
+  const Snapshot& snapshot() const { return snapshot_; }
+  const QuotaTree& quotas() const { return quotas_; }
+  size_t pending() const { return pending_.size(); }
+  size_t running() const { return running_.size(); }
+  // GPU milli-seconds a tenant received (decayed for fair share) and holds now.
+  double FairShare(int32_t tenant) const;
+  int64_t AllocatedMilli(int32_t tenant) const;
+
+ private:
+  enum class Phase { kPending, kRunning, kStopping, kDone };
+  struct Job {
+    JobSpec spec;
+    Phase phase = Phase::kPending;
+    std::vector<Placement> placements;
+    std::vector<ModelId> charged_models;  // per task, what the quota was charged for
+    std::vector<int64_t> charged_milli;
+    double start_time = 0;
+    double attained = 0;  // GPU-seconds of earlier runs
+    bool borrowed = false;
+    int64_t milli = 0;  // GPU milli of the whole job
+  };
+  struct Usage {
+    double gpu = 0, cpu = 0, mem = 0;  // decayed resource-seconds
+    int64_t gpu_now = 0, cpu_now = 0, mem_now = 0;
+  };
+
+  void AdvanceUsage(double now);
+  std::vector<int64_t> Order(double now);
+  double EffectivePriority(const Job& j, double now) const;
+  int32_t LasLevel(double attained) const;
+  // All-or-nothing placement of every task; commits on success.
+  bool TryPlace(Job& j, std::string* why);
+  bool PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why);
+  void Rollback(const Job& j, const std::vector<Placement>& done);
+  bool TryPreempt(Job& j, double now, CycleResult* out);
+  void Start(Job& j, double now, CycleResult* out);
+  void Stop(Job& j, double now);  // releases its resources and quota
+  void Restore(Job& j);           // re-commits a released running job
+  double EstimateStart(const Job& j, double now);
+  std::string QuotaBlock(const Job& j) const;
+
+  Snapshot snapshot_;
+  Profile profile_;
+  QuotaTree quotas_;
+  SchedulerOptions options_;
+  Placer placer_;
+  CycleState cycle_;
+  std::unordered_map<int64_t, Job> jobs_;
+  std::vector<int64_t> pending_;
+  std::vector<int64_t> running_;
+  std::vector<Usage> usage_;
+  double usage_time_ = 0;
+  int64_t gpu_capacity_ = 1, cpu_capacity_ = 1, mem_capacity_ = 1;
+};
+
+}  // namespace meridian::sched

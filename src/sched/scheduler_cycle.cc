@@ -1,0 +1,207 @@
+// The scheduling cycle: queue order, quota admission, placement, preemption and backfill.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "sched/scheduler.h"
+
+namespace meridian::sched {
+
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+double ExpectedEnd(const JobSpec& j, double start) {
+  if (j.runtime_estimate > 0) return start + j.runtime_estimate;
+  if (j.runtime_limit > 0) return start + j.runtime_limit;
+  return kInfinity;
+}
+
+}  // namespace
+
+CycleResult Scheduler::Cycle(double now) {
+  AdvanceUsage(now);
+  CycleResult out;
+  double reservation = kInfinity;
+  const bool head_of_line = options_.order == QueueOrder::kFifo && !options_.backfill;
+  for (int64_t id : Order(now)) {
+    Job& j = jobs_.at(id);
+    if (j.phase != Phase::kPending) continue;
+    if (std::string q = QuotaBlock(j); !q.empty()) {
+      out.pending.emplace_back(id, q);
+      continue;
+    }
+    if (reservation < kInfinity &&
+        !(j.spec.runtime_limit > 0 && now + j.spec.runtime_limit <= reservation)) {
+      out.pending.emplace_back(
+          id, "waits behind the reservation of job " + std::to_string(out.reserved_job));
+      continue;
+    }
+    std::string why;
+    if (TryPlace(j, &why)) {
+      Start(j, now, &out);
+      continue;
+    }
+    if (options_.preemption && TryPreempt(j, now, &out)) continue;
+    out.pending.emplace_back(id, why);
+    if (head_of_line) break;
+    if (options_.backfill && out.reserved_job < 0) {
+      double at = EstimateStart(j, now);
+      if (at < kInfinity) {
+        reservation = at;
+        out.reserved_job = id;
+        out.reserved_at = at;
+      }
+    }
+  }
+  return out;
+}
+
+bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
+  const double mine = EffectivePriority(j, now);
+  const bool reclaim = quotas_.WithinGuarantee(j.spec.tenant, kNoModel, j.milli);
+  struct Victim {
+    int64_t id;
+    bool borrowed;
+    double priority;
+    double lost;  // GPU-seconds of work lost if stopped now
+  };
+  std::vector<Victim> victims;
+  for (int64_t id : running_) {
+    const Job& v = jobs_.at(id);
+    if (v.phase != Phase::kRunning || !v.spec.preemptible) continue;
+    if (now - v.start_time < v.spec.min_runtime) continue;
+    const double theirs = EffectivePriority(v, now);
+    const bool by_priority = j.spec.preempting && theirs < mine;
+    const bool by_reclaim = reclaim && v.spec.tenant != j.spec.tenant && v.borrowed &&
+                            quotas_.Borrowing(v.spec.tenant) && theirs <= mine;
+    if (!by_priority && !by_reclaim) continue;
+    victims.push_back({id, v.borrowed && by_reclaim, theirs,
+                       static_cast<double>(v.milli) * (now - v.start_time)});
+  }
+  if (victims.empty()) return false;
+  // Borrowed work first, then the lowest priority, then the least work lost.
+  std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
+    if (a.borrowed != b.borrowed) return a.borrowed;
+    if (a.priority != b.priority) return a.priority < b.priority;
+    if (a.lost != b.lost) return a.lost < b.lost;
+    return a.id < b.id;
+  });
+  // Release victims one at a time until the job fits.
+  std::vector<int64_t> taken;
+  bool fits = false;
+  for (const Victim& v : victims) {
+    Job& victim = jobs_.at(v.id);
+    Rollback(victim, victim.placements);
+    taken.push_back(v.id);
+    if ((fits = TryPlace(j, nullptr))) break;
+  }
+  if (!fits) {
+    for (int64_t id : taken) Restore(jobs_.at(id));
+    return false;
+  }
+  // Spare every victim the job does not need after all (the last taken is always needed).
+  std::vector<int64_t> needed;
+  for (size_t k = taken.size(); k-- > 0;) {
+    Job& victim = jobs_.at(taken[k]);
+    bool spare = k + 1 < taken.size();
+    for (size_t t = 0; spare && t < victim.placements.size(); ++t) {
+      spare = placer_.Fits(victim.spec.tasks[t], victim.placements[t]);
+    }
+    if (spare) {
+      Restore(victim);
+    } else {
+      needed.push_back(taken[k]);
+    }
+  }
+  const bool immediate = std::all_of(needed.begin(), needed.end(), [&](int64_t id) {
+    return jobs_.at(id).spec.grace_period <= 0;
+  });
+  // Hand the victims their resources back for the bookkeeping of Stop, which releases them.
+  Rollback(j, j.placements);
+  for (int64_t id : needed) Restore(jobs_.at(id));
+  for (int64_t id : needed) {
+    Job& victim = jobs_.at(id);
+    const std::string reason = victim.borrowed && reclaim ? "quota reclaim" : "priority";
+    out->preempted.push_back({id, j.spec.id, reason, now + victim.spec.grace_period});
+    if (immediate) {
+      Stop(victim, now);
+      victim.phase = Phase::kPending;
+      victim.placements.clear();
+      pending_.push_back(id);
+    } else {
+      victim.phase = Phase::kStopping;
+    }
+  }
+  if (!immediate) {
+    out->pending.emplace_back(
+        j.spec.id, "waits for " + std::to_string(needed.size()) + " preempted job(s) to stop");
+    return true;
+  }
+  if (TryPlace(j, nullptr)) {
+    Start(j, now, out);
+  } else {
+    out->pending.emplace_back(j.spec.id, "preempted jobs freed too little after all");
+  }
+  return true;
+}
+
+double Scheduler::EstimateStart(const Job& j, double now) {
+  // What-if on a copy: give back what runs, in order of expected end, until the job fits.
+  Snapshot what_if = snapshot_;
+  Placer p(&what_if, &profile_, 1);
+  std::vector<std::pair<double, int64_t>> ends;
+  for (int64_t id : running_) {
+    const Job& r = jobs_.at(id);
+    double end = r.phase == Phase::kStopping ? now : ExpectedEnd(r.spec, r.start_time);
+    ends.emplace_back(std::max(end, now), id);
+  }
+  std::sort(ends.begin(), ends.end());
+  CycleState scratch;
+  auto fits = [&]() {
+    std::vector<std::pair<const TaskSpec*, Placement>> done;
+    bool ok = true;
+    for (const TaskSpec& t : j.spec.tasks) {
+      PlaceOutcome o = p.Place(t, scratch);
+      if (!o.placed) {
+        ok = false;
+        break;
+      }
+      p.Commit(t, o.placement, &scratch);
+      done.emplace_back(&t, std::move(o.placement));
+    }
+    for (auto it = done.rbegin(); it != done.rend(); ++it) p.Release(*it->first, it->second);
+    return ok;
+  };
+  if (fits()) return now;
+  for (const auto& [end, id] : ends) {
+    if (end == kInfinity) break;
+    const Job& r = jobs_.at(id);
+    for (size_t i = 0; i < r.placements.size(); ++i) p.Release(r.spec.tasks[i], r.placements[i]);
+    if (fits()) return end;
+  }
+  return kInfinity;
+}
+
+Explanation Scheduler::Explain(int64_t id, double now) {
+  Explanation e;
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.phase != Phase::kPending) return e;
+  Job& j = it->second;
+  e.known = true;
+  e.quota = QuotaBlock(j);
+  for (size_t c = 0; c < snapshot_.clusters.size(); ++c) {
+    std::vector<Placement> placements;
+    std::string why;
+    if (PlaceIn(j, Bit(static_cast<int>(c)), &placements, &why)) {
+      Rollback(j, placements);
+      why = "fits now";
+    }
+    e.clusters.emplace_back(snapshot_.clusters[c].name, why);
+  }
+  double at = EstimateStart(j, now);
+  e.estimated_start = at < kInfinity ? at : -1;
+  return e;
+}
+
+}  // namespace meridian::sched

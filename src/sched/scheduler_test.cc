@@ -1,0 +1,241 @@
+#include "sched/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include "sched/testing/estate.h"
+
+namespace meridian::sched {
+namespace {
+
+// Two tenants under one organization; `nodes` 8-GPU H100 nodes in the on-prem cluster.
+struct Fixture {
+  QuotaTree quotas;
+  int32_t a = -1, b = -1;
+  std::unique_ptr<Scheduler> sched;
+
+  explicit Fixture(int nodes, SchedulerOptions options = {}, bool two_clusters = false) {
+    int32_t org = quotas.AddNode("org", -1);
+    a = quotas.AddNode("team-a", org);
+    b = quotas.AddNode("team-b", org);
+    Init(nodes, options, two_clusters);
+  }
+  void Init(int nodes, SchedulerOptions options, bool two_clusters = false) {
+    std::vector<testing::NodeSpec> specs;
+    for (int i = 0; i < nodes; ++i) {
+      specs.push_back({"n" + std::to_string(i), "H100-80GB", 8, 128000, 1024 * 1024,
+                       two_clusters && i % 2 ? "cloud" : "onprem", "r" + std::to_string(i / 2)});
+    }
+    sched = std::make_unique<Scheduler>(testing::Build(specs),
+                                        testing::MakeProfile({{"best-fit", 1}, {"topology", 1}}),
+                                        quotas, options, 1);
+  }
+};
+
+JobSpec Job(int64_t id, int32_t tenant, int gpus, int tasks = 1, int priority = 0) {
+  JobSpec j;
+  j.id = id;
+  j.tenant = tenant;
+  j.priority = priority;
+  for (int t = 0; t < tasks; ++t) j.tasks.push_back(testing::Whole(gpus, 1000, 1024));
+  return j;
+}
+
+bool Started(const CycleResult& r, int64_t id) {
+  for (const StartDecision& s : r.started) {
+    if (s.job == id) return true;
+  }
+  return false;
+}
+
+std::string Reason(const CycleResult& r, int64_t id) {
+  for (const auto& [job, why] : r.pending) {
+    if (job == id) return why;
+  }
+  return "";
+}
+
+TEST(Scheduler, HigherPriorityGoesFirst) {
+  Fixture f(1);
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8, 1, 0)).ok());
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.a, 8, 1, 10)).ok());
+  CycleResult r = f.sched->Cycle(0);
+  EXPECT_TRUE(Started(r, 2));
+  EXPECT_FALSE(Started(r, 1));
+  EXPECT_FALSE(f.sched->Submit(Job(2, f.a, 8)).ok()) << "ids are unique";
+}
+
+TEST(Scheduler, FairShareFavoursTheTenantThatHadLess) {
+  Fixture f(1);
+  // Team A runs 8 GPUs for an hour; then both want the node: B goes first.
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  f.sched->Finish(1, 1800);
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.a, 8)).ok());
+  JobSpec later = Job(3, f.b, 8);
+  later.submit_time = 10;  // submitted after A's job: age alone would pick A
+  ASSERT_TRUE(f.sched->Submit(later).ok());
+  CycleResult r = f.sched->Cycle(1800);
+  EXPECT_TRUE(Started(r, 3));
+  EXPECT_FALSE(Started(r, 2));
+  EXPECT_GT(f.sched->FairShare(f.a), f.sched->FairShare(f.b));
+}
+
+TEST(Scheduler, QuotaLimitStopsAJobAndSaysWhich) {
+  Fixture f(2);
+  f.quotas.SetQuota(f.a, kNoModel, 8000, 8000);
+  f.Init(2, {});
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.a, 4)).ok());
+  CycleResult r = f.sched->Cycle(0);
+  EXPECT_TRUE(Started(r, 1));
+  EXPECT_FALSE(Started(r, 2));
+  EXPECT_NE(Reason(r, 2).find("quota of team-a"), std::string::npos) << Reason(r, 2);
+  EXPECT_EQ(f.sched->quotas().Used(f.a, kNoModel), 8000);
+}
+
+TEST(Scheduler, BorrowedCapacityIsReclaimedForItsOwner) {
+  Fixture f(2);
+  f.quotas.SetQuota(f.a, kNoModel, 8000, 16000);
+  f.quotas.SetQuota(f.b, kNoModel, 8000, 16000);
+  f.Init(2, {});
+  // A takes both nodes: the second job borrows B's idle guarantee.
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.a, 8)).ok());
+  CycleResult r = f.sched->Cycle(0);
+  ASSERT_EQ(r.started.size(), 2u);
+  EXPECT_NE(r.started[0].borrowed, r.started[1].borrowed);
+  const int64_t borrowed = r.started[0].borrowed ? r.started[0].job : r.started[1].job;
+  // B wants its guarantee back: the borrowed job is the one preempted.
+  JobSpec owner = Job(3, f.b, 8);
+  owner.submit_time = 10;
+  ASSERT_TRUE(f.sched->Submit(owner).ok());
+  r = f.sched->Cycle(10);
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].job, borrowed);
+  EXPECT_EQ(r.preempted[0].reason, "quota reclaim");
+  EXPECT_TRUE(Started(r, 3));
+  EXPECT_EQ(f.sched->pending(), 1u);  // the reclaimed job went back to the queue
+}
+
+TEST(Scheduler, PreemptionByPriorityRespectsMinimumRuntimeAndGrace) {
+  Fixture f(1);
+  JobSpec low = Job(1, f.a, 8, 1, 0);
+  low.min_runtime = 100;
+  low.grace_period = 30;
+  ASSERT_TRUE(f.sched->Submit(low).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.b, 8, 1, 100)).ok());
+  CycleResult r = f.sched->Cycle(50);  // too young to preempt
+  EXPECT_TRUE(r.preempted.empty());
+  r = f.sched->Cycle(150);
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].job, 1);
+  EXPECT_EQ(r.preempted[0].reason, "priority");
+  EXPECT_DOUBLE_EQ(r.preempted[0].stop_at, 180);
+  EXPECT_FALSE(Started(r, 2)) << "the victim keeps its GPUs through its grace period";
+  f.sched->Evicted(1, 180);
+  r = f.sched->Cycle(180);
+  EXPECT_TRUE(Started(r, 2));
+  EXPECT_EQ(f.sched->pending(), 1u);  // job 1 waits again
+  // A job of lower priority never preempts a higher one.
+  ASSERT_TRUE(f.sched->Submit(Job(3, f.a, 8, 1, 50)).ok());
+  r = f.sched->Cycle(400);
+  EXPECT_TRUE(r.preempted.empty());
+}
+
+TEST(Scheduler, PreemptionTakesTheFewestVictims) {
+  Fixture f(2);
+  // Four 4-GPU low jobs; a high 8-GPU job needs exactly one node: two victims, not four.
+  for (int i = 1; i <= 4; ++i) ASSERT_TRUE(f.sched->Submit(Job(i, f.a, 4)).ok());
+  ASSERT_EQ(f.sched->Cycle(0).started.size(), 4u);
+  ASSERT_TRUE(f.sched->Submit(Job(9, f.b, 8, 1, 10)).ok());
+  CycleResult r = f.sched->Cycle(10);
+  EXPECT_EQ(r.preempted.size(), 2u);
+  EXPECT_TRUE(Started(r, 9));
+}
+
+TEST(Scheduler, GangsArePlacedWholeInOneCluster) {
+  Fixture f(2, {}, /*two_clusters=*/true);  // n0 on-prem, n1 cloud
+  JobSpec gang = Job(1, f.a, 8, 2);
+  gang.gang = true;
+  ASSERT_TRUE(f.sched->Submit(gang).ok());
+  CycleResult r = f.sched->Cycle(0);
+  EXPECT_FALSE(Started(r, 1)) << "one free node per cluster cannot hold a 2-node gang";
+  Fixture g(4, {}, /*two_clusters=*/true);
+  ASSERT_TRUE(g.sched->Submit(gang).ok());
+  r = g.sched->Cycle(0);
+  ASSERT_TRUE(Started(r, 1));
+  const auto& p = r.started[0].placements;
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(g.sched->snapshot().nodes[p[0].node].cluster,
+            g.sched->snapshot().nodes[p[1].node].cluster);
+  EXPECT_NE(p[0].node, p[1].node);
+}
+
+TEST(Scheduler, BackfillRunsShortJobsBeforeTheReservation) {
+  SchedulerOptions o;
+  o.preemption = false;
+  Fixture f(2, o);
+  JobSpec running = Job(1, f.a, 8);
+  running.runtime_estimate = 1000;
+  ASSERT_TRUE(f.sched->Submit(running).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  JobSpec big = Job(2, f.a, 16);  // needs both nodes: blocked until job 1 ends at 1000
+  big.tasks = {testing::Whole(8), testing::Whole(8)};
+  big.submit_time = 1;
+  JobSpec short_job = Job(3, f.a, 4);
+  short_job.submit_time = 2;
+  short_job.runtime_limit = 500;
+  JobSpec long_job = Job(4, f.a, 4);
+  long_job.submit_time = 3;
+  long_job.runtime_limit = 5000;
+  for (const JobSpec& j : {big, short_job, long_job}) ASSERT_TRUE(f.sched->Submit(j).ok());
+  CycleResult r = f.sched->Cycle(10);
+  EXPECT_EQ(r.reserved_job, 2);
+  EXPECT_DOUBLE_EQ(r.reserved_at, 1000);
+  EXPECT_TRUE(Started(r, 3));
+  EXPECT_FALSE(Started(r, 4));
+  EXPECT_NE(Reason(r, 4).find("reservation of job 2"), std::string::npos);
+  Explanation e = f.sched->Explain(2, 10);
+  ASSERT_TRUE(e.known);
+  EXPECT_DOUBLE_EQ(e.estimated_start, 1000);
+  ASSERT_EQ(e.clusters.size(), 2u);
+  EXPECT_NE(e.clusters[0].second.find("no node has the free GPUs"), std::string::npos)
+      << e.clusters[0].second;
+  EXPECT_EQ(e.clusters[1].first, "cloud");
+}
+
+TEST(Scheduler, FifoBlocksBehindItsHead) {
+  SchedulerOptions o;
+  o.order = QueueOrder::kFifo;
+  o.preemption = false;
+  o.backfill = false;
+  Fixture f(1, o);
+  JobSpec head = Job(1, f.a, 16);
+  head.tasks = {testing::Whole(8), testing::Whole(8)};
+  ASSERT_TRUE(f.sched->Submit(head).ok());
+  JobSpec small = Job(2, f.a, 1);
+  small.submit_time = 1;
+  ASSERT_TRUE(f.sched->Submit(small).ok());
+  CycleResult r = f.sched->Cycle(5);
+  EXPECT_TRUE(r.started.empty());
+}
+
+TEST(Scheduler, LeastAttainedServiceGoesFirst) {
+  SchedulerOptions o;
+  o.order = QueueOrder::kLeastAttainedService;
+  o.las_thresholds = {100};
+  o.backfill = false;
+  Fixture f(1, o);
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  // After 100 s on 8 GPUs job 1 has attained 800 GPU-seconds: a new job preempts it.
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.b, 8)).ok());
+  CycleResult r = f.sched->Cycle(100);
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].job, 1);
+  EXPECT_TRUE(Started(r, 2));
+}
+
+}  // namespace
+}  // namespace meridian::sched
