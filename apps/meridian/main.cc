@@ -4,8 +4,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/strings.h"
@@ -15,6 +19,9 @@
 #include "sim/demo.h"
 #include "sim/fgd_protocol.h"
 #include "sim/fgd_report.h"
+#include "sim/replay.h"
+#include "sim/replay_report.h"
+#include "sim/synthetic.h"
 
 namespace {
 
@@ -112,6 +119,94 @@ int RunSimFgd(const FgdFlags& f) {
   return 0;
 }
 
+struct ReplayFlags {
+  std::string cluster, jobs, csv_dir, html;
+  std::vector<std::string> policies;
+  int samples = 400;
+  bool json = false;
+};
+
+int RunSimReplay(const ReplayFlags& f) {
+  auto cluster = meridian::sim::ReadReplayCluster(f.cluster);
+  if (!cluster.ok()) return Fail(cluster.status());
+  auto jobs = meridian::sim::ReadReplayJobs(f.jobs);
+  if (!jobs.ok()) return Fail(jobs.status());
+  std::vector<std::string> policies = f.policies;
+  if (policies.empty() || (policies.size() == 1 && policies[0] == "all")) {
+    policies = meridian::sim::ReplayPolicyNames();
+  }
+  // The policies run side by side, one thread each; the progress bar shows the slowest.
+  const bool tty = isatty(STDERR_FILENO) && !f.json;
+  std::vector<double> done(policies.size(), 0);
+  std::mutex mu;
+  std::vector<meridian::base::Result<meridian::sim::ReplayResult>> results(
+      policies.size(), meridian::base::Status::Invalid("not run"));
+  auto run = [&](size_t i) {
+    meridian::sim::ReplayOptions o;
+    o.policy = policies[i];
+    o.samples = f.samples;
+    o.progress = [&, i](double fraction) {
+      if (!tty) return;
+      std::lock_guard<std::mutex> lock(mu);
+      done[i] = fraction;
+      double slowest = *std::min_element(done.begin(), done.end());
+      int width = 40, filled = static_cast<int>(slowest * width);
+      std::fprintf(stderr, "\rreplaying %zu jobs [%s%s] %3.0f%%", jobs->size(),
+                   std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                   100 * slowest);
+    };
+    results[i] = meridian::sim::RunReplay(*cluster, *jobs, o);
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < policies.size(); ++i) threads.emplace_back(run, i);
+  run(0);
+  for (std::thread& t : threads) t.join();
+  if (tty) std::fprintf(stderr, "\n");
+  std::vector<meridian::sim::ReplayResult> ok;
+  for (auto& r : results) {
+    if (!r.ok()) return Fail(r.status());
+    ok.push_back(std::move(*r));
+  }
+  if (!f.csv_dir.empty()) {
+    if (Status s = meridian::sim::WriteReplayCsv(ok, f.csv_dir); !s.ok()) return Fail(s);
+  }
+  if (!f.html.empty()) {
+    std::ofstream out(f.html);
+    out << meridian::sim::ReplayHtml(ok, "Meridian replay: " + f.jobs);
+    if (!out) return Fail(Status::Io(f.html + ": cannot write"));
+  }
+  if (f.json) {
+    std::cout << meridian::sim::ReplayJson(ok).dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "replay of " << jobs->size() << " jobs on " << ok[0].total_gpus << " GPUs\n";
+  meridian::sim::PrintReplayTable(ok, std::cout);
+  if (!f.html.empty()) std::cout << "\nreport: " << f.html << "\n";
+  return 0;
+}
+
+struct GenerateFlags {
+  meridian::sim::SyntheticReplayOptions options;
+  std::string out_dir;
+};
+
+int RunSimGenerate(const GenerateFlags& f) {
+  if (f.options.jobs < 1 || f.options.gpus < 8 || f.options.load <= 0) {
+    return Fail(Status::Invalid("--jobs >= 1, --gpus >= 8 and --load > 0"));
+  }
+  std::string cluster, jobs;
+  meridian::sim::SyntheticReplay(f.options, &cluster, &jobs);
+  std::filesystem::create_directories(f.out_dir);
+  const std::string cluster_path = f.out_dir + "/cluster.yaml";
+  const std::string jobs_path = f.out_dir + "/jobs.csv";
+  std::ofstream c(cluster_path), j(jobs_path);
+  c << cluster;
+  j << jobs;
+  if (!c || !j) return Fail(Status::Io(f.out_dir + ": cannot write the workload files"));
+  std::cout << cluster_path << "\n" << jobs_path << "\n";
+  return 0;
+}
+
 struct BenchFlags {
   meridian::bench::ScheduleBenchOptions options;
   bool json = false;
@@ -175,6 +270,33 @@ int main(int argc, char** argv) {
     Status s = meridian::sim::RunDemo(std::cout);
     rc = s.ok() ? 0 : Fail(s);
   });
+
+  ReplayFlags rf;
+  CLI::App* replay = sim->add_subcommand(
+      "replay", "Replay jobs over time through the scheduler and compare queueing policies");
+  replay
+      ->add_option("--cluster", rf.cluster,
+                   "cluster description (Meridian YAML, or an Alibaba node list CSV)")
+      ->required();
+  replay->add_option("--jobs", rf.jobs, "jobs (Meridian CSV, or an Alibaba task list CSV)")
+      ->required();
+  replay->add_option("--policy", rf.policies,
+                     "fifo, sjf, las, meridian; repeatable; default: all four");
+  replay->add_option("--csv", rf.csv_dir, "write time series CSV files into this directory");
+  replay->add_option("--html", rf.html, "write a self-contained HTML report with plots");
+  replay->add_option("--samples", rf.samples, "points of the time series (default 400)");
+  replay->add_flag("--json", rf.json, "print one JSON object");
+  replay->callback([&] { rc = RunSimReplay(rf); });
+
+  GenerateFlags gf;
+  CLI::App* generate = sim->add_subcommand(
+      "generate", "Write a synthetic replay workload (cluster.yaml and jobs.csv)");
+  generate->add_option("--jobs", gf.options.jobs, "number of jobs");
+  generate->add_option("--gpus", gf.options.gpus, "GPUs in the cluster (8 per node)");
+  generate->add_option("--load", gf.options.load, "offered demand as a share of capacity");
+  generate->add_option("--seed", gf.options.seed, "random seed");
+  generate->add_option("--out", gf.out_dir, "directory to write into")->required();
+  generate->callback([&] { rc = RunSimGenerate(gf); });
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print figures");
   bench->require_subcommand(1);

@@ -238,7 +238,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
     std::fill(visited_.begin(), visited_.end(), 0);
     stamp_ = 1;
   }
-  std::fill(filter_rejects_.begin(), filter_rejects_.end(), 0);
+  filter_rejects_.assign(profile_->filters.size(), 0);  // the profile may have grown
   int64_t gpu_rejects = 0;
   int32_t feasible_nodes = 0;
   int64_t ties = 0;

@@ -36,6 +36,10 @@ class Placer {
   // (used to give a placement back to a job that was about to be preempted).
   bool Fits(const TaskSpec& task, const Placement& placement) const;
 
+  // Forgets which task shapes fit nowhere: the caller changed something the placer cannot see
+  // (the cycle's reservation), so earlier answers may no longer hold.
+  void InvalidateCache() { ++epoch_; }
+
   const Snapshot& snapshot() const { return *s_; }
   int64_t cache_hits() const { return cache_hits_; }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -47,6 +48,10 @@ struct CycleState {
   // Racks and cluster already used by each task group placed in this cycle.
   std::unordered_map<int32_t, std::vector<int32_t>> group_racks;
   std::unordered_map<int32_t, int32_t> group_cluster;
+  // Backfill: nodes held for the reserved head of the queue, and whether the task now being
+  // placed must keep off them (it would still run when the reservation starts).
+  std::vector<uint8_t> reserved_nodes;
+  bool avoid_reserved = false;
 };
 
 }  // namespace meridian::sched

@@ -11,6 +11,7 @@
 #include "sched/plugins/gpu_packing/gpu_packing.h"
 #include "sched/plugins/node_resources/node_resources.h"
 #include "sched/plugins/node_selector/node_selector.h"
+#include "sched/plugins/reservation/reservation.h"
 #include "sched/plugins/spread/spread.h"
 #include "sched/plugins/taint_toleration/taint_toleration.h"
 #include "sched/plugins/topology/topology.h"
@@ -115,6 +116,8 @@ Registry MakeBuiltin() {
   must(r.RegisterFilter("node-selector", [](const PluginArgs&) {
     return std::make_unique<plugins::NodeSelector>();
   }));
+  must(r.RegisterFilter(
+      "reservation", [](const PluginArgs&) { return std::make_unique<plugins::Reservation>(); }));
   must(r.RegisterFilter("taint-toleration", [](const PluginArgs&) {
     return std::make_unique<plugins::TaintToleration>();
   }));
@@ -134,7 +137,7 @@ Registry MakeBuiltin() {
 }
 
 const std::vector<std::string> kFilters = {"cluster", "node-selector", "taint-toleration",
-                                           "node-resources"};
+                                           "node-resources", "reservation"};
 
 }  // namespace
 

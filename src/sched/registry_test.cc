@@ -28,7 +28,7 @@ TEST(Registry, EveryNamedPolicyBuilds) {
     ASSERT_TRUE(spec.ok()) << name;
     auto profile = BuiltinRegistry().Build(*spec, args);
     ASSERT_TRUE(profile.ok()) << name << ": " << profile.status().message();
-    EXPECT_EQ(profile->filters.size(), 4u) << name;
+    EXPECT_EQ(profile->filters.size(), 5u) << name;
   }
   EXPECT_FALSE(PolicySpec("tetris").ok());
   // The fragmentation scores cannot be built without a workload mix.

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "sched/plugins/reservation/reservation.h"
+
 namespace meridian::sched {
 
 namespace {
@@ -41,6 +43,11 @@ Scheduler::Scheduler(Snapshot snapshot, Profile profile, QuotaTree quotas, Sched
       quotas_(std::move(quotas)),
       options_(std::move(options)),
       placer_(&snapshot_, &profile_, seed) {
+  // Backfill depends on the reservation filter: a profile without it gets it.
+  const bool has_reservation =
+      std::any_of(profile_.filters.begin(), profile_.filters.end(),
+                  [](const auto& f) { return f->Name() == "reservation"; });
+  if (!has_reservation) profile_.filters.push_back(std::make_unique<plugins::Reservation>());
   usage_.resize(quotas_.size());
   gpu_capacity_ = std::max<int64_t>(1, snapshot_.TotalGpuMilli());
   cpu_capacity_ = 1;
@@ -124,37 +131,9 @@ double Scheduler::EffectivePriority(const Job& j, double now) const {
   return 0;
 }
 
-std::vector<int64_t> Scheduler::Order(double now) {
-  struct Key {
-    double priority;
-    double second;
-    double submit;
-    int64_t id;
-  };
-  std::vector<Key> keys;
-  keys.reserve(pending_.size());
-  for (int64_t id : pending_) {
-    const Job& j = jobs_.at(id);
-    Key k{EffectivePriority(j, now), 0, j.spec.submit_time, id};
-    if (options_.order == QueueOrder::kShortestJobFirst) {
-      k.second = j.spec.runtime_estimate > 0 ? j.spec.runtime_estimate : kInfinity;
-    } else if (options_.order == QueueOrder::kMeridian) {
-      k.second = FairShare(j.spec.tenant);
-    }
-    keys.push_back(k);
-  }
-  auto before = [](const Key& a, const Key& b) {
-    if (a.priority != b.priority) return a.priority > b.priority;
-    if (a.second != b.second) return a.second < b.second;
-    if (a.submit != b.submit) return a.submit < b.submit;
-    return a.id < b.id;
-  };
-  const size_t depth = std::min(keys.size(), static_cast<size_t>(options_.queue_depth));
-  std::partial_sort(keys.begin(), keys.begin() + static_cast<long>(depth), keys.end(), before);
-  std::vector<int64_t> out;
-  out.reserve(depth);
-  for (size_t i = 0; i < depth; ++i) out.push_back(keys[i].id);
-  return out;
+double Scheduler::PreemptionRank(const Job& j, double now) const {
+  if (options_.order == QueueOrder::kLeastAttainedService) return EffectivePriority(j, now);
+  return j.spec.priority;
 }
 
 std::string Scheduler::QuotaBlock(const Job& j) const {
@@ -227,6 +206,7 @@ void Scheduler::Start(Job& j, double now, CycleResult* out) {
   }
   Usage& u = usage_[j.spec.tenant];
   u.gpu_now += total;
+  allocated_milli_ += total;
   for (const TaskSpec& t : j.spec.tasks) {
     u.cpu_now += t.cpu_milli;
     u.mem_now += t.memory_mib;
@@ -247,6 +227,7 @@ void Scheduler::Stop(Job& j, double now) {
   }
   Usage& u = usage_[j.spec.tenant];
   u.gpu_now -= total;
+  allocated_milli_ -= total;
   for (const TaskSpec& t : j.spec.tasks) {
     u.cpu_now -= t.cpu_milli;
     u.mem_now -= t.memory_mib;

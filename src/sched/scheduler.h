@@ -36,16 +36,28 @@ enum class QueueOrder {
   kFifo,                  // submit time; a blocked head blocks the queue
   kShortestJobFirst,      // runtime estimate
   kLeastAttainedService,  // Tiresias: queues by attained GPU-seconds, FIFO within a queue
-  kMeridian,              // priority (with aging), weighted dominant-resource share, age
+  kMeridian,  // priority (with aging); then the tenant of least weighted dominant share, and
+              // within it the shortest runtime estimate; then age
 };
 
 struct SchedulerOptions {
   QueueOrder order = QueueOrder::kMeridian;
   bool preemption = true;
   bool backfill = true;
+  // A blocked job gets a backfill reservation only after waiting this long; before that, jobs
+  // behind it fill free capacity greedily (as Slurm's bf_min_age_reserve does). Reserving at
+  // once for whichever job heads the queue holds nodes idle on estimates that users overstate.
+  double reserve_after = 3600;
   int32_t queue_depth = 1000;  // pending jobs considered per cycle
-  double fair_share_half_life = 7 * 24 * 3600.0;
-  double aging_per_hour = 1.0;  // priority steps a pending job gains per hour waited
+  // Pending jobs per cycle that may try preemption: preemption searches are the dear part of a
+  // cycle, and the jobs first in order are the ones it is for.
+  int32_t preemptors_per_cycle = 4;
+  // How long past use counts against a tenant. Short by default: with a long memory, a tenant
+  // that was lucky yesterday waits behind everyone for hours today (docs/adr/0004).
+  double fair_share_half_life = 3600.0;
+  // Priority steps a pending job gains per hour waited, across priority classes (within a class
+  // the response ratio of the Meridian order already bounds waiting). 0: classes are strict.
+  double aging_per_hour = 0;
   // Tiresias queue boundaries in attained GPU-seconds (level k below thresholds[k]).
   std::vector<double> las_thresholds = {3600.0, 36000.0};
 };
@@ -125,7 +137,11 @@ class Scheduler {
 
   void AdvanceUsage(double now);
   std::vector<int64_t> Order(double now);
+  std::vector<int64_t> FairOrder(double now);
   double EffectivePriority(const Job& j, double now) const;
+  // What preemption compares: the priority class (aging orders the queue but never preempts,
+  // or two jobs would take turns preempting each other), or the LAS queue level.
+  double PreemptionRank(const Job& j, double now) const;
   int32_t LasLevel(double attained) const;
   // All-or-nothing placement of every task; commits on success.
   bool TryPlace(Job& j, std::string* why);
@@ -135,7 +151,9 @@ class Scheduler {
   void Start(Job& j, double now, CycleResult* out);
   void Stop(Job& j, double now);  // releases its resources and quota
   void Restore(Job& j);           // re-commits a released running job
-  double EstimateStart(const Job& j, double now);
+  // When `j` could start if what runs ends as estimated; the nodes it would use then go to
+  // `nodes` when given.
+  double EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes = nullptr);
   std::string QuotaBlock(const Job& j) const;
 
   Snapshot snapshot_;
@@ -149,6 +167,8 @@ class Scheduler {
   std::vector<int64_t> running_;
   std::vector<Usage> usage_;
   double usage_time_ = 0;
+  int64_t allocated_milli_ = 0;  // GPU milli held by running jobs
+  int64_t reserved_job_ = -1;    // the job holding the backfill reservation, until it starts
   int64_t gpu_capacity_ = 1, cpu_capacity_ = 1, mem_capacity_ = 1;
 };
 

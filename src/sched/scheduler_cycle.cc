@@ -22,8 +22,28 @@ double ExpectedEnd(const JobSpec& j, double start) {
 CycleResult Scheduler::Cycle(double now) {
   AdvanceUsage(now);
   CycleResult out;
-  double reservation = kInfinity;
   const bool head_of_line = options_.order == QueueOrder::kFifo && !options_.backfill;
+  int32_t preemptors = options_.preemptors_per_cycle;
+  // A reservation sticks to its job until that job starts: moving it from job to job would
+  // drain nodes for nobody.
+  if (reserved_job_ >= 0 && (!options_.backfill || !jobs_.count(reserved_job_) ||
+                             jobs_.at(reserved_job_).phase != Phase::kPending)) {
+    reserved_job_ = -1;
+  }
+  double reservation = kInfinity;
+  auto reserve = [&](const Job& j) {
+    std::vector<int32_t> nodes;
+    const double at = EstimateStart(j, now, &nodes);
+    if (at == kInfinity) return false;
+    reservation = at;
+    reserved_job_ = j.spec.id;
+    out.reserved_job = j.spec.id;
+    out.reserved_at = at;
+    cycle_.reserved_nodes.assign(snapshot_.nodes.size(), 0);
+    for (int32_t n : nodes) cycle_.reserved_nodes[n] = 1;
+    return true;
+  };
+  if (reserved_job_ >= 0 && !reserve(jobs_.at(reserved_job_))) reserved_job_ = -1;
   for (int64_t id : Order(now)) {
     Job& j = jobs_.at(id);
     if (j.phase != Phase::kPending) continue;
@@ -31,34 +51,47 @@ CycleResult Scheduler::Cycle(double now) {
       out.pending.emplace_back(id, q);
       continue;
     }
-    if (reservation < kInfinity &&
-        !(j.spec.runtime_limit > 0 && now + j.spec.runtime_limit <= reservation)) {
-      out.pending.emplace_back(
-          id, "waits behind the reservation of job " + std::to_string(out.reserved_job));
-      continue;
+    // Behind a reservation, a job that would still run when it starts keeps off its nodes; the
+    // job holding the reservation may use them.
+    const bool avoid = reservation < kInfinity && id != reserved_job_ &&
+                       !(j.spec.runtime_limit > 0 && now + j.spec.runtime_limit <= reservation);
+    if (avoid != cycle_.avoid_reserved) {
+      cycle_.avoid_reserved = avoid;
+      placer_.InvalidateCache();
     }
     std::string why;
     if (TryPlace(j, &why)) {
       Start(j, now, &out);
+      if (id == reserved_job_) {  // the reservation is used up
+        reserved_job_ = -1;
+        reservation = kInfinity;
+        out.reserved_job = -1;
+        out.reserved_at = 0;
+      }
       continue;
     }
-    if (options_.preemption && TryPreempt(j, now, &out)) continue;
+    if (options_.preemption && preemptors > 0) {
+      --preemptors;
+      if (TryPreempt(j, now, &out)) continue;
+    }
+    if (avoid) why = "waits behind the reservation of job " + std::to_string(reserved_job_);
     out.pending.emplace_back(id, why);
     if (head_of_line) break;
-    if (options_.backfill && out.reserved_job < 0) {
-      double at = EstimateStart(j, now);
-      if (at < kInfinity) {
-        reservation = at;
-        out.reserved_job = id;
-        out.reserved_at = at;
-      }
+    if (options_.backfill && reserved_job_ < 0 &&
+        now - j.spec.submit_time >= options_.reserve_after) {
+      reserve(j);
     }
+  }
+  if (cycle_.avoid_reserved || !cycle_.reserved_nodes.empty()) {
+    cycle_.avoid_reserved = false;
+    cycle_.reserved_nodes.clear();
+    placer_.InvalidateCache();
   }
   return out;
 }
 
 bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
-  const double mine = EffectivePriority(j, now);
+  const double mine = PreemptionRank(j, now);
   const bool reclaim = quotas_.WithinGuarantee(j.spec.tenant, kNoModel, j.milli);
   struct Victim {
     int64_t id;
@@ -70,8 +103,9 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
   for (int64_t id : running_) {
     const Job& v = jobs_.at(id);
     if (v.phase != Phase::kRunning || !v.spec.preemptible) continue;
-    if (now - v.start_time < v.spec.min_runtime) continue;
-    const double theirs = EffectivePriority(v, now);
+    // Jobs placed in this very cycle are not taken back, and none before its minimum runtime.
+    if (now - v.start_time < v.spec.min_runtime || v.start_time >= now) continue;
+    const double theirs = PreemptionRank(v, now);
     const bool by_priority = j.spec.preempting && theirs < mine;
     const bool by_reclaim = reclaim && v.spec.tenant != j.spec.tenant && v.borrowed &&
                             quotas_.Borrowing(v.spec.tenant) && theirs <= mine;
@@ -79,7 +113,10 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
     victims.push_back({id, v.borrowed && by_reclaim, theirs,
                        static_cast<double>(v.milli) * (now - v.start_time)});
   }
-  if (victims.empty()) return false;
+  // Not even every candidate together frees enough GPU: no search.
+  int64_t freeable = gpu_capacity_ - allocated_milli_;
+  for (const Victim& v : victims) freeable += jobs_.at(v.id).milli;
+  if (victims.empty() || freeable < j.milli) return false;
   // Borrowed work first, then the lowest priority, then the least work lost.
   std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
     if (a.borrowed != b.borrowed) return a.borrowed;
@@ -90,11 +127,14 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
   // Release victims one at a time until the job fits.
   std::vector<int64_t> taken;
   bool fits = false;
+  int64_t free_milli = gpu_capacity_ - allocated_milli_;
   for (const Victim& v : victims) {
     Job& victim = jobs_.at(v.id);
     Rollback(victim, victim.placements);
     taken.push_back(v.id);
-    if ((fits = TryPlace(j, nullptr))) break;
+    free_milli += victim.milli;
+    // Placement is tried only once enough GPU is free anywhere for the job to have a chance.
+    if (free_milli >= j.milli && (fits = TryPlace(j, nullptr))) break;
   }
   if (!fits) {
     for (int64_t id : taken) Restore(jobs_.at(id));
@@ -146,7 +186,7 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
   return true;
 }
 
-double Scheduler::EstimateStart(const Job& j, double now) {
+double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes) {
   // What-if on a copy: give back what runs, in order of expected end, until the job fits.
   Snapshot what_if = snapshot_;
   Placer p(&what_if, &profile_, 1);
@@ -161,6 +201,7 @@ double Scheduler::EstimateStart(const Job& j, double now) {
   auto fits = [&]() {
     std::vector<std::pair<const TaskSpec*, Placement>> done;
     bool ok = true;
+    if (nodes) nodes->clear();
     for (const TaskSpec& t : j.spec.tasks) {
       PlaceOutcome o = p.Place(t, scratch);
       if (!o.placed) {
@@ -168,6 +209,7 @@ double Scheduler::EstimateStart(const Job& j, double now) {
         break;
       }
       p.Commit(t, o.placement, &scratch);
+      if (nodes) nodes->push_back(o.placement.node);
       done.emplace_back(&t, std::move(o.placement));
     }
     for (auto it = done.rbegin(); it != done.rend(); ++it) p.Release(*it->first, it->second);

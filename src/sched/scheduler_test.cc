@@ -85,8 +85,10 @@ TEST(Scheduler, QuotaLimitStopsAJobAndSaysWhich) {
   f.quotas.SetQuota(f.a, kNoModel, 8000, 8000);
   f.Init(2, {});
   ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
-  ASSERT_TRUE(f.sched->Submit(Job(2, f.a, 4)).ok());
-  CycleResult r = f.sched->Cycle(0);
+  JobSpec second = Job(2, f.a, 8);
+  second.submit_time = 1;
+  ASSERT_TRUE(f.sched->Submit(second).ok());
+  CycleResult r = f.sched->Cycle(5);
   EXPECT_TRUE(Started(r, 1));
   EXPECT_FALSE(Started(r, 2));
   EXPECT_NE(Reason(r, 2).find("quota of team-a"), std::string::npos) << Reason(r, 2);
@@ -175,12 +177,13 @@ TEST(Scheduler, GangsArePlacedWholeInOneCluster) {
 TEST(Scheduler, BackfillRunsShortJobsBeforeTheReservation) {
   SchedulerOptions o;
   o.preemption = false;
+  o.reserve_after = 0;
   Fixture f(2, o);
   JobSpec running = Job(1, f.a, 8);
   running.runtime_estimate = 1000;
   ASSERT_TRUE(f.sched->Submit(running).ok());
   ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
-  JobSpec big = Job(2, f.a, 16);  // needs both nodes: blocked until job 1 ends at 1000
+  JobSpec big = Job(2, f.a, 16, 1, 1);  // first in line; needs both nodes: waits until 1000
   big.tasks = {testing::Whole(8), testing::Whole(8)};
   big.submit_time = 1;
   JobSpec short_job = Job(3, f.a, 4);
@@ -196,6 +199,9 @@ TEST(Scheduler, BackfillRunsShortJobsBeforeTheReservation) {
   EXPECT_TRUE(Started(r, 3));
   EXPECT_FALSE(Started(r, 4));
   EXPECT_NE(Reason(r, 4).find("reservation of job 2"), std::string::npos);
+  // The reservation sticks to job 2 in later cycles, and job 2 takes it when job 1 ends.
+  r = f.sched->Cycle(20);
+  EXPECT_EQ(r.reserved_job, 2);
   Explanation e = f.sched->Explain(2, 10);
   ASSERT_TRUE(e.known);
   EXPECT_DOUBLE_EQ(e.estimated_start, 1000);
@@ -203,6 +209,11 @@ TEST(Scheduler, BackfillRunsShortJobsBeforeTheReservation) {
   EXPECT_NE(e.clusters[0].second.find("no node has the free GPUs"), std::string::npos)
       << e.clusters[0].second;
   EXPECT_EQ(e.clusters[1].first, "cloud");
+  f.sched->Finish(1, 1000);
+  f.sched->Finish(3, 1000);
+  r = f.sched->Cycle(1000);
+  EXPECT_TRUE(Started(r, 2));
+  EXPECT_EQ(r.reserved_job, -1);
 }
 
 TEST(Scheduler, FifoBlocksBehindItsHead) {

@@ -48,6 +48,8 @@ base::Result<std::vector<TraceTask>> ReadAlibabaTasks(const std::string& path);
 
 // One on-prem cluster ("openb") holding the trace's nodes, one rack each, GPUs in one NVLink
 // domain per node.
+void EstateFromTrace(const std::vector<TraceNode>& nodes, domain::Cluster* cluster,
+                     std::vector<domain::Node>* out);
 base::Result<sched::Snapshot> SnapshotFromTrace(const std::vector<TraceNode>& nodes);
 // Each trace task as a placement request against `snapshot`.
 std::vector<sched::TaskSpec> TasksFromTrace(const std::vector<TraceTask>& tasks,

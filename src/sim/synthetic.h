@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "domain/cluster.h"
@@ -28,5 +29,18 @@ void SyntheticEstate(const SyntheticEstateOptions& o, std::vector<domain::Cluste
 // constrained to GPU models or to on-prem, some naming a dataset.
 std::vector<sched::TaskSpec> SyntheticTasks(const sched::Snapshot& snapshot, int count,
                                             uint64_t seed);
+
+struct SyntheticReplayOptions {
+  int jobs = 1000;
+  int gpus = 64;      // total, in 8-GPU nodes
+  double load = 0.9;  // offered GPU demand as a share of capacity
+  uint64_t seed = 1;
+};
+
+// A replay workload in Meridian's formats: a cluster description (YAML, one on-prem cluster of
+// 8-GPU nodes and four projects with guarantees) and a job list (CSV) with Poisson arrivals,
+// heavy-tailed durations, priorities, gangs and fractions, offering `load` of the capacity.
+void SyntheticReplay(const SyntheticReplayOptions& o, std::string* cluster_yaml,
+                     std::string* jobs_csv);
 
 }  // namespace meridian::sim

@@ -1,0 +1,367 @@
+#include "sim/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <queue>
+#include <unordered_map>
+
+#include "domain/gpu_model.h"
+#include "sched/registry.h"
+#include "sched/scheduler.h"
+
+namespace meridian::sim {
+namespace {
+
+base::Result<sched::SchedulerOptions> PolicyOptions(const std::string& policy) {
+  sched::SchedulerOptions o;
+  if (policy == "fifo") {
+    o.order = sched::QueueOrder::kFifo;
+    o.preemption = false;
+    o.backfill = false;
+  } else if (policy == "sjf") {
+    o.order = sched::QueueOrder::kShortestJobFirst;
+    o.preemption = false;
+    o.backfill = false;
+  } else if (policy == "las") {
+    o.order = sched::QueueOrder::kLeastAttainedService;
+    o.backfill = false;
+  } else if (policy == "meridian") {
+    o.order = sched::QueueOrder::kMeridian;
+  } else {
+    return base::Status::Invalid("--policy: unknown policy \"" + policy +
+                                 "\" (known: fifo, sjf, las, meridian)");
+  }
+  return o;
+}
+
+struct Setup {
+  std::unique_ptr<sched::Scheduler> scheduler;
+  std::vector<int32_t> leaf_of_project;  // project index -> quota tree leaf
+  std::vector<int32_t> project_of_job;   // job index -> project index
+  std::vector<ProjectStats> projects;
+};
+
+std::vector<sched::TaskSpec> TasksOf(const ReplayJob& j, const sched::Snapshot& s) {
+  sched::TaskSpec t;
+  t.cpu_milli = j.cpu_milli;
+  t.memory_mib = j.memory_mib;
+  if (j.gpus_per_task > 0) {
+    t.gpu_count = j.gpus_per_task;
+    t.gpu_milli = j.gpu_milli;
+    t.gpu_kind = j.gpu_milli >= 1000 ? sched::GpuKind::kWhole : sched::GpuKind::kFraction;
+  }
+  if (!j.gpu_models.empty()) {
+    t.allowed_models = 0;
+    for (const std::string& m : j.gpu_models) {
+      sched::ModelId id = s.FindModel(m);
+      if (id != sched::kNoModel) t.allowed_models |= sched::Bit(id);
+    }
+  }
+  return std::vector<sched::TaskSpec>(static_cast<size_t>(j.tasks), t);
+}
+
+base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs,
+                               const ReplayOptions& options) {
+  auto snapshot =
+      sched::Snapshot::Build(cluster.clusters, cluster.nodes, domain::GpuCatalog::Builtin());
+  if (!snapshot.ok()) return snapshot.status();
+  auto order = PolicyOptions(options.policy);
+  if (!order.ok()) return order.status();
+
+  Setup out;
+  sched::QuotaTree quotas;
+  const int32_t root = quotas.AddNode("all", -1);
+  std::map<std::string, int32_t> teams, projects;
+  auto add_project = [&](const ReplayProject& p) {
+    const std::string team = p.team.empty() ? "default-team" : p.team;
+    auto [t, new_team] = teams.emplace(team, -1);
+    if (new_team) t->second = quotas.AddNode(team, root);
+    const int32_t leaf = quotas.AddNode(p.name, t->second, p.weight);
+    if (p.guaranteed_gpus > 0 || p.limit_gpus >= 0) {
+      quotas.SetQuota(
+          leaf, sched::kNoModel, static_cast<int64_t>(p.guaranteed_gpus * 1000),
+          p.limit_gpus < 0 ? sched::kUnlimited : static_cast<int64_t>(p.limit_gpus * 1000));
+    }
+    projects[p.name] = static_cast<int32_t>(out.projects.size());
+    out.leaf_of_project.push_back(leaf);
+    out.projects.push_back({p.name, p.weight, p.guaranteed_gpus, 0, 0, 0, 0});
+  };
+  for (const ReplayProject& p : cluster.projects) add_project(p);
+  std::vector<sched::TaskSpec> all_tasks;
+  for (const ReplayJob& j : jobs) {
+    if (!projects.count(j.project)) add_project({j.project, "unassigned", 1, 0, -1});
+    out.project_of_job.push_back(projects.at(j.project));
+    if (all_tasks.size() < 200000) {
+      for (const sched::TaskSpec& t : TasksOf(j, *snapshot)) all_tasks.push_back(t);
+    }
+  }
+  auto spec = sched::PolicySpec("meridian");
+  if (!spec.ok()) return spec.status();
+  if (snapshot->nodes.size() > 512) spec->max_feasible_nodes = 16;
+  sched::PluginArgs args;
+  args.fragmentation = std::make_shared<sched::FragmentationModel>(
+      sched::FragmentationModel::FromTasks(all_tasks, 0.95));
+  auto profile = sched::BuiltinRegistry().Build(*spec, args);
+  if (!profile.ok()) return profile.status();
+  out.scheduler = std::make_unique<sched::Scheduler>(std::move(*snapshot), std::move(*profile),
+                                                     std::move(quotas), *order, options.seed);
+  return out;
+}
+
+Percentiles Summarise(std::vector<double> v) {
+  Percentiles p;
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  p.mean = sum / static_cast<double>(v.size());
+  auto at = [&](double q) {
+    size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+    return v[std::min(i, v.size() - 1)];
+  };
+  p.p50 = at(0.50);
+  p.p95 = at(0.95);
+  p.p99 = at(0.99);
+  return p;
+}
+
+// Jain's index of the allocation per unit of weight among projects that want GPUs now.
+double Jain(const std::vector<double>& gpus, const std::vector<double>& weights,
+            const std::vector<int64_t>& waiting_or_running) {
+  double sum = 0, squares = 0;
+  int n = 0;
+  for (size_t p = 0; p < gpus.size(); ++p) {
+    if (waiting_or_running[p] == 0) continue;
+    double x = gpus[p] / weights[p];
+    sum += x;
+    squares += x * x;
+    ++n;
+  }
+  if (n < 2 || squares == 0) return -1;
+  return sum * sum / (n * squares);
+}
+
+}  // namespace
+
+std::vector<std::string> ReplayPolicyNames() { return {"fifo", "sjf", "las", "meridian"}; }
+
+base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
+                                     const std::vector<ReplayJob>& jobs,
+                                     const ReplayOptions& options) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  if (jobs.empty()) return base::Status::Invalid("no jobs to replay");
+  auto setup = BuildSetup(cluster, jobs, options);
+  if (!setup.ok()) return setup.status();
+  sched::Scheduler& sched = *setup->scheduler;
+  const sched::Snapshot& snap = sched.snapshot();
+
+  ReplayResult res;
+  res.policy = options.policy;
+  res.jobs = static_cast<int64_t>(jobs.size());
+  res.total_gpus = static_cast<double>(snap.TotalGpuMilli()) / 1000.0;
+  res.projects = setup->projects;
+  const size_t n_projects = res.projects.size();
+
+  // Jobs in arrival order; the scheduler knows them by index.
+  std::vector<size_t> arrival(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) arrival[i] = i;
+  std::stable_sort(arrival.begin(), arrival.end(),
+                   [&](size_t a, size_t b) { return jobs[a].submit_time < jobs[b].submit_time; });
+  struct State {
+    double first_start = -1, start = 0, end = -1;
+    double progress = 0;  // seconds of work saved by checkpoints
+    int64_t milli = 0;
+    double price_rate = 0;  // per hour while running
+    uint32_t generation = 0;
+    bool running = false;
+  };
+  std::vector<State> st(jobs.size());
+  struct Event {
+    double time;
+    size_t job;
+    uint32_t generation;
+    bool eviction;
+    bool operator>(const Event& o) const { return time > o.time; }
+  };
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+
+  const double first = jobs[arrival.front()].submit_time;
+  const double span = std::max(1.0, jobs[arrival.back()].submit_time - first);
+  const double interval = std::max(1.0, span / std::max(1, options.samples));
+  double next_sample = first;
+  double alloc = 0, rate = 0;  // GPUs held now, cost per hour now
+  std::vector<double> project_gpus(n_projects, 0);
+  std::vector<int64_t> project_active(n_projects, 0);  // pending + running jobs
+  int64_t running = 0, pending = 0;
+  double jain_sum = 0;
+  int64_t jain_n = 0;
+  double now = first;
+
+  auto advance = [&](double to) {
+    const double dt = to - now;
+    if (dt > 0) {
+      res.utilization += alloc * dt;
+      res.cost += rate * dt / 3600.0;
+      res.idle_gpu_hours += (res.total_gpus - alloc) * dt / 3600.0;
+      if (pending > 0) res.idle_gpu_hours_queued += (res.total_gpus - alloc) * dt / 3600.0;
+      for (size_t p = 0; p < n_projects; ++p)
+        res.projects[p].gpu_hours += project_gpus[p] * dt / 3600.0;
+    }
+    while (next_sample <= to) {
+      res.samples.push_back({next_sample, alloc / res.total_gpus, pending, running, project_gpus});
+      std::vector<double> weights(n_projects);
+      for (size_t p = 0; p < n_projects; ++p) weights[p] = res.projects[p].weight;
+      double j = Jain(project_gpus, weights, project_active);
+      if (j >= 0) {
+        jain_sum += j;
+        ++jain_n;
+      }
+      next_sample += interval;
+    }
+    now = to;
+  };
+  auto stop_running = [&](size_t i) {
+    State& s = st[i];
+    s.running = false;
+    --running;
+    alloc -= static_cast<double>(s.milli) / 1000.0;
+    rate -= s.price_rate;
+    project_gpus[setup->project_of_job[i]] -= static_cast<double>(s.milli) / 1000.0;
+  };
+  std::unordered_map<int64_t, size_t> index_of;
+  for (size_t i = 0; i < jobs.size(); ++i) index_of[jobs[i].id] = i;
+
+  size_t next = 0;
+  while (next < arrival.size() || !events.empty()) {
+    double t = next < arrival.size() ? jobs[arrival[next]].submit_time : HUGE_VAL;
+    if (!events.empty()) t = std::min(t, events.top().time);
+    advance(t);
+    for (; next < arrival.size() && jobs[arrival[next]].submit_time <= now; ++next) {
+      const size_t i = arrival[next];
+      sched::JobSpec spec;
+      spec.id = jobs[i].id;
+      spec.tenant = setup->leaf_of_project[setup->project_of_job[i]];
+      spec.priority = jobs[i].priority;
+      spec.gang = jobs[i].gang;
+      spec.tasks = TasksOf(jobs[i], snap);
+      spec.submit_time = jobs[i].submit_time;
+      spec.runtime_estimate = jobs[i].runtime_estimate;
+      spec.runtime_limit = jobs[i].runtime_limit;
+      if (base::Status s = sched.Submit(std::move(spec)); !s.ok()) return s;
+      ++pending;
+      ++project_active[setup->project_of_job[i]];
+      if (options.progress && next % 1024 == 0) {
+        options.progress(static_cast<double>(next) / static_cast<double>(arrival.size()));
+      }
+    }
+    while (!events.empty() && events.top().time <= now) {
+      const Event e = events.top();
+      events.pop();
+      State& s = st[e.job];
+      if (e.generation != s.generation || !s.running) continue;
+      if (e.eviction) {
+        sched.Evicted(jobs[e.job].id, now);
+        ++s.generation;
+        stop_running(e.job);
+        ++pending;
+        continue;
+      }
+      sched.Finish(jobs[e.job].id, now);
+      stop_running(e.job);
+      s.end = now;
+      --project_active[setup->project_of_job[e.job]];
+      ++res.completed;
+    }
+    sched::CycleResult r = sched.Cycle(now);
+    // Starts first: a job may start and be preempted within one cycle.
+    for (const sched::StartDecision& d : r.started) {
+      const size_t i = index_of.at(d.job);
+      State& s = st[i];
+      const ReplayJob& j = jobs[i];
+      s.running = true;
+      s.start = now;
+      if (s.first_start < 0) s.first_start = now;
+      ++s.generation;
+      s.milli = 0;
+      s.price_rate = 0;
+      for (const sched::Placement& p : d.placements) {
+        const sched::NodeState& node = snap.nodes[p.node];
+        for (const sched::DeviceGrant& g : p.devices) {
+          s.milli += g.milli;
+          const auto& prices = snap.clusters[node.cluster].price_by_model;
+          s.price_rate += node.model >= 0 ? prices[node.model] * g.milli / 1000.0 : 0;
+        }
+      }
+      ++running;
+      --pending;
+      alloc += static_cast<double>(s.milli) / 1000.0;
+      rate += s.price_rate;
+      project_gpus[setup->project_of_job[i]] += static_cast<double>(s.milli) / 1000.0;
+      const double remaining = std::max(0.0, j.duration - s.progress);
+      const double run_for = j.runtime_limit > 0 ? std::min(remaining, j.runtime_limit) : remaining;
+      events.push({now + run_for, i, s.generation, false});
+    }
+    for (const sched::PreemptDecision& p : r.preempted) {
+      const size_t i = index_of.at(p.job);
+      State& s = st[i];
+      ++res.preemptions;
+      const double ran = now - s.start;
+      const double saved =
+          options.checkpoint_interval > 0
+              ? std::floor(ran / options.checkpoint_interval) * options.checkpoint_interval
+              : 0;
+      s.progress += saved;
+      res.preempted_gpu_hours += static_cast<double>(s.milli) / 1000.0 * (ran - saved) / 3600.0;
+      if (p.stop_at > now) {
+        events.push({p.stop_at, i, s.generation, true});
+      } else {
+        ++s.generation;  // its completion will not happen: it is back in the queue
+        stop_running(i);
+        ++pending;
+      }
+    }
+  }
+  advance(now);
+  if (options.progress) options.progress(1.0);
+
+  std::vector<double> jct, delay;
+  double last_end = first;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (st[i].end < 0) continue;
+    jct.push_back(st[i].end - jobs[i].submit_time);
+    delay.push_back(st[i].first_start - jobs[i].submit_time);
+    last_end = std::max(last_end, st[i].end);
+  }
+  res.never_started = res.jobs - res.completed;
+  res.jct = Summarise(jct);
+  res.queueing_delay = Summarise(delay);
+  res.makespan = last_end - first;
+  const double capacity_time = res.total_gpus * std::max(res.makespan, 1e-9);
+  res.utilization = res.makespan > 0 ? res.utilization / capacity_time : 0;
+  res.jain_fairness = jain_n > 0 ? jain_sum / static_cast<double>(jain_n) : 1.0;
+  double delivered = 0, guaranteed = 0;
+  for (const ProjectStats& p : res.projects) {
+    delivered += p.gpu_hours;
+    guaranteed += p.guaranteed_gpus;
+  }
+  for (ProjectStats& p : res.projects) {
+    p.mean_gpus = res.makespan > 0 ? p.gpu_hours * 3600.0 / res.makespan : 0;
+    p.share = delivered > 0 ? p.gpu_hours / delivered : 0;
+    p.quota_share = guaranteed > 0 ? p.guaranteed_gpus / guaranteed : 0;
+  }
+  // Keep the time series to at most twice the asked number of points.
+  if (res.samples.size() > static_cast<size_t>(2 * options.samples) && options.samples > 0) {
+    const size_t stride = res.samples.size() / static_cast<size_t>(options.samples);
+    std::vector<ReplaySample> thin;
+    for (size_t i = 0; i < res.samples.size(); i += stride) thin.push_back(res.samples[i]);
+    res.samples = std::move(thin);
+  }
+  res.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return res;
+}
+
+}  // namespace meridian::sim

@@ -1,0 +1,75 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "sim/replay_input.h"
+
+namespace meridian::sim {
+
+// Dynamic trace replay: a discrete-event simulation on a virtual clock that runs the scheduler
+// unchanged. Jobs arrive at their submit time, wait, run for their duration (or until their
+// runtime limit), may be preempted and requeued (their work so far is lost), and leave.
+struct ReplayOptions {
+  std::string policy = "meridian";  // fifo | sjf | las | meridian
+  int32_t samples = 400;            // points of the time series
+  // Preempted jobs resume from their last checkpoint, taken every this many seconds of run
+  // time (0: no checkpoints, a preempted job starts over).
+  double checkpoint_interval = 600;
+  uint64_t seed = 1;
+  std::function<void(double done)> progress;  // fraction of jobs arrived; may be empty
+};
+
+struct Percentiles {
+  double mean = 0, p50 = 0, p95 = 0, p99 = 0;
+};
+
+struct ReplaySample {
+  double time = 0;
+  double utilization = 0;  // allocated / total GPU, 0..1
+  int64_t pending = 0;
+  int64_t running = 0;
+  std::vector<double> project_gpus;  // GPUs held per project
+};
+
+struct ProjectStats {
+  std::string name;
+  double weight = 1;
+  double guaranteed_gpus = 0;
+  double gpu_hours = 0;    // received
+  double mean_gpus = 0;    // over the makespan
+  double share = 0;        // of all GPU-hours delivered
+  double quota_share = 0;  // its guarantee as a share of all guarantees (0 when none)
+};
+
+struct ReplayResult {
+  std::string policy;
+  int64_t jobs = 0;
+  int64_t completed = 0;
+  int64_t never_started = 0;   // still pending at the end: nothing could ever hold them
+  Percentiles jct;             // seconds, completed jobs
+  Percentiles queueing_delay;  // seconds from submission to first start
+  double makespan = 0;         // first submission to last completion
+  double utilization = 0;      // GPU-time allocated / GPU-time available over the makespan
+  double jain_fairness = 0;    // time-averaged over moments when two or more projects compete
+  int64_t preemptions = 0;
+  double preempted_gpu_hours = 0;    // work lost to preemption
+  double idle_gpu_hours = 0;         // over the makespan
+  double idle_gpu_hours_queued = 0;  // while jobs were waiting
+  double cost = 0;                   // sum of price per GPU-hour over what was allocated
+  double total_gpus = 0;
+  std::vector<ProjectStats> projects;
+  std::vector<ReplaySample> samples;
+  double wall_seconds = 0;
+};
+
+base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
+                                     const std::vector<ReplayJob>& jobs,
+                                     const ReplayOptions& options);
+
+std::vector<std::string> ReplayPolicyNames();
+
+}  // namespace meridian::sim

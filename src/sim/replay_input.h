@@ -1,0 +1,55 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "domain/cluster.h"
+
+namespace meridian::sim {
+
+// The estate and tenants a replay runs on. See docs/replay-format.md for the file format.
+struct ReplayProject {
+  std::string name;
+  std::string team;
+  double weight = 1;
+  double guaranteed_gpus = 0;  // 0: nothing guaranteed
+  double limit_gpus = -1;      // -1: no limit
+};
+
+struct ReplayCluster {
+  std::vector<domain::Cluster> clusters;
+  std::vector<domain::Node> nodes;
+  std::vector<ReplayProject> projects;
+};
+
+// One job of a replay: `tasks` replicas of the same request, run for `duration` seconds.
+struct ReplayJob {
+  int64_t id = 0;
+  double submit_time = 0;
+  double duration = 0;
+  int32_t tasks = 1;
+  int32_t gpus_per_task = 1;            // 0: CPU-only
+  int32_t gpu_milli = 1000;             // per GPU; below 1000 only with one GPU per task
+  std::vector<std::string> gpu_models;  // allowed models; empty: any
+  std::string project = "default";
+  int32_t priority = 0;
+  double runtime_estimate = 0;  // what the scheduler is told; 0: unknown
+  double runtime_limit = 0;     // 0: none; a job reaching it is stopped
+  int64_t cpu_milli = 0;        // per task
+  int64_t memory_mib = 0;       // per task
+  bool gang = false;
+};
+
+// The cluster description: Meridian's YAML format, or an Alibaba GPU-2023 node list (CSV).
+base::Result<ReplayCluster> ParseReplayCluster(std::string_view text, std::string_view file);
+base::Result<ReplayCluster> ReadReplayCluster(const std::string& path);
+
+// The jobs: Meridian's CSV format, or an Alibaba GPU-2023 task list (one job per task, its
+// creation time as submission and its run as duration, its QoS class as project).
+base::Result<std::vector<ReplayJob>> ParseReplayJobs(std::string_view text, std::string_view file);
+base::Result<std::vector<ReplayJob>> ReadReplayJobs(const std::string& path);
+
+}  // namespace meridian::sim

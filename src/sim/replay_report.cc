@@ -1,0 +1,207 @@
+#include "sim/replay_report.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "sim/svg_chart.h"
+
+namespace meridian::sim {
+namespace {
+
+nlohmann::json PercentilesJson(const Percentiles& p) {
+  return {{"mean", p.mean}, {"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}};
+}
+
+std::string Fixed(double v, int decimals = 1) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+struct Row {
+  const char* label;
+  std::string (*value)(const ReplayResult&);
+};
+
+const Row kRows[] = {
+    {"jobs completed", [](const ReplayResult& r) { return std::to_string(r.completed); }},
+    {"never started", [](const ReplayResult& r) { return std::to_string(r.never_started); }},
+    {"JCT mean (s)", [](const ReplayResult& r) { return Fixed(r.jct.mean); }},
+    {"JCT p50 (s)", [](const ReplayResult& r) { return Fixed(r.jct.p50); }},
+    {"JCT p95 (s)", [](const ReplayResult& r) { return Fixed(r.jct.p95); }},
+    {"JCT p99 (s)", [](const ReplayResult& r) { return Fixed(r.jct.p99); }},
+    {"wait mean (s)", [](const ReplayResult& r) { return Fixed(r.queueing_delay.mean); }},
+    {"wait p50 (s)", [](const ReplayResult& r) { return Fixed(r.queueing_delay.p50); }},
+    {"wait p95 (s)", [](const ReplayResult& r) { return Fixed(r.queueing_delay.p95); }},
+    {"wait p99 (s)", [](const ReplayResult& r) { return Fixed(r.queueing_delay.p99); }},
+    {"makespan (s)", [](const ReplayResult& r) { return Fixed(r.makespan); }},
+    {"GPU utilisation %", [](const ReplayResult& r) { return Fixed(100 * r.utilization, 2); }},
+    {"Jain fairness", [](const ReplayResult& r) { return Fixed(r.jain_fairness, 3); }},
+    {"preemptions", [](const ReplayResult& r) { return std::to_string(r.preemptions); }},
+    {"GPU-h lost to preemption",
+     [](const ReplayResult& r) { return Fixed(r.preempted_gpu_hours); }},
+    {"idle GPU-h", [](const ReplayResult& r) { return Fixed(r.idle_gpu_hours); }},
+    {"idle GPU-h while jobs waited",
+     [](const ReplayResult& r) { return Fixed(r.idle_gpu_hours_queued); }},
+    {"cost", [](const ReplayResult& r) { return Fixed(r.cost, 2); }},
+    {"replay wall time (s)", [](const ReplayResult& r) { return Fixed(r.wall_seconds, 2); }},
+};
+
+}  // namespace
+
+void PrintReplayTable(const std::vector<ReplayResult>& results, std::ostream& out) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%-30s", "");
+  out << buf;
+  for (const ReplayResult& r : results) {
+    std::snprintf(buf, sizeof buf, "%14s", r.policy.c_str());
+    out << buf;
+  }
+  out << "\n";
+  for (const Row& row : kRows) {
+    std::snprintf(buf, sizeof buf, "%-30s", row.label);
+    out << buf;
+    for (const ReplayResult& r : results) {
+      std::snprintf(buf, sizeof buf, "%14s", row.value(r).c_str());
+      out << buf;
+    }
+    out << "\n";
+  }
+  if (results.empty()) return;
+  out << "\nshare of GPU-hours by project (quota share):\n";
+  for (size_t p = 0; p < results[0].projects.size(); ++p) {
+    std::snprintf(buf, sizeof buf, "  %-28s", results[0].projects[p].name.c_str());
+    out << buf;
+    for (const ReplayResult& r : results) {
+      std::snprintf(buf, sizeof buf, "%7.1f%% (%3.0f%%)", 100 * r.projects[p].share,
+                    100 * r.projects[p].quota_share);
+      out << buf;
+    }
+    out << "\n";
+  }
+}
+
+nlohmann::json ReplayJson(const std::vector<ReplayResult>& results) {
+  nlohmann::json policies = nlohmann::json::array();
+  for (const ReplayResult& r : results) {
+    nlohmann::json projects = nlohmann::json::array();
+    for (const ProjectStats& p : r.projects) {
+      projects.push_back({{"project", p.name},
+                          {"gpu_hours", p.gpu_hours},
+                          {"mean_gpus", p.mean_gpus},
+                          {"share", p.share},
+                          {"guaranteed_gpus", p.guaranteed_gpus},
+                          {"quota_share", p.quota_share}});
+    }
+    policies.push_back({{"policy", r.policy},
+                        {"jobs", r.jobs},
+                        {"completed", r.completed},
+                        {"never_started", r.never_started},
+                        {"jct", PercentilesJson(r.jct)},
+                        {"queueing_delay", PercentilesJson(r.queueing_delay)},
+                        {"makespan", r.makespan},
+                        {"utilization", r.utilization},
+                        {"jain_fairness", r.jain_fairness},
+                        {"preemptions", r.preemptions},
+                        {"preempted_gpu_hours", r.preempted_gpu_hours},
+                        {"idle_gpu_hours", r.idle_gpu_hours},
+                        {"idle_gpu_hours_while_queued", r.idle_gpu_hours_queued},
+                        {"cost", r.cost},
+                        {"gpus", r.total_gpus},
+                        {"wall_seconds", r.wall_seconds},
+                        {"projects", projects}});
+  }
+  return {{"policies", policies}};
+}
+
+base::Status WriteReplayCsv(const std::vector<ReplayResult>& results, const std::string& dir) {
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return base::Status::Io(dir + ": cannot create the directory");
+  }
+  for (const ReplayResult& r : results) {
+    const std::string path = dir + "/replay-" + r.policy + ".csv";
+    std::ofstream f(path);
+    if (!f) return base::Status::Io(path + ": cannot open for writing");
+    f << "time,utilization,pending,running";
+    for (const ProjectStats& p : r.projects) f << ",gpus_" << p.name;
+    f << "\n";
+    for (const ReplaySample& s : r.samples) {
+      f << Fixed(s.time, 0) << "," << Fixed(s.utilization, 4) << "," << s.pending << ","
+        << s.running;
+      for (double g : s.project_gpus) f << "," << Fixed(g, 3);
+      f << "\n";
+    }
+    if (!f) return base::Status::Io(path + ": write failed");
+  }
+  const std::string path = dir + "/replay-projects.csv";
+  std::ofstream f(path);
+  if (!f) return base::Status::Io(path + ": cannot open for writing");
+  f << "policy,project,gpu_hours,mean_gpus,share,guaranteed_gpus,quota_share\n";
+  for (const ReplayResult& r : results) {
+    for (const ProjectStats& p : r.projects) {
+      f << r.policy << "," << p.name << "," << Fixed(p.gpu_hours, 3) << "," << Fixed(p.mean_gpus, 3)
+        << "," << Fixed(p.share, 4) << "," << Fixed(p.guaranteed_gpus, 1) << ","
+        << Fixed(p.quota_share, 4) << "\n";
+    }
+  }
+  return f ? base::Status::Ok() : base::Status::Io(path + ": write failed");
+}
+
+std::string ReplayHtml(const std::vector<ReplayResult>& results, const std::string& title) {
+  std::vector<Series> util, queue;
+  for (const ReplayResult& r : results) {
+    Series u{r.policy, {}, {}}, q{r.policy, {}, {}};
+    const double t0 = r.samples.empty() ? 0 : r.samples.front().time;
+    for (const ReplaySample& s : r.samples) {
+      u.x.push_back((s.time - t0) / 3600.0);
+      u.y.push_back(100 * s.utilization);
+      q.x.push_back((s.time - t0) / 3600.0);
+      q.y.push_back(static_cast<double>(s.pending));
+    }
+    util.push_back(std::move(u));
+    queue.push_back(std::move(q));
+  }
+  std::vector<Series> jct, wait, share;
+  for (const ReplayResult& r : results) {
+    jct.push_back({r.policy, {}, {r.jct.mean, r.jct.p50, r.jct.p95, r.jct.p99}});
+    wait.push_back({r.policy,
+                    {},
+                    {r.queueing_delay.mean, r.queueing_delay.p50, r.queueing_delay.p95,
+                     r.queueing_delay.p99}});
+    Series s{r.policy, {}, {}};
+    for (const ProjectStats& p : r.projects) s.y.push_back(100 * p.share);
+    share.push_back(std::move(s));
+  }
+  std::vector<std::string> project_names;
+  if (!results.empty()) {
+    for (const ProjectStats& p : results[0].projects) project_names.push_back(p.name);
+    Series quota{"quota share", {}, {}};
+    for (const ProjectStats& p : results[0].projects) quota.y.push_back(100 * p.quota_share);
+    share.push_back(std::move(quota));
+  }
+  std::string html =
+      "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + HtmlEscape(title) +
+      "</title><style>body{font-family:sans-serif;margin:24px;color:#111;max-width:1000px}"
+      "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:4px 10px;"
+      "text-align:right}th:first-child,td:first-child{text-align:left}"
+      "svg{display:block;margin:18px 0;max-width:100%;height:auto}</style></head><body><h1>" +
+      HtmlEscape(title) + "</h1><table><tr><th></th>";
+  for (const ReplayResult& r : results) html += "<th>" + HtmlEscape(r.policy) + "</th>";
+  html += "</tr>";
+  for (const Row& row : kRows) {
+    html += "<tr><td>" + std::string(row.label) + "</td>";
+    for (const ReplayResult& r : results) html += "<td>" + row.value(r) + "</td>";
+    html += "</tr>";
+  }
+  html += "</table>";
+  html += SvgLineChart("GPU utilisation over time", "hours", "% of GPUs allocated", util);
+  html += SvgLineChart("Queue length over time", "hours", "pending jobs", queue);
+  html += SvgBarChart("Job completion time", "seconds", {"mean", "p50", "p95", "p99"}, jct);
+  html += SvgBarChart("Queueing delay", "seconds", {"mean", "p50", "p95", "p99"}, wait);
+  html += SvgBarChart("Share of GPU-hours by project vs quota share", "%", project_names, share);
+  return html + "</body></html>\n";
+}
+
+}  // namespace meridian::sim

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace meridian::sim {
+
+// Small self-contained SVG charts for the HTML reports (no script, no external assets).
+
+struct Series {
+  std::string name;
+  std::vector<double> x;
+  std::vector<double> y;
+};
+
+// A line chart of several series against a shared x axis.
+std::string SvgLineChart(const std::string& title, const std::string& x_label,
+                         const std::string& y_label, const std::vector<Series>& series);
+
+// Grouped bars: one group per label, one bar per series (series[i].y[k] is the value of
+// series i in group k).
+std::string SvgBarChart(const std::string& title, const std::string& y_label,
+                        const std::vector<std::string>& groups, const std::vector<Series>& series);
+
+std::string HtmlEscape(const std::string& text);
+
+}  // namespace meridian::sim
