@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -135,6 +136,47 @@ TEST_F(CliTest, BenchScheduleReportsItsFigures) {
   EXPECT_GT(j["placements_per_second"].get<double>(), 0.0);
   EXPECT_GT(j["peak_rss_mib"].get<double>(), 0.0);
   EXPECT_GT(j["cycle_seconds"].get<double>(), 0.0);
+}
+
+TEST_F(CliTest, ReplayComparesPoliciesAndWritesItsReports) {
+  CliRun g = Meridian("sim generate --jobs 300 --gpus 32 --load 0.9 --seed 3 --out " + Path("w"));
+  ASSERT_EQ(g.code, 0) << g.out;
+  CliRun r =
+      Meridian("sim replay --cluster " + Path("w/cluster.yaml") + " --jobs " + Path("w/jobs.csv") +
+                   " --json --csv " + Path("csv") + " --html " + Path("report.html"),
+               false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["policies"].size(), 4u);
+  for (const auto& p : j["policies"]) {
+    for (const char* k : {"jct", "queueing_delay"}) {
+      for (const char* q : {"mean", "p50", "p95", "p99"}) {
+        ASSERT_TRUE(p[k].contains(q)) << p["policy"] << " " << k << "." << q;
+      }
+      EXPECT_LE(p[k]["p50"].get<double>(), p[k]["p99"].get<double>());
+    }
+    EXPECT_EQ(p["completed"], 300) << p["policy"];
+    EXPECT_GT(p["makespan"].get<double>(), 0);
+    EXPECT_GT(p["utilization"].get<double>(), 0);
+    EXPECT_LE(p["utilization"].get<double>(), 1.0);
+    EXPECT_GT(p["jain_fairness"].get<double>(), 0);
+    EXPECT_GE(p["preemptions"].get<int>(), 0);
+  }
+  std::ifstream html(Path("report.html"));
+  std::string page((std::istreambuf_iterator<char>(html)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("GPU utilisation over time"), std::string::npos);
+  EXPECT_NE(page.find("<polyline"), std::string::npos);
+  std::ifstream csv(Path("csv/replay-las.csv"));
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header.rfind("time,utilization,pending,running,gpus_", 0), 0u) << header;
+
+  Write("bad.yaml", "clusters:\n  - name: x\n    nodes:\n      - {name: n, gpus: 8}\n");
+  CliRun bad =
+      Meridian("sim replay --cluster " + Path("bad.yaml") + " --jobs " + Path("w/jobs.csv"));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find(Path("bad.yaml") + ":4:9: clusters[0].nodes[0]"), std::string::npos)
+      << bad.out;
 }
 
 }  // namespace

@@ -1,0 +1,204 @@
+#include "sim/replay.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "sim/replay_input.h"
+#include "sim/replay_report.h"
+
+namespace meridian::sim {
+namespace {
+
+const char* kCluster = R"(clusters:
+  - name: onprem
+    kind: on-prem
+    region: eu-west
+    prices: {H100-80GB: 2.0}
+    nodes:
+      - {name: gpu, count: 2, gpus: 8, model: H100-80GB, cpu_milli: 128000, memory_mib: 1048576}
+projects:
+  - {name: a, team: t1, guaranteed_gpus: 8}
+  - {name: b, team: t1, guaranteed_gpus: 8}
+)";
+
+ReplayCluster Cluster() {
+  auto c = ParseReplayCluster(kCluster, "cluster.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+std::vector<ReplayJob> Jobs(const std::string& rows) {
+  auto j = ParseReplayJobs(
+      "id,submit_time,duration,tasks,gpus_per_task,project,priority,runtime_estimate\n" + rows,
+      "jobs.csv");
+  EXPECT_TRUE(j.ok()) << j.status().message();
+  return j.ok() ? *j : std::vector<ReplayJob>{};
+}
+
+TEST(ReplayInput, ReadsTheClusterDescription) {
+  ReplayCluster c = Cluster();
+  ASSERT_EQ(c.clusters.size(), 1u);
+  EXPECT_EQ(c.clusters[0].price_per_gpu_hour.at("H100-80GB"), 2.0);
+  ASSERT_EQ(c.nodes.size(), 2u);
+  EXPECT_EQ(c.nodes[1].name, "gpu-1");
+  EXPECT_EQ(c.nodes[1].gpus.size(), 8u);
+  ASSERT_EQ(c.projects.size(), 2u);
+  EXPECT_EQ(c.projects[1].guaranteed_gpus, 8);
+}
+
+TEST(ReplayInput, ClusterErrorsNameFileLineColumnAndField) {
+  struct Case {
+    std::string text;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"clusters:\n  - name: x\n    colour: red\n    nodes: []\n",
+       "c.yaml:3:5: clusters[0].colour: unknown field"},
+      {"clusters:\n  - name: x\n    kind: moon\n    nodes: [{name: n, cpu_milli: 1, "
+       "memory_mib: 1}]\n",
+       "c.yaml:3:11: clusters[0].kind: must be on-prem or cloud"},
+      {"clusters:\n  - name: x\n    nodes:\n      - {name: n, gpus: lots, cpu_milli: 1, "
+       "memory_mib: 1}\n",
+       "c.yaml:4:25: clusters[0].nodes[0].gpus: \"lots\" has the wrong type"},
+      {"clusters:\n  - name: x\n    nodes:\n      - {name: n, gpus: 8, cpu_milli: 1, "
+       "memory_mib: 1}\n",
+       "c.yaml:4:9: clusters[0].nodes[0].model: is required with gpus"},
+      {"clusters: [\n", "c.yaml:2:1: "},
+      {"projects: []\n", "c.yaml:1:1: clusters: expected a non-empty list"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseReplayCluster(c.text, "c.yaml");
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_EQ(r.status().message().rfind(c.want, 0), 0u)
+        << "got: " << r.status().message() << "\nwant prefix: " << c.want;
+  }
+}
+
+TEST(ReplayInput, JobErrorsNameLineAndColumn) {
+  const std::string header = "id,submit_time,duration,gpus_per_task,gpu_milli\n";
+  struct Case {
+    std::string rows;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"1,0,10,1,1000\n1,5,10,1,1000\n", "j.csv:3:1: id: duplicate job id"},
+      {"1,soon,10,1,1000\n", "j.csv:2:3: submit_time: expected a number"},
+      {"1,0,10,2,500\n", "j.csv:2:10: gpu_milli: a task with several GPUs"},
+      {"1,0,-4,1,1000\n", "j.csv:2:5: duration: -4 is outside"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseReplayJobs(header + c.rows, "j.csv");
+    ASSERT_FALSE(r.ok()) << c.rows;
+    EXPECT_EQ(r.status().message().rfind(c.want, 0), 0u)
+        << "got: " << r.status().message() << "\nwant prefix: " << c.want;
+  }
+}
+
+TEST(Replay, FifoWaitsBehindItsHeadAndSjfDoesNot) {
+  // Both nodes busy until 100 with job 1 (16 GPUs). Then job 2 (16 GPUs, 1000 s) and job 3
+  // (1 GPU, 10 s) wait; FIFO runs 2 then 3, SJF runs 3 at once.
+  std::vector<ReplayJob> jobs = Jobs(
+      "1,0,100,2,8,a,0,100\n"
+      "2,1,1000,2,8,a,0,1000\n"
+      "3,2,10,1,1,b,0,10\n");
+  ReplayOptions o;
+  o.policy = "fifo";
+  auto fifo = RunReplay(Cluster(), jobs, o);
+  ASSERT_TRUE(fifo.ok()) << fifo.status().message();
+  o.policy = "sjf";
+  auto sjf = RunReplay(Cluster(), jobs, o);
+  ASSERT_TRUE(sjf.ok());
+  EXPECT_EQ(fifo->completed, 3);
+  EXPECT_EQ(sjf->completed, 3);
+  // FIFO: job 3 starts at 1100 after job 2, a wait of 1098 s. SJF: job 3 starts at 100 and job
+  // 2 after it at 110, so the longest wait is job 2's 109 s.
+  EXPECT_DOUBLE_EQ(fifo->queueing_delay.p99, 1098);
+  EXPECT_DOUBLE_EQ(sjf->queueing_delay.p99, 109);
+  EXPECT_DOUBLE_EQ(fifo->jct.mean, (100 + 1099 + 1108) / 3.0);
+  EXPECT_DOUBLE_EQ(sjf->jct.mean, (100 + 1109 + 108) / 3.0);
+  EXPECT_DOUBLE_EQ(fifo->makespan, 1110);
+  EXPECT_GT(fifo->utilization, 0.9);
+  EXPECT_LE(fifo->utilization, 1.0);
+}
+
+TEST(Replay, MetricsHoldTogetherAndRepeat) {
+  std::string rows;
+  for (int i = 0; i < 60; ++i) {
+    rows += std::to_string(i + 1) + "," + std::to_string(i * 30) + "," +
+            std::to_string(100 + (i * 37) % 900) + ",1," + std::to_string(1 << (i % 4)) + "," +
+            (i % 2 ? "a" : "b") + "," + (i % 10 == 0 ? "100" : "0") + "," +
+            std::to_string(100 + (i * 37) % 900) + "\n";
+  }
+  std::vector<ReplayJob> jobs = Jobs(rows);
+  for (const std::string& policy : ReplayPolicyNames()) {
+    ReplayOptions o;
+    o.policy = policy;
+    auto r = RunReplay(Cluster(), jobs, o);
+    ASSERT_TRUE(r.ok()) << policy;
+    EXPECT_EQ(r->completed, 60) << policy;
+    EXPECT_GE(r->jct.p50, 100) << policy << ": no job finishes faster than it runs";
+    EXPECT_LE(r->jct.p50, r->jct.p95);
+    EXPECT_LE(r->jct.p95, r->jct.p99);
+    EXPECT_GE(r->queueing_delay.mean, 0);
+    EXPECT_GT(r->utilization, 0);
+    EXPECT_LE(r->utilization, 1.0 + 1e-9);
+    EXPECT_GT(r->jain_fairness, 0);
+    EXPECT_LE(r->jain_fairness, 1.0 + 1e-9);
+    double share = 0;
+    for (const ProjectStats& p : r->projects) share += p.share;
+    EXPECT_NEAR(share, 1.0, 1e-9);
+    EXPECT_GT(r->cost, 0);
+    auto again = RunReplay(Cluster(), jobs, o);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->jct.mean, r->jct.mean) << policy << " is deterministic";
+    EXPECT_EQ(again->preemptions, r->preemptions);
+    if (policy == "fifo" || policy == "sjf") {
+      EXPECT_EQ(r->preemptions, 0) << policy;
+    }
+  }
+  ReplayOptions bad;
+  bad.policy = "lottery";
+  EXPECT_FALSE(RunReplay(Cluster(), jobs, bad).ok());
+}
+
+TEST(Replay, ReportsCarryEveryPolicy) {
+  std::vector<ReplayJob> jobs = Jobs("1,0,100,1,8,a,0,100\n2,10,50,1,4,b,0,50\n");
+  std::vector<ReplayResult> results;
+  for (const char* p : {"fifo", "meridian"}) {
+    ReplayOptions o;
+    o.policy = p;
+    results.push_back(*RunReplay(Cluster(), jobs, o));
+  }
+  nlohmann::json j = ReplayJson(results);
+  ASSERT_EQ(j["policies"].size(), 2u);
+  for (const char* k : {"jct", "queueing_delay"}) {
+    for (const char* q : {"mean", "p50", "p95", "p99"}) {
+      EXPECT_TRUE(j["policies"][1][k].contains(q)) << k << "." << q;
+    }
+  }
+  for (const char* k : {"makespan", "utilization", "jain_fairness", "preemptions"}) {
+    EXPECT_TRUE(j["policies"][0].contains(k)) << k;
+  }
+  std::string html = ReplayHtml(results, "t <test>");
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("t &lt;test&gt;"), std::string::npos);
+  EXPECT_NE(html.find("meridian"), std::string::npos);
+  char dir[] = "/tmp/meridian-replay-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ASSERT_TRUE(WriteReplayCsv(results, dir).ok());
+  std::ifstream csv(std::string(dir) + "/replay-meridian.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "time,utilization,pending,running,gpus_a,gpus_b");
+  std::string line;
+  int rows = 0;
+  while (std::getline(csv, line)) ++rows;
+  EXPECT_GT(rows, 0);
+  std::system((std::string("rm -rf ") + dir).c_str());
+}
+
+}  // namespace
+}  // namespace meridian::sim
