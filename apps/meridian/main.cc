@@ -225,6 +225,9 @@ int RunBenchSchedule(const BenchFlags& f) {
   }
   std::printf("schedule benchmark: %d nodes x %d GPUs, %d pending tasks (mixed shapes), one core\n",
               f.options.nodes, f.options.gpus_per_node, f.options.pending);
+  std::printf("  mode               %s\n",
+              r->queueing ? "one scheduler cycle: quotas, gangs, preemption, backfill"
+                          : "placement engine only");
   std::printf("  placed             %lld (%lld unschedulable, %lld answered by the shape cache)\n",
               static_cast<long long>(r->placed), static_cast<long long>(r->unschedulable),
               static_cast<long long>(r->cache_hits));
@@ -309,6 +312,9 @@ int main(int argc, char** argv) {
   sched_bench->add_option("--max-feasible-nodes", bf.options.max_feasible_nodes,
                           "stop each search after this many feasible nodes (0: all)");
   sched_bench->add_option("--seed", bf.options.seed, "seed of the synthetic estate and queue");
+  sched_bench->add_flag("!--placement-only", bf.options.queueing,
+                        "measure the placement engine alone, without the scheduler's quotas, "
+                        "gangs, preemption and backfill");
   sched_bench->add_flag("--json", bf.json, "print one JSON object");
   sched_bench->callback([&] { rc = RunBenchSchedule(bf); });
 

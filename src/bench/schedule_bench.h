@@ -13,6 +13,9 @@ struct ScheduleBenchOptions {
   int pending = 100000;
   int max_feasible_nodes = 8;  // the engine's bounded search; 0 scores every feasible node
   uint64_t seed = 1;
+  // Run the pass as one cycle of the full scheduler: quotas (four projects with guarantees and
+  // limits), priorities with preemption, gangs (every 20th job has two tasks), backfill.
+  bool queueing = true;
 };
 
 struct ScheduleBenchResult {
@@ -25,6 +28,9 @@ struct ScheduleBenchResult {
   double attempts_per_second = 0;    // tasks considered / cycle_seconds
   double peak_rss_mib = 0;
   double gpu_allocation = 0;  // % of GPU capacity allocated after the pass
+  bool queueing = false;
+  int64_t jobs = 0;
+  int64_t preemptions = 0;
 
   nlohmann::json ToJson() const;
 };

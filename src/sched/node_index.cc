@@ -134,21 +134,16 @@ void NodeIndex::CandidateLists(const Snapshot& s, const TaskSpec& t,
       return;
     }
     case GpuKind::kMig: {
+      Mask with_profile = 0;
       for (int m = 0; m < models; ++m) {
-        if (allowed(m) && s.model(static_cast<ModelId>(m)).FindMigProfile(t.mig_profile) &&
-            !by_model_[m].mig.empty()) {
-          out->push_back(&by_model_[m].mig);
-        }
-      }
-      TaskSpec only_mig = t;
-      for (int m = 0; m < models; ++m) {
-        if (!s.model(static_cast<ModelId>(m)).FindMigProfile(t.mig_profile)) {
-          only_mig.allowed_models &= ~Bit(m);
+        if (allowed(m) && s.model(static_cast<ModelId>(m)).FindMigProfile(t.mig_profile)) {
+          with_profile |= Bit(m);
+          if (!by_model_[m].mig.empty()) out->push_back(&by_model_[m].mig);
         }
       }
       for (size_t level = 1; level < max_whole; ++level) {
         for (int m = 0; m < models; ++m) {
-          if ((only_mig.allowed_models & Bit(m)) && level < by_model_[m].whole.size() &&
+          if ((with_profile & Bit(m)) && level < by_model_[m].whole.size() &&
               !by_model_[m].whole[level].empty()) {
             out->push_back(&by_model_[m].whole[level]);
           }

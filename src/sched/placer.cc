@@ -122,11 +122,11 @@ bool Placer::FractionOptions(const TaskSpec& task, const NodeState& node) {
 }
 
 bool Placer::MigOptions(const TaskSpec& task, const NodeState& node) {
-  if (node.model == kNoModel) return false;
+  (void)task;
+  if (node.model == kNoModel || mig_profile_of_model_[node.model] < 0) return false;
   const domain::GpuModel& model = s_->model(node.model);
-  const domain::MigProfile* profile = model.FindMigProfile(task.mig_profile);
-  if (!profile) return false;
-  const int16_t pid = static_cast<int16_t>(profile - model.mig_profiles.data());
+  const int16_t pid = mig_profile_of_model_[node.model];
+  const domain::MigProfile* profile = &model.mig_profiles[pid];
   // Best option per GPU: an existing free instance, then a new instance in free slices, then a
   // re-partition of a GPU none of whose instances is in use, then switching an idle GPU to MIG.
   DeviceGrant best;
@@ -227,8 +227,9 @@ double Placer::ScoreOf(const PluginContext& ctx, const Candidate& c) const {
 
 PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
   PlaceOutcome out;
-  std::string key = task.FeasibilityKey();
-  if (auto it = infeasible_.find(key); it != infeasible_.end() && it->second == epoch_) {
+  const uint64_t hash = task.FeasibilityHash();
+  if (auto it = infeasible_.find(hash); it != infeasible_.end() && it->second.epoch == epoch_ &&
+                                        it->second.key == task.FeasibilityKey()) {
     ++cache_hits_;
     out.why.cached = true;
     out.why.Reject("an earlier task of the same shape (no capacity released since)");
@@ -245,6 +246,15 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
   double best_score = 0;
   std::vector<DeviceGrant> best_devices;
   PluginContext ctx{*s_, task, cycle};
+  if (task.gpu_kind == GpuKind::kMig) {
+    mig_profile_of_model_.assign(static_cast<size_t>(s_->model_count()), -1);
+    for (int m = 0; m < s_->model_count(); ++m) {
+      const domain::GpuModel& model = s_->model(static_cast<ModelId>(m));
+      if (const domain::MigProfile* p = model.FindMigProfile(task.mig_profile)) {
+        mig_profile_of_model_[m] = static_cast<int16_t>(p - model.mig_profiles.data());
+      }
+    }
+  }
   index_.CandidateLists(*s_, task, &lists_);
   const int32_t limit = profile_->max_feasible_nodes;
   ++rotor_;
@@ -300,7 +310,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
     }
   }
   if (gpu_rejects > 0) out.why.Reject("gpu-fit", gpu_rejects);
-  infeasible_[std::move(key)] = epoch_;
+  infeasible_[hash] = Infeasible{task.FeasibilityKey(), epoch_};
   return out;
 }
 

@@ -64,12 +64,20 @@ class Placer {
   uint32_t stamp_ = 0;
   uint64_t rotor_ = 0;
   uint64_t epoch_ = 0;  // bumped whenever capacity is released
-  std::unordered_map<std::string, uint64_t> infeasible_;
+  // Shapes that fit nowhere, by FeasibilityHash; the full key guards against collisions.
+  struct Infeasible {
+    std::string key;
+    uint64_t epoch = 0;
+  };
+  std::unordered_map<uint64_t, Infeasible> infeasible_;
   int64_t cache_hits_ = 0;
   std::vector<Option> options_;
   std::vector<DeviceGrant> grants_;
   std::vector<const std::vector<int32_t>*> lists_;
   std::vector<int64_t> filter_rejects_;
+  // For the MIG task being placed: its profile's index in each model (-1: the model lacks it),
+  // looked up once per Place rather than once per node.
+  std::vector<int16_t> mig_profile_of_model_;
 };
 
 }  // namespace meridian::sched

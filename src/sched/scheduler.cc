@@ -69,8 +69,11 @@ base::Status Scheduler::Submit(JobSpec spec) {
     return base::Status::Invalid("job " + std::to_string(spec.id) + ": a job needs a task");
   }
   Job j;
+  // Tasks of one job keep together (racks, NVLink); a single task has nobody to keep with, and
+  // skipping its group saves the cycle's bookkeeping.
+  const int32_t group = spec.tasks.size() > 1 ? static_cast<int32_t>(spec.id & 0x7fffffff) : -1;
   for (TaskSpec& t : spec.tasks) {
-    t.group = static_cast<int32_t>(spec.id & 0x7fffffff);
+    t.group = group;
     j.milli += t.GpuMilliTotal();
   }
   j.spec = std::move(spec);
@@ -147,8 +150,14 @@ void Scheduler::Rollback(const Job& j, const std::vector<Placement>& done) {
 bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why) {
   out->clear();
   for (const TaskSpec& original : j.spec.tasks) {
-    TaskSpec t = original;
-    t.allowed_clusters &= clusters;
+    // Copy the task only when it must be narrowed to some clusters.
+    TaskSpec narrowed;
+    const bool narrow = (original.allowed_clusters & clusters) != original.allowed_clusters;
+    if (narrow) {
+      narrowed = original;
+      narrowed.allowed_clusters &= clusters;
+    }
+    const TaskSpec& t = narrow ? narrowed : original;
     PlaceOutcome o = placer_.Place(t, cycle_);
     if (!o.placed) {
       if (why) *why = o.why.Summary();
@@ -213,7 +222,8 @@ void Scheduler::Start(Job& j, double now, CycleResult* out) {
   }
   j.phase = Phase::kRunning;
   j.start_time = now;
-  pending_.erase(std::find(pending_.begin(), pending_.end(), j.spec.id));
+  // pending_ drops started jobs at the end of the cycle, in one sweep (erasing one by one
+  // made a pass over 100,000 jobs quadratic).
   running_.push_back(j.spec.id);
   if (out) out->started.push_back({j.spec.id, j.placements, j.borrowed});
 }

@@ -87,6 +87,7 @@ CycleResult Scheduler::Cycle(double now) {
     cycle_.reserved_nodes.clear();
     placer_.InvalidateCache();
   }
+  std::erase_if(pending_, [this](int64_t id) { return jobs_.at(id).phase != Phase::kPending; });
   return out;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <string_view>
 
 namespace meridian::sched {
 
@@ -46,6 +48,33 @@ std::string TaskSpec::FeasibilityKey() const {
   for (const auto& [k, v] : node_selector) key += '\x01' + k + '=' + v;
   for (const auto& t : tolerations) key += '\x02' + t.key + '=' + t.value;
   return key;
+}
+
+uint64_t TaskSpec::FeasibilityHash() const {
+  uint64_t h = 0x9e3779b97f4a7c15ULL;
+  auto mix = [&h](uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    h *= 0xbf58476d1ce4e5b9ULL;
+  };
+  mix(static_cast<uint64_t>(cpu_milli));
+  mix(static_cast<uint64_t>(memory_mib));
+  mix(static_cast<uint64_t>(gpu_kind));
+  mix(static_cast<uint64_t>(gpu_count));
+  mix(static_cast<uint64_t>(gpu_milli));
+  mix(static_cast<uint64_t>(gpu_memory_mib));
+  mix(allowed_models);
+  mix(allowed_clusters);
+  const std::hash<std::string_view> hs;
+  mix(hs(mig_profile));
+  for (const auto& [k, v] : node_selector) {
+    mix(hs(k));
+    mix(hs(v));
+  }
+  for (const auto& t : tolerations) {
+    mix(hs(t.key));
+    mix(hs(t.value));
+  }
+  return h;
 }
 
 namespace {

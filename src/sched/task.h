@@ -38,6 +38,8 @@ struct TaskSpec {
   uint32_t AffinityTag() const;
   // A key equal for two tasks exactly when the engine would find the same nodes feasible.
   std::string FeasibilityKey() const;
+  // A hash of FeasibilityKey() computed without building it (the placer's hot path).
+  uint64_t FeasibilityHash() const;
 };
 
 // The tasks of a job, one TaskSpec per replica, resolved against `snapshot`. Names of models and
