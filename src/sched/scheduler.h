@@ -55,9 +55,13 @@ struct SchedulerOptions {
   // How long past use counts against a tenant. Short by default: with a long memory, a tenant
   // that was lucky yesterday waits behind everyone for hours today (docs/adr/0004).
   double fair_share_half_life = 3600.0;
-  // Priority steps a pending job gains per hour waited, across priority classes (within a class
-  // the response ratio of the Meridian order already bounds waiting). 0: classes are strict.
+  // Priority steps a pending job gains per hour waited, across priority classes. 0: classes
+  // are strict (within a class, starvation_horizon bounds waiting).
   double aging_per_hour = 0;
+  // Meridian order: within a tenant, a job's estimate counts for less the longer it waits (it
+  // halves after one horizon, thirds after two), so that long jobs are not starved by a stream
+  // of short ones. 0: plain shortest-estimate-first.
+  double starvation_horizon = 24 * 3600.0;
   // Tiresias queue boundaries in attained GPU-seconds (level k below thresholds[k]).
   std::vector<double> las_thresholds = {3600.0, 36000.0};
 };

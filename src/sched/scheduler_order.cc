@@ -69,8 +69,14 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
     const double estimate = j.spec.runtime_estimate > 0
                                 ? j.spec.runtime_estimate
                                 : (j.spec.runtime_limit > 0 ? j.spec.runtime_limit : 1e9);
+    // Aging within the tenant: the estimate the order sees halves for every starvation
+    // horizon a job has waited, so a long job cannot be passed over for ever.
+    const double waited = std::max(0.0, now - j.spec.submit_time);
+    const double aged = options_.starvation_horizon > 0
+                            ? estimate / (1.0 + waited / options_.starvation_horizon)
+                            : estimate;
     by_tenant[j.spec.tenant].push_back(
-        {EffectivePriority(j, now), estimate,
+        {EffectivePriority(j, now), aged,
          estimate * static_cast<double>(std::max<int64_t>(j.milli, 1)), j.spec.submit_time, id});
   }
   // Each tenant's queue, best first (reversed so that the best is at the back).

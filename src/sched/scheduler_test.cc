@@ -216,6 +216,26 @@ TEST(Scheduler, BackfillRunsShortJobsBeforeTheReservation) {
   EXPECT_EQ(r.reserved_job, -1);
 }
 
+TEST(Scheduler, ShortJobsFirstButALongWaitWins) {
+  for (double horizon : {0.0, 24 * 3600.0}) {
+    SchedulerOptions o;
+    o.starvation_horizon = horizon;
+    Fixture f(1, o);
+    JobSpec long_job = Job(1, f.a, 8);
+    long_job.runtime_estimate = 10000;
+    long_job.submit_time = 0;
+    JobSpec short_job = Job(2, f.a, 8);
+    short_job.runtime_estimate = 5000;
+    short_job.submit_time = 48 * 3600;
+    ASSERT_TRUE(f.sched->Submit(long_job).ok());
+    ASSERT_TRUE(f.sched->Submit(short_job).ok());
+    // After 48 hours of waiting the long job's estimate counts as 10000 / 3 < 5000.
+    CycleResult r = f.sched->Cycle(48 * 3600);
+    EXPECT_EQ(Started(r, 1), horizon > 0) << "horizon " << horizon;
+    EXPECT_EQ(Started(r, 2), horizon == 0) << "horizon " << horizon;
+  }
+}
+
 TEST(Scheduler, FifoBlocksBehindItsHead) {
   SchedulerOptions o;
   o.order = QueueOrder::kFifo;
