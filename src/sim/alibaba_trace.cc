@@ -148,27 +148,34 @@ base::Result<sched::Snapshot> SnapshotFromTrace(const std::vector<TraceNode>& no
   return sched::Snapshot::Build({cluster}, dn, domain::GpuCatalog::Builtin());
 }
 
+sched::TaskSpec GpuTaskSpec(int64_t cpu_milli, int64_t memory_mib, int32_t gpus, int32_t gpu_milli,
+                            const std::vector<std::string>& models,
+                            const sched::Snapshot& snapshot) {
+  sched::TaskSpec t;
+  t.cpu_milli = cpu_milli;
+  t.memory_mib = memory_mib;
+  if (gpus > 0) {
+    t.gpu_count = gpus;
+    t.gpu_milli = gpu_milli;
+    t.gpu_kind = gpu_milli >= 1000 ? sched::GpuKind::kWhole : sched::GpuKind::kFraction;
+  }
+  if (!models.empty()) {
+    t.allowed_models = 0;
+    for (const std::string& m : models) {
+      sched::ModelId id = snapshot.FindModel(m);
+      if (id != sched::kNoModel) t.allowed_models |= sched::Bit(id);
+    }
+  }
+  return t;
+}
+
 std::vector<sched::TaskSpec> TasksFromTrace(const std::vector<TraceTask>& tasks,
                                             const sched::Snapshot& snapshot) {
   std::vector<sched::TaskSpec> out;
   out.reserve(tasks.size());
   for (const TraceTask& k : tasks) {
-    sched::TaskSpec t;
-    t.cpu_milli = k.cpu_milli;
-    t.memory_mib = k.memory_mib;
-    if (k.num_gpu > 0) {
-      t.gpu_count = k.num_gpu;
-      t.gpu_milli = k.gpu_milli;
-      t.gpu_kind = k.gpu_milli >= 1000 ? sched::GpuKind::kWhole : sched::GpuKind::kFraction;
-    }
-    if (!k.gpu_spec.empty()) {
-      t.allowed_models = 0;
-      for (const std::string& m : k.gpu_spec) {
-        sched::ModelId id = snapshot.FindModel(m);
-        if (id != sched::kNoModel) t.allowed_models |= sched::Bit(id);
-      }
-    }
-    out.push_back(std::move(t));
+    out.push_back(
+        GpuTaskSpec(k.cpu_milli, k.memory_mib, k.num_gpu, k.gpu_milli, k.gpu_spec, snapshot));
   }
   return out;
 }

@@ -51,6 +51,12 @@ base::Result<std::vector<TraceTask>> ReadAlibabaTasks(const std::string& path);
 void EstateFromTrace(const std::vector<TraceNode>& nodes, domain::Cluster* cluster,
                      std::vector<domain::Node>* out);
 base::Result<sched::Snapshot> SnapshotFromTrace(const std::vector<TraceNode>& nodes);
+// A task of `gpus` GPUs taking `gpu_milli` of each (fractions below 1000), on any of `models`
+// (all when empty; names the snapshot lacks match nothing). Shared by every trace reader.
+sched::TaskSpec GpuTaskSpec(int64_t cpu_milli, int64_t memory_mib, int32_t gpus, int32_t gpu_milli,
+                            const std::vector<std::string>& models,
+                            const sched::Snapshot& snapshot);
+
 // Each trace task as a placement request against `snapshot`.
 std::vector<sched::TaskSpec> TasksFromTrace(const std::vector<TraceTask>& tasks,
                                             const sched::Snapshot& snapshot);

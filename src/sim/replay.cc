@@ -11,6 +11,7 @@
 #include "domain/gpu_model.h"
 #include "sched/registry.h"
 #include "sched/scheduler.h"
+#include "sim/alibaba_trace.h"
 
 namespace meridian::sim {
 namespace {
@@ -45,21 +46,8 @@ struct Setup {
 };
 
 std::vector<sched::TaskSpec> TasksOf(const ReplayJob& j, const sched::Snapshot& s) {
-  sched::TaskSpec t;
-  t.cpu_milli = j.cpu_milli;
-  t.memory_mib = j.memory_mib;
-  if (j.gpus_per_task > 0) {
-    t.gpu_count = j.gpus_per_task;
-    t.gpu_milli = j.gpu_milli;
-    t.gpu_kind = j.gpu_milli >= 1000 ? sched::GpuKind::kWhole : sched::GpuKind::kFraction;
-  }
-  if (!j.gpu_models.empty()) {
-    t.allowed_models = 0;
-    for (const std::string& m : j.gpu_models) {
-      sched::ModelId id = s.FindModel(m);
-      if (id != sched::kNoModel) t.allowed_models |= sched::Bit(id);
-    }
-  }
+  const sched::TaskSpec t =
+      GpuTaskSpec(j.cpu_milli, j.memory_mib, j.gpus_per_task, j.gpu_milli, j.gpu_models, s);
   return std::vector<sched::TaskSpec>(static_cast<size_t>(j.tasks), t);
 }
 
