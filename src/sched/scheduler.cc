@@ -68,6 +68,10 @@ base::Status Scheduler::Submit(JobSpec spec) {
   if (spec.tasks.empty()) {
     return base::Status::Invalid("job " + std::to_string(spec.id) + ": a job needs a task");
   }
+  if (std::string why = NeverFits(spec); !why.empty()) {
+    return base::Status(base::StatusCode::kFailedPrecondition,
+                        "job " + std::to_string(spec.id) + " can never run here: " + why);
+  }
   Job j;
   // Tasks of one job keep together (racks, NVLink); a single task has nobody to keep with, and
   // skipping its group saves the cycle's bookkeeping.
@@ -80,6 +84,34 @@ base::Status Scheduler::Submit(JobSpec spec) {
   pending_.push_back(j.spec.id);
   jobs_.emplace(j.spec.id, std::move(j));
   return base::Status::Ok();
+}
+
+std::string Scheduler::NeverFits(const JobSpec& spec) const {
+  for (size_t k = 0; k < spec.tasks.size(); ++k) {
+    const TaskSpec& t = spec.tasks[k];
+    bool fits = false;
+    for (const NodeState& n : snapshot_.nodes) {
+      if (!n.schedulable || !(t.allowed_clusters & Bit(n.cluster))) continue;
+      if (n.cpu_capacity < t.cpu_milli || n.memory_capacity < t.memory_mib) continue;
+      if (t.WantsGpu()) {
+        if (n.model == kNoModel || !(t.allowed_models & Bit(n.model))) continue;
+        const domain::GpuModel& model = snapshot_.model(n.model);
+        if (t.gpu_kind == GpuKind::kMig && !model.FindMigProfile(t.mig_profile)) continue;
+        if (t.gpu_count > n.gpu_count) continue;
+        if (t.gpu_kind == GpuKind::kFraction && t.gpu_memory_mib > model.memory_mib &&
+            model.memory_mib > 0) {
+          continue;
+        }
+      }
+      fits = true;
+      break;
+    }
+    if (!fits) {
+      return "task " + std::to_string(k) +
+             " asks more than any node has, even idle (GPUs of an allowed model, CPU, memory)";
+    }
+  }
+  return "";
 }
 
 double Scheduler::FairShare(int32_t tenant) const {

@@ -107,6 +107,8 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
+  // Queues a job. A job that no node could hold even when idle is refused with
+  // kFailedPrecondition and a reason, rather than waiting for ever.
   base::Status Submit(JobSpec job);
   void Finish(int64_t job, double now);
   void Evicted(int64_t job, double now);
@@ -159,6 +161,7 @@ class Scheduler {
   // `nodes` when given.
   double EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes = nullptr);
   std::string QuotaBlock(const Job& j) const;
+  std::string NeverFits(const JobSpec& spec) const;
 
   Snapshot snapshot_;
   Profile profile_;

@@ -64,6 +64,18 @@ TEST(Scheduler, HigherPriorityGoesFirst) {
   EXPECT_FALSE(f.sched->Submit(Job(2, f.a, 8)).ok()) << "ids are unique";
 }
 
+TEST(Scheduler, RefusesJobsNoNodeCouldEverHold) {
+  Fixture f(1);
+  base::Status s = f.sched->Submit(Job(1, f.a, 16));  // nodes have 8 GPUs
+  EXPECT_EQ(s.code(), base::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("task 0"), std::string::npos) << s.message();
+  JobSpec t4 = Job(2, f.a, 1);
+  t4.tasks[0].allowed_models = 0;  // a model the estate lacks
+  EXPECT_EQ(f.sched->Submit(t4).code(), base::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(f.sched->Submit(Job(3, f.a, 8)).ok());
+  EXPECT_EQ(f.sched->pending(), 1u);
+}
+
 TEST(Scheduler, FairShareFavoursTheTenantThatHadLess) {
   Fixture f(1);
   // Team A runs 8 GPUs for an hour; then both want the node: B goes first.

@@ -238,7 +238,11 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       spec.submit_time = jobs[i].submit_time;
       spec.runtime_estimate = jobs[i].runtime_estimate;
       spec.runtime_limit = jobs[i].runtime_limit;
-      if (base::Status s = sched.Submit(std::move(spec)); !s.ok()) return s;
+      if (base::Status s = sched.Submit(std::move(spec)); !s.ok()) {
+        if (s.code() != base::StatusCode::kFailedPrecondition) return s;
+        ++res.refused;  // nothing in the estate could ever run it
+        continue;
+      }
       ++pending;
       ++project_active[setup->project_of_job[i]];
       if (options.progress && next % 1024 == 0) {

@@ -49,7 +49,8 @@ struct ReplayResult {
   std::string policy;
   int64_t jobs = 0;
   int64_t completed = 0;
-  int64_t never_started = 0;   // still pending at the end: nothing could ever hold them
+  int64_t never_started = 0;  // did not run: refused, or still pending at the end
+  int64_t refused = 0;        // no node of the estate could ever hold them
   Percentiles jct;             // seconds, completed jobs
   Percentiles queueing_delay;  // seconds from submission to first start
   double makespan = 0;         // first submission to last completion

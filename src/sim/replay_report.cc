@@ -28,6 +28,7 @@ struct Row {
 const Row kRows[] = {
     {"jobs completed", [](const ReplayResult& r) { return std::to_string(r.completed); }},
     {"never started", [](const ReplayResult& r) { return std::to_string(r.never_started); }},
+    {"refused (fit nowhere)", [](const ReplayResult& r) { return std::to_string(r.refused); }},
     {"JCT mean (s)", [](const ReplayResult& r) { return Fixed(r.jct.mean); }},
     {"JCT p50 (s)", [](const ReplayResult& r) { return Fixed(r.jct.p50); }},
     {"JCT p95 (s)", [](const ReplayResult& r) { return Fixed(r.jct.p95); }},
@@ -99,6 +100,7 @@ nlohmann::json ReplayJson(const std::vector<ReplayResult>& results) {
                         {"jobs", r.jobs},
                         {"completed", r.completed},
                         {"never_started", r.never_started},
+                        {"refused", r.refused},
                         {"jct", PercentilesJson(r.jct)},
                         {"queueing_delay", PercentilesJson(r.queueing_delay)},
                         {"makespan", r.makespan},
