@@ -48,7 +48,7 @@ struct SchedulerOptions {
   // behind it fill free capacity greedily (as Slurm's bf_min_age_reserve does). Reserving at
   // once for whichever job heads the queue holds nodes idle on estimates that users overstate.
   double reserve_after = 3600;
-  int32_t queue_depth = 1000;  // pending jobs considered per cycle
+  int32_t queue_depth = 256;  // pending jobs considered per cycle
   // Pending jobs per cycle that may try preemption: preemption searches are the dear part of a
   // cycle, and the jobs first in order are the ones it is for.
   int32_t preemptors_per_cycle = 4;
@@ -142,6 +142,7 @@ class Scheduler {
   };
 
   void AdvanceUsage(double now);
+  void Pass(double now, CycleResult* out);
   std::vector<int64_t> Order(double now);
   std::vector<int64_t> FairOrder(double now);
   double EffectivePriority(const Job& j, double now) const;

@@ -20,8 +20,22 @@ double ExpectedEnd(const JobSpec& j, double start) {
 }  // namespace
 
 CycleResult Scheduler::Cycle(double now) {
-  AdvanceUsage(now);
+  // A pass looks at the first queue_depth jobs; when it started some and more wait beyond the
+  // depth, another pass follows at once, so the depth bounds work per pass, not throughput.
   CycleResult out;
+  size_t started = 0;
+  do {
+    started = out.started.size();
+    out.pending.clear();
+    Pass(now, &out);
+  } while (out.started.size() > started &&
+           pending_.size() > static_cast<size_t>(options_.queue_depth));
+  return out;
+}
+
+void Scheduler::Pass(double now, CycleResult* result) {
+  AdvanceUsage(now);
+  CycleResult& out = *result;
   const bool head_of_line = options_.order == QueueOrder::kFifo && !options_.backfill;
   int32_t preemptors = options_.preemptors_per_cycle;
   // A reservation sticks to its job until that job starts: moving it from job to job would
@@ -88,7 +102,6 @@ CycleResult Scheduler::Cycle(double now) {
     placer_.InvalidateCache();
   }
   std::erase_if(pending_, [this](int64_t id) { return jobs_.at(id).phase != Phase::kPending; });
-  return out;
 }
 
 bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
