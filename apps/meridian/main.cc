@@ -142,32 +142,15 @@ int RunSimReplay(const ReplayFlags& f) {
   if (policies.empty() || (policies.size() == 1 && policies[0] == "all")) {
     policies = meridian::sim::ReplayPolicyNames();
   }
-  // The policies run side by side, one thread each; the progress bar shows the slowest.
   const bool tty = isatty(STDERR_FILENO) && !f.json;
-  std::vector<double> done(policies.size(), 0);
-  std::mutex mu;
-  std::vector<meridian::base::Result<meridian::sim::ReplayResult>> results(
-      policies.size(), meridian::base::Status::Invalid("not run"));
-  auto run = [&](size_t i) {
-    meridian::sim::ReplayOptions o;
-    o.policy = policies[i];
-    o.samples = f.samples;
-    o.progress = [&, i](double fraction) {
-      if (!tty) return;
-      std::lock_guard<std::mutex> lock(mu);
-      done[i] = fraction;
-      double slowest = *std::min_element(done.begin(), done.end());
-      int width = 40, filled = static_cast<int>(slowest * width);
-      std::fprintf(stderr, "\rreplaying %zu jobs [%s%s] %3.0f%%", jobs->size(),
-                   std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
-                   100 * slowest);
-    };
-    results[i] = meridian::sim::RunReplay(*cluster, *jobs, o);
+  auto bar = [&](double slowest) {
+    int width = 40, filled = static_cast<int>(slowest * width);
+    std::fprintf(stderr, "\rreplaying %zu jobs [%s%s] %3.0f%%", jobs->size(),
+                 std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                 100 * slowest);
   };
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < policies.size(); ++i) threads.emplace_back(run, i);
-  run(0);
-  for (std::thread& t : threads) t.join();
+  auto results = meridian::sim::RunReplays(*cluster, *jobs, policies, f.samples,
+                                           tty ? std::function<void(double)>(bar) : nullptr);
   if (tty) std::fprintf(stderr, "\n");
   std::vector<meridian::sim::ReplayResult> ok;
   for (auto& r : results) {

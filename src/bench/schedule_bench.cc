@@ -73,7 +73,8 @@ void RunQueueingPass(const ScheduleBenchOptions& o, sched::Snapshot snapshot,
       job.tasks.push_back(tasks[++i]);
       job.tasks.back() = job.tasks.front();
     }
-    (void)scheduler.Submit(std::move(job));
+    // A refused job (no node could ever hold it) simply counts among the unschedulable tasks.
+    if (!scheduler.Submit(std::move(job)).ok()) continue;
   }
   r->jobs = id;
   auto start = std::chrono::steady_clock::now();
@@ -82,6 +83,7 @@ void RunQueueingPass(const ScheduleBenchOptions& o, sched::Snapshot snapshot,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r->queueing = true;
   r->preemptions = static_cast<int64_t>(result.preempted.size());
+  r->cache_hits = scheduler.cache_hits();
   for (const sched::StartDecision& d : result.started)
     r->placed += static_cast<int64_t>(d.placements.size());
   r->unschedulable = r->tasks - r->placed;

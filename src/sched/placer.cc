@@ -121,8 +121,7 @@ bool Placer::FractionOptions(const TaskSpec& task, const NodeState& node) {
   return fitting > 0;
 }
 
-bool Placer::MigOptions(const TaskSpec& task, const NodeState& node) {
-  (void)task;
+bool Placer::MigOptions(const NodeState& node) {
   if (node.model == kNoModel || mig_profile_of_model_[node.model] < 0) return false;
   const domain::GpuModel& model = s_->model(node.model);
   const int16_t pid = mig_profile_of_model_[node.model];
@@ -199,7 +198,7 @@ bool Placer::DeviceOptions(const TaskSpec& task, const NodeState& node) {
     case GpuKind::kFraction:
       return FractionOptions(task, node);
     case GpuKind::kMig:
-      return MigOptions(task, node);
+      return MigOptions(node);
   }
   return false;
 }

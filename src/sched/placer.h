@@ -52,7 +52,7 @@ class Placer {
   bool DeviceOptions(const TaskSpec& task, const NodeState& node);
   bool WholeOption(const TaskSpec& task, const NodeState& node);
   bool FractionOptions(const TaskSpec& task, const NodeState& node);
-  bool MigOptions(const TaskSpec& task, const NodeState& node);
+  bool MigOptions(const NodeState& node);
   bool BreaksTie(int32_t node, int32_t incumbent, int64_t ties);
   double ScoreOf(const PluginContext& ctx, const Candidate& c) const;
 

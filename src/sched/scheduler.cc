@@ -10,8 +10,6 @@ namespace meridian::sched {
 
 namespace {
 
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
-
 // GPU milli a granted task holds, as quotas count it: MIG instances by their memory slices.
 int64_t GrantedMilli(const Snapshot& s, const Placement& p) {
   int64_t milli = 0;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -15,6 +16,9 @@
 #include "sched/task.h"
 
 namespace meridian::sched {
+
+// A time that never comes: no reservation, no expected end.
+inline constexpr double kNever = std::numeric_limits<double>::infinity();
 
 // A job as the queueing half of the scheduler sees it. Times are seconds on the caller's clock.
 struct JobSpec {
@@ -119,6 +123,7 @@ class Scheduler {
   const QuotaTree& quotas() const { return quotas_; }
   size_t pending() const { return pending_.size(); }
   size_t running() const { return running_.size(); }
+  int64_t cache_hits() const { return placer_.cache_hits(); }
   // GPU milli-seconds a tenant received (decayed for fair share) and holds now.
   double FairShare(int32_t tenant) const;
   int64_t AllocatedMilli(int32_t tenant) const;

@@ -9,12 +9,10 @@ namespace meridian::sched {
 
 namespace {
 
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
-
 double ExpectedEnd(const JobSpec& j, double start) {
   if (j.runtime_estimate > 0) return start + j.runtime_estimate;
   if (j.runtime_limit > 0) return start + j.runtime_limit;
-  return kInfinity;
+  return kNever;
 }
 
 }  // namespace
@@ -44,11 +42,11 @@ void Scheduler::Pass(double now, CycleResult* result) {
                              jobs_.at(reserved_job_).phase != Phase::kPending)) {
     reserved_job_ = -1;
   }
-  double reservation = kInfinity;
+  double reservation = kNever;
   auto reserve = [&](const Job& j) {
     std::vector<int32_t> nodes;
     const double at = EstimateStart(j, now, &nodes);
-    if (at == kInfinity) return false;
+    if (at == kNever) return false;
     reservation = at;
     reserved_job_ = j.spec.id;
     out.reserved_job = j.spec.id;
@@ -67,7 +65,7 @@ void Scheduler::Pass(double now, CycleResult* result) {
     }
     // Behind a reservation, a job that would still run when it starts keeps off its nodes; the
     // job holding the reservation may use them.
-    const bool avoid = reservation < kInfinity && id != reserved_job_ &&
+    const bool avoid = reservation < kNever && id != reserved_job_ &&
                        !(j.spec.runtime_limit > 0 && now + j.spec.runtime_limit <= reservation);
     if (avoid != cycle_.avoid_reserved) {
       cycle_.avoid_reserved = avoid;
@@ -78,7 +76,7 @@ void Scheduler::Pass(double now, CycleResult* result) {
       Start(j, now, &out);
       if (id == reserved_job_) {  // the reservation is used up
         reserved_job_ = -1;
-        reservation = kInfinity;
+        reservation = kNever;
         out.reserved_job = -1;
         out.reserved_at = 0;
       }
@@ -231,12 +229,12 @@ double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* 
   };
   if (fits()) return now;
   for (const auto& [end, id] : ends) {
-    if (end == kInfinity) break;
+    if (end == kNever) break;
     const Job& r = jobs_.at(id);
     for (size_t i = 0; i < r.placements.size(); ++i) p.Release(r.spec.tasks[i], r.placements[i]);
     if (fits()) return end;
   }
-  return kInfinity;
+  return kNever;
 }
 
 Explanation Scheduler::Explain(int64_t id, double now) {
@@ -256,7 +254,7 @@ Explanation Scheduler::Explain(int64_t id, double now) {
     e.clusters.emplace_back(snapshot_.clusters[c].name, why);
   }
   double at = EstimateStart(j, now);
-  e.estimated_start = at < kInfinity ? at : -1;
+  e.estimated_start = at < kNever ? at : -1;
   return e;
 }
 

@@ -13,10 +13,6 @@
 
 namespace meridian::sched {
 
-namespace {
-constexpr double kInfinity = std::numeric_limits<double>::infinity();
-}  // namespace
-
 std::vector<int64_t> Scheduler::Order(double now) {
   if (options_.order == QueueOrder::kMeridian) return FairOrder(now);
   struct Key {
@@ -31,7 +27,7 @@ std::vector<int64_t> Scheduler::Order(double now) {
     const Job& j = jobs_.at(id);
     Key k{EffectivePriority(j, now), 0, j.spec.submit_time, id};
     if (options_.order == QueueOrder::kShortestJobFirst) {
-      k.second = j.spec.runtime_estimate > 0 ? j.spec.runtime_estimate : kInfinity;
+      k.second = j.spec.runtime_estimate > 0 ? j.spec.runtime_estimate : kNever;
     }
     keys.push_back(k);
   }

@@ -143,6 +143,7 @@ base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clust
     for (const auto& [model, price] : clusters[ci].price_per_gpu_hour) {
       ModelId id = s.FindModel(model);
       if (id != kNoModel) s.clusters[ci].price_by_model[id] = price;
+      if (id != kNoModel) s.max_price_per_gpu_hour = std::max(s.max_price_per_gpu_hour, price);
     }
   }
   return s;

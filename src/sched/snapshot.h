@@ -91,6 +91,10 @@ class Snapshot {
   std::vector<GpuState> gpus;
   std::vector<std::string> racks;
 
+  // The dearest GPU-hour of any model in any cluster (0: nothing priced); prices are fixed at
+  // Build, so this is computed once there rather than by every cost score.
+  double max_price_per_gpu_hour = 0;
+
   int64_t TotalGpuMilli() const;
   int64_t AllocatedGpuMilli() const;
 

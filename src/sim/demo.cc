@@ -136,8 +136,7 @@ base::Status RunDemo(std::ostream& out) {
       for (int32_t g = 0; g < n.gpu_count; ++g) {
         const sched::GpuState& gpu = snap->gpus[n.gpu_begin + g];
         total += 1000;
-        int64_t taken = gpu.mig_enabled || gpu.sharers > 0 ? 1000 - gpu.free_milli : 0;
-        if (gpu.mig_enabled) taken = 1000;
+        const int64_t taken = gpu.mig_enabled ? 1000 : 1000 - gpu.free_milli;
         used += taken;
         if (gpu.sharers > 0) cost += snap->clusters[ci].price_by_model[gpu.model];
       }

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <queue>
+#include <thread>
 #include <unordered_map>
 
 #include "domain/gpu_model.h"
@@ -135,6 +137,35 @@ double Jain(const std::vector<double>& gpus, const std::vector<double>& weights,
 }  // namespace
 
 std::vector<std::string> ReplayPolicyNames() { return {"fifo", "sjf", "las", "meridian"}; }
+
+std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
+                                                   const std::vector<ReplayJob>& jobs,
+                                                   const std::vector<std::string>& policies,
+                                                   int32_t samples,
+                                                   const std::function<void(double)>& progress) {
+  std::vector<base::Result<ReplayResult>> results(policies.size(),
+                                                  base::Status::Invalid("not run"));
+  std::vector<double> done(policies.size(), 0);
+  std::mutex mu;
+  auto run = [&](size_t i) {
+    ReplayOptions o;
+    o.policy = policies[i];
+    o.samples = samples;
+    if (progress) {
+      o.progress = [&, i](double fraction) {
+        std::lock_guard<std::mutex> lock(mu);
+        done[i] = fraction;
+        progress(*std::min_element(done.begin(), done.end()));
+      };
+    }
+    results[i] = RunReplay(cluster, jobs, o);
+  };
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < policies.size(); ++i) threads.emplace_back(run, i);
+  if (!policies.empty()) run(0);
+  for (std::thread& t : threads) t.join();
+  return results;
+}
 
 base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
                                      const std::vector<ReplayJob>& jobs,

@@ -49,8 +49,8 @@ struct ReplayResult {
   std::string policy;
   int64_t jobs = 0;
   int64_t completed = 0;
-  int64_t never_started = 0;  // did not run: refused, or still pending at the end
-  int64_t refused = 0;        // no node of the estate could ever hold them
+  int64_t never_started = 0;   // did not run: refused, or still pending at the end
+  int64_t refused = 0;         // no node of the estate could ever hold them
   Percentiles jct;             // seconds, completed jobs
   Percentiles queueing_delay;  // seconds from submission to first start
   double makespan = 0;         // first submission to last completion
@@ -72,5 +72,13 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
                                      const ReplayOptions& options);
 
 std::vector<std::string> ReplayPolicyNames();
+
+// Every policy on the same jobs, side by side, one thread each. `progress` (may be empty) is
+// called, serialised, with the fraction done by the slowest policy.
+std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
+                                                   const std::vector<ReplayJob>& jobs,
+                                                   const std::vector<std::string>& policies,
+                                                   int32_t samples,
+                                                   const std::function<void(double)>& progress);
 
 }  // namespace meridian::sim

@@ -7,10 +7,7 @@ namespace meridian::sched::plugins {
 double Cost::Score(const PluginContext& ctx, const Candidate& c) const {
   const NodeState& node = ctx.snapshot.nodes[c.node];
   if (!ctx.task.WantsGpu() || node.model == kNoModel) return 100.0;
-  double dearest = 0;
-  for (const ClusterState& cl : ctx.snapshot.clusters) {
-    for (double p : cl.price_by_model) dearest = std::max(dearest, p);
-  }
+  const double dearest = ctx.snapshot.max_price_per_gpu_hour;
   if (dearest <= 0) return 100.0;
   double price = ctx.snapshot.clusters[node.cluster].price_by_model[node.model];
   return 100.0 * (1.0 - price / dearest);
