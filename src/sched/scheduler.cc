@@ -255,11 +255,12 @@ void Scheduler::Start(Job& j, double now, CycleResult* out) {
   // pending_ drops started jobs at the end of the cycle, in one sweep (erasing one by one
   // made a pass over 100,000 jobs quadratic).
   running_.push_back(j.spec.id);
-  if (out) out->started.push_back({j.spec.id, j.placements, j.borrowed});
+  if (out) out->started.push_back({j.spec.id, j.placements, j.borrowed, j.on_loan_from});
 }
 
 void Scheduler::Stop(Job& j, double now) {
   Rollback(j, j.placements);
+  j.on_loan_from = -1;
   int64_t total = 0;
   for (size_t i = 0; i < j.placements.size(); ++i) {
     quotas_.Charge(j.spec.tenant, j.charged_models[i], -j.charged_milli[i]);

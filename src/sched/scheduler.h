@@ -52,6 +52,10 @@ struct SchedulerOptions {
   // behind it fill free capacity greedily (as Slurm's bf_min_age_reserve does). Reserving at
   // once for whichever job heads the queue holds nodes idle on estimates that users overstate.
   double reserve_after = 3600;
+  // Reserved nodes are lent to preemptible jobs that could not start elsewhere; the job
+  // holding the reservation takes them back by preemption when it could otherwise start. A
+  // reservation then costs the work since the borrowers' last checkpoint, not idle nodes.
+  bool lend_reserved = true;
   int32_t queue_depth = 256;  // pending jobs considered per cycle
   // Pending jobs per cycle that may try preemption: preemption searches are the dear part of a
   // cycle, and the jobs first in order are the ones it is for.
@@ -74,12 +78,13 @@ struct StartDecision {
   int64_t job = 0;
   std::vector<Placement> placements;  // one per task
   bool borrowed = false;              // beyond its tenant's guarantee
+  int64_t on_loan_from = -1;  // runs on nodes reserved for this job, which may take them back
 };
 
 struct PreemptDecision {
   int64_t job = 0;
   int64_t for_job = 0;
-  std::string reason;  // "priority" or "quota reclaim"
+  std::string reason;  // "priority", "quota reclaim" or "reservation"
   double stop_at = 0;  // the caller reports Evicted(job) then
 };
 
@@ -139,7 +144,8 @@ class Scheduler {
     double start_time = 0;
     double attained = 0;  // GPU-seconds of earlier runs
     bool borrowed = false;
-    int64_t milli = 0;  // GPU milli of the whole job
+    int64_t on_loan_from = -1;  // the reserved job whose nodes it borrows
+    int64_t milli = 0;          // GPU milli of the whole job
   };
   struct Usage {
     double gpu = 0, cpu = 0, mem = 0;  // decayed resource-seconds
@@ -160,6 +166,8 @@ class Scheduler {
   bool PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why);
   void Rollback(const Job& j, const std::vector<Placement>& done);
   bool TryPreempt(Job& j, double now, CycleResult* out);
+  // Starts, on the reserved nodes, preemptible jobs of this pass that fit nowhere else.
+  void Lend(const std::vector<int64_t>& borrowers, double now, CycleResult* out);
   void Start(Job& j, double now, CycleResult* out);
   void Stop(Job& j, double now);  // releases its resources and quota
   void Restore(Job& j);           // re-commits a released running job

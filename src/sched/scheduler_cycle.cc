@@ -56,6 +56,7 @@ void Scheduler::Pass(double now, CycleResult* result) {
     return true;
   };
   if (reserved_job_ >= 0 && !reserve(jobs_.at(reserved_job_))) reserved_job_ = -1;
+  std::vector<int64_t> borrowers;  // kept off the reserved nodes, and fit nowhere else
   for (int64_t id : Order(now)) {
     Job& j = jobs_.at(id);
     if (j.phase != Phase::kPending) continue;
@@ -82,11 +83,17 @@ void Scheduler::Pass(double now, CycleResult* result) {
       }
       continue;
     }
-    if (options_.preemption && preemptors > 0) {
-      --preemptors;
+    // The job holding the reservation may always take back what it lent.
+    if (options_.preemption && (preemptors > 0 || id == reserved_job_)) {
+      if (id != reserved_job_) --preemptors;
       if (TryPreempt(j, now, &out)) continue;
     }
-    if (avoid) why = "waits behind the reservation of job " + std::to_string(reserved_job_);
+    if (avoid) {
+      why = "waits behind the reservation of job " + std::to_string(reserved_job_);
+      if (options_.lend_reserved && options_.preemption && j.spec.preemptible) {
+        borrowers.push_back(id);
+      }
+    }
     out.pending.emplace_back(id, why);
     if (head_of_line) break;
     if (options_.backfill && reserved_job_ < 0 &&
@@ -94,6 +101,7 @@ void Scheduler::Pass(double now, CycleResult* result) {
       reserve(j);
     }
   }
+  if (!borrowers.empty() && reservation < kNever) Lend(borrowers, now, &out);
   if (cycle_.avoid_reserved || !cycle_.reserved_nodes.empty()) {
     cycle_.avoid_reserved = false;
     cycle_.reserved_nodes.clear();
@@ -102,11 +110,33 @@ void Scheduler::Pass(double now, CycleResult* result) {
   std::erase_if(pending_, [this](int64_t id) { return jobs_.at(id).phase != Phase::kPending; });
 }
 
+void Scheduler::Lend(const std::vector<int64_t>& borrowers, double now, CycleResult* out) {
+  cycle_.avoid_reserved = false;
+  placer_.InvalidateCache();
+  std::vector<int64_t> lent;
+  for (int64_t id : borrowers) {
+    Job& j = jobs_.at(id);
+    // Jobs started later in the pass may have used up the quota this one passed.
+    if (j.phase != Phase::kPending || !QuotaBlock(j).empty() || !TryPlace(j, nullptr)) continue;
+    for (const Placement& p : j.placements) {
+      if (cycle_.reserved_nodes[static_cast<size_t>(p.node)]) j.on_loan_from = reserved_job_;
+    }
+    Start(j, now, out);
+    lent.push_back(id);
+  }
+  if (lent.empty()) return;
+  std::sort(lent.begin(), lent.end());
+  std::erase_if(out->pending, [&](const std::pair<int64_t, std::string>& p) {
+    return std::binary_search(lent.begin(), lent.end(), p.first);
+  });
+}
+
 bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
   const double mine = PreemptionRank(j, now);
   const bool reclaim = quotas_.WithinGuarantee(j.spec.tenant, kNoModel, j.milli);
   struct Victim {
     int64_t id;
+    bool loaned;  // on nodes reserved for j
     bool borrowed;
     double priority;
     double lost;  // GPU-seconds of work lost if stopped now
@@ -121,16 +151,19 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
     const bool by_priority = j.spec.preempting && theirs < mine;
     const bool by_reclaim = reclaim && v.spec.tenant != j.spec.tenant && v.borrowed &&
                             quotas_.Borrowing(v.spec.tenant) && theirs <= mine;
-    if (!by_priority && !by_reclaim) continue;
-    victims.push_back({id, v.borrowed && by_reclaim, theirs,
+    const bool by_loan = v.on_loan_from == j.spec.id && theirs <= mine;
+    if (!by_priority && !by_reclaim && !by_loan) continue;
+    victims.push_back({id, by_loan, v.borrowed && by_reclaim, theirs,
                        static_cast<double>(v.milli) * (now - v.start_time)});
   }
   // Not even every candidate together frees enough GPU: no search.
   int64_t freeable = gpu_capacity_ - allocated_milli_;
   for (const Victim& v : victims) freeable += jobs_.at(v.id).milli;
   if (victims.empty() || freeable < j.milli) return false;
-  // Borrowed work first, then the lowest priority, then the least work lost.
+  // What was lent from j's reservation first, then borrowed work, then the lowest priority,
+  // then the least work lost.
   std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
+    if (a.loaned != b.loaned) return a.loaned;
     if (a.borrowed != b.borrowed) return a.borrowed;
     if (a.priority != b.priority) return a.priority < b.priority;
     if (a.lost != b.lost) return a.lost < b.lost;
@@ -174,7 +207,9 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
   for (int64_t id : needed) Restore(jobs_.at(id));
   for (int64_t id : needed) {
     Job& victim = jobs_.at(id);
-    const std::string reason = victim.borrowed && reclaim ? "quota reclaim" : "priority";
+    const std::string reason = victim.on_loan_from == j.spec.id ? "reservation"
+                               : victim.borrowed && reclaim     ? "quota reclaim"
+                                                                : "priority";
     out->preempted.push_back({id, j.spec.id, reason, now + victim.spec.grace_period});
     if (immediate) {
       Stop(victim, now);
@@ -205,7 +240,9 @@ double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* 
   std::vector<std::pair<double, int64_t>> ends;
   for (int64_t id : running_) {
     const Job& r = jobs_.at(id);
-    double end = r.phase == Phase::kStopping ? now : ExpectedEnd(r.spec, r.start_time);
+    // What j lent out of its reservation comes back whenever j asks.
+    const bool back_now = r.phase == Phase::kStopping || r.on_loan_from == j.spec.id;
+    double end = back_now ? now : ExpectedEnd(r.spec, r.start_time);
     ends.emplace_back(std::max(end, now), id);
   }
   std::sort(ends.begin(), ends.end());

@@ -228,6 +228,47 @@ TEST(Scheduler, BackfillRunsShortJobsBeforeTheReservation) {
   EXPECT_EQ(r.reserved_job, -1);
 }
 
+TEST(Scheduler, ReservedNodesAreLentToPreemptibleJobsAndTakenBack) {
+  SchedulerOptions o;
+  o.reserve_after = 0;
+  Fixture f(2, o);
+  JobSpec running = Job(1, f.a, 8);
+  running.runtime_estimate = 1000;
+  ASSERT_TRUE(f.sched->Submit(running).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  JobSpec big = Job(2, f.a, 8, 2);  // first in line (shortest estimate); needs both nodes
+  big.submit_time = 1;
+  big.runtime_estimate = 100;
+  JobSpec lendable = Job(3, f.a, 4);  // too long to backfill before the reservation
+  lendable.submit_time = 2;
+  lendable.runtime_limit = 5000;
+  JobSpec pinned = lendable;  // the same, but may not be preempted: kept off the loan
+  pinned.id = 4;
+  pinned.submit_time = 3;
+  pinned.preemptible = false;
+  for (const JobSpec& j : {big, lendable, pinned}) ASSERT_TRUE(f.sched->Submit(j).ok());
+  CycleResult r = f.sched->Cycle(10);
+  EXPECT_EQ(r.reserved_job, 2);
+  EXPECT_DOUBLE_EQ(r.reserved_at, 1000);
+  ASSERT_EQ(r.started.size(), 1u);
+  EXPECT_EQ(r.started[0].job, 3);
+  EXPECT_EQ(r.started[0].on_loan_from, 2);
+  EXPECT_NE(Reason(r, 4).find("reservation of job 2"), std::string::npos);
+  // What is lent does not push the reservation back.
+  EXPECT_DOUBLE_EQ(f.sched->Explain(2, 20).estimated_start, 1000);
+  // When job 1 ends, job 2 takes its nodes back from job 3, which returns to the queue.
+  f.sched->Finish(1, 1000);
+  r = f.sched->Cycle(1000);
+  EXPECT_TRUE(Started(r, 2));
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].job, 3);
+  EXPECT_EQ(r.preempted[0].for_job, 2);
+  EXPECT_EQ(r.preempted[0].reason, "reservation");
+  EXPECT_FALSE(Started(r, 3));
+  EXPECT_FALSE(Started(r, 4));
+  EXPECT_EQ(f.sched->pending(), 2u);
+}
+
 TEST(Scheduler, ShortJobsFirstButALongWaitWins) {
   for (double horizon : {0.0, 24 * 3600.0}) {
     SchedulerOptions o;
