@@ -14,6 +14,10 @@ enum class StatusCode {
   kFailedPrecondition,
   kIoError,
   kInternal,
+  kAlreadyExists,
+  kConflict,          // optimistic concurrency: the resource changed since it was read
+  kUnauthenticated,   // no credentials, or credentials that are not valid
+  kPermissionDenied,  // valid credentials that may not do this
 };
 
 // The result of an operation that can fail. Across module boundaries errors travel as values,
@@ -31,6 +35,15 @@ class [[nodiscard]] Status {
     return Status(StatusCode::kNotFound, std::move(message));
   }
   static Status Io(std::string message) { return Status(StatusCode::kIoError, std::move(message)); }
+  static Status Conflict(std::string message) {
+    return Status(StatusCode::kConflict, std::move(message));
+  }
+  static Status Exists(std::string message) {
+    return Status(StatusCode::kAlreadyExists, std::move(message));
+  }
+  static Status Internal(std::string message) {
+    return Status(StatusCode::kInternal, std::move(message));
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

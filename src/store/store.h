@@ -1,0 +1,172 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace meridian::store {
+
+using Json = nlohmann::json;
+
+// A named document of the desired state (Organization, Team, Project, Quota, PriorityClass,
+// Cluster, NodePool, Policy) or a User. `version` is the resource version: every write bumps
+// it, and a write that names the version it read fails with kConflict when another came first.
+struct Object {
+  std::string kind;
+  std::string name;
+  Json spec = Json::object();
+  int64_t version = 0;  // 0: never written
+  double updated_at = 0;
+  std::string updated_by;
+};
+
+inline constexpr int64_t kAnyVersion = -1;  // a write that does not check the version
+inline constexpr int64_t kMustNotExist = 0;
+
+struct JobRecord {
+  int64_t id = 0;  // assigned by InsertJob
+  std::string name;
+  std::string project;
+  std::string user;
+  Json spec = Json::object();  // the submitted spec, as accepted
+  std::string phase = "Pending";
+  std::string reason;               // why it is in its phase (why it waits, why it failed)
+  Json allocation = Json::array();  // one entry per task while placed or running
+  int64_t generation = 0;           // bumped by every placement; fences stale agents
+  int64_t version = 0;              // resource version, as for objects
+  double submitted_at = 0;
+  double updated_at = 0;
+};
+
+struct JobFilter {
+  std::vector<std::string> projects;  // empty: every project
+  std::vector<std::string> phases;    // empty: every phase
+  std::string user;                   // empty: every user
+  int64_t after_id = 0;               // pagination: ids greater than this
+  int32_t limit = 100;
+};
+
+struct Event {
+  int64_t seq = 0;  // assigned by AppendEvent, increasing
+  double at = 0;
+  std::string object_kind;      // "Job", "Project", "Revision", ...
+  std::string object_name;      // a job's id, or a document's name
+  std::string project;          // the project it belongs to; empty for estate-wide events
+  std::string type = "Normal";  // Normal | Warning
+  std::string reason;           // CamelCase: Submitted, Placed, Preempted, Cancelled, ...
+  std::string message;
+};
+
+struct EventFilter {
+  int64_t after_seq = 0;
+  std::string object_kind;            // empty: any
+  std::string object_name;            // empty: any
+  std::vector<std::string> projects;  // visible projects; ignored when all_projects
+  bool all_projects = true;           // false: only events of `projects` (none estate-wide)
+  int32_t limit = 100;
+};
+
+struct TokenRecord {
+  std::string id;  // public part of the token, the lookup key
+  std::string user;
+  std::string secret_hash;  // hex SHA-256 of the secret part; the secret itself is never kept
+  std::string description;
+  double created_at = 0;
+  double expires_at = 0;  // 0: never
+  bool revoked = false;
+};
+
+struct AuditEntry {
+  int64_t seq = 0;  // assigned by AppendAudit
+  double at = 0;
+  std::string user;    // empty when the caller could not be identified
+  std::string method;  // HTTP method, or the CLI verb for actions taken without HTTP
+  std::string path;
+  std::string action;   // "jobs.create", "config.apply", ...
+  std::string project;  // the project it touched, when it touched one
+  int32_t code = 0;     // HTTP status
+  std::string result;   // allowed | denied | failed
+  std::string message;
+};
+
+struct AuditFilter {
+  int64_t after_seq = 0;
+  std::string user;
+  std::string result;
+  int32_t limit = 100;
+};
+
+// A configuration revision: every document of the desired state as applied, so that rolling
+// back means applying an older revision's documents again.
+struct Revision {
+  int64_t number = 0;  // assigned by AddRevision, 1, 2, ...
+  double created_at = 0;
+  std::string author;
+  std::string message;
+  Json documents = Json::array();  // [{kind, name, spec}]
+};
+
+// Everything one transaction can do. A Tx is handed to the function given to Store::Write or
+// Store::Read and is valid only during that call, on that thread.
+class Tx {
+ public:
+  virtual ~Tx() = default;
+
+  virtual base::Result<Object> GetObject(const std::string& kind, const std::string& name) = 0;
+  // Every object of `kind` (every object when `kind` is empty), by kind then name.
+  virtual base::Result<std::vector<Object>> ListObjects(const std::string& kind) = 0;
+  // Creates or replaces; `expected_version` is kAnyVersion, kMustNotExist (kAlreadyExists when
+  // it does) or the version read (kConflict when it moved). Returns the new version.
+  virtual base::Result<int64_t> PutObject(const Object& object, int64_t expected_version) = 0;
+  virtual base::Status DeleteObject(const std::string& kind, const std::string& name,
+                                    int64_t expected_version) = 0;
+
+  virtual base::Result<int64_t> InsertJob(const JobRecord& job) = 0;  // returns the new id
+  virtual base::Result<JobRecord> GetJob(int64_t id) = 0;
+  virtual base::Result<std::vector<JobRecord>> ListJobs(const JobFilter& filter) = 0;
+  // Replaces the job's mutable fields (phase, reason, allocation, generation) when its version
+  // is still `expected_version`; returns the new version.
+  virtual base::Result<int64_t> UpdateJob(const JobRecord& job, int64_t expected_version) = 0;
+  // Jobs per phase, for the metrics.
+  virtual base::Result<std::vector<std::pair<std::string, int64_t>>> CountJobsByPhase() = 0;
+
+  virtual base::Result<int64_t> AppendEvent(const Event& event) = 0;
+  virtual base::Result<std::vector<Event>> ListEvents(const EventFilter& filter) = 0;
+
+  virtual base::Status PutToken(const TokenRecord& token) = 0;
+  virtual base::Result<TokenRecord> GetToken(const std::string& id) = 0;
+  virtual base::Result<std::vector<TokenRecord>> ListTokens(const std::string& user) = 0;
+
+  virtual base::Result<int64_t> AppendAudit(const AuditEntry& entry) = 0;
+  virtual base::Result<std::vector<AuditEntry>> ListAudit(const AuditFilter& filter) = 0;
+
+  virtual base::Result<int64_t> AddRevision(const Revision& revision) = 0;
+  virtual base::Result<Revision> GetRevision(int64_t number) = 0;
+  // Newest first, without their documents.
+  virtual base::Result<std::vector<Revision>> ListRevisions(int32_t limit) = 0;
+};
+
+// Durable state of the control plane. Thread-safe: any thread may call Write and Read at any
+// time. Backends: SqliteStore (the default); PostgreSQL will pass the same conformance suite
+// (store_conformance_test.cc).
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Runs `fn` in a read-write transaction. When `fn` returns OK the transaction commits, and
+  // Write returns only once the commit is durable; when `fn` returns an error nothing it did is
+  // kept and that error is returned. `fn` may be run on another thread, together with other
+  // writers' functions in one group commit; it must not block or call back into the Store.
+  virtual base::Status Write(const std::function<base::Status(Tx&)>& fn) = 0;
+  // Runs `fn` on a consistent snapshot; writes through its Tx fail.
+  virtual base::Status Read(const std::function<base::Status(Tx&)>& fn) = 0;
+  // Schema version, for `meridian server --version` and the conformance suite.
+  virtual int32_t SchemaVersion() const = 0;
+};
+
+}  // namespace meridian::store
