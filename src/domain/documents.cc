@@ -1,0 +1,255 @@
+#include "domain/documents.h"
+
+#include <map>
+#include <set>
+
+#include "domain/gpu_model.h"
+
+namespace meridian::domain {
+
+namespace {
+
+constexpr int64_t kMaxGpusPerNode = 64;
+constexpr int64_t kMaxNodesPerPool = 100000;
+constexpr double kMaxSeconds = 365.0 * 24 * 3600;
+
+void OrganizationSpec(FieldReader& s) { s.String("description", false); }
+
+void TeamSpec(FieldReader& s) {
+  s.Name("organization", true);
+  s.String("description", false);
+}
+
+void ProjectSpec(FieldReader& s) {
+  s.Name("team", true);
+  s.Number("weight", 0.001, 1e6, 1.0);
+  s.String("description", false);
+}
+
+void QuotaSpec(FieldReader& s) {
+  int scopes = 0;
+  for (const char* k : {"organization", "team", "project"}) {
+    if (s.Has(k)) ++scopes;
+    s.Name(k, false);
+  }
+  if (scopes != 1) s.Error("project", "exactly one of organization, team or project is required");
+  s.String("gpuModel", false);
+  const double guaranteed = s.Number("guaranteedGpus", 0, 1e6, 0);
+  const bool limited = s.Has("limitGpus");
+  const double limit = s.Number("limitGpus", 0, 1e6, -1);
+  if (limited && limit < guaranteed) s.Error("limitGpus", "must not be below guaranteedGpus");
+}
+
+void PriorityClassSpec(FieldReader& s) {
+  s.Int("value", -1000000, 1000000, 0, true);
+  s.Bool("preempting", true);
+  s.String("description", false);
+}
+
+void ClusterSpec(FieldReader& s) {
+  s.Enum("type", {"on-prem", "cloud"}, "on-prem");
+  s.String("region", false);
+  s.Enum("backend", {"agent", "slurm", "kubernetes"}, "agent");
+  s.NumberMap("prices", 0);
+  s.StringList("datasets");
+}
+
+void NodePoolSpec(FieldReader& s) {
+  s.Name("cluster", true);
+  s.Enum("purpose", {"any", "training", "inference", "interactive"}, "any");
+  s.Bool("spot", false);
+  s.Int("nodes", 0, kMaxNodesPerPool, 0);
+  const std::string model = s.String("gpuModel", false);
+  const int64_t gpus = s.Int("gpusPerNode", 0, kMaxGpusPerNode, 0);
+  if (gpus > 0 && model.empty()) s.Error("gpuModel", "is required when gpusPerNode > 0");
+  s.Int("cpuMilli", 1, 1LL << 40, 64000);
+  s.Int("memoryMib", 1, 1LL << 40, 512 * 1024);
+  s.Int("nvlinkDomainSize", 0, kMaxGpusPerNode, 0);
+  s.Int("rackSize", 0, kMaxNodesPerPool, 0);
+  s.StringMap("labels");
+}
+
+void PolicySpec(FieldReader& s) {
+  s.Enum("placement",
+         {"meridian", "fgd", "best-fit", "random", "dotprod", "gpu-packing", "gpu-clustering"},
+         "meridian");
+  s.Enum("queueOrder", {"meridian", "fifo", "sjf", "las"}, "meridian");
+  s.Bool("preemption", true);
+  s.Bool("backfill", true);
+  s.Number("fairShareHalfLife", 1, kMaxSeconds, 3600);
+  s.Number("reserveAfter", 0, kMaxSeconds, 3600);
+  s.Number("starvationHorizon", 0, kMaxSeconds, 24 * 3600.0);
+  s.Number("cycleInterval", 0.01, 3600, 1.0);
+}
+
+using SpecReader = void (*)(FieldReader&);
+
+const std::map<std::string, SpecReader>& Readers() {
+  static const std::map<std::string, SpecReader> kReaders = {
+      {"Organization", OrganizationSpec},
+      {"Team", TeamSpec},
+      {"Project", ProjectSpec},
+      {"Quota", QuotaSpec},
+      {"PriorityClass", PriorityClassSpec},
+      {"Cluster", ClusterSpec},
+      {"NodePool", NodePoolSpec},
+      {"Policy", PolicySpec},
+  };
+  return kReaders;
+}
+
+bool KnownMigProfile(const std::string& profile) {
+  for (const GpuModel& m : GpuCatalog::Builtin().models()) {
+    if (m.FindMigProfile(profile)) return true;
+  }
+  return false;
+}
+
+void JobSpecFields(FieldReader& s) {
+  s.Enum("type", {"batch", "training", "inference", "interactive"}, "batch");
+  s.Name("priorityClass", false);
+  const int64_t tasks = s.Int("tasks", 1, 10000, 1);
+  int requests = 0;
+  for (const char* k : {"gpus", "gpuMilli", "migProfile"}) requests += s.Has(k);
+  if (requests > 1) s.Error("gpus", "give only one of gpus, gpuMilli and migProfile");
+  s.Int("gpus", 0, kMaxGpusPerNode, 0);
+  s.Int("gpuMilli", 1, 999, 0);
+  s.Int("gpuMemoryMib", 0, 1LL << 30, 0);
+  if (s.Has("gpuMemoryMib") && !s.Has("gpuMilli")) {
+    s.Error("gpuMemoryMib", "applies only to a fraction of a GPU (gpuMilli)");
+  }
+  const bool mig = s.Has("migProfile");
+  const std::string profile = s.String("migProfile", false);
+  if (mig && !KnownMigProfile(profile)) {
+    s.Error("migProfile", "\"" + profile + "\" is not a MIG profile of any known GPU model");
+  }
+  s.Int("cpuMilli", 1, 1LL << 30, 1000);
+  s.Int("memoryMib", 1, 1LL << 30, 4096);
+  s.StringList("gpuModels");
+  s.StringList("clusters");
+  s.Bool("gang", tasks > 1);
+  const double estimate = s.Number("runtimeEstimate", 0, kMaxSeconds, 0);
+  const double limit = s.Number("runtimeLimit", 0, kMaxSeconds, 0);
+  if (limit > 0 && estimate > limit) s.Error("runtimeEstimate", "must not exceed runtimeLimit");
+  s.Bool("preemptible", true);
+  s.Number("minRuntime", 0, kMaxSeconds, 0);
+  s.Number("gracePeriod", 0, 3600, 30);
+  s.StringList("command");
+  s.StringMap("env");
+  s.String("image", false);
+  s.String("workingDir", false);
+  s.Enum("restartPolicy", {"never", "on-failure"}, "never");
+  s.Int("maxRestarts", 0, 100, 3);
+}
+
+// The envelope: kind (checked by the caller), metadata.name, spec. Returns the name.
+std::string Envelope(const SourceDoc& src, ErrorList* errors, const std::string& kind,
+                     Json* spec_out, void (*spec_reader)(FieldReader&), std::string* project) {
+  Json envelope = Json::object();
+  FieldReader top(src, src.value, "", errors, &envelope);
+  top.String("kind", false);
+  top.String("apiVersion", false);
+  Json meta_out;
+  FieldReader meta = top.Object("metadata", &meta_out);
+  if (!top.Has("metadata")) top.Error("metadata", "is required (metadata.name)");
+  const std::string name = meta.Name("name", true);
+  if (project) *project = meta.Name("project", true);
+  meta.StringMap("labels");
+  meta.Finish();
+  FieldReader spec = top.Object("spec", spec_out);
+  if (!top.Has("spec") && kind != "Organization" && kind != "Policy") {
+    top.Error("spec", "is required");
+  }
+  spec_reader(spec);
+  spec.Finish();
+  top.Finish();
+  return name;
+}
+
+}  // namespace
+
+const std::vector<std::string>& ConfigKinds() {
+  static const std::vector<std::string> kKinds = {
+      "Organization", "Team", "Project", "PriorityClass", "Cluster", "NodePool", "Quota", "Policy",
+  };
+  return kKinds;
+}
+
+std::optional<Document> ValidateDocument(const SourceDoc& src, ErrorList* errors) {
+  const size_t before = errors->size();
+  if (!src.value.is_object()) {
+    errors->Add(src, "", "a document must be a mapping with kind, metadata and spec");
+    return std::nullopt;
+  }
+  const Json* kind = src.value.contains("kind") ? &src.value.at("kind") : nullptr;
+  if (!kind || !kind->is_string()) {
+    errors->Add(src, "kind",
+                "is required (one of Organization, Team, Project, Quota, "
+                "PriorityClass, Cluster, NodePool, Policy)");
+    return std::nullopt;
+  }
+  auto reader = Readers().find(kind->get<std::string>());
+  if (reader == Readers().end()) {
+    errors->Add(src, "kind", "unknown kind \"" + kind->get<std::string>() + "\"");
+    return std::nullopt;
+  }
+  Document doc;
+  doc.kind = reader->first;
+  doc.file = src.file;
+  auto mark = src.marks.find("");
+  if (mark != src.marks.end()) doc.line = mark->second.first;
+  doc.name = Envelope(src, errors, doc.kind, &doc.spec, reader->second, nullptr);
+  if (errors->size() != before) return std::nullopt;
+  return doc;
+}
+
+void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors) {
+  std::map<std::string, std::set<std::string>> names;
+  for (const Document& d : docs) {
+    if (!names[d.kind].insert(d.name).second) {
+      errors->Add(
+          {d.file, d.line, 0, "metadata.name", d.kind + " \"" + d.name + "\" is defined twice"});
+    }
+  }
+  auto refers = [&](const Document& d, const char* field, const char* kind) {
+    if (!d.spec.contains(field)) return;
+    const std::string target = d.spec.at(field).get<std::string>();
+    if (!target.empty() && !names[kind].count(target)) {
+      errors->Add({d.file, d.line, 0, std::string("spec.") + field,
+                   std::string(kind) + " \"" + target + "\" does not exist"});
+    }
+  };
+  for (const Document& d : docs) {
+    if (d.kind == "Team") refers(d, "organization", "Organization");
+    if (d.kind == "Project") refers(d, "team", "Team");
+    if (d.kind == "NodePool") refers(d, "cluster", "Cluster");
+    if (d.kind == "Quota") {
+      refers(d, "organization", "Organization");
+      refers(d, "team", "Team");
+      refers(d, "project", "Project");
+    }
+    if (d.kind == "Policy" && d.name != "default") {
+      errors->Add({d.file, d.line, 0, "metadata.name",
+                   "the Policy must be named \"default\" (there is one policy)"});
+    }
+  }
+}
+
+std::optional<JobDocument> ValidateJobDocument(const SourceDoc& src, ErrorList* errors) {
+  const size_t before = errors->size();
+  if (!src.value.is_object()) {
+    errors->Add(src, "", "a job must be a mapping with metadata and spec");
+    return std::nullopt;
+  }
+  if (src.value.contains("kind") &&
+      !(src.value.at("kind").is_string() && src.value.at("kind") == "Job")) {
+    errors->Add(src, "kind", "must be Job");
+    return std::nullopt;
+  }
+  JobDocument job;
+  job.name = Envelope(src, errors, "Job", &job.spec, JobSpecFields, &job.project);
+  if (errors->size() != before) return std::nullopt;
+  return job;
+}
+
+}  // namespace meridian::domain

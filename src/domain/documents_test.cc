@@ -1,0 +1,143 @@
+#include "domain/documents.h"
+
+#include <gtest/gtest.h>
+
+namespace meridian::domain {
+namespace {
+
+std::vector<Document> Parse(const std::string& text, ErrorList* errors) {
+  std::vector<FieldError> syntax;
+  auto docs = ParseYamlDocuments(text, "estate.yaml", &syntax);
+  for (const FieldError& e : syntax) errors->Add(e);
+  std::vector<Document> out;
+  if (!docs.ok()) return out;
+  for (const SourceDoc& d : *docs) {
+    if (auto v = ValidateDocument(d, errors)) out.push_back(*v);
+  }
+  return out;
+}
+
+const char* kEstate = R"(kind: Organization
+metadata: {name: acme}
+---
+kind: Team
+metadata: {name: product}
+spec: {organization: acme}
+---
+kind: Project
+metadata: {name: vision}
+spec:
+  team: product
+  weight: 2
+---
+kind: Cluster
+metadata: {name: onprem}
+spec: {type: on-prem, region: eu-west, prices: {H100-80GB: 2.5}}
+---
+kind: NodePool
+metadata: {name: h100}
+spec: {cluster: onprem, nodes: 4, gpusPerNode: 8, gpuModel: H100-80GB}
+---
+kind: Quota
+metadata: {name: vision-gpus}
+spec: {project: vision, guaranteedGpus: 8, limitGpus: 16}
+)";
+
+TEST(Documents, AValidEstateIsCanonical) {
+  ErrorList errors;
+  auto docs = Parse(kEstate, &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ASSERT_EQ(docs.size(), 6u);
+  ValidateDesiredState(docs, &errors);
+  EXPECT_TRUE(errors.empty()) << errors.ToString();
+  EXPECT_EQ(docs[2].spec["weight"], 2.0);
+  // Defaults are filled in, so that the same meaning compares equal.
+  EXPECT_EQ(docs[4].spec["purpose"], "any");
+  EXPECT_EQ(docs[3].spec["backend"], "agent");
+  EXPECT_EQ(docs[4].line, 18);
+}
+
+TEST(Documents, EveryErrorHasFileLineAndField) {
+  struct Case {
+    const char* yaml;
+    const char* want;  // substring of the single error
+  };
+  const Case cases[] = {
+      {"kind: Team\nmetadata: {name: t}\nspec: {organization: acme, colour: red}\n",
+       "estate.yaml:3:28: spec.colour: unknown field"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec:\n  cluster: c\n  gpusPerNode: eight\n  "
+       "gpuModel: H100-80GB\n",
+       "estate.yaml:5:3: spec.gpusPerNode: must be an integer, not a string"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c, gpusPerNode: 65, gpuModel: x}\n",
+       "spec.gpusPerNode: 65 is out of range [0, 64]"},
+      {"kind: Project\nmetadata: {name: Vision}\nspec: {team: t}\n",
+       "estate.yaml:2:12: metadata.name: \"Vision\" is not a valid name"},
+      {"kind: Widget\nmetadata: {name: w}\n", "estate.yaml:1:1: kind: unknown kind \"Widget\""},
+      {"kind: Quota\nmetadata: {name: q}\nspec: {team: a, project: b}\n",
+       "exactly one of organization, team or project"},
+      {"kind: Quota\nmetadata: {name: q}\nspec: {project: b, guaranteedGpus: 4, limitGpus: 2}\n",
+       "spec.limitGpus: must not be below guaranteedGpus"},
+      {"kind: Team\nmetadata: {name: t}\nspec:\n  organization: a\n  organization: b\n",
+       "estate.yaml:5:3: spec.organization: duplicate key"},
+      {"kind: Team\nmetadata: {name: t\nspec: {}\n", "estate.yaml:"},
+      {"kind: Cluster\nmetadata: {name: c}\nspec: {type: moon}\n",
+       "spec.type: \"moon\" is not one of on-prem, cloud"},
+  };
+  for (const Case& c : cases) {
+    ErrorList errors;
+    Parse(c.yaml, &errors);
+    ASSERT_EQ(errors.size(), 1u) << c.yaml << "\n" << errors.ToString();
+    EXPECT_NE(errors.ToString().find(c.want), std::string::npos)
+        << "want " << c.want << "\ngot  " << errors.ToString();
+  }
+}
+
+TEST(Documents, AllErrorsAreReportedNotJustTheFirst) {
+  ErrorList errors;
+  Parse("kind: Project\nmetadata: {name: p}\nspec: {team: 3, weight: -1, x: 1}\n", &errors);
+  EXPECT_EQ(errors.size(), 3u) << errors.ToString();
+}
+
+TEST(Documents, DesiredStateChecksReferencesAndDuplicates) {
+  ErrorList errors;
+  auto docs = Parse(std::string(kEstate) +
+                        "---\nkind: Project\nmetadata: {name: speech}\nspec: {team: lab}\n"
+                        "---\nkind: Project\nmetadata: {name: vision}\nspec: {team: product}\n"
+                        "---\nkind: Policy\nmetadata: {name: fast}\n",
+                    &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ValidateDesiredState(docs, &errors);
+  ASSERT_EQ(errors.size(), 3u) << errors.ToString();
+  EXPECT_NE(errors.ToString().find("Team \"lab\" does not exist"), std::string::npos);
+  EXPECT_NE(errors.ToString().find("Project \"vision\" is defined twice"), std::string::npos);
+  EXPECT_NE(errors.ToString().find("named \"default\""), std::string::npos);
+}
+
+TEST(Documents, JobDocuments) {
+  ErrorList errors;
+  std::vector<FieldError> syntax;
+  auto src = ParseYamlDocuments(
+      "metadata: {name: train, project: vision}\nspec:\n  tasks: 2\n  gpus: 8\n  command: [python, "
+      "train.py]\n  env: {EPOCHS: 3}\n",
+      "job.yaml", &syntax);
+  ASSERT_TRUE(src.ok());
+  auto job = ValidateJobDocument((*src)[0], &errors);
+  ASSERT_TRUE(job) << errors.ToString();
+  EXPECT_EQ(job->project, "vision");
+  EXPECT_EQ(job->spec["gang"], true);  // several tasks: a gang unless said otherwise
+  EXPECT_EQ(job->spec["env"]["EPOCHS"], "3");
+  EXPECT_EQ(job->spec["gracePeriod"], 30.0);
+
+  src = ParseYamlDocuments(
+      "{\"metadata\": {\"name\": \"x\"}, \"spec\": {\"gpus\": 1, \"gpuMilli\": 500, "
+      "\"migProfile\": \"9g.1tb\"}}",
+      "", &syntax);
+  ASSERT_TRUE(src.ok());
+  ErrorList bad;
+  EXPECT_FALSE(ValidateJobDocument((*src)[0], &bad));
+  EXPECT_EQ(bad.size(), 3u) << bad.ToString();  // project missing, two requests, bad profile
+  EXPECT_NE(bad.ToString().find("metadata.project: is required"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace meridian::domain

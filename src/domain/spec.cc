@@ -1,0 +1,396 @@
+#include "domain/spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+namespace meridian::domain {
+
+namespace {
+
+bool IsNullScalar(const std::string& s) {
+  return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
+}
+
+bool ParseBool(const std::string& s, bool* out) {
+  if (s == "true" || s == "True" || s == "TRUE") return *out = true, true;
+  if (s == "false" || s == "False" || s == "FALSE") return *out = false, true;
+  return false;
+}
+
+bool ParseInteger(const std::string& s, int64_t* out) {
+  size_t i = (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  if (i == s.size()) return false;
+  for (size_t k = i; k < s.size(); ++k) {
+    if (!std::isdigit(static_cast<unsigned char>(s[k]))) return false;
+  }
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+bool ParseFloat(const std::string& s, double* out) {
+  // Digits, one dot, an exponent: what YAML 1.2's core schema calls a float (no hex, no words).
+  bool digit = false;
+  for (char c : s) {
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      digit = true;
+    } else if (c != '.' && c != 'e' && c != 'E' && c != '-' && c != '+') {
+      return false;
+    }
+  }
+  if (!digit) return false;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+Json ScalarToJson(const YAML::Node& node) {
+  const std::string& s = node.Scalar();
+  if (node.Tag() == "!") return s;  // quoted: always a string
+  if (IsNullScalar(s)) return nullptr;
+  bool b = false;
+  if (ParseBool(s, &b)) return b;
+  int64_t i = 0;
+  if (ParseInteger(s, &i)) return i;
+  double d = 0;
+  if (ParseFloat(s, &d)) return d;
+  return s;
+}
+
+void Convert(const YAML::Node& node, const std::string& path, SourceDoc* doc, Json* out,
+             ErrorList* errors) {
+  doc->marks[path] = {node.Mark().line + 1, node.Mark().column + 1};
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      *out = nullptr;
+      return;
+    case YAML::NodeType::Scalar:
+      *out = ScalarToJson(node);
+      return;
+    case YAML::NodeType::Sequence: {
+      *out = Json::array();
+      size_t i = 0;
+      for (const YAML::Node& item : node) {
+        Json v;
+        Convert(item, path + "[" + std::to_string(i++) + "]", doc, &v, errors);
+        out->push_back(std::move(v));
+      }
+      return;
+    }
+    case YAML::NodeType::Map: {
+      *out = Json::object();
+      for (const auto& kv : node) {
+        const std::string child_path = path.empty() ? "" : path + ".";
+        if (!kv.first.IsScalar()) {
+          errors->Add(*doc, path, "keys must be plain strings");
+          continue;
+        }
+        const std::string key = kv.first.Scalar();
+        if (out->contains(key)) {
+          doc->marks[child_path + key] = {kv.first.Mark().line + 1, kv.first.Mark().column + 1};
+          errors->Add(*doc, child_path + key, "duplicate key");
+          continue;
+        }
+        Json v;
+        Convert(kv.second, child_path + key, doc, &v, errors);
+        // A key's position is where the key is written, which is where people look.
+        doc->marks[child_path + key] = {kv.first.Mark().line + 1, kv.first.Mark().column + 1};
+        (*out)[key] = std::move(v);
+      }
+      return;
+    }
+  }
+}
+
+std::string TypeName(const Json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "a list";
+  return "a mapping";
+}
+
+}  // namespace
+
+std::string FieldError::ToString() const {
+  std::string s = file;
+  if (line > 0) s += (s.empty() ? "" : ":") + std::to_string(line) + ":" + std::to_string(column);
+  if (!s.empty()) s += ": ";
+  if (!field.empty()) s += field + ": ";
+  return s + message;
+}
+
+base::Result<std::vector<SourceDoc>> ParseYamlDocuments(const std::string& text,
+                                                        const std::string& file,
+                                                        std::vector<FieldError>* errors) {
+  std::vector<YAML::Node> nodes;
+  try {
+    nodes = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    FieldError err{file, e.mark.line + 1, e.mark.column + 1, "", e.msg};
+    if (errors) errors->push_back(err);
+    return base::Status::Invalid(err.ToString());
+  }
+  std::vector<SourceDoc> docs;
+  ErrorList list;
+  for (const YAML::Node& n : nodes) {
+    if (n.IsNull()) continue;  // an empty document between separators
+    SourceDoc doc;
+    doc.file = file;
+    Convert(n, "", &doc, &doc.value, &list);
+    docs.push_back(std::move(doc));
+  }
+  if (!list.empty()) {
+    if (errors) {
+      for (const FieldError& e : list.errors()) errors->push_back(e);
+    }
+    return base::Status::Invalid(list.ToString());
+  }
+  return docs;
+}
+
+void ErrorList::Add(const SourceDoc& doc, const std::string& field, const std::string& message) {
+  FieldError e{doc.file, 0, 0, field, message};
+  // The field itself, else the closest enclosing field that was written down.
+  std::string p = field;
+  for (;;) {
+    auto it = doc.marks.find(p);
+    if (it != doc.marks.end()) {
+      e.line = it->second.first;
+      e.column = it->second.second;
+      break;
+    }
+    if (p.empty()) break;
+    const size_t cut = p.find_last_of(".[");
+    p = cut == std::string::npos ? "" : p.substr(0, cut);
+  }
+  errors_.push_back(std::move(e));
+}
+
+std::string ErrorList::ToString() const {
+  std::string s;
+  for (const FieldError& e : errors_) s += (s.empty() ? "" : "\n") + e.ToString();
+  return s;
+}
+
+bool IsValidName(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char c : name) {
+    if (!(std::islower(static_cast<unsigned char>(c)) ||
+          std::isdigit(static_cast<unsigned char>(c)) || c == '-')) {
+      return false;
+    }
+  }
+  return name.front() != '-' && name.back() != '-';
+}
+
+FieldReader::FieldReader(const SourceDoc& doc, const Json& object, std::string prefix,
+                         ErrorList* errors, Json* out)
+    : doc_(doc), object_(object), prefix_(std::move(prefix)), errors_(errors), out_(out) {
+  if (!object_.is_null() && !object_.is_object()) {
+    errors_->Add(doc_, prefix_, "must be a mapping, not " + TypeName(object_));
+  }
+  if (!out_->is_object()) *out_ = Json::object();
+}
+
+std::string FieldReader::Path(const std::string& key) const {
+  return prefix_.empty() ? key : prefix_ + "." + key;
+}
+
+bool FieldReader::Has(const std::string& key) const {
+  return object_.is_object() && object_.contains(key) && !object_.at(key).is_null();
+}
+
+const Json* FieldReader::Get(const std::string& key) {
+  seen_.push_back(key);
+  if (!Has(key)) return nullptr;
+  return &object_.at(key);
+}
+
+void FieldReader::Error(const std::string& key, const std::string& message) {
+  errors_->Add(doc_, Path(key), message);
+}
+
+std::string FieldReader::String(const std::string& key, bool required,
+                                const std::string& fallback) {
+  const Json* v = Get(key);
+  if (!v) {
+    if (required) Error(key, "is required");
+    if (!fallback.empty()) (*out_)[key] = fallback;
+    return fallback;
+  }
+  if (!v->is_string()) {
+    Error(key, "must be a string, not " + TypeName(*v));
+    return fallback;
+  }
+  (*out_)[key] = *v;
+  return v->get<std::string>();
+}
+
+std::string FieldReader::Enum(const std::string& key, const std::vector<std::string>& allowed,
+                              const std::string& fallback) {
+  const bool present = Has(key);
+  std::string s = String(key, false, fallback);
+  if (!present) return s;
+  for (const std::string& a : allowed) {
+    if (s == a) return s;
+  }
+  std::string list;
+  for (const std::string& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  Error(key, "\"" + s + "\" is not one of " + list);
+  (*out_)[key] = fallback;
+  return fallback;
+}
+
+std::string FieldReader::Name(const std::string& key, bool required) {
+  const bool present = Has(key);
+  std::string s = String(key, required);
+  if (present && !s.empty() && !IsValidName(s)) {
+    Error(key, "\"" + s +
+                   "\" is not a valid name (lower-case letters, digits and '-', at most 63, "
+                   "starting and ending with a letter or digit)");
+  }
+  return s;
+}
+
+int64_t FieldReader::Int(const std::string& key, int64_t min, int64_t max, int64_t fallback,
+                         bool required) {
+  const Json* v = Get(key);
+  if (!v) {
+    if (required) Error(key, "is required");
+    (*out_)[key] = fallback;
+    return fallback;
+  }
+  if (!v->is_number_integer()) {
+    Error(key, "must be an integer, not " + TypeName(*v));
+    return fallback;
+  }
+  const int64_t i = v->get<int64_t>();
+  if (i < min || i > max) {
+    Error(key, std::to_string(i) + " is out of range [" + std::to_string(min) + ", " +
+                   std::to_string(max) + "]");
+    return fallback;
+  }
+  (*out_)[key] = i;
+  return i;
+}
+
+double FieldReader::Number(const std::string& key, double min, double max, double fallback) {
+  const Json* v = Get(key);
+  if (!v) {
+    (*out_)[key] = fallback;
+    return fallback;
+  }
+  if (!v->is_number()) {
+    Error(key, "must be a number, not " + TypeName(*v));
+    return fallback;
+  }
+  const double d = v->get<double>();
+  if (!(d >= min && d <= max)) {
+    Error(key, "must be between " + Json(min).dump() + " and " + Json(max).dump());
+    return fallback;
+  }
+  (*out_)[key] = d;
+  return d;
+}
+
+bool FieldReader::Bool(const std::string& key, bool fallback) {
+  const Json* v = Get(key);
+  if (!v) {
+    (*out_)[key] = fallback;
+    return fallback;
+  }
+  if (!v->is_boolean()) {
+    Error(key, "must be true or false, not " + TypeName(*v));
+    return fallback;
+  }
+  (*out_)[key] = v->get<bool>();
+  return v->get<bool>();
+}
+
+std::vector<std::string> FieldReader::StringList(const std::string& key) {
+  std::vector<std::string> out;
+  const Json* v = Get(key);
+  if (!v) return out;
+  if (!v->is_array()) {
+    Error(key, "must be a list, not " + TypeName(*v));
+    return out;
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].is_string()) {
+      errors_->Add(doc_, Path(key) + "[" + std::to_string(i) + "]",
+                   "must be a string, not " + TypeName((*v)[i]));
+      continue;
+    }
+    out.push_back((*v)[i].get<std::string>());
+  }
+  (*out_)[key] = out;
+  return out;
+}
+
+std::map<std::string, std::string> FieldReader::StringMap(const std::string& key) {
+  std::map<std::string, std::string> out;
+  const Json* v = Get(key);
+  if (!v) return out;
+  if (!v->is_object()) {
+    Error(key, "must be a mapping, not " + TypeName(*v));
+    return out;
+  }
+  for (const auto& [k, value] : v->items()) {
+    if (value.is_string()) {
+      out[k] = value.get<std::string>();
+    } else if (value.is_number() || value.is_boolean()) {
+      out[k] = value.dump();  // env: FOO: 1 means "1"
+    } else {
+      errors_->Add(doc_, Path(key) + "." + k, "must be a string, not " + TypeName(value));
+    }
+  }
+  (*out_)[key] = out;
+  return out;
+}
+
+std::map<std::string, double> FieldReader::NumberMap(const std::string& key, double min) {
+  std::map<std::string, double> out;
+  const Json* v = Get(key);
+  if (!v) return out;
+  if (!v->is_object()) {
+    Error(key, "must be a mapping, not " + TypeName(*v));
+    return out;
+  }
+  for (const auto& [k, value] : v->items()) {
+    if (!value.is_number() || value.get<double>() < min) {
+      errors_->Add(doc_, Path(key) + "." + k, "must be a number >= " + Json(min).dump());
+      continue;
+    }
+    out[k] = value.get<double>();
+  }
+  (*out_)[key] = out;
+  return out;
+}
+
+FieldReader FieldReader::Object(const std::string& key, Json* out) {
+  static const Json kEmpty = Json::object();
+  const Json* v = Get(key);
+  return FieldReader(doc_, v ? *v : kEmpty, Path(key), errors_, out);
+}
+
+void FieldReader::Finish() {
+  if (!object_.is_object()) return;
+  for (const auto& [k, v] : object_.items()) {
+    if (std::find(seen_.begin(), seen_.end(), k) == seen_.end()) {
+      Error(k, "unknown field");
+    }
+  }
+}
+
+}  // namespace meridian::domain
