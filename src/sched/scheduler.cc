@@ -295,6 +295,55 @@ void Scheduler::Finish(int64_t id, double now) {
   it->second.placements.clear();
 }
 
+base::Status Scheduler::Adopt(JobSpec spec, const std::vector<Placement>& placements,
+                             double start_time) {
+  if (jobs_.count(spec.id)) {
+    return base::Status::Invalid("job " + std::to_string(spec.id) + " was submitted before");
+  }
+  if (spec.tenant < 0 || spec.tenant >= quotas_.size()) {
+    return base::Status::Invalid("job " + std::to_string(spec.id) + ": unknown tenant");
+  }
+  if (placements.size() != spec.tasks.size()) {
+    return base::Status::Invalid("job " + std::to_string(spec.id) + ": " +
+                                 std::to_string(placements.size()) + " placements for " +
+                                 std::to_string(spec.tasks.size()) + " tasks");
+  }
+  Job j;
+  j.spec = std::move(spec);
+  for (size_t i = 0; i < placements.size(); ++i) {
+    const Placement& p = placements[i];
+    if (p.node < 0 || p.node >= static_cast<int32_t>(snapshot_.nodes.size()) ||
+        !placer_.Fits(j.spec.tasks[i], p)) {
+      Rollback(j, std::vector<Placement>(placements.begin(), placements.begin() + i));
+      return base::Status(base::StatusCode::kFailedPrecondition,
+                          "job " + std::to_string(j.spec.id) + ": task " + std::to_string(i) +
+                              " no longer fits where it was placed");
+    }
+    placer_.Commit(j.spec.tasks[i], p, &cycle_);
+    j.milli += j.spec.tasks[i].GpuMilliTotal();
+    j.charged_models.push_back(snapshot_.nodes[p.node].model);
+    j.charged_milli.push_back(GrantedMilli(snapshot_, p));
+  }
+  j.placements = placements;
+  const int64_t id = j.spec.id;
+  auto it = jobs_.emplace(id, std::move(j)).first;
+  AdvanceUsage(start_time);
+  Start(it->second, start_time, nullptr);
+  return base::Status::Ok();
+}
+
+void Scheduler::Cancel(int64_t id, double now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  if (it->second.phase == Phase::kRunning || it->second.phase == Phase::kStopping) {
+    Finish(id, now);
+  }
+  std::erase(pending_, id);
+  std::erase(running_, id);
+  if (reserved_job_ == id) reserved_job_ = -1;
+  jobs_.erase(it);
+}
+
 void Scheduler::Evicted(int64_t id, double now) {
   auto it = jobs_.find(id);
   if (it == jobs_.end() || it->second.phase != Phase::kStopping) return;

@@ -120,6 +120,11 @@ class Scheduler {
   // kFailedPrecondition and a reason, rather than waiting for ever.
   base::Status Submit(JobSpec job);
   void Finish(int64_t job, double now);
+  // Takes in a job that already holds `placements` (one per task), as when the control plane
+  // rebuilds its scheduler from stored state. Fails, changing nothing, when they do not fit.
+  base::Status Adopt(JobSpec job, const std::vector<Placement>& placements, double start_time);
+  // Forgets a job, pending or running (its resources are released); unknown ids are ignored.
+  void Cancel(int64_t job, double now);
   void Evicted(int64_t job, double now);
   CycleResult Cycle(double now);
   Explanation Explain(int64_t job, double now);

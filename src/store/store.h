@@ -137,6 +137,7 @@ class Tx {
 
   virtual base::Result<int64_t> AppendEvent(const Event& event) = 0;
   virtual base::Result<std::vector<Event>> ListEvents(const EventFilter& filter) = 0;
+  virtual base::Result<int64_t> LatestEventSeq() = 0;  // 0 when there is none
 
   virtual base::Status PutToken(const TokenRecord& token) = 0;
   virtual base::Result<TokenRecord> GetToken(const std::string& id) = 0;

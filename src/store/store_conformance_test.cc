@@ -242,6 +242,7 @@ TEST_P(StoreConformance, EventsAreOrderedAndScopedByProject) {
                     EventFilter after;
                     after.after_seq = (*events)[2].seq;
                     EXPECT_EQ(tx.ListEvents(after)->size(), 1u);
+                    EXPECT_EQ(*tx.LatestEventSeq(), (*events)[3].seq);
                     return Status::Ok();
                   })
                   .ok());

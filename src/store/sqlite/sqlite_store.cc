@@ -334,6 +334,11 @@ class SqliteTx final : public Tx {
     return out;
   }
 
+  Result<int64_t> LatestEventSeq() override {
+    Query q(c_, "SELECT COALESCE(MAX(seq), 0) FROM events");
+    return VersionOf(q);
+  }
+
   Status PutToken(const TokenRecord& t) override {
     if (read_only_) return ReadOnly();
     Query q(c_,

@@ -1,0 +1,156 @@
+// Client verbs in kubectl's style: flags, and calls into the cli module.
+#include <chrono>
+
+#include "apps/meridian/commands.h"
+#include "cli/verbs.h"
+
+namespace {
+
+using meridian::cli::Context;
+
+struct Global {
+  meridian::cli::ClientConfig flags;
+  std::string output = "table";
+  std::string config;
+};
+
+// Resolves where and as whom to call, then runs the verb.
+void Run(const Global& g, int* rc, const std::function<int(Context&)>& verb) {
+  const std::string path = g.config.empty() ? meridian::cli::DefaultConfigPath() : g.config;
+  auto file = meridian::cli::LoadConfig(path);
+  if (!file.ok()) {
+    *rc = Fail(file.status());
+    return;
+  }
+  Context c(meridian::cli::Client(meridian::cli::ResolveConfig(g.flags, *file)));
+  c.output = g.output;
+  c.config_path = path;
+  c.now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  *rc = verb(c);
+}
+
+}  // namespace
+
+void AddClientCommands(CLI::App& app, int* rc) {
+  static Global g;
+  app.fallthrough();
+  app.add_option("--server", g.flags.server, "API server URL (or MERIDIAN_SERVER)");
+  app.add_option("--token", g.flags.token, "API token (or MERIDIAN_TOKEN)");
+  app.add_option("--ca-cert", g.flags.ca_cert, "CA certificate to trust (or MERIDIAN_CA_CERT)");
+  app.add_flag("--insecure-skip-verify", g.flags.insecure,
+               "do not verify the server's TLS certificate");
+  app.add_option("-o,--output", g.output, "table, wide, json or yaml")
+      ->check(CLI::IsMember({"table", "wide", "json", "yaml"}));
+  app.add_option("--config", g.config, "client configuration file (or MERIDIAN_CONFIG)");
+
+  static bool no_save = false;
+  CLI::App* login = app.add_subcommand("login", "Check the server and token, and remember them");
+  login->add_flag("--no-save", no_save, "check only; do not write the configuration file");
+  login->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Login(c, !no_save); }); });
+
+  static std::string resource, name;
+  static meridian::cli::GetFlags gf;
+  CLI::App* get = app.add_subcommand("get", "List or show resources (jobs, nodes, events, ...)");
+  get->add_option("resource", resource,
+                  "jobs, nodes, events, clusters, nodepools, projects, "
+                  "teams, organizations, quotas, priorityclasses, "
+                  "policies, users, tokens")
+      ->required();
+  get->add_option("name", name, "one of them (a job's id, a project's name)");
+  get->add_option("-p,--project", gf.project, "jobs of these projects (comma-separated)");
+  get->add_option("--phase", gf.phase, "jobs in these phases (Pending, Placed, ...)");
+  get->add_option("--user", gf.user, "jobs of this user");
+  get->add_option("--job", gf.job, "events of this job");
+  get->add_option("--limit", gf.limit, "at most this many (per page with --all)");
+  get->add_flag("--all", gf.all, "every page");
+  get->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Get(c, resource, name, gf); }); });
+
+  CLI::App* describe = app.add_subcommand("describe",
+                                          "Show one resource in detail (a job: "
+                                          "placement, why it waits, events)");
+  describe->add_option("resource", resource, "job, project, cluster, ...")->required();
+  describe->add_option("name", name, "its id or name")->required();
+  describe->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Describe(c, resource, name); }); });
+
+  static meridian::cli::SubmitFlags sf;
+  CLI::App* submit = app.add_subcommand("submit", "Submit a job from a YAML file or from flags");
+  submit->add_option("-f,--file", sf.file, "job document (YAML)");
+  submit->add_option("--name", sf.name, "job name");
+  submit->add_option("-p,--project", sf.project, "project");
+  submit->add_option("--priority-class", sf.priority_class, "priority class");
+  submit->add_option("--tasks", sf.tasks, "tasks (replicas)");
+  submit->add_option("--gpus", sf.gpus, "whole GPUs per task");
+  submit->add_option("--gpu-milli", sf.gpu_milli, "a fraction of one GPU per task, in 1/1000");
+  submit->add_option("--mig", sf.mig_profile, "a MIG profile per task (e.g. 3g.40gb)");
+  submit->add_option("--cpu-milli", sf.cpu_milli, "CPU per task, in 1/1000 cores");
+  submit->add_option("--memory-mib", sf.memory_mib, "memory per task, MiB");
+  submit->add_option("--estimate", sf.runtime_estimate, "expected runtime, seconds");
+  submit->add_option("--limit", sf.runtime_limit, "runtime limit, seconds");
+  submit->add_option("--gpu-model", sf.gpu_models, "allowed GPU models (repeatable)");
+  submit->add_option("--cluster", sf.clusters, "allowed clusters (repeatable)");
+  submit->add_option("--image", sf.image, "container image");
+  submit->add_option("command", sf.command, "the command, after --");
+  submit->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Submit(c, sf); }); });
+
+  static std::string job_id;
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
+  cancel->add_option("job", job_id, "job id")->required();
+  cancel->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Cancel(c, job_id); }); });
+
+  CLI::App* top = app.add_subcommand("top", "The estate in one screen: GPUs and quotas");
+  top->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Top(c); }); });
+
+  static std::string scope;
+  CLI::App* quota = app.add_subcommand("quota", "Quota guarantees, limits and use");
+  quota->add_option("scope", scope, "an organization, team or project (default: all)");
+  quota->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Quota(c, scope); }); });
+
+  static std::vector<std::string> files;
+  static std::string message;
+  CLI::App* plan = app.add_subcommand("plan", "Show what applying the documents would change");
+  plan->add_option("-f,--filename", files, "a YAML file or a folder of them")->required();
+  plan->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Plan(c, files); }); });
+  CLI::App* apply = app.add_subcommand("apply", "Apply the documents atomically as a new revision");
+  apply->add_option("-f,--filename", files, "a YAML file or a folder of them")->required();
+  apply->add_option("-m,--message", message, "what this revision is for");
+  apply->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Apply(c, files, message); }); });
+  static int64_t to = 0;
+  CLI::App* rollback = app.add_subcommand("rollback", "Restore an earlier revision");
+  rollback->add_option("--to", to, "revision number")->required();
+  rollback->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Rollback(c, to); }); });
+  CLI::App* history = app.add_subcommand("history", "List configuration revisions");
+  history->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::History(c); }); });
+
+  static meridian::cli::AuditFlags af;
+  CLI::App* audit = app.add_subcommand("audit", "Read the audit log (admins)");
+  audit->add_option("--user", af.user, "entries of this user");
+  audit->add_option("--result", af.result, "allowed, denied or failed");
+  audit->add_option("--limit", af.limit, "at most this many");
+  audit->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Audit(c, af); }); });
+
+  static meridian::cli::TokenFlags tf;
+  static std::string token_id;
+  CLI::App* token = app.add_subcommand("token", "Create, list and revoke API tokens");
+  token->require_subcommand(1);
+  CLI::App* create = token->add_subcommand("create", "Create a token (printed once)");
+  create->add_option("--user", tf.user, "for this user (admins; default: yourself)");
+  create->add_option("--description", tf.description, "what it is for");
+  create->add_option("--expires-in", tf.expires_in, "lifetime: 30d, 12h, 90m");
+  create->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::TokenCreate(c, tf); }); });
+  CLI::App* list = token->add_subcommand("list", "List tokens (yours; admins: any user's)");
+  list->add_option("--user", tf.user, "this user's");
+  list->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::TokenList(c, tf.user); }); });
+  CLI::App* revoke = token->add_subcommand("revoke", "Revoke a token by id");
+  revoke->add_option("id", token_id, "token id")->required();
+  revoke->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::TokenRevoke(c, token_id); }); });
+}

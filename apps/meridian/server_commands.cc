@@ -1,0 +1,25 @@
+// `meridian server`: flags, and the call into the server module.
+#include <iostream>
+
+#include "apps/meridian/commands.h"
+#include "server/server.h"
+
+int Fail(const meridian::base::Status& s) {
+  std::cerr << "meridian: " << s.message() << "\n";
+  return s.code() == meridian::base::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+void AddServerCommands(CLI::App& app, int* rc) {
+  static meridian::server::ServerOptions o;
+  CLI::App* server = app.add_subcommand("server", "Run the control plane (API, store, scheduler)");
+  server->add_option("--data-dir", o.data_dir, "where the state lives (SQLite, admin token)");
+  server->add_option("--listen", o.listen, "HOST:PORT to serve on (port 0: any free port)");
+  server->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");
+  server->add_option("--tls-key", o.tls_key, "PEM private key of --tls-cert");
+  server->add_option("--threads", o.threads, "HTTP worker threads");
+  server->add_option("--port-file", o.port_file, "write the bound port to this file");
+  server->callback([rc] {
+    meridian::base::Status s = meridian::server::RunServer(o);
+    *rc = s.ok() ? 0 : Fail(s);
+  });
+}

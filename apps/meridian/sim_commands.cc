@@ -1,0 +1,307 @@
+// `meridian sim ...` and `meridian bench schedule`: flags, and calls into the sim and bench
+// modules.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/meridian/commands.h"
+#include "base/strings.h"
+#include "bench/schedule_bench.h"
+#include "sched/registry.h"
+#include "sim/alibaba_trace.h"
+#include "sim/demo.h"
+#include "sim/fgd_protocol.h"
+#include "sim/fgd_report.h"
+#include "sim/replay.h"
+#include "sim/replay_report.h"
+#include "sim/synthetic.h"
+
+namespace {
+
+using meridian::base::Result;
+using meridian::base::Status;
+
+// "42-51" or "42,43,50" or "7".
+Result<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
+  std::vector<uint64_t> seeds;
+  for (std::string_view part : meridian::base::Split(text, ',')) {
+    auto range = meridian::base::Split(part, '-');
+    long long lo = 0, hi = 0;
+    if (range.size() == 1 && meridian::base::ParseInt64(range[0], &lo) && lo >= 0) {
+      seeds.push_back(static_cast<uint64_t>(lo));
+    } else if (range.size() == 2 && meridian::base::ParseInt64(range[0], &lo) &&
+               meridian::base::ParseInt64(range[1], &hi) && lo >= 0 && hi >= lo &&
+               hi - lo < 100000) {
+      for (long long s = lo; s <= hi; ++s) seeds.push_back(static_cast<uint64_t>(s));
+    } else {
+      return Status::Invalid("--seeds: expected N, N-M or a comma-separated list, got \"" +
+                             std::string(part) + "\"");
+    }
+  }
+  return seeds;
+}
+
+struct FgdFlags {
+  std::string nodes, tasks, seeds = "42-51", compare, workload;
+  std::vector<std::string> policies;
+  double inflate = 1.3;
+  int threads = 0;
+  bool json = false;
+};
+
+int RunSimFgd(const FgdFlags& f) {
+  auto seeds = ParseSeeds(f.seeds);
+  if (!seeds.ok()) return Fail(seeds.status());
+  if (f.inflate <= 0 || f.inflate > 10)
+    return Fail(Status::Invalid("--inflate: must be in (0, 10]"));
+  auto nodes = meridian::sim::ReadAlibabaNodes(f.nodes);
+  if (!nodes.ok()) return Fail(nodes.status());
+  auto trace = meridian::sim::ReadAlibabaTasks(f.tasks);
+  if (!trace.ok()) return Fail(trace.status());
+  auto snapshot = meridian::sim::SnapshotFromTrace(*nodes);
+  if (!snapshot.ok()) return Fail(snapshot.status());
+  auto tasks = meridian::sim::TasksFromTrace(*trace, *snapshot);
+
+  std::vector<std::string> policies = f.policies;
+  if (policies.empty()) policies = {"meridian"};
+  if (policies.size() == 1 && policies[0] == "all") policies = meridian::sched::PolicyNames();
+  std::string workload = f.workload;
+  if (workload.empty()) {
+    // openb_pod_list_default.csv -> default
+    std::string base = f.tasks.substr(f.tasks.find_last_of('/') + 1);
+    if (base.rfind("openb_pod_list_", 0) == 0) base = base.substr(15);
+    workload = base.substr(0, base.find('.'));
+  }
+  const bool tty = isatty(STDERR_FILENO);
+  std::vector<meridian::sim::FgdResult> results;
+  for (const std::string& policy : policies) {
+    meridian::sim::FgdOptions o;
+    o.policy = policy;
+    o.seeds = *seeds;
+    o.inflate = f.inflate;
+    o.threads = f.threads;
+    auto progress = [&](int done, int total) {
+      if (tty) std::fprintf(stderr, "\r%-16s seed %d/%d", policy.c_str(), done, total);
+      if (tty && done == total) std::fprintf(stderr, "\n");
+    };
+    auto r = meridian::sim::RunFgd(*snapshot, tasks, o, progress);
+    if (!r.ok()) return Fail(r.status());
+    results.push_back(std::move(*r));
+  }
+  if (f.json) {
+    std::cout << meridian::sim::FgdJson(results, workload).dump(2) << "\n";
+    return 0;
+  }
+  meridian::sim::PublishedTable published;
+  bool have_published = false;
+  if (!f.compare.empty()) {
+    auto p = meridian::sim::ReadPublishedSummary(f.compare, workload);
+    if (!p.ok()) return Fail(p.status());
+    published = std::move(*p);
+    have_published = true;
+  }
+  std::cout << "FGD protocol: workload " << workload << ", " << nodes->size() << " nodes, "
+            << snapshot->TotalGpuMilli() / 1000 << " GPUs, " << tasks.size() << " tasks, inflate "
+            << f.inflate << ", " << seeds->size() << " seeds\n";
+  meridian::sim::PrintFgdTable(results, have_published ? &published : nullptr, std::cout);
+  return 0;
+}
+
+struct ReplayFlags {
+  std::string cluster, jobs, csv_dir, html;
+  std::vector<std::string> policies;
+  int samples = 400;
+  double time_scale = 1.0;
+  bool json = false;
+};
+
+int RunSimReplay(const ReplayFlags& f) {
+  auto cluster = meridian::sim::ReadReplayCluster(f.cluster);
+  if (!cluster.ok()) return Fail(cluster.status());
+  auto jobs = meridian::sim::ReadReplayJobs(f.jobs);
+  if (!jobs.ok()) return Fail(jobs.status());
+  if (!(f.time_scale > 0 && f.time_scale <= 1000)) {
+    return Fail(Status::Invalid("--time-scale: must be in (0, 1000]"));
+  }
+  // Compressing arrivals (a scale below 1) turns a sparse trace into a busy queue; durations
+  // stay as they are.
+  for (meridian::sim::ReplayJob& j : *jobs) j.submit_time *= f.time_scale;
+  std::vector<std::string> policies = f.policies;
+  if (policies.empty() || (policies.size() == 1 && policies[0] == "all")) {
+    policies = meridian::sim::ReplayPolicyNames();
+  }
+  const bool tty = isatty(STDERR_FILENO) && !f.json;
+  auto bar = [&](double slowest) {
+    int width = 40, filled = static_cast<int>(slowest * width);
+    std::fprintf(stderr, "\rreplaying %zu jobs [%s%s] %3.0f%%", jobs->size(),
+                 std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                 100 * slowest);
+  };
+  auto results = meridian::sim::RunReplays(*cluster, *jobs, policies, f.samples,
+                                           tty ? std::function<void(double)>(bar) : nullptr);
+  if (tty) std::fprintf(stderr, "\n");
+  std::vector<meridian::sim::ReplayResult> ok;
+  for (auto& r : results) {
+    if (!r.ok()) return Fail(r.status());
+    ok.push_back(std::move(*r));
+  }
+  if (!f.csv_dir.empty()) {
+    if (Status s = meridian::sim::WriteReplayCsv(ok, f.csv_dir); !s.ok()) return Fail(s);
+  }
+  if (!f.html.empty()) {
+    std::ofstream out(f.html);
+    out << meridian::sim::ReplayHtml(ok, "Meridian replay: " + f.jobs);
+    if (!out) return Fail(Status::Io(f.html + ": cannot write"));
+  }
+  if (f.json) {
+    std::cout << meridian::sim::ReplayJson(ok).dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "replay of " << jobs->size() << " jobs on " << ok[0].total_gpus << " GPUs\n";
+  meridian::sim::PrintReplayTable(ok, std::cout);
+  if (!f.html.empty()) std::cout << "\nreport: " << f.html << "\n";
+  return 0;
+}
+
+struct GenerateFlags {
+  meridian::sim::SyntheticReplayOptions options;
+  std::string out_dir;
+};
+
+int RunSimGenerate(const GenerateFlags& f) {
+  if (f.options.jobs < 1 || f.options.gpus < 8 || f.options.load <= 0) {
+    return Fail(Status::Invalid("--jobs >= 1, --gpus >= 8 and --load > 0"));
+  }
+  std::string cluster, jobs;
+  meridian::sim::SyntheticReplay(f.options, &cluster, &jobs);
+  std::filesystem::create_directories(f.out_dir);
+  const std::string cluster_path = f.out_dir + "/cluster.yaml";
+  const std::string jobs_path = f.out_dir + "/jobs.csv";
+  std::ofstream c(cluster_path), j(jobs_path);
+  c << cluster;
+  j << jobs;
+  if (!c || !j) return Fail(Status::Io(f.out_dir + ": cannot write the workload files"));
+  std::cout << cluster_path << "\n" << jobs_path << "\n";
+  return 0;
+}
+
+struct BenchFlags {
+  meridian::bench::ScheduleBenchOptions options;
+  bool json = false;
+};
+
+int RunBenchSchedule(const BenchFlags& f) {
+  if (!f.json && isatty(STDERR_FILENO)) {
+    std::fprintf(stderr, "building %d nodes x %d GPUs and %d pending tasks...\n", f.options.nodes,
+                 f.options.gpus_per_node, f.options.pending);
+  }
+  auto r = meridian::bench::RunScheduleBench(f.options);
+  if (!r.ok()) return Fail(r.status());
+  if (f.json) {
+    std::cout << r->ToJson().dump(2) << "\n";
+    return 0;
+  }
+  std::printf("schedule benchmark: %d nodes x %d GPUs, %d pending tasks (mixed shapes), one core\n",
+              f.options.nodes, f.options.gpus_per_node, f.options.pending);
+  std::printf("  mode               %s\n",
+              r->queueing ? "one scheduler cycle: quotas, gangs, preemption, backfill"
+                          : "placement engine only");
+  std::printf("  placed             %lld (%lld unschedulable, %lld answered by the shape cache)\n",
+              static_cast<long long>(r->placed), static_cast<long long>(r->unschedulable),
+              static_cast<long long>(r->cache_hits));
+  std::printf("  cycle              %.3f s for the full pass\n", r->cycle_seconds);
+  std::printf("  placements/s       %.0f\n", r->placements_per_second);
+  std::printf("  attempts/s         %.0f\n", r->attempts_per_second);
+  std::printf("  peak RSS           %.0f MiB\n", r->peak_rss_mib);
+  std::printf("  GPU allocation     %.1f%%\n", r->gpu_allocation);
+  return 0;
+}
+
+}  // namespace
+
+void AddSimCommands(CLI::App& app, int* rc) {
+  CLI::App* sim = app.add_subcommand("sim", "Simulate the scheduler on traces");
+  sim->require_subcommand(1);
+  static FgdFlags fgd;
+  CLI::App* fgd_cmd = sim->add_subcommand(
+      "fgd", "Reproduce the FGD paper's protocol (Alibaba GPU-2023 trace) for placement policies");
+  fgd_cmd->add_option("--nodes", fgd.nodes, "node list CSV (openb_node_list_gpu_node.csv)")
+      ->required();
+  fgd_cmd->add_option("--tasks", fgd.tasks, "task list CSV (openb_pod_list_*.csv)")->required();
+  fgd_cmd->add_option("--policy", fgd.policies,
+                      "policy, repeatable or 'all': random, dotprod, gpu-packing, "
+                      "gpu-clustering, best-fit, fgd, meridian (default meridian)");
+  fgd_cmd->add_option("--seeds", fgd.seeds, "seeds: N, N-M or a list (default 42-51)");
+  fgd_cmd->add_option("--inflate", fgd.inflate, "arrive tasks up to this multiple of capacity");
+  fgd_cmd->add_option("--threads", fgd.threads, "worker threads (default: one per core)");
+  fgd_cmd->add_option("--compare", fgd.compare,
+                      "published summary-allocation.txt to print beside our allocation");
+  fgd_cmd->add_option("--workload", fgd.workload,
+                      "workload name in --compare (default: from the task file name)");
+  fgd_cmd->add_flag("--json", fgd.json, "print one JSON object");
+  fgd_cmd->callback([rc] { *rc = RunSimFgd(fgd); });
+
+  CLI::App* demo = sim->add_subcommand(
+      "demo", "Place example jobs on a synthetic hybrid estate (what `make run` shows)");
+  demo->callback([rc] {
+    Status s = meridian::sim::RunDemo(std::cout);
+    *rc = s.ok() ? 0 : Fail(s);
+  });
+
+  static ReplayFlags rf;
+  CLI::App* replay = sim->add_subcommand(
+      "replay", "Replay jobs over time through the scheduler and compare queueing policies");
+  replay
+      ->add_option("--cluster", rf.cluster,
+                   "cluster description (Meridian YAML, or an Alibaba node list CSV)")
+      ->required();
+  replay->add_option("--jobs", rf.jobs, "jobs (Meridian CSV, or an Alibaba task list CSV)")
+      ->required();
+  replay->add_option("--policy", rf.policies,
+                     "fifo, sjf, las, meridian; repeatable; default: all four");
+  replay->add_option("--csv", rf.csv_dir, "write time series CSV files into this directory");
+  replay->add_option("--html", rf.html, "write a self-contained HTML report with plots");
+  replay->add_option("--samples", rf.samples, "points of the time series (default 400)");
+  replay->add_option("--time-scale", rf.time_scale,
+                     "multiply submit times by this (e.g. 0.01 packs 100 days of arrivals into "
+                     "one); durations are kept");
+  replay->add_flag("--json", rf.json, "print one JSON object");
+  replay->callback([rc] { *rc = RunSimReplay(rf); });
+
+  static GenerateFlags gf;
+  CLI::App* generate = sim->add_subcommand(
+      "generate", "Write a synthetic replay workload (cluster.yaml and jobs.csv)");
+  generate->add_option("--jobs", gf.options.jobs, "number of jobs");
+  generate->add_option("--gpus", gf.options.gpus, "GPUs in the cluster (8 per node)");
+  generate->add_option("--load", gf.options.load, "offered demand as a share of capacity");
+  generate->add_option("--seed", gf.options.seed, "random seed");
+  generate->add_option("--out", gf.out_dir, "directory to write into")->required();
+  generate->callback([rc] { *rc = RunSimGenerate(gf); });
+}
+
+void AddBenchCommands(CLI::App& app, int* rc) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print figures");
+  bench->require_subcommand(1);
+  static BenchFlags bf;
+  CLI::App* sched_bench =
+      bench->add_subcommand("schedule", "One placement pass over a large synthetic queue");
+  sched_bench->add_option("--nodes", bf.options.nodes, "nodes in the estate");
+  sched_bench->add_option("--gpus-per-node", bf.options.gpus_per_node, "GPUs per node");
+  sched_bench->add_option("--pending", bf.options.pending, "pending tasks");
+  sched_bench->add_option("--max-feasible-nodes", bf.options.max_feasible_nodes,
+                          "stop each search after this many feasible nodes (0: all)");
+  sched_bench->add_option("--seed", bf.options.seed, "seed of the synthetic estate and queue");
+  sched_bench->add_flag("!--placement-only", bf.options.queueing,
+                        "measure the placement engine alone, without the scheduler's quotas, "
+                        "gangs, preemption and backfill");
+  sched_bench->add_flag("--json", bf.json, "print one JSON object");
+  sched_bench->callback([rc] { *rc = RunBenchSchedule(bf); });
+}

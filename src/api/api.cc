@@ -1,0 +1,451 @@
+// The API's core: routing, authentication, audit, errors, and the cached view of the tenancy.
+#include "api/api.h"
+
+#include <chrono>
+
+#include "api/api_internal.h"
+
+namespace meridian::api {
+
+using base::Status;
+
+void EventBus::Notify(int64_t seq) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (seq > latest_) latest_ = seq;
+  }
+  cv_.notify_all();
+}
+
+bool EventBus::Wait(int64_t after, double timeout_seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_seconds),
+               [&] { return closed_ || latest_ > after; });
+  return !closed_;
+}
+
+void EventBus::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  cv_.notify_all();
+}
+
+int HttpStatus(base::StatusCode code) {
+  switch (code) {
+    case base::StatusCode::kOk:
+      return 200;
+    case base::StatusCode::kInvalidArgument:
+      return 400;
+    case base::StatusCode::kUnauthenticated:
+      return 401;
+    case base::StatusCode::kPermissionDenied:
+      return 403;
+    case base::StatusCode::kNotFound:
+      return 404;
+    case base::StatusCode::kAlreadyExists:
+    case base::StatusCode::kConflict:
+      return 409;
+    case base::StatusCode::kFailedPrecondition:
+      return 422;
+    case base::StatusCode::kIoError:
+    case base::StatusCode::kInternal:
+      return 500;
+  }
+  return 500;
+}
+
+namespace {
+
+const char* CodeName(int status) {
+  switch (status) {
+    case 400:
+      return "invalid_argument";
+    case 401:
+      return "unauthenticated";
+    case 403:
+      return "permission_denied";
+    case 404:
+      return "not_found";
+    case 405:
+      return "method_not_allowed";
+    case 409:
+      return "conflict";
+    case 413:
+      return "payload_too_large";
+    case 422:
+      return "failed_precondition";
+    default:
+      return status >= 500 ? "internal" : "error";
+  }
+}
+
+}  // namespace
+
+void Respond(Api::Call& call, int status, const Json& body) {
+  call.res.status = status;
+  call.res.set_content(body.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n",
+                       "application/json");
+}
+
+void Fail(Api::Call& call, int status, const std::string& code, const std::string& message,
+          const std::string& field, const Json& details) {
+  Json error = {{"code", code}, {"message", message}};
+  if (!field.empty()) error["field"] = field;
+  if (!details.is_null()) error["details"] = details;
+  call.audit_message = message;
+  Respond(call, status, {{"error", error}});
+}
+
+void Fail(Api::Call& call, const Status& status) {
+  const int http = HttpStatus(status.code());
+  std::string field;
+  std::string message = status.message();
+  // Validators write "field: message"; the field goes apart so that clients can point at it.
+  const size_t colon = message.find(": ");
+  if (status.code() == base::StatusCode::kInvalidArgument && colon != std::string::npos &&
+      message.find(' ') > colon) {
+    field = message.substr(0, colon);
+  }
+  Fail(call, http, status.code() == base::StatusCode::kConflict ? "conflict" : CodeName(http),
+       message, field);
+}
+
+void FailFields(Api::Call& call, const domain::ErrorList& errors) {
+  Json details = Json::array();
+  for (const domain::FieldError& e : errors.errors()) {
+    Json d = {{"field", e.field}, {"message", e.message}};
+    if (!e.file.empty()) d["file"] = e.file;
+    if (e.line > 0) {
+      d["line"] = e.line;
+      d["column"] = e.column;
+    }
+    details.push_back(d);
+  }
+  const domain::FieldError& first = errors.errors().front();
+  Fail(call, 400, "invalid_argument", first.ToString(), first.field, details);
+}
+
+std::optional<Json> JsonBody(Api::Call& call) {
+  try {
+    return Json::parse(call.req.body);
+  } catch (const Json::parse_error& e) {
+    Fail(call, 400, "invalid_argument",
+         "malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+    return std::nullopt;
+  }
+}
+
+std::optional<int64_t> IntParam(Api::Call& call, const std::string& name, int64_t fallback,
+                                int64_t min, int64_t max) {
+  if (!call.req.has_param(name.c_str())) return fallback;
+  const std::string text = call.req.get_param_value(name.c_str());
+  long long v = 0;
+  size_t used = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || v < min || v > max) {
+    Fail(call, 400, "invalid_argument",
+         name + ": \"" + text + "\" is not an integer in [" + std::to_string(min) + ", " +
+             std::to_string(max) + "]",
+         name);
+    return std::nullopt;
+  }
+  return v;
+}
+
+Json JobToJson(const store::JobRecord& j) {
+  return {{"id", j.id},
+          {"kind", "Job"},
+          {"metadata",
+           {{"name", j.name},
+            {"project", j.project},
+            {"user", j.user},
+            {"resourceVersion", j.version}}},
+          {"spec", j.spec},
+          {"status",
+           {{"phase", j.phase},
+            {"reason", j.reason},
+            {"allocation", j.allocation},
+            {"generation", j.generation},
+            {"submittedAt", j.submitted_at},
+            {"updatedAt", j.updated_at}}}};
+}
+
+Json ObjectToJson(const store::Object& o) {
+  return {{"kind", o.kind},
+          {"metadata",
+           {{"name", o.name},
+            {"resourceVersion", o.version},
+            {"updatedAt", o.updated_at},
+            {"updatedBy", o.updated_by}}},
+          {"spec", o.spec}};
+}
+
+Json EventToJson(const store::Event& e) {
+  return {{"seq", e.seq},
+          {"at", e.at},
+          {"objectKind", e.object_kind},
+          {"object", e.object_name},
+          {"project", e.project},
+          {"type", e.type},
+          {"reason", e.reason},
+          {"message", e.message}};
+}
+
+std::string Plural(const std::string& kind) {
+  std::string p;
+  for (char c : kind) p.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  return p == "policy" ? "policies" : p + "s";
+}
+
+Api::Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy,
+         SchedulerHooks* hooks, EventBus* bus, Metrics* metrics, ApiOptions options)
+    : store_(store),
+      clock_(clock),
+      entropy_(entropy),
+      hooks_(hooks),
+      bus_(bus),
+      metrics_(metrics),
+      options_(options) {
+  metrics_->Describe("meridian_api_requests_total", "counter",
+                     "API requests by route (action), method and status code.");
+  metrics_->Describe("meridian_api_request_duration_seconds", "histogram",
+                     "API request latency by route (action) and status code.");
+}
+
+Api::~Api() = default;
+
+void Api::Register(httplib::Server& server) {
+  server.set_payload_max_length(options_.max_body_bytes);
+  Route(server, "GET", "/healthz", "health", Kind::kPublic,
+        [](Call& c) { c.res.set_content("ok\n", "text/plain"); });
+  Route(server, "GET", "/metrics", "metrics", Kind::kPublic,
+        [this](Call& c) { c.res.set_content(metrics_->Render(), "text/plain; version=0.0.4"); });
+  const std::string v1 = "/api/v1";
+  auto bind = [this](void (Api::*fn)(Call&)) { return [this, fn](Call& c) { (this->*fn)(c); }; };
+  Route(server, "GET", v1 + "/whoami", "whoami", Kind::kRead, bind(&Api::WhoAmI));
+  Route(server, "POST", v1 + "/jobs", "jobs.create", Kind::kMutate, bind(&Api::SubmitJob));
+  Route(server, "GET", v1 + "/jobs", "jobs.list", Kind::kRead, bind(&Api::ListJobs));
+  Route(server, "GET", v1 + R"(/jobs/(\d+))", "jobs.get", Kind::kRead, bind(&Api::GetJob));
+  Route(server, "POST", v1 + R"(/jobs/(\d+)/cancel)", "jobs.cancel", Kind::kMutate,
+        bind(&Api::CancelJob));
+  Route(server, "GET", v1 + R"(/jobs/(\d+)/explanation)", "jobs.explain", Kind::kRead,
+        bind(&Api::ExplainJob));
+  Route(server, "GET", v1 + R"(/jobs/(\d+)/events)", "jobs.events", Kind::kRead,
+        bind(&Api::JobEvents));
+  Route(server, "GET", v1 + "/events", "events.list", Kind::kRead, bind(&Api::ListEvents));
+  Route(server, "GET", v1 + "/watch", "events.watch", Kind::kRead, bind(&Api::Watch));
+  Route(server, "GET", v1 + "/nodes", "nodes.list", Kind::kRead, bind(&Api::Nodes));
+  Route(server, "GET", v1 + "/usage", "usage.get", Kind::kRead, bind(&Api::Usage));
+  for (const std::string& kind : domain::ConfigKinds()) {
+    const std::string base = v1 + "/" + Plural(kind);
+    const std::string one = base + "/([^/]+)";
+    const std::string lower = Plural(kind);
+    Route(server, "GET", base, lower + ".list", Kind::kRead,
+          [this, kind](Call& c) { ListObjects(c, kind); });
+    Route(server, "GET", one, lower + ".get", Kind::kRead,
+          [this, kind](Call& c) { GetObject(c, kind); });
+    Route(server, "PUT", one, lower + ".put", Kind::kMutate,
+          [this, kind](Call& c) { PutObject(c, kind); });
+    Route(server, "DELETE", one, lower + ".delete", Kind::kMutate,
+          [this, kind](Call& c) { DeleteObject(c, kind); });
+  }
+  Route(server, "POST", v1 + "/config/plan", "config.plan", Kind::kRead, bind(&Api::Plan));
+  Route(server, "POST", v1 + "/config/apply", "config.apply", Kind::kMutate, bind(&Api::Apply));
+  Route(server, "POST", v1 + "/config/rollback", "config.rollback", Kind::kMutate,
+        bind(&Api::Rollback));
+  Route(server, "GET", v1 + "/config/revisions", "config.revisions", Kind::kRead,
+        bind(&Api::Revisions));
+  Route(server, "GET", v1 + R"(/config/revisions/(\d+))", "config.revision", Kind::kRead,
+        bind(&Api::RevisionDetail));
+  Route(server, "GET", v1 + "/users", "users.list", Kind::kRead, bind(&Api::ListUsers));
+  Route(server, "PUT", v1 + "/users/([^/]+)", "users.put", Kind::kMutate, bind(&Api::PutUser));
+  Route(server, "POST", v1 + "/tokens", "tokens.create", Kind::kMutate, bind(&Api::CreateToken));
+  Route(server, "GET", v1 + "/tokens", "tokens.list", Kind::kRead, bind(&Api::ListTokens));
+  Route(server, "DELETE", v1 + "/tokens/([^/]+)", "tokens.revoke", Kind::kMutate,
+        bind(&Api::RevokeToken));
+  Route(server, "GET", v1 + "/audit", "audit.list", Kind::kRead, bind(&Api::ListAudit));
+
+  // Routing failures (no such path, body too large) answer in the same error format.
+  server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    Json error = {{"code", CodeName(res.status)},
+                  {"message", res.status == 404   ? "no such API path"
+                              : res.status == 413 ? "request body too large"
+                                                  : "request failed"}};
+    res.set_content(Json{{"error", error}}.dump() + "\n", "application/json");
+  });
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        res.status = 500;
+        res.set_content(
+            R"({"error":{"code":"internal","message":"internal error; the server logs it"}})"
+            "\n",
+            "application/json");
+      });
+}
+
+void Api::Route(httplib::Server& server, const char* method, const std::string& pattern,
+                const std::string& action, Kind kind, Handler handler) {
+  auto wrapped = [this, action, kind, handler](const httplib::Request& req,
+                                               httplib::Response& res) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Call call{req, res, action, {}, false, false, "", "", clock_->Now(), nullptr};
+    try {
+      Status auth = kind == Kind::kPublic ? Status::Ok() : Authenticate(call);
+      if (!auth.ok()) {
+        Fail(call, auth);
+      } else {
+        handler(call);
+      }
+    } catch (const std::exception& e) {
+      // Handlers validate their input; this is a bug, reported without taking the server down.
+      Fail(call, 500, "internal", std::string("internal error: ") + e.what());
+    }
+    if (kind != Kind::kPublic &&
+        ((kind == Kind::kMutate && !call.audited) || res.status == 401 || res.status == 403)) {
+      Audit(call);
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const Metrics::Labels labels = {{"route", action}, {"code", std::to_string(res.status)}};
+    metrics_->Add("meridian_api_requests_total", labels, 1);
+    metrics_->Observe("meridian_api_request_duration_seconds", labels, seconds);
+  };
+  const std::string m = method;
+  if (m == "GET") server.Get(pattern, wrapped);
+  if (m == "POST") server.Post(pattern, wrapped);
+  if (m == "PUT") server.Put(pattern, wrapped);
+  if (m == "DELETE") server.Delete(pattern, wrapped);
+}
+
+Status Api::Authenticate(Call& call) {
+  const std::string header = call.req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (header.compare(0, prefix.size(), prefix) != 0) {
+    return Status(base::StatusCode::kUnauthenticated,
+                  "missing credentials: send \"Authorization: Bearer <token>\"");
+  }
+  std::string id, secret;
+  if (!ParseToken(header.substr(prefix.size()), &id, &secret)) {
+    return Status(base::StatusCode::kUnauthenticated, "malformed token");
+  }
+  store::TokenRecord token;
+  std::vector<RoleBinding> roles;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto t = tx.GetToken(id);
+    if (!t.ok()) return t.status();
+    token = *t;
+    auto user = tx.GetObject("User", token.user);
+    if (!user.ok()) return user.status();
+    auto r = ParseRoles(user->spec);
+    if (!r.ok()) return r.status();
+    roles = *r;
+    return Status::Ok();
+  });
+  const bool valid = s.ok() && !token.revoked &&
+                     ConstantTimeEquals(Sha256Hex(secret), token.secret_hash) &&
+                     (token.expires_at == 0 || token.expires_at > clock_->Now());
+  if (!valid) {
+    if (s.ok() && token.expires_at != 0 && token.expires_at <= clock_->Now()) {
+      return Status(base::StatusCode::kUnauthenticated, "token expired");
+    }
+    if (s.ok() && token.revoked) return Status(base::StatusCode::kUnauthenticated, "token revoked");
+    return Status(base::StatusCode::kUnauthenticated, "invalid token");
+  }
+  auto config = Config();
+  call.access = Access(token.user, std::move(roles), &config->tenancy);
+  call.authenticated = true;
+  call.pinned = config;  // the Access points into the view: keep it alive for the call
+  return Status::Ok();
+}
+
+void Api::Audit(Call& call) {
+  store::AuditEntry a;
+  a.at = call.started;
+  a.user = call.access.user();
+  a.method = call.req.method;
+  a.path = call.req.path;
+  a.action = call.action;
+  a.project = call.project;
+  a.code = call.res.status;
+  a.result = call.res.status == 401 || call.res.status == 403 ? "denied"
+             : call.res.status < 400                          ? "allowed"
+                                                              : "failed";
+  a.message = call.audit_message;
+  (void)store_->Write([&](store::Tx& tx) { return tx.AppendAudit(a).status(); });
+}
+
+std::shared_ptr<const Api::ConfigView> Api::Config() {
+  std::lock_guard<std::mutex> lock(config_mu_);
+  // Writes through this API invalidate the view at once; the timeout bounds how long a write
+  // by another server replica goes unseen.
+  if (config_ && clock_->Now() - config_read_at_ < 5.0) return config_;
+  auto view = std::make_shared<ConfigView>();
+  Status s = store_->Read([&](store::Tx& tx) {
+    for (const char* kind : {"Team", "Project", "PriorityClass"}) {
+      auto objects = tx.ListObjects(kind);
+      if (!objects.ok()) return objects.status();
+      for (const store::Object& o : *objects) {
+        if (o.kind == "Team") view->tenancy.org_of_team[o.name] = o.spec.value("organization", "");
+        if (o.kind == "Project") {
+          view->tenancy.team_of_project[o.name] = o.spec.value("team", "");
+          view->projects.push_back(o.name);
+        }
+        if (o.kind == "PriorityClass") view->priority_classes[o.name] = o.spec.value("value", 0);
+      }
+    }
+    return Status::Ok();
+  });
+  if (!s.ok() && config_) return config_;  // keep serving the last view through a store hiccup
+  config_ = view;
+  config_read_at_ = clock_->Now();
+  return config_;
+}
+
+void Api::InvalidateConfig() {
+  std::lock_guard<std::mutex> lock(config_mu_);
+  config_.reset();
+}
+
+base::Result<std::string> Api::Bootstrap() {
+  std::string text;
+  Status s = store_->Write([&](store::Tx& tx) {
+    auto users = tx.ListObjects("User");
+    if (!users.ok()) return users.status();
+    if (!users->empty()) return Status::Ok();
+    store::Object admin;
+    admin.kind = "User";
+    admin.name = "admin";
+    admin.spec = {{"roles", Json::array({{{"role", "admin"}}})},
+                  {"description", "created at first start"}};
+    admin.updated_at = clock_->Now();
+    admin.updated_by = "bootstrap";
+    if (auto r = tx.PutObject(admin, store::kMustNotExist); !r.ok()) return r.status();
+    NewToken t = GenerateToken(*entropy_);
+    if (Status put =
+            tx.PutToken({t.id, "admin", t.secret_hash, "bootstrap", clock_->Now(), 0, false});
+        !put.ok()) {
+      return put;
+    }
+    store::AuditEntry a;
+    a.at = clock_->Now();
+    a.user = "bootstrap";
+    a.method = "-";
+    a.action = "users.bootstrap";
+    a.code = 201;
+    a.result = "allowed";
+    a.message = "created user admin and its first token";
+    text = t.text;
+    return tx.AppendAudit(a).status();
+  });
+  if (!s.ok()) return s;
+  return text;
+}
+
+}  // namespace meridian::api

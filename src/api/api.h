@@ -1,0 +1,152 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "api/auth.h"
+#include "api/metrics.h"
+#include "base/clock.h"
+#include "base/entropy.h"
+#include "domain/documents.h"
+#include "store/store.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace meridian::api {
+
+// What the API asks of the scheduling side of the server (implemented by the scheduler
+// controller in src/server). Thread-safe.
+class SchedulerHooks {
+ public:
+  virtual ~SchedulerHooks() = default;
+  // Something changed (a job was submitted or cancelled, the configuration moved): run a
+  // cycle soon rather than at the next period.
+  virtual void Wake() = 0;
+  // Why a pending job waits, per cluster, and when it should start: {quota, clusters: [{name,
+  // reason}], estimatedStart}. NotFound when the scheduler does not hold it as pending.
+  virtual base::Result<Json> Explain(int64_t job) = 0;
+  // The reason the last cycle gave for a pending job ("" when none).
+  virtual std::string PendingReason(int64_t job) = 0;
+  // Nodes with their GPUs and what is allocated on them, from the last cycle.
+  virtual Json Nodes() = 0;
+  // Quota use of every node of the tenancy tree: [{name, parent, guaranteedGpus, limitGpus,
+  // usedGpus, borrowing, pending}].
+  virtual Json Usage() = 0;
+};
+
+// Wakes watchers when events are appended. The API and the scheduler controller notify it after
+// each commit that appended events; watchers wait for a sequence number beyond the one they saw.
+class EventBus {
+ public:
+  void Notify(int64_t seq);
+  // Waits until an event after `after` may exist, or the timeout passes, or Close is called.
+  // Returns false once closed.
+  bool Wait(int64_t after, double timeout_seconds);
+  void Close();
+  int64_t latest() const { return latest_.load(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<int64_t> latest_{0};
+  bool closed_ = false;
+};
+
+struct ApiOptions {
+  size_t max_body_bytes = 1 << 20;
+  int32_t max_page = 1000;
+  double watch_timeout = 30;  // long polls and server-sent event streams end after this long
+};
+
+// The JSON API under /api/v1, plus /healthz and /metrics. Every /api/v1 call is authenticated
+// with a bearer token and authorized against the caller's roles; every mutating call and every
+// denied call is written to the audit log. Handlers hold no scheduling logic: they validate,
+// store, and wake the scheduler. Thread-safe: httplib calls handlers from its worker threads.
+class Api {
+ public:
+  Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy, SchedulerHooks* hooks,
+      EventBus* bus, Metrics* metrics, ApiOptions options = {});
+  ~Api();
+
+  void Register(httplib::Server& server);
+
+  // Creates the "admin" user and a token for it when the store holds no user yet; returns the
+  // token text, or "" when users existed already.
+  base::Result<std::string> Bootstrap();
+
+  struct Call;  // one request being served (api_internal.h)
+
+ private:
+  using Handler = std::function<void(Call&)>;
+  enum class Kind { kPublic, kRead, kMutate };
+  void Route(httplib::Server& server, const char* method, const std::string& pattern,
+             const std::string& action, Kind kind, Handler handler);
+  base::Status Authenticate(Call& call);
+  void Audit(Call& call);
+
+  // Jobs and events (api_jobs.cc).
+  void SubmitJob(Call& call);
+  void ListJobs(Call& call);
+  void GetJob(Call& call);
+  void CancelJob(Call& call);
+  void ExplainJob(Call& call);
+  void JobEvents(Call& call);
+  void ListEvents(Call& call);
+  void Watch(Call& call);
+  void Nodes(Call& call);
+  void Usage(Call& call);
+  // Configuration (api_config.cc).
+  void ListObjects(Call& call, const std::string& kind);
+  void GetObject(Call& call, const std::string& kind);
+  void PutObject(Call& call, const std::string& kind);
+  void DeleteObject(Call& call, const std::string& kind);
+  void Plan(Call& call);
+  void Apply(Call& call);
+  void Rollback(Call& call);
+  void Revisions(Call& call);
+  void RevisionDetail(Call& call);
+  // Users, tokens, audit (api_admin.cc).
+  void WhoAmI(Call& call);
+  void ListUsers(Call& call);
+  void PutUser(Call& call);
+  void CreateToken(Call& call);
+  void ListTokens(Call& call);
+  void RevokeToken(Call& call);
+  void ListAudit(Call& call);
+
+  // The tenancy tree and the names that exist, read from the store and kept until a
+  // configuration write through this API (or Refresh after a timeout) changes them.
+  struct ConfigView {
+    Tenancy tenancy;
+    std::vector<std::string> projects;
+    std::map<std::string, int64_t> priority_classes;
+  };
+  std::shared_ptr<const ConfigView> Config();
+  void InvalidateConfig();
+  // Applies a complete desired state as a new revision in one transaction; fills `changes`.
+  base::Result<int64_t> ApplyDocuments(Call& call, const std::vector<domain::Document>& docs,
+                                       const std::string& message, Json* changes);
+
+  store::Store* store_;
+  const base::Clock* clock_;
+  base::Entropy* entropy_;
+  SchedulerHooks* hooks_;
+  EventBus* bus_;
+  Metrics* metrics_;
+  ApiOptions options_;
+
+  std::mutex config_mu_;
+  std::shared_ptr<const ConfigView> config_;
+  double config_read_at_ = 0;
+};
+
+}  // namespace meridian::api

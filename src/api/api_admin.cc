@@ -1,0 +1,190 @@
+// Users, tokens and the audit log.
+#include "api/api_internal.h"
+
+namespace meridian::api {
+
+using base::Status;
+
+namespace {
+
+Json TokenToJson(const store::TokenRecord& t) {
+  return {{"id", t.id},
+          {"user", t.user},
+          {"description", t.description},
+          {"createdAt", t.created_at},
+          {"expiresAt", t.expires_at > 0 ? Json(t.expires_at) : Json()},
+          {"revoked", t.revoked}};
+}
+
+}  // namespace
+
+void Api::WhoAmI(Call& call) {
+  std::vector<RoleBinding> roles;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto user = tx.GetObject("User", call.access.user());
+    if (!user.ok()) return user.status();
+    auto r = ParseRoles(user->spec);
+    if (!r.ok()) return r.status();
+    roles = *r;
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  Respond(call, 200,
+          {{"user", call.access.user()},
+           {"roles", RolesToJson(roles)},
+           {"projects", call.access.Readable(Config()->projects)}});
+}
+
+void Api::ListUsers(Call& call) {
+  if (!call.access.IsAdmin()) {
+    return Fail(call, 403, "permission_denied", call.access.user() + " may not list users");
+  }
+  ListObjects(call, "User");
+}
+
+void Api::PutUser(Call& call) {
+  if (!call.access.IsAdmin()) {
+    return Fail(call, 403, "permission_denied", call.access.user() + " may not manage users");
+  }
+  const std::string name = call.Arg(1);
+  if (!domain::IsValidName(name)) {
+    return Fail(call, 400, "invalid_argument", "\"" + name + "\" is not a valid user name",
+                "metadata.name");
+  }
+  auto body = JsonBody(call);
+  if (!body) return;
+  const Json spec = body->is_object() && body->contains("spec") ? body->at("spec") : Json();
+  auto roles = ParseRoles(spec.is_null() ? Json::object() : spec);
+  if (!roles.ok()) return Fail(call, roles.status());
+  store::Object user{
+      "User",
+      name,
+      {{"roles", RolesToJson(*roles)}, {"description", spec.value("description", "")}},
+      0,
+      call.started,
+      call.access.user()};
+  Status s = store_->Write([&](store::Tx& tx) {
+    auto v = tx.PutObject(user, store::kAnyVersion);
+    if (!v.ok()) return v.status();
+    user.version = *v;
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  call.audit_message = "user " + name;
+  Respond(call, user.version == 1 ? 201 : 200, ObjectToJson(user));
+}
+
+void Api::CreateToken(Call& call) {
+  auto body = JsonBody(call);
+  if (!body) return;
+  if (!body->is_object()) return Fail(call, 400, "invalid_argument", "body: must be an object");
+  for (const auto& [k, v] : body->items()) {
+    if (k != "user" && k != "description" && k != "expiresIn") {
+      return Fail(call, 400, "invalid_argument", k + ": unknown field", k);
+    }
+  }
+  const std::string user = body->value("user", call.access.user());
+  if (user != call.access.user() && !call.access.IsAdmin()) {
+    return Fail(call, 403, "permission_denied",
+                call.access.user() + " may not create tokens for " + user);
+  }
+  double expires_at = 0;
+  if (body->contains("expiresIn")) {
+    const Json& e = body->at("expiresIn");
+    if (!e.is_number() || e.get<double>() <= 0) {
+      return Fail(call, 400, "invalid_argument", "expiresIn: must be a positive number of seconds",
+                  "expiresIn");
+    }
+    expires_at = call.started + e.get<double>();
+  }
+  NewToken t = GenerateToken(*entropy_);
+  store::TokenRecord record{t.id,         user,       t.secret_hash, body->value("description", ""),
+                            call.started, expires_at, false};
+  Status s = store_->Write([&](store::Tx& tx) {
+    if (auto u = tx.GetObject("User", user); !u.ok()) return u.status();
+    return tx.PutToken(record);
+  });
+  if (!s.ok()) return Fail(call, s);
+  call.audit_message = "token " + t.id + " for " + user;
+  Json out = TokenToJson(record);
+  out["token"] = t.text;  // shown once: only its hash is kept
+  Respond(call, 201, out);
+}
+
+void Api::ListTokens(Call& call) {
+  std::string user = call.req.get_param_value("user");
+  if (user.empty() && !call.access.IsAdmin()) user = call.access.user();
+  if (user != call.access.user() && !call.access.IsAdmin()) {
+    return Fail(call, 403, "permission_denied",
+                call.access.user() + " may not list tokens of " + user);
+  }
+  std::vector<store::TokenRecord> tokens;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto r = tx.ListTokens(user);
+    if (!r.ok()) return r.status();
+    tokens = std::move(r.value());
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  Json items = Json::array();
+  for (const store::TokenRecord& t : tokens) items.push_back(TokenToJson(t));
+  Respond(call, 200, {{"items", items}});
+}
+
+void Api::RevokeToken(Call& call) {
+  const std::string id = call.Arg(1);
+  store::TokenRecord token;
+  Status s = store_->Write([&](store::Tx& tx) {
+    auto t = tx.GetToken(id);
+    if (!t.ok()) return t.status();
+    token = *t;
+    if (token.user != call.access.user() && !call.access.IsAdmin()) {
+      // Someone else's token is reported as missing: its id tells nothing then.
+      return Status::NotFound("token " + id + " not found");
+    }
+    token.revoked = true;
+    return tx.PutToken(token);
+  });
+  if (!s.ok()) return Fail(call, s);
+  call.audit_message = "token " + id + " of " + token.user;
+  Respond(call, 200, TokenToJson(token));
+}
+
+void Api::ListAudit(Call& call) {
+  if (!call.access.IsAdmin()) {
+    return Fail(call, 403, "permission_denied", call.access.user() + " may not read the audit log");
+  }
+  auto after = IntParam(call, "after", 0, 0, INT64_MAX);
+  if (!after) return;
+  auto limit = IntParam(call, "limit", 100, 1, options_.max_page);
+  if (!limit) return;
+  store::AuditFilter f;
+  f.after_seq = *after;
+  f.limit = static_cast<int32_t>(*limit);
+  f.user = call.req.get_param_value("user");
+  f.result = call.req.get_param_value("result");
+  std::vector<store::AuditEntry> entries;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto r = tx.ListAudit(f);
+    if (!r.ok()) return r.status();
+    entries = std::move(r.value());
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  Json items = Json::array();
+  for (const store::AuditEntry& a : entries) {
+    items.push_back({{"seq", a.seq},
+                     {"at", a.at},
+                     {"user", a.user},
+                     {"method", a.method},
+                     {"path", a.path},
+                     {"action", a.action},
+                     {"project", a.project},
+                     {"code", a.code},
+                     {"result", a.result},
+                     {"message", a.message}});
+  }
+  Respond(call, 200, {{"items", items}});
+}
+
+}  // namespace meridian::api

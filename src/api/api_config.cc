@@ -1,0 +1,457 @@
+// The desired state: configuration documents one by one, and plan / apply / rollback of the
+// whole set as numbered revisions.
+#include <algorithm>
+#include <map>
+
+#include "api/api_internal.h"
+
+namespace meridian::api {
+
+using base::Status;
+
+namespace {
+
+bool IsConfigKind(const std::string& kind) {
+  const auto& kinds = domain::ConfigKinds();
+  return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+}
+
+size_t KindOrder(const std::string& kind) {
+  const auto& kinds = domain::ConfigKinds();
+  return static_cast<size_t>(std::find(kinds.begin(), kinds.end(), kind) - kinds.begin());
+}
+
+using Key = std::pair<std::string, std::string>;  // kind, name
+
+// The changes that take the live state to the desired one: create, update, delete, in the
+// order they must be applied (what others refer to is created first and deleted last).
+Json Diff(const std::vector<store::Object>& live, const std::vector<domain::Document>& desired,
+          const std::map<Key, Json>& last_applied, int64_t last_revision) {
+  std::map<Key, const store::Object*> now;
+  for (const store::Object& o : live) {
+    if (IsConfigKind(o.kind)) now[{o.kind, o.name}] = &o;
+  }
+  std::map<Key, const domain::Document*> want;
+  for (const domain::Document& d : desired) want[{d.kind, d.name}] = &d;
+  struct Change {
+    size_t order;
+    Json json;
+  };
+  std::vector<Change> changes;
+  auto drifted = [&](const Key& k, const Json& spec) {
+    auto it = last_applied.find(k);
+    return last_revision > 0 && (it == last_applied.end() || it->second != spec);
+  };
+  for (const auto& [key, doc] : want) {
+    auto it = now.find(key);
+    if (it == now.end()) {
+      changes.push_back({KindOrder(key.first) * 2,
+                         {{"action", "create"},
+                          {"kind", key.first},
+                          {"name", key.second},
+                          {"after", doc->spec}}});
+    } else if (it->second->spec != doc->spec) {
+      Json fields = Json::array();
+      for (const auto& [k, v] : doc->spec.items()) {
+        if (!it->second->spec.contains(k) || it->second->spec.at(k) != v) fields.push_back(k);
+      }
+      for (const auto& [k, v] : it->second->spec.items()) {
+        if (!doc->spec.contains(k)) fields.push_back(k);
+      }
+      changes.push_back({KindOrder(key.first) * 2,
+                         {{"action", "update"},
+                          {"kind", key.first},
+                          {"name", key.second},
+                          {"fields", fields},
+                          {"before", it->second->spec},
+                          {"after", doc->spec},
+                          {"drift", drifted(key, it->second->spec)},
+                          {"liveVersion", it->second->version}}});
+    }
+  }
+  for (const auto& [key, o] : now) {
+    if (want.count(key)) continue;
+    // Deletions go in reverse kind order: projects before the teams they belong to.
+    changes.push_back({(domain::ConfigKinds().size() - KindOrder(key.first)) * 2 + 1000,
+                       {{"action", "delete"},
+                        {"kind", key.first},
+                        {"name", key.second},
+                        {"before", o->spec},
+                        {"drift", drifted(key, o->spec)},
+                        {"liveVersion", o->version}}});
+  }
+  std::stable_sort(changes.begin(), changes.end(),
+                   [](const Change& a, const Change& b) { return a.order < b.order; });
+  Json out = Json::array();
+  for (Change& c : changes) out.push_back(std::move(c.json));
+  return out;
+}
+
+// Documents as stored in a revision.
+Json DocumentsToJson(const std::vector<domain::Document>& docs) {
+  Json out = Json::array();
+  for (const domain::Document& d : docs)
+    out.push_back({{"kind", d.kind}, {"name", d.name}, {"spec", d.spec}});
+  return out;
+}
+
+std::vector<domain::Document> DocumentsFromJson(const Json& docs) {
+  std::vector<domain::Document> out;
+  for (const Json& d : docs) {
+    domain::Document doc;
+    doc.kind = d.at("kind");
+    doc.name = d.at("name");
+    doc.spec = d.at("spec");
+    out.push_back(doc);
+  }
+  return out;
+}
+
+// Reads {files: [{name, content}]} and validates every document in it, and the set as a whole.
+std::optional<std::vector<domain::Document>> DesiredState(Api::Call& call, const Json& body) {
+  domain::ErrorList errors;
+  std::vector<domain::Document> docs;
+  if (!body.is_object() || !body.contains("files") || !body.at("files").is_array()) {
+    Fail(call, 400, "invalid_argument", "files: is required: [{name, content}]", "files");
+    return std::nullopt;
+  }
+  for (const Json& f : body.at("files")) {
+    if (!f.is_object() || !f.contains("content") || !f.at("content").is_string()) {
+      Fail(call, 400, "invalid_argument", "files[].content: must be a string", "files");
+      return std::nullopt;
+    }
+    const std::string name = f.value("name", "request");
+    std::vector<domain::FieldError> syntax;
+    auto parsed = domain::ParseYamlDocuments(f.at("content").get<std::string>(), name, &syntax);
+    for (const domain::FieldError& e : syntax) errors.Add(e);
+    if (!parsed.ok()) continue;
+    for (const domain::SourceDoc& src : *parsed) {
+      if (auto d = domain::ValidateDocument(src, &errors)) docs.push_back(*d);
+    }
+  }
+  if (errors.empty()) domain::ValidateDesiredState(docs, &errors);
+  if (!errors.empty()) {
+    FailFields(call, errors);
+    return std::nullopt;
+  }
+  return docs;
+}
+
+struct LiveState {
+  std::vector<store::Object> objects;
+  std::map<Key, Json> last_applied;
+  int64_t last_revision = 0;
+};
+
+Status ReadLive(store::Tx& tx, LiveState* live) {
+  auto objects = tx.ListObjects("");
+  if (!objects.ok()) return objects.status();
+  live->objects = std::move(objects.value());
+  auto revisions = tx.ListRevisions(1);
+  if (!revisions.ok()) return revisions.status();
+  if (!revisions->empty()) {
+    auto rev = tx.GetRevision(revisions->front().number);
+    if (!rev.ok()) return rev.status();
+    live->last_revision = rev->number;
+    for (const domain::Document& d : DocumentsFromJson(rev->documents)) {
+      live->last_applied[{d.kind, d.name}] = d.spec;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void Api::ListObjects(Call& call, const std::string& kind) {
+  std::vector<store::Object> objects;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto r = tx.ListObjects(kind);
+    if (!r.ok()) return r.status();
+    objects = std::move(r.value());
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  Json items = Json::array();
+  for (const store::Object& o : objects) items.push_back(ObjectToJson(o));
+  Respond(call, 200, {{"items", items}});
+}
+
+void Api::GetObject(Call& call, const std::string& kind) {
+  store::Object object;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto r = tx.GetObject(kind, call.Arg(1));
+    if (!r.ok()) return r.status();
+    object = *r;
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  Respond(call, 200, ObjectToJson(object));
+}
+
+void Api::PutObject(Call& call, const std::string& kind) {
+  const std::string name = call.Arg(1);
+  auto body = JsonBody(call);
+  if (!body) return;
+  if (body->is_object() && !body->contains("kind")) (*body)["kind"] = kind;
+  domain::SourceDoc src{*body, "", {}};
+  domain::ErrorList errors;
+  auto doc = domain::ValidateDocument(src, &errors);
+  if (!doc) return FailFields(call, errors);
+  if (doc->kind != kind || doc->name != name) {
+    return Fail(call, 400, "invalid_argument",
+                "the body is " + doc->kind + " \"" + doc->name + "\" but the path names " + kind +
+                    " \"" + name + "\"",
+                doc->kind != kind ? "kind" : "metadata.name");
+  }
+  const bool allowed =
+      kind == "Quota"
+          ? call.access.CanManageQuota(doc->spec.value("organization", ""),
+                                       doc->spec.value("team", ""), doc->spec.value("project", ""))
+          : call.access.IsAdmin();
+  if (!allowed) {
+    return Fail(call, 403, "permission_denied", call.access.user() + " may not change " + kind);
+  }
+  if (kind == "Project") call.project = name;
+  int64_t expected = store::kAnyVersion;
+  if (body->contains("metadata") && body->at("metadata").contains("resourceVersion")) {
+    const Json& v = body->at("metadata").at("resourceVersion");
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      return Fail(call, 400, "invalid_argument",
+                  "metadata.resourceVersion: must be a non-negative integer",
+                  "metadata.resourceVersion");
+    }
+    expected = v.get<int64_t>();
+  }
+  store::Object stored{kind, name, doc->spec, 0, call.started, call.access.user()};
+  int64_t seq = 0;
+  Status s = store_->Write([&](store::Tx& tx) {
+    // The document must fit the rest of the live state (its team exists, ...).
+    auto live = tx.ListObjects("");
+    if (!live.ok()) return live.status();
+    std::vector<domain::Document> all;
+    for (const store::Object& o : *live) {
+      if (IsConfigKind(o.kind) && !(o.kind == kind && o.name == name)) {
+        all.push_back({o.kind, o.name, o.spec, "", 0});
+      }
+    }
+    domain::Document mine = *doc;
+    mine.file = "request";
+    all.push_back(mine);
+    domain::ErrorList refs;
+    domain::ValidateDesiredState(all, &refs);
+    for (const domain::FieldError& e : refs.errors()) {
+      if (e.file == "request") return Status::Invalid(e.field + ": " + e.message);
+    }
+    auto v = tx.PutObject(stored, expected);
+    if (!v.ok()) return v.status();
+    stored.version = *v;
+    auto e =
+        tx.AppendEvent({0, call.started, kind, name, kind == "Project" ? name : "", "Normal",
+                        stored.version == 1 ? "Created" : "Updated",
+                        kind + " " + name + " changed through the API by " + call.access.user()});
+    if (!e.ok()) return e.status();
+    seq = *e;
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  InvalidateConfig();
+  bus_->Notify(seq);
+  hooks_->Wake();
+  Respond(call, stored.version == 1 ? 201 : 200, ObjectToJson(stored));
+}
+
+void Api::DeleteObject(Call& call, const std::string& kind) {
+  const std::string name = call.Arg(1);
+  store::Object existing;
+  Status read = store_->Read([&](store::Tx& tx) {
+    auto r = tx.GetObject(kind, name);
+    if (!r.ok()) return r.status();
+    existing = *r;
+    return Status::Ok();
+  });
+  if (!read.ok()) return Fail(call, read);
+  const bool allowed = kind == "Quota"
+                           ? call.access.CanManageQuota(existing.spec.value("organization", ""),
+                                                        existing.spec.value("team", ""),
+                                                        existing.spec.value("project", ""))
+                           : call.access.IsAdmin();
+  if (!allowed) {
+    return Fail(call, 403, "permission_denied", call.access.user() + " may not delete " + kind);
+  }
+  int64_t seq = 0;
+  Status s = store_->Write([&](store::Tx& tx) {
+    if (Status d = tx.DeleteObject(kind, name, existing.version); !d.ok()) return d;
+    auto e = tx.AppendEvent(
+        {0, call.started, kind, name, kind == "Project" ? name : "", "Normal", "Deleted",
+         kind + " " + name + " deleted through the API by " + call.access.user()});
+    if (!e.ok()) return e.status();
+    seq = *e;
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  InvalidateConfig();
+  bus_->Notify(seq);
+  hooks_->Wake();
+  Respond(call, 200, {{"deleted", {{"kind", kind}, {"name", name}}}});
+}
+
+void Api::Plan(Call& call) {
+  if (!call.access.IsAdmin()) {
+    return Fail(call, 403, "permission_denied", call.access.user() + " may not plan changes");
+  }
+  auto body = JsonBody(call);
+  if (!body) return;
+  auto docs = DesiredState(call, *body);
+  if (!docs) return;
+  LiveState live;
+  Status s = store_->Read([&](store::Tx& tx) { return ReadLive(tx, &live); });
+  if (!s.ok()) return Fail(call, s);
+  Respond(call, 200,
+          {{"changes", Diff(live.objects, *docs, live.last_applied, live.last_revision)},
+           {"revision", live.last_revision}});
+}
+
+base::Result<int64_t> Api::ApplyDocuments(Call& call, const std::vector<domain::Document>& docs,
+                                          const std::string& message, Json* changes) {
+  int64_t revision = 0;
+  int64_t seq = 0;
+  Status s = store_->Write([&](store::Tx& tx) {
+    LiveState live;
+    if (Status r = ReadLive(tx, &live); !r.ok()) return r;
+    *changes = Diff(live.objects, docs, live.last_applied, live.last_revision);
+    if (changes->empty()) {
+      revision = live.last_revision;
+      return Status::Ok();
+    }
+    for (const Json& c : *changes) {
+      const std::string kind = c.at("kind"), name = c.at("name"), action = c.at("action");
+      const int64_t expected = c.value("liveVersion", store::kMustNotExist);
+      if (action == "delete") {
+        if (Status d = tx.DeleteObject(kind, name, expected); !d.ok()) return d;
+      } else {
+        store::Object o{kind, name, c.at("after"), 0, call.started, call.access.user()};
+        if (auto v = tx.PutObject(o, expected); !v.ok()) return v.status();
+      }
+    }
+    store::Revision rev;
+    rev.created_at = call.started;
+    rev.author = call.access.user();
+    rev.message = message;
+    rev.documents = DocumentsToJson(docs);
+    auto n = tx.AddRevision(rev);
+    if (!n.ok()) return n.status();
+    revision = *n;
+    for (const Json& c : *changes) {
+      const std::string kind = c.at("kind"), name = c.at("name"), action = c.at("action");
+      const std::string reason = action == "create"   ? "Created"
+                                 : action == "update" ? "Updated"
+                                                      : "Deleted";
+      auto e = tx.AppendEvent(
+          {0, call.started, kind, name, kind == "Project" ? name : "", "Normal", reason,
+           kind + " " + name + " " + action + "d by revision " + std::to_string(revision)});
+      if (!e.ok()) return e.status();
+    }
+    auto e = tx.AppendEvent(
+        {0, call.started, "Revision", std::to_string(revision), "", "Normal", "Applied",
+         "revision " + std::to_string(revision) + " applied by " + call.access.user() + ": " +
+             std::to_string(changes->size()) + " change(s)"});
+    if (!e.ok()) return e.status();
+    seq = *e;
+    store::AuditEntry a{0,
+                        call.started,
+                        call.access.user(),
+                        call.req.method,
+                        call.req.path,
+                        call.action,
+                        "",
+                        200,
+                        "allowed",
+                        "revision " + std::to_string(revision) + ": " + message};
+    return tx.AppendAudit(a).status();
+  });
+  if (!s.ok()) return s;
+  if (seq > 0) call.audited = true;
+  InvalidateConfig();
+  bus_->Notify(seq);
+  hooks_->Wake();
+  return revision;
+}
+
+void Api::Apply(Call& call) {
+  if (!call.access.IsAdmin()) {
+    return Fail(call, 403, "permission_denied", call.access.user() + " may not apply changes");
+  }
+  auto body = JsonBody(call);
+  if (!body) return;
+  auto docs = DesiredState(call, *body);
+  if (!docs) return;
+  Json changes;
+  auto revision = ApplyDocuments(call, *docs, body->value("message", ""), &changes);
+  if (!revision.ok()) return Fail(call, revision.status());
+  Respond(call, 200, {{"revision", *revision}, {"changes", changes}});
+}
+
+void Api::Rollback(Call& call) {
+  if (!call.access.IsAdmin()) {
+    return Fail(call, 403, "permission_denied", call.access.user() + " may not roll back");
+  }
+  auto body = JsonBody(call);
+  if (!body) return;
+  if (!body->is_object() || !body->contains("to") || !body->at("to").is_number_integer()) {
+    return Fail(call, 400, "invalid_argument", "to: must be a revision number", "to");
+  }
+  const int64_t to = body->at("to");
+  store::Revision target;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto r = tx.GetRevision(to);
+    if (!r.ok()) return r.status();
+    target = *r;
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  Json changes;
+  auto revision = ApplyDocuments(call, DocumentsFromJson(target.documents),
+                                 "rollback to revision " + std::to_string(to), &changes);
+  if (!revision.ok()) return Fail(call, revision.status());
+  Respond(call, 200, {{"revision", *revision}, {"changes", changes}, {"restored", to}});
+}
+
+void Api::Revisions(Call& call) {
+  auto limit = IntParam(call, "limit", 50, 1, options_.max_page);
+  if (!limit) return;
+  std::vector<store::Revision> revisions;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto r = tx.ListRevisions(static_cast<int32_t>(*limit));
+    if (!r.ok()) return r.status();
+    revisions = std::move(r.value());
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  Json items = Json::array();
+  for (const store::Revision& r : revisions) {
+    items.push_back({{"number", r.number},
+                     {"createdAt", r.created_at},
+                     {"author", r.author},
+                     {"message", r.message}});
+  }
+  Respond(call, 200, {{"items", items}});
+}
+
+void Api::RevisionDetail(Call& call) {
+  store::Revision rev;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto r = tx.GetRevision(std::stoll(call.Arg(1)));
+    if (!r.ok()) return r.status();
+    rev = *r;
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  Respond(call, 200,
+          {{"number", rev.number},
+           {"createdAt", rev.created_at},
+           {"author", rev.author},
+           {"message", rev.message},
+           {"documents", rev.documents}});
+}
+
+}  // namespace meridian::api

@@ -1,0 +1,54 @@
+#pragma once
+
+// Shared by the API's handler files; not part of the module's interface.
+
+#include <httplib.h>
+
+#include <optional>
+#include <string>
+
+#include "api/api.h"
+#include "domain/spec.h"
+
+namespace meridian::api {
+
+struct Api::Call {
+  const httplib::Request& req;
+  httplib::Response& res;
+  std::string action;
+  Access access;
+  bool authenticated = false;
+  bool audited = false;  // the handler wrote the audit entry in its own transaction
+  std::string project;   // the project touched, for the audit log
+  std::string audit_message;
+  double started = 0;
+  std::shared_ptr<const void> pinned;  // what `access` points into
+
+  // The n-th capture of the route's pattern.
+  std::string Arg(size_t n) const { return req.matches.size() > n ? req.matches[n].str() : ""; }
+};
+
+// The body of an error: {"error": {"code", "message", "field"}}, with every field error in
+// "details" when there are several.
+void Respond(Api::Call& call, int status, const Json& body);
+void Fail(Api::Call& call, int status, const std::string& code, const std::string& message,
+          const std::string& field = "", const Json& details = nullptr);
+// Maps a Status to its HTTP status and error code ("field: message" puts the field apart).
+void Fail(Api::Call& call, const base::Status& status);
+void FailFields(Api::Call& call, const domain::ErrorList& errors);
+int HttpStatus(base::StatusCode code);
+
+// Decodes the request body as JSON; on failure answers 400 and returns nothing.
+std::optional<Json> JsonBody(Api::Call& call);
+// An integer query parameter within [min, max]; on a bad value answers 400 and returns nothing.
+std::optional<int64_t> IntParam(Api::Call& call, const std::string& name, int64_t fallback,
+                                int64_t min, int64_t max);
+
+Json JobToJson(const store::JobRecord& job);
+Json ObjectToJson(const store::Object& object);
+Json EventToJson(const store::Event& event);
+
+// The plural path segment of a configuration kind ("NodePool" -> "nodepools").
+std::string Plural(const std::string& kind);
+
+}  // namespace meridian::api

@@ -1,0 +1,356 @@
+// Jobs, their events and explanations, and watching for changes.
+#include <algorithm>
+#include <chrono>
+
+#include "api/api_internal.h"
+#include "base/strings.h"
+
+namespace meridian::api {
+
+using base::Status;
+
+namespace {
+
+std::vector<std::string> CommaList(const std::string& text) {
+  std::vector<std::string> out;
+  for (std::string_view part : base::Split(text, ',')) {
+    part = base::Trim(part);
+    if (!part.empty()) out.emplace_back(part);
+  }
+  return out;
+}
+
+bool Terminal(const std::string& phase) {
+  return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled";
+}
+
+}  // namespace
+
+void Api::SubmitJob(Call& call) {
+  auto body = JsonBody(call);
+  if (!body) return;
+  domain::SourceDoc src{*body, "", {}};
+  domain::ErrorList errors;
+  auto doc = domain::ValidateJobDocument(src, &errors);
+  if (!doc) return FailFields(call, errors);
+  call.project = doc->project;
+  auto config = Config();
+  const bool exists = std::count(config->projects.begin(), config->projects.end(), doc->project);
+  if (!exists || !call.access.CanRead(doc->project)) {
+    return Fail(call, 404, "not_found", "project \"" + doc->project + "\" not found",
+                "metadata.project");
+  }
+  if (!call.access.CanSubmit(doc->project)) {
+    return Fail(call, 403, "permission_denied",
+                call.access.user() + " may not submit jobs to project " + doc->project);
+  }
+  const std::string priority = doc->spec.value("priorityClass", "");
+  if (!priority.empty() && !config->priority_classes.count(priority)) {
+    return Fail(call, 400, "invalid_argument",
+                "spec.priorityClass: PriorityClass \"" + priority + "\" does not exist",
+                "spec.priorityClass");
+  }
+  store::JobRecord job;
+  job.name = doc->name;
+  job.project = doc->project;
+  job.user = call.access.user();
+  job.spec = doc->spec;
+  job.reason = "submitted";
+  job.submitted_at = job.updated_at = call.started;
+  job.version = 1;
+  int64_t seq = 0;
+  Status s = store_->Write([&](store::Tx& tx) {
+    auto id = tx.InsertJob(job);
+    if (!id.ok()) return id.status();
+    job.id = *id;
+    auto e = tx.AppendEvent({0, call.started, "Job", std::to_string(job.id), job.project, "Normal",
+                             "Submitted", "submitted by " + job.user});
+    if (!e.ok()) return e.status();
+    seq = *e;
+    store::AuditEntry a{
+        0,           call.started, job.user, "POST",    call.req.path,
+        call.action, job.project,  201,      "allowed", "job " + std::to_string(job.id)};
+    return tx.AppendAudit(a).status();
+  });
+  if (!s.ok()) return Fail(call, s);
+  call.audited = true;
+  bus_->Notify(seq);
+  hooks_->Wake();
+  Respond(call, 201, JobToJson(job));
+}
+
+void Api::ListJobs(Call& call) {
+  store::JobFilter filter;
+  auto limit = IntParam(call, "limit", 100, 1, options_.max_page);
+  if (!limit) return;
+  auto after = IntParam(call, "continue", 0, 0, INT64_MAX);
+  if (!after) return;
+  filter.limit = static_cast<int32_t>(*limit);
+  filter.after_id = *after;
+  filter.phases = CommaList(call.req.get_param_value("phase"));
+  filter.user = call.req.get_param_value("user");
+  auto config = Config();
+  std::vector<std::string> wanted = CommaList(call.req.get_param_value("project"));
+  for (const std::string& p : wanted) {
+    if (!std::count(config->projects.begin(), config->projects.end(), p) ||
+        !call.access.CanRead(p)) {
+      return Fail(call, 404, "not_found", "project \"" + p + "\" not found", "project");
+    }
+  }
+  if (wanted.empty() && !call.access.IsAdmin()) {
+    wanted = call.access.Readable(config->projects);
+    if (wanted.empty())
+      return Respond(call, 200, {{"items", Json::array()}, {"continue", nullptr}});
+  }
+  filter.projects = wanted;
+  std::vector<store::JobRecord> jobs;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto r = tx.ListJobs(filter);
+    if (!r.ok()) return r.status();
+    jobs = std::move(r.value());
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  Json items = Json::array();
+  for (store::JobRecord& j : jobs) {
+    if (j.phase == "Pending") {
+      std::string why = hooks_->PendingReason(j.id);
+      if (!why.empty()) j.reason = why;
+    }
+    items.push_back(JobToJson(j));
+  }
+  Json next = jobs.size() == static_cast<size_t>(filter.limit) ? Json(jobs.back().id) : Json();
+  Respond(call, 200, {{"items", items}, {"continue", next}});
+}
+
+namespace {
+
+// Reads a job the caller may see; answers 404 otherwise (whether it exists or not).
+std::optional<store::JobRecord> ReadableJob(Api::Call& call, store::Store* store) {
+  const int64_t id = std::stoll(call.Arg(1));
+  store::JobRecord job;
+  Status s = store->Read([&](store::Tx& tx) {
+    auto r = tx.GetJob(id);
+    if (!r.ok()) return r.status();
+    job = *r;
+    return Status::Ok();
+  });
+  if (!s.ok() || !call.access.CanRead(job.project)) {
+    if (s.ok() || s.code() == base::StatusCode::kNotFound) {
+      Fail(call, 404, "not_found", "job " + std::to_string(id) + " not found");
+    } else {
+      Fail(call, s);
+    }
+    return std::nullopt;
+  }
+  call.project = job.project;
+  return job;
+}
+
+}  // namespace
+
+void Api::GetJob(Call& call) {
+  auto job = ReadableJob(call, store_);
+  if (!job) return;
+  if (job->phase == "Pending") {
+    std::string why = hooks_->PendingReason(job->id);
+    if (!why.empty()) job->reason = why;
+  }
+  Respond(call, 200, JobToJson(*job));
+}
+
+void Api::CancelJob(Call& call) {
+  auto job = ReadableJob(call, store_);
+  if (!job) return;
+  if (!call.access.CanManageJob(job->project, job->user)) {
+    return Fail(
+        call, 403, "permission_denied",
+        call.access.user() + " may not cancel job " + std::to_string(job->id) + " of " + job->user);
+  }
+  int64_t seq = 0;
+  Status s = store_->Write([&](store::Tx& tx) {
+    auto current = tx.GetJob(job->id);
+    if (!current.ok()) return current.status();
+    *job = *current;
+    if (Terminal(job->phase)) {
+      return Status(base::StatusCode::kFailedPrecondition,
+                    "job " + std::to_string(job->id) + " has already ended (" + job->phase + ")");
+    }
+    job->phase = "Cancelled";
+    job->reason = "cancelled by " + call.access.user();
+    job->allocation = Json::array();
+    job->updated_at = call.started;
+    auto v = tx.UpdateJob(*job, job->version);
+    if (!v.ok()) return v.status();
+    job->version = *v;
+    auto e = tx.AppendEvent({0, call.started, "Job", std::to_string(job->id), job->project,
+                             "Normal", "Cancelled", job->reason});
+    if (!e.ok()) return e.status();
+    seq = *e;
+    store::AuditEntry a{0,
+                        call.started,
+                        call.access.user(),
+                        "POST",
+                        call.req.path,
+                        call.action,
+                        job->project,
+                        200,
+                        "allowed",
+                        "job " + std::to_string(job->id)};
+    return tx.AppendAudit(a).status();
+  });
+  if (!s.ok()) return Fail(call, s);
+  call.audited = true;
+  bus_->Notify(seq);
+  hooks_->Wake();
+  Respond(call, 200, JobToJson(*job));
+}
+
+void Api::ExplainJob(Call& call) {
+  auto job = ReadableJob(call, store_);
+  if (!job) return;
+  if (job->phase != "Pending") {
+    return Respond(call, 200,
+                   {{"job", job->id},
+                    {"phase", job->phase},
+                    {"message", "job is " + job->phase + ", not pending"}});
+  }
+  auto e = hooks_->Explain(job->id);
+  if (!e.ok()) {
+    return Respond(call, 200,
+                   {{"job", job->id},
+                    {"phase", job->phase},
+                    {"message", "the scheduler has not considered this job yet"}});
+  }
+  Json out = *e;
+  out["job"] = job->id;
+  out["phase"] = job->phase;
+  Respond(call, 200, out);
+}
+
+void Api::JobEvents(Call& call) {
+  auto job = ReadableJob(call, store_);
+  if (!job) return;
+  store::EventFilter f;
+  f.object_kind = "Job";
+  f.object_name = std::to_string(job->id);
+  f.limit = options_.max_page;
+  std::vector<store::Event> events;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto r = tx.ListEvents(f);
+    if (!r.ok()) return r.status();
+    events = std::move(r.value());
+    return Status::Ok();
+  });
+  if (!s.ok()) return Fail(call, s);
+  Json items = Json::array();
+  for (const store::Event& e : events) items.push_back(EventToJson(e));
+  Respond(call, 200, {{"items", items}});
+}
+
+namespace {
+
+store::EventFilter VisibleEvents(const Access& access, const std::vector<std::string>& projects) {
+  store::EventFilter f;
+  if (!access.IsAdmin()) {
+    f.all_projects = false;
+    f.projects = access.Readable(projects);
+  }
+  return f;
+}
+
+}  // namespace
+
+void Api::ListEvents(Call& call) {
+  auto after = IntParam(call, "after", 0, 0, INT64_MAX);
+  if (!after) return;
+  auto limit = IntParam(call, "limit", 100, 1, options_.max_page);
+  if (!limit) return;
+  auto wait = IntParam(call, "wait", 0, 0, static_cast<int64_t>(options_.watch_timeout));
+  if (!wait) return;
+  store::EventFilter f = VisibleEvents(call.access, Config()->projects);
+  f.after_seq = *after;
+  f.limit = static_cast<int32_t>(*limit);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(static_cast<int>(*wait));
+  std::vector<store::Event> events;
+  // A long poll: with ?wait=N the call returns as soon as there is something to see.
+  for (;;) {
+    // Events up to `seen` are covered by the read that follows; wait only for later ones (some
+    // events are of projects this caller cannot see, and must not wake it over and over).
+    const int64_t seen = bus_->latest();
+    Status s = store_->Read([&](store::Tx& tx) {
+      auto r = tx.ListEvents(f);
+      if (!r.ok()) return r.status();
+      events = std::move(r.value());
+      return Status::Ok();
+    });
+    if (!s.ok()) return Fail(call, s);
+    const double left =
+        std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    if (!events.empty() || left <= 0 || !bus_->Wait(seen, left)) break;
+  }
+  Json items = Json::array();
+  for (const store::Event& e : events) items.push_back(EventToJson(e));
+  const int64_t last = events.empty() ? f.after_seq : events.back().seq;
+  Respond(call, 200, {{"items", items}, {"last", last}});
+}
+
+void Api::Watch(Call& call) {
+  // Server-sent events: each event is sent as "id: <seq>", "event: <reason>", "data: <json>",
+  // and a client that reconnects with Last-Event-ID (or ?after=) misses nothing.
+  int64_t after = 0;
+  const std::string last_id = call.req.get_header_value("Last-Event-ID");
+  if (!last_id.empty()) {
+    long long v = 0;
+    if (base::ParseInt64(last_id, &v) && v >= 0) after = v;
+  }
+  auto from = IntParam(call, "after", after, 0, INT64_MAX);
+  if (!from) return;
+  store::EventFilter f = VisibleEvents(call.access, Config()->projects);
+  f.after_seq = *from;
+  f.limit = 500;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int>(options_.watch_timeout * 1000));
+  store::Store* store = store_;
+  EventBus* bus = bus_;
+  call.res.set_header("Cache-Control", "no-cache");
+  call.res.set_chunked_content_provider(
+      "text/event-stream", [store, bus, f, deadline](size_t, httplib::DataSink& sink) mutable {
+        std::vector<store::Event> events;
+        const int64_t seen = bus->latest();
+        Status s = store->Read([&](store::Tx& tx) {
+          auto r = tx.ListEvents(f);
+          if (!r.ok()) return r.status();
+          events = std::move(r.value());
+          return Status::Ok();
+        });
+        if (!s.ok()) return false;
+        std::string out;
+        for (const store::Event& e : events) {
+          out += "id: " + std::to_string(e.seq) + "\nevent: " + e.reason +
+                 "\ndata: " + EventToJson(e).dump() + "\n\n";
+          f.after_seq = e.seq;
+        }
+        if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+        if (std::chrono::steady_clock::now() >= deadline) {
+          sink.done();
+          return true;
+        }
+        if (events.empty()) {
+          if (!bus->Wait(seen, 1.0)) {
+            sink.done();
+            return true;
+          }
+          // A comment line keeps proxies from closing an idle stream, and finds a client gone.
+          if (bus->latest() == seen && !sink.write(": keep-alive\n\n", 14)) return false;
+        }
+        return true;
+      });
+}
+
+void Api::Nodes(Call& call) { Respond(call, 200, {{"items", hooks_->Nodes()}}); }
+
+void Api::Usage(Call& call) { Respond(call, 200, {{"items", hooks_->Usage()}}); }
+
+}  // namespace meridian::api

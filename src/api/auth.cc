@@ -1,0 +1,202 @@
+#include "api/auth.h"
+
+#include <openssl/evp.h>
+
+namespace meridian::api {
+
+NewToken GenerateToken(base::Entropy& entropy) {
+  NewToken t;
+  t.id = base::Hex(entropy.Bytes(8));
+  t.secret = base::Hex(entropy.Bytes(24));
+  t.secret_hash = Sha256Hex(t.secret);
+  t.text = "mrd_" + t.id + "_" + t.secret;
+  return t;
+}
+
+bool ParseToken(const std::string& text, std::string* id, std::string* secret) {
+  if (text.size() != 4 + 16 + 1 + 48 || text.compare(0, 4, "mrd_") != 0 || text[20] != '_') {
+    return false;
+  }
+  *id = text.substr(4, 16);
+  *secret = text.substr(21);
+  for (char c : *id + *secret) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+std::string Sha256Hex(const std::string& data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(data.data(), data.size(), digest, &size, EVP_sha256(), nullptr);
+  return base::Hex(std::string(reinterpret_cast<const char*>(digest), size));
+}
+
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+const char* RoleName(Role r) {
+  switch (r) {
+    case Role::kViewer:
+      return "viewer";
+    case Role::kMember:
+      return "member";
+    case Role::kTeamLead:
+      return "team-lead";
+    case Role::kOrgAdmin:
+      return "org-admin";
+    case Role::kAdmin:
+      return "admin";
+  }
+  return "viewer";
+}
+
+base::Result<std::vector<RoleBinding>> ParseRoles(const Json& spec) {
+  std::vector<RoleBinding> out;
+  if (!spec.is_object()) return base::Status::Invalid("spec: must be a mapping");
+  for (const auto& [k, v] : spec.items()) {
+    if (k != "roles" && k != "description") {
+      return base::Status::Invalid("spec." + k + ": unknown field");
+    }
+  }
+  if (!spec.contains("roles")) return out;
+  const Json& roles = spec.at("roles");
+  if (!roles.is_array()) return base::Status::Invalid("spec.roles: must be a list");
+  for (size_t i = 0; i < roles.size(); ++i) {
+    const std::string at = "spec.roles[" + std::to_string(i) + "]";
+    const Json& r = roles[i];
+    if (!r.is_object() || !r.contains("role") || !r.at("role").is_string()) {
+      return base::Status::Invalid(at + ".role: is required");
+    }
+    RoleBinding b;
+    const std::string name = r.at("role");
+    std::string scope_field;
+    if (name == "admin") {
+      b.role = Role::kAdmin;
+    } else if (name == "org-admin") {
+      b.role = Role::kOrgAdmin;
+      scope_field = "organization";
+    } else if (name == "team-lead") {
+      b.role = Role::kTeamLead;
+      scope_field = "team";
+    } else if (name == "member") {
+      b.role = Role::kMember;
+      scope_field = "project";
+    } else if (name == "viewer") {
+      b.role = Role::kViewer;
+    } else {
+      return base::Status::Invalid(at + ".role: \"" + name +
+                                   "\" is not one of admin, org-admin, team-lead, member, viewer");
+    }
+    int scopes = 0;
+    for (const auto& [k, v] : r.items()) {
+      if (k == "role") continue;
+      if (k != "organization" && k != "team" && k != "project") {
+        return base::Status::Invalid(at + "." + k + ": unknown field");
+      }
+      if (!v.is_string() || v.get<std::string>().empty()) {
+        return base::Status::Invalid(at + "." + k + ": must be a name");
+      }
+      ++scopes;
+      (k == "organization" ? b.organization : k == "team" ? b.team : b.project) = v;
+    }
+    if (b.role == Role::kAdmin && scopes != 0) {
+      return base::Status::Invalid(at + ": admin is global and takes no scope");
+    }
+    if (!scope_field.empty() && (scopes != 1 || !r.contains(scope_field))) {
+      return base::Status::Invalid(at + "." + scope_field + ": " + name + " needs exactly its " +
+                                   scope_field);
+    }
+    if (b.role == Role::kViewer && scopes != 1) {
+      return base::Status::Invalid(at + ": viewer needs one of organization, team or project");
+    }
+    out.push_back(b);
+  }
+  return out;
+}
+
+Json RolesToJson(const std::vector<RoleBinding>& roles) {
+  Json out = Json::array();
+  for (const RoleBinding& b : roles) {
+    Json r = {{"role", RoleName(b.role)}};
+    if (!b.organization.empty()) r["organization"] = b.organization;
+    if (!b.team.empty()) r["team"] = b.team;
+    if (!b.project.empty()) r["project"] = b.project;
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::string Tenancy::TeamOf(const std::string& project) const {
+  auto it = team_of_project.find(project);
+  return it == team_of_project.end() ? "" : it->second;
+}
+
+std::string Tenancy::OrgOfProject(const std::string& project) const {
+  auto it = org_of_team.find(TeamOf(project));
+  return it == org_of_team.end() ? "" : it->second;
+}
+
+bool Access::IsAdmin() const {
+  for (const RoleBinding& b : roles_) {
+    if (b.role == Role::kAdmin) return true;
+  }
+  return false;
+}
+
+bool Access::Holds(Role at_least, const std::string& project) const {
+  const std::string team = tenancy_ ? tenancy_->TeamOf(project) : "";
+  const std::string org = tenancy_ ? tenancy_->OrgOfProject(project) : "";
+  for (const RoleBinding& b : roles_) {
+    if (b.role < at_least) continue;
+    if (b.role == Role::kAdmin) return true;
+    if (!b.project.empty() && b.project == project) return true;
+    if (!b.team.empty() && !team.empty() && b.team == team) return true;
+    if (!b.organization.empty() && !org.empty() && b.organization == org) return true;
+  }
+  return false;
+}
+
+bool Access::CanRead(const std::string& project) const { return Holds(Role::kViewer, project); }
+
+bool Access::CanSubmit(const std::string& project) const { return Holds(Role::kMember, project); }
+
+bool Access::CanManageJob(const std::string& project, const std::string& owner) const {
+  if (Holds(Role::kTeamLead, project)) return true;
+  return owner == user_ && Holds(Role::kMember, project);
+}
+
+bool Access::CanManageQuota(const std::string& organization, const std::string& team,
+                            const std::string& project) const {
+  for (const RoleBinding& b : roles_) {
+    if (b.role == Role::kAdmin) return true;
+    if (b.role == Role::kOrgAdmin) {
+      std::string org = organization;
+      if (!team.empty() && tenancy_) {
+        auto it = tenancy_->org_of_team.find(team);
+        org = it == tenancy_->org_of_team.end() ? "" : it->second;
+      }
+      if (!project.empty() && tenancy_) org = tenancy_->OrgOfProject(project);
+      if (!org.empty() && org == b.organization) return true;
+    }
+    if (b.role == Role::kTeamLead) {
+      const std::string t = !project.empty() && tenancy_ ? tenancy_->TeamOf(project) : team;
+      if (organization.empty() && !t.empty() && t == b.team) return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> Access::Readable(const std::vector<std::string>& all) const {
+  std::vector<std::string> out;
+  for (const std::string& p : all) {
+    if (CanRead(p)) out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace meridian::api

@@ -1,0 +1,85 @@
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/entropy.h"
+#include "base/status.h"
+
+namespace meridian::api {
+
+using Json = nlohmann::json;
+
+// API tokens look like "mrd_<id>_<secret>": the id finds the stored record, the secret is
+// checked against its SHA-256 (the secret itself is never stored, as GitHub does it). Both parts
+// are random hex, so the hash needs no salt or stretching.
+struct NewToken {
+  std::string id;
+  std::string secret;
+  std::string secret_hash;
+  std::string text;  // what the user keeps: shown once
+};
+NewToken GenerateToken(base::Entropy& entropy);
+// Splits a token into id and secret; false when it is not shaped like one of ours.
+bool ParseToken(const std::string& text, std::string* id, std::string* secret);
+std::string Sha256Hex(const std::string& data);
+// Compares in time independent of where the strings differ.
+bool ConstantTimeEquals(const std::string& a, const std::string& b);
+
+enum class Role { kViewer, kMember, kTeamLead, kOrgAdmin, kAdmin };
+const char* RoleName(Role r);
+
+// A role in a scope: admin is global; org-admin names an organization; team-lead a team;
+// member a project; viewer a project, a team or an organization.
+struct RoleBinding {
+  Role role = Role::kViewer;
+  std::string organization;
+  std::string team;
+  std::string project;
+};
+
+// Checks a User's spec ({roles: [{role, organization|team|project}]}); returns its bindings or
+// an error naming the field.
+base::Result<std::vector<RoleBinding>> ParseRoles(const Json& user_spec);
+Json RolesToJson(const std::vector<RoleBinding>& roles);
+
+// Who owns what in the tenancy tree, from the live Team and Project documents.
+struct Tenancy {
+  std::map<std::string, std::string> team_of_project;
+  std::map<std::string, std::string> org_of_team;
+  std::string OrgOfProject(const std::string& project) const;
+  std::string TeamOf(const std::string& project) const;
+};
+
+// What one authenticated user may do. Every handler asks it before touching anything, and a
+// project the user may not read is reported as not found, so that its existence does not leak.
+class Access {
+ public:
+  Access() = default;
+  Access(std::string user, std::vector<RoleBinding> roles, const Tenancy* tenancy)
+      : user_(std::move(user)), roles_(std::move(roles)), tenancy_(tenancy) {}
+
+  const std::string& user() const { return user_; }
+  bool IsAdmin() const;
+  // Jobs, events, logs and explanations of the project.
+  bool CanRead(const std::string& project) const;
+  bool CanSubmit(const std::string& project) const;
+  // Cancel: team leads and above in scope for any job, members for their own.
+  bool CanManageJob(const std::string& project, const std::string& owner) const;
+  // Quotas of an organization, team or project (exactly one given).
+  bool CanManageQuota(const std::string& organization, const std::string& team,
+                      const std::string& project) const;
+  // The projects among `all` this user may read.
+  std::vector<std::string> Readable(const std::vector<std::string>& all) const;
+
+ private:
+  bool Holds(Role at_least, const std::string& project) const;
+
+  std::string user_;
+  std::vector<RoleBinding> roles_;
+  const Tenancy* tenancy_ = nullptr;
+};
+
+}  // namespace meridian::api

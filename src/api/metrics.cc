@@ -1,0 +1,111 @@
+#include "api/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace meridian::api {
+
+namespace {
+
+std::string Escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string LabelText(const Metrics::Labels& labels, const std::string& extra = "") {
+  std::string s;
+  for (const auto& [k, v] : labels) s += (s.empty() ? "" : ",") + k + "=\"" + Escape(v) + "\"";
+  if (!extra.empty()) s += (s.empty() ? "" : ",") + extra;
+  return s.empty() ? "" : "{" + s + "}";
+}
+
+std::string Number(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+}  // namespace
+
+const std::vector<double>& LatencyBuckets() {
+  static const std::vector<double> kBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                               0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                               1,      2.5,     5,      10};
+  return kBuckets;
+}
+
+void Metrics::Describe(const std::string& name, const std::string& type, const std::string& help) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Family& f = families_[name];
+  f.type = type;
+  f.help = help;
+}
+
+void Metrics::Add(const std::string& name, const Labels& labels, double delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  families_[name].values[labels] += delta;
+}
+
+void Metrics::Set(const std::string& name, const Labels& labels, double value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  families_[name].values[labels] = value;
+}
+
+void Metrics::SetAll(const std::string& name,
+                     const std::vector<std::pair<Labels, double>>& series) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& values = families_[name].values;
+  values.clear();
+  for (const auto& [labels, v] : series) values[labels] = v;
+}
+
+void Metrics::Observe(const std::string& name, const Labels& labels, double value) {
+  const std::vector<double>& bounds = LatencyBuckets();
+  std::lock_guard<std::mutex> lock(mu_);
+  Family& f = families_[name];
+  auto& counts = f.buckets[labels];
+  if (counts.empty()) counts.assign(bounds.size(), 0);
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (value <= bounds[i]) counts[i] += 1;
+  }
+  auto& [sum, count] = f.stats[labels];
+  sum += value;
+  count += 1;
+}
+
+std::string Metrics::Render() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  for (const auto& [name, f] : families_) {
+    out += "# HELP " + name + " " + f.help + "\n# TYPE " + name + " " + f.type + "\n";
+    if (f.type == "histogram") {
+      const std::vector<double>& bounds = LatencyBuckets();
+      for (const auto& [labels, counts] : f.buckets) {
+        for (size_t i = 0; i < bounds.size(); ++i) {
+          out += name + "_bucket" + LabelText(labels, "le=\"" + Number(bounds[i]) + "\"") + " " +
+                 Number(counts[i]) + "\n";
+        }
+        const auto& [sum, count] = f.stats.at(labels);
+        out += name + "_bucket" + LabelText(labels, "le=\"+Inf\"") + " " + Number(count) + "\n";
+        out += name + "_sum" + LabelText(labels) + " " + Number(sum) + "\n";
+        out += name + "_count" + LabelText(labels) + " " + Number(count) + "\n";
+      }
+    } else {
+      for (const auto& [labels, v] : f.values) {
+        out += name + LabelText(labels) + " " + Number(v) + "\n";
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace meridian::api

@@ -1,0 +1,42 @@
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace meridian::api {
+
+// A small Prometheus registry: counters, gauges and histograms with labels, rendered in the
+// text exposition format (version 0.0.4). Thread-safe. Names follow Prometheus conventions:
+// base units (seconds), `_total` for counters, labels in snake_case.
+class Metrics {
+ public:
+  using Labels = std::vector<std::pair<std::string, std::string>>;
+
+  void Describe(const std::string& name, const std::string& type, const std::string& help);
+  void Add(const std::string& name, const Labels& labels, double delta);
+  void Set(const std::string& name, const Labels& labels, double value);
+  // Replaces every series of a gauge at once (a snapshot such as queue depth by project), so
+  // that series for things that went away disappear.
+  void SetAll(const std::string& name, const std::vector<std::pair<Labels, double>>& series);
+  void Observe(const std::string& name, const Labels& labels, double value);
+
+  std::string Render() const;
+
+ private:
+  struct Family {
+    std::string type;
+    std::string help;
+    std::map<Labels, double> values;                    // counters and gauges
+    std::map<Labels, std::vector<double>> buckets;      // histograms: counts per bucket
+    std::map<Labels, std::pair<double, double>> stats;  // histograms: sum, count
+  };
+  mutable std::mutex mu_;
+  std::map<std::string, Family> families_;
+};
+
+// Upper bounds of the latency histograms, in seconds (100 us to 10 s).
+const std::vector<double>& LatencyBuckets();
+
+}  // namespace meridian::api

@@ -1,0 +1,62 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/status.h"
+
+namespace meridian::cli {
+
+using Json = nlohmann::json;
+
+// Exit codes of every client verb (documented in docs/user-guide.md).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitError = 1,        // the server refused for another reason, or a server error
+  kExitUsage = 2,        // bad flags or invalid input (validation errors)
+  kExitUnavailable = 3,  // cannot reach the server: connection, TLS, timeout
+  kExitAuth = 4,         // not authenticated, or not allowed
+  kExitNotFound = 5,
+  kExitConflict = 6,  // already exists, changed meanwhile, or already ended
+};
+
+// Where to reach the server and as whom. Flags win over the environment (MERIDIAN_SERVER,
+// MERIDIAN_TOKEN, MERIDIAN_CA_CERT, as Nomad and Vault do it), which wins over the file that
+// `meridian login` writes.
+struct ClientConfig {
+  std::string server;
+  std::string token;
+  std::string ca_cert;
+  bool insecure = false;  // skip TLS verification (tests, never production)
+};
+
+// $MERIDIAN_CONFIG, else $HOME/.config/meridian/config.json.
+std::string DefaultConfigPath();
+base::Result<ClientConfig> LoadConfig(const std::string& path);  // empty config when missing
+base::Status SaveConfig(const std::string& path, const ClientConfig& config);  // mode 0600
+ClientConfig ResolveConfig(const ClientConfig& flags, const ClientConfig& file);
+
+struct Response {
+  int status = 0;
+  Json body;  // the decoded JSON body (null when there was none)
+};
+
+// A JSON-over-HTTP(S) client of /api/v1. Transport failures come back as a Status whose
+// message says what to check (is the server running, the certificate trusted).
+class Client {
+ public:
+  explicit Client(ClientConfig config) : config_(std::move(config)) {}
+  const ClientConfig& config() const { return config_; }
+
+  base::Result<Response> Call(const std::string& method, const std::string& path,
+                              const Json* body = nullptr) const;
+
+ private:
+  ClientConfig config_;
+};
+
+// The exit code for an HTTP status; and the message of an error body.
+int ExitCodeFor(int http_status);
+std::string ErrorMessage(const Response& r);
+
+}  // namespace meridian::cli

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace meridian::cli {
+
+using Json = nlohmann::json;
+
+// A table as kubectl prints one: upper-case headers, columns padded to their widest cell.
+struct Table {
+  std::vector<std::string> headers;
+  std::vector<std::vector<std::string>> rows;
+  void Print(std::ostream& out) const;
+};
+
+// JSON as YAML (block style), for `-o yaml`.
+std::string ToYaml(const Json& value);
+
+// "3m", "2h", "5d": how long ago `then` was, from `now` (seconds since the epoch).
+std::string Age(double then, double now);
+// A number without a trailing ".0" ("8", "0.5").
+std::string Num(const Json& value);
+
+}  // namespace meridian::cli

@@ -1,0 +1,78 @@
+#pragma once
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/client.h"
+
+namespace meridian::cli {
+
+// What every verb gets: the client, the output format, where to print, and the time (for ages).
+struct Context {
+  explicit Context(Client c) : client(std::move(c)) {}
+  Client client;
+  std::string output = "table";  // table | wide | json | yaml
+  std::ostream& out = std::cout;
+  std::ostream& err = std::cerr;
+  double now = 0;
+  std::string config_path;
+};
+
+struct GetFlags {
+  std::string project;  // jobs, events: one project (or a comma-separated list)
+  std::string phase;    // jobs: Pending, Placed, ... (comma-separated)
+  std::string user;     // jobs: one user's
+  std::string job;      // events: one job's
+  int limit = 100;
+  bool all = false;  // page through everything
+};
+
+struct SubmitFlags {
+  std::string file;  // a job YAML document; flags below are ignored when given
+  std::string name = "job";
+  std::string project;
+  std::string priority_class;
+  int tasks = 1;
+  int gpus = 0;
+  int gpu_milli = 0;
+  std::string mig_profile;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  double runtime_estimate = 0;
+  double runtime_limit = 0;
+  std::vector<std::string> gpu_models;
+  std::vector<std::string> clusters;
+  std::string image;
+  std::vector<std::string> command;
+};
+
+struct AuditFlags {
+  std::string user;
+  std::string result;
+  int limit = 100;
+};
+
+struct TokenFlags {
+  std::string user;
+  std::string description;
+  std::string expires_in;  // "30d", "12h", "90m", "3600" (seconds)
+};
+
+int Login(Context& c, bool save);
+int Get(Context& c, const std::string& resource, const std::string& name, const GetFlags& f);
+int Describe(Context& c, const std::string& resource, const std::string& name);
+int Submit(Context& c, const SubmitFlags& f);
+int Cancel(Context& c, const std::string& id);
+int Top(Context& c);
+int Quota(Context& c, const std::string& scope);
+int Plan(Context& c, const std::vector<std::string>& paths);
+int Apply(Context& c, const std::vector<std::string>& paths, const std::string& message);
+int Rollback(Context& c, int64_t to);
+int History(Context& c);
+int Audit(Context& c, const AuditFlags& f);
+int TokenCreate(Context& c, const TokenFlags& f);
+int TokenList(Context& c, const std::string& user);
+int TokenRevoke(Context& c, const std::string& id);
+
+}  // namespace meridian::cli

@@ -1,0 +1,454 @@
+#include "server/controller.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "sched/fragmentation.h"
+#include "sched/registry.h"
+
+namespace meridian::server {
+
+using base::Status;
+
+namespace {
+
+constexpr int32_t kPage = 1000;
+
+bool Active(const std::string& phase) {
+  return phase == "Pending" || phase == "Placed" || phase == "Running";
+}
+
+}  // namespace
+
+SchedulerController::SchedulerController(store::Store* store, const base::Clock* clock,
+                                         api::EventBus* bus, api::Metrics* metrics)
+    : store_(store), clock_(clock), bus_(bus), metrics_(metrics) {
+  metrics_->Describe("meridian_scheduler_cycle_duration_seconds", "histogram",
+                     "Time of one scheduling round: catching up, the cycle, the commit.");
+  metrics_->Describe("meridian_queue_depth", "gauge", "Pending jobs by project.");
+  metrics_->Describe("meridian_queue_oldest_pending_seconds", "gauge",
+                     "How long the oldest pending job of each project has waited.");
+  metrics_->Describe("meridian_gpus_allocated", "gauge",
+                     "GPUs allocated (fractions and MIG slices counted in parts) by cluster and "
+                     "model.");
+  metrics_->Describe("meridian_gpus_free", "gauge", "GPUs free by cluster and model.");
+  metrics_->Describe("meridian_quota_used_gpus", "gauge",
+                     "GPUs used by each node of the tenancy tree (organization, team, project).");
+  metrics_->Describe("meridian_quota_guaranteed_gpus", "gauge",
+                     "GPUs guaranteed to each node of the tenancy tree, for all models.");
+  metrics_->Describe("meridian_jobs", "gauge", "Active jobs by phase.");
+}
+
+SchedulerController::~SchedulerController() { Stop(); }
+
+void SchedulerController::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void SchedulerController::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    stopping_ = true;
+  }
+  wake_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void SchedulerController::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    woken_ = true;
+  }
+  wake_cv_.notify_all();
+}
+
+void SchedulerController::Loop() {
+  std::string last_error;
+  for (;;) {
+    Status s = RunOnce();
+    if (!s.ok() && s.message() != last_error) {
+      std::fprintf(stderr, "meridian: scheduler: %s\n", s.message().c_str());
+    }
+    last_error = s.ok() ? "" : s.message();
+    double interval = 1.0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (estate_) interval = estate_->cycle_interval;
+    }
+    std::unique_lock<std::mutex> lock(wake_mu_);
+    wake_cv_.wait_for(lock, std::chrono::duration<double>(interval),
+                      [&] { return stopping_ || woken_; });
+    if (stopping_) return;
+    woken_ = false;
+  }
+}
+
+void SchedulerController::Track(const store::JobRecord& job) {
+  known_[job.id] = {job.project, job.version, job.generation, job.phase, job.submitted_at};
+}
+
+Status SchedulerController::Rebuild() {
+  std::vector<store::Object> objects;
+  std::vector<store::JobRecord> jobs;
+  int64_t latest = 0;
+  Status s = store_->Read([&](store::Tx& tx) {
+    auto o = tx.ListObjects("");
+    if (!o.ok()) return o.status();
+    objects = std::move(o.value());
+    store::JobFilter f;
+    f.phases = {"Pending", "Placed", "Running"};
+    f.limit = kPage;
+    for (;;) {
+      auto page = tx.ListJobs(f);
+      if (!page.ok()) return page.status();
+      for (store::JobRecord& j : *page) jobs.push_back(std::move(j));
+      if (page->size() < static_cast<size_t>(kPage)) break;
+      f.after_id = jobs.back().id;
+    }
+    auto seq = tx.LatestEventSeq();
+    if (!seq.ok()) return seq.status();
+    latest = *seq;
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  auto estate = BuildEstate(objects);
+  if (!estate.ok()) return estate.status();
+  // The fragmentation model learns the workload's shapes from the jobs there are now.
+  std::vector<sched::TaskSpec> shapes;
+  std::vector<std::pair<store::JobRecord, base::Result<sched::JobSpec>>> converted;
+  for (store::JobRecord& j : jobs) {
+    auto spec = ToSchedulerJob(j, **estate);
+    if (spec.ok() && shapes.size() < 100000) {
+      shapes.insert(shapes.end(), spec->tasks.begin(), spec->tasks.end());
+    }
+    converted.emplace_back(std::move(j), std::move(spec));
+  }
+  auto policy = sched::PolicySpec((*estate)->placement);
+  if (!policy.ok()) return policy.status();
+  sched::PluginArgs args;
+  args.fragmentation = std::make_shared<sched::FragmentationModel>(
+      sched::FragmentationModel::FromTasks(shapes, 0.95));
+  auto profile = sched::BuiltinRegistry().Build(*policy, args);
+  if (!profile.ok()) return profile.status();
+  auto scheduler = std::make_unique<sched::Scheduler>((*estate)->snapshot, std::move(*profile),
+                                                      (*estate)->quotas, (*estate)->options, 1);
+  known_.clear();
+  reasons_.clear();
+  std::vector<store::JobRecord> lost;  // placed where the estate no longer has room
+  for (auto& [job, spec] : converted) {
+    Track(job);
+    if (!spec.ok()) {
+      reasons_[job.id] = spec.status().message();
+      continue;
+    }
+    if (job.phase == "Pending") {
+      Status submitted = scheduler->Submit(std::move(spec.value()));
+      if (!submitted.ok()) reasons_[job.id] = submitted.message();
+      continue;
+    }
+    auto placements = AllocationFromJson(job.allocation, **estate);
+    Status adopted = placements.ok()
+                         ? scheduler->Adopt(std::move(spec.value()), *placements, job.updated_at)
+                         : placements.status();
+    if (!adopted.ok()) {
+      job.reason = "requeued: " + adopted.message();
+      lost.push_back(job);
+    }
+  }
+  estate_ = std::move(estate.value());
+  scheduler_ = std::move(scheduler);
+  last_seq_ = latest;
+  dirty_ = false;
+  if (lost.empty()) return Status::Ok();
+  // Jobs whose nodes went away go back to the queue, where the next rebuild picks them up.
+  const double now = clock_->Now();
+  int64_t seq = 0;
+  s = store_->Write([&](store::Tx& tx) {
+    for (store::JobRecord& j : lost) {
+      j.phase = "Pending";
+      j.allocation = Json::array();
+      j.updated_at = now;
+      if (auto v = tx.UpdateJob(j, j.version); !v.ok()) return v.status();
+      auto e = tx.AppendEvent(
+          {0, now, "Job", std::to_string(j.id), j.project, "Warning", "Requeued", j.reason});
+      if (!e.ok()) return e.status();
+      seq = *e;
+    }
+    return Status::Ok();
+  });
+  dirty_ = true;
+  if (s.ok()) bus_->Notify(seq);
+  return s;
+}
+
+Status SchedulerController::CatchUp() {
+  for (;;) {
+    std::vector<store::Event> events;
+    std::map<int64_t, store::JobRecord> submitted;
+    Status s = store_->Read([&](store::Tx& tx) {
+      store::EventFilter f;
+      f.after_seq = last_seq_;
+      f.limit = kPage;
+      auto r = tx.ListEvents(f);
+      if (!r.ok()) return r.status();
+      events = std::move(r.value());
+      for (const store::Event& e : events) {
+        if (e.object_kind != "Job" || e.reason != "Submitted") continue;
+        auto j = tx.GetJob(std::stoll(e.object_name));
+        if (j.ok()) submitted[j->id] = *j;
+      }
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    const double now = clock_->Now();
+    for (const store::Event& e : events) {
+      last_seq_ = e.seq;
+      if (e.object_kind != "Job") {
+        if (e.object_kind != "User") dirty_ = true;  // the estate or tenancy moved: rebuild
+        continue;
+      }
+      const int64_t id = std::stoll(e.object_name);
+      if (e.reason == "Submitted") {
+        auto it = submitted.find(id);
+        if (it == submitted.end() || !Active(it->second.phase)) continue;
+        Track(it->second);
+        auto spec = ToSchedulerJob(it->second, *estate_);
+        Status queued = spec.ok() ? scheduler_->Submit(std::move(spec.value())) : spec.status();
+        if (!queued.ok()) reasons_[id] = queued.message();
+      } else if (e.reason == "Cancelled" || e.reason == "Succeeded" || e.reason == "Failed") {
+        scheduler_->Cancel(id, now);
+        known_.erase(id);
+        reasons_.erase(id);
+      }
+    }
+    if (dirty_ || events.size() < static_cast<size_t>(kPage)) return Status::Ok();
+  }
+}
+
+Status SchedulerController::RunOnce() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!dirty_ && scheduler_) {
+    if (Status s = CatchUp(); !s.ok()) return s;
+  }
+  if (dirty_ || !scheduler_) {
+    if (Status s = Rebuild(); !s.ok()) return s;
+  }
+  const double now = clock_->Now();
+  sched::CycleResult result = scheduler_->Cycle(now);
+  for (const auto& [id, why] : result.pending) reasons_[id] = why;
+  for (const sched::StartDecision& d : result.started) reasons_.erase(d.job);
+  Status s = Commit(result, now);
+  Publish(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return s;
+}
+
+Status SchedulerController::Commit(const sched::CycleResult& result, double now) {
+  if (result.started.empty() && result.preempted.empty()) return Status::Ok();
+  struct Update {
+    store::JobRecord record;
+    int64_t expected;
+  };
+  std::vector<Update> updates;
+  std::vector<store::Event> events;
+  for (const sched::PreemptDecision& p : result.preempted) {
+    const Known& k = known_.at(p.job);
+    store::JobRecord r;
+    r.id = p.job;
+    r.phase = "Pending";
+    r.reason = "preempted for job " + std::to_string(p.for_job) + " (" + p.reason + ")";
+    r.generation = k.generation;
+    r.updated_at = now;
+    updates.push_back({r, k.version});
+    events.push_back(
+        {0, now, "Job", std::to_string(p.job), k.project, "Warning", "Preempted", r.reason});
+  }
+  for (const sched::StartDecision& d : result.started) {
+    const Known& k = known_.at(d.job);
+    store::JobRecord r;
+    r.id = d.job;
+    r.phase = "Placed";
+    r.allocation = AllocationToJson(d.placements, *estate_);
+    r.generation = k.generation + 1;
+    std::string where;
+    for (const Json& t : r.allocation) {
+      const std::string node = t.at("node");
+      if (where.find(node) == std::string::npos) where += (where.empty() ? "" : ", ") + node;
+    }
+    r.reason =
+        "placed on " + where + (d.borrowed ? " (borrowing idle quota)" : "") +
+        (d.on_loan_from >= 0 ? " (on nodes reserved for job " + std::to_string(d.on_loan_from) + ")"
+                             : "");
+    r.updated_at = now;
+    updates.push_back({r, k.version});
+    events.push_back(
+        {0, now, "Job", std::to_string(d.job), k.project, "Normal", "Placed", r.reason});
+  }
+  std::vector<int64_t> versions(updates.size());
+  int64_t seq = 0;
+  Status s = store_->Write([&](store::Tx& tx) {
+    for (size_t i = 0; i < updates.size(); ++i) {
+      auto v = tx.UpdateJob(updates[i].record, updates[i].expected);
+      if (!v.ok()) return v.status();
+      versions[i] = *v;
+    }
+    for (const store::Event& e : events) {
+      auto r = tx.AppendEvent(e);
+      if (!r.ok()) return r.status();
+      seq = *r;
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    // A job moved underneath (cancelled meanwhile): nothing was written; start again from
+    // what the store says.
+    dirty_ = true;
+    Wake();
+    return s.code() == base::StatusCode::kConflict ? Status::Ok() : s;
+  }
+  for (size_t i = 0; i < updates.size(); ++i) {
+    Known& k = known_.at(updates[i].record.id);
+    k.version = versions[i];
+    k.generation = updates[i].record.generation;
+    k.phase = updates[i].record.phase;
+  }
+  // No agent yet carries out a stop: preempted jobs count as stopped at once.
+  for (const sched::PreemptDecision& p : result.preempted) scheduler_->Evicted(p.job, now);
+  if (!result.preempted.empty()) Wake();
+  bus_->Notify(seq);
+  return Status::Ok();
+}
+
+void SchedulerController::Publish(double cycle_seconds) {
+  metrics_->Observe("meridian_scheduler_cycle_duration_seconds", {}, cycle_seconds);
+  if (!scheduler_) return;
+  const double now = clock_->Now();
+  std::map<std::string, std::pair<double, double>> queue;  // project -> depth, oldest wait
+  std::map<std::string, double> phases;
+  for (const auto& [id, k] : known_) {
+    phases[k.phase] += 1;
+    if (k.phase != "Pending") continue;
+    auto& [depth, oldest] = queue[k.project];
+    depth += 1;
+    oldest = std::max(oldest, now - k.submitted_at);
+  }
+  std::vector<std::pair<api::Metrics::Labels, double>> depth, oldest, jobs;
+  for (const auto& [p, v] : queue) {
+    depth.push_back({{{"project", p}}, v.first});
+    oldest.push_back({{{"project", p}}, v.second});
+  }
+  for (const auto& [phase, n] : phases) jobs.push_back({{{"phase", phase}}, n});
+  metrics_->SetAll("meridian_queue_depth", depth);
+  metrics_->SetAll("meridian_queue_oldest_pending_seconds", oldest);
+  metrics_->SetAll("meridian_jobs", jobs);
+  const sched::Snapshot& snap = scheduler_->snapshot();
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> gpus;
+  for (const sched::NodeState& n : snap.nodes) {
+    if (n.model == sched::kNoModel) continue;
+    auto& [allocated, free] = gpus[{snap.clusters[n.cluster].name, snap.model(n.model).name}];
+    for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
+      const sched::GpuState& gpu = snap.gpus[g];
+      double used = gpu.mig_enabled ? __builtin_popcount(gpu.mig_used) / 8.0
+                                    : (1000.0 - gpu.free_milli) / 1000.0;
+      allocated += used;
+      free += 1.0 - used;
+    }
+  }
+  std::vector<std::pair<api::Metrics::Labels, double>> allocated, free;
+  for (const auto& [key, v] : gpus) {
+    api::Metrics::Labels l = {{"cluster", key.first}, {"model", key.second}};
+    allocated.push_back({l, v.first});
+    free.push_back({l, v.second});
+  }
+  metrics_->SetAll("meridian_gpus_allocated", allocated);
+  metrics_->SetAll("meridian_gpus_free", free);
+  const sched::QuotaTree& q = scheduler_->quotas();
+  std::vector<std::pair<api::Metrics::Labels, double>> used, guaranteed;
+  for (int32_t n = 0; n < q.size(); ++n) {
+    used.push_back({{{"scope", q.name(n)}}, q.Used(n, sched::kNoModel) / 1000.0});
+    guaranteed.push_back({{{"scope", q.name(n)}}, q.Guaranteed(n, sched::kNoModel) / 1000.0});
+  }
+  metrics_->SetAll("meridian_quota_used_gpus", used);
+  metrics_->SetAll("meridian_quota_guaranteed_gpus", guaranteed);
+}
+
+base::Result<Json> SchedulerController::Explain(int64_t job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto reason = reasons_.find(job);
+  if (!scheduler_) return Status::NotFound("the scheduler has not run yet");
+  sched::Explanation e = scheduler_->Explain(job, clock_->Now());
+  if (!e.known) {
+    if (reason == reasons_.end()) return Status::NotFound("not pending in the scheduler");
+    return Json{
+        {"reason", reason->second}, {"clusters", Json::array()}, {"estimatedStart", nullptr}};
+  }
+  Json clusters = Json::array();
+  for (const auto& [name, why] : e.clusters) clusters.push_back({{"name", name}, {"reason", why}});
+  return Json{{"reason", reason == reasons_.end() ? "" : reason->second},
+              {"quota", e.quota.empty() ? Json() : Json(e.quota)},
+              {"clusters", clusters},
+              {"estimatedStart", e.estimated_start < 0 ? Json() : Json(e.estimated_start)}};
+}
+
+Json SchedulerController::Usage() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  if (!scheduler_) return out;
+  std::map<std::string, int64_t> pending;
+  for (const auto& [id, k] : known_) pending[k.project] += k.phase == "Pending";
+  const sched::QuotaTree& q = scheduler_->quotas();
+  for (int32_t n = 0; n < q.size(); ++n) {
+    const int64_t limit = q.Limit(n, sched::kNoModel);
+    Json row = {{"name", q.name(n)},
+                {"parent", q.parent(n) < 0 ? Json() : Json(q.name(q.parent(n)))},
+                {"weight", q.weight(n)},
+                {"guaranteedGpus", q.Guaranteed(n, sched::kNoModel) / 1000.0},
+                {"limitGpus", limit == sched::kUnlimited ? Json() : Json(limit / 1000.0)},
+                {"usedGpus", q.Used(n, sched::kNoModel) / 1000.0},
+                {"borrowing", q.Used(n, sched::kNoModel) > 0 && q.Borrowing(n)}};
+    if (auto p = pending.find(q.name(n)); p != pending.end()) row["pending"] = p->second;
+    out.push_back(row);
+  }
+  return out;
+}
+
+std::string SchedulerController::PendingReason(int64_t job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reasons_.find(job);
+  return it == reasons_.end() ? "" : it->second;
+}
+
+Json SchedulerController::Nodes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  if (!scheduler_ || !estate_) return out;
+  const sched::Snapshot& snap = scheduler_->snapshot();
+  for (size_t i = 0; i < snap.nodes.size(); ++i) {
+    const sched::NodeState& n = snap.nodes[i];
+    const domain::Node& d = estate_->nodes[i];
+    Json gpus = Json::array();
+    for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
+      const sched::GpuState& gpu = snap.gpus[g];
+      gpus.push_back({{"index", g - n.gpu_begin},
+                      {"uuid", d.gpus[g - n.gpu_begin].uuid},
+                      {"freeMilli", gpu.free_milli},
+                      {"mig", gpu.mig_enabled},
+                      {"healthy", gpu.healthy}});
+    }
+    out.push_back({{"name", n.name},
+                   {"cluster", snap.clusters[n.cluster].name},
+                   {"pool", d.pool},
+                   {"rack", d.rack},
+                   {"model", n.model == sched::kNoModel ? "" : snap.model(n.model).name},
+                   {"cpuMilli", n.cpu_capacity},
+                   {"cpuFreeMilli", n.cpu_free},
+                   {"memoryMib", n.memory_capacity},
+                   {"memoryFreeMib", n.memory_free},
+                   {"schedulable", n.schedulable},
+                   {"source", "declared"},  // by a node pool; registered by an agent later
+                   {"gpus", gpus}});
+  }
+  return out;
+}
+
+}  // namespace meridian::server

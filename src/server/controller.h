@@ -1,0 +1,83 @@
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "api/api.h"
+#include "api/metrics.h"
+#include "base/clock.h"
+#include "sched/scheduler.h"
+#include "server/estate.h"
+#include "store/store.h"
+
+namespace meridian::server {
+
+// The scheduler loop: runs the pure scheduler on the live state and commits its decisions.
+//
+// It follows the store's event log, which every change to jobs and configuration appends to:
+// a submitted job is queued, a cancelled one forgotten, and a configuration change rebuilds the
+// scheduler from the store (the estate, the quota tree, every pending and placed job). A cycle
+// runs when woken by the API and at least every `cycleInterval` seconds. Decisions are committed
+// in one transaction with optimistic concurrency on each job's resource version; when a job
+// moved underneath (cancelled meanwhile), the decision is dropped and the scheduler rebuilt.
+// Until agents exist (issue 5) a placed job stays Placed; preempted jobs return to Pending at
+// once. Thread-safe: the API calls Explain, PendingReason and Nodes from its threads.
+class SchedulerController final : public api::SchedulerHooks {
+ public:
+  SchedulerController(store::Store* store, const base::Clock* clock, api::EventBus* bus,
+                      api::Metrics* metrics);
+  ~SchedulerController() override;
+
+  void Start();
+  void Stop();
+
+  void Wake() override;
+  base::Result<Json> Explain(int64_t job) override;
+  std::string PendingReason(int64_t job) override;
+  Json Nodes() override;
+  Json Usage() override;
+
+  // One round: follow the event log, run a cycle, commit its decisions. Start() calls it from
+  // its thread; tests may call it directly instead.
+  base::Status RunOnce();
+
+ private:
+  struct Known {
+    std::string project;
+    int64_t version = 0;
+    int64_t generation = 0;
+    std::string phase;
+    double submitted_at = 0;
+  };
+  base::Status Rebuild();
+  base::Status CatchUp();
+  void Track(const store::JobRecord& job);
+  base::Status Commit(const sched::CycleResult& result, double now);
+  void Publish(double cycle_seconds);
+  void Loop();
+
+  store::Store* store_;
+  const base::Clock* clock_;
+  api::EventBus* bus_;
+  api::Metrics* metrics_;
+
+  std::mutex mu_;  // guards everything below except the thread's wake-up state
+  std::unique_ptr<Estate> estate_;
+  std::unique_ptr<sched::Scheduler> scheduler_;
+  std::map<int64_t, Known> known_;          // pending and placed jobs
+  std::map<int64_t, std::string> reasons_;  // why each pending job waits, from the last cycle
+  int64_t last_seq_ = 0;
+  bool dirty_ = true;  // rebuild before the next cycle
+
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool woken_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace meridian::server

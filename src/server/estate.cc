@@ -1,0 +1,266 @@
+#include "server/estate.h"
+
+#include "domain/gpu_model.h"
+#include "domain/job.h"
+#include "sched/task.h"
+
+namespace meridian::server {
+
+namespace {
+
+domain::Cluster ClusterOf(const store::Object& o) {
+  domain::Cluster c;
+  c.name = o.name;
+  c.kind = o.spec.value("type", "on-prem") == "cloud" ? domain::SiteKind::kCloud
+                                                      : domain::SiteKind::kOnPrem;
+  c.region = o.spec.value("region", "");
+  const std::string backend = o.spec.value("backend", "agent");
+  c.backend = backend == "slurm"        ? domain::Backend::kSlurm
+              : backend == "kubernetes" ? domain::Backend::kKubernetes
+                                        : domain::Backend::kAgent;
+  if (o.spec.contains("prices")) {
+    for (const auto& [model, price] : o.spec.at("prices").items()) {
+      c.price_per_gpu_hour[model] = price.get<double>();
+    }
+  }
+  if (o.spec.contains("datasets")) {
+    for (const Json& d : o.spec.at("datasets")) c.datasets.push_back(d.get<std::string>());
+  }
+  return c;
+}
+
+// Nodes a pool declares: "<pool>-<i>", racks of rackSize nodes, NVLink domains of
+// nvlinkDomainSize GPUs. Agents (issue 5) will replace declared nodes with registered ones.
+void AddPoolNodes(const store::Object& pool, std::vector<domain::Node>* nodes) {
+  const Json& s = pool.spec;
+  const int64_t count = s.value("nodes", 0);
+  const int64_t gpus = s.value("gpusPerNode", 0);
+  const int64_t rack_size = s.value("rackSize", 0);
+  const int64_t domain_size = s.value("nvlinkDomainSize", 0);
+  for (int64_t i = 0; i < count; ++i) {
+    domain::Node n;
+    n.name = pool.name + "-" + std::to_string(i);
+    n.cluster = s.value("cluster", "");
+    n.pool = pool.name;
+    n.rack = pool.name + "-r" + std::to_string(rack_size > 0 ? i / rack_size : 0);
+    n.cpu_milli = s.value("cpuMilli", 64000);
+    n.memory_mib = s.value("memoryMib", 512 * 1024);
+    if (s.contains("labels")) {
+      for (const auto& [k, v] : s.at("labels").items()) n.labels[k] = v.get<std::string>();
+    }
+    for (int64_t g = 0; g < gpus; ++g) {
+      domain::GpuDevice d;
+      d.uuid = "GPU-" + n.name + "-" + std::to_string(g);
+      d.model = s.value("gpuModel", "");
+      d.nvlink_domain = domain_size > 0 ? static_cast<int>(g / domain_size) : 0;
+      n.gpus.push_back(d);
+    }
+    nodes->push_back(std::move(n));
+  }
+}
+
+}  // namespace
+
+base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Object>& objects) {
+  auto e = std::make_unique<Estate>();
+  std::map<std::string, const store::Object*> teams, projects;
+  std::vector<const store::Object*> quotas;
+  for (const store::Object& o : objects) {
+    if (o.kind == "Cluster") e->clusters.push_back(ClusterOf(o));
+    if (o.kind == "NodePool") AddPoolNodes(o, &e->nodes);
+    if (o.kind == "Team") teams[o.name] = &o;
+    if (o.kind == "Project") projects[o.name] = &o;
+    if (o.kind == "Quota") quotas.push_back(&o);
+    if (o.kind == "PriorityClass") {
+      e->priority_of_class[o.name] = o.spec.value("value", 0);
+      e->preempting_of_class[o.name] = o.spec.value("preempting", true);
+    }
+    if (o.kind == "Policy") {
+      const std::string order = o.spec.value("queueOrder", "meridian");
+      e->options.order = order == "fifo"  ? sched::QueueOrder::kFifo
+                         : order == "sjf" ? sched::QueueOrder::kShortestJobFirst
+                         : order == "las" ? sched::QueueOrder::kLeastAttainedService
+                                          : sched::QueueOrder::kMeridian;
+      e->options.preemption = o.spec.value("preemption", true);
+      e->options.backfill = o.spec.value("backfill", true);
+      e->options.fair_share_half_life = o.spec.value("fairShareHalfLife", 3600.0);
+      e->options.reserve_after = o.spec.value("reserveAfter", 3600.0);
+      e->options.starvation_horizon = o.spec.value("starvationHorizon", 24 * 3600.0);
+      e->placement = o.spec.value("placement", "meridian");
+      e->cycle_interval = o.spec.value("cycleInterval", 1.0);
+    }
+  }
+  auto snapshot = sched::Snapshot::Build(e->clusters, e->nodes, domain::GpuCatalog::Builtin());
+  if (!snapshot.ok()) return snapshot.status();
+  e->snapshot = std::move(snapshot.value());
+  // The tenancy tree: organizations at the roots, then teams, then projects.
+  std::map<std::string, int32_t> node_of;
+  for (const store::Object& o : objects) {
+    if (o.kind == "Organization") node_of["org/" + o.name] = e->quotas.AddNode(o.name, -1);
+  }
+  for (const auto& [name, t] : teams) {
+    auto org = node_of.find("org/" + t->spec.value("organization", ""));
+    node_of["team/" + name] = e->quotas.AddNode(name, org == node_of.end() ? -1 : org->second);
+  }
+  for (const auto& [name, p] : projects) {
+    auto team = node_of.find("team/" + p->spec.value("team", ""));
+    const int32_t leaf = e->quotas.AddNode(name, team == node_of.end() ? -1 : team->second,
+                                           p->spec.value("weight", 1.0));
+    node_of["project/" + name] = leaf;
+    e->tenant_of_project[name] = leaf;
+  }
+  for (const store::Object* q : quotas) {
+    std::string scope;
+    for (const char* k : {"organization", "team", "project"}) {
+      if (q->spec.contains(k))
+        scope = std::string(k == std::string("organization") ? "org" : k) + "/" +
+                q->spec.at(k).get<std::string>();
+    }
+    auto node = node_of.find(scope);
+    if (node == node_of.end()) continue;
+    const std::string model = q->spec.value("gpuModel", "");
+    const sched::ModelId id = model.empty() ? sched::kNoModel : e->snapshot.FindModel(model);
+    if (!model.empty() && id == sched::kNoModel) continue;  // no such GPU in the estate
+    const double guaranteed = q->spec.value("guaranteedGpus", 0.0);
+    const double limit = q->spec.value("limitGpus", -1.0);
+    e->quotas.SetQuota(node->second, id, static_cast<int64_t>(guaranteed * 1000),
+                       limit < 0 ? sched::kUnlimited : static_cast<int64_t>(limit * 1000));
+  }
+  return e;
+}
+
+base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const Estate& estate) {
+  auto tenant = estate.tenant_of_project.find(job.project);
+  if (tenant == estate.tenant_of_project.end()) {
+    return base::Status::NotFound("project \"" + job.project + "\" no longer exists");
+  }
+  const Json& s = job.spec;
+  domain::Job dj;
+  dj.name = job.name;
+  dj.project = job.project;
+  domain::TaskGroup g;
+  g.replicas = s.value("tasks", 1);
+  g.request.cpu_milli = s.value("cpuMilli", 1000);
+  g.request.memory_mib = s.value("memoryMib", 4096);
+  if (s.value("gpus", 0) > 0) {
+    g.request.gpu = domain::GpuRequest::Whole(s.value("gpus", 0));
+  } else if (s.value("gpuMilli", 0) > 0) {
+    g.request.gpu =
+        domain::GpuRequest::Fraction(s.value("gpuMilli", 0), s.value("gpuMemoryMib", 0));
+  } else if (!s.value("migProfile", "").empty()) {
+    g.request.gpu = domain::GpuRequest::Mig(s.value("migProfile", ""));
+  }
+  dj.task_groups.push_back(g);
+  if (s.contains("clusters")) dj.constraints.clusters = s.at("clusters");
+  if (s.contains("gpuModels")) dj.constraints.gpu_models = s.at("gpuModels");
+  sched::JobSpec spec;
+  spec.id = job.id;
+  spec.tenant = tenant->second;
+  const std::string cls = s.value("priorityClass", "");
+  if (auto p = estate.priority_of_class.find(cls); p != estate.priority_of_class.end()) {
+    spec.priority = p->second;
+    spec.preempting = estate.preempting_of_class.at(cls);
+  }
+  spec.preemptible = s.value("preemptible", true);
+  spec.gang = s.value("gang", false);
+  spec.submit_time = job.submitted_at;
+  spec.runtime_estimate = s.value("runtimeEstimate", 0.0);
+  spec.runtime_limit = s.value("runtimeLimit", 0.0);
+  spec.min_runtime = s.value("minRuntime", 0.0);
+  spec.grace_period = s.value("gracePeriod", 0.0);
+  spec.tasks = sched::TasksForJob(dj, estate.snapshot, -1);
+  return spec;
+}
+
+namespace {
+
+const char* MigChangeName(sched::MigChange c) {
+  switch (c) {
+    case sched::MigChange::kNone:
+      return "none";
+    case sched::MigChange::kCreateInstance:
+      return "create-instance";
+    case sched::MigChange::kRepartition:
+      return "repartition";
+    case sched::MigChange::kEnableMig:
+      return "enable-mig";
+  }
+  return "none";
+}
+
+}  // namespace
+
+Json AllocationToJson(const std::vector<sched::Placement>& placements, const Estate& estate) {
+  Json out = Json::array();
+  for (size_t t = 0; t < placements.size(); ++t) {
+    const sched::Placement& p = placements[t];
+    const sched::NodeState& node = estate.snapshot.nodes[p.node];
+    Json devices = Json::array();
+    for (const sched::DeviceGrant& d : p.devices) {
+      const int32_t local = d.gpu - node.gpu_begin;
+      Json dev = {
+          {"gpu", local}, {"uuid", estate.nodes[p.node].gpus[local].uuid}, {"milli", d.milli}};
+      if (d.memory_mib > 0) dev["memoryMib"] = d.memory_mib;
+      if (d.mig_profile >= 0) {
+        const auto& model = estate.snapshot.model(estate.snapshot.gpus[d.gpu].model);
+        dev["mig"] = {{"profile", model.mig_profiles[d.mig_profile].name},
+                      {"start", d.mig_start},
+                      {"change", MigChangeName(d.mig_change)}};
+      }
+      devices.push_back(dev);
+    }
+    out.push_back({{"task", t},
+                   {"cluster", estate.snapshot.clusters[node.cluster].name},
+                   {"node", node.name},
+                   {"devices", devices}});
+  }
+  return out;
+}
+
+base::Result<std::vector<sched::Placement>> AllocationFromJson(const Json& allocation,
+                                                               const Estate& estate) {
+  std::map<std::string, int32_t> node_index;
+  for (size_t i = 0; i < estate.snapshot.nodes.size(); ++i) {
+    node_index[estate.snapshot.nodes[i].name] = static_cast<int32_t>(i);
+  }
+  std::vector<sched::Placement> out;
+  for (const Json& task : allocation) {
+    auto n = node_index.find(task.value("node", ""));
+    if (n == node_index.end()) {
+      return base::Status::NotFound("node \"" + task.value("node", "") + "\" no longer exists");
+    }
+    sched::Placement p;
+    p.node = n->second;
+    const sched::NodeState& node = estate.snapshot.nodes[p.node];
+    for (const Json& d : task.at("devices")) {
+      sched::DeviceGrant g;
+      const int32_t local = d.at("gpu");
+      if (local < 0 || local >= node.gpu_count) {
+        return base::Status::NotFound("GPU " + std::to_string(local) + " of node " + node.name +
+                                      " no longer exists");
+      }
+      g.gpu = node.gpu_begin + local;
+      g.milli = d.value("milli", 1000);
+      g.memory_mib = d.value("memoryMib", 0);
+      if (d.contains("mig")) {
+        const auto& model = estate.snapshot.model(estate.snapshot.gpus[g.gpu].model);
+        const std::string profile = d.at("mig").value("profile", "");
+        for (size_t k = 0; k < model.mig_profiles.size(); ++k) {
+          if (model.mig_profiles[k].name == profile) g.mig_profile = static_cast<int16_t>(k);
+        }
+        g.mig_start = static_cast<int8_t>(d.at("mig").value("start", 0));
+        // Replaying the change rebuilds the layout on a snapshot that starts without MIG.
+        const std::string change = d.at("mig").value("change", "none");
+        for (sched::MigChange c : {sched::MigChange::kCreateInstance,
+                                   sched::MigChange::kRepartition, sched::MigChange::kEnableMig}) {
+          if (change == MigChangeName(c)) g.mig_change = c;
+        }
+      }
+      p.devices.push_back(g);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace meridian::server

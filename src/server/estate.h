@@ -1,0 +1,47 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "domain/cluster.h"
+#include "sched/quota.h"
+#include "sched/scheduler.h"
+#include "sched/snapshot.h"
+#include "store/store.h"
+
+namespace meridian::server {
+
+using Json = nlohmann::json;
+
+// The scheduler's inputs built from the live desired state: the estate's capacity (clusters,
+// and nodes declared by node pools until agents register them), the quota tree, the priority
+// classes and the policy.
+struct Estate {
+  std::vector<domain::Cluster> clusters;
+  std::vector<domain::Node> nodes;
+  sched::Snapshot snapshot;
+  sched::QuotaTree quotas;
+  std::map<std::string, int32_t> tenant_of_project;
+  std::map<std::string, int32_t> priority_of_class;
+  std::map<std::string, bool> preempting_of_class;
+  sched::SchedulerOptions options;
+  std::string placement = "meridian";
+  double cycle_interval = 1.0;
+};
+
+base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Object>& objects);
+
+// A stored job as the scheduler sees it; an error names what no longer exists (its project).
+base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const Estate& estate);
+
+// A job's placements as stored in its allocation, and back. The stored form names clusters,
+// nodes and GPUs (index within the node, UUID) so that it stays meaningful to people and agents.
+Json AllocationToJson(const std::vector<sched::Placement>& placements, const Estate& estate);
+base::Result<std::vector<sched::Placement>> AllocationFromJson(const Json& allocation,
+                                                               const Estate& estate);
+
+}  // namespace meridian::server

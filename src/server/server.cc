@@ -1,0 +1,155 @@
+#include "server/server.h"
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "api/api.h"
+#include "server/controller.h"
+#include "store/sqlite/sqlite_store.h"
+
+namespace meridian::server {
+
+using base::Status;
+
+namespace {
+
+// Times every store call for the metrics; otherwise passes through.
+class InstrumentedStore final : public store::Store {
+ public:
+  InstrumentedStore(store::Store* inner, api::Metrics* metrics) : inner_(inner), metrics_(metrics) {
+    metrics_->Describe("meridian_store_operation_duration_seconds", "histogram",
+                       "Store transactions by operation (a write includes its group commit).");
+  }
+  Status Write(const std::function<Status(store::Tx&)>& fn) override {
+    return Timed("write", [&] { return inner_->Write(fn); });
+  }
+  Status Read(const std::function<Status(store::Tx&)>& fn) override {
+    return Timed("read", [&] { return inner_->Read(fn); });
+  }
+  int32_t SchemaVersion() const override { return inner_->SchemaVersion(); }
+
+ private:
+  template <class F>
+  Status Timed(const char* op, F&& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = f();
+    metrics_->Observe("meridian_store_operation_duration_seconds", {{"operation", op}},
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return s;
+  }
+  store::Store* inner_;
+  api::Metrics* metrics_;
+};
+
+Status SplitListen(const std::string& listen, std::string* host, int* port) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return Status::Invalid("--listen: expected HOST:PORT");
+  *host = listen.substr(0, colon);
+  try {
+    size_t used = 0;
+    *port = std::stoi(listen.substr(colon + 1), &used);
+    if (used != listen.size() - colon - 1 || *port < 0 || *port > 65535)
+      throw std::out_of_range("");
+  } catch (const std::exception&) {
+    return Status::Invalid("--listen: \"" + listen.substr(colon + 1) + "\" is not a port");
+  }
+  return Status::Ok();
+}
+
+Status WriteSecret(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return Status::Io("cannot write " + path);
+  chmod(path.c_str(), 0600);
+  std::fputs((text + "\n").c_str(), f);
+  if (std::fclose(f) != 0) return Status::Io("cannot write " + path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunServer(const ServerOptions& o) {
+  std::string host;
+  int port = 0;
+  if (Status s = SplitListen(o.listen, &host, &port); !s.ok()) return s;
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return Status::Invalid("--tls-cert and --tls-key go together");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(o.data_dir, ec);
+  if (ec) return Status::Io("--data-dir " + o.data_dir + ": " + ec.message());
+  chmod(o.data_dir.c_str(), 0700);
+  auto sqlite = store::SqliteStore::Open(o.data_dir + "/meridian.db");
+  if (!sqlite.ok()) return sqlite.status();
+
+  // SIGINT and SIGTERM are taken by one thread (below), so every other thread blocks them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  api::Metrics metrics;
+  InstrumentedStore store(sqlite->get(), &metrics);
+  base::SystemClock clock;
+  base::SystemEntropy entropy;
+  api::EventBus bus;
+  SchedulerController controller(&store, &clock, &bus, &metrics);
+  api::Api api(&store, &clock, &entropy, &controller, &bus, &metrics);
+  auto token = api.Bootstrap();
+  if (!token.ok()) return token.status();
+  const std::string token_path = o.data_dir + "/admin.token";
+  if (!token->empty()) {
+    if (Status s = WriteSecret(token_path, *token); !s.ok()) return s;
+    std::fprintf(stderr, "meridian: first start: the admin token is in %s (mode 0600)\n",
+                 token_path.c_str());
+  }
+
+  std::unique_ptr<httplib::Server> http;
+  if (!o.tls_cert.empty()) {
+    auto tls = std::make_unique<httplib::SSLServer>(o.tls_cert.c_str(), o.tls_key.c_str());
+    if (!tls->is_valid()) {
+      return Status::Invalid("--tls-cert/--tls-key: cannot load " + o.tls_cert + " and " +
+                             o.tls_key);
+    }
+    http = std::move(tls);
+  } else {
+    http = std::make_unique<httplib::Server>();
+  }
+  const int threads = o.threads;
+  http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http->set_keep_alive_max_count(100000);
+  api.Register(*http);
+  const int bound =
+      port == 0 ? http->bind_to_any_port(host) : (http->bind_to_port(host, port) ? port : -1);
+  if (bound < 0) return Status::Io("--listen " + o.listen + ": cannot bind (in use?)");
+  if (!o.port_file.empty()) {
+    std::ofstream(o.port_file) << bound << "\n";
+  }
+  std::fprintf(stderr, "meridian: server listening on %s://%s:%d (data in %s)\n",
+               o.tls_cert.empty() ? "http" : "https", host.c_str(), bound, o.data_dir.c_str());
+  controller.Start();
+  std::atomic<bool> signalled{false};
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    signalled = true;
+    std::fprintf(stderr, "meridian: stopping (signal %d)\n", sig);
+    bus.Close();
+    http->stop();
+  });
+  http->listen_after_bind();
+  // listen_after_bind also returns on its own failure; then the waiter still waits: wake it.
+  if (!signalled) pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  controller.Stop();
+  return Status::Ok();
+}
+
+}  // namespace meridian::server

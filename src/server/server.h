@@ -1,0 +1,23 @@
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+
+namespace meridian::server {
+
+struct ServerOptions {
+  std::string data_dir = "meridian-data";
+  std::string listen = "127.0.0.1:8080";  // host:port; port 0 picks a free one
+  std::string tls_cert;                   // PEM files; both or neither
+  std::string tls_key;
+  int threads = 64;       // HTTP workers: each keep-alive connection or watch holds one
+  std::string port_file;  // when set, the bound port is written there (for tests and scripts)
+};
+
+// Runs the control plane until SIGINT or SIGTERM: the store under data_dir, the scheduler loop
+// and the HTTP API. On first start it creates the admin user and writes its token to
+// data_dir/admin.token (mode 0600). Returns an error when it cannot start.
+base::Status RunServer(const ServerOptions& options);
+
+}  // namespace meridian::server
