@@ -280,6 +280,8 @@ Explanation Scheduler::Explain(int64_t id, double now) {
   if (it == jobs_.end() || it->second.phase != Phase::kPending) return e;
   Job& j = it->second;
   e.known = true;
+  // The same-shape cache would answer "failed before"; an explanation wants the reasons.
+  placer_.InvalidateCache();
   e.quota = QuotaBlock(j);
   for (size_t c = 0; c < snapshot_.clusters.size(); ++c) {
     std::vector<Placement> placements;

@@ -1,0 +1,148 @@
+#pragma once
+
+// Starts real `meridian server` processes on loopback ports for the integration tests, and
+// talks to them over HTTP and through the real CLI.
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace meridian::testing {
+
+using Json = nlohmann::json;
+
+// Polls `ready` until it holds or `seconds` pass.
+inline bool Eventually(const std::function<bool()>& ready, double seconds = 10) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return ready();
+}
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+class ServerProcess {
+ public:
+  ServerProcess(std::string binary, std::string data_dir, std::vector<std::string> extra = {})
+      : binary_(std::move(binary)), data_dir_(std::move(data_dir)), extra_(std::move(extra)) {}
+  ~ServerProcess() { Stop(SIGKILL); }
+
+  // Starts the server and waits until it answers /healthz.
+  bool Start() {
+    const std::string port_file = data_dir_ + ".port";
+    std::remove(port_file.c_str());
+    std::vector<std::string> args = {binary_,     "server",      "--data-dir",  data_dir_,
+                                     "--listen",  "127.0.0.1:0", "--port-file", port_file,
+                                     "--threads", "32"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      const std::string log = data_dir_ + ".log";
+      std::freopen(log.c_str(), "a", stderr);
+      execv(binary_.c_str(), argv.data());
+      _exit(127);
+    }
+    if (!Eventually([&] { return !ReadFile(port_file).empty(); })) return false;
+    port_ = std::stoi(ReadFile(port_file));
+    return tls() || Eventually([&] {
+             httplib::Client c("127.0.0.1", port_);
+             auto r = c.Get("/healthz");
+             return r && r->status == 200;
+           });
+  }
+
+  void Stop(int sig = SIGTERM) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  bool tls() const {
+    for (const std::string& a : extra_) {
+      if (a == "--tls-cert") return true;
+    }
+    return false;
+  }
+  int port() const { return port_; }
+  std::string url() const {
+    return std::string(tls() ? "https" : "http") + "://127.0.0.1:" + std::to_string(port_);
+  }
+  std::string admin_token() const { return ReadFile(data_dir_ + "/admin.token"); }
+  const std::string& data_dir() const { return data_dir_; }
+
+ private:
+  std::string binary_;
+  std::string data_dir_;
+  std::vector<std::string> extra_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+struct HttpResult {
+  int status = 0;
+  Json body;
+  std::string text;
+};
+
+inline HttpResult Http(const ServerProcess& s, const std::string& method, const std::string& path,
+                       const std::string& token, const std::string& body = "") {
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(30);
+  httplib::Headers h;
+  if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
+  httplib::Result r = method == "GET"      ? c.Get(path, h)
+                      : method == "DELETE" ? c.Delete(path, h)
+                      : method == "PUT"    ? c.Put(path, h, body, "application/json")
+                                           : c.Post(path, h, body, "application/json");
+  HttpResult out;
+  if (!r) return out;
+  out.status = r->status;
+  out.text = r->body;
+  out.body = Json::parse(r->body, nullptr, false);
+  return out;
+}
+
+struct CliResult {
+  int code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs the real CLI with the server and token in the environment, as a user would.
+inline CliResult Cli(const std::string& binary, const std::string& args, const std::string& server,
+                     const std::string& token) {
+  const std::string cmd = "MERIDIAN_CONFIG=/nonexistent/config.json MERIDIAN_SERVER='" + server +
+                          "' MERIDIAN_TOKEN='" + token + "' " + binary + " " + args + " 2>&1";
+  CliResult out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.output.append(buf, n);
+  const int status = pclose(p);
+  out.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+}  // namespace meridian::testing

@@ -1,0 +1,444 @@
+// Integration tests of the control plane: a real `meridian server` process on a loopback port
+// with a temporary data dir, driven through plain HTTP and through the real CLI.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <fstream>
+#include <set>
+
+#include "base/testing/temp_dir.h"
+#include "tests/server_process.h"
+
+namespace meridian::testing {
+namespace {
+
+const std::string kBinary = MERIDIAN_BINARY;
+
+const char* kEstate = R"(kind: Organization
+metadata: {name: acme}
+---
+kind: Team
+metadata: {name: product}
+spec: {organization: acme}
+---
+kind: Team
+metadata: {name: lab}
+spec: {organization: acme}
+---
+kind: Project
+metadata: {name: vision}
+spec: {team: product}
+---
+kind: Project
+metadata: {name: research}
+spec: {team: lab}
+---
+kind: PriorityClass
+metadata: {name: high}
+spec: {value: 100}
+---
+kind: Cluster
+metadata: {name: onprem}
+spec: {type: on-prem, region: eu-west, prices: {H100-80GB: 2.0}}
+---
+kind: NodePool
+metadata: {name: h100}
+spec: {cluster: onprem, nodes: 2, gpusPerNode: 8, gpuModel: H100-80GB, cpuMilli: 128000}
+---
+kind: Quota
+metadata: {name: research}
+spec: {project: research, guaranteedGpus: 4, limitGpus: 8}
+)";
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("data"));
+    ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
+    admin_ = server_->admin_token();
+    ASSERT_FALSE(admin_.empty());
+  }
+
+  std::string WriteFile(const std::string& name, const std::string& text) {
+    const std::string path = dir_.File(name);
+    std::ofstream(path) << text;
+    return path;
+  }
+  CliResult Run(const std::string& args, const std::string& token = "") {
+    return Cli(kBinary, args, server_->url(), token.empty() ? admin_ : token);
+  }
+  void ApplyEstate() {
+    CliResult r = Run("apply -f " + WriteFile("estate.yaml", kEstate) + " -m first");
+    ASSERT_EQ(r.code, 0) << r.output;
+  }
+  HttpResult Submit(const std::string& project, int gpus, const std::string& token = "") {
+    Json job = {{"metadata", {{"name", "job"}, {"project", project}}},
+                {"spec", {{"gpus", gpus}, {"runtimeEstimate", 3600}}}};
+    return Http(*server_, "POST", "/api/v1/jobs", token.empty() ? admin_ : token, job.dump());
+  }
+  std::string Phase(int64_t id) {
+    return Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id), admin_)
+        .body["status"]
+        .value("phase", "");
+  }
+  // Creates a user with one role and returns a token for it.
+  std::string User(const std::string& name, const Json& role) {
+    Json body = {{"spec", {{"roles", Json::array({role})}}}};
+    EXPECT_EQ(Http(*server_, "PUT", "/api/v1/users/" + name, admin_, body.dump()).status, 201);
+    HttpResult t = Http(*server_, "POST", "/api/v1/tokens", admin_,
+                        Json{{"user", name}, {"description", "test"}}.dump());
+    EXPECT_EQ(t.status, 201) << t.text;
+    return t.body.value("token", "");
+  }
+
+  base::testing::TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::string admin_;
+};
+
+TEST_F(ServerTest, FirstStartWritesAnAdminTokenOnlyItsOwnerCanRead) {
+  struct stat st {};
+  ASSERT_EQ(stat((server_->data_dir() + "/admin.token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  HttpResult me = Http(*server_, "GET", "/api/v1/whoami", admin_);
+  EXPECT_EQ(me.status, 200);
+  EXPECT_EQ(me.body["user"], "admin");
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/whoami", "").status, 401);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/whoami", "mrd_0000000000000000_" + std::string(48, '0'))
+                .status,
+            401);
+  // A second start keeps the same admin and writes no new token.
+  server_->Stop();
+  const std::string before = server_->admin_token();
+  ASSERT_TRUE(server_->Start());
+  EXPECT_EQ(server_->admin_token(), before);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/whoami", admin_).status, 200);
+}
+
+TEST_F(ServerTest, PlanApplyDriftAndRollback) {
+  const std::string file = WriteFile("estate.yaml", kEstate);
+  CliResult plan = Run("plan -f " + file);
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("+ Organization acme"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("Plan: 9 to create, 0 to update, 0 to delete."), std::string::npos)
+      << plan.output;
+  ApplyEstate();
+  EXPECT_NE(Run("plan -f " + file).output.find("No changes"), std::string::npos);
+  // Drift through the API shows in the next plan, and the next apply undoes it.
+  Json project = {{"metadata", {{"name", "vision"}}},
+                  {"spec", {{"team", "product"}, {"weight", 3}}}};
+  HttpResult put = Http(*server_, "PUT", "/api/v1/projects/vision", admin_, project.dump());
+  ASSERT_EQ(put.status, 200) << put.text;
+  plan = Run("plan -f " + file);
+  EXPECT_NE(plan.output.find("~ Project vision: weight (changed through the API since revision 1)"),
+            std::string::npos)
+      << plan.output;
+  // Revision 2 removes the research project and its quota; rolling back to 1 restores them.
+  std::string smaller = kEstate;
+  smaller = smaller.substr(0, smaller.find("---\nkind: Project\nmetadata: {name: research}")) +
+            smaller.substr(smaller.find("---\nkind: PriorityClass"));
+  smaller = smaller.substr(0, smaller.find("---\nkind: Quota"));
+  CliResult applied = Run("apply -f " + WriteFile("smaller.yaml", smaller) + " -m smaller");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  EXPECT_NE(applied.output.find("- Project research"), std::string::npos) << applied.output;
+  EXPECT_NE(applied.output.find("Applied as revision 2"), std::string::npos) << applied.output;
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/research", admin_).status, 404);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).body["spec"]["weight"], 1.0);
+  CliResult back = Run("rollback --to 1");
+  ASSERT_EQ(back.code, 0) << back.output;
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/research", admin_).status, 200);
+  CliResult history = Run("history -o json");
+  Json h = Json::parse(history.output);
+  ASSERT_EQ(h["items"].size(), 3u) << history.output;
+  EXPECT_EQ(h["items"][0]["message"], "rollback to revision 1");
+  EXPECT_EQ(h["items"][0]["author"], "admin");
+  EXPECT_NE(Run("plan -f " + file).output.find("No changes"), std::string::npos);
+}
+
+TEST_F(ServerTest, InvalidDocumentsApplyNothingAndSayWhere) {
+  const std::string bad = std::string(kEstate) +
+                          "---\nkind: NodePool\nmetadata: {name: broken}\nspec:\n  cluster: "
+                          "onprem\n  gpusPerNode: lots\n";
+  CliResult r = Run("apply -f " + WriteFile("bad.yaml", bad));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("bad.yaml:40:3: spec.gpusPerNode: must be an integer"), std::string::npos)
+      << r.output;
+  // Nothing of the valid documents was applied.
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/organizations/acme", admin_).status, 404);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/config/revisions", admin_).body["items"].size(), 0u);
+}
+
+TEST_F(ServerTest, JobsThroughTheCli) {
+  ApplyEstate();
+  CliResult sub = Run("submit -p vision --gpus 8 --tasks 2 --name train --estimate 600");
+  ASSERT_EQ(sub.code, 0) << sub.output;
+  EXPECT_NE(sub.output.find("job 1 submitted"), std::string::npos) << sub.output;
+  CliResult big = Run("submit -p vision --gpus 8 --tasks 2 --name big");
+  ASSERT_EQ(big.code, 0) << big.output;
+  ASSERT_TRUE(Eventually([&] { return Phase(1) == "Placed"; })) << Phase(1);
+  CliResult list = Run("get jobs -o json");
+  ASSERT_EQ(list.code, 0) << list.output;
+  Json jobs = Json::parse(list.output);
+  ASSERT_EQ(jobs["items"].size(), 2u);
+  EXPECT_EQ(jobs["items"][0]["status"]["allocation"].size(), 2u);
+  EXPECT_EQ(jobs["items"][0]["status"]["generation"], 1);
+  // The second job waits for the first, and says so, with an estimated start from job 1's
+  // runtime estimate.
+  ASSERT_TRUE(Eventually([&] {
+    return Http(*server_, "GET", "/api/v1/jobs/2/explanation", admin_)
+        .body.contains("estimatedStart");
+  }));
+  CliResult why = Run("describe job 2");
+  EXPECT_EQ(why.code, 0) << why.output;
+  EXPECT_NE(why.output.find("Why pending:"), std::string::npos) << why.output;
+  EXPECT_NE(why.output.find("onprem: no node has the free GPUs"), std::string::npos) << why.output;
+  EXPECT_NE(why.output.find("estimated start: in"), std::string::npos) << why.output;
+  // Cancelling the first lets the second run.
+  CliResult cancel = Run("cancel 1");
+  ASSERT_EQ(cancel.code, 0) << cancel.output;
+  EXPECT_EQ(Run("cancel 1").code, 6);  // already ended
+  ASSERT_TRUE(Eventually([&] { return Phase(2) == "Placed"; }));
+  CliResult events = Run("get events --job 1");
+  EXPECT_NE(events.output.find("Cancelled"), std::string::npos) << events.output;
+  EXPECT_NE(events.output.find("Placed"), std::string::npos) << events.output;
+  CliResult table = Run("get jobs");
+  EXPECT_NE(table.output.find("ID   NAME    PROJECT   PHASE"), std::string::npos) << table.output;
+  EXPECT_EQ(Run("get jobs 99").code, 5);
+  CliResult top = Run("top");
+  EXPECT_NE(top.output.find("16 of 16 GPUs allocated"), std::string::npos) << top.output;
+}
+
+TEST_F(ServerTest, BadRequestsGetAClearErrorAndTheServerKeepsServing) {
+  ApplyEstate();
+  struct Case {
+    std::string method, path, body;
+    int status;
+    std::string field;  // expected error.field ("" when none)
+  };
+  const std::vector<Case> cases = {
+      {"POST", "/api/v1/jobs", "{\"metadata\": ", 400, ""},
+      {"POST", "/api/v1/jobs", "[1, 2]", 400, ""},
+      {"POST", "/api/v1/jobs",
+       R"({"metadata": {"name": "x", "project": "vision"}, "spec": {"gpus": 1, "colour": 2}})", 400,
+       "spec.colour"},
+      {"POST", "/api/v1/jobs",
+       R"({"metadata": {"name": "x", "project": "vision"}, "spec": {"gpus": "one"}})", 400,
+       "spec.gpus"},
+      {"POST", "/api/v1/jobs", R"({"metadata": {"name": "Bad Name", "project": "vision"}})", 400,
+       "metadata.name"},
+      {"POST", "/api/v1/jobs", R"({"metadata": {"name": "x", "project": "nowhere"}, "spec": {}})",
+       404, "metadata.project"},
+      {"POST", "/api/v1/jobs",
+       R"({"metadata": {"name": "x", "project": "vision"}, "spec": {"priorityClass": "vip"}})", 400,
+       "spec.priorityClass"},
+      {"PUT", "/api/v1/projects/speech",
+       R"({"metadata": {"name": "speech"}, "spec": {"team": "none"}})", 400, "spec.team"},
+      {"PUT", "/api/v1/projects/speech",
+       R"({"metadata": {"name": "other"}, "spec": {"team": "lab"}})", 400, "metadata.name"},
+      {"GET", "/api/v1/jobs?limit=zero", "", 400, "limit"},
+      {"GET", "/api/v1/no-such-thing", "", 404, ""},
+      {"POST", "/api/v1/config/rollback", R"({"to": 42})", 404, ""},
+  };
+  for (const Case& c : cases) {
+    HttpResult r = Http(*server_, c.method, c.path, admin_, c.body);
+    EXPECT_EQ(r.status, c.status) << c.method << " " << c.path << " " << c.body << "\n" << r.text;
+    ASSERT_TRUE(r.body.contains("error")) << r.text;
+    EXPECT_FALSE(r.body["error"].value("message", "").empty()) << r.text;
+    EXPECT_FALSE(r.body["error"].value("code", "").empty()) << r.text;
+    EXPECT_EQ(r.body["error"].value("field", ""), c.field) << r.text;
+  }
+  // A body over the limit is refused before it is read whole.
+  HttpResult huge = Http(*server_, "POST", "/api/v1/jobs", admin_, std::string(2 << 20, ' '));
+  EXPECT_EQ(huge.status, 413);
+  // Nothing was half-applied: no job and no project came of any of it.
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/jobs", admin_).body["items"].size(), 0u);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/speech", admin_).status, 404);
+  EXPECT_EQ(Http(*server_, "GET", "/healthz", "").status, 200);
+  // Every failed and denied call is in the audit log.
+  CliResult audit = Run("audit --result failed -o json");
+  EXPECT_GE(Json::parse(audit.output)["items"].size(), 8u) << audit.output;
+}
+
+TEST_F(ServerTest, AMemberSeesAndTouchesOnlyTheirProject) {
+  ApplyEstate();
+  const std::string alice = User("alice", {{"role", "member"}, {"project", "vision"}});
+  const std::string bob = User("bob", {{"role", "member"}, {"project", "research"}});
+  const std::string carol = User("carol", {{"role", "viewer"}, {"project", "vision"}});
+  HttpResult mine = Submit("vision", 1, alice);
+  ASSERT_EQ(mine.status, 201) << mine.text;
+  const std::string id = std::to_string(mine.body["id"].get<int64_t>());
+  ASSERT_EQ(Submit("research", 1, bob).status, 201);
+  // Every endpoint that reaches alice's job, tried by bob: not found (its existence hidden).
+  for (const std::string& path : {"/api/v1/jobs/" + id, "/api/v1/jobs/" + id + "/events",
+                                  "/api/v1/jobs/" + id + "/explanation"}) {
+    EXPECT_EQ(Http(*server_, "GET", path, bob).status, 404) << path;
+  }
+  EXPECT_EQ(Http(*server_, "POST", "/api/v1/jobs/" + id + "/cancel", bob).status, 404);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/jobs?project=vision", bob).status, 404);
+  EXPECT_EQ(Submit("vision", 1, bob).status, 404);
+  Json listed = Http(*server_, "GET", "/api/v1/jobs", bob).body;
+  ASSERT_EQ(listed["items"].size(), 1u);
+  EXPECT_EQ(listed["items"][0]["metadata"]["project"], "research");
+  for (const Json& e : Http(*server_, "GET", "/api/v1/events", bob).body["items"]) {
+    EXPECT_EQ(e["project"], "research") << e.dump();
+  }
+  HttpResult polled = Http(*server_, "GET", "/api/v1/events?wait=1&after=0", bob);
+  for (const Json& e : polled.body["items"]) EXPECT_EQ(e["project"], "research");
+  // A viewer of vision reads it but may not submit or cancel.
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/jobs/" + id, carol).status, 200);
+  EXPECT_EQ(Submit("vision", 1, carol).status, 403);
+  EXPECT_EQ(Http(*server_, "POST", "/api/v1/jobs/" + id + "/cancel", carol).status, 403);
+  // Members administer nothing.
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/api/v1/audit"},
+           {"GET", "/api/v1/users"},
+           {"PUT", "/api/v1/users/mallory"},
+           {"POST", "/api/v1/config/apply"},
+           {"POST", "/api/v1/config/plan"},
+           {"POST", "/api/v1/config/rollback"},
+           {"PUT", "/api/v1/projects/vision"},
+           {"DELETE", "/api/v1/clusters/onprem"},
+           {"DELETE", "/api/v1/quotas/research"},
+       }) {
+    HttpResult r = Http(*server_, method, path, bob, R"({"metadata": {"name": "x"}})");
+    EXPECT_TRUE(r.status == 403 || r.status == 400) << method << " " << path << " " << r.text;
+    if (method != "PUT") {
+      EXPECT_EQ(r.status, 403) << method << " " << path << " " << r.text;
+    }
+  }
+  EXPECT_EQ(Http(*server_, "POST", "/api/v1/tokens", bob, R"({"user": "alice"})").status, 403);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/tokens?user=alice", bob).status, 403);
+  // Alice cancels her own job; the audit log has bob's denied attempts.
+  EXPECT_EQ(Http(*server_, "POST", "/api/v1/jobs/" + id + "/cancel", alice).status, 200);
+  Json denied =
+      Http(*server_, "GET", "/api/v1/audit?user=bob&result=denied&limit=1000", admin_).body;
+  EXPECT_GE(denied["items"].size(), 9u) << denied.dump();
+  // A revoked token stops working at once.
+  Json tokens = Http(*server_, "GET", "/api/v1/tokens", bob).body;
+  ASSERT_EQ(tokens["items"].size(), 1u);
+  const std::string token_id = tokens["items"][0]["id"];
+  EXPECT_EQ(Http(*server_, "DELETE", "/api/v1/tokens/" + token_id, bob).status, 200);
+  HttpResult after = Http(*server_, "GET", "/api/v1/whoami", bob);
+  EXPECT_EQ(after.status, 401);
+  EXPECT_NE(after.text.find("revoked"), std::string::npos);
+}
+
+TEST_F(ServerTest, AcknowledgedJobsSurviveKill9) {
+  ApplyEstate();
+  // Eight clients submit as fast as they can; the server is killed the moment the 200th
+  // acknowledgement arrives.
+  std::mutex mu;
+  std::set<int64_t> acknowledged;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 8; ++c) {
+    clients.emplace_back([&] {
+      while (!stop) {
+        HttpResult r = Submit("vision", 0);
+        if (r.status != 201) continue;
+        std::lock_guard<std::mutex> lock(mu);
+        acknowledged.insert(r.body["id"].get<int64_t>());
+        if (acknowledged.size() >= 200 && !stop.exchange(true)) server_->Stop(SIGKILL);
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
+  std::set<int64_t> stored;
+  Json page = Http(*server_, "GET", "/api/v1/jobs?limit=1000", admin_).body;
+  for (const Json& j : page["items"]) stored.insert(j["id"].get<int64_t>());
+  for (int64_t id : acknowledged) EXPECT_TRUE(stored.count(id)) << "job " << id << " was lost";
+  EXPECT_GE(acknowledged.size(), 200u);
+}
+
+TEST_F(ServerTest, WatchStreamsEventsAsTheyHappen) {
+  ApplyEstate();
+  std::atomic<bool> seen{false};
+  std::string received;
+  std::thread watcher([&] {
+    httplib::Client c("127.0.0.1", server_->port());
+    httplib::Headers h = {{"Authorization", "Bearer " + admin_}};
+    c.Get("/api/v1/watch", h, [&](const char* data, size_t n) {
+      received.append(data, n);
+      if (received.find("event: Submitted") != std::string::npos) {
+        seen = true;
+        return false;  // enough: close the stream
+      }
+      return true;
+    });
+  });
+  // Give the stream a moment to open so that it sees the submission live.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(Submit("vision", 1).status, 201);
+  watcher.join();
+  EXPECT_TRUE(seen) << received;
+  EXPECT_NE(received.find("id: "), std::string::npos);
+  EXPECT_NE(received.find("\"objectKind\":\"Job\""), std::string::npos) << received;
+}
+
+TEST_F(ServerTest, MetricsInThePrometheusTextFormat) {
+  ApplyEstate();
+  ASSERT_EQ(Submit("vision", 1).status, 201);
+  ASSERT_TRUE(Eventually([&] {
+    // The job's placement shows once the cycle after the submission has run.
+    return Http(*server_, "GET", "/metrics", "")
+               .text.find("meridian_gpus_allocated{cluster=\"onprem\",model=\"H100-80GB\"} 1") !=
+           std::string::npos;
+  }));
+  const std::string text = Http(*server_, "GET", "/metrics", "").text;
+  for (const char* want :
+       {"# TYPE meridian_api_request_duration_seconds histogram",
+        "meridian_api_request_duration_seconds_bucket{route=\"jobs.create\",code=\"201\",le=",
+        "# TYPE meridian_scheduler_cycle_duration_seconds histogram",
+        "# TYPE meridian_store_operation_duration_seconds histogram",
+        "meridian_gpus_allocated{cluster=\"onprem\",model=\"H100-80GB\"} 1",
+        "meridian_gpus_free{cluster=\"onprem\",model=\"H100-80GB\"} 15",
+        "# TYPE meridian_queue_depth gauge", "meridian_quota_used_gpus{scope=\"vision\"} 1",
+        "meridian_api_requests_total{route=\"jobs.create\",code=\"201\"} 1"}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text.substr(0, 3000);
+  }
+}
+
+TEST_F(ServerTest, CliExitCodesAndMessages) {
+  EXPECT_EQ(Run("get jobs", "mrd_0000000000000000_" + std::string(48, '0')).code, 4);
+  CliResult down = Cli(kBinary, "get jobs", "http://127.0.0.1:1", admin_);
+  EXPECT_EQ(down.code, 3);
+  EXPECT_NE(down.output.find("is `meridian server` running"), std::string::npos) << down.output;
+  CliResult login = Cli(kBinary, "login --no-save", server_->url(), admin_);
+  EXPECT_EQ(login.code, 0) << login.output;
+  EXPECT_NE(login.output.find("as admin"), std::string::npos);
+  CliResult bad = Run("get widgets");
+  EXPECT_EQ(bad.code, 2);
+  CliResult file = Run("submit -f " + WriteFile("job.yaml",
+                                                "metadata: {name: j, project: vision}\n"
+                                                "spec:\n  gpus: 1\n  gpuz: 2\n"));
+  EXPECT_EQ(file.code, 2);
+  EXPECT_NE(file.output.find("job.yaml:4:3: spec.gpuz: unknown field"), std::string::npos)
+      << file.output;
+}
+
+TEST(ServerTls, ServesHttpsWithTheGivenCertificate) {
+  base::testing::TempDir dir;
+  const std::string cert = dir.File("cert.pem"), key = dir.File("key.pem");
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      key + " -out " + cert + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl (Debian package openssl) is needed: " << cmd;
+  ServerProcess server(kBinary, dir.File("data"), {"--tls-cert", cert, "--tls-key", key});
+  ASSERT_TRUE(server.Start()) << ReadFile(dir.File("data.log"));
+  const std::string token = server.admin_token();
+  ASSERT_TRUE(Eventually([&] {
+    return Cli(kBinary, "--ca-cert " + cert + " get jobs", server.url(), token).code == 0;
+  }));
+  CliResult untrusted = Cli(kBinary, "get jobs", server.url(), token);
+  EXPECT_EQ(untrusted.code, 3);
+  EXPECT_NE(untrusted.output.find("not trusted"), std::string::npos) << untrusted.output;
+  CliResult plain =
+      Cli(kBinary, "get jobs", "http://127.0.0.1:" + std::to_string(server.port()), token);
+  EXPECT_NE(plain.code, 0);
+}
+
+}  // namespace
+}  // namespace meridian::testing
