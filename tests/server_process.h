@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +55,9 @@ class ServerProcess {
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = fork();
     if (pid_ == 0) {
+      // A server outlives no test: when the test process dies, so does the server (otherwise
+      // it would hold ctest's output pipe open, and ctest would wait for it).
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);

@@ -280,7 +280,8 @@ TEST_F(ServerTest, AMemberSeesAndTouchesOnlyTheirProject) {
   Json listed = Http(*server_, "GET", "/api/v1/jobs", bob).body;
   ASSERT_EQ(listed["items"].size(), 1u);
   EXPECT_EQ(listed["items"][0]["metadata"]["project"], "research");
-  for (const Json& e : Http(*server_, "GET", "/api/v1/events", bob).body["items"]) {
+  const Json events = Http(*server_, "GET", "/api/v1/events", bob).body;
+  for (const Json& e : events["items"]) {
     EXPECT_EQ(e["project"], "research") << e.dump();
   }
   HttpResult polled = Http(*server_, "GET", "/api/v1/events?wait=1&after=0", bob);

@@ -14,6 +14,7 @@
 
 #include "apps/meridian/commands.h"
 #include "base/strings.h"
+#include "bench/api_bench.h"
 #include "bench/schedule_bench.h"
 #include "sched/registry.h"
 #include "sim/alibaba_trace.h"
@@ -198,6 +199,43 @@ struct BenchFlags {
   bool json = false;
 };
 
+struct ApiBenchFlags {
+  meridian::bench::ApiBenchOptions options;
+  bool json = false;
+};
+
+int RunBenchApi(ApiBenchFlags f) {
+  f.options.binary = "/proc/self/exe";
+  if (f.options.token.empty()) {
+    if (const char* t = std::getenv("MERIDIAN_TOKEN")) f.options.token = t;
+  }
+  const bool bar = !f.json && isatty(STDERR_FILENO);
+  auto r = meridian::bench::RunApiBench(f.options, [bar](double done) {
+    if (bar) std::fprintf(stderr, "\rsubmitting... %3.0f%%", 100 * done);
+  });
+  if (bar) std::fprintf(stderr, "\n");
+  if (!r.ok()) return Fail(r.status());
+  if (f.json) {
+    std::cout << r->ToJson().dump(2) << "\n";
+    return 0;
+  }
+  std::printf(
+      "api benchmark: %d clients for %.0f s against %s\n", f.options.clients, f.options.seconds,
+      f.options.server.empty() ? "a server on a fresh SQLite data dir" : f.options.server.c_str());
+  std::printf("  durable submissions   %lld (%lld errors)\n",
+              static_cast<long long>(r->submissions), static_cast<long long>(r->errors));
+  std::printf("  submissions/s         %.0f\n", r->submissions_per_second);
+  std::printf("  latency p50 / p99     %.1f / %.1f ms (max %.1f)\n", r->p50_ms, r->p99_ms,
+              r->max_ms);
+  if (f.options.server.empty()) {
+    std::printf("  server CPU            %.1f s over %.1f s (%.2f cores), RSS %.0f MiB\n",
+                r->server_cpu_seconds, r->seconds, r->server_cpu_seconds / r->seconds,
+                r->server_rss_mib);
+    std::printf("  jobs placed meanwhile %lld\n", static_cast<long long>(r->jobs_placed));
+  }
+  return 0;
+}
+
 int RunBenchSchedule(const BenchFlags& f) {
   if (!f.json && isatty(STDERR_FILENO)) {
     std::fprintf(stderr, "building %d nodes x %d GPUs and %d pending tasks...\n", f.options.nodes,
@@ -304,4 +342,16 @@ void AddBenchCommands(CLI::App& app, int* rc) {
                         "gangs, preemption and backfill");
   sched_bench->add_flag("--json", bf.json, "print one JSON object");
   sched_bench->callback([rc] { *rc = RunBenchSchedule(bf); });
+
+  static ApiBenchFlags af;
+  CLI::App* api_bench = bench->add_subcommand(
+      "api", "Durable job submissions per second against a real server process on SQLite");
+  api_bench->add_option("--clients", af.options.clients, "concurrent clients");
+  api_bench->add_option("--seconds", af.options.seconds, "how long to submit");
+  api_bench->add_option("--server", af.options.server,
+                        "an existing server's URL (default: start one on a temporary data dir)");
+  api_bench->add_option("--token", af.options.token, "token for --server (or MERIDIAN_TOKEN)");
+  api_bench->add_option("--project", af.options.project, "project to submit to with --server");
+  api_bench->add_flag("--json", af.json, "print one JSON object");
+  api_bench->callback([rc] { *rc = RunBenchApi(af); });
 }

@@ -76,6 +76,7 @@ base::Result<Response> Client::Call(const std::string& method, const std::string
   }
   httplib::Client http(config_.server);
   http.set_connection_timeout(5);
+  http.set_tcp_nodelay(true);
   http.set_read_timeout(60);
   if (!config_.token.empty()) http.set_bearer_token_auth(config_.token);
   if (!config_.ca_cert.empty()) http.set_ca_cert_path(config_.ca_cert.c_str());
