@@ -91,19 +91,22 @@ Status RunServer(const ServerOptions& o) {
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return Status::Invalid("--tls-cert and --tls-key go together");
   }
+  // A client that goes away mid-answer must not take the server with it.
+  signal(SIGPIPE, SIG_IGN);
+  // SIGINT and SIGTERM are taken by one thread (below), so every other thread
+  // blocks them; threads inherit the mask, so this comes before any is started (the store
+  // starts its writer).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::error_code ec;
   std::filesystem::create_directories(o.data_dir, ec);
   if (ec) return Status::Io("--data-dir " + o.data_dir + ": " + ec.message());
   chmod(o.data_dir.c_str(), 0700);
   auto sqlite = store::SqliteStore::Open(o.data_dir + "/meridian.db");
   if (!sqlite.ok()) return sqlite.status();
-
-  // SIGINT and SIGTERM are taken by one thread (below), so every other thread blocks them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   api::Metrics metrics;
   InstrumentedStore store(sqlite->get(), &metrics);
