@@ -2,10 +2,12 @@
 # (Debian packages, through scripts/install-deps.sh), build, and go.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 20
 JOBS ?= $(shell nproc)
 TRACES ?= ../shared/traces/alibaba-gpu-2023
 
-.PHONY: all deps build build-asan run test test-release test-asan bench fgd format clean
+.PHONY: all deps build build-asan run test test-release test-asan fuzz bench bench-api fgd format clean
 
 all: build
 
@@ -35,7 +37,25 @@ test-asan: build-asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j $(JOBS)
 
-test: test-release test-asan
+test: test-release test-asan fuzz
+
+$(FUZZ_BUILD)/build.ninja:
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DMERIDIAN_FUZZ=ON
+
+# The decoders of requests and documents under libFuzzer, FUZZ_SECONDS each (a short run in
+# `make test`; longer by hand: make fuzz FUZZ_SECONDS=600). New inputs it finds stay in
+# $(FUZZ_BUILD)/corpus; the seeds are in fuzz/corpus.
+fuzz: deps $(FUZZ_BUILD)/build.ninja
+	ninja -C $(FUZZ_BUILD) -j $(JOBS) spec_fuzzer request_fuzzer
+	@for t in spec request; do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	  echo "fuzz: $${t}_fuzzer for $(FUZZ_SECONDS) s"; \
+	  ./$(FUZZ_BUILD)/$${t}_fuzzer -max_total_time=$(FUZZ_SECONDS) -timeout=5 -rss_limit_mb=2048 \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus/$$t fuzz/corpus/$$t \
+	    2>$(FUZZ_BUILD)/$${t}_fuzzer.log || { tail -50 $(FUZZ_BUILD)/$${t}_fuzzer.log; exit 1; }; \
+	  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" $(FUZZ_BUILD)/$${t}_fuzzer.log; \
+	done
 
 # The published FGD benchmark, when the traces are present (see docs/benchmarks.md).
 fgd: build
@@ -50,4 +70,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

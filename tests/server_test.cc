@@ -248,6 +248,11 @@ TEST_F(ServerTest, BadRequestsGetAClearErrorAndTheServerKeepsServing) {
     EXPECT_FALSE(r.body["error"].value("code", "").empty()) << r.text;
     EXPECT_EQ(r.body["error"].value("field", ""), c.field) << r.text;
   }
+  // Deep nesting is refused before it can exhaust a stack (400,000 levels crashed the server).
+  HttpResult deep = Http(*server_, "POST", "/api/v1/jobs", admin_,
+                         std::string(200000, '[') + std::string(200000, ']'));
+  EXPECT_EQ(deep.status, 400) << deep.text;
+  EXPECT_NE(deep.text.find("nested deeper than 64"), std::string::npos) << deep.text;
   // A body over the limit is refused before it is read whole.
   HttpResult huge = Http(*server_, "POST", "/api/v1/jobs", admin_, std::string(2 << 20, ' '));
   EXPECT_EQ(huge.status, 413);

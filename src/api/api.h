@@ -23,6 +23,9 @@ struct Response;
 
 namespace meridian::api {
 
+// Decodes a request body: JSON nested at most 64 deep. The one decoder of untrusted JSON.
+base::Result<Json> DecodeJsonBody(const std::string& body);
+
 // What the API asks of the scheduling side of the server (implemented by the scheduler
 // controller in src/server). Thread-safe.
 class SchedulerHooks {

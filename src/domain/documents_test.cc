@@ -139,5 +139,26 @@ TEST(Documents, JobDocuments) {
   EXPECT_NE(bad.ToString().find("metadata.project: is required"), std::string::npos);
 }
 
+TEST(Documents, HostileYamlEndsInAnErrorWithAPosition) {
+  struct Case {
+    std::string yaml;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      // The flow mapping that made yaml-cpp 0.7 loop for ever (found by fuzz/spec_fuzzer).
+      {"kind: Project\nmetadata{ :name: research}\nspec: {team: lab}\n", "estate.yaml:"},
+      {"a: &x [1, 2]\nb: *x\n", "aliases (*name) are not supported"},
+      {std::string(100, '[') + std::string(100, ']'), "nested deeper than 64 levels"},
+      {"key: \"unterminated\n", "estate.yaml:"},
+  };
+  for (const Case& c : cases) {
+    ErrorList errors;
+    Parse(c.yaml, &errors);  // returns: the point of the first case
+    ASSERT_FALSE(errors.empty()) << c.yaml;
+    EXPECT_GT(errors.errors()[0].line, 0) << errors.ToString();
+    EXPECT_NE(errors.ToString().find(c.want), std::string::npos) << errors.ToString();
+  }
+}
+
 }  // namespace
 }  // namespace meridian::domain

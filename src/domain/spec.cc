@@ -1,7 +1,8 @@
 #include "domain/spec.h"
 
-#include <yaml-cpp/yaml.h>
+#include <yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -52,9 +53,8 @@ bool ParseFloat(const std::string& s, double* out) {
   return true;
 }
 
-Json ScalarToJson(const YAML::Node& node) {
-  const std::string& s = node.Scalar();
-  if (node.Tag() == "!") return s;  // quoted: always a string
+Json ScalarToJson(const std::string& s, bool quoted) {
+  if (quoted) return s;
   if (IsNullScalar(s)) return nullptr;
   bool b = false;
   if (ParseBool(s, &b)) return b;
@@ -65,51 +65,131 @@ Json ScalarToJson(const YAML::Node& node) {
   return s;
 }
 
-void Convert(const YAML::Node& node, const std::string& path, SourceDoc* doc, Json* out,
-             ErrorList* errors) {
-  doc->marks[path] = {node.Mark().line + 1, node.Mark().column + 1};
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      *out = nullptr;
-      return;
-    case YAML::NodeType::Scalar:
-      *out = ScalarToJson(node);
-      return;
-    case YAML::NodeType::Sequence: {
-      *out = Json::array();
-      size_t i = 0;
-      for (const YAML::Node& item : node) {
-        Json v;
-        Convert(item, path + "[" + std::to_string(i++) + "]", doc, &v, errors);
-        out->push_back(std::move(v));
-      }
-      return;
-    }
-    case YAML::NodeType::Map: {
-      *out = Json::object();
-      for (const auto& kv : node) {
-        const std::string child_path = path.empty() ? "" : path + ".";
-        if (!kv.first.IsScalar()) {
-          errors->Add(*doc, path, "keys must be plain strings");
-          continue;
-        }
-        const std::string key = kv.first.Scalar();
-        if (out->contains(key)) {
-          doc->marks[child_path + key] = {kv.first.Mark().line + 1, kv.first.Mark().column + 1};
-          errors->Add(*doc, child_path + key, "duplicate key");
-          continue;
-        }
-        Json v;
-        Convert(kv.second, child_path + key, doc, &v, errors);
-        // A key's position is where the key is written, which is where people look.
-        doc->marks[child_path + key] = {kv.first.Mark().line + 1, kv.first.Mark().column + 1};
-        (*out)[key] = std::move(v);
-      }
-      return;
+// Deeper documents are refused rather than risking the stack: no configuration needs more.
+constexpr int kMaxDepth = 64;
+
+// Builds JSON from libyaml's event stream, one document at a time. libyaml is the parser that
+// OSS-Fuzz has hammered for years; yaml-cpp 0.7 hung for ever on some malformed flow mappings
+// that our fuzzer found, which would let one request occupy a server thread.
+class EventReader {
+ public:
+  EventReader(const std::string& text, std::string file) : file_(std::move(file)) {
+    yaml_parser_initialize(&parser_);
+    yaml_parser_set_input_string(&parser_, reinterpret_cast<const unsigned char*>(text.data()),
+                                 text.size());
+  }
+  ~EventReader() {
+    if (has_event_) yaml_event_delete(&event_);
+    yaml_parser_delete(&parser_);
+  }
+
+  // Reads every document; false with `error` set on the first syntax error.
+  bool ReadAll(std::vector<SourceDoc>* docs, ErrorList* errors, FieldError* error) {
+    if (!Next(error) || event_.type != YAML_STREAM_START_EVENT) return Fail(error);
+    for (;;) {
+      if (!Next(error)) return false;
+      if (event_.type == YAML_STREAM_END_EVENT) return true;
+      if (event_.type != YAML_DOCUMENT_START_EVENT) return Fail(error);
+      SourceDoc doc;
+      doc.file = file_;
+      if (!Next(error)) return false;
+      if (!Value("", 0, &doc, &doc.value, errors, error)) return false;
+      if (!Next(error) || event_.type != YAML_DOCUMENT_END_EVENT) return Fail(error);
+      if (!doc.value.is_null()) docs->push_back(std::move(doc));
     }
   }
-}
+
+ private:
+  bool Next(FieldError* error) {
+    if (has_event_) yaml_event_delete(&event_);
+    has_event_ = false;
+    if (!yaml_parser_parse(&parser_, &event_)) {
+      *error = {file_, static_cast<int>(parser_.problem_mark.line) + 1,
+                static_cast<int>(parser_.problem_mark.column) + 1, "",
+                std::string(parser_.problem ? parser_.problem : "invalid YAML") +
+                    (parser_.context ? std::string(" ") + parser_.context : "")};
+      return false;
+    }
+    has_event_ = true;
+    return true;
+  }
+  bool Fail(FieldError* error) {
+    if (error->message.empty()) {
+      *error = {file_, Line(), Column(), "", "unexpected YAML structure"};
+    }
+    return false;
+  }
+  int Line() const { return static_cast<int>(event_.start_mark.line) + 1; }
+  int Column() const { return static_cast<int>(event_.start_mark.column) + 1; }
+
+  // Reads the value that starts at the current event (which it consumes).
+  bool Value(const std::string& path, int depth, SourceDoc* doc, Json* out, ErrorList* errors,
+             FieldError* error) {
+    doc->marks[path] = {Line(), Column()};
+    if (depth > kMaxDepth) {
+      *error = {file_, Line(), Column(), path,
+                "nested deeper than " + std::to_string(kMaxDepth) + " levels"};
+      return false;
+    }
+    switch (event_.type) {
+      case YAML_ALIAS_EVENT:
+        *error = {file_, Line(), Column(), path, "aliases (*name) are not supported"};
+        return false;
+      case YAML_SCALAR_EVENT: {
+        const std::string value(reinterpret_cast<const char*>(event_.data.scalar.value),
+                                event_.data.scalar.length);
+        const bool quoted = event_.data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+        *out = ScalarToJson(value, quoted);
+        return true;
+      }
+      case YAML_SEQUENCE_START_EVENT: {
+        *out = Json::array();
+        for (size_t i = 0;; ++i) {
+          if (!Next(error)) return false;
+          if (event_.type == YAML_SEQUENCE_END_EVENT) return true;
+          Json v;
+          if (!Value(path + "[" + std::to_string(i) + "]", depth + 1, doc, &v, errors, error)) {
+            return false;
+          }
+          out->push_back(std::move(v));
+        }
+      }
+      case YAML_MAPPING_START_EVENT: {
+        *out = Json::object();
+        const std::string prefix = path.empty() ? "" : path + ".";
+        for (;;) {
+          if (!Next(error)) return false;
+          if (event_.type == YAML_MAPPING_END_EVENT) return true;
+          if (event_.type != YAML_SCALAR_EVENT) {
+            *error = {file_, Line(), Column(), path, "keys must be plain strings"};
+            return false;
+          }
+          const std::string key(reinterpret_cast<const char*>(event_.data.scalar.value),
+                                event_.data.scalar.length);
+          const std::pair<int, int> key_mark = {Line(), Column()};
+          const bool duplicate = out->contains(key);
+          if (!Next(error)) return false;
+          Json v;
+          if (!Value(prefix + key, depth + 1, doc, &v, errors, error)) return false;
+          // A key's position is where the key is written, which is where people look.
+          doc->marks[prefix + key] = key_mark;
+          if (duplicate) {
+            errors->Add(*doc, prefix + key, "duplicate key");
+            continue;
+          }
+          (*out)[key] = std::move(v);
+        }
+      }
+      default:
+        return Fail(error);
+    }
+  }
+
+  std::string file_;
+  yaml_parser_t parser_;
+  yaml_event_t event_;
+  bool has_event_ = false;
+};
 
 std::string TypeName(const Json& v) {
   if (v.is_null()) return "null";
@@ -133,23 +213,11 @@ std::string FieldError::ToString() const {
 base::Result<std::vector<SourceDoc>> ParseYamlDocuments(const std::string& text,
                                                         const std::string& file,
                                                         std::vector<FieldError>* errors) {
-  std::vector<YAML::Node> nodes;
-  try {
-    nodes = YAML::LoadAll(text);
-  } catch (const YAML::Exception& e) {
-    FieldError err{file, e.mark.line + 1, e.mark.column + 1, "", e.msg};
-    if (errors) errors->push_back(err);
-    return base::Status::Invalid(err.ToString());
-  }
   std::vector<SourceDoc> docs;
   ErrorList list;
-  for (const YAML::Node& n : nodes) {
-    if (n.IsNull()) continue;  // an empty document between separators
-    SourceDoc doc;
-    doc.file = file;
-    Convert(n, "", &doc, &doc.value, &list);
-    docs.push_back(std::move(doc));
-  }
+  FieldError syntax;
+  EventReader reader(text, file);
+  if (!reader.ReadAll(&docs, &list, &syntax)) list.Add(syntax);
   if (!list.empty()) {
     if (errors) {
       for (const FieldError& e : list.errors()) errors->push_back(e);
