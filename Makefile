@@ -66,6 +66,9 @@ fgd: build
 bench: build
 	./$(BUILD)/meridian bench schedule --nodes 10000 --gpus-per-node 8 --pending 100000
 
+bench-api: build
+	./$(BUILD)/meridian bench api --clients 16 --seconds 10
+
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
