@@ -427,6 +427,12 @@ void Api::InvalidateConfig() {
   config_.reset();
 }
 
+void Api::Changed(int64_t seq, bool config) {
+  if (config) InvalidateConfig();
+  if (seq > 0) bus_->Notify(seq);
+  hooks_->Wake();
+}
+
 base::Result<std::string> Api::Bootstrap() {
   std::string text;
   Status s = store_->Write([&](store::Tx& tx) {

@@ -135,6 +135,9 @@ class Api {
   };
   std::shared_ptr<const ConfigView> Config();
   void InvalidateConfig();
+  // After a commit that appended events up to `seq`: wake watchers and the scheduler, and
+  // forget the cached tenancy when the configuration changed.
+  void Changed(int64_t seq, bool config);
   // Applies a complete desired state as a new revision in one transaction; fills `changes`.
   base::Result<int64_t> ApplyDocuments(Call& call, const std::vector<domain::Document>& docs,
                                        const std::string& message, Json* changes);

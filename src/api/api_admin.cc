@@ -118,14 +118,9 @@ void Api::ListTokens(Call& call) {
     return Fail(call, 403, "permission_denied",
                 call.access.user() + " may not list tokens of " + user);
   }
-  std::vector<store::TokenRecord> tokens;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto r = tx.ListTokens(user);
-    if (!r.ok()) return r.status();
-    tokens = std::move(r.value());
-    return Status::Ok();
-  });
-  if (!s.ok()) return Fail(call, s);
+  auto tokens_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListTokens(user); });
+  if (!tokens_read.ok()) return Fail(call, tokens_read.status());
+  std::vector<store::TokenRecord> tokens = std::move(tokens_read.value());
   Json items = Json::array();
   for (const store::TokenRecord& t : tokens) items.push_back(TokenToJson(t));
   Respond(call, 200, {{"items", items}});
@@ -163,14 +158,9 @@ void Api::ListAudit(Call& call) {
   f.limit = static_cast<int32_t>(*limit);
   f.user = call.req.get_param_value("user");
   f.result = call.req.get_param_value("result");
-  std::vector<store::AuditEntry> entries;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto r = tx.ListAudit(f);
-    if (!r.ok()) return r.status();
-    entries = std::move(r.value());
-    return Status::Ok();
-  });
-  if (!s.ok()) return Fail(call, s);
+  auto entries_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListAudit(f); });
+  if (!entries_read.ok()) return Fail(call, entries_read.status());
+  std::vector<store::AuditEntry> entries = std::move(entries_read.value());
   Json items = Json::array();
   for (const store::AuditEntry& a : entries) {
     items.push_back({{"seq", a.seq},

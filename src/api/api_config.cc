@@ -163,28 +163,20 @@ Status ReadLive(store::Tx& tx, LiveState* live) {
 }  // namespace
 
 void Api::ListObjects(Call& call, const std::string& kind) {
-  std::vector<store::Object> objects;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto r = tx.ListObjects(kind);
-    if (!r.ok()) return r.status();
-    objects = std::move(r.value());
-    return Status::Ok();
-  });
-  if (!s.ok()) return Fail(call, s);
+  auto objects_read =
+      store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListObjects(kind); });
+  if (!objects_read.ok()) return Fail(call, objects_read.status());
+  std::vector<store::Object> objects = std::move(objects_read.value());
   Json items = Json::array();
   for (const store::Object& o : objects) items.push_back(ObjectToJson(o));
   Respond(call, 200, {{"items", items}});
 }
 
 void Api::GetObject(Call& call, const std::string& kind) {
-  store::Object object;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto r = tx.GetObject(kind, call.Arg(1));
-    if (!r.ok()) return r.status();
-    object = *r;
-    return Status::Ok();
-  });
-  if (!s.ok()) return Fail(call, s);
+  auto object_read =
+      store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetObject(kind, call.Arg(1)); });
+  if (!object_read.ok()) return Fail(call, object_read.status());
+  store::Object object = std::move(object_read.value());
   Respond(call, 200, ObjectToJson(object));
 }
 
@@ -254,22 +246,16 @@ void Api::PutObject(Call& call, const std::string& kind) {
     return Status::Ok();
   });
   if (!s.ok()) return Fail(call, s);
-  InvalidateConfig();
-  bus_->Notify(seq);
-  hooks_->Wake();
+  Changed(seq, true);
   Respond(call, stored.version == 1 ? 201 : 200, ObjectToJson(stored));
 }
 
 void Api::DeleteObject(Call& call, const std::string& kind) {
   const std::string name = call.Arg(1);
-  store::Object existing;
-  Status read = store_->Read([&](store::Tx& tx) {
-    auto r = tx.GetObject(kind, name);
-    if (!r.ok()) return r.status();
-    existing = *r;
-    return Status::Ok();
-  });
-  if (!read.ok()) return Fail(call, read);
+  auto existing_read =
+      store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetObject(kind, name); });
+  if (!existing_read.ok()) return Fail(call, existing_read.status());
+  store::Object existing = std::move(existing_read.value());
   const bool allowed = kind == "Quota"
                            ? call.access.CanManageQuota(existing.spec.value("organization", ""),
                                                         existing.spec.value("team", ""),
@@ -289,9 +275,7 @@ void Api::DeleteObject(Call& call, const std::string& kind) {
     return Status::Ok();
   });
   if (!s.ok()) return Fail(call, s);
-  InvalidateConfig();
-  bus_->Notify(seq);
-  hooks_->Wake();
+  Changed(seq, true);
   Respond(call, 200, {{"deleted", {{"kind", kind}, {"name", name}}}});
 }
 
@@ -371,9 +355,7 @@ base::Result<int64_t> Api::ApplyDocuments(Call& call, const std::vector<domain::
   });
   if (!s.ok()) return s;
   if (seq > 0) call.audited = true;
-  InvalidateConfig();
-  bus_->Notify(seq);
-  hooks_->Wake();
+  Changed(seq, true);
   return revision;
 }
 
@@ -401,14 +383,9 @@ void Api::Rollback(Call& call) {
     return Fail(call, 400, "invalid_argument", "to: must be a revision number", "to");
   }
   const int64_t to = body->at("to");
-  store::Revision target;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto r = tx.GetRevision(to);
-    if (!r.ok()) return r.status();
-    target = *r;
-    return Status::Ok();
-  });
-  if (!s.ok()) return Fail(call, s);
+  auto target_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetRevision(to); });
+  if (!target_read.ok()) return Fail(call, target_read.status());
+  store::Revision target = std::move(target_read.value());
   Json changes;
   auto revision = ApplyDocuments(call, DocumentsFromJson(target.documents),
                                  "rollback to revision " + std::to_string(to), &changes);
@@ -419,14 +396,10 @@ void Api::Rollback(Call& call) {
 void Api::Revisions(Call& call) {
   auto limit = IntParam(call, "limit", 50, 1, options_.max_page);
   if (!limit) return;
-  std::vector<store::Revision> revisions;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto r = tx.ListRevisions(static_cast<int32_t>(*limit));
-    if (!r.ok()) return r.status();
-    revisions = std::move(r.value());
-    return Status::Ok();
-  });
-  if (!s.ok()) return Fail(call, s);
+  auto revisions_read = store::ReadValue(
+      *store_, [&](store::Tx& tx) { return tx.ListRevisions(static_cast<int32_t>(*limit)); });
+  if (!revisions_read.ok()) return Fail(call, revisions_read.status());
+  std::vector<store::Revision> revisions = std::move(revisions_read.value());
   Json items = Json::array();
   for (const store::Revision& r : revisions) {
     items.push_back({{"number", r.number},
@@ -438,14 +411,10 @@ void Api::Revisions(Call& call) {
 }
 
 void Api::RevisionDetail(Call& call) {
-  store::Revision rev;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto r = tx.GetRevision(std::stoll(call.Arg(1)));
-    if (!r.ok()) return r.status();
-    rev = *r;
-    return Status::Ok();
-  });
-  if (!s.ok()) return Fail(call, s);
+  auto rev_read = store::ReadValue(
+      *store_, [&](store::Tx& tx) { return tx.GetRevision(std::stoll(call.Arg(1))); });
+  if (!rev_read.ok()) return Fail(call, rev_read.status());
+  store::Revision rev = std::move(rev_read.value());
   Respond(call, 200,
           {{"number", rev.number},
            {"createdAt", rev.created_at},

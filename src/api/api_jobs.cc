@@ -74,8 +74,7 @@ void Api::SubmitJob(Call& call) {
   });
   if (!s.ok()) return Fail(call, s);
   call.audited = true;
-  bus_->Notify(seq);
-  hooks_->Wake();
+  Changed(seq, false);
   Respond(call, 201, JobToJson(job));
 }
 
@@ -103,14 +102,9 @@ void Api::ListJobs(Call& call) {
       return Respond(call, 200, {{"items", Json::array()}, {"continue", nullptr}});
   }
   filter.projects = wanted;
-  std::vector<store::JobRecord> jobs;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto r = tx.ListJobs(filter);
-    if (!r.ok()) return r.status();
-    jobs = std::move(r.value());
-    return Status::Ok();
-  });
-  if (!s.ok()) return Fail(call, s);
+  auto jobs_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListJobs(filter); });
+  if (!jobs_read.ok()) return Fail(call, jobs_read.status());
+  std::vector<store::JobRecord> jobs = std::move(jobs_read.value());
   Json items = Json::array();
   for (store::JobRecord& j : jobs) {
     if (j.phase == "Pending") {
@@ -201,8 +195,7 @@ void Api::CancelJob(Call& call) {
   });
   if (!s.ok()) return Fail(call, s);
   call.audited = true;
-  bus_->Notify(seq);
-  hooks_->Wake();
+  Changed(seq, false);
   Respond(call, 200, JobToJson(*job));
 }
 
@@ -235,14 +228,9 @@ void Api::JobEvents(Call& call) {
   f.object_kind = "Job";
   f.object_name = std::to_string(job->id);
   f.limit = options_.max_page;
-  std::vector<store::Event> events;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto r = tx.ListEvents(f);
-    if (!r.ok()) return r.status();
-    events = std::move(r.value());
-    return Status::Ok();
-  });
-  if (!s.ok()) return Fail(call, s);
+  auto events_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListEvents(f); });
+  if (!events_read.ok()) return Fail(call, events_read.status());
+  std::vector<store::Event> events = std::move(events_read.value());
   Json items = Json::array();
   for (const store::Event& e : events) items.push_back(EventToJson(e));
   Respond(call, 200, {{"items", items}});

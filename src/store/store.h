@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -169,5 +171,19 @@ class Store {
   // Schema version, for `meridian server --version` and the conformance suite.
   virtual int32_t SchemaVersion() const = 0;
 };
+
+// Runs one query that returns a Result in a read transaction: `ReadValue(store, [&](Tx& tx) {
+// return tx.ListJobs(filter); })`.
+template <class F>
+auto ReadValue(Store& store, F&& query) -> std::invoke_result_t<F, Tx&> {
+  using R = std::invoke_result_t<F, Tx&>;
+  std::optional<R> out;
+  base::Status s = store.Read([&](Tx& tx) {
+    out.emplace(query(tx));
+    return out->status();
+  });
+  if (!s.ok()) return s;
+  return std::move(*out);
+}
 
 }  // namespace meridian::store
