@@ -190,7 +190,18 @@ bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std:
     const TaskSpec& t = narrow ? narrowed : original;
     PlaceOutcome o = placer_.Place(t, cycle_);
     if (!o.placed) {
-      if (why) *why = o.why.Summary();
+      if (why) {
+        // Narrowed to some clusters (an explanation per cluster), the nodes of the others
+        // were turned away by the cluster filter: that says nothing about these clusters.
+        if (narrow) {
+          std::erase_if(o.why.rejected_by, [&](const std::pair<std::string, int64_t>& r) {
+            if (r.first != "cluster") return false;
+            o.why.nodes_considered -= r.second;
+            return true;
+          });
+        }
+        *why = o.why.Summary();
+      }
       Rollback(j, *out);
       out->clear();
       return false;

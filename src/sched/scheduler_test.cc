@@ -221,6 +221,9 @@ TEST(Scheduler, BackfillRunsShortJobsBeforeTheReservation) {
   EXPECT_NE(e.clusters[0].second.find("no node has the free GPUs"), std::string::npos)
       << e.clusters[0].second;
   EXPECT_EQ(e.clusters[1].first, "cloud");
+  // The other cluster's nodes are not reasons why the job waits in this one.
+  EXPECT_EQ(e.clusters[1].second.find("rejected by cluster"), std::string::npos)
+      << e.clusters[1].second;
   f.sched->Finish(1, 1000);
   f.sched->Finish(3, 1000);
   r = f.sched->Cycle(1000);
