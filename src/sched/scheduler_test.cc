@@ -221,9 +221,6 @@ TEST(Scheduler, BackfillRunsShortJobsBeforeTheReservation) {
   EXPECT_NE(e.clusters[0].second.find("no node has the free GPUs"), std::string::npos)
       << e.clusters[0].second;
   EXPECT_EQ(e.clusters[1].first, "cloud");
-  // The other cluster's nodes are not reasons why the job waits in this one.
-  EXPECT_EQ(e.clusters[1].second.find("rejected by cluster"), std::string::npos)
-      << e.clusters[1].second;
   f.sched->Finish(1, 1000);
   f.sched->Finish(3, 1000);
   r = f.sched->Cycle(1000);
@@ -270,6 +267,28 @@ TEST(Scheduler, ReservedNodesAreLentToPreemptibleJobsAndTakenBack) {
   EXPECT_FALSE(Started(r, 3));
   EXPECT_FALSE(Started(r, 4));
   EXPECT_EQ(f.sched->pending(), 2u);
+}
+
+TEST(Scheduler, AnExplanationPerClusterSpeaksOfThatCluster) {
+  Fixture f(2, {}, /*two_clusters=*/true);  // n0 on-prem, n1 cloud
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+  CycleResult r = f.sched->Cycle(0);
+  ASSERT_TRUE(Started(r, 1));
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.a, 8)).ok());
+  Explanation e = f.sched->Explain(2, 1);
+  ASSERT_EQ(e.clusters.size(), 2u);
+  // Job 1 took one cluster's node; the other's is free. That free node is no reason why job 2
+  // cannot run in the full cluster.
+  int fits = 0;
+  for (const auto& [cluster, why] : e.clusters) {
+    if (why == "fits now") {
+      ++fits;
+      continue;
+    }
+    EXPECT_EQ(why.find("rejected by cluster"), std::string::npos) << cluster << ": " << why;
+    EXPECT_NE(why.find("no node has the free GPUs"), std::string::npos) << cluster << ": " << why;
+  }
+  EXPECT_EQ(fits, 1);
 }
 
 TEST(Scheduler, ShortJobsFirstButALongWaitWins) {
