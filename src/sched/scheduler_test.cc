@@ -291,6 +291,34 @@ TEST(Scheduler, AnExplanationPerClusterSpeaksOfThatCluster) {
   EXPECT_EQ(fits, 1);
 }
 
+TEST(Scheduler, AdoptsRunningJobsWhereTheyAreAndCancelsAnyJob) {
+  // The control plane rebuilds its scheduler from the store: placed jobs come back in place.
+  Fixture f(1);
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+  CycleResult r = f.sched->Cycle(0);
+  ASSERT_EQ(r.started.size(), 1u);
+  const std::vector<Placement> where = r.started[0].placements;
+  Fixture g(1);
+  ASSERT_TRUE(g.sched->Adopt(Job(1, g.a, 8), where, 0).ok());
+  EXPECT_EQ(g.sched->running(), 1u);
+  EXPECT_EQ(g.sched->AllocatedMilli(g.a), 8000);
+  // The same GPUs cannot be adopted twice; the refusal changes nothing.
+  base::Status twice = g.sched->Adopt(Job(2, g.a, 8), where, 0);
+  EXPECT_EQ(twice.code(), base::StatusCode::kFailedPrecondition) << twice.message();
+  EXPECT_EQ(g.sched->AllocatedMilli(g.a), 8000);
+  // A pending job waits; cancelling the running one lets it start; cancelling a pending one
+  // removes it from the queue.
+  ASSERT_TRUE(g.sched->Submit(Job(3, g.a, 8)).ok());
+  EXPECT_FALSE(Started(g.sched->Cycle(1), 3));
+  g.sched->Cancel(1, 2);
+  EXPECT_TRUE(Started(g.sched->Cycle(2), 3));
+  ASSERT_TRUE(g.sched->Submit(Job(4, g.a, 8)).ok());
+  EXPECT_EQ(g.sched->pending(), 1u);
+  g.sched->Cancel(4, 3);
+  EXPECT_EQ(g.sched->pending(), 0u);
+  g.sched->Cancel(99, 3);  // unknown: ignored
+}
+
 TEST(Scheduler, ShortJobsFirstButALongWaitWins) {
   for (double horizon : {0.0, 24 * 3600.0}) {
     SchedulerOptions o;
