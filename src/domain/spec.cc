@@ -446,6 +446,19 @@ std::map<std::string, double> FieldReader::NumberMap(const std::string& key, dou
   return out;
 }
 
+const Json* FieldReader::Array(const std::string& key, bool required) {
+  const Json* v = Get(key);
+  if (!v) {
+    if (required) Error(key, "is required");
+    return nullptr;
+  }
+  if (!v->is_array()) {
+    Error(key, "must be a list, not " + TypeName(*v));
+    return nullptr;
+  }
+  return v;
+}
+
 FieldReader FieldReader::Object(const std::string& key, Json* out) {
   static const Json kEmpty = Json::object();
   const Json* v = Get(key);

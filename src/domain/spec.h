@@ -75,6 +75,8 @@ class FieldReader {
   std::vector<std::string> StringList(const std::string& key);
   std::map<std::string, std::string> StringMap(const std::string& key);
   std::map<std::string, double> NumberMap(const std::string& key, double min);
+  // A list (nullptr when absent, or when it is not a list: then an error is reported).
+  const Json* Array(const std::string& key, bool required);
   // A nested object (empty when absent); the child reports its own unknown fields.
   FieldReader Object(const std::string& key, Json* out);
   void Error(const std::string& key, const std::string& message);

@@ -1,166 +1,93 @@
 #include "sim/replay_input.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <set>
 
+#include "domain/spec.h"
 #include "sim/alibaba_trace.h"
 #include "sim/csv.h"
 
 namespace meridian::sim {
 namespace {
 
-// Errors in the YAML cluster description name the file, the line and column of the node, and
-// the field (yaml-cpp marks are 0-based).
-class YamlReader {
- public:
-  explicit YamlReader(std::string_view file) : file_(file) {}
+using domain::FieldReader;
+using domain::Json;
 
-  base::Status Error(const YAML::Node& at, const std::string& field, const std::string& what) {
-    const YAML::Mark m = at.Mark();
-    return base::Status::Invalid(std::string(file_) + ":" + std::to_string(m.line + 1) + ":" +
-                                 std::to_string(m.column + 1) + ": " + field + ": " + what);
-  }
-
-  // A scalar child `key` of `map` converted to T; absent: `fallback` unless `required`.
-  template <class T>
-  base::Status Get(const YAML::Node& map, const std::string& key, const std::string& path, T* out,
-                   bool required = false) {
-    const YAML::Node v = map[key];
-    if (!v) {
-      return required ? Error(map, path + "." + key, "is required") : base::Status::Ok();
-    }
-    if (!v.IsScalar()) return Error(v, path + "." + key, "expected a single value");
-    try {
-      *out = v.as<T>();
-    } catch (const YAML::Exception&) {
-      return Error(v, path + "." + key, "\"" + v.Scalar() + "\" has the wrong type");
-    }
-    return base::Status::Ok();
-  }
-
-  base::Status CheckKeys(const YAML::Node& map, const std::string& path,
-                         const std::set<std::string>& known) {
-    if (!map.IsMap()) return Error(map, path, "expected a mapping");
-    for (const auto& kv : map) {
-      const std::string key = kv.first.Scalar();
-      if (!known.count(key)) return Error(kv.first, path + "." + key, "unknown field");
-    }
-    return base::Status::Ok();
-  }
-
- private:
-  std::string_view file_;
-};
-
-base::Status ReadNodeGroup(YamlReader& r, const YAML::Node& g, const std::string& path,
-                           const std::string& cluster, ReplayCluster* out) {
-  base::Status s = r.CheckKeys(g, path,
-                               {"name", "count", "gpus", "model", "cpu_milli", "memory_mib",
-                                "nvlink_domain_size", "rack_size", "labels"});
-  if (!s.ok()) return s;
-  std::string name;
-  int count = 1, gpus = 0, domain_size = 0, rack_size = 8;
-  std::string model;
-  long long cpu = 0, mem = 0;
-  if (s = r.Get(g, "name", path, &name, true); !s.ok()) return s;
-  if (s = r.Get(g, "count", path, &count); !s.ok()) return s;
-  if (s = r.Get(g, "gpus", path, &gpus); !s.ok()) return s;
-  if (s = r.Get(g, "model", path, &model); !s.ok()) return s;
-  if (s = r.Get(g, "cpu_milli", path, &cpu, true); !s.ok()) return s;
-  if (s = r.Get(g, "memory_mib", path, &mem, true); !s.ok()) return s;
-  if (s = r.Get(g, "nvlink_domain_size", path, &domain_size); !s.ok()) return s;
-  if (s = r.Get(g, "rack_size", path, &rack_size); !s.ok()) return s;
-  if (count < 1 || count > 100000) return r.Error(g["count"], path + ".count", "must be 1..100000");
-  if (gpus < 0 || gpus > 64) return r.Error(g["gpus"], path + ".gpus", "must be 0..64");
-  if (gpus > 0 && model.empty()) return r.Error(g, path + ".model", "is required with gpus");
-  if (cpu <= 0 || mem <= 0) return r.Error(g, path, "cpu_milli and memory_mib must be positive");
-  if (rack_size < 1) return r.Error(g["rack_size"], path + ".rack_size", "must be positive");
-  for (int i = 0; i < count; ++i) {
+// A group of identical nodes: `count` of them, named name-0, name-1, ...
+void ReadNodeGroup(const domain::SourceDoc& doc, const Json& g, const std::string& path,
+                   const std::string& cluster, domain::ErrorList* errors, ReplayCluster* out) {
+  Json scratch;
+  FieldReader r(doc, g, path, errors, &scratch);
+  const size_t before = errors->size();
+  const std::string name = r.String("name", true);
+  const int64_t count = r.Int("count", 1, 100000, 1);
+  const int64_t gpus = r.Int("gpus", 0, 64, 0);
+  const std::string model = r.String("model", false);
+  const int64_t cpu = r.Int("cpu_milli", 1, 1LL << 40, 0, true);
+  const int64_t mem = r.Int("memory_mib", 1, 1LL << 40, 0, true);
+  const int64_t domain_size = r.Int("nvlink_domain_size", 0, 64, 0);
+  const int64_t rack_size = r.Int("rack_size", 1, 100000, 8);
+  const std::map<std::string, std::string> labels = r.StringMap("labels");
+  if (gpus > 0 && model.empty()) r.Error("model", "is required with gpus");
+  r.Finish();
+  if (errors->size() != before) return;
+  for (int64_t i = 0; i < count; ++i) {
     domain::Node n;
     n.name = count == 1 ? name : name + "-" + std::to_string(i);
     n.cluster = cluster;
     n.rack = cluster + "/" + name + "-rack" + std::to_string(i / rack_size);
     n.cpu_milli = cpu;
     n.memory_mib = mem;
-    if (const YAML::Node labels = g["labels"]; labels && labels.IsMap()) {
-      for (const auto& kv : labels) n.labels[kv.first.Scalar()] = kv.second.Scalar();
-    }
-    for (int k = 0; k < gpus; ++k) {
+    n.labels = labels;
+    for (int64_t k = 0; k < gpus; ++k) {
       domain::GpuDevice d;
       d.uuid = "GPU-" + n.name + "-" + std::to_string(k);
       d.model = model;
-      d.nvlink_domain = domain_size > 0 ? k / domain_size : 0;
+      d.nvlink_domain = domain_size > 0 ? static_cast<int>(k / domain_size) : 0;
       n.gpus.push_back(std::move(d));
     }
     out->nodes.push_back(std::move(n));
   }
-  return base::Status::Ok();
 }
 
-base::Status ReadCluster(YamlReader& r, const YAML::Node& c, const std::string& path,
-                         ReplayCluster* out) {
-  base::Status s = r.CheckKeys(c, path, {"name", "kind", "region", "prices", "datasets", "nodes"});
-  if (!s.ok()) return s;
+void ReadCluster(const domain::SourceDoc& doc, const Json& c, const std::string& path,
+                 domain::ErrorList* errors, ReplayCluster* out) {
+  Json scratch;
+  FieldReader r(doc, c, path, errors, &scratch);
   domain::Cluster cl;
-  std::string kind = "on-prem";
-  if (s = r.Get(c, "name", path, &cl.name, true); !s.ok()) return s;
-  if (s = r.Get(c, "kind", path, &kind); !s.ok()) return s;
-  if (s = r.Get(c, "region", path, &cl.region); !s.ok()) return s;
-  if (kind != "on-prem" && kind != "cloud") {
-    return r.Error(c["kind"], path + ".kind", "must be on-prem or cloud, got \"" + kind + "\"");
-  }
-  cl.kind = kind == "cloud" ? domain::SiteKind::kCloud : domain::SiteKind::kOnPrem;
-  if (const YAML::Node prices = c["prices"]) {
-    if (!prices.IsMap()) return r.Error(prices, path + ".prices", "expected model: price");
-    for (const auto& kv : prices) {
-      double p = 0;
-      if (s = r.Get(prices, kv.first.Scalar(), path + ".prices", &p); !s.ok()) return s;
-      if (p < 0) return r.Error(kv.second, path + ".prices." + kv.first.Scalar(), "negative");
-      cl.price_per_gpu_hour[kv.first.Scalar()] = p;
+  cl.name = r.String("name", true);
+  cl.kind = r.Enum("kind", {"on-prem", "cloud"}, "on-prem") == "cloud" ? domain::SiteKind::kCloud
+                                                                       : domain::SiteKind::kOnPrem;
+  cl.region = r.String("region", false);
+  cl.price_per_gpu_hour = r.NumberMap("prices", 0);
+  cl.datasets = r.StringList("datasets");
+  const Json* nodes = r.Array("nodes", true);
+  if (nodes && nodes->empty()) r.Error("nodes", "expected a non-empty list of node groups");
+  r.Finish();
+  if (nodes) {
+    for (size_t i = 0; i < nodes->size(); ++i) {
+      ReadNodeGroup(doc, (*nodes)[i], path + ".nodes[" + std::to_string(i) + "]", cl.name, errors,
+                    out);
     }
-  }
-  if (const YAML::Node ds = c["datasets"]) {
-    if (!ds.IsSequence()) return r.Error(ds, path + ".datasets", "expected a list");
-    for (const auto& d : ds) cl.datasets.push_back(d.Scalar());
-  }
-  const YAML::Node nodes = c["nodes"];
-  if (!nodes || !nodes.IsSequence() || nodes.size() == 0) {
-    return r.Error(nodes ? nodes : c, path + ".nodes", "expected a non-empty list of node groups");
-  }
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    s = ReadNodeGroup(r, nodes[i], path + ".nodes[" + std::to_string(i) + "]", cl.name, out);
-    if (!s.ok()) return s;
   }
   out->clusters.push_back(std::move(cl));
-  return base::Status::Ok();
 }
 
-base::Status ReadProjects(YamlReader& r, const YAML::Node& list, ReplayCluster* out) {
-  if (!list.IsSequence()) return r.Error(list, "projects", "expected a list");
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string path = "projects[" + std::to_string(i) + "]";
-    const YAML::Node p = list[i];
-    base::Status s =
-        r.CheckKeys(p, path, {"name", "team", "weight", "guaranteed_gpus", "limit_gpus"});
-    if (!s.ok()) return s;
-    ReplayProject proj;
-    if (s = r.Get(p, "name", path, &proj.name, true); !s.ok()) return s;
-    if (s = r.Get(p, "team", path, &proj.team); !s.ok()) return s;
-    if (s = r.Get(p, "weight", path, &proj.weight); !s.ok()) return s;
-    if (s = r.Get(p, "guaranteed_gpus", path, &proj.guaranteed_gpus); !s.ok()) return s;
-    if (s = r.Get(p, "limit_gpus", path, &proj.limit_gpus); !s.ok()) return s;
-    if (proj.weight <= 0) return r.Error(p["weight"], path + ".weight", "must be positive");
-    if (proj.guaranteed_gpus < 0) {
-      return r.Error(p["guaranteed_gpus"], path + ".guaranteed_gpus", "must not be negative");
-    }
-    if (proj.limit_gpus >= 0 && proj.limit_gpus < proj.guaranteed_gpus) {
-      return r.Error(p["limit_gpus"], path + ".limit_gpus", "is below guaranteed_gpus");
-    }
-    out->projects.push_back(std::move(proj));
+void ReadProject(const domain::SourceDoc& doc, const Json& p, const std::string& path,
+                 domain::ErrorList* errors, ReplayCluster* out) {
+  Json scratch;
+  FieldReader r(doc, p, path, errors, &scratch);
+  ReplayProject proj;
+  proj.name = r.String("name", true);
+  proj.team = r.String("team", false);
+  proj.weight = r.Number("weight", 0.001, 1e6, 1.0);
+  proj.guaranteed_gpus = r.Number("guaranteed_gpus", 0, 1e6, 0);
+  proj.limit_gpus = r.Number("limit_gpus", -1, 1e6, -1);
+  if (proj.limit_gpus >= 0 && proj.limit_gpus < proj.guaranteed_gpus) {
+    r.Error("limit_gpus", "is below guaranteed_gpus");
   }
-  return base::Status::Ok();
+  r.Finish();
+  out->projects.push_back(std::move(proj));
 }
 
 }  // namespace
@@ -174,30 +101,32 @@ base::Result<ReplayCluster> ParseReplayCluster(std::string_view text, std::strin
     EstateFromTrace(*nodes, &out.clusters.back(), &out.nodes);
     return out;
   }
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::ParserException& e) {
-    return base::Status::Invalid(std::string(file) + ":" + std::to_string(e.mark.line + 1) + ":" +
-                                 std::to_string(e.mark.column + 1) + ": " + e.msg);
+  auto docs = domain::ParseYamlDocuments(std::string(text), std::string(file), nullptr);
+  if (!docs.ok()) return docs.status();
+  if (docs->size() != 1) {
+    return base::Status::Invalid(std::string(file) + ": expected one YAML document, found " +
+                                 std::to_string(docs->size()));
   }
-  YamlReader r(file);
+  const domain::SourceDoc& doc = docs->front();
+  domain::ErrorList errors;
   ReplayCluster out;
-  if (base::Status s = r.CheckKeys(root, "cluster description", {"clusters", "projects"});
-      !s.ok()) {
-    return s;
+  Json scratch;
+  FieldReader root(doc, doc.value, "", &errors, &scratch);
+  const Json* clusters = root.Array("clusters", true);
+  if (clusters && clusters->empty()) root.Error("clusters", "expected a non-empty list");
+  const Json* projects = root.Array("projects", false);
+  root.Finish();
+  if (clusters) {
+    for (size_t i = 0; i < clusters->size(); ++i) {
+      ReadCluster(doc, (*clusters)[i], "clusters[" + std::to_string(i) + "]", &errors, &out);
+    }
   }
-  const YAML::Node clusters = root["clusters"];
-  if (!clusters || !clusters.IsSequence() || clusters.size() == 0) {
-    return r.Error(clusters ? clusters : root, "clusters", "expected a non-empty list");
+  if (projects) {
+    for (size_t i = 0; i < projects->size(); ++i) {
+      ReadProject(doc, (*projects)[i], "projects[" + std::to_string(i) + "]", &errors, &out);
+    }
   }
-  for (size_t i = 0; i < clusters.size(); ++i) {
-    base::Status s = ReadCluster(r, clusters[i], "clusters[" + std::to_string(i) + "]", &out);
-    if (!s.ok()) return s;
-  }
-  if (const YAML::Node projects = root["projects"]) {
-    if (base::Status s = ReadProjects(r, projects, &out); !s.ok()) return s;
-  }
+  if (!errors.empty()) return base::Status::Invalid(errors.ToString());
   return out;
 }
 

@@ -59,21 +59,22 @@ TEST(ReplayInput, ClusterErrorsNameFileLineColumnAndField) {
        "c.yaml:3:5: clusters[0].colour: unknown field"},
       {"clusters:\n  - name: x\n    kind: moon\n    nodes: [{name: n, cpu_milli: 1, "
        "memory_mib: 1}]\n",
-       "c.yaml:3:11: clusters[0].kind: must be on-prem or cloud"},
+       "c.yaml:3:5: clusters[0].kind: \"moon\" is not one of on-prem, cloud"},
       {"clusters:\n  - name: x\n    nodes:\n      - {name: n, gpus: lots, cpu_milli: 1, "
        "memory_mib: 1}\n",
-       "c.yaml:4:25: clusters[0].nodes[0].gpus: \"lots\" has the wrong type"},
+       "c.yaml:4:19: clusters[0].nodes[0].gpus: must be an integer, not a string"},
       {"clusters:\n  - name: x\n    nodes:\n      - {name: n, gpus: 8, cpu_milli: 1, "
        "memory_mib: 1}\n",
        "c.yaml:4:9: clusters[0].nodes[0].model: is required with gpus"},
       {"clusters: [\n", "c.yaml:2:1: "},
-      {"projects: []\n", "c.yaml:1:1: clusters: expected a non-empty list"},
+      {"projects: []\n", "c.yaml:1:1: clusters: is required"},
   };
   for (const Case& c : cases) {
     auto r = ParseReplayCluster(c.text, "c.yaml");
     ASSERT_FALSE(r.ok()) << c.text;
-    EXPECT_EQ(r.status().message().rfind(c.want, 0), 0u)
-        << "got: " << r.status().message() << "\nwant prefix: " << c.want;
+    // Every error is reported, one per line.
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << "got: " << r.status().message() << "\nwant: " << c.want;
   }
 }
 
@@ -92,8 +93,9 @@ TEST(ReplayInput, JobErrorsNameLineAndColumn) {
   for (const Case& c : cases) {
     auto r = ParseReplayJobs(header + c.rows, "j.csv");
     ASSERT_FALSE(r.ok()) << c.rows;
-    EXPECT_EQ(r.status().message().rfind(c.want, 0), 0u)
-        << "got: " << r.status().message() << "\nwant prefix: " << c.want;
+    // Every error is reported, one per line.
+    EXPECT_NE(r.status().message().find(c.want), std::string::npos)
+        << "got: " << r.status().message() << "\nwant: " << c.want;
   }
 }
 
