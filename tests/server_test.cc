@@ -51,6 +51,29 @@ metadata: {name: research}
 spec: {project: research, guaranteedGpus: 4, limitGpus: 8}
 )";
 
+// The paths of docs/openapi.yaml, with their parameters filled in ({id}: `job`), except the
+// watch stream (30 s; WatchStreamsEventsAsTheyHappen has it).
+std::vector<std::string> DocumentedPaths(const std::string& job) {
+  std::ifstream in(std::string(MERIDIAN_SOURCE_DIR) + "/docs/openapi.yaml");
+  std::string line;
+  std::vector<std::string> paths;
+  bool in_paths = false;
+  while (std::getline(in, line)) {
+    if (line == "paths:") in_paths = true;
+    if (line == "components:") in_paths = false;
+    if (in_paths && line.size() > 3 && line.rfind("  /", 0) == 0 && line.back() == ':') {
+      std::string p = line.substr(2, line.size() - 3);
+      if (p == "/api/v1/watch") continue;
+      for (const auto& [param, value] : std::vector<std::pair<std::string, std::string>>{
+               {"{id}", job}, {"{number}", "1"}, {"{kind}", "projects"}, {"{name}", "x"}}) {
+        if (size_t at = p.find(param); at != std::string::npos) p.replace(at, param.size(), value);
+      }
+      paths.push_back(p);
+    }
+  }
+  return paths;
+}
+
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -315,6 +338,27 @@ TEST_F(ServerTest, AMemberSeesAndTouchesOnlyTheirProject) {
   }
   EXPECT_EQ(Http(*server_, "POST", "/api/v1/tokens", bob, R"({"user": "alice"})").status, 403);
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/tokens?user=alice", bob).status, 403);
+  // Every documented path, with every method, as bob: nothing of alice's job comes back, and
+  // her job is untouched afterwards.
+  HttpResult secret = Submit("vision", 1, alice);
+  ASSERT_EQ(secret.status, 201);
+  const std::string secret_id = std::to_string(secret.body["id"].get<int64_t>());
+  for (const std::string& p : DocumentedPaths(secret_id)) {
+    for (const char* method : {"GET", "POST", "PUT", "DELETE"}) {
+      HttpResult r = Http(*server_, method, p, bob, R"({"metadata": {"name": "x"}})");
+      if (p.find("/jobs/" + secret_id) != std::string::npos) {
+        EXPECT_TRUE(r.status == 404) << method << " " << p << ": " << r.status << " " << r.text;
+      }
+      // Her jobs carry "user":"alice"; their events say "submitted by alice".
+      EXPECT_EQ(r.text.find("\"user\":\"alice\""), std::string::npos)
+          << method << " " << p << " leaks alice's job: " << r.text.substr(0, 300);
+      EXPECT_EQ(r.text.find("by alice"), std::string::npos)
+          << method << " " << p << " leaks alice's events: " << r.text.substr(0, 300);
+    }
+  }
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/jobs/" + secret_id, alice).body["status"]["phase"] ==
+                "Cancelled",
+            false);
   // Alice cancels her own job; the audit log has bob's denied attempts.
   EXPECT_EQ(Http(*server_, "POST", "/api/v1/jobs/" + id + "/cancel", alice).status, 200);
   Json denied =
@@ -425,26 +469,10 @@ TEST_F(ServerTest, CliExitCodesAndMessages) {
 }
 
 TEST_F(ServerTest, EveryPathOfTheOpenApiDocumentIsServed) {
-  // Every path of docs/openapi.yaml, with its parameters filled in, must reach a handler (any
-  // answer but the router's "no such API path").
-  std::ifstream in(std::string(MERIDIAN_SOURCE_DIR) + "/docs/openapi.yaml");
-  std::string line;
-  std::vector<std::string> paths;
-  bool in_paths = false;
-  while (std::getline(in, line)) {
-    if (line == "paths:") in_paths = true;
-    if (line == "components:") in_paths = false;
-    if (in_paths && line.size() > 3 && line.rfind("  /", 0) == 0 && line.back() == ':') {
-      paths.push_back(line.substr(2, line.size() - 3));
-    }
-  }
+  // Every documented path must reach a handler (any answer but "no such API path").
+  const std::vector<std::string> paths = DocumentedPaths("1");
   ASSERT_GE(paths.size(), 20u);
-  for (std::string p : paths) {
-    if (p == "/api/v1/watch") continue;  // a 30 s stream; WatchStreamsEventsAsTheyHappen has it
-    for (const auto& [param, value] : std::vector<std::pair<std::string, std::string>>{
-             {"{id}", "1"}, {"{number}", "1"}, {"{kind}", "projects"}, {"{name}", "x"}}) {
-      if (size_t at = p.find(param); at != std::string::npos) p.replace(at, param.size(), value);
-    }
+  for (const std::string& p : paths) {
     bool served = false;
     for (const char* method : {"GET", "POST", "PUT", "DELETE"}) {
       HttpResult r = Http(*server_, method, p, admin_, "{}");
