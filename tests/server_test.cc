@@ -374,6 +374,28 @@ TEST_F(ServerTest, AMemberSeesAndTouchesOnlyTheirProject) {
   EXPECT_NE(after.text.find("revoked"), std::string::npos);
 }
 
+TEST_F(ServerTest, TeamLeadsManageTheMembersBelowThem) {
+  ApplyEstate();
+  const std::string lead = User("lena", {{"role", "team-lead"}, {"team", "product"}});
+  // A member of research (another team) exists already.
+  const std::string dave = User("dave", {{"role", "member"}, {"project", "research"}});
+  auto put = [&](const std::string& user, const Json& roles) {
+    return Http(*server_, "PUT", "/api/v1/users/" + user, lead,
+                Json{{"spec", {{"roles", roles}}}}.dump());
+  };
+  EXPECT_EQ(put("erin", {{{"role", "member"}, {"project", "vision"}}}).status, 201);
+  EXPECT_EQ(put("erin", {{{"role", "member"}, {"project", "research"}}}).status, 403);
+  EXPECT_EQ(put("erin", {{{"role", "admin"}}}).status, 403);
+  EXPECT_EQ(put("erin", {{{"role", "team-lead"}, {"team", "product"}}}).status, 403);
+  // Adding dave to vision keeps his research role, which the lead could not have given.
+  HttpResult both = put("dave", {{{"role", "viewer"}, {"project", "vision"}}});
+  ASSERT_EQ(both.status, 200) << both.text;
+  EXPECT_EQ(both.body["spec"]["roles"].size(), 2u) << both.text;
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/whoami", dave).body["projects"].size(), 2u);
+  // Members manage no one.
+  EXPECT_EQ(Http(*server_, "PUT", "/api/v1/users/frank", dave, R"({"spec": {}})").status, 403);
+}
+
 TEST_F(ServerTest, AcknowledgedJobsSurviveKill9) {
   ApplyEstate();
   // Eight clients submit as fast as they can; the server is killed the moment the 200th

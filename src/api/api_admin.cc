@@ -43,7 +43,7 @@ void Api::ListUsers(Call& call) {
 }
 
 void Api::PutUser(Call& call) {
-  if (!call.access.IsAdmin()) {
+  if (!call.access.ManagesUsers()) {
     return Fail(call, 403, "permission_denied", call.access.user() + " may not manage users");
   }
   const std::string name = call.Arg(1);
@@ -56,21 +56,37 @@ void Api::PutUser(Call& call) {
   const Json spec = body->is_object() && body->contains("spec") ? body->at("spec") : Json();
   auto roles = ParseRoles(spec.is_null() ? Json::object() : spec);
   if (!roles.ok()) return Fail(call, roles.status());
-  store::Object user{
-      "User",
-      name,
-      {{"roles", RolesToJson(*roles)}, {"description", spec.value("description", "")}},
-      0,
-      call.started,
-      call.access.user()};
+  for (const RoleBinding& b : *roles) {
+    if (!call.access.CanGrant(b)) {
+      return Fail(call, 403, "permission_denied",
+                  call.access.user() + " may not grant " + RoleName(b.role) + " " +
+                      RolesToJson({b})[0].dump());
+    }
+  }
+  store::Object user{"User", name, Json::object(), 0, call.started, call.access.user()};
   Status s = store_->Write([&](store::Tx& tx) {
+    // The roles the caller may not grant stay as they are: a team lead replaces only the
+    // roles below it.
+    std::vector<RoleBinding> kept;
+    auto existing = tx.GetObject("User", name);
+    if (existing.ok()) {
+      auto old = ParseRoles(existing->spec);
+      if (!old.ok()) return old.status();
+      for (const RoleBinding& b : *old) {
+        if (!call.access.CanGrant(b)) kept.push_back(b);
+      }
+    } else if (existing.status().code() != base::StatusCode::kNotFound) {
+      return existing.status();
+    }
+    kept.insert(kept.end(), roles->begin(), roles->end());
+    user.spec = {{"roles", RolesToJson(kept)}, {"description", spec.value("description", "")}};
     auto v = tx.PutObject(user, store::kAnyVersion);
     if (!v.ok()) return v.status();
     user.version = *v;
     return Status::Ok();
   });
   if (!s.ok()) return Fail(call, s);
-  call.audit_message = "user " + name;
+  call.audit_message = "user " + name + ": " + user.spec["roles"].dump();
   Respond(call, user.version == 1 ? 201 : 200, ObjectToJson(user));
 }
 

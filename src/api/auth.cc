@@ -191,6 +191,32 @@ bool Access::CanManageQuota(const std::string& organization, const std::string& 
   return false;
 }
 
+bool Access::ManagesUsers() const {
+  for (const RoleBinding& b : roles_) {
+    if (b.role >= Role::kTeamLead) return true;
+  }
+  return false;
+}
+
+bool Access::CanGrant(const RoleBinding& b) const {
+  if (IsAdmin()) return true;
+  if (b.role == Role::kAdmin || b.role == Role::kOrgAdmin) return false;
+  const std::string team = !b.team.empty() ? b.team : tenancy_ ? tenancy_->TeamOf(b.project) : "";
+  std::string org = b.organization;
+  if (org.empty() && tenancy_) {
+    auto it = tenancy_->org_of_team.find(team);
+    if (it != tenancy_->org_of_team.end()) org = it->second;
+  }
+  for (const RoleBinding& mine : roles_) {
+    if (mine.role == Role::kOrgAdmin && !org.empty() && org == mine.organization) return true;
+    if (mine.role == Role::kTeamLead && b.role != Role::kTeamLead && !team.empty() &&
+        b.organization.empty() && team == mine.team) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::vector<std::string> Access::Readable(const std::vector<std::string>& all) const {
   std::vector<std::string> out;
   for (const std::string& p : all) {

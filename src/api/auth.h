@@ -71,6 +71,12 @@ class Access {
   // Quotas of an organization, team or project (exactly one given).
   bool CanManageQuota(const std::string& organization, const std::string& team,
                       const std::string& project) const;
+  // Whether this user may give or take `binding`: admins any; an org-admin member, viewer and
+  // team-lead roles within its organization; a team lead member and viewer roles on its team
+  // and its projects ("manages the members below it").
+  bool CanGrant(const RoleBinding& binding) const;
+  // Admins, org-admins and team leads manage users; members and viewers do not.
+  bool ManagesUsers() const;
   // The projects among `all` this user may read.
   std::vector<std::string> Readable(const std::vector<std::string>& all) const;
 
