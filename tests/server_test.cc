@@ -242,6 +242,7 @@ TEST_F(ServerTest, BadRequestsGetAClearErrorAndTheServerKeepsServing) {
   const std::vector<Case> cases = {
       {"POST", "/api/v1/jobs", "{\"metadata\": ", 400, ""},
       {"POST", "/api/v1/jobs", "[1, 2]", 400, ""},
+      {"POST", "/api/v1/jobs", "5550e910741", 400, ""},  // out of range: found by the fuzzer
       {"POST", "/api/v1/jobs",
        R"({"metadata": {"name": "x", "project": "vision"}, "spec": {"gpus": 1, "colour": 2}})", 400,
        "spec.colour"},

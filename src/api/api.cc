@@ -139,6 +139,9 @@ base::Result<Json> DecodeJsonBody(const std::string& body) {
     });
   } catch (const Json::parse_error& e) {
     return Status::Invalid("malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const Json::exception& e) {
+    // A number too large for any type (out_of_range), found by fuzz/request_fuzzer.
+    return Status::Invalid(std::string("invalid JSON: ") + e.what());
   } catch (const TooDeep&) {
     return Status::Invalid("JSON nested deeper than " + std::to_string(kMaxDepth) + " levels");
   }
