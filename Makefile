@@ -28,7 +28,8 @@ build: deps $(BUILD)/build.ninja
 build-asan: deps $(ASAN_BUILD)/build.ninja
 	ninja -C $(ASAN_BUILD) -j $(JOBS)
 
-# Until the control plane exists, the main job is the simulator on a synthetic hybrid estate.
+# Until node agents exist to run what the control plane places (`meridian server`), the main
+# job is the simulator on a synthetic hybrid estate.
 run: build
 	./$(BUILD)/meridian sim demo
 

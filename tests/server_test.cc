@@ -393,8 +393,15 @@ TEST_F(ServerTest, TeamLeadsManageTheMembersBelowThem) {
   ASSERT_EQ(both.status, 200) << both.text;
   EXPECT_EQ(both.body["spec"]["roles"].size(), 2u) << both.text;
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/whoami", dave).body["projects"].size(), 2u);
+  // The lead lists the users it manages, with the roles it manages: erin, and dave's vision role.
+  Json users = Http(*server_, "GET", "/api/v1/users", lead).body;
+  ASSERT_EQ(users["items"].size(), 2u) << users.dump();
+  EXPECT_EQ(users["items"][0]["metadata"]["name"], "dave");
+  EXPECT_EQ(users["items"][0]["spec"]["roles"].size(), 1u) << users.dump();
+  EXPECT_EQ(users["items"][1]["metadata"]["name"], "erin");
   // Members manage no one.
   EXPECT_EQ(Http(*server_, "PUT", "/api/v1/users/frank", dave, R"({"spec": {}})").status, 403);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/users", dave).status, 403);
 }
 
 TEST_F(ServerTest, AcknowledgedJobsSurviveKill9) {

@@ -36,10 +36,28 @@ void Api::WhoAmI(Call& call) {
 }
 
 void Api::ListUsers(Call& call) {
-  if (!call.access.IsAdmin()) {
+  if (!call.access.ManagesUsers()) {
     return Fail(call, 403, "permission_denied", call.access.user() + " may not list users");
   }
-  ListObjects(call, "User");
+  auto users = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListObjects("User"); });
+  if (!users.ok()) return Fail(call, users.status());
+  // A team lead or org-admin sees the users it manages: those holding a role it could grant,
+  // with only those roles.
+  Json items = Json::array();
+  for (store::Object& u : *users) {
+    if (!call.access.IsAdmin()) {
+      auto roles = ParseRoles(u.spec);
+      if (!roles.ok()) continue;
+      std::vector<RoleBinding> mine;
+      for (const RoleBinding& b : *roles) {
+        if (call.access.CanGrant(b)) mine.push_back(b);
+      }
+      if (mine.empty()) continue;
+      u.spec["roles"] = RolesToJson(mine);
+    }
+    items.push_back(ObjectToJson(u));
+  }
+  Respond(call, 200, {{"items", items}});
 }
 
 void Api::PutUser(Call& call) {
