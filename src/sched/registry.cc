@@ -11,6 +11,7 @@
 #include "sched/plugins/gpu_packing/gpu_packing.h"
 #include "sched/plugins/node_resources/node_resources.h"
 #include "sched/plugins/node_selector/node_selector.h"
+#include "sched/plugins/on_prem_first/on_prem_first.h"
 #include "sched/plugins/reservation/reservation.h"
 #include "sched/plugins/spread/spread.h"
 #include "sched/plugins/taint_toleration/taint_toleration.h"
@@ -130,6 +131,7 @@ Registry MakeBuiltin() {
   must(r.RegisterScore("topology", Simple<plugins::Topology>()));
   must(r.RegisterScore("data-locality", Simple<plugins::DataLocality>()));
   must(r.RegisterScore("cost", Simple<plugins::Cost>()));
+  must(r.RegisterScore("on-prem-first", Simple<plugins::OnPremFirst>()));
   must(r.RegisterScore("dot-product", Simple<plugins::DotProduct>()));
   must(r.RegisterScore("gpu-packing", Simple<plugins::GpuPacking>()));
   must(r.RegisterScore("gpu-clustering", Simple<plugins::GpuClustering>()));
@@ -176,9 +178,12 @@ base::Result<ProfileSpec> PolicySpec(std::string_view policy) {
   } else if (policy == "meridian") {
     // Exact fragmentation descent that also counts host memory, plus the GPU share stranded
     // behind the node's CPU at the workload's CPU:GPU ratio, then the least absolute free
-    // capacity (keep big nodes whole) among near-equal candidates; see docs/adr/0003.
+    // capacity (keep big nodes whole) among near-equal candidates; see docs/adr/0003. On-prem
+    // first outweighs all of it (100 x 100 against about 1,000 per GPU of fragmentation): work
+    // bursts to cloud clusters only when no on-prem node can hold it.
     s.scores = {{"fragmentation", 1000}, {"cpu-stranding", 500}, {"best-fit-absolute", 1},
-                {"topology", 1},         {"data-locality", 1},   {"cost", 0.1}};
+                {"topology", 1},         {"data-locality", 1},   {"cost", 0.1},
+                {"on-prem-first", 100}};
     s.device_choice = DeviceChoice::kEnumerate;
     s.quantize_scores = false;
     s.tie_break = TieBreak::kRandom;

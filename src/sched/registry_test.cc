@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "sched/placer.h"
+#include "sched/testing/estate.h"
+
 namespace meridian::sched {
 namespace {
 
@@ -34,6 +37,31 @@ TEST(Registry, EveryNamedPolicyBuilds) {
   // The fragmentation scores cannot be built without a workload mix.
   auto fgd = PolicySpec("fgd");
   EXPECT_FALSE(BuiltinRegistry().Build(*fgd, PluginArgs{}).ok());
+}
+
+TEST(Registry, MeridianFillsOnPremBeforeBurstingToTheCloud) {
+  // A cloud node that fits the task more tightly still loses to an idle on-prem node; once
+  // on-prem is full, the task bursts to the cloud.
+  Snapshot s = testing::Build({{"onprem-0", "H100-80GB", 8, 128000, 1024 * 1024, "onprem"},
+                               {"cloud-0", "H100-80GB", 4, 32000, 256 * 1024, "cloud"}});
+  auto spec = PolicySpec("meridian");
+  ASSERT_TRUE(spec.ok());
+  PluginArgs args;
+  const TaskSpec task = testing::Whole(4);
+  args.fragmentation =
+      std::make_shared<FragmentationModel>(FragmentationModel::FromTasks({task}, 0.95));
+  auto profile = BuiltinRegistry().Build(*spec, args);
+  ASSERT_TRUE(profile.ok()) << profile.status().message();
+  Placer placer(&s, &*profile, 1);
+  CycleState cycle;
+  std::vector<std::string> where;
+  for (int i = 0; i < 3; ++i) {
+    PlaceOutcome o = placer.Place(task, cycle);
+    ASSERT_TRUE(o.placed) << i;
+    placer.Commit(task, o.placement, &cycle);
+    where.push_back(s.nodes[o.placement.node].name);
+  }
+  EXPECT_EQ(where, (std::vector<std::string>{"onprem-0", "onprem-0", "cloud-0"}));
 }
 
 }  // namespace
