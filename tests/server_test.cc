@@ -404,6 +404,22 @@ TEST_F(ServerTest, TeamLeadsManageTheMembersBelowThem) {
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/users", dave).status, 403);
 }
 
+TEST_F(ServerTest, TokensExpireAndAreShownOnce) {
+  CliResult created = Run("token create --description ci --expires-in 1s");
+  ASSERT_EQ(created.code, 0) << created.output;
+  const std::string token = created.output.substr(0, created.output.find('\n'));
+  ASSERT_EQ(token.rfind("mrd_", 0), 0u) << created.output;
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/whoami", token).status, 200);
+  // Listing shows the token's id, never its secret.
+  CliResult listed = Run("token list -o json");
+  EXPECT_EQ(listed.output.find(token.substr(21)), std::string::npos) << listed.output;
+  EXPECT_NE(listed.output.find("\"description\": \"ci\""), std::string::npos) << listed.output;
+  ASSERT_TRUE(
+      Eventually([&] { return Http(*server_, "GET", "/api/v1/whoami", token).status == 401; }, 5));
+  EXPECT_NE(Http(*server_, "GET", "/api/v1/whoami", token).text.find("expired"), std::string::npos);
+  EXPECT_EQ(Run("token create --expires-in soon").code, 2);
+}
+
 TEST_F(ServerTest, AcknowledgedJobsSurviveKill9) {
   ApplyEstate();
   // Eight clients submit as fast as they can; the server is killed the moment the 200th
