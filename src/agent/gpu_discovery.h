@@ -1,0 +1,44 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace meridian::agent {
+
+// One GPU as the agent reports it to the control plane (issue 5): what it is, where it sits.
+struct GpuInfo {
+  int32_t index = 0;
+  std::string uuid;
+  std::string model;  // Meridian's catalogue name, e.g. "H100-80GB"
+  int64_t memory_mib = 0;
+  int32_t nvlink_domain = 0;  // GPUs of one node that share NVLink/NVSwitch
+  bool mig_capable = false;
+  bool mig_enabled = false;
+};
+
+// What a GPU is doing now.
+struct GpuTelemetry {
+  int32_t index = 0;
+  double utilization = 0;  // 0..1, compute
+  int64_t memory_used_mib = 0;
+  double temperature_c = 0;
+  double power_w = 0;
+  int64_t ecc_errors = 0;  // volatile double-bit errors since the driver loaded
+};
+
+// The agent's view of its GPUs. Two implementations share this interface: NVML loaded at run
+// time with dlopen on machines with NVIDIA GPUs (next step of issue 5), and SimulatedGpus on
+// machines without, which says so (`simulated()`), so that the CLI and the dashboard can too.
+// Not thread-safe: the agent's one loop calls it.
+class GpuDiscovery {
+ public:
+  virtual ~GpuDiscovery() = default;
+  virtual base::Result<std::vector<GpuInfo>> Inventory() = 0;
+  virtual base::Result<std::vector<GpuTelemetry>> Telemetry() = 0;
+  virtual bool simulated() const = 0;
+};
+
+}  // namespace meridian::agent

@@ -1,0 +1,100 @@
+#include "agent/simulated_gpus.h"
+
+#include <algorithm>
+
+#include "base/strings.h"
+#include "domain/gpu_model.h"
+
+namespace meridian::agent {
+
+namespace {
+
+// Board power of the simulated models at full load, and what an idle board draws, in watts
+// (public specifications: SXM parts at their maximum TDP).
+double MaxPower(const std::string& model) {
+  if (model.rfind("H200", 0) == 0 || model.rfind("H100", 0) == 0) return 700;
+  if (model.rfind("A100", 0) == 0) return 400;
+  return 300;
+}
+
+}  // namespace
+
+base::Result<std::unique_ptr<SimulatedGpus>> SimulatedGpus::FromSpec(const std::string& spec,
+                                                                     const std::string& node,
+                                                                     int nvlink_domain_size) {
+  auto out = std::unique_ptr<SimulatedGpus>(new SimulatedGpus());
+  int32_t domain = 0;
+  for (std::string_view group : base::Split(spec, ',')) {
+    group = base::Trim(group);
+    const size_t x = group.find('x');
+    long long count = 0;
+    if (x == std::string_view::npos || !base::ParseInt64(group.substr(0, x), &count) || count < 1 ||
+        count > 64) {
+      return base::Status::Invalid("--simulate-gpus: \"" + std::string(group) +
+                                   "\" is not COUNTxMODEL (e.g. 8xH100-80GB), count 1..64");
+    }
+    const std::string model(group.substr(x + 1));
+    const domain::GpuModel* known = domain::GpuCatalog::Builtin().Find(model);
+    if (!known) {
+      std::string names;
+      for (const domain::GpuModel& m : domain::GpuCatalog::Builtin().models()) {
+        names += (names.empty() ? "" : ", ") + m.name;
+      }
+      return base::Status::Invalid("--simulate-gpus: unknown GPU model \"" + model +
+                                   "\" (known: " + names + ")");
+    }
+    for (long long i = 0; i < count; ++i) {
+      GpuInfo g;
+      g.index = static_cast<int32_t>(out->gpus_.size());
+      g.uuid = "GPU-sim-" + node + "-" + std::to_string(g.index);
+      g.model = known->name;
+      g.memory_mib = known->memory_mib;
+      g.nvlink_domain =
+          domain + (nvlink_domain_size > 0 ? static_cast<int32_t>(i / nvlink_domain_size) : 0);
+      g.mig_capable = known->mig_capable();
+      out->gpus_.push_back(g);
+    }
+    domain = out->gpus_.back().nvlink_domain + 1;
+    if (out->gpus_.size() > 64) return base::Status::Invalid("--simulate-gpus: at most 64 GPUs");
+  }
+  if (out->gpus_.empty()) return base::Status::Invalid("--simulate-gpus: no GPUs given");
+  out->load_.assign(out->gpus_.size(), Load{});
+  return out;
+}
+
+base::Result<std::vector<GpuInfo>> SimulatedGpus::Inventory() { return gpus_; }
+
+base::Result<std::vector<GpuTelemetry>> SimulatedGpus::Telemetry() {
+  std::vector<GpuTelemetry> out;
+  for (const GpuInfo& g : gpus_) {
+    const Load& l = load_[static_cast<size_t>(g.index)];
+    GpuTelemetry t;
+    t.index = g.index;
+    t.utilization = l.utilization;
+    t.memory_used_mib = l.memory_mib;
+    // Idle boards sit near 30 C and a tenth of their power; both rise with the load.
+    t.temperature_c = 30 + 45 * l.utilization;
+    t.power_w = MaxPower(g.model) * (0.1 + 0.9 * l.utilization);
+    out.push_back(t);
+  }
+  return out;
+}
+
+base::Status SimulatedGpus::SetLoad(int32_t index, double utilization, int64_t memory_mib) {
+  if (index < 0 || index >= static_cast<int32_t>(gpus_.size())) {
+    return base::Status::Invalid("no simulated GPU " + std::to_string(index));
+  }
+  if (!(utilization >= 0 && utilization <= 1)) {
+    return base::Status::Invalid("utilization must be within 0..1");
+  }
+  const GpuInfo& g = gpus_[static_cast<size_t>(index)];
+  if (memory_mib < 0 || (g.memory_mib > 0 && memory_mib > g.memory_mib)) {
+    return base::Status::Invalid("memory " + std::to_string(memory_mib) + " MiB does not fit GPU " +
+                                 std::to_string(index) + " (" + std::to_string(g.memory_mib) +
+                                 " MiB)");
+  }
+  load_[static_cast<size_t>(index)] = {utilization, memory_mib};
+  return base::Status::Ok();
+}
+
+}  // namespace meridian::agent

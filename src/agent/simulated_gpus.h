@@ -1,0 +1,40 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/gpu_discovery.h"
+
+namespace meridian::agent {
+
+// GPUs that exist only in this process, for machines without NVIDIA GPUs (development, CI,
+// the dev estate). Their telemetry follows the load the agent says runs on them: a task may
+// declare the utilisation it simulates.
+class SimulatedGpus final : public GpuDiscovery {
+ public:
+  // "8xH100-80GB", or several groups: "4xH100-80GB,2xA100-80GB". Models come from the GPU
+  // catalogue (memory, MIG); a group's GPUs share NVLink domains of `nvlink_domain_size`
+  // (0: one domain per group). `node` makes the UUIDs unique across simulated nodes.
+  static base::Result<std::unique_ptr<SimulatedGpus>> FromSpec(const std::string& spec,
+                                                               const std::string& node,
+                                                               int nvlink_domain_size = 0);
+
+  base::Result<std::vector<GpuInfo>> Inventory() override;
+  base::Result<std::vector<GpuTelemetry>> Telemetry() override;
+  bool simulated() const override { return true; }
+
+  // What runs on GPU `index` now: the share of compute it uses and the memory it holds.
+  base::Status SetLoad(int32_t index, double utilization, int64_t memory_mib);
+
+ private:
+  struct Load {
+    double utilization = 0;
+    int64_t memory_mib = 0;
+  };
+  std::vector<GpuInfo> gpus_;
+  std::vector<Load> load_;
+};
+
+}  // namespace meridian::agent

@@ -1,0 +1,64 @@
+#include "agent/simulated_gpus.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace meridian::agent {
+namespace {
+
+TEST(SimulatedGpus, BuildsTheInventoryFromASpec) {
+  auto gpus = SimulatedGpus::FromSpec("8xH100-80GB, 2xA100-80GB", "n1", 4);
+  ASSERT_TRUE(gpus.ok()) << gpus.status().message();
+  EXPECT_TRUE((*gpus)->simulated());
+  auto inv = (*gpus)->Inventory();
+  ASSERT_TRUE(inv.ok());
+  ASSERT_EQ(inv->size(), 10u);
+  std::set<std::string> uuids;
+  for (const GpuInfo& g : *inv) uuids.insert(g.uuid);
+  EXPECT_EQ(uuids.size(), 10u);
+  EXPECT_EQ((*inv)[0].model, "H100-80GB");
+  EXPECT_EQ((*inv)[0].memory_mib, 81920);
+  EXPECT_TRUE((*inv)[0].mig_capable);
+  // Domains of four within each group, and groups never share one.
+  EXPECT_EQ((*inv)[3].nvlink_domain, 0);
+  EXPECT_EQ((*inv)[4].nvlink_domain, 1);
+  EXPECT_EQ((*inv)[8].nvlink_domain, 2);
+  EXPECT_EQ((*inv)[8].model, "A100-80GB");
+}
+
+TEST(SimulatedGpus, RefusesBadSpecsWithAReason) {
+  for (const auto& [spec, want] : std::vector<std::pair<std::string, std::string>>{
+           {"8H100-80GB", "is not COUNTxMODEL"},
+           {"0xH100-80GB", "count 1..64"},
+           {"8xB300", "unknown GPU model \"B300\""},
+           {"", "is not COUNTxMODEL"},
+           {"40xH100-80GB,40xH100-80GB", "at most 64"}}) {
+    auto gpus = SimulatedGpus::FromSpec(spec, "n", 0);
+    ASSERT_FALSE(gpus.ok()) << spec;
+    EXPECT_NE(gpus.status().message().find(want), std::string::npos)
+        << spec << ": " << gpus.status().message();
+  }
+}
+
+TEST(SimulatedGpus, TelemetryFollowsTheLoad) {
+  auto gpus = SimulatedGpus::FromSpec("2xH100-80GB", "n1", 0);
+  ASSERT_TRUE(gpus.ok());
+  auto idle = (*gpus)->Telemetry();
+  ASSERT_TRUE(idle.ok());
+  EXPECT_EQ((*idle)[1].utilization, 0);
+  ASSERT_TRUE((*gpus)->SetLoad(1, 0.8, 40000).ok());
+  auto busy = (*gpus)->Telemetry();
+  ASSERT_TRUE(busy.ok());
+  EXPECT_DOUBLE_EQ((*busy)[1].utilization, 0.8);
+  EXPECT_EQ((*busy)[1].memory_used_mib, 40000);
+  EXPECT_GT((*busy)[1].temperature_c, (*idle)[1].temperature_c);
+  EXPECT_GT((*busy)[1].power_w, (*idle)[1].power_w);
+  EXPECT_EQ((*busy)[0].utilization, 0);  // the other GPU is untouched
+  EXPECT_FALSE((*gpus)->SetLoad(2, 0.5, 0).ok());
+  EXPECT_FALSE((*gpus)->SetLoad(0, 1.5, 0).ok());
+  EXPECT_FALSE((*gpus)->SetLoad(0, 0.5, 100000).ok());
+}
+
+}  // namespace
+}  // namespace meridian::agent
