@@ -655,12 +655,12 @@ Status SqliteStore::Read(const std::function<Status(Tx&)>& fn) {
 }
 
 int64_t SqliteStore::commits() const {
-  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+  std::lock_guard<std::mutex> lock(mu_);
   return commits_;
 }
 
 int64_t SqliteStore::writes() const {
-  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+  std::lock_guard<std::mutex> lock(mu_);
   return writes_;
 }
 

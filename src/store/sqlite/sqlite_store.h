@@ -45,7 +45,7 @@ class SqliteStore final : public Store {
   std::unique_ptr<SqliteConnection> writer_;
   int32_t schema_version_ = 0;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending*> queue_;
   bool stopping_ = false;
