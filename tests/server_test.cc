@@ -165,6 +165,11 @@ TEST_F(ServerTest, PlanApplyDriftAndRollback) {
   CliResult applied = Run("apply -f " + WriteFile("smaller.yaml", smaller) + " -m smaller");
   ASSERT_EQ(applied.code, 0) << applied.output;
   EXPECT_NE(applied.output.find("- Project research"), std::string::npos) << applied.output;
+  // The drift is named against the revision it departed from, not the one being made.
+  EXPECT_NE(
+      applied.output.find("~ Project vision: weight (changed through the API since revision 1)"),
+      std::string::npos)
+      << applied.output;
   EXPECT_NE(applied.output.find("Applied as revision 2"), std::string::npos) << applied.output;
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/research", admin_).status, 404);
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).body["spec"]["weight"], 1.0);

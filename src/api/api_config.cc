@@ -66,6 +66,7 @@ Json Diff(const std::vector<store::Object>& live, const std::vector<domain::Docu
                           {"before", it->second->spec},
                           {"after", doc->spec},
                           {"drift", drifted(key, it->second->spec)},
+                          {"lastRevision", last_revision},
                           {"liveVersion", it->second->version}}});
     }
   }
@@ -78,6 +79,7 @@ Json Diff(const std::vector<store::Object>& live, const std::vector<domain::Docu
                         {"name", key.second},
                         {"before", o->spec},
                         {"drift", drifted(key, o->spec)},
+                        {"lastRevision", last_revision},
                         {"liveVersion", o->version}}});
   }
   std::stable_sort(changes.begin(), changes.end(),

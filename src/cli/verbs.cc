@@ -240,7 +240,7 @@ base::Result<Json> ReadFiles(const std::vector<std::string>& paths) {
   return files;
 }
 
-void PrintChanges(Context& c, const Json& changes, int64_t revision) {
+void PrintChanges(Context& c, const Json& changes) {
   int create = 0, update = 0, remove = 0;
   for (const Json& ch : changes) {
     const std::string action = ch.at("action");
@@ -256,7 +256,7 @@ void PrintChanges(Context& c, const Json& changes, int64_t revision) {
       }
       c.out << "  ~ " << what << ": " << fields;
       if (ch.value("drift", false)) {
-        c.out << " (changed through the API since revision " << revision << ")";
+        c.out << " (changed through the API since revision " << Num(ch.at("lastRevision")) << ")";
       }
       c.out << "\n";
     } else {
@@ -562,7 +562,7 @@ int Plan(Context& c, const std::vector<std::string>& paths) {
     PrintStructured(c, *plan);
     return kExitOk;
   }
-  PrintChanges(c, plan->at("changes"), plan->value("revision", 0));
+  PrintChanges(c, plan->at("changes"));
   return kExitOk;
 }
 
@@ -580,7 +580,7 @@ int Apply(Context& c, const std::vector<std::string>& paths, const std::string& 
     PrintStructured(c, *applied);
     return kExitOk;
   }
-  PrintChanges(c, applied->at("changes"), applied->value("revision", 0));
+  PrintChanges(c, applied->at("changes"));
   if (!applied->at("changes").empty()) {
     c.out << "Applied as revision " << Num(applied->at("revision")) << ".\n";
   }
@@ -596,7 +596,7 @@ int Rollback(Context& c, int64_t to) {
     PrintStructured(c, *r);
     return kExitOk;
   }
-  PrintChanges(c, r->at("changes"), r->value("revision", 0));
+  PrintChanges(c, r->at("changes"));
   if (!r->at("changes").empty()) {
     c.out << "Restored revision " << to << " as revision " << Num(r->at("revision")) << ".\n";
   }
