@@ -176,21 +176,26 @@ std::optional<int64_t> IntParam(Api::Call& call, const std::string& name, int64_
 }
 
 Json JobToJson(const store::JobRecord& j) {
-  return {{"id", j.id},
-          {"kind", "Job"},
-          {"metadata",
-           {{"name", j.name},
-            {"project", j.project},
-            {"user", j.user},
-            {"resourceVersion", j.version}}},
-          {"spec", j.spec},
-          {"status",
-           {{"phase", j.phase},
-            {"reason", j.reason},
-            {"allocation", j.allocation},
-            {"generation", j.generation},
-            {"submittedAt", j.submitted_at},
-            {"updatedAt", j.updated_at}}}};
+  Json out = {{"id", j.id},
+              {"kind", "Job"},
+              {"metadata",
+               {{"name", j.name},
+                {"project", j.project},
+                {"user", j.user},
+                {"resourceVersion", j.version}}},
+              {"spec", j.spec},
+              {"status",
+               {{"phase", j.phase},
+                {"reason", j.reason},
+                {"allocation", j.allocation},
+                {"generation", j.generation},
+                {"submittedAt", j.submitted_at},
+                {"updatedAt", j.updated_at}}}};
+  // What agents reported: tasks, restarts, start and end times.
+  if (j.status.is_object()) {
+    for (const auto& [k, v] : j.status.items()) out["status"][k] = v;
+  }
+  return out;
 }
 
 Json ObjectToJson(const store::Object& o) {
@@ -259,6 +264,14 @@ void Api::Register(httplib::Server& server) {
   Route(server, "GET", v1 + "/watch", "events.watch", Kind::kRead, bind(&Api::Watch));
   Route(server, "GET", v1 + "/nodes", "nodes.list", Kind::kRead, bind(&Api::Nodes));
   Route(server, "GET", v1 + "/usage", "usage.get", Kind::kRead, bind(&Api::Usage));
+  Route(server, "POST", v1 + "/agents/register", "agents.register", Kind::kMutate,
+        bind(&Api::RegisterAgent));
+  // Heartbeats come every few seconds from every node: audited only when refused.
+  Route(server, "POST", v1 + "/agents/([^/]+)/heartbeat", "agents.heartbeat", Kind::kRead,
+        bind(&Api::AgentHeartbeat));
+  Route(server, "POST", v1 + "/agents/([^/]+)/logs", "agents.logs", Kind::kRead,
+        bind(&Api::UploadLogs));
+  Route(server, "GET", v1 + R"(/jobs/(\d+)/logs)", "jobs.logs", Kind::kRead, bind(&Api::JobLogs));
   for (const std::string& kind : domain::ConfigKinds()) {
     const std::string base = v1 + "/" + Plural(kind);
     const std::string one = base + "/([^/]+)";

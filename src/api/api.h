@@ -46,6 +46,40 @@ class SchedulerHooks {
   virtual Json Usage() = 0;
 };
 
+// What the API asks of the side of the server that node agents talk to (implemented by
+// server::NodeService). Thread-safe. Both answer an error whose message names the field.
+class AgentHooks {
+ public:
+  virtual ~AgentHooks() = default;
+  // An agent registers (or re-registers) its node: {node, cluster, pool, labels, address,
+  // cpuMilli, memoryMib, simulated, gpus: [...]}. Answers {node, heartbeatInterval, lease}.
+  virtual base::Result<Json> Register(const std::string& user, const Json& body) = 0;
+  // A heartbeat: {telemetry: [...], tasks: [{job, task, generation, state, exitCode, restarts,
+  // message}]}. Records what the tasks did and answers what should run on the node: {tasks:
+  // [...], heartbeatInterval, lease}.
+  virtual base::Result<Json> Heartbeat(const std::string& node, const Json& body) = 0;
+};
+
+// Task output as agents upload it: one file per job, task and generation, appended at known
+// offsets so that a retried upload never duplicates or loses bytes. Thread-safe.
+class LogStore {
+ public:
+  explicit LogStore(std::string dir) : dir_(std::move(dir)) {}
+  // Appends `data` when `offset` is the current size; returns the size after (the size it has
+  // when the offset is wrong, so the agent can resume from there).
+  base::Result<int64_t> Append(int64_t job, int32_t task, int64_t generation, int64_t offset,
+                               const std::string& data);
+  // Up to `max` bytes from `offset` of the newest generation of the task's output; `size` gets
+  // the whole size. NotFound when nothing was uploaded.
+  base::Result<std::string> Read(int64_t job, int32_t task, int64_t offset, int64_t max,
+                                 int64_t* size);
+
+ private:
+  std::string Path(int64_t job, int32_t task, int64_t generation) const;
+  std::string dir_;
+  std::mutex mu_;
+};
+
 // Wakes watchers when events are appended. The API and the scheduler controller notify it after
 // each commit that appended events; watchers wait for a sequence number beyond the one they saw.
 class EventBus {
@@ -78,6 +112,11 @@ class Api {
  public:
   Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy, SchedulerHooks* hooks,
       EventBus* bus, Metrics* metrics, ApiOptions options = {});
+  // Serves the agent protocol (/api/v1/agents/...) and task logs; without it those answer 404.
+  void ServeAgents(AgentHooks* agents, LogStore* logs) {
+    agents_ = agents;
+    logs_ = logs;
+  }
   ~Api();
 
   void Register(httplib::Server& server);
@@ -107,6 +146,11 @@ class Api {
   void Watch(Call& call);
   void Nodes(Call& call);
   void Usage(Call& call);
+  // Node agents and task output (api_agents.cc).
+  void RegisterAgent(Call& call);
+  void AgentHeartbeat(Call& call);
+  void UploadLogs(Call& call);
+  void JobLogs(Call& call);
   // Configuration (api_config.cc).
   void ListObjects(Call& call, const std::string& kind);
   void GetObject(Call& call, const std::string& kind);
@@ -149,6 +193,8 @@ class Api {
   EventBus* bus_;
   Metrics* metrics_;
   ApiOptions options_;
+  AgentHooks* agents_ = nullptr;
+  LogStore* logs_ = nullptr;
 
   std::mutex config_mu_;
   std::shared_ptr<const ConfigView> config_;

@@ -44,6 +44,10 @@ std::optional<Json> JsonBody(Api::Call& call);
 std::optional<int64_t> IntParam(Api::Call& call, const std::string& name, int64_t fallback,
                                 int64_t min, int64_t max);
 
+// Reads the job named by the route's first capture when the caller may see it; answers 404
+// otherwise (whether it exists or not).
+std::optional<store::JobRecord> ReadableJob(Api::Call& call, store::Store* store);
+
 Json JobToJson(const store::JobRecord& job);
 Json ObjectToJson(const store::Object& object);
 Json EventToJson(const store::Event& event);

@@ -117,9 +117,6 @@ void Api::ListJobs(Call& call) {
   Respond(call, 200, {{"items", items}, {"continue", next}});
 }
 
-namespace {
-
-// Reads a job the caller may see; answers 404 otherwise (whether it exists or not).
 std::optional<store::JobRecord> ReadableJob(Api::Call& call, store::Store* store) {
   const int64_t id = std::stoll(call.Arg(1));
   store::JobRecord job;
@@ -140,8 +137,6 @@ std::optional<store::JobRecord> ReadableJob(Api::Call& call, store::Store* store
   call.project = job.project;
   return job;
 }
-
-}  // namespace
 
 void Api::GetJob(Call& call) {
   auto job = ReadableJob(call, store_);

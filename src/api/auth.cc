@@ -41,6 +41,8 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 
 const char* RoleName(Role r) {
   switch (r) {
+    case Role::kAgent:
+      return "agent";
     case Role::kViewer:
       return "viewer";
     case Role::kMember:
@@ -77,6 +79,8 @@ base::Result<std::vector<RoleBinding>> ParseRoles(const Json& spec) {
     std::string scope_field;
     if (name == "admin") {
       b.role = Role::kAdmin;
+    } else if (name == "agent") {
+      b.role = Role::kAgent;
     } else if (name == "org-admin") {
       b.role = Role::kOrgAdmin;
       scope_field = "organization";
@@ -89,8 +93,9 @@ base::Result<std::vector<RoleBinding>> ParseRoles(const Json& spec) {
     } else if (name == "viewer") {
       b.role = Role::kViewer;
     } else {
-      return base::Status::Invalid(at + ".role: \"" + name +
-                                   "\" is not one of admin, org-admin, team-lead, member, viewer");
+      return base::Status::Invalid(
+          at + ".role: \"" + name +
+          "\" is not one of admin, org-admin, team-lead, member, viewer, agent");
     }
     int scopes = 0;
     for (const auto& [k, v] : r.items()) {
@@ -104,8 +109,8 @@ base::Result<std::vector<RoleBinding>> ParseRoles(const Json& spec) {
       ++scopes;
       (k == "organization" ? b.organization : k == "team" ? b.team : b.project) = v;
     }
-    if (b.role == Role::kAdmin && scopes != 0) {
-      return base::Status::Invalid(at + ": admin is global and takes no scope");
+    if ((b.role == Role::kAdmin || b.role == Role::kAgent) && scopes != 0) {
+      return base::Status::Invalid(at + ": " + name + " is global and takes no scope");
     }
     if (!scope_field.empty() && (scopes != 1 || !r.contains(scope_field))) {
       return base::Status::Invalid(at + "." + scope_field + ": " + name + " needs exactly its " +
@@ -144,6 +149,13 @@ std::string Tenancy::OrgOfProject(const std::string& project) const {
 bool Access::IsAdmin() const {
   for (const RoleBinding& b : roles_) {
     if (b.role == Role::kAdmin) return true;
+  }
+  return false;
+}
+
+bool Access::RunsNodes() const {
+  for (const RoleBinding& b : roles_) {
+    if (b.role == Role::kAdmin || b.role == Role::kAgent) return true;
   }
   return false;
 }

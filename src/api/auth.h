@@ -28,7 +28,9 @@ std::string Sha256Hex(const std::string& data);
 // Compares in time independent of where the strings differ.
 bool ConstantTimeEquals(const std::string& a, const std::string& b);
 
-enum class Role { kViewer, kMember, kTeamLead, kOrgAdmin, kAdmin };
+// Ordered by what a role may do within the tenancy tree; agent (a node agent's identity) may do
+// nothing there, only register nodes and report on them.
+enum class Role { kAgent, kViewer, kMember, kTeamLead, kOrgAdmin, kAdmin };
 const char* RoleName(Role r);
 
 // A role in a scope: admin is global; org-admin names an organization; team-lead a team;
@@ -63,6 +65,8 @@ class Access {
 
   const std::string& user() const { return user_; }
   bool IsAdmin() const;
+  // Registers nodes and reports what runs on them: agents and admins.
+  bool RunsNodes() const;
   // Jobs, events, logs and explanations of the project.
   bool CanRead(const std::string& project) const;
   bool CanSubmit(const std::string& project) const;

@@ -80,6 +80,13 @@ void PolicySpec(FieldReader& s) {
   s.Number("reserveAfter", 0, kMaxSeconds, 3600);
   s.Number("starvationHorizon", 0, kMaxSeconds, 24 * 3600.0);
   s.Number("cycleInterval", 0.01, 3600, 1.0);
+  // Agents heartbeat this often; a node silent for nodeLostTimeout is lost, and its agent stops
+  // its tasks when it has not reached the server for half of it (so a task never runs twice).
+  const double heartbeat = s.Number("heartbeatInterval", 0.05, 600, 2.0);
+  const double lost = s.Number("nodeLostTimeout", 0.5, 3600, 30.0);
+  if (lost < 3 * heartbeat) {
+    s.Error("nodeLostTimeout", "must be at least three heartbeatIntervals");
+  }
 }
 
 using SpecReader = void (*)(FieldReader&);
@@ -140,6 +147,11 @@ void JobSpecFields(FieldReader& s) {
   s.String("workingDir", false);
   s.Enum("restartPolicy", {"never", "on-failure"}, "never");
   s.Int("maxRestarts", 0, 100, 3);
+  // Sent with the notice file when the task is to stop (preemption, cancel); the task may
+  // checkpoint before SIGTERM comes, half its grace period later.
+  s.Enum("noticeSignal", {"none", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGINT"}, "none");
+  // On simulated GPUs: the utilisation the task reports while it runs.
+  s.Number("simulateUtilization", 0, 1, 0.5);
 }
 
 // The envelope: kind (checked by the caller), metadata.name, spec. Returns the name.

@@ -307,7 +307,7 @@ void Scheduler::Finish(int64_t id, double now) {
 }
 
 base::Status Scheduler::Adopt(JobSpec spec, const std::vector<Placement>& placements,
-                             double start_time) {
+                              double start_time) {
   if (jobs_.count(spec.id)) {
     return base::Status::Invalid("job " + std::to_string(spec.id) + " was submitted before");
   }
@@ -353,6 +353,11 @@ void Scheduler::Cancel(int64_t id, double now) {
   std::erase(running_, id);
   if (reserved_job_ == id) reserved_job_ = -1;
   jobs_.erase(it);
+}
+
+void Scheduler::Evicting(int64_t id) {
+  auto it = jobs_.find(id);
+  if (it != jobs_.end() && it->second.phase == Phase::kRunning) it->second.phase = Phase::kStopping;
 }
 
 void Scheduler::Evicted(int64_t id, double now) {

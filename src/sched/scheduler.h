@@ -126,6 +126,9 @@ class Scheduler {
   // Forgets a job, pending or running (its resources are released); unknown ids are ignored.
   void Cancel(int64_t job, double now);
   void Evicted(int64_t job, double now);
+  // Marks an adopted job as stopping after a preemption decided before the rebuild: it holds
+  // its resources until Evicted, and is not chosen as a victim again.
+  void Evicting(int64_t job);
   CycleResult Cycle(double now);
   Explanation Explain(int64_t job, double now);
 

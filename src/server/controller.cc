@@ -15,14 +15,15 @@ namespace {
 constexpr int32_t kPage = 1000;
 
 bool Active(const std::string& phase) {
-  return phase == "Pending" || phase == "Placed" || phase == "Running";
+  return phase == "Pending" || phase == "Placed" || phase == "Running" || phase == "Stopping";
 }
 
 }  // namespace
 
 SchedulerController::SchedulerController(store::Store* store, const base::Clock* clock,
-                                         api::EventBus* bus, api::Metrics* metrics)
-    : store_(store), clock_(clock), bus_(bus), metrics_(metrics) {
+                                         api::EventBus* bus, api::Metrics* metrics,
+                                         NodeService* nodes)
+    : store_(store), clock_(clock), bus_(bus), metrics_(metrics), nodes_(nodes) {
   metrics_->Describe("meridian_scheduler_cycle_duration_seconds", "histogram",
                      "Time of one scheduling round: catching up, the cycle, the commit.");
   metrics_->Describe("meridian_queue_depth", "gauge", "Pending jobs by project.");
@@ -84,7 +85,9 @@ void SchedulerController::Loop() {
 }
 
 void SchedulerController::Track(const store::JobRecord& job) {
-  known_[job.id] = {job.project, job.version, job.generation, job.phase, job.submitted_at};
+  known_[job.id] = {job.project,      job.version,    job.generation, job.phase,
+                    job.submitted_at, job.allocation, job.status};
+  nodes_->Track(job);
 }
 
 Status SchedulerController::Rebuild() {
@@ -96,7 +99,7 @@ Status SchedulerController::Rebuild() {
     if (!o.ok()) return o.status();
     objects = std::move(o.value());
     store::JobFilter f;
-    f.phases = {"Pending", "Placed", "Running"};
+    f.phases = {"Pending", "Placed", "Running", "Stopping"};
     f.limit = kPage;
     for (;;) {
       auto page = tx.ListJobs(f);
@@ -134,6 +137,7 @@ Status SchedulerController::Rebuild() {
                                                       (*estate)->quotas, (*estate)->options, 1);
   known_.clear();
   reasons_.clear();
+  nodes_->Reset(**estate);
   std::vector<store::JobRecord> lost;  // placed where the estate no longer has room
   for (auto& [job, spec] : converted) {
     Track(job);
@@ -153,6 +157,9 @@ Status SchedulerController::Rebuild() {
     if (!adopted.ok()) {
       job.reason = "requeued: " + adopted.message();
       lost.push_back(job);
+    } else if (job.phase == "Stopping") {
+      // Preempted before the rebuild: it still holds its nodes until its tasks have stopped.
+      scheduler->Evicting(job.id);
     }
   }
   estate_ = std::move(estate.value());
@@ -167,6 +174,7 @@ Status SchedulerController::Rebuild() {
     for (store::JobRecord& j : lost) {
       j.phase = "Pending";
       j.allocation = Json::array();
+      j.status.erase("tasks");
       j.updated_at = now;
       if (auto v = tx.UpdateJob(j, j.version); !v.ok()) return v.status();
       auto e = tx.AppendEvent(
@@ -184,7 +192,7 @@ Status SchedulerController::Rebuild() {
 Status SchedulerController::CatchUp() {
   for (;;) {
     std::vector<store::Event> events;
-    std::map<int64_t, store::JobRecord> submitted;
+    std::map<int64_t, store::JobRecord> changed;  // as stored now
     Status s = store_->Read([&](store::Tx& tx) {
       store::EventFilter f;
       f.after_seq = last_seq_;
@@ -193,9 +201,9 @@ Status SchedulerController::CatchUp() {
       if (!r.ok()) return r.status();
       events = std::move(r.value());
       for (const store::Event& e : events) {
-        if (e.object_kind != "Job" || e.reason != "Submitted") continue;
+        if (e.object_kind != "Job") continue;
         auto j = tx.GetJob(std::stoll(e.object_name));
-        if (j.ok()) submitted[j->id] = *j;
+        if (j.ok()) changed[j->id] = *j;
       }
       return Status::Ok();
     });
@@ -208,18 +216,29 @@ Status SchedulerController::CatchUp() {
         continue;
       }
       const int64_t id = std::stoll(e.object_name);
-      if (e.reason == "Submitted") {
-        auto it = submitted.find(id);
-        if (it == submitted.end() || !Active(it->second.phase)) continue;
-        Track(it->second);
-        auto spec = ToSchedulerJob(it->second, *estate_);
+      auto it = changed.find(id);
+      if (it == changed.end()) continue;
+      const store::JobRecord& job = it->second;
+      auto k = known_.find(id);
+      if (!Active(job.phase)) {
+        if (k == known_.end()) continue;  // handled at an earlier event of this batch
+        scheduler_->Cancel(id, now);
+        known_.erase(k);
+        reasons_.erase(id);
+        nodes_->Track(job);
+        continue;
+      }
+      if (k == known_.end()) {
+        if (e.reason != "Submitted" || job.phase != "Pending") continue;
+        Track(job);
+        auto spec = ToSchedulerJob(job, *estate_);
         Status queued = spec.ok() ? scheduler_->Submit(std::move(spec.value())) : spec.status();
         if (!queued.ok()) reasons_[id] = queued.message();
-      } else if (e.reason == "Cancelled" || e.reason == "Succeeded" || e.reason == "Failed") {
-        scheduler_->Cancel(id, now);
-        known_.erase(id);
-        reasons_.erase(id);
+        continue;
       }
+      // A preempted job whose tasks have stopped goes back to the queue.
+      if (k->second.phase == "Stopping" && job.phase == "Pending") scheduler_->Evicted(id, now);
+      if (job.version >= k->second.version) Track(job);
     }
     if (dirty_ || events.size() < static_cast<size_t>(kPage)) return Status::Ok();
   }
@@ -228,6 +247,9 @@ Status SchedulerController::CatchUp() {
 Status SchedulerController::RunOnce() {
   const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
+  auto expired = nodes_->ExpireNodes();
+  if (!expired.ok()) return expired.status();
+  if (*expired) dirty_ = true;  // lost nodes are unschedulable; their jobs were requeued
   if (!dirty_ && scheduler_) {
     if (Status s = CatchUp(); !s.ok()) return s;
   }
@@ -251,13 +273,24 @@ Status SchedulerController::Commit(const sched::CycleResult& result, double now)
   };
   std::vector<Update> updates;
   std::vector<store::Event> events;
+  std::vector<int64_t> evicted_now;  // preempted on nodes no agent runs: nothing to stop
   for (const sched::PreemptDecision& p : result.preempted) {
     const Known& k = known_.at(p.job);
+    bool on_agents = false;
+    for (const Json& t : k.allocation) on_agents |= estate_->Registered(t.value("node", ""));
     store::JobRecord r;
     r.id = p.job;
-    r.phase = "Pending";
     r.reason = "preempted for job " + std::to_string(p.for_job) + " (" + p.reason + ")";
     r.generation = k.generation;
+    r.status = k.status;
+    if (on_agents) {
+      r.phase = "Stopping";
+      r.allocation = k.allocation;
+    } else {
+      r.phase = "Pending";
+      r.status.erase("tasks");
+      evicted_now.push_back(p.job);
+    }
     r.updated_at = now;
     updates.push_back({r, k.version});
     events.push_back(
@@ -270,6 +303,9 @@ Status SchedulerController::Commit(const sched::CycleResult& result, double now)
     r.phase = "Placed";
     r.allocation = AllocationToJson(d.placements, *estate_);
     r.generation = k.generation + 1;
+    r.status = k.status;
+    r.status.erase("tasks");
+    r.status.erase("startedAt");
     std::string where;
     for (const Json& t : r.allocation) {
       const std::string node = t.at("node");
@@ -311,10 +347,12 @@ Status SchedulerController::Commit(const sched::CycleResult& result, double now)
     k.version = versions[i];
     k.generation = updates[i].record.generation;
     k.phase = updates[i].record.phase;
+    k.allocation = updates[i].record.allocation;
+    k.status = updates[i].record.status;
   }
-  // No agent yet carries out a stop: preempted jobs count as stopped at once.
-  for (const sched::PreemptDecision& p : result.preempted) scheduler_->Evicted(p.job, now);
-  if (!result.preempted.empty()) Wake();
+  for (int64_t id : evicted_now) scheduler_->Evicted(id, now);
+  // The next round reads the decisions back from the log and hands them to the agents.
+  Wake();
   bus_->Notify(seq);
   return Status::Ok();
 }
@@ -445,8 +483,24 @@ Json SchedulerController::Nodes() {
                    {"memoryMib", n.memory_capacity},
                    {"memoryFreeMib", n.memory_free},
                    {"schedulable", n.schedulable},
-                   {"source", "declared"},  // by a node pool; registered by an agent later
                    {"gpus", gpus}});
+    Json& row = out.back();
+    // Registered by an agent (with liveness and telemetry), or declared by a node pool.
+    Json status = estate_->Registered(d.name) ? nodes_->NodeStatus(d.name) : Json();
+    row["source"] = status.is_null() ? "declared" : "registered";
+    if (status.is_null()) continue;
+    row["state"] = status["state"];
+    row["lastHeartbeat"] = status["lastHeartbeat"];
+    row["simulated"] = status["simulated"];
+    row["address"] = estate_->agent_address.at(d.name);
+    for (const Json& t : status["telemetry"]) {
+      const bool indexed = t.is_object() && t.contains("index") && t["index"].is_number_integer();
+      const int64_t index = indexed ? t["index"].get<int64_t>() : -1;
+      if (index < 0 || index >= static_cast<int64_t>(row["gpus"].size())) continue;
+      for (const auto& [k, v] : t.items()) {
+        if (k != "index") row["gpus"][index][k] = v;
+      }
+    }
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "sched/scheduler.h"
 #include "server/estate.h"
+#include "server/nodes.h"
 #include "store/store.h"
 
 namespace meridian::server {
@@ -24,12 +25,15 @@ namespace meridian::server {
 // runs when woken by the API and at least every `cycleInterval` seconds. Decisions are committed
 // in one transaction with optimistic concurrency on each job's resource version; when a job
 // moved underneath (cancelled meanwhile), the decision is dropped and the scheduler rebuilt.
-// Until agents exist (issue 5) a placed job stays Placed; preempted jobs return to Pending at
-// once. Thread-safe: the API calls Explain, PendingReason and Nodes from its threads.
+// What agents report moves placed jobs on (NodeService); the controller follows those changes
+// through the same log and keeps NodeService's assignments current. A preempted job on agents'
+// nodes is Stopping until its tasks have stopped; on nodes no agent runs (declared by a pool)
+// it returns to Pending at once. Thread-safe: the API calls Explain, PendingReason and Nodes
+// from its threads.
 class SchedulerController final : public api::SchedulerHooks {
  public:
   SchedulerController(store::Store* store, const base::Clock* clock, api::EventBus* bus,
-                      api::Metrics* metrics);
+                      api::Metrics* metrics, NodeService* nodes);
   ~SchedulerController() override;
 
   void Start();
@@ -52,6 +56,8 @@ class SchedulerController final : public api::SchedulerHooks {
     int64_t generation = 0;
     std::string phase;
     double submitted_at = 0;
+    Json allocation;
+    Json status;
   };
   base::Status Rebuild();
   base::Status CatchUp();
@@ -64,6 +70,7 @@ class SchedulerController final : public api::SchedulerHooks {
   const base::Clock* clock_;
   api::EventBus* bus_;
   api::Metrics* metrics_;
+  NodeService* nodes_;
 
   std::mutex mu_;  // guards everything below except the thread's wake-up state
   std::unique_ptr<Estate> estate_;

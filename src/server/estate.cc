@@ -59,6 +59,32 @@ void AddPoolNodes(const store::Object& pool, std::vector<domain::Node>* nodes) {
   }
 }
 
+// A node an agent registered (server/nodes.cc writes the spec); not schedulable while lost.
+void AddRegisteredNode(const store::Object& o, Estate* e) {
+  const Json& s = o.spec;
+  domain::Node n;
+  n.name = o.name;
+  n.cluster = s.value("cluster", "");
+  n.pool = s.value("pool", "");
+  n.rack = s.value("rack", "");
+  n.cpu_milli = s.value("cpuMilli", 0);
+  n.memory_mib = s.value("memoryMib", 0);
+  n.schedulable = s.value("state", "Ready") == "Ready";
+  if (s.contains("labels")) {
+    for (const auto& [k, v] : s.at("labels").items()) n.labels[k] = v.get<std::string>();
+  }
+  for (const Json& g : s.value("gpus", Json::array())) {
+    domain::GpuDevice d;
+    d.uuid = g.value("uuid", "");
+    d.model = g.value("model", "");
+    d.nvlink_domain = g.value("nvlinkDomain", 0);
+    d.healthy = g.value("healthy", true);
+    n.gpus.push_back(d);
+  }
+  e->agent_address[n.name] = s.value("address", "");
+  e->nodes.push_back(std::move(n));
+}
+
 }  // namespace
 
 base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Object>& objects) {
@@ -68,6 +94,7 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
   for (const store::Object& o : objects) {
     if (o.kind == "Cluster") e->clusters.push_back(ClusterOf(o));
     if (o.kind == "NodePool") AddPoolNodes(o, &e->nodes);
+    if (o.kind == "Node") AddRegisteredNode(o, e.get());
     if (o.kind == "Team") teams[o.name] = &o;
     if (o.kind == "Project") projects[o.name] = &o;
     if (o.kind == "Quota") quotas.push_back(&o);
@@ -88,6 +115,8 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
       e->options.starvation_horizon = o.spec.value("starvationHorizon", 24 * 3600.0);
       e->placement = o.spec.value("placement", "meridian");
       e->cycle_interval = o.spec.value("cycleInterval", 1.0);
+      e->heartbeat_interval = o.spec.value("heartbeatInterval", 2.0);
+      e->node_lost_timeout = o.spec.value("nodeLostTimeout", 30.0);
     }
   }
   auto snapshot = sched::Snapshot::Build(e->clusters, e->nodes, domain::GpuCatalog::Builtin());

@@ -17,12 +17,13 @@ namespace meridian::server {
 
 using Json = nlohmann::json;
 
-// The scheduler's inputs built from the live desired state: the estate's capacity (clusters,
-// and nodes declared by node pools until agents register them), the quota tree, the priority
-// classes and the policy.
+// The scheduler's inputs built from the live desired state: the estate's capacity (clusters;
+// nodes that agents registered, and nodes that node pools declare with `nodes: N`, which no
+// agent runs), the quota tree, the priority classes and the policy.
 struct Estate {
   std::vector<domain::Cluster> clusters;
   std::vector<domain::Node> nodes;
+  std::map<std::string, std::string> agent_address;  // registered node -> its agent's address
   sched::Snapshot snapshot;
   sched::QuotaTree quotas;
   std::map<std::string, int32_t> tenant_of_project;
@@ -31,6 +32,10 @@ struct Estate {
   sched::SchedulerOptions options;
   std::string placement = "meridian";
   double cycle_interval = 1.0;
+  double heartbeat_interval = 2.0;  // what agents are told
+  double node_lost_timeout = 30.0;  // a registered node silent this long is lost
+
+  bool Registered(const std::string& node) const { return agent_address.count(node) > 0; }
 };
 
 base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Object>& objects);

@@ -113,8 +113,12 @@ Status RunServer(const ServerOptions& o) {
   base::SystemClock clock;
   base::SystemEntropy entropy;
   api::EventBus bus;
-  SchedulerController controller(&store, &clock, &bus, &metrics);
+  NodeService nodes(&store, &clock, &bus);
+  SchedulerController controller(&store, &clock, &bus, &metrics, &nodes);
+  nodes.OnChange([&controller] { controller.Wake(); });
+  api::LogStore logs(o.data_dir + "/logs");
   api::Api api(&store, &clock, &entropy, &controller, &bus, &metrics);
+  api.ServeAgents(&nodes, &logs);
   auto token = api.Bootstrap();
   if (!token.ok()) return token.status();
   const std::string token_path = o.data_dir + "/admin.token";

@@ -40,9 +40,12 @@ struct JobRecord {
   std::string reason;               // why it is in its phase (why it waits, why it failed)
   Json allocation = Json::array();  // one entry per task while placed or running
   int64_t generation = 0;           // bumped by every placement; fences stale agents
+  // What agents reported of the current run: {tasks: [{state, exitCode, restarts, node}],
+  // restarts (requeues after a lost node), startedAt, finishedAt}. Replaced with the phase.
   int64_t version = 0;              // resource version, as for objects
   double submitted_at = 0;
   double updated_at = 0;
+  Json status = Json::object();
 };
 
 struct JobFilter {

@@ -191,6 +191,8 @@ TEST_P(StoreConformance, JobsFilterPaginateAndUpdateWithVersions) {
   j.phase = "Running";
   j.allocation = Json::array({{{"node", "n1"}}});
   j.generation = 1;
+  EXPECT_EQ(j.status, Json::object());
+  j.status = {{"tasks", Json::array({{{"state", "Running"}}})}};
   ASSERT_TRUE(store_->Write([&](Tx& tx) { return tx.UpdateJob(j, 1).status(); }).ok());
   EXPECT_EQ(store_->Write([&](Tx& tx) { return tx.UpdateJob(j, 1).status(); }).code(),
             StatusCode::kConflict);
@@ -200,6 +202,7 @@ TEST_P(StoreConformance, JobsFilterPaginateAndUpdateWithVersions) {
                     EXPECT_EQ(r->phase, "Running");
                     EXPECT_EQ(r->allocation[0]["node"], "n1");
                     EXPECT_EQ(r->generation, 1);
+                    EXPECT_EQ(r->status["tasks"][0]["state"], "Running");
                     EXPECT_EQ(r->version, 2);
                     EXPECT_EQ(tx.GetJob(99).status().code(), StatusCode::kNotFound);
                     JobFilter running;

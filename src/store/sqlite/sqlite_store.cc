@@ -44,6 +44,10 @@ CREATE TABLE revisions (
   number INTEGER PRIMARY KEY AUTOINCREMENT, created_at REAL NOT NULL, author TEXT NOT NULL,
   message TEXT NOT NULL, documents TEXT NOT NULL);
 )sql",
+    // 2: what agents report about a job's run (task states, exit codes, restarts).
+    R"sql(
+ALTER TABLE jobs ADD COLUMN status TEXT NOT NULL DEFAULT '{}';
+)sql",
 };
 
 Status SqlError(sqlite3* db, const std::string& what) {
@@ -239,11 +243,13 @@ class SqliteTx final : public Tx {
 
   Result<int64_t> InsertJob(const JobRecord& j) override {
     if (read_only_) return ReadOnly();
-    Query q(c_,
-            "INSERT INTO jobs (name, project, user, spec, phase, reason, allocation, generation, "
-            "version, submitted_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)");
+    Query q(
+        c_,
+        "INSERT INTO jobs (name, project, user, spec, phase, reason, allocation, generation, "
+        "version, submitted_at, updated_at, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)");
     q.Bind(j.name).Bind(j.project).Bind(j.user).Bind(j.spec.dump()).Bind(j.phase).Bind(j.reason);
     q.Bind(j.allocation.dump()).Bind(j.generation).Bind(j.submitted_at).Bind(j.updated_at);
+    q.Bind(j.status.dump());
     if (Status s = q.Run(); !s.ok()) return s;
     return static_cast<int64_t>(sqlite3_last_insert_rowid(c_->db()));
   }
@@ -282,9 +288,9 @@ class SqliteTx final : public Tx {
     if (Status s = Check("job " + std::to_string(j.id), *current, expected); !s.ok()) return s;
     Query q(c_,
             "UPDATE jobs SET phase = ?, reason = ?, allocation = ?, generation = ?, version = ?, "
-            "updated_at = ? WHERE id = ?");
+            "updated_at = ?, status = ? WHERE id = ?");
     q.Bind(j.phase).Bind(j.reason).Bind(j.allocation.dump()).Bind(j.generation);
-    q.Bind(*current + 1).Bind(j.updated_at).Bind(j.id);
+    q.Bind(*current + 1).Bind(j.updated_at).Bind(j.status.dump()).Bind(j.id);
     if (Status s = q.Run(); !s.ok()) return s;
     return *current + 1;
   }
@@ -433,7 +439,7 @@ class SqliteTx final : public Tx {
  private:
   static constexpr const char* kJobColumns =
       "SELECT id, name, project, user, spec, phase, reason, allocation, generation, version, "
-      "submitted_at, updated_at FROM jobs";
+      "submitted_at, updated_at, status FROM jobs";
   static constexpr const char* kTokenColumns =
       "SELECT id, user, secret_hash, description, created_at, expires_at, revoked FROM tokens";
 
@@ -481,6 +487,7 @@ class SqliteTx final : public Tx {
     j.version = q.Int(9);
     j.submitted_at = q.Real(10);
     j.updated_at = q.Real(11);
+    j.status = q.JsonAt(12);
     return j;
   }
   static TokenRecord TokenAt(const Query& q) {

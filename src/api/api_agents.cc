@@ -1,0 +1,141 @@
+// The agent protocol (registration, heartbeats, log uploads) and task output for users.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "api/api_internal.h"
+
+namespace meridian::api {
+
+using base::Status;
+
+namespace {
+
+constexpr int64_t kMaxLogRead = 1 << 20;
+
+bool RunsNodes(Api::Call& call) {
+  if (call.access.RunsNodes()) return true;
+  Fail(call, 403, "permission_denied",
+       call.access.user() + " is not a node agent (role agent or admin)");
+  return false;
+}
+
+}  // namespace
+
+std::string LogStore::Path(int64_t job, int32_t task, int64_t generation) const {
+  return dir_ + "/" + std::to_string(job) + "/task-" + std::to_string(task) + ".gen-" +
+         std::to_string(generation) + ".log";
+}
+
+base::Result<int64_t> LogStore::Append(int64_t job, int32_t task, int64_t generation,
+                                       int64_t offset, const std::string& data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string path = Path(job, task, generation);
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  if (ec) return Status::Io("logs: " + ec.message());
+  struct stat st;
+  const int64_t size = ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
+  if (offset != size || data.empty()) return size;
+  std::ofstream out(path, std::ios::app | std::ios::binary);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  out.close();
+  if (!out) return Status::Io("logs: cannot write " + path);
+  return size + static_cast<int64_t>(data.size());
+}
+
+base::Result<std::string> LogStore::Read(int64_t job, int32_t task, int64_t offset, int64_t max,
+                                         int64_t* size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The newest generation is the current or last run.
+  const std::string prefix = "task-" + std::to_string(task) + ".gen-";
+  int64_t newest = -1;
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(dir_ + "/" + std::to_string(job), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    try {
+      newest = std::max<int64_t>(newest, std::stoll(name.substr(prefix.size())));
+    } catch (const std::exception&) {
+    }
+  }
+  if (newest < 0) return Status::NotFound("no output yet");
+  std::ifstream in(Path(job, task, newest), std::ios::binary);
+  in.seekg(0, std::ios::end);
+  *size = static_cast<int64_t>(in.tellg());
+  if (offset >= *size) return std::string();
+  in.seekg(offset);
+  std::string out(static_cast<size_t>(std::min(max, *size - offset)), '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  out.resize(static_cast<size_t>(in.gcount()));
+  return out;
+}
+
+void Api::RegisterAgent(Call& call) {
+  if (!agents_) return Fail(call, 404, "not_found", "this server takes no agents");
+  if (!RunsNodes(call)) return;
+  auto body = JsonBody(call);
+  if (!body) return;
+  auto answer = agents_->Register(call.access.user(), *body);
+  if (!answer.ok()) return Fail(call, answer.status());
+  call.audit_message = "node " + answer->value("node", "");
+  Respond(call, 200, *answer);
+}
+
+void Api::AgentHeartbeat(Call& call) {
+  if (!agents_) return Fail(call, 404, "not_found", "this server takes no agents");
+  if (!RunsNodes(call)) return;
+  auto body = JsonBody(call);
+  if (!body) return;
+  auto answer = agents_->Heartbeat(call.Arg(1), *body);
+  if (!answer.ok()) return Fail(call, answer.status());
+  Respond(call, 200, *answer);
+}
+
+void Api::UploadLogs(Call& call) {
+  if (!agents_ || !logs_) return Fail(call, 404, "not_found", "this server takes no agents");
+  if (!RunsNodes(call)) return;
+  for (const char* name : {"job", "task", "generation", "offset"}) {
+    if (!call.req.has_param(name)) {
+      return Fail(call, 400, "invalid_argument", std::string(name) + ": is required", name);
+    }
+  }
+  auto job = IntParam(call, "job", -1, 1, INT64_MAX);
+  if (!job) return;
+  auto task = IntParam(call, "task", -1, 0, 100000);
+  if (!task) return;
+  auto generation = IntParam(call, "generation", -1, 0, INT64_MAX);
+  if (!generation) return;
+  auto offset = IntParam(call, "offset", -1, 0, INT64_MAX);
+  if (!offset) return;
+  auto size = logs_->Append(*job, static_cast<int32_t>(*task), *generation, *offset, call.req.body);
+  if (!size.ok()) return Fail(call, size.status());
+  Respond(call, 200, {{"size", *size}});
+}
+
+void Api::JobLogs(Call& call) {
+  if (!logs_) return Fail(call, 404, "not_found", "this server keeps no task output");
+  auto job = ReadableJob(call, store_);
+  if (!job) return;
+  auto task = IntParam(call, "task", 0, 0, 100000);
+  if (!task) return;
+  auto offset = IntParam(call, "offset", 0, 0, INT64_MAX);
+  if (!offset) return;
+  auto limit = IntParam(call, "limit", kMaxLogRead, 1, kMaxLogRead);
+  if (!limit) return;
+  int64_t size = 0;
+  auto text = logs_->Read(job->id, static_cast<int32_t>(*task), *offset, *limit, &size);
+  if (!text.ok() && text.status().code() != base::StatusCode::kNotFound) {
+    return Fail(call, text.status());
+  }
+  const std::string data = text.ok() ? *text : "";
+  call.res.status = 200;
+  call.res.set_header("X-Meridian-Log-Size", std::to_string(size));
+  call.res.set_header("X-Meridian-Log-Offset", std::to_string(*offset + data.size()));
+  call.res.set_header("X-Meridian-Job-Phase", job->phase);
+  call.res.set_content(data, "text/plain; charset=utf-8");
+}
+
+}  // namespace meridian::api

@@ -1,0 +1,528 @@
+#include "server/nodes.h"
+
+#include "domain/gpu_model.h"
+#include "domain/spec.h"
+
+namespace meridian::server {
+
+using base::Status;
+
+namespace {
+
+bool HasAllocation(const std::string& phase) {
+  return phase == "Placed" || phase == "Running" || phase == "Stopping";
+}
+
+// Typed reads of an agent's JSON that fail with the field's name instead of throwing.
+class Fields {
+ public:
+  Fields(const Json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  const Status& status() const { return status_; }
+
+  std::string String(const char* key, bool required, const std::string& fallback = "") {
+    if (!j_.contains(key)) {
+      if (required) Error(key, "is required");
+      return fallback;
+    }
+    if (!j_.at(key).is_string()) return Error(key, "must be a string"), fallback;
+    return j_.at(key).get<std::string>();
+  }
+  int64_t Int(const char* key, int64_t min, int64_t max, int64_t fallback) {
+    if (!j_.contains(key)) return fallback;
+    const Json& v = j_.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < min || v.get<int64_t>() > max) {
+      Error(key,
+            "must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+      return fallback;
+    }
+    return v.get<int64_t>();
+  }
+  double Number(const char* key, double fallback) {
+    if (!j_.contains(key) || j_.at(key).is_null()) return fallback;
+    if (!j_.at(key).is_number()) return Error(key, "must be a number"), fallback;
+    return j_.at(key).get<double>();
+  }
+  bool Bool(const char* key, bool fallback) {
+    if (!j_.contains(key)) return fallback;
+    if (!j_.at(key).is_boolean()) return Error(key, "must be true or false"), fallback;
+    return j_.at(key).get<bool>();
+  }
+  const Json& Array(const char* key) {
+    static const Json kEmpty = Json::array();
+    if (!j_.contains(key)) return kEmpty;
+    if (!j_.at(key).is_array()) return Error(key, "must be a list"), kEmpty;
+    return j_.at(key);
+  }
+  Json StringMap(const char* key) {
+    Json out = Json::object();
+    if (!j_.contains(key)) return out;
+    if (!j_.at(key).is_object()) return Error(key, "must be a mapping"), out;
+    for (const auto& [k, v] : j_.at(key).items()) {
+      if (!v.is_string()) return Error(key, "values must be strings"), out;
+      out[k] = v;
+    }
+    return out;
+  }
+  void Error(const std::string& key, const std::string& message) {
+    if (status_.ok()) status_ = Status::Invalid(where_ + key + ": " + message);
+  }
+
+ private:
+  const Json& j_;
+  std::string where_;
+  Status status_;
+};
+
+// The Node object an agent's registration describes, checked.
+base::Result<store::Object> NodeFromRegistration(const Json& body) {
+  if (!body.is_object()) return Status::Invalid("registration: must be a JSON object");
+  Fields f(body, "");
+  store::Object o;
+  o.kind = "Node";
+  o.name = f.String("node", true);
+  Json& s = o.spec;
+  s["cluster"] = f.String("cluster", true);
+  s["pool"] = f.String("pool", false);
+  s["rack"] = f.String("rack", false);
+  s["address"] = f.String("address", false);
+  s["labels"] = f.StringMap("labels");
+  s["cpuMilli"] = f.Int("cpuMilli", 1, int64_t{1} << 40, 1000);
+  s["memoryMib"] = f.Int("memoryMib", 1, int64_t{1} << 40, 1024);
+  s["simulated"] = f.Bool("simulated", false);
+  s["agentVersion"] = f.String("agentVersion", false);
+  s["gpus"] = Json::array();
+  const Json& gpus = f.Array("gpus");
+  std::string model;
+  for (size_t i = 0; i < gpus.size() && f.status().ok(); ++i) {
+    const std::string at = "gpus[" + std::to_string(i) + "].";
+    if (!gpus[i].is_object()) {
+      f.Error("gpus[" + std::to_string(i) + "]", "must be a mapping");
+      break;
+    }
+    Fields g(gpus[i], at);
+    Json gpu = {{"index", g.Int("index", 0, 1023, static_cast<int64_t>(i))},
+                {"uuid", g.String("uuid", true)},
+                {"model", g.String("model", true)},
+                {"memoryMib", g.Int("memoryMib", 0, int64_t{1} << 30, 0)},
+                {"nvlinkDomain", g.Int("nvlinkDomain", 0, 1023, 0)},
+                {"migCapable", g.Bool("migCapable", false)},
+                {"migEnabled", g.Bool("migEnabled", false)},
+                {"healthy", g.Bool("healthy", true)}};
+    if (!g.status().ok()) return g.status();
+    const std::string m = gpu["model"];
+    if (!domain::GpuCatalog::Builtin().Find(m)) {
+      return Status::Invalid(at + "model: \"" + m + "\" is not a GPU model Meridian knows");
+    }
+    if (!model.empty() && m != model) {
+      return Status::Invalid(at + "model: the GPUs of one node must be of one model (" + model +
+                             " and " + m + ")");
+    }
+    model = m;
+    s["gpus"].push_back(gpu);
+  }
+  if (!f.status().ok()) return f.status();
+  if (!domain::IsValidName(o.name)) {
+    return Status::Invalid("node: \"" + o.name + "\" is not a valid name");
+  }
+  s["state"] = "Ready";
+  return o;
+}
+
+}  // namespace
+
+NodeService::NodeService(store::Store* store, const base::Clock* clock, api::EventBus* bus)
+    : store_(store), clock_(clock), bus_(bus) {}
+
+Status NodeService::Load() {
+  if (loaded_) return Status::Ok();
+  auto nodes = store::ReadValue(*store_, [](store::Tx& tx) { return tx.ListObjects("Node"); });
+  if (!nodes.ok()) return nodes.status();
+  const double now = clock_->Now();
+  for (const store::Object& o : *nodes) {
+    NodeEntry& e = nodes_[o.name];
+    e.state = o.spec.value("state", "Ready");
+    e.simulated = o.spec.value("simulated", false);
+    e.last_seen = now;
+  }
+  loaded_ = true;
+  return Status::Ok();
+}
+
+base::Result<Json> NodeService::Register(const std::string& user, const Json& body) {
+  auto node = NodeFromRegistration(body);
+  if (!node.ok()) return node.status();
+  const double now = clock_->Now();
+  node->updated_at = now;
+  node->updated_by = user;
+  int64_t seq = 0;
+  Status s = store_->Write([&](store::Tx& tx) {
+    auto cluster = tx.GetObject("Cluster", node->spec.at("cluster"));
+    if (!cluster.ok()) {
+      return Status::NotFound("cluster: \"" + node->spec.at("cluster").get<std::string>() +
+                              "\" does not exist");
+    }
+    const std::string pool = node->spec.at("pool");
+    if (!pool.empty()) {
+      auto p = tx.GetObject("NodePool", pool);
+      if (!p.ok()) return Status::NotFound("pool: \"" + pool + "\" does not exist");
+      if (p->spec.value("cluster", "") != node->spec.at("cluster")) {
+        return Status::Invalid("pool: \"" + pool + "\" belongs to cluster " +
+                               p->spec.value("cluster", ""));
+      }
+    }
+    auto existing = tx.GetObject("Node", node->name);
+    if (existing.ok() && existing->spec == node->spec) return Status::Ok();  // nothing new
+    if (auto v = tx.PutObject(*node, store::kAnyVersion); !v.ok()) return v.status();
+    const bool again = existing.ok();
+    auto e = tx.AppendEvent(
+        {0, now, "Node", node->name, "", "Normal", again ? "Reregistered" : "Registered",
+         std::to_string(node->spec.at("gpus").size()) + " GPUs" +
+             (node->spec.at("simulated").get<bool>() ? " (simulated)" : "") + " in cluster " +
+             node->spec.at("cluster").get<std::string>() + ", by " + user});
+    if (!e.ok()) return e.status();
+    seq = *e;
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  if (seq > 0) {
+    bus_->Notify(seq);
+    if (wake_) wake_();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Status l = Load(); !l.ok()) return l;
+  NodeEntry& e = nodes_[node->name];
+  e.state = "Ready";
+  e.last_seen = now;
+  e.simulated = node->spec.at("simulated");
+  return Json{{"node", node->name},
+              {"heartbeatInterval", heartbeat_interval_},
+              {"lease", lost_timeout_ / 2}};
+}
+
+base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& body) {
+  if (!body.is_object()) return Status::Invalid("heartbeat: must be a JSON object");
+  const double now = clock_->Now();
+  bool back = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status l = Load(); !l.ok()) return l;
+    auto it = nodes_.find(node);
+    if (it == nodes_.end()) {
+      return Status::NotFound("node \"" + node + "\" is not registered (register first)");
+    }
+    it->second.last_seen = now;
+    if (body.contains("telemetry") && body.at("telemetry").is_array()) {
+      it->second.telemetry = body.at("telemetry");
+    }
+    back = it->second.state == "Lost";
+  }
+  int64_t seq = 0;
+  if (back) {
+    // The node was given up on and its jobs went elsewhere; it may take work again.
+    Status s = store_->Write([&](store::Tx& tx) {
+      auto o = tx.GetObject("Node", node);
+      if (!o.ok()) return o.status();
+      o->spec["state"] = "Ready";
+      o->updated_at = now;
+      if (auto v = tx.PutObject(*o, o->version); !v.ok()) return v.status();
+      auto e = tx.AppendEvent(
+          {0, now, "Node", node, "", "Normal", "NodeReady", "heartbeats again; schedulable"});
+      if (!e.ok()) return e.status();
+      seq = *e;
+      return Status::Ok();
+    });
+    if (!s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    nodes_[node].state = "Ready";
+  }
+  if (body.contains("tasks")) {
+    if (!body.at("tasks").is_array()) return Status::Invalid("tasks: must be a list");
+    auto applied = ApplyReports(node, body.at("tasks"));
+    if (!applied.ok()) return applied.status();
+    seq = std::max(seq, *applied);
+  }
+  if (seq > 0) {
+    bus_->Notify(seq);
+    if (wake_) wake_();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return Json{{"tasks", Assignments(node)},
+              {"heartbeatInterval", heartbeat_interval_},
+              {"lease", lost_timeout_ / 2}};
+}
+
+base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const Json& tasks) {
+  struct Report {
+    int32_t task;
+    int64_t generation;
+    std::string state;  // Running | Exited
+    Json exit_code;     // null when unknown
+    int64_t restarts;
+    std::string message;
+  };
+  std::map<int64_t, std::vector<Report>> by_job;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    if (!tasks[i].is_object())
+      return Status::Invalid("tasks[" + std::to_string(i) + "]: must be a mapping");
+    Fields f(tasks[i], "tasks[" + std::to_string(i) + "].");
+    const int64_t job = f.Int("job", 1, INT64_MAX, 0);
+    Report r{static_cast<int32_t>(f.Int("task", 0, 100000, 0)),
+             f.Int("generation", 0, INT64_MAX, 0),
+             f.String("state", true),
+             nullptr,
+             f.Int("restarts", 0, 1000000, 0),
+             f.String("message", false)};
+    if (tasks[i].contains("exitCode") && tasks[i].at("exitCode").is_number_integer()) {
+      r.exit_code = tasks[i].at("exitCode");
+    }
+    if (r.state != "Running" && r.state != "Exited") f.Error("state", "must be Running or Exited");
+    if (!f.status().ok()) return f.status();
+    by_job[job].push_back(r);
+  }
+  if (by_job.empty()) return int64_t{0};
+  const double now = clock_->Now();
+  int64_t seq = 0;
+  Status s = store_->Write([&](store::Tx& tx) {
+    for (const auto& [id, reports] : by_job) {
+      auto job = tx.GetJob(id);
+      if (!job.ok() || !HasAllocation(job->phase)) continue;  // ended or requeued: stale
+      store::JobRecord& j = *job;
+      const size_t n = j.allocation.size();
+      Json& states = j.status["tasks"];
+      if (!states.is_array() || states.size() != n) {
+        states = Json::array();
+        for (size_t t = 0; t < n; ++t) states.push_back({{"state", "Placed"}});
+      }
+      std::vector<store::Event> events;
+      auto event = [&](const char* type, const char* reason, const std::string& message) {
+        events.push_back({0, now, "Job", std::to_string(id), j.project, type, reason, message});
+      };
+      bool changed = false;
+      for (const Report& r : reports) {
+        if (r.generation != j.generation || r.task < 0 || static_cast<size_t>(r.task) >= n ||
+            j.allocation[r.task].value("node", "") != node) {
+          continue;  // another run's task: not listed for the node, so its agent stops it
+        }
+        Json& t = states[r.task];
+        const Json before = t;
+        const int64_t restarts_before = t.value("restarts", 0);
+        t["state"] = r.state;
+        t["node"] = node;
+        t["restarts"] = r.restarts;
+        if (r.state == "Exited") t["exitCode"] = r.exit_code;
+        if (!r.message.empty()) t["message"] = r.message;
+        if (t == before) continue;
+        changed = true;
+        if (r.restarts > restarts_before) {
+          event("Warning", "Restarted",
+                "task " + std::to_string(r.task) + " restarted (" + std::to_string(r.restarts) +
+                    " of " + std::to_string(j.spec.value("maxRestarts", 3)) + ")" +
+                    (r.message.empty() ? "" : ": " + r.message));
+        }
+      }
+      if (!changed) continue;
+      size_t running = 0, exited = 0, succeeded = 0;
+      std::string failure;
+      for (size_t t = 0; t < n; ++t) {
+        const Json& st = states[t];
+        const std::string state = st.value("state", "Placed");
+        running += state == "Running";
+        if (state != "Exited") continue;
+        ++exited;
+        const Json code = st.contains("exitCode") ? st.at("exitCode") : Json();
+        if (code.is_number_integer() && code.get<int64_t>() == 0) {
+          ++succeeded;
+        } else if (failure.empty()) {
+          failure = "task " + std::to_string(t) + " " +
+                    (code.is_number_integer() ? "exited with code " + code.dump()
+                                              : st.value("message", std::string("ended")));
+        }
+      }
+      if (j.phase == "Stopping") {
+        if (exited == n) {
+          j.phase = "Pending";
+          j.reason = "stopped after preemption; back in the queue";
+          j.allocation = Json::array();
+          j.status.erase("tasks");
+          event("Normal", "Stopped", j.reason);
+        }
+      } else if (!failure.empty()) {
+        j.phase = "Failed";
+        j.reason = failure;
+        j.status["finishedAt"] = now;
+        event("Warning", "Failed", failure);
+      } else if (succeeded == n) {
+        j.phase = "Succeeded";
+        j.reason = "every task exited with code 0";
+        j.status["finishedAt"] = now;
+        event("Normal", "Succeeded", j.reason);
+      } else if (j.phase == "Placed" && running > 0) {
+        j.phase = "Running";
+        j.reason = "running on " + node;
+        j.status["startedAt"] = now;
+        event("Normal", "Started", j.reason);
+      }
+      j.updated_at = now;
+      if (auto v = tx.UpdateJob(j, j.version); !v.ok()) return v.status();
+      if (events.empty()) event("Normal", "TaskUpdate", "tasks reported by " + node);
+      for (const store::Event& e : events) {
+        auto r = tx.AppendEvent(e);
+        if (!r.ok()) return r.status();
+        seq = *r;
+      }
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return seq;
+}
+
+Json NodeService::Assignments(const std::string& node) {
+  Json out = Json::array();
+  auto it = assigned_.find(node);
+  if (it == assigned_.end()) return out;
+  for (const auto& [key, a] : it->second) out.push_back(a);
+  return out;
+}
+
+void NodeService::Reset(const Estate& estate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  assigned_.clear();
+  nodes_of_job_.clear();
+  address_ = estate.agent_address;
+  heartbeat_interval_ = estate.heartbeat_interval;
+  lost_timeout_ = estate.node_lost_timeout;
+}
+
+void NodeService::Track(const store::JobRecord& j) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& n : nodes_of_job_[j.id]) {
+    auto it = assigned_.find(n);
+    if (it == assigned_.end()) continue;
+    for (auto a = it->second.begin(); a != it->second.end();) {
+      a = a->first.first == j.id ? it->second.erase(a) : std::next(a);
+    }
+  }
+  nodes_of_job_.erase(j.id);
+  if (!HasAllocation(j.phase) || !j.allocation.is_array() || j.allocation.empty()) return;
+  const Json& s = j.spec;
+  const std::string master =
+      address_.count(j.allocation[0].value("node", "")) ? address_.at(j.allocation[0]["node"]) : "";
+  for (size_t t = 0; t < j.allocation.size(); ++t) {
+    const Json& alloc = j.allocation[t];
+    const std::string node = alloc.value("node", "");
+    if (!address_.count(node)) continue;  // declared by a pool: no agent runs it
+    Json a = {{"job", j.id},
+              {"task", t},
+              {"generation", j.generation},
+              {"name", j.name},
+              {"project", j.project},
+              {"user", j.user},
+              {"stop", j.phase == "Stopping"},
+              {"stopReason", j.phase == "Stopping" ? j.reason : ""},
+              {"devices", alloc.value("devices", Json::array())},
+              {"worldSize", j.allocation.size()},
+              {"masterAddr", master}};
+    for (const char* k :
+         {"command", "env", "image", "workingDir", "gracePeriod", "noticeSignal", "restartPolicy",
+          "maxRestarts", "cpuMilli", "memoryMib", "simulateUtilization", "runtimeLimit"}) {
+      if (s.contains(k)) a[k] = s.at(k);
+    }
+    assigned_[node][{j.id, static_cast<int32_t>(t)}] = std::move(a);
+    nodes_of_job_[j.id].insert(node);
+  }
+}
+
+base::Result<bool> NodeService::ExpireNodes() {
+  const double now = clock_->Now();
+  std::vector<std::string> lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Status l = Load(); !l.ok()) return l;
+    for (const auto& [name, e] : nodes_) {
+      if (e.state == "Ready" && now - e.last_seen > lost_timeout_) lost.push_back(name);
+    }
+  }
+  if (lost.empty()) return false;
+  int64_t seq = 0;
+  Status s = store_->Write([&](store::Tx& tx) {
+    for (const std::string& name : lost) {
+      auto o = tx.GetObject("Node", name);
+      if (!o.ok()) continue;
+      o->spec["state"] = "Lost";
+      o->updated_at = now;
+      if (auto v = tx.PutObject(*o, o->version); !v.ok()) return v.status();
+      auto e =
+          tx.AppendEvent({0, now, "Node", name, "", "Warning", "NodeLost",
+                          "no heartbeat for " + std::to_string(static_cast<int>(lost_timeout_)) +
+                              " s; its jobs are requeued or failed"});
+      if (!e.ok()) return e.status();
+      seq = *e;
+    }
+    // Every job with a task on a lost node: its other tasks are stopped too (the job is no
+    // longer listed for their nodes).
+    store::JobFilter f;
+    f.phases = {"Placed", "Running", "Stopping"};
+    f.limit = 1000;
+    for (;;) {
+      auto page = tx.ListJobs(f);
+      if (!page.ok()) return page.status();
+      for (store::JobRecord& j : *page) {
+        std::string where;
+        for (const Json& a : j.allocation) {
+          const std::string n = a.value("node", "");
+          if (std::find(lost.begin(), lost.end(), n) != lost.end()) where = n;
+        }
+        if (where.empty()) continue;
+        const int64_t restarts = j.status.value("restarts", 0);
+        const bool again =
+            j.phase == "Stopping" || (j.spec.value("restartPolicy", "never") == "on-failure" &&
+                                      restarts < j.spec.value("maxRestarts", 3));
+        std::string reason = "node " + where + " lost";
+        if (j.phase != "Stopping" && again) j.status["restarts"] = restarts + 1;
+        j.status.erase("tasks");
+        j.allocation = Json::array();
+        j.updated_at = now;
+        if (again) {
+          j.phase = "Pending";
+          j.reason = "requeued: " + reason;
+        } else {
+          j.phase = "Failed";
+          j.reason = reason + (j.spec.value("restartPolicy", "never") == "on-failure"
+                                   ? " (no restarts left)"
+                                   : " (restartPolicy never)");
+          j.status["finishedAt"] = now;
+        }
+        if (auto v = tx.UpdateJob(j, j.version); !v.ok()) return v.status();
+        auto e = tx.AppendEvent({0, now, "Job", std::to_string(j.id), j.project, "Warning",
+                                 again ? "Requeued" : "Failed", j.reason});
+        if (!e.ok()) return e.status();
+        seq = *e;
+      }
+      if (page->size() < static_cast<size_t>(f.limit)) break;
+      f.after_id = page->back().id;
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& name : lost) nodes_[name].state = "Lost";
+  }
+  std::fprintf(stderr, "meridian: %zu node(s) lost (first: %s)\n", lost.size(), lost[0].c_str());
+  bus_->Notify(seq);
+  return true;
+}
+
+Json NodeService::NodeStatus(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  (void)Load();
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return nullptr;
+  return {{"state", it->second.state},
+          {"lastHeartbeat", it->second.last_seen},
+          {"simulated", it->second.simulated},
+          {"telemetry", it->second.telemetry}};
+}
+
+}  // namespace meridian::server

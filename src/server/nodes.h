@@ -1,0 +1,81 @@
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/api.h"
+#include "base/clock.h"
+#include "server/estate.h"
+#include "store/store.h"
+
+namespace meridian::server {
+
+// The side of the server that node agents talk to.
+//
+// Agents register their node (stored as a `Node` object, which the scheduler's estate is built
+// from), then heartbeat. A heartbeat carries telemetry and what each task did; it is answered
+// with every task that should be on the node (the assignments, level-triggered: an agent runs
+// what is listed and stops what is not). Task reports move jobs: Placed -> Running when a task
+// starts, Succeeded when all exited 0, Failed when one failed for good, and a preempted job
+// (Stopping) back to Pending once all its tasks stopped. Reports of another generation than the
+// job's are ignored: the task is not listed, so its agent stops it (fencing).
+//
+// A registered node that has not heartbeated for the policy's nodeLostTimeout is lost: it is
+// unschedulable, and its jobs are requeued (restartPolicy on-failure, within maxRestarts) or
+// failed. Its agent stops its tasks on its own after half that time without the server, so a
+// task never runs in two places. Thread-safe.
+class NodeService final : public api::AgentHooks {
+ public:
+  NodeService(store::Store* store, const base::Clock* clock, api::EventBus* bus);
+
+  base::Result<Json> Register(const std::string& user, const Json& body) override;
+  base::Result<Json> Heartbeat(const std::string& node, const Json& body) override;
+
+  // Called by the scheduler controller, which follows every change to jobs: what each node
+  // should run. `Reset` starts over (after a rebuild), `Track` records one job as stored now.
+  void Reset(const Estate& estate);
+  void Track(const store::JobRecord& job);
+
+  // Marks lost every registered node silent for longer than the timeout, and requeues or fails
+  // its jobs, in one transaction. Returns whether anything changed (the estate must be rebuilt).
+  base::Result<bool> ExpireNodes();
+
+  // Liveness and telemetry of a registered node, for /api/v1/nodes: {state, lastHeartbeat,
+  // simulated, gpus: [{index, utilization, ...}]}; null when the node is not registered.
+  Json NodeStatus(const std::string& node);
+
+  // Called whenever a job changed here, so the scheduler looks soon.
+  void OnChange(std::function<void()> wake) { wake_ = std::move(wake); }
+
+ private:
+  struct NodeEntry {
+    std::string state = "Ready";  // Ready | Lost
+    double last_seen = 0;
+    bool simulated = false;
+    Json telemetry = Json::array();
+  };
+  base::Status Load();  // the registered nodes, once, seen "now" (a grace after a restart)
+  base::Result<int64_t> ApplyReports(const std::string& node, const Json& tasks);
+  Json Assignments(const std::string& node);
+
+  store::Store* store_;
+  const base::Clock* clock_;
+  api::EventBus* bus_;
+  std::function<void()> wake_;
+
+  std::mutex mu_;
+  bool loaded_ = false;
+  std::map<std::string, NodeEntry> nodes_;
+  double heartbeat_interval_ = 2.0;
+  double lost_timeout_ = 30.0;
+  std::map<std::string, std::string> address_;
+  // node -> (job, task) -> assignment; job -> the nodes it has tasks on
+  std::map<std::string, std::map<std::pair<int64_t, int32_t>, Json>> assigned_;
+  std::map<int64_t, std::set<std::string>> nodes_of_job_;
+};
+
+}  // namespace meridian::server
