@@ -30,10 +30,23 @@ void Run(const Global& g, int* rc, const std::function<int(Context&)>& verb) {
   *rc = verb(c);
 }
 
+Global& Globals() {
+  static Global g;
+  return g;
+}
+
 }  // namespace
 
+meridian::base::Result<meridian::cli::ClientConfig> GlobalClientConfig() {
+  const Global& g = Globals();
+  const std::string path = g.config.empty() ? meridian::cli::DefaultConfigPath() : g.config;
+  auto file = meridian::cli::LoadConfig(path);
+  if (!file.ok()) return file.status();
+  return meridian::cli::ResolveConfig(g.flags, *file);
+}
+
 void AddClientCommands(CLI::App& app, int* rc) {
-  static Global g;
+  static Global& g = Globals();
   app.fallthrough();
   app.add_option("--server", g.flags.server, "API server URL (or MERIDIAN_SERVER)");
   app.add_option("--token", g.flags.token, "API token (or MERIDIAN_TOKEN)");
@@ -101,6 +114,16 @@ void AddClientCommands(CLI::App& app, int* rc) {
   cancel->add_option("job", job_id, "job id")->required();
   cancel->callback(
       [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Cancel(c, job_id); }); });
+
+  static int log_task = 0;
+  static bool follow = false;
+  CLI::App* logs = app.add_subcommand("logs", "Print a job's output (a task's; -f to follow)");
+  logs->add_option("job", job_id, "job id")->required();
+  logs->add_option("--task", log_task, "task index (default 0)");
+  logs->add_flag("-f,--follow", follow, "keep printing until the job ends");
+  logs->callback([rc] {
+    Run(g, rc, [](Context& c) { return meridian::cli::Logs(c, job_id, log_task, follow); });
+  });
 
   CLI::App* top = app.add_subcommand("top", "The estate in one screen: GPUs and quotas");
   top->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Top(c); }); });

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   AddBenchCommands(app, &rc);
   AddServerCommands(app, &rc);
   AddClientCommands(app, &rc);
+  AddAgentCommands(app, &rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -67,6 +67,19 @@ ClientConfig ResolveConfig(const ClientConfig& flags, const ClientConfig& file) 
 
 base::Result<Response> Client::Call(const std::string& method, const std::string& path,
                                     const Json* body) const {
+  auto r = Raw(method, path, body ? body->dump() : "", "application/json");
+  if (!r.ok()) return r.status();
+  Response out;
+  out.status = r->status;
+  if (!r->body.empty()) {
+    out.body = Json::parse(r->body, nullptr, false);
+    if (out.body.is_discarded()) out.body = Json{{"text", r->body}};
+  }
+  return out;
+}
+
+base::Result<RawResponse> Client::Raw(const std::string& method, const std::string& path,
+                                      const std::string& payload, const char* content_type) const {
   if (config_.server.empty()) {
     return Status::Invalid(
         "no server: pass --server, set MERIDIAN_SERVER, or run `meridian login --server URL`");
@@ -81,11 +94,10 @@ base::Result<Response> Client::Call(const std::string& method, const std::string
   if (!config_.token.empty()) http.set_bearer_token_auth(config_.token);
   if (!config_.ca_cert.empty()) http.set_ca_cert_path(config_.ca_cert.c_str());
   http.enable_server_certificate_verification(!config_.insecure);
-  const std::string payload = body ? body->dump() : "";
   httplib::Result r = method == "GET"      ? http.Get(path)
                       : method == "DELETE" ? http.Delete(path)
-                      : method == "PUT"    ? http.Put(path, payload, "application/json")
-                                           : http.Post(path, payload, "application/json");
+                      : method == "PUT"    ? http.Put(path, payload, content_type)
+                                           : http.Post(path, payload, content_type);
   if (!r) {
     const httplib::Error e = r.error();
     std::string why;
@@ -110,12 +122,10 @@ base::Result<Response> Client::Call(const std::string& method, const std::string
     }
     return Status(base::StatusCode::kIoError, "cannot reach " + config_.server + ": " + why);
   }
-  Response out;
+  RawResponse out;
   out.status = r->status;
-  if (!r->body.empty()) {
-    out.body = Json::parse(r->body, nullptr, false);
-    if (out.body.is_discarded()) out.body = Json{{"text", r->body}};
-  }
+  out.body = std::move(r->body);
+  for (const auto& [k, v] : r->headers) out.headers[k] = v;
   return out;
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -41,6 +42,12 @@ struct Response {
   Json body;  // the decoded JSON body (null when there was none)
 };
 
+struct RawResponse {
+  int status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;
+};
+
 // A JSON-over-HTTP(S) client of /api/v1. Transport failures come back as a Status whose
 // message says what to check (is the server running, the certificate trusted).
 class Client {
@@ -50,6 +57,9 @@ class Client {
 
   base::Result<Response> Call(const std::string& method, const std::string& path,
                               const Json* body = nullptr) const;
+  // Any body (log uploads, task output): sent and answered as it is.
+  base::Result<RawResponse> Raw(const std::string& method, const std::string& path,
+                                const std::string& payload, const char* content_type) const;
 
  private:
   ClientConfig config_;

@@ -1,11 +1,13 @@
 #include "cli/verbs.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "cli/output.h"
 #include "domain/documents.h"
@@ -467,6 +469,37 @@ int Cancel(Context& c, const std::string& id) {
   if (!job) return code;
   c.out << "job " << id << " cancelled\n";
   return kExitOk;
+}
+
+int Logs(Context& c, const std::string& id, int task, bool follow) {
+  int64_t offset = 0;
+  int quiet_after_end = 0;
+  for (;;) {
+    auto r = c.client.Raw("GET",
+                          "/api/v1/jobs/" + id + "/logs?task=" + std::to_string(task) +
+                              "&offset=" + std::to_string(offset),
+                          "", "text/plain");
+    if (!r.ok()) {
+      c.err << "meridian: " << r.status().message() << "\n";
+      return kExitUnavailable;
+    }
+    if (r->status != 200) {
+      Response error{r->status, Json::parse(r->body, nullptr, false)};
+      c.err << "meridian: " << ErrorMessage(error) << "\n";
+      return ExitCodeFor(r->status);
+    }
+    c.out << r->body << std::flush;
+    auto next = r->headers.find("X-Meridian-Log-Offset");
+    if (next != r->headers.end()) offset = std::stoll(next->second);
+    if (!follow) return kExitOk;
+    const std::string phase =
+        r->headers.count("X-Meridian-Job-Phase") ? r->headers.at("X-Meridian-Job-Phase") : "";
+    const bool ended = phase == "Succeeded" || phase == "Failed" || phase == "Cancelled";
+    // The agent uploads the last output just after it reports the end: read a little longer.
+    quiet_after_end = ended && r->body.empty() ? quiet_after_end + 1 : 0;
+    if (quiet_after_end >= 4) return kExitOk;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
 }
 
 int Top(Context& c) {

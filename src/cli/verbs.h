@@ -64,6 +64,8 @@ int Get(Context& c, const std::string& resource, const std::string& name, const 
 int Describe(Context& c, const std::string& resource, const std::string& name);
 int Submit(Context& c, const SubmitFlags& f);
 int Cancel(Context& c, const std::string& id);
+// A task's output; with `follow`, keeps printing until the job has ended.
+int Logs(Context& c, const std::string& id, int task, bool follow);
 int Top(Context& c);
 int Quota(Context& c, const std::string& scope);
 int Plan(Context& c, const std::vector<std::string>& paths);

@@ -1,0 +1,119 @@
+// `meridian agent` (a node agent) and `meridian agent-shim` (the supervisor of one task run,
+// started by the agent).
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "agent/agent.h"
+#include "agent/shim.h"
+#include "agent/simulated_gpus.h"
+#include "apps/meridian/commands.h"
+#include "base/strings.h"
+
+namespace {
+
+struct AgentFlags {
+  meridian::agent::AgentOptions o;
+  std::string token_file;
+  std::string simulate_gpus;
+  int nvlink_domain_size = 0;
+  std::vector<std::string> labels;
+  bool no_cgroups = false;
+};
+
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "meridian";
+}
+
+int RunAgent(AgentFlags& f) {
+  using meridian::base::Status;
+  auto config = GlobalClientConfig();
+  if (!config.ok()) return Fail(config.status());
+  f.o.server = *config;
+  if (!f.token_file.empty()) {
+    std::ifstream in(f.token_file);
+    std::string token;
+    if (!(in >> token))
+      return Fail(Status::Invalid("--token-file " + f.token_file + ": cannot read"));
+    f.o.server.token = token;
+  }
+  if (f.o.cluster.empty()) return Fail(Status::Invalid("--cluster is required"));
+  for (const std::string& l : f.labels) {
+    const size_t eq = l.find('=');
+    if (eq == std::string::npos)
+      return Fail(Status::Invalid("--label " + l + ": expected KEY=VALUE"));
+    f.o.labels[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  if (f.o.node.empty()) f.o.node = meridian::agent::HostName();
+  if (f.o.work_dir.empty()) f.o.work_dir = "/var/lib/meridian/agent/" + f.o.node;
+  f.o.shim = SelfPath();
+  f.o.cgroups = !f.no_cgroups;
+  std::unique_ptr<meridian::agent::GpuDiscovery> gpus;
+  if (f.simulate_gpus.empty()) {
+    // NVML through dlopen comes next (issue 5); until then a node without simulated GPUs
+    // registers CPU-only.
+    gpus = meridian::agent::SimulatedGpus::FromSpec("", f.o.node).value();
+  } else {
+    auto sim =
+        meridian::agent::SimulatedGpus::FromSpec(f.simulate_gpus, f.o.node, f.nvlink_domain_size);
+    if (!sim.ok()) return Fail(sim.status());
+    gpus = std::move(sim.value());
+  }
+  // SIGINT/SIGTERM stop the loop; the agent then stops its tasks and reports them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::atomic<bool> stop{false};
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    stop = true;
+  });
+  waiter.detach();
+  meridian::agent::Agent agent(f.o, std::move(gpus));
+  Status s = agent.Run(stop);
+  return s.ok() ? 0 : Fail(s);
+}
+
+}  // namespace
+
+void AddAgentCommands(CLI::App& app, int* rc) {
+  static AgentFlags f;
+  CLI::App* agent = app.add_subcommand("agent", "Run a node agent: register this node, run tasks");
+  agent->add_option("--node", f.o.node, "node name (default: the host name)");
+  agent->add_option("--cluster", f.o.cluster, "the cluster it belongs to")->required();
+  agent->add_option("--pool", f.o.pool, "its node pool");
+  agent->add_option("--rack", f.o.rack, "its rack (for topology-aware placement)");
+  agent->add_option("--address", f.o.address,
+                    "address other tasks of a gang use to reach it (default: the host name)");
+  agent->add_option("--label", f.labels, "KEY=VALUE node label (repeatable)");
+  agent->add_option("--cpu-milli", f.o.cpu_milli, "CPU to offer, in milli-CPUs (default: all)");
+  agent->add_option("--memory-mib", f.o.memory_mib, "memory to offer (default: all)");
+  agent->add_option("--work-dir", f.o.work_dir,
+                    "task directories and output (default /var/lib/meridian/agent/NODE)");
+  agent->add_option("--token-file", f.token_file, "read the agent's token from this file");
+  agent->add_option("--simulate-gpus", f.simulate_gpus,
+                    "simulated GPUs, e.g. 8xH100-80GB (for machines without NVIDIA GPUs)");
+  agent->add_option("--nvlink-domain-size", f.nvlink_domain_size,
+                    "simulated GPUs per NVLink domain (0: all of a group)");
+  agent->add_option("--container-runtime", f.o.container_runtime,
+                    "command that runs images, e.g. \"podman --runtime runc\" (default: podman or "
+                    "docker, when installed)");
+  agent->add_flag("--no-cgroups", f.no_cgroups, "do not limit tasks' CPU and memory");
+  agent->callback([rc] { *rc = RunAgent(f); });
+
+  static std::string shim_dir;
+  CLI::App* shim = app.add_subcommand("agent-shim", "");  // started by the agent; not for people
+  shim->group("");
+  shim->add_option("dir", shim_dir)->required();
+  shim->callback([rc] { *rc = meridian::agent::RunShim(shim_dir); });
+}

@@ -1,0 +1,587 @@
+#include "agent/agent.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <utime.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "agent/simulated_gpus.h"
+#include "base/strings.h"
+
+namespace meridian::agent {
+
+using base::Status;
+
+namespace {
+
+constexpr int64_t kUploadChunk = 256 * 1024;
+constexpr double kMaxBackoff = 60;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Json ReadJson(const std::string& path) {
+  Json j = Json::parse(ReadAll(path), nullptr, false);
+  return j.is_discarded() ? Json() : j;
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+int64_t FileSize(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
+}
+
+bool Alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+
+bool OnPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  for (std::string_view dir : base::Split(path ? path : "/usr/bin:/bin", ':')) {
+    const std::string candidate = std::string(dir) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+int SignalNumber(const std::string& name) {
+  if (name == "SIGUSR1") return SIGUSR1;
+  if (name == "SIGUSR2") return SIGUSR2;
+  if (name == "SIGHUP") return SIGHUP;
+  if (name == "SIGINT") return SIGINT;
+  return 0;
+}
+
+std::string TaskDirName(int64_t job, int32_t task, int64_t generation) {
+  return std::to_string(job) + "-" + std::to_string(task) + "-g" + std::to_string(generation);
+}
+
+// The device name a task sees for a grant: the GPU's UUID, or its MIG instance's.
+std::string DeviceName(const Json& d) {
+  const std::string uuid = d.value("uuid", "");
+  if (!d.contains("mig")) return uuid;
+  const Json& m = d.at("mig");
+  return "MIG-" + uuid + "/" + m.value("profile", "") + "/" + std::to_string(m.value("start", 0));
+}
+
+}  // namespace
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+int64_t HostCpuMilli() { return static_cast<int64_t>(std::thread::hardware_concurrency()) * 1000; }
+
+int64_t HostMemoryMib() {
+  struct sysinfo info;
+  if (sysinfo(&info) != 0) return 1024;
+  return static_cast<int64_t>(info.totalram) * info.mem_unit >> 20;
+}
+
+Agent::Agent(AgentOptions options, std::unique_ptr<GpuDiscovery> gpus)
+    : o_(std::move(options)), gpus_(std::move(gpus)), client_(o_.server) {
+  if (o_.node.empty()) o_.node = HostName();
+  if (o_.address.empty()) o_.address = HostName();
+  if (o_.cpu_milli <= 0) o_.cpu_milli = HostCpuMilli();
+  if (o_.memory_mib <= 0) o_.memory_mib = HostMemoryMib();
+  if (o_.cgroups) cgroups_ = Cgroups::Detect();
+}
+
+Agent::~Agent() = default;
+
+Status Agent::Register() {
+  auto inventory = gpus_->Inventory();
+  if (!inventory.ok()) return inventory.status();
+  Json gpus = Json::array();
+  for (const GpuInfo& g : *inventory) {
+    gpus.push_back({{"index", g.index},
+                    {"uuid", g.uuid},
+                    {"model", g.model},
+                    {"memoryMib", g.memory_mib},
+                    {"nvlinkDomain", g.nvlink_domain},
+                    {"migCapable", g.mig_capable},
+                    {"migEnabled", g.mig_enabled}});
+  }
+  Json labels = Json::object();
+  for (const auto& [k, v] : o_.labels) labels[k] = v;
+  Json body = {{"node", o_.node},
+               {"cluster", o_.cluster},
+               {"pool", o_.pool},
+               {"rack", o_.rack},
+               {"address", o_.address},
+               {"labels", labels},
+               {"cpuMilli", o_.cpu_milli},
+               {"memoryMib", o_.memory_mib},
+               {"simulated", gpus_->simulated()},
+               {"agentVersion", "0.5.0"},
+               {"gpus", gpus}};
+  auto r = client_.Call("POST", "/api/v1/agents/register", &body);
+  if (!r.ok()) return r.status();
+  if (r->status != 200) {
+    return Status(r->status == 401 || r->status == 403 ? base::StatusCode::kPermissionDenied
+                                                       : base::StatusCode::kInvalidArgument,
+                  "registration refused: " + cli::ErrorMessage(*r));
+  }
+  interval_ = r->body.value("heartbeatInterval", interval_);
+  lease_ = r->body.value("lease", lease_);
+  registered_ = true;
+  std::fprintf(stderr,
+               "meridian agent: node %s registered in cluster %s with %zu GPU(s)%s; heartbeat "
+               "every %.1f s, lease %.1f s, cgroups %s\n",
+               o_.node.c_str(), o_.cluster.c_str(), inventory->size(),
+               gpus_->simulated() ? " (simulated)" : "", interval_, lease_, cgroups_.VersionName());
+  return Status::Ok();
+}
+
+Status Agent::Beat() {
+  Poll();
+  Json body = {{"telemetry", Telemetry()}, {"tasks", Reports()}};
+  auto r = client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
+  if (!r.ok()) return r.status();
+  if (r->status == 404) {
+    registered_ = false;  // the server forgot the node (a fresh data dir): register again
+    return Status::NotFound(cli::ErrorMessage(*r));
+  }
+  if (r->status != 200) return Status::Invalid("heartbeat refused: " + cli::ErrorMessage(*r));
+  RenewLease();
+  interval_ = r->body.value("heartbeatInterval", interval_);
+  lease_ = r->body.value("lease", lease_);
+  Reconcile(r->body.value("tasks", Json::array()));
+  UploadLogs();
+  Cleanup();
+  return Status::Ok();
+}
+
+Status Agent::Run(const std::atomic<bool>& stop) {
+  std::error_code ec;
+  std::filesystem::create_directories(o_.work_dir + "/tasks", ec);
+  if (ec) return Status::Io("--work-dir " + o_.work_dir + ": " + ec.message());
+  if (Status s = Recover(); !s.ok()) return s;
+  double backoff = 0.5;
+  auto sleep = [&](double seconds) {
+    const double until = Now() + seconds;
+    while (!stop && Now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  while (!stop) {
+    Status s = registered_ ? Beat() : Register();
+    if (s.ok()) {
+      if (!last_error_.empty()) std::fprintf(stderr, "meridian agent: connected again\n");
+      last_error_.clear();
+      backoff = 0.5;
+      sleep(registered_ ? interval_ : 0);
+      continue;
+    }
+    Poll();  // tasks go on (until the lease runs out) while the server is away
+    if (s.message() != last_error_) {
+      std::fprintf(stderr, "meridian agent: %s (retrying with backoff)\n", s.message().c_str());
+      last_error_ = s.message();
+    }
+    sleep(backoff);
+    backoff = std::min(backoff * 2, std::max(interval_, 5.0));
+  }
+  // Shutting down: stop every task, wait for them, and tell the server.
+  for (auto& [key, t] : tasks_) {
+    if (t.state != "Exited") RequestStop(t, "the agent is shutting down");
+  }
+  const double deadline = Now() + 120;
+  for (;;) {
+    Poll();
+    bool running = false;
+    for (auto& [key, t] : tasks_) running |= t.state != "Exited";
+    if (!running || Now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (registered_) {
+    Json body = {{"telemetry", Telemetry()}, {"tasks", Reports()}};
+    (void)client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
+    UploadLogs();
+  }
+  return Status::Ok();
+}
+
+Status Agent::Recover() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(o_.work_dir + "/tasks", ec)) {
+    const std::string dir = entry.path().string();
+    const Json a = ReadJson(dir + "/assignment.json");
+    if (!a.is_object()) continue;
+    Task t;
+    t.job = a.value("job", int64_t{0});
+    t.index = a.value("task", 0);
+    t.generation = a.value("generation", int64_t{0});
+    t.dir = dir;
+    t.assignment = a;
+    t.restarts = std::atoi(ReadAll(dir + "/restarts").c_str());
+    t.shim_pid = std::atoi(ReadAll(dir + "/shim.pid").c_str());
+    const Json exit = ReadJson(dir + "/exit.json");
+    if (exit.is_object()) {
+      t.state = "Exited";
+      t.exit_code = exit.value("exitCode", Json());
+      t.message = exit.value("reason", "");
+    } else if (Alive(t.shim_pid)) {
+      t.state = "Running";
+    } else {
+      t.state = "Exited";
+      t.message = "its supervisor ended while the agent was away";
+    }
+    std::fprintf(stderr, "meridian agent: found task %s (%s)\n", entry.path().filename().c_str(),
+                 t.state.c_str());
+    tasks_[{t.job, t.index, t.generation}] = std::move(t);
+  }
+  return Status::Ok();
+}
+
+void Agent::Reconcile(const Json& assigned) {
+  std::set<Key> listed;
+  for (const Json& a : assigned) {
+    if (!a.is_object()) continue;
+    const Key key{a.value("job", int64_t{0}), a.value("task", 0),
+                  a.value("generation", int64_t{0})};
+    listed.insert(key);
+    auto it = tasks_.find(key);
+    if (a.value("stop", false)) {
+      if (it == tasks_.end()) {
+        // Never started here: it counts as stopped at once.
+        Task t;
+        std::tie(t.job, t.index, t.generation) = key;
+        t.assignment = a;
+        t.state = "Exited";
+        t.message = "stopped before it started";
+        tasks_[key] = std::move(t);
+      } else if (it->second.state != "Exited") {
+        RequestStop(it->second, a.value("stopReason", "preempted"));
+      }
+      continue;
+    }
+    if (it != tasks_.end()) continue;  // running, or ended and reported
+    Task t;
+    std::tie(t.job, t.index, t.generation) = key;
+    t.assignment = a;
+    t.dir = o_.work_dir + "/tasks/" + TaskDirName(t.job, t.index, t.generation);
+    Task& placed = tasks_[key] = std::move(t);
+    Start(placed);
+  }
+  for (auto& [key, t] : tasks_) {
+    if (listed.count(key)) continue;
+    if (t.state == "Exited" || t.state == "BackingOff") {
+      t.state = "Exited";
+      t.gone = true;  // the server has what it needs
+    } else {
+      RequestStop(t, "no longer assigned to this node");
+    }
+  }
+}
+
+std::vector<std::string> Agent::TaskArgv(const Task& t, std::string* error) const {
+  const Json& a = t.assignment;
+  std::vector<std::string> command = a.value("command", std::vector<std::string>{});
+  const std::string image = a.value("image", "");
+  if (image.empty()) {
+    if (command.empty()) *error = "spec.command is empty: nothing to run";
+    return command;
+  }
+  std::string runtime = o_.container_runtime;
+  if (runtime.empty()) runtime = OnPath("podman") ? "podman" : OnPath("docker") ? "docker" : "";
+  if (runtime.empty()) {
+    *error = "the job runs image " + image +
+             ", but neither podman nor docker is installed on node " + o_.node;
+    return {};
+  }
+  std::vector<std::string> argv;
+  std::istringstream words(runtime);
+  for (std::string w; words >> w;) argv.push_back(w);
+  argv.insert(argv.end(), {"run", "--rm", "--network=host", "--name",
+                           "meridian-" + TaskDirName(t.job, t.index, t.generation)});
+  const int64_t cpu = a.value("cpuMilli", int64_t{0});
+  const int64_t mem = a.value("memoryMib", int64_t{0});
+  if (cpu > 0) argv.push_back("--cpus=" + std::to_string(cpu / 1000.0));
+  if (mem > 0) argv.push_back("--memory=" + std::to_string(mem) + "m");
+  for (const auto& [k, v] : TaskEnv(t)) {
+    if (k.rfind("MERIDIAN_", 0) == 0 || k.find("VISIBLE_DEVICES") != std::string::npos ||
+        a.value("env", Json::object()).contains(k)) {
+      argv.insert(argv.end(), {"-e", k + "=" + v});
+    }
+  }
+  argv.push_back(image);
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
+  const Json& a = t.assignment;
+  std::map<std::string, std::string> env;
+  for (const char* k : {"PATH", "HOME", "LANG", "TZ", "TMPDIR"}) {
+    if (const char* v = std::getenv(k)) env[k] = v;
+  }
+  if (!env.count("PATH")) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+  const Json spec_env = a.value("env", Json::object());
+  for (const auto& [k, v] : spec_env.items()) {
+    if (v.is_string()) env[k] = v.get<std::string>();
+  }
+  std::string devices;
+  int64_t milli = 0, gpu_memory = 0;
+  for (const Json& d : a.value("devices", Json::array())) {
+    devices += (devices.empty() ? "" : ",") + DeviceName(d);
+    milli += d.value("milli", 0);
+    gpu_memory += d.value("memoryMib", int64_t{0});
+  }
+  env["CUDA_VISIBLE_DEVICES"] = devices;
+  env["NVIDIA_VISIBLE_DEVICES"] = devices.empty() ? "void" : devices;
+  if (milli > 0 && milli < 1000) {
+    env["MERIDIAN_GPU_MILLI"] = std::to_string(milli);
+    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::max<int64_t>(1, milli / 10));
+  }
+  if (gpu_memory > 0) env["MERIDIAN_GPU_MEMORY_MIB"] = std::to_string(gpu_memory);
+  env["MERIDIAN_JOB_ID"] = std::to_string(t.job);
+  env["MERIDIAN_JOB_NAME"] = a.value("name", "");
+  env["MERIDIAN_PROJECT"] = a.value("project", "");
+  env["MERIDIAN_TASK_INDEX"] = std::to_string(t.index);
+  env["MERIDIAN_WORLD_SIZE"] = std::to_string(a.value("worldSize", 1));
+  env["MERIDIAN_MASTER_ADDR"] = a.value("masterAddr", "");
+  env["MERIDIAN_GENERATION"] = std::to_string(t.generation);
+  env["MERIDIAN_RESTART"] = std::to_string(t.restarts);
+  env["MERIDIAN_NODE"] = o_.node;
+  env["MERIDIAN_NOTICE_FILE"] = t.dir + "/notice";
+  return env;
+}
+
+void Agent::Start(Task& t) {
+  std::error_code ec;
+  std::filesystem::create_directories(t.dir, ec);
+  std::filesystem::remove(t.dir + "/exit.json", ec);
+  std::filesystem::remove(t.dir + "/stop", ec);
+  std::filesystem::remove(t.dir + "/notice", ec);
+  WriteFile(t.dir + "/assignment.json", t.assignment.dump());
+  WriteFile(t.dir + "/restarts", std::to_string(t.restarts));
+  std::string error;
+  std::vector<std::string> argv = TaskArgv(t, &error);
+  if (!error.empty()) {
+    t.state = "Exited";
+    t.exit_code = nullptr;
+    t.message = error;
+    std::ofstream(t.dir + "/output.log", std::ios::app) << "meridian: " << error << "\n";
+    return;
+  }
+  Json procs = Json::array();
+  const std::string group = TaskDirName(t.job, t.index, t.generation);
+  if (cgroups_.version() != Cgroups::Version::kNone && t.assignment.value("image", "").empty()) {
+    auto files = cgroups_.Create(group, t.assignment.value("cpuMilli", int64_t{0}),
+                                 t.assignment.value("memoryMib", int64_t{0}));
+    if (files.ok()) {
+      procs = *files;
+    } else {
+      std::fprintf(stderr, "meridian agent: task %s runs without limits: %s\n", group.c_str(),
+                   files.status().message().c_str());
+    }
+  }
+  Json env = Json::object();
+  for (const auto& [k, v] : TaskEnv(t)) env[k] = v;
+  Json spec = {{"argv", argv},
+               {"env", env},
+               {"cwd", t.assignment.value("workingDir", "")},
+               {"output", t.dir + "/output.log"},
+               {"grace", t.assignment.value("gracePeriod", 30.0)},
+               {"noticeSignal", SignalNumber(t.assignment.value("noticeSignal", "none"))},
+               {"noticeFile", t.dir + "/notice"},
+               {"leaseFile", o_.work_dir + "/lease"},
+               {"lease", lease_},
+               {"runtimeLimit", t.assignment.value("runtimeLimit", 0.0)},
+               {"cgroupProcs", procs}};
+  WriteFile(t.dir + "/spec.json", spec.dump());
+  RenewLease();
+  const std::string shim = o_.shim;
+  const std::string dir = t.dir;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setsid();  // outlives the agent, and the agent's signals
+    execl(shim.c_str(), shim.c_str(), "agent-shim", dir.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  if (pid < 0) {
+    t.state = "Exited";
+    t.message = "cannot start the task's supervisor";
+    return;
+  }
+  t.shim_pid = pid;
+  t.state = "Running";
+  t.exit_code = nullptr;
+  WriteFile(t.dir + "/shim.pid", std::to_string(pid));
+}
+
+void Agent::RequestStop(Task& t, const std::string& reason) {
+  if (t.stop_requested) return;
+  t.stop_requested = true;
+  if (t.state == "BackingOff" || t.state == "Starting") {
+    t.state = "Exited";
+    t.message = reason;
+    return;
+  }
+  WriteFile(t.dir + "/stop", reason);
+}
+
+void Agent::Poll() {
+  while (waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+  const double now = Now();
+  for (auto& [key, t] : tasks_) {
+    if (t.state == "BackingOff" && now >= t.restart_at && !t.stop_requested) Start(t);
+    if (t.state != "Running") continue;
+    const Json exit = ReadJson(t.dir + "/exit.json");
+    if (!exit.is_object()) {
+      if (!Alive(t.shim_pid)) {
+        t.state = "Exited";
+        t.message = "its supervisor ended without an exit status";
+      }
+      continue;
+    }
+    t.exit_code = exit.value("exitCode", Json());
+    t.message = exit.value("reason", "");
+    cgroups_.Remove(TaskDirName(t.job, t.index, t.generation));
+    const bool failed = !t.exit_code.is_number_integer() || t.exit_code.get<int64_t>() != 0;
+    const bool may_restart = t.assignment.value("restartPolicy", "never") == "on-failure" &&
+                             t.restarts < t.assignment.value("maxRestarts", int64_t{3});
+    if (failed && may_restart && !t.stop_requested && t.message.empty()) {
+      ++t.restarts;
+      const double backoff = std::min(kMaxBackoff, std::pow(2.0, t.restarts - 1));
+      t.state = "BackingOff";
+      t.restart_at = now + backoff;
+      t.message = "exited with code " + t.exit_code.dump() + "; restarting in " +
+                  std::to_string(static_cast<int>(backoff)) + " s";
+      std::ofstream(t.dir + "/output.log", std::ios::app) << "meridian: " << t.message << "\n";
+      continue;
+    }
+    t.state = "Exited";
+  }
+}
+
+Json Agent::Reports() const {
+  Json out = Json::array();
+  for (const auto& [key, t] : tasks_) {
+    if (t.gone) continue;
+    Json r = {{"job", t.job},
+              {"task", t.index},
+              {"generation", t.generation},
+              {"state", t.state == "Exited" ? "Exited" : "Running"},
+              {"restarts", t.restarts}};
+    if (t.state == "Exited") r["exitCode"] = t.exit_code;
+    if (!t.message.empty()) r["message"] = t.message;
+    out.push_back(r);
+  }
+  return out;
+}
+
+Json Agent::Telemetry() {
+  if (auto* sim = dynamic_cast<SimulatedGpus*>(gpus_.get())) {
+    // Simulated GPUs are as busy as what runs on them says.
+    auto inventory = sim->Inventory();
+    std::map<int32_t, std::pair<double, int64_t>> load;
+    for (const auto& [key, t] : tasks_) {
+      if (t.state != "Running") continue;
+      const double util = t.assignment.value("simulateUtilization", 0.5);
+      for (const Json& d : t.assignment.value("devices", Json::array())) {
+        const int32_t g = d.value("gpu", -1);
+        if (g < 0 || !inventory.ok() || g >= static_cast<int32_t>(inventory->size())) continue;
+        const double share = d.value("milli", 1000) / 1000.0;
+        const int64_t mem = d.value("memoryMib", int64_t{0}) > 0
+                                ? d.value("memoryMib", int64_t{0})
+                                : static_cast<int64_t>((*inventory)[g].memory_mib * share * util);
+        load[g].first += util * share;
+        load[g].second += mem;
+      }
+    }
+    if (inventory.ok()) {
+      for (const GpuInfo& g : *inventory) {
+        auto it = load.find(g.index);
+        (void)sim->SetLoad(g.index, it == load.end() ? 0 : std::min(1.0, it->second.first),
+                           it == load.end() ? 0 : it->second.second);
+      }
+    }
+  }
+  Json out = Json::array();
+  auto telemetry = gpus_->Telemetry();
+  if (!telemetry.ok()) return out;
+  for (const GpuTelemetry& g : *telemetry) {
+    out.push_back({{"index", g.index},
+                   {"utilization", g.utilization},
+                   {"memoryUsedMib", g.memory_used_mib},
+                   {"temperatureC", g.temperature_c},
+                   {"powerW", g.power_w},
+                   {"eccErrors", g.ecc_errors}});
+  }
+  return out;
+}
+
+void Agent::UploadLogs() {
+  for (auto& [key, t] : tasks_) {
+    if (t.dir.empty()) continue;
+    const std::string path = t.dir + "/output.log";
+    for (int rounds = 0; rounds < 8; ++rounds) {
+      const int64_t size = FileSize(path);
+      if (size <= t.uploaded) break;
+      std::ifstream in(path, std::ios::binary);
+      in.seekg(t.uploaded);
+      std::string chunk(static_cast<size_t>(std::min(kUploadChunk, size - t.uploaded)), '\0');
+      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      chunk.resize(static_cast<size_t>(in.gcount()));
+      const std::string target =
+          "/api/v1/agents/" + o_.node + "/logs?job=" + std::to_string(t.job) +
+          "&task=" + std::to_string(t.index) + "&generation=" + std::to_string(t.generation) +
+          "&offset=" + std::to_string(t.uploaded);
+      auto r = client_.Raw("POST", target, chunk, "application/octet-stream");
+      if (!r.ok() || r->status != 200) break;
+      const Json answer = Json::parse(r->body, nullptr, false);
+      if (!answer.is_object() || !answer.contains("size")) break;
+      const int64_t now_has = answer.at("size").get<int64_t>();
+      if (now_has == t.uploaded) break;  // refused: try again next round
+      t.uploaded = now_has;
+    }
+  }
+}
+
+void Agent::Cleanup() {
+  for (auto it = tasks_.begin(); it != tasks_.end();) {
+    Task& t = it->second;
+    if (t.gone && (t.dir.empty() || FileSize(t.dir + "/output.log") <= t.uploaded)) {
+      std::error_code ec;
+      if (!t.dir.empty()) std::filesystem::remove_all(t.dir, ec);
+      it = tasks_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Agent::RenewLease() {
+  const std::string path = o_.work_dir + "/lease";
+  if (::utime(path.c_str(), nullptr) != 0) std::ofstream(path) << "renewed by the agent\n";
+}
+
+}  // namespace meridian::agent

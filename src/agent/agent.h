@@ -1,0 +1,105 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/cgroups.h"
+#include "agent/gpu_discovery.h"
+#include "base/status.h"
+#include "cli/client.h"
+
+namespace meridian::agent {
+
+using Json = nlohmann::json;
+
+struct AgentOptions {
+  cli::ClientConfig server;  // where the control plane is, and the agent's token
+  std::string node;          // the node's name (default: the host name)
+  std::string cluster;
+  std::string pool;
+  std::string rack;
+  std::string address;  // how other tasks of a gang reach this node (default: the host name)
+  std::map<std::string, std::string> labels;
+  int64_t cpu_milli = 0;   // 0: what the machine has
+  int64_t memory_mib = 0;  // 0: what the machine has
+  std::string work_dir;    // task directories and the lease file
+  std::string shim;        // the binary that runs `agent-shim DIR` (this one)
+  // How images run: the command before `run` ("podman", "docker", or with global flags);
+  // empty: podman, else docker, when installed.
+  std::string container_runtime;
+  bool cgroups = true;  // limit CPU and memory of tasks
+};
+
+// The node agent: registers its node, heartbeats inventory, telemetry and what its tasks did,
+// and runs what the server assigns (level-triggered: what the heartbeat's answer lists runs,
+// what it does not list is stopped). Each task run is supervised by a shim process (shim.h)
+// that outlives the agent, so an agent restart loses no task; the agent finds them again in
+// its work directory. It survives server restarts and network loss by retrying with backoff;
+// while it cannot reach the server it stops renewing its lease, and the shims stop their tasks
+// when the lease runs out. Single-threaded: Run() is its loop.
+class Agent {
+ public:
+  Agent(AgentOptions options, std::unique_ptr<GpuDiscovery> gpus);
+  ~Agent();
+
+  // Runs until `stop` becomes true, then stops every task (notice, SIGTERM, grace, SIGKILL),
+  // reports them, and returns. Fails only on a local problem (the work directory).
+  base::Status Run(const std::atomic<bool>& stop);
+
+  // Exposed for tests: one registration and one heartbeat round.
+  base::Status Register();
+  base::Status Beat();
+
+ private:
+  struct Task {
+    int64_t job = 0;
+    int32_t index = 0;
+    int64_t generation = 0;
+    std::string dir;
+    Json assignment;
+    int shim_pid = 0;
+    std::string state = "Starting";  // Starting | Running | BackingOff | Exited
+    Json exit_code;                  // null: unknown or still running
+    int64_t restarts = 0;
+    double restart_at = 0;  // BackingOff: when to start again
+    std::string message;
+    bool stop_requested = false;
+    int64_t uploaded = 0;  // bytes of output the server has
+    bool gone = false;     // no longer assigned and ended: removed once its output is uploaded
+  };
+  using Key = std::tuple<int64_t, int32_t, int64_t>;  // job, task, generation
+
+  base::Status Recover();  // tasks from an earlier life of the agent
+  void Reconcile(const Json& assigned);
+  void Start(Task& t);
+  void RequestStop(Task& t, const std::string& reason);
+  void Poll();  // exits, restarts, backoffs
+  void UploadLogs();
+  void Cleanup();
+  Json Reports() const;
+  Json Telemetry();
+  std::vector<std::string> TaskArgv(const Task& t, std::string* error) const;
+  std::map<std::string, std::string> TaskEnv(const Task& t) const;
+  void RenewLease();
+
+  AgentOptions o_;
+  std::unique_ptr<GpuDiscovery> gpus_;
+  cli::Client client_;
+  Cgroups cgroups_;
+  bool registered_ = false;
+  double interval_ = 2.0;
+  double lease_ = 15.0;
+  std::map<Key, Task> tasks_;
+  std::string last_error_;
+};
+
+// The host's name, CPUs (in milli-CPUs) and memory, for defaults.
+std::string HostName();
+int64_t HostCpuMilli();
+int64_t HostMemoryMib();
+
+}  // namespace meridian::agent

@@ -1,0 +1,202 @@
+#include "agent/shim.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace meridian::agent {
+
+namespace {
+
+using Json = nlohmann::json;
+
+volatile sig_atomic_t g_terminate = 0;
+void OnTerminate(int) { g_terminate = 1; }
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+double ModifiedAt(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Written whole or not at all: the agent may read at any moment.
+void WriteAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << text;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+}  // namespace
+
+int RunShim(const std::string& dir) {
+  Json spec;
+  try {
+    spec = Json::parse(ReadAll(dir + "/spec.json"));
+  } catch (const Json::exception& e) {
+    std::fprintf(stderr, "meridian agent-shim: %s/spec.json: %s\n", dir.c_str(), e.what());
+    return 2;
+  }
+  std::vector<std::string> args = spec.value("argv", std::vector<std::string>{});
+  std::vector<std::string> env;
+  const Json env_spec = spec.value("env", Json::object());
+  for (const auto& [k, v] : env_spec.items()) {
+    env.push_back(k + "=" + v.get<std::string>());
+  }
+  const std::string output = spec.value("output", dir + "/output.log");
+  const std::string cwd = spec.value("cwd", "");
+  const double grace = spec.value("grace", 30.0);
+  const int notice_signal = spec.value("noticeSignal", 0);
+  const std::string notice_file = spec.value("noticeFile", "");
+  const std::string lease_file = spec.value("leaseFile", "");
+  const double lease = spec.value("lease", 0.0);
+  const double runtime_limit = spec.value("runtimeLimit", 0.0);
+  const std::vector<std::string> procs = spec.value("cgroupProcs", std::vector<std::string>{});
+  if (args.empty()) {
+    WriteAtomically(
+        dir + "/exit.json",
+        Json{{"exitCode", nullptr}, {"reason", "nothing to run"}, {"finishedAt", Now()}}.dump());
+    return 1;
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = OnTerminate;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGHUP, SIG_IGN);
+
+  int gate[2];
+  if (pipe(gate) != 0) return 1;
+  const pid_t child = fork();
+  if (child < 0) return 1;
+  if (child == 0) {
+    // The task: its own process group, output to the file, in its cgroups, then exec.
+    setpgid(0, 0);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    close(gate[1]);
+    char go = 0;
+    (void)!read(gate[0], &go, 1);  // until the parent has put us in our cgroups
+    close(gate[0]);
+    const int out = open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const int in = open("/dev/null", O_RDONLY);
+    if (out >= 0) {
+      dup2(out, 1);
+      dup2(out, 2);
+      close(out);
+    }
+    if (in >= 0) {
+      dup2(in, 0);
+      close(in);
+    }
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) {
+      std::fprintf(stderr, "meridian: cannot enter working directory %s: %s\n", cwd.c_str(),
+                   std::strerror(errno));
+      _exit(126);
+    }
+    std::vector<char*> argv, envp;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    execvpe(argv[0], argv.data(), envp.data());
+    std::fprintf(stderr, "meridian: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+  }
+  close(gate[0]);
+  setpgid(child, child);
+  std::string cgroup_error;
+  for (const std::string& p : procs) {
+    std::ofstream f(p);
+    f << child;
+    f.close();
+    if (!f && cgroup_error.empty()) cgroup_error = "cannot join " + p;
+  }
+  const double started = Now();
+  WriteAtomically(
+      dir + "/started.json",
+      Json{{"pid", child}, {"startedAt", started}, {"cgroupError", cgroup_error}}.dump());
+  (void)!write(gate[1], "x", 1);
+  close(gate[1]);
+
+  double stop_at = 0;  // when the stop began; 0: running
+  bool termed = false, killed = false;
+  std::string reason;
+  int status = 0;
+  for (;;) {
+    const pid_t r = waitpid(child, &status, WNOHANG);
+    if (r == child) break;
+    const double now = Now();
+    if (stop_at == 0) {
+      if (g_terminate) reason = "the agent stopped";
+      if (Exists(dir + "/stop")) {
+        reason = ReadAll(dir + "/stop");
+        if (reason.empty()) reason = "stopped by the agent";
+      }
+      if (lease > 0 && !lease_file.empty() && now - ModifiedAt(lease_file) > lease) {
+        reason = "the agent lost the server for longer than its lease";
+      }
+      if (runtime_limit > 0 && now - started > runtime_limit) reason = "runtime limit reached";
+      if (!reason.empty()) {
+        stop_at = now;
+        if (!notice_file.empty()) {
+          WriteAtomically(notice_file,
+                          Json{{"reason", reason}, {"deadline", now + grace}}.dump() + "\n");
+        }
+        if (notice_signal > 0) kill(-child, notice_signal);
+      }
+    }
+    if (stop_at > 0 && !termed && now >= stop_at + grace / 2) {
+      kill(-child, SIGTERM);
+      termed = true;
+    }
+    if (stop_at > 0 && !killed && now >= stop_at + grace) {
+      kill(-child, SIGKILL);
+      killed = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(-child, SIGKILL);  // whatever the task left behind in its group
+  Json exit = {{"finishedAt", Now()}, {"startedAt", started}};
+  if (WIFEXITED(status)) {
+    exit["exitCode"] = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    exit["exitCode"] = 128 + WTERMSIG(status);
+    exit["signal"] = WTERMSIG(status);
+  }
+  if (!reason.empty()) exit["reason"] = reason;
+  WriteAtomically(dir + "/exit.json", exit.dump());
+  return 0;
+}
+
+}  // namespace meridian::agent
