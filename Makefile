@@ -28,10 +28,10 @@ build: deps $(BUILD)/build.ninja
 build-asan: deps $(ASAN_BUILD)/build.ninja
 	ninja -C $(ASAN_BUILD) -j $(JOBS)
 
-# Until node agents exist to run what the control plane places (`meridian server`), the main
-# job is the simulator on a synthetic hybrid estate.
+# The main job: a whole hybrid estate on this machine (a server, the example configuration, six
+# local agents with simulated GPUs running real processes). Ctrl-C stops it all.
 run: build
-	./$(BUILD)/meridian sim demo
+	./$(BUILD)/meridian server --dev
 
 test-release: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "apps/meridian/commands.h"
+#include "dev/dev_estate.h"
 #include "server/server.h"
 
 int Fail(const meridian::base::Status& s) {
@@ -18,8 +19,20 @@ void AddServerCommands(CLI::App& app, int* rc) {
   server->add_option("--tls-key", o.tls_key, "PEM private key of --tls-cert");
   server->add_option("--threads", o.threads, "HTTP worker threads");
   server->add_option("--port-file", o.port_file, "write the bound port to this file");
-  server->callback([rc] {
-    meridian::base::Status s = meridian::server::RunServer(o);
+  static bool dev = false;
+  server->add_flag("--dev", dev,
+                   "a whole hybrid estate on this machine: the example configuration and local "
+                   "agents with simulated GPUs (a fresh data dir unless --data-dir is given)");
+  server->callback([rc, server] {
+    meridian::base::Status s;
+    if (dev) {
+      meridian::dev::DevOptions d;
+      d.server = o;
+      d.fresh_data_dir = server->count("--data-dir") == 0;
+      s = meridian::dev::RunDevEstate(d);
+    } else {
+      s = meridian::server::RunServer(o);
+    }
     *rc = s.ok() ? 0 : Fail(s);
   });
 }

@@ -88,6 +88,11 @@ int RunShim(const std::string& dir) {
     return 1;
   }
 
+  // The agent's blocked signals are inherited through fork and exec: neither the shim nor the
+  // task may keep them blocked.
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
   struct sigaction sa {};
   sa.sa_handler = OnTerminate;
   sigaction(SIGTERM, &sa, nullptr);

@@ -127,16 +127,19 @@ Table JobsTable(const Json& items, bool wide, double now) {
 
 Table NodesTable(const Json& items, bool wide) {
   Table t;
-  t.headers = {"name", "cluster", "model", "gpus", "free", "cpu free", "source"};
+  t.headers = {"name", "cluster", "model", "gpus", "free", "cpu free", "state", "source"};
   if (wide) t.headers.insert(t.headers.begin() + 2, {"pool", "rack"});
   for (const Json& n : items) {
     int free = 0;
     for (const Json& g : n.at("gpus")) free += g.value("freeMilli", 0) == 1000 ? 1 : 0;
+    // Registered nodes are Ready or Lost; GPUs an agent only simulates say so.
+    std::string source = n.value("source", "");
+    if (n.value("simulated", false)) source += " (simulated GPUs)";
     std::vector<std::string> row = {
         n.value("name", ""),  n.value("cluster", ""),
         n.value("model", ""), std::to_string(n.at("gpus").size()),
         std::to_string(free), Num(Json(n.value("cpuFreeMilli", 0) / 1000.0)),
-        n.value("source", "")};
+        n.value("state", n.value("schedulable", true) ? "Ready" : "Cordoned"), source};
     if (wide) row.insert(row.begin() + 2, {n.value("pool", ""), n.value("rack", "")});
     t.rows.push_back(row);
   }

@@ -170,10 +170,23 @@ Status RunServer(const ServerOptions& o) {
     bus.Close();
     http->stop();
   });
+  std::thread ready;
+  if (o.on_ready) {
+    std::string admin = *token;
+    if (admin.empty()) {
+      std::ifstream in(token_path);
+      in >> admin;
+    }
+    const std::string url = std::string(o.tls_cert.empty() ? "http" : "https") + "://" + host +
+                            ":" + std::to_string(bound);
+    ready = std::thread([&o, url, admin] { o.on_ready(url, admin); });
+  }
   http->listen_after_bind();
   // listen_after_bind also returns on its own failure; then the waiter still waits: wake it.
   if (!signalled) pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
+  if (ready.joinable()) ready.join();
+  if (o.on_stop) o.on_stop();
   controller.Stop();
   return Status::Ok();
 }

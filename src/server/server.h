@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "base/status.h"
@@ -13,6 +14,11 @@ struct ServerOptions {
   std::string tls_key;
   int threads = 64;       // HTTP workers: each keep-alive connection or watch holds one
   std::string port_file;  // when set, the bound port is written there (for tests and scripts)
+  // Called on its own thread once the server serves, with its URL and the admin token (empty
+  // when the data dir existed before and its token file is gone); used by `server --dev`.
+  std::function<void(const std::string& url, const std::string& admin_token)> on_ready;
+  // Called after the server has stopped serving.
+  std::function<void()> on_stop;
 };
 
 // Runs the control plane until SIGINT or SIGTERM: the store under data_dir, the scheduler loop

@@ -1,0 +1,195 @@
+#include "dev/dev_estate.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cli/client.h"
+
+namespace meridian::dev {
+
+using base::Status;
+using cli::Json;
+
+namespace {
+
+// One simulated node: the CPU and memory it offers are those of a GPU server, not of this
+// machine (the tasks' cgroup limits are real all the same).
+struct AgentSpec {
+  std::string node, cluster, pool, rack, gpus, cpu_milli, memory_mib;
+};
+
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "meridian";
+}
+
+Status Check(const base::Result<cli::Response>& r, const char* what) {
+  if (!r.ok()) return r.status();
+  if (r->status >= 300) {
+    return Status::Internal(std::string(what) + ": " + cli::ErrorMessage(*r));
+  }
+  return Status::Ok();
+}
+
+pid_t StartAgent(const std::string& self, const std::string& url, const std::string& data_dir,
+                 const AgentSpec& a) {
+  const std::string work = data_dir + "/agents/" + a.node;
+  std::filesystem::create_directories(work);
+  const std::string log = data_dir + "/agents/" + a.node + ".log";
+  std::vector<std::string> args = {self,
+                                   "--server",
+                                   url,
+                                   "agent",
+                                   "--node",
+                                   a.node,
+                                   "--cluster",
+                                   a.cluster,
+                                   "--pool",
+                                   a.pool,
+                                   "--rack",
+                                   a.rack,
+                                   "--address",
+                                   "127.0.0.1",
+                                   "--work-dir",
+                                   work,
+                                   "--token-file",
+                                   data_dir + "/agent.token",
+                                   "--simulate-gpus",
+                                   a.gpus,
+                                   "--nvlink-domain-size",
+                                   "8",
+                                   "--cpu-milli",
+                                   a.cpu_milli,
+                                   "--memory-mib",
+                                   a.memory_mib};
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    FILE* out = std::fopen(log.c_str(), "a");
+    if (out) {
+      dup2(fileno(out), 1);
+      dup2(fileno(out), 2);
+    }
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+Status RunDevEstate(DevOptions o) {
+  if (o.fresh_data_dir) {
+    char tmpl[] = "/tmp/meridian-dev-XXXXXX";
+    if (!mkdtemp(tmpl)) return Status::Io("cannot create a data dir under /tmp");
+    o.server.data_dir = tmpl;
+  }
+  const std::string self = SelfPath();
+  const std::string data_dir = o.server.data_dir;
+  std::vector<pid_t> agents;
+  std::mutex agents_mu;
+  o.server.on_ready = [&](const std::string& url, const std::string& admin) {
+    cli::Client client({url, admin, "", false});
+    Json apply = {
+        {"files", Json::array({{{"name", "examples/estate.yaml"}, {"content", ExampleEstate()}}})},
+        {"message", "the dev estate's example configuration"}};
+    Status s = Check(client.Call("POST", "/api/v1/config/apply", &apply), "applying the example");
+    Json user = {{"spec",
+                  {{"roles", Json::array({{{"role", "agent"}}})},
+                   {"description", "the dev estate's node agents"}}}};
+    if (s.ok()) s = Check(client.Call("PUT", "/api/v1/users/agents", &user), "agent user");
+    std::string agent_token;
+    if (s.ok()) {
+      Json body = {{"user", "agents"}, {"description", "dev estate agents"}};
+      auto t = client.Call("POST", "/api/v1/tokens", &body);
+      s = Check(t, "agent token");
+      if (s.ok()) agent_token = t->body.value("token", "");
+    }
+    if (s.ok()) {
+      const std::string path = data_dir + "/agent.token";
+      std::ofstream(path) << agent_token << "\n";
+      chmod(path.c_str(), 0600);
+    }
+    if (!s.ok()) {
+      std::fprintf(stderr, "meridian: dev estate: %s\n", s.message().c_str());
+      kill(getpid(), SIGTERM);
+      return;
+    }
+    std::vector<AgentSpec> specs;
+    for (int i = 0; i < o.onprem_nodes; ++i) {
+      specs.push_back({"onprem-h100-" + std::to_string(i), "onprem", "h100",
+                       "onprem-r" + std::to_string(i / 2), "8xH100-80GB", "128000", "1048576"});
+    }
+    for (int i = 0; i < o.cloud_nodes; ++i) {
+      specs.push_back({"cloud-a100-" + std::to_string(i), "cloud", "a100", "cloud-r0",
+                       "8xA100-80GB", "96000", "786432"});
+    }
+    {
+      std::lock_guard<std::mutex> lock(agents_mu);
+      for (const AgentSpec& a : specs) agents.push_back(StartAgent(self, url, data_dir, a));
+    }
+    // Wait until every agent has registered, so that the first job has somewhere to go.
+    size_t ready = 0;
+    for (int i = 0; i < 100 && ready < specs.size(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      auto nodes = client.Call("GET", "/api/v1/nodes");
+      if (!nodes.ok() || nodes->status != 200) continue;
+      ready = 0;
+      for (const Json& n : nodes->body.value("items", Json::array())) {
+        ready += n.value("source", "") == "registered";
+      }
+    }
+    std::printf(
+        "\nMeridian dev estate: %zu of %zu agents registered (%d on-prem nodes x 8 H100-80GB, "
+        "%d cloud nodes x 8 A100-80GB; simulated GPUs, real processes)\n"
+        "  API and URL   %s\n"
+        "  admin token   %s\n"
+        "  data dir      %s (agents' logs in agents/)\n\n"
+        "Try:\n"
+        "  export MERIDIAN_SERVER=%s MERIDIAN_TOKEN=%s\n"
+        "  ./build/meridian submit -f examples/jobs/train-gang.yaml   # an 8-GPU gang on-prem\n"
+        "  ./build/meridian get jobs && ./build/meridian logs 1 -f\n"
+        "  ./build/meridian top\n\n"
+        "Ctrl-C stops everything.\n",
+        ready, specs.size(), o.onprem_nodes, o.cloud_nodes, url.c_str(), admin.c_str(),
+        data_dir.c_str(), url.c_str(), admin.c_str());
+    std::fflush(stdout);
+  };
+  o.server.on_stop = [&] {
+    std::lock_guard<std::mutex> lock(agents_mu);
+    for (pid_t p : agents) kill(p, SIGTERM);
+    // Agents stop their tasks (each within its grace period) before they exit.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+    for (pid_t p : agents) {
+      while (waitpid(p, nullptr, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          kill(p, SIGKILL);
+          waitpid(p, nullptr, 0);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    std::fprintf(stderr, "meridian: dev estate stopped (data in %s)\n", data_dir.c_str());
+  };
+  return server::RunServer(o.server);
+}
+
+}  // namespace meridian::dev

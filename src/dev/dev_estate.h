@@ -1,0 +1,30 @@
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "server/server.h"
+
+namespace meridian::dev {
+
+// `meridian server --dev`: a whole hybrid estate on one machine, for trying Meridian at once.
+// The server (production code, SQLite in a fresh data dir unless one is given) loads the
+// example configuration embedded from examples/estate.yaml, creates an agent identity, and
+// starts local agents as child processes: an on-prem cluster (`onprem_nodes` nodes of 8
+// simulated H100-80GB, one NVLink domain each) and a cloud cluster in another region
+// (`cloud_nodes` nodes of 8 simulated A100-80GB, dearer per GPU-hour). It prints the URL, the
+// admin token and commands to try; SIGINT or SIGTERM stops the agents (which stop their tasks)
+// and the server.
+struct DevOptions {
+  server::ServerOptions server;
+  bool fresh_data_dir = true;  // false: --data-dir was given
+  int onprem_nodes = 4;
+  int cloud_nodes = 2;
+};
+
+base::Status RunDevEstate(DevOptions options);
+
+// The example configuration the dev estate loads (examples/estate.yaml, embedded at build).
+const char* ExampleEstate();
+
+}  // namespace meridian::dev
