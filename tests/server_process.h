@@ -49,9 +49,12 @@ class ServerProcess {
   bool Start() {
     const std::string port_file = data_dir_ + ".port";
     std::remove(port_file.c_str());
-    std::vector<std::string> args = {binary_,     "server",      "--data-dir",  data_dir_,
-                                     "--listen",  "127.0.0.1:0", "--port-file", port_file,
-                                     "--threads", "32"};
+    // A restart listens on the port of the first start, where agents and clients look for it.
+    std::vector<std::string> args = {binary_,       "server",
+                                     "--data-dir",  data_dir_,
+                                     "--listen",    "127.0.0.1:" + std::to_string(port_),
+                                     "--port-file", port_file,
+                                     "--threads",   "32"};
     args.insert(args.end(), extra_.begin(), extra_.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -102,6 +105,48 @@ class ServerProcess {
   std::vector<std::string> extra_;
   pid_t pid_ = -1;
   int port_ = 0;
+};
+
+// A `meridian agent` process: `meridian agent ARGS` with the server and token in its
+// environment, its output in `log`. Dies with the test.
+class AgentProcess {
+ public:
+  AgentProcess(std::string binary, std::vector<std::string> args, std::string log)
+      : binary_(std::move(binary)), args_(std::move(args)), log_(std::move(log)) {}
+  ~AgentProcess() { Stop(SIGKILL); }
+
+  void Start(const std::string& server, const std::string& token) {
+    std::vector<std::string> args = {binary_, "agent"};
+    args.insert(args.end(), args_.begin(), args_.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      setenv("MERIDIAN_SERVER", server.c_str(), 1);
+      setenv("MERIDIAN_TOKEN", token.c_str(), 1);
+      setenv("MERIDIAN_CONFIG", "/nonexistent/config.json", 1);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      std::freopen(log_.c_str(), "a", stdout);
+      std::freopen(log_.c_str(), "a", stderr);
+      execv(binary_.c_str(), argv.data());
+      _exit(127);
+    }
+  }
+  // SIGTERM: the agent stops its tasks and exits; SIGKILL: it vanishes, its tasks' shims stay.
+  void Stop(int sig = SIGTERM) {
+    if (pid_ <= 0) return;
+    kill(pid_, sig);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  bool running() const { return pid_ > 0; }
+
+ private:
+  std::string binary_;
+  std::vector<std::string> args_;
+  std::string log_;
+  pid_t pid_ = -1;
 };
 
 struct HttpResult {

@@ -14,6 +14,7 @@
 
 #include "apps/meridian/commands.h"
 #include "base/strings.h"
+#include "bench/agent_bench.h"
 #include "bench/api_bench.h"
 #include "bench/schedule_bench.h"
 #include "sched/registry.h"
@@ -236,6 +237,41 @@ int RunBenchApi(ApiBenchFlags f) {
   return 0;
 }
 
+struct AgentBenchFlags {
+  meridian::bench::AgentBenchOptions options;
+  bool json = false;
+};
+
+int RunBenchAgents(AgentBenchFlags f) {
+  f.options.binary = "/proc/self/exe";
+  const bool bar = !f.json && isatty(STDERR_FILENO);
+  auto r = meridian::bench::RunAgentBench(f.options, [bar](double done) {
+    if (bar) std::fprintf(stderr, "\rheartbeating... %3.0f%%", 100 * done);
+  });
+  if (bar) std::fprintf(stderr, "\n");
+  if (!r.ok()) return Fail(r.status());
+  if (f.json) {
+    std::cout << r->ToJson().dump(2) << "\n";
+    return 0;
+  }
+  std::printf(
+      "agents benchmark: %d agents x %d GPUs, a heartbeat each %.1f s for %.0f s, %d jobs\n",
+      f.options.agents, f.options.gpus_per_node, f.options.interval, f.options.seconds,
+      f.options.jobs);
+  std::printf("  registration          %.1f s for all agents, one after another\n",
+              r->register_seconds);
+  std::printf("  heartbeats            %lld (%lld errors), %.0f/s\n",
+              static_cast<long long>(r->heartbeats), static_cast<long long>(r->errors),
+              r->heartbeats_per_second);
+  std::printf("  latency p50 / p99     %.1f / %.1f ms (max %.1f)\n", r->p50_ms, r->p99_ms,
+              r->max_ms);
+  std::printf("  server                %.2f cores, RSS %.0f MiB\n", r->server_cores,
+              r->server_rss_mib);
+  std::printf("  nodes lost            %lld; jobs reported running %lld\n",
+              static_cast<long long>(r->nodes_lost), static_cast<long long>(r->tasks_running));
+  return 0;
+}
+
 int RunBenchSchedule(const BenchFlags& f) {
   if (!f.json && isatty(STDERR_FILENO)) {
     std::fprintf(stderr, "building %d nodes x %d GPUs and %d pending tasks...\n", f.options.nodes,
@@ -354,4 +390,15 @@ void AddBenchCommands(CLI::App& app, int* rc) {
   api_bench->add_option("--project", af.options.project, "project to submit to with --server");
   api_bench->add_flag("--json", af.json, "print one JSON object");
   api_bench->callback([rc] { *rc = RunBenchApi(af); });
+
+  static AgentBenchFlags gf;
+  CLI::App* agents_bench = bench->add_subcommand(
+      "agents", "Heartbeat latency and server load with many agents (simulated in-process)");
+  agents_bench->add_option("--agents", gf.options.agents, "simulated agents (nodes)");
+  agents_bench->add_option("--interval", gf.options.interval, "heartbeat interval, seconds");
+  agents_bench->add_option("--seconds", gf.options.seconds, "how long they heartbeat");
+  agents_bench->add_option("--jobs", gf.options.jobs, "1-GPU jobs placed on them first");
+  agents_bench->add_option("--threads", gf.options.threads, "client threads the agents share");
+  agents_bench->add_flag("--json", gf.json, "print one JSON object");
+  agents_bench->callback([rc] { *rc = RunBenchAgents(gf); });
 }

@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/owned_server.h"
+
 namespace meridian::bench {
 
 namespace {
@@ -41,89 +43,6 @@ kind: NodePool
 metadata: {name: gpu}
 spec: {cluster: onprem, nodes: 64, gpusPerNode: 8, gpuModel: H100-80GB, cpuMilli: 128000}
 )";
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  std::string t = s.str();
-  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
-  return t;
-}
-
-// A server process this benchmark owns, on a temporary data dir removed afterwards.
-struct OwnedServer {
-  pid_t pid = -1;
-  std::string dir;
-  int port = 0;
-
-  ~OwnedServer() {
-    if (pid > 0) {
-      kill(pid, SIGTERM);
-      waitpid(pid, nullptr, 0);
-    }
-    std::error_code ignored;
-    if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
-  }
-
-  // CPU seconds (user + system) and resident memory of the process, from /proc.
-  void Usage(double* cpu_seconds, double* rss_mib) const {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    std::istringstream fields(line.substr(close + 2));
-    std::string f;
-    double utime = 0, stime = 0;
-    for (int i = 3; fields >> f; ++i) {
-      if (i == 14) utime = std::stod(f);
-      if (i == 15) {
-        stime = std::stod(f);
-        break;
-      }
-    }
-    *cpu_seconds = (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-    while (std::getline(status, line)) {
-      if (line.rfind("VmRSS:", 0) == 0) *rss_mib = std::stod(line.substr(6)) / 1024.0;
-    }
-  }
-};
-
-base::Result<std::unique_ptr<OwnedServer>> StartServer(const std::string& binary) {
-  auto s = std::make_unique<OwnedServer>();
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/meridian-bench-XXXXXX";
-  if (!mkdtemp(pattern.data())) return base::Status::Io("cannot make a temporary directory");
-  s->dir = pattern;
-  const std::string port_file = s->dir + "/port";
-  s->pid = fork();
-  if (s->pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // the server goes when the benchmark goes
-    const std::string data = s->dir + "/data";
-    const std::string log = s->dir + "/server.log";
-    std::freopen(log.c_str(), "w", stderr);
-    execl(binary.c_str(), binary.c_str(), "server", "--data-dir", data.c_str(), "--listen",
-          "127.0.0.1:0", "--port-file", port_file.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (Slurp(port_file).empty()) {
-    if (Clock::now() > deadline) {
-      return base::Status::Io("the server did not start: " + Slurp(s->dir + "/server.log"));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  s->port = std::stoi(Slurp(port_file));
-  return s;
-}
-
-double Percentile(std::vector<double>& v, double q) {
-  if (v.empty()) return 0;
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(i), v.end());
-  return v[i];
-}
 
 }  // namespace
 

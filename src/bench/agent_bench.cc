@@ -1,0 +1,225 @@
+#include "bench/agent_bench.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "bench/owned_server.h"
+
+namespace meridian::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+const char* kEstate = R"(kind: Organization
+metadata: {name: bench}
+---
+kind: Team
+metadata: {name: bench}
+spec: {organization: bench}
+---
+kind: Project
+metadata: {name: bench}
+spec: {team: bench}
+---
+kind: Cluster
+metadata: {name: onprem}
+spec: {type: on-prem}
+---
+kind: NodePool
+metadata: {name: gpu}
+spec: {cluster: onprem, gpuModel: H100-80GB}
+---
+kind: Policy
+metadata: {name: default}
+spec: {heartbeatInterval: INTERVAL, nodeLostTimeout: LOST}
+)";
+
+base::Status Expect(const httplib::Result& r, int status, const std::string& what) {
+  if (r && r->status == status) return base::Status::Ok();
+  return base::Status::Io(what + " failed: " + (r ? r->body : httplib::to_string(r.error())));
+}
+
+}  // namespace
+
+Json AgentBenchResult::ToJson() const {
+  return {{"heartbeats", heartbeats},
+          {"errors", errors},
+          {"seconds", seconds},
+          {"heartbeats_per_second", heartbeats_per_second},
+          {"p50_ms", p50_ms},
+          {"p99_ms", p99_ms},
+          {"max_ms", max_ms},
+          {"register_seconds", register_seconds},
+          {"server_cores", server_cores},
+          {"server_rss_mib", server_rss_mib},
+          {"nodes_lost", nodes_lost},
+          {"tasks_running", tasks_running}};
+}
+
+base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
+                                             const std::function<void(double)>& progress) {
+  if (o.agents < 1 || o.agents > 100000) return base::Status::Invalid("--agents: 1 to 100000");
+  if (o.threads < 1 || o.threads > 1024) return base::Status::Invalid("--threads: 1 to 1024");
+  if (o.interval < 0.05 || o.interval > 600)
+    return base::Status::Invalid("--interval: 0.05 to 600");
+  if (o.seconds <= 0 || o.seconds > 3600) return base::Status::Invalid("--seconds: (0, 3600]");
+  auto owned = StartServer(o.binary);
+  if (!owned.ok()) return owned.status();
+  const int port = (*owned)->port;
+  const std::string admin = (*owned)->admin_token();
+  httplib::Client http("127.0.0.1", port);
+  http.set_bearer_token_auth(admin);
+  std::string estate = kEstate;
+  estate.replace(estate.find("INTERVAL"), 8, std::to_string(o.interval));
+  estate.replace(estate.find("LOST"), 4, std::to_string(std::max(15 * o.interval, 30.0)));
+  Json apply = {{"files", {{{"name", "bench.yaml"}, {"content", estate}}}}};
+  if (auto s = Expect(http.Post("/api/v1/config/apply", apply.dump(), "application/json"), 200,
+                      "applying the estate");
+      !s.ok()) {
+    return s;
+  }
+  Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
+  if (auto s = Expect(http.Put("/api/v1/users/agents", user.dump(), "application/json"), 201,
+                      "creating the agent user");
+      !s.ok()) {
+    return s;
+  }
+  auto t = http.Post("/api/v1/tokens", Json{{"user", "agents"}}.dump(), "application/json");
+  if (auto s = Expect(t, 201, "creating the agent token"); !s.ok()) return s;
+  const std::string token = Json::parse(t->body).value("token", "");
+
+  AgentBenchResult res;
+  const auto registering = Clock::now();
+  for (int a = 0; a < o.agents; ++a) {
+    const std::string node = "bench-" + std::to_string(a);
+    Json gpus = Json::array();
+    for (int g = 0; g < o.gpus_per_node; ++g) {
+      gpus.push_back({{"index", g},
+                      {"uuid", "GPU-bench-" + std::to_string(a) + "-" + std::to_string(g)},
+                      {"model", "H100-80GB"},
+                      {"memoryMib", 81920},
+                      {"nvlinkDomain", 0}});
+    }
+    Json body = {{"node", node},       {"cluster", "onprem"},  {"pool", "gpu"},
+                 {"cpuMilli", 128000}, {"memoryMib", 1048576}, {"simulated", true},
+                 {"gpus", gpus}};
+    httplib::Client c("127.0.0.1", port);
+    c.set_bearer_token_auth(token);
+    if (auto s = Expect(c.Post("/api/v1/agents/register", body.dump(), "application/json"), 200,
+                        "registering " + node);
+        !s.ok()) {
+      return s;
+    }
+  }
+  res.register_seconds = std::chrono::duration<double>(Clock::now() - registering).count();
+  const Json job = {{"metadata", {{"name", "bench"}, {"project", "bench"}}},
+                    {"spec", {{"gpus", 1}, {"command", {"sleep", "3600"}}}}};
+  for (int j = 0; j < o.jobs; ++j) {
+    if (auto s = Expect(http.Post("/api/v1/jobs", job.dump(), "application/json"), 201, "a job");
+        !s.ok()) {
+      return s;
+    }
+  }
+
+  // Agent a heartbeats at start + (a / agents + k) * interval; each thread serves the agents
+  // a = thread, thread + threads, ...
+  std::atomic<int64_t> ok{0}, errors{0};
+  std::mutex mu;
+  std::vector<double> latencies;
+  double cpu0 = 0, cpu1 = 0, rss = 0;
+  (*owned)->Usage(&cpu0, &rss);
+  const auto start = Clock::now();
+  const auto end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  std::vector<std::thread> threads;
+  for (int th = 0; th < o.threads; ++th) {
+    threads.emplace_back([&, th] {
+      std::vector<double> mine;
+      std::vector<int> agents;
+      for (int a = th; a < o.agents; a += o.threads) agents.push_back(a);
+      std::vector<Json> assigned(agents.size(), Json::array());
+      Json telemetry = Json::array();
+      for (int g = 0; g < o.gpus_per_node; ++g) {
+        telemetry.push_back({{"index", g},
+                             {"utilization", 0.5},
+                             {"memoryUsedMib", 40000},
+                             {"temperatureC", 55},
+                             {"powerW", 400},
+                             {"eccErrors", 0}});
+      }
+      for (int64_t round = 0;; ++round) {
+        for (size_t i = 0; i < agents.size(); ++i) {
+          const double offset =
+              (static_cast<double>(agents[i]) / o.agents + static_cast<double>(round)) * o.interval;
+          const auto due = start + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(offset));
+          if (due >= end) goto done;
+          std::this_thread::sleep_until(due);
+          Json tasks = Json::array();
+          for (const Json& a : assigned[i]) {
+            tasks.push_back({{"job", a.value("job", 0)},
+                             {"task", a.value("task", 0)},
+                             {"generation", a.value("generation", 0)},
+                             {"state", "Running"},
+                             {"restarts", 0}});
+          }
+          const Json body = {{"telemetry", telemetry}, {"tasks", tasks}};
+          httplib::Client c("127.0.0.1", port);
+          c.set_bearer_token_auth(token);
+          c.set_tcp_nodelay(true);
+          const auto t0 = Clock::now();
+          auto r = c.Post("/api/v1/agents/bench-" + std::to_string(agents[i]) + "/heartbeat",
+                          body.dump(), "application/json");
+          const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+          if (r && r->status == 200) {
+            ++ok;
+            mine.push_back(ms);
+            assigned[i] = Json::parse(r->body, nullptr, false).value("tasks", Json::array());
+          } else {
+            ++errors;
+          }
+        }
+      }
+    done:
+      std::lock_guard<std::mutex> lock(mu);
+      latencies.insert(latencies.end(), mine.begin(), mine.end());
+    });
+  }
+  while (progress && Clock::now() < end) {
+    progress(std::chrono::duration<double>(Clock::now() - start).count() / o.seconds);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  for (auto& th : threads) th.join();
+  if (progress) progress(1.0);
+  res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  (*owned)->Usage(&cpu1, &res.server_rss_mib);
+  res.server_cores = (cpu1 - cpu0) / res.seconds;
+  res.heartbeats = ok;
+  res.errors = errors;
+  res.heartbeats_per_second = static_cast<double>(res.heartbeats) / res.seconds;
+  res.p50_ms = Percentile(latencies, 0.50);
+  res.p99_ms = Percentile(latencies, 0.99);
+  res.max_ms = latencies.empty() ? 0 : *std::max_element(latencies.begin(), latencies.end());
+  auto nodes = http.Get("/api/v1/nodes");
+  if (nodes && nodes->status == 200) {
+    for (const Json& n : Json::parse(nodes->body).value("items", Json::array())) {
+      res.nodes_lost += n.value("state", "") == "Lost";
+    }
+  }
+  auto running = http.Get("/api/v1/jobs?phase=Running&limit=1000");
+  if (running && running->status == 200) {
+    res.tasks_running =
+        static_cast<int64_t>(Json::parse(running->body).value("items", Json::array()).size());
+  }
+  return res;
+}
+
+}  // namespace meridian::bench

@@ -1,0 +1,43 @@
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/status.h"
+
+namespace meridian::bench {
+
+struct AgentBenchOptions {
+  int agents = 1000;  // simulated agents (nodes), all in this process
+  int gpus_per_node = 8;
+  double interval = 2.0;  // heartbeat interval (the policy's default)
+  double seconds = 20;    // how long they heartbeat, after registering
+  int jobs = 2000;        // 1-GPU jobs submitted first, so heartbeats carry assignments
+  int threads = 32;       // client threads the agents share
+  std::string binary;     // the meridian binary to start (this one)
+};
+
+struct AgentBenchResult {
+  int64_t heartbeats = 0;
+  int64_t errors = 0;
+  double seconds = 0;
+  double heartbeats_per_second = 0;
+  double p50_ms = 0, p99_ms = 0, max_ms = 0;
+  double register_seconds = 0;  // all agents registering, one after another
+  double server_cores = 0;      // CPU seconds of the server per second, while heartbeating
+  double server_rss_mib = 0;
+  int64_t nodes_lost = 0;  // should stay 0: no agent misses its heartbeats
+  int64_t tasks_running = 0;
+
+  nlohmann::json ToJson() const;
+};
+
+// Many agents heartbeating against one real server on SQLite: `agents` simulated nodes register
+// (8 GPUs each), `jobs` jobs are placed on them, then every agent heartbeats each `interval`
+// seconds (spread evenly) with telemetry and what runs on it, reporting its assigned tasks as
+// running. Each heartbeat is a new connection, as from a real agent.
+base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& options,
+                                             const std::function<void(double)>& progress);
+
+}  // namespace meridian::bench

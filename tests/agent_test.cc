@@ -1,0 +1,401 @@
+// End-to-end tests of node agents: a real `meridian server` and real `meridian agent` processes
+// on loopback, with simulated GPUs (a fake: nothing real can run here) and real task processes,
+// cgroups and shims.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "base/testing/temp_dir.h"
+#include "tests/server_process.h"
+
+namespace meridian::testing {
+namespace {
+
+const std::string kBinary = MERIDIAN_BINARY;
+
+// Heartbeats every 0.2 s; a node silent for 2 s is lost, and its agent's lease is 1 s.
+const char* kEstate = R"(kind: Organization
+metadata: {name: acme}
+---
+kind: Team
+metadata: {name: lab}
+spec: {organization: acme}
+---
+kind: Project
+metadata: {name: research}
+spec: {team: lab}
+---
+kind: PriorityClass
+metadata: {name: high}
+spec: {value: 100}
+---
+kind: PriorityClass
+metadata: {name: low}
+spec: {value: 0}
+---
+kind: Cluster
+metadata: {name: onprem}
+spec: {type: on-prem, region: eu-west}
+---
+kind: NodePool
+metadata: {name: h100}
+spec: {cluster: onprem, gpusPerNode: 4, gpuModel: H100-80GB}
+---
+kind: Policy
+metadata: {name: default}
+spec: {heartbeatInterval: 0.2, nodeLostTimeout: LOST_TIMEOUT}
+)";
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override { StartServer("2"); }
+
+  void StartServer(const std::string& lost_timeout) {
+    server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("data"));
+    ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
+    admin_ = server_->admin_token();
+    std::string estate = kEstate;
+    estate.replace(estate.find("LOST_TIMEOUT"), 12, lost_timeout);
+    CliResult r = Run("apply -f " + WriteFile("estate.yaml", estate));
+    ASSERT_EQ(r.code, 0) << r.output;
+    Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
+    ASSERT_EQ(Http(*server_, "PUT", "/api/v1/users/agents", admin_, user.dump()).status, 201);
+    HttpResult t = Http(*server_, "POST", "/api/v1/tokens", admin_,
+                        Json{{"user", "agents"}, {"description", "test agents"}}.dump());
+    ASSERT_EQ(t.status, 201) << t.text;
+    agent_token_ = t.body.value("token", "");
+  }
+
+  // Starts an agent for node `name` with 4 simulated H100s and waits until it is registered.
+  AgentProcess& StartAgent(const std::string& name) {
+    auto& a = agents_[name];
+    a = std::make_unique<AgentProcess>(
+        kBinary,
+        std::vector<std::string>{"--cluster", "onprem", "--pool", "h100", "--node", name,
+                                 "--simulate-gpus", "4xH100-80GB", "--work-dir",
+                                 dir_.File("agent-" + name), "--cpu-milli", "16000", "--memory-mib",
+                                 "65536"},
+        dir_.File("agent-" + name + ".log"));
+    a->Start(server_->url(), agent_token_);
+    EXPECT_TRUE(Eventually([&] { return NodeState(name) == "Ready"; }))
+        << ReadFile(dir_.File("agent-" + name + ".log"));
+    return *a;
+  }
+
+  std::string NodeState(const std::string& name) {
+    HttpResult nodes = Http(*server_, "GET", "/api/v1/nodes", admin_);
+    if (!nodes.body.is_object()) return "";
+    for (const Json& n : nodes.body.value("items", Json::array())) {
+      if (n.value("name", "") == name) return n.value("state", "");
+    }
+    return "";
+  }
+
+  std::string WriteFile(const std::string& name, const std::string& text) {
+    const std::string path = dir_.File(name);
+    std::ofstream(path) << text;
+    return path;
+  }
+  CliResult Run(const std::string& args) { return Cli(kBinary, args, server_->url(), admin_); }
+
+  int64_t Submit(const Json& spec, const std::string& name = "job") {
+    Json job = {{"metadata", {{"name", name}, {"project", "research"}}}, {"spec", spec}};
+    HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_, job.dump());
+    EXPECT_EQ(r.status, 201) << r.text;
+    return r.body.value("id", int64_t{0});
+  }
+  Json Job(int64_t id) {
+    return Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id), admin_).body;
+  }
+  std::string Phase(int64_t id) {
+    Json j = Job(id);
+    return j.is_object() ? j["status"].value("phase", "") : "";
+  }
+  std::vector<Json> Events(int64_t id) {
+    Json e =
+        Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id) + "/events?limit=1000", admin_)
+            .body;
+    std::vector<Json> out;
+    if (e.is_object()) {
+      for (const Json& x : e.value("items", Json::array())) out.push_back(x);
+    }
+    return out;
+  }
+  const Json* FindEvent(const std::vector<Json>& events, const std::string& reason) {
+    for (const Json& e : events) {
+      if (e.value("reason", "") == reason) return &e;
+    }
+    return nullptr;
+  }
+
+  base::testing::TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::map<std::string, std::unique_ptr<AgentProcess>> agents_;
+  std::string admin_;
+  std::string agent_token_;
+};
+
+TEST_F(AgentTest, JobRunsAsARealProcessWithItsGpusAndItsOutputComesBackThroughLogs) {
+  StartAgent("n1");
+  // The task prints what it was given, and the memory limit of its own cgroup (v1 or v2).
+  const std::string job = WriteFile("job.yaml", R"YAML(metadata: {name: hello, project: research}
+spec:
+  gpus: 2
+  memoryMib: 256
+  command:
+    - sh
+    - -c
+    - |
+      echo "devices=$CUDA_VISIBLE_DEVICES nvidia=$NVIDIA_VISIBLE_DEVICES"
+      echo "job=$MERIDIAN_JOB_ID task=$MERIDIAN_TASK_INDEX world=$MERIDIAN_WORLD_SIZE node=$MERIDIAN_NODE"
+      g=$MERIDIAN_JOB_ID-$MERIDIAN_TASK_INDEX-g$MERIDIAN_GENERATION
+      echo "memory-limit=$(cat /sys/fs/cgroup/memory/meridian/$g/memory.limit_in_bytes /sys/fs/cgroup/meridian/$g/memory.max 2>/dev/null)"
+      sleep 0.5
+      echo bye
+)YAML");
+  CliResult submitted = Run("submit -f " + job);
+  ASSERT_EQ(submitted.code, 0) << submitted.output;
+  // `logs -f` follows the output until the job has ended.
+  CliResult logs = Run("logs 1 -f");
+  EXPECT_EQ(logs.code, 0) << logs.output;
+  EXPECT_EQ(Phase(1), "Succeeded");
+  EXPECT_NE(logs.output.find("devices=GPU-sim-n1-0,GPU-sim-n1-1 nvidia=GPU-sim-n1-0,GPU-sim-n1-1"),
+            std::string::npos)
+      << logs.output;
+  EXPECT_NE(logs.output.find("job=1 task=0 world=1 node=n1"), std::string::npos) << logs.output;
+  EXPECT_NE(logs.output.find("memory-limit=268435456"), std::string::npos) << logs.output;
+  EXPECT_NE(logs.output.find("bye"), std::string::npos) << logs.output;
+  const std::vector<Json> events = Events(1);
+  for (const char* reason : {"Submitted", "Placed", "Started", "Succeeded"}) {
+    EXPECT_TRUE(FindEvent(events, reason)) << reason;
+  }
+  // A task that fails fails its job, with its exit code; a command that does not exist too.
+  const int64_t failing = Submit({{"command", {"sh", "-c", "echo oops; exit 3"}}});
+  const int64_t missing = Submit({{"command", {"/no/such/program"}}});
+  EXPECT_TRUE(Eventually([&] { return Phase(failing) == "Failed" && Phase(missing) == "Failed"; }));
+  EXPECT_EQ(Job(failing)["status"]["reason"], "task 0 exited with code 3");
+  EXPECT_EQ(Job(missing)["status"]["reason"], "task 0 exited with code 127");
+  EXPECT_TRUE(Eventually([&] {
+    return Run("logs " + std::to_string(missing)).output.find("cannot run /no/such/program") !=
+           std::string::npos;
+  }));
+  // restartPolicy on-failure restarts in place, within maxRestarts.
+  const int64_t flaky = Submit({{"command", {"sh", "-c", "echo try $MERIDIAN_RESTART; exit 1"}},
+                                {"restartPolicy", "on-failure"},
+                                {"maxRestarts", 2}});
+  EXPECT_TRUE(Eventually([&] { return Phase(flaky) == "Failed"; }, 20));
+  EXPECT_EQ(Job(flaky)["status"]["tasks"][0]["restarts"], 2);
+  const std::string tries = Run("logs " + std::to_string(flaky)).output;
+  for (const char* t : {"try 0", "try 1", "try 2"}) EXPECT_NE(tries.find(t), std::string::npos);
+  EXPECT_TRUE(FindEvent(Events(flaky), "Restarted"));
+  // Telemetry of simulated GPUs reaches the node list, and says they are simulated.
+  CliResult nodes = Run("get nodes");
+  EXPECT_NE(nodes.output.find("registered (simulated GPUs)"), std::string::npos) << nodes.output;
+}
+
+TEST_F(AgentTest, KilledAgentsNodeIsLostAndItsJobRunsElsewhereButNeverTwiceAtOnce) {
+  StartAgent("n1");
+  StartAgent("n2");
+  // Every run of the task writes "<generation> <time>" lines to a shared file while it lives.
+  const std::string trace = dir_.File("alive.log");
+  const int64_t id = Submit({{"gpus", 4},
+                             {"restartPolicy", "on-failure"},
+                             {"gracePeriod", 0.4},
+                             {"command",
+                              {"sh", "-c",
+                               "while true; do echo \"$MERIDIAN_GENERATION $(date +%s.%N)\" >> " +
+                                   trace + "; sleep 0.02; done"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }));
+  const std::string first = Job(id)["status"]["allocation"][0]["node"];
+  const std::string other = first == "n1" ? "n2" : "n1";
+  agents_[first]->Stop(SIGKILL);
+  // Lost within the timeout (2 s), requeued, and running on the other node.
+  EXPECT_TRUE(Eventually([&] { return NodeState(first) == "Lost"; }, 5));
+  EXPECT_TRUE(Eventually(
+      [&] {
+        Json j = Job(id);
+        return j["status"].value("phase", "") == "Running" &&
+               j["status"]["allocation"][0].value("node", "") == other;
+      },
+      10));
+  const std::vector<Json> events = Events(id);
+  const Json* requeued = FindEvent(events, "Requeued");
+  ASSERT_TRUE(requeued);
+  EXPECT_EQ(requeued->value("message", ""), "requeued: node " + first + " lost");
+  EXPECT_EQ(Job(id)["status"]["restarts"], 1);
+  // The agent comes back: its node is schedulable again, and its stale task does not run.
+  StartAgent(first);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  Run("cancel " + std::to_string(id));
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  // The runs' lifetimes never overlap: every line of generation 1 comes before the first of 2.
+  std::map<int, std::pair<double, double>> life;  // generation -> first, last
+  std::istringstream lines(ReadFile(trace));
+  for (std::string line; std::getline(lines, line);) {
+    int gen = 0;
+    double at = 0;
+    if (std::sscanf(line.c_str(), "%d %lf", &gen, &at) != 2) continue;
+    auto [it, fresh] = life.emplace(gen, std::make_pair(at, at));
+    it->second.first = std::min(it->second.first, at);
+    it->second.second = std::max(it->second.second, at);
+  }
+  ASSERT_EQ(life.size(), 2u) << ReadFile(trace);
+  EXPECT_LT(life[1].second, life[2].first) << "generation 1 ran until " << life[1].second
+                                           << ", generation 2 started at " << life[2].first;
+  EXPECT_EQ(NodeState(first), "Ready");
+}
+
+TEST_F(AgentTest, PreemptedJobGetsItsNoticeStopsWithinItsGracePeriodAndRequeues) {
+  StartAgent("n1");
+  const int64_t low =
+      Submit({{"gpus", 4},
+              {"priorityClass", "low"},
+              {"gracePeriod", 2},
+              {"noticeSignal", "SIGUSR1"},
+              {"command",
+               {"sh", "-c",
+                "trap 'echo \"notice: $(cat $MERIDIAN_NOTICE_FILE)\"' USR1; "
+                "trap 'echo terminated; exit 143' TERM; echo \"run $MERIDIAN_GENERATION\"; "
+                "while true; do sleep 0.05; done"}}},
+             "low");
+  ASSERT_TRUE(Eventually([&] { return Phase(low) == "Running"; }));
+  const int64_t high = Submit(
+      {{"gpus", 4}, {"priorityClass", "high"}, {"command", {"sh", "-c", "echo high; sleep 0.3"}}},
+      "high");
+  EXPECT_TRUE(Eventually([&] { return Phase(high) == "Succeeded"; }, 15));
+  // The low job went back to the queue, and runs again once the high one has finished.
+  EXPECT_TRUE(Eventually(
+      [&] { return Phase(low) == "Running" && Job(low)["status"]["generation"] == 2; }, 10));
+  const std::vector<Json> events = Events(low);
+  const Json* preempted = FindEvent(events, "Preempted");
+  const Json* stopped = FindEvent(events, "Stopped");
+  ASSERT_TRUE(preempted && stopped);
+  EXPECT_NE(preempted->value("message", "").find("preempted for job " + std::to_string(high)),
+            std::string::npos);
+  // Stopped within the grace period (2 s), plus a heartbeat or two to hear of it.
+  EXPECT_LE(stopped->value("at", 0.0) - preempted->value("at", 0.0), 2.6);
+  // The first run saw the notice (why, and by when), then SIGTERM.
+  const std::string first_run =
+      ReadFile(server_->data_dir() + "/logs/" + std::to_string(low) + "/task-0.gen-1.log");
+  EXPECT_NE(first_run.find("notice: {\"deadline\""), std::string::npos) << first_run;
+  EXPECT_NE(first_run.find("preempted for job"), std::string::npos) << first_run;
+  EXPECT_NE(first_run.find("terminated"), std::string::npos) << first_run;
+  EXPECT_LT(first_run.find("notice:"), first_run.find("terminated")) << first_run;
+}
+
+TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNoneTwice) {
+  // A longer lost timeout (lease 3 s): the server's restart must not look like a lost node.
+  server_.reset();
+  std::filesystem::remove_all(dir_.File("data"));
+  StartServer("6");
+  StartAgent("n1");
+  const std::string runs = dir_.File("runs.log");
+  constexpr int kJobs = 500, kClients = 8;
+  std::atomic<int> next{0}, acked{0};
+  std::mutex mu;
+  std::set<int64_t> ids;
+  std::atomic<bool> killed{false};
+  auto client = [&] {
+    for (int i = next++; i < kJobs; i = next++) {
+      Json job = {
+          {"metadata", {{"name", "j" + std::to_string(i)}, {"project", "research"}}},
+          {"spec",
+           {{"cpuMilli", 500}, {"command", {"sh", "-c", "echo $MERIDIAN_JOB_ID >> " + runs}}}}};
+      // A submission the server did not acknowledge is sent again (a new job).
+      for (;;) {
+        HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_, job.dump());
+        if (r.status == 201) {
+          std::lock_guard<std::mutex> lock(mu);
+          ids.insert(r.body.value("id", int64_t{0}));
+          if (++acked == 200 && !killed.exchange(true)) server_->Stop(SIGKILL);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) threads.emplace_back(client);
+  ASSERT_TRUE(Eventually([&] { return killed.load(); }, 60));
+  ASSERT_TRUE(server_->Start());
+  for (std::thread& t : threads) t.join();
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kJobs));
+  // Every acknowledged job is there and ends, each run exactly once.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        HttpResult done = Http(*server_, "GET", "/api/v1/jobs?phase=Succeeded&limit=1000", admin_);
+        return done.body.is_object() && done.body["items"].size() >= ids.size();
+      },
+      120))
+      << ReadFile(dir_.File("agent-n1.log"));
+  std::map<int64_t, int> count;
+  std::istringstream lines(ReadFile(runs));
+  for (std::string line; std::getline(lines, line);) count[std::stoll(line)] += 1;
+  for (int64_t id : ids) EXPECT_EQ(count[id], 1) << "acknowledged job " << id;
+  // Submissions in flight when the server died may have landed unacknowledged (their clients
+  // sent them again): they are jobs too, and ran once each as well.
+  for (const auto& [id, n] : count) EXPECT_EQ(n, 1) << "job " << id;
+  HttpResult all = Http(*server_, "GET", "/api/v1/jobs?limit=1000", admin_);
+  EXPECT_EQ(all.body["items"].size(), count.size());
+}
+
+TEST_F(AgentTest, RegistrationAndHeartbeatsRefuseWhatIsWrongAndWhoIsNotAnAgent) {
+  auto reg = [&](const Json& body, const std::string& token) {
+    return Http(*server_, "POST", "/api/v1/agents/register", token, body.dump());
+  };
+  Json good = {{"node", "x1"},
+               {"cluster", "onprem"},
+               {"pool", "h100"},
+               {"gpus", Json::array({{{"uuid", "GPU-a"}, {"model", "H100-80GB"}}})}};
+  Json unknown_cluster = good;
+  unknown_cluster["cluster"] = "mars";
+  HttpResult r = reg(unknown_cluster, agent_token_);
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(r.body["error"]["message"], "cluster: \"mars\" does not exist");
+  Json mixed = good;
+  mixed["gpus"].push_back({{"uuid", "GPU-b"}, {"model", "A100-80GB"}});
+  r = reg(mixed, agent_token_);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.text.find("gpus[1].model: the GPUs of one node must be of one model"),
+            std::string::npos)
+      << r.text;
+  Json bad_type = good;
+  bad_type["cpuMilli"] = "many";
+  r = reg(bad_type, agent_token_);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.text.find("cpuMilli: must be an integer"), std::string::npos) << r.text;
+  // A member of a project is not an agent.
+  Json member = {
+      {"spec", {{"roles", Json::array({{{"role", "member"}, {"project", "research"}}})}}}};
+  ASSERT_EQ(Http(*server_, "PUT", "/api/v1/users/ann", admin_, member.dump()).status, 201);
+  HttpResult t = Http(*server_, "POST", "/api/v1/tokens", admin_, Json{{"user", "ann"}}.dump());
+  EXPECT_EQ(reg(good, t.body.value("token", "")).status, 403);
+  // Heartbeats of a node never registered answer 404, so that its agent registers.
+  r = Http(*server_, "POST", "/api/v1/agents/ghost/heartbeat", agent_token_, "{}");
+  EXPECT_EQ(r.status, 404);
+  ASSERT_EQ(reg(good, agent_token_).status, 200);
+  r = Http(*server_, "POST", "/api/v1/agents/x1/heartbeat", agent_token_,
+           R"({"tasks": [{"job": "one", "task": 0}]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.text.find("tasks[0].job: must be an integer"), std::string::npos) << r.text;
+  // Reports of a job the node does not run change nothing.
+  const int64_t id = Submit({{"gpus", 1}, {"command", {"true"}}});
+  r = Http(*server_, "POST", "/api/v1/agents/x1/heartbeat", agent_token_,
+           Json{{"tasks", Json::array({{{"job", id},
+                                        {"task", 0},
+                                        {"generation", 7},
+                                        {"state", "Exited"},
+                                        {"exitCode", 0}}})}}
+               .dump());
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(Phase(id), "Succeeded");
+}
+
+}  // namespace
+}  // namespace meridian::testing
