@@ -345,6 +345,41 @@ TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNone
   EXPECT_EQ(all.body["items"].size(), count.size());
 }
 
+// The agent's NVML path end to end, against a FAKE libnvidia-ml (tests/fake_nvml): what it
+// reads reaches the node list, and the node does not claim to be simulated.
+TEST_F(AgentTest, AgentOnNvmlRegistersTheGpusItReadsWithTheirTelemetry) {
+  AgentProcess agent(kBinary,
+                     {"--cluster", "onprem", "--pool", "h100", "--node", "real1", "--nvml-library",
+                      FAKE_NVML_LIBRARY, "--work-dir", dir_.File("agent-real1"), "--cpu-milli",
+                      "8000", "--memory-mib", "8192"},
+                     dir_.File("agent-real1.log"));
+  agent.Start(server_->url(), agent_token_);
+  Json node;
+  ASSERT_TRUE(Eventually([&] {
+    const HttpResult nodes = Http(*server_, "GET", "/api/v1/nodes", admin_);
+    for (const Json& n : nodes.body["items"]) {
+      if (n.value("name", "") == "real1" && n["gpus"].size() == 4 &&
+          n["gpus"][2].contains("utilization")) {
+        node = n;
+        return true;
+      }
+    }
+    return false;
+  })) << ReadFile(dir_.File("agent-real1.log"));
+  EXPECT_EQ(node["model"], "H100-80GB");
+  EXPECT_EQ(node["simulated"], false);
+  EXPECT_EQ(node["gpus"][0]["uuid"], "GPU-fake-0000-0000");
+  EXPECT_DOUBLE_EQ(node["gpus"][2]["utilization"].get<double>(), 0.3);
+  EXPECT_EQ(node["gpus"][1]["eccErrors"], 2);
+  EXPECT_EQ(node["gpus"][2]["lastXid"], 79);
+  const std::string table = Run("get nodes").output;
+  const size_t row = table.find("real1");
+  ASSERT_NE(row, std::string::npos) << table;
+  const std::string line = table.substr(row, table.find('\n', row) - row);
+  EXPECT_NE(line.find("registered"), std::string::npos) << line;
+  EXPECT_EQ(line.find("simulated"), std::string::npos) << line;
+}
+
 TEST_F(AgentTest, RegistrationAndHeartbeatsRefuseWhatIsWrongAndWhoIsNotAnAgent) {
   auto reg = [&](const Json& body, const std::string& token) {
     return Http(*server_, "POST", "/api/v1/agents/register", token, body.dump());

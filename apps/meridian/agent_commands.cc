@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/nvml_gpus.h"
 #include "agent/shim.h"
 #include "agent/simulated_gpus.h"
 #include "apps/meridian/commands.h"
@@ -23,6 +24,8 @@ struct AgentFlags {
   int nvlink_domain_size = 0;
   std::vector<std::string> labels;
   bool no_cgroups = false;
+  std::string gpu_discovery = "auto";
+  std::string nvml_library = "libnvidia-ml.so.1";
 };
 
 std::string SelfPath() {
@@ -55,15 +58,22 @@ int RunAgent(AgentFlags& f) {
   f.o.shim = SelfPath();
   f.o.cgroups = !f.no_cgroups;
   std::unique_ptr<meridian::agent::GpuDiscovery> gpus;
-  if (f.simulate_gpus.empty()) {
-    // NVML through dlopen comes next (issue 5); until then a node without simulated GPUs
-    // registers CPU-only.
-    gpus = meridian::agent::SimulatedGpus::FromSpec("", f.o.node).value();
-  } else {
+  std::string discovery = f.gpu_discovery;
+  if (discovery == "auto") discovery = f.simulate_gpus.empty() ? "nvml" : "simulated";
+  if (discovery == "simulated") {
     auto sim =
         meridian::agent::SimulatedGpus::FromSpec(f.simulate_gpus, f.o.node, f.nvlink_domain_size);
     if (!sim.ok()) return Fail(sim.status());
     gpus = std::move(sim.value());
+  } else if (discovery == "nvml") {
+    auto nvml = meridian::agent::NvmlGpus::Open(f.nvml_library);
+    if (!nvml.ok()) {
+      return Fail(Status::Invalid(nvml.status().message() +
+                                  " (or --gpu-discovery none for a node without GPUs)"));
+    }
+    gpus = std::move(nvml.value());
+  } else {
+    gpus = std::make_unique<meridian::agent::NoGpus>();
   }
   // SIGINT/SIGTERM stop the loop; the agent then stops its tasks and reports them.
   sigset_t signals;
@@ -103,6 +113,12 @@ void AddAgentCommands(CLI::App& app, int* rc) {
   agent->add_option("--token-file", f.token_file, "read the agent's token from this file");
   agent->add_option("--simulate-gpus", f.simulate_gpus,
                     "simulated GPUs, e.g. 8xH100-80GB (for machines without NVIDIA GPUs)");
+  agent
+      ->add_option("--gpu-discovery", f.gpu_discovery,
+                   "nvml (the NVIDIA driver), simulated, none, or auto: simulated with "
+                   "--simulate-gpus, nvml otherwise")
+      ->check(CLI::IsMember({"auto", "nvml", "simulated", "none"}));
+  agent->add_option("--nvml-library", f.nvml_library, "the NVML library to load");
   agent->add_option("--nvlink-domain-size", f.nvlink_domain_size,
                     "simulated GPUs per NVLink domain (0: all of a group)");
   agent->add_option("--container-runtime", f.o.container_runtime,

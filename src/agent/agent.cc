@@ -534,7 +534,9 @@ Json Agent::Telemetry() {
                    {"memoryUsedMib", g.memory_used_mib},
                    {"temperatureC", g.temperature_c},
                    {"powerW", g.power_w},
-                   {"eccErrors", g.ecc_errors}});
+                   {"eccErrors", g.ecc_errors},
+                   {"xidErrors", g.xid_errors},
+                   {"lastXid", g.last_xid}});
   }
   return out;
 }

@@ -27,11 +27,13 @@ struct GpuTelemetry {
   double temperature_c = 0;
   double power_w = 0;
   int64_t ecc_errors = 0;  // volatile double-bit errors since the driver loaded
+  int64_t xid_errors = 0;  // critical XID events seen since the agent started
+  int32_t last_xid = 0;    // the latest one's code (0: none), e.g. 79 "fallen off the bus"
 };
 
-// The agent's view of its GPUs. Two implementations share this interface: NVML loaded at run
-// time with dlopen on machines with NVIDIA GPUs (next step of issue 5), and SimulatedGpus on
-// machines without, which says so (`simulated()`), so that the CLI and the dashboard can too.
+// The agent's view of its GPUs. Two implementations share this interface: NvmlGpus (NVML
+// loaded at run time with dlopen, on machines with NVIDIA GPUs) and SimulatedGpus on machines
+// without, which says so (`simulated()`), so that the CLI and the dashboard can too.
 // Not thread-safe: the agent's one loop calls it.
 class GpuDiscovery {
  public:
@@ -39,6 +41,16 @@ class GpuDiscovery {
   virtual base::Result<std::vector<GpuInfo>> Inventory() = 0;
   virtual base::Result<std::vector<GpuTelemetry>> Telemetry() = 0;
   virtual bool simulated() const = 0;
+};
+
+// A node without GPUs (CPU work only).
+class NoGpus final : public GpuDiscovery {
+ public:
+  base::Result<std::vector<GpuInfo>> Inventory() override { return std::vector<GpuInfo>{}; }
+  base::Result<std::vector<GpuTelemetry>> Telemetry() override {
+    return std::vector<GpuTelemetry>{};
+  }
+  bool simulated() const override { return false; }
 };
 
 }  // namespace meridian::agent

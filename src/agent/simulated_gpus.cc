@@ -23,7 +23,6 @@ base::Result<std::unique_ptr<SimulatedGpus>> SimulatedGpus::FromSpec(const std::
                                                                      const std::string& node,
                                                                      int nvlink_domain_size) {
   auto out = std::unique_ptr<SimulatedGpus>(new SimulatedGpus());
-  if (base::Trim(spec).empty()) return out;  // a node without GPUs
   int32_t domain = 0;
   for (std::string_view group : base::Split(spec, ',')) {
     group = base::Trim(group);

@@ -1,0 +1,47 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/gpu_discovery.h"
+
+namespace meridian::agent {
+
+// The GPUs of this machine through NVML, the NVIDIA driver's management library, loaded at run
+// time with dlopen: Meridian needs no NVIDIA software to build, and a machine without the driver
+// gets a clear error instead of a missing-library failure at start.
+//
+// Inventory: index, UUID, model (NVML's product name mapped to Meridian's catalogue, with the
+// memory telling the A100 40 GB from the 80 GB), memory, MIG mode, and NVLink domains (GPUs
+// joined by active NVLinks, directly or through NVSwitches). Telemetry: utilisation, memory
+// used, temperature, power, volatile uncorrected ECC errors, and critical XID events (drained
+// without waiting at each call).
+class NvmlGpus final : public GpuDiscovery {
+ public:
+  // `library`: the file to dlopen ("libnvidia-ml.so.1" from the driver by default).
+  static base::Result<std::unique_ptr<NvmlGpus>> Open(const std::string& library);
+  ~NvmlGpus() override;
+
+  base::Result<std::vector<GpuInfo>> Inventory() override;
+  base::Result<std::vector<GpuTelemetry>> Telemetry() override;
+  bool simulated() const override { return false; }
+
+  // Meridian's name for an NVML product name ("NVIDIA H100 80GB HBM3" -> "H100-80GB"); the
+  // product name itself when the catalogue has no such model.
+  static std::string CatalogueModel(const std::string& product, int64_t memory_mib);
+
+ private:
+  struct Api;
+  NvmlGpus() = default;
+  base::Status Check(int rc, const char* what) const;
+
+  void* handle_ = nullptr;
+  std::unique_ptr<Api> api_;
+  std::vector<void*> devices_;  // nvmlDevice_t
+  void* events_ = nullptr;      // nvmlEventSet_t, when XID events can be watched
+  std::map<int32_t, std::pair<int64_t, int32_t>> xids_;  // index -> count, last
+};
+
+}  // namespace meridian::agent
