@@ -154,8 +154,8 @@ spec:
     - |
       echo "devices=$CUDA_VISIBLE_DEVICES nvidia=$NVIDIA_VISIBLE_DEVICES"
       echo "job=$MERIDIAN_JOB_ID task=$MERIDIAN_TASK_INDEX world=$MERIDIAN_WORLD_SIZE node=$MERIDIAN_NODE"
-      g=$MERIDIAN_JOB_ID-$MERIDIAN_TASK_INDEX-g$MERIDIAN_GENERATION
-      echo "memory-limit=$(cat /sys/fs/cgroup/memory/meridian/$g/memory.limit_in_bytes /sys/fs/cgroup/meridian/$g/memory.max 2>/dev/null)"
+      g=$MERIDIAN_CGROUP
+      echo "memory-limit=$(cat /sys/fs/cgroup/memory/$g/memory.limit_in_bytes /sys/fs/cgroup/$g/memory.max 2>/dev/null)"
       sleep 0.5
       echo bye
 )YAML");
@@ -194,6 +194,25 @@ spec:
   const std::string tries = Run("logs " + std::to_string(flaky)).output;
   for (const char* t : {"try 0", "try 1", "try 2"}) EXPECT_NE(tries.find(t), std::string::npos);
   EXPECT_TRUE(FindEvent(Events(flaky), "Restarted"));
+  // A MIG job: the agent carries out the partition on the simulated GPU, the task sees the
+  // instance, and the node's telemetry shows the layout while it runs.
+  const int64_t mig =
+      Submit({{"migProfile", "1g.10gb"},
+              {"command", {"sh", "-c", "echo \"mig=$CUDA_VISIBLE_DEVICES\"; sleep 2"}}});
+  std::string layout;
+  EXPECT_TRUE(Eventually([&] {
+    const HttpResult nodes = Http(*server_, "GET", "/api/v1/nodes", admin_);
+    for (const Json& g : nodes.body["items"][0]["gpus"]) {
+      if (g.contains("migInstances")) layout = g["migInstances"].dump();
+    }
+    return !layout.empty();
+  }));
+  EXPECT_EQ(layout, "[\"1g.10gb@0\"]");
+  EXPECT_TRUE(Eventually([&] { return Phase(mig) == "Succeeded"; }));
+  EXPECT_TRUE(Eventually([&] {
+    return Run("logs " + std::to_string(mig)).output.find("mig=MIG-GPU-sim-n1-") !=
+           std::string::npos;
+  }));
   // Telemetry of simulated GPUs reaches the node list, and says they are simulated.
   CliResult nodes = Run("get nodes");
   EXPECT_NE(nodes.output.find("registered (simulated GPUs)"), std::string::npos) << nodes.output;
@@ -256,7 +275,7 @@ TEST_F(AgentTest, PreemptedJobGetsItsNoticeStopsWithinItsGracePeriodAndRequeues)
   const int64_t low =
       Submit({{"gpus", 4},
               {"priorityClass", "low"},
-              {"gracePeriod", 2},
+              {"gracePeriod", 4},
               {"noticeSignal", "SIGUSR1"},
               {"command",
                {"sh", "-c",
@@ -278,11 +297,13 @@ TEST_F(AgentTest, PreemptedJobGetsItsNoticeStopsWithinItsGracePeriodAndRequeues)
   ASSERT_TRUE(preempted && stopped);
   EXPECT_NE(preempted->value("message", "").find("preempted for job " + std::to_string(high)),
             std::string::npos);
-  // Stopped within the grace period (2 s), plus a heartbeat or two to hear of it.
-  EXPECT_LE(stopped->value("at", 0.0) - preempted->value("at", 0.0), 2.6);
-  // The first run saw the notice (why, and by when), then SIGTERM.
-  const std::string first_run =
-      ReadFile(server_->data_dir() + "/logs/" + std::to_string(low) + "/task-0.gen-1.log");
+  // Stopped within the grace period (4 s), plus a heartbeat or two to hear of it.
+  EXPECT_LE(stopped->value("at", 0.0) - preempted->value("at", 0.0), 4.6);
+  // The first run saw the notice (why, and by when), then SIGTERM half the grace period later.
+  const std::string path =
+      server_->data_dir() + "/logs/" + std::to_string(low) + "/task-0.gen-1.log";
+  EXPECT_TRUE(Eventually([&] { return ReadFile(path).find("terminated") != std::string::npos; }));
+  const std::string first_run = ReadFile(path);
   EXPECT_NE(first_run.find("notice: {\"deadline\""), std::string::npos) << first_run;
   EXPECT_NE(first_run.find("preempted for job"), std::string::npos) << first_run;
   EXPECT_NE(first_run.find("terminated"), std::string::npos) << first_run;
@@ -332,7 +353,7 @@ TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNone
         HttpResult done = Http(*server_, "GET", "/api/v1/jobs?phase=Succeeded&limit=1000", admin_);
         return done.body.is_object() && done.body["items"].size() >= ids.size();
       },
-      120))
+      240))
       << ReadFile(dir_.File("agent-n1.log"));
   std::map<int64_t, int> count;
   std::istringstream lines(ReadFile(runs));

@@ -1,5 +1,4 @@
-// `meridian agent` (a node agent) and `meridian agent-shim` (the supervisor of one task run,
-// started by the agent).
+// `meridian agent`: a node agent (its tasks run under meridian-shim, apps/meridian-shim).
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,7 +9,6 @@
 
 #include "agent/agent.h"
 #include "agent/nvml_gpus.h"
-#include "agent/shim.h"
 #include "agent/simulated_gpus.h"
 #include "apps/meridian/commands.h"
 #include "base/strings.h"
@@ -55,7 +53,13 @@ int RunAgent(AgentFlags& f) {
   }
   if (f.o.node.empty()) f.o.node = meridian::agent::HostName();
   if (f.o.work_dir.empty()) f.o.work_dir = "/var/lib/meridian/agent/" + f.o.node;
-  f.o.shim = SelfPath();
+  // Task runs are supervised by meridian-shim, installed beside this binary.
+  const std::string self = SelfPath();
+  f.o.shim = self.substr(0, self.rfind('/') + 1) + "meridian-shim";
+  if (access(f.o.shim.c_str(), X_OK) != 0) {
+    return Fail(
+        Status::Invalid("cannot find " + f.o.shim + " (it is built and installed with meridian)"));
+  }
   f.o.cgroups = !f.no_cgroups;
   std::unique_ptr<meridian::agent::GpuDiscovery> gpus;
   std::string discovery = f.gpu_discovery;
@@ -126,10 +130,4 @@ void AddAgentCommands(CLI::App& app, int* rc) {
                     "docker, when installed)");
   agent->add_flag("--no-cgroups", f.no_cgroups, "do not limit tasks' CPU and memory");
   agent->callback([rc] { *rc = RunAgent(f); });
-
-  static std::string shim_dir;
-  CLI::App* shim = app.add_subcommand("agent-shim", "");  // started by the agent; not for people
-  shim->group("");
-  shim->add_option("dir", shim_dir)->required();
-  shim->callback([rc] { *rc = meridian::agent::RunShim(shim_dir); });
 }

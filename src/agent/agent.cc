@@ -370,6 +370,7 @@ std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
   env["MERIDIAN_RESTART"] = std::to_string(t.restarts);
   env["MERIDIAN_NODE"] = o_.node;
   env["MERIDIAN_NOTICE_FILE"] = t.dir + "/notice";
+  if (Limited(t)) env["MERIDIAN_CGROUP"] = "meridian/" + CgroupName(t);
   return env;
 }
 
@@ -382,8 +383,16 @@ void Agent::Start(Task& t) {
   WriteFile(t.dir + "/assignment.json", t.assignment.dump());
   WriteFile(t.dir + "/restarts", std::to_string(t.restarts));
   std::string error;
-  std::vector<std::string> argv = TaskArgv(t, &error);
+  // MIG grants: the instance is made (or the layout changed) before the task starts.
+  for (const Json& d : t.assignment.value("devices", Json::array())) {
+    if (!d.contains("mig") || !error.empty()) continue;
+    auto made = gpus_->CreateMigInstance(d.value("gpu", -1), d["mig"].value("profile", ""),
+                                         d["mig"].value("start", 0));
+    if (!made.ok()) error = made.status().message();
+  }
+  std::vector<std::string> argv = error.empty() ? TaskArgv(t, &error) : std::vector<std::string>{};
   if (!error.empty()) {
+    ReleaseDevices(t);
     t.state = "Exited";
     t.exit_code = nullptr;
     t.message = error;
@@ -391,8 +400,8 @@ void Agent::Start(Task& t) {
     return;
   }
   Json procs = Json::array();
-  const std::string group = TaskDirName(t.job, t.index, t.generation);
-  if (cgroups_.version() != Cgroups::Version::kNone && t.assignment.value("image", "").empty()) {
+  const std::string group = CgroupName(t);
+  if (Limited(t)) {
     auto files = cgroups_.Create(group, t.assignment.value("cpuMilli", int64_t{0}),
                                  t.assignment.value("memoryMib", int64_t{0}));
     if (files.ok()) {
@@ -422,7 +431,7 @@ void Agent::Start(Task& t) {
   const pid_t pid = fork();
   if (pid == 0) {
     setsid();  // outlives the agent, and the agent's signals
-    execl(shim.c_str(), shim.c_str(), "agent-shim", dir.c_str(), static_cast<char*>(nullptr));
+    execl(shim.c_str(), shim.c_str(), dir.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   if (pid < 0) {
@@ -464,7 +473,7 @@ void Agent::Poll() {
     }
     t.exit_code = exit.value("exitCode", Json());
     t.message = exit.value("reason", "");
-    cgroups_.Remove(TaskDirName(t.job, t.index, t.generation));
+    cgroups_.Remove(CgroupName(t));
     const bool failed = !t.exit_code.is_number_integer() || t.exit_code.get<int64_t>() != 0;
     const bool may_restart = t.assignment.value("restartPolicy", "never") == "on-failure" &&
                              t.restarts < t.assignment.value("maxRestarts", int64_t{3});
@@ -479,6 +488,15 @@ void Agent::Poll() {
       continue;
     }
     t.state = "Exited";
+    ReleaseDevices(t);
+  }
+}
+
+void Agent::ReleaseDevices(const Task& t) {
+  for (const Json& d : t.assignment.value("devices", Json::array())) {
+    if (!d.contains("mig")) continue;
+    gpus_->DestroyMigInstance(d.value("gpu", -1), d["mig"].value("profile", ""),
+                              d["mig"].value("start", 0));
   }
 }
 
@@ -537,6 +555,7 @@ Json Agent::Telemetry() {
                    {"eccErrors", g.ecc_errors},
                    {"xidErrors", g.xid_errors},
                    {"lastXid", g.last_xid}});
+    if (!g.mig_instances.empty()) out.back()["migInstances"] = g.mig_instances;
   }
   return out;
 }
@@ -579,6 +598,16 @@ void Agent::Cleanup() {
       ++it;
     }
   }
+}
+
+// Named after the node too: several agents may share a machine (the dev estate, tests).
+std::string Agent::CgroupName(const Task& t) const {
+  return o_.node + "." + TaskDirName(t.job, t.index, t.generation);
+}
+
+// Containers get their limits from their runtime.
+bool Agent::Limited(const Task& t) const {
+  return cgroups_.version() != Cgroups::Version::kNone && t.assignment.value("image", "").empty();
 }
 
 void Agent::RenewLease() {

@@ -27,7 +27,7 @@ struct AgentOptions {
   int64_t cpu_milli = 0;   // 0: what the machine has
   int64_t memory_mib = 0;  // 0: what the machine has
   std::string work_dir;    // task directories and the lease file
-  std::string shim;        // the binary that runs `agent-shim DIR` (this one)
+  std::string shim;        // the meridian-shim binary, which supervises each task run
   // How images run: the command before `run` ("podman", "docker", or with global flags);
   // empty: podman, else docker, when installed.
   std::string container_runtime;
@@ -77,7 +77,8 @@ class Agent {
   void Reconcile(const Json& assigned);
   void Start(Task& t);
   void RequestStop(Task& t, const std::string& reason);
-  void Poll();  // exits, restarts, backoffs
+  void ReleaseDevices(const Task& t);  // MIG instances of an ended run
+  void Poll();                         // exits, restarts, backoffs
   void UploadLogs();
   void Cleanup();
   Json Reports() const;
@@ -85,6 +86,8 @@ class Agent {
   std::vector<std::string> TaskArgv(const Task& t, std::string* error) const;
   std::map<std::string, std::string> TaskEnv(const Task& t) const;
   void RenewLease();
+  std::string CgroupName(const Task& t) const;
+  bool Limited(const Task& t) const;
 
   AgentOptions o_;
   std::unique_ptr<GpuDiscovery> gpus_;

@@ -29,6 +29,7 @@ struct GpuTelemetry {
   int64_t ecc_errors = 0;  // volatile double-bit errors since the driver loaded
   int64_t xid_errors = 0;  // critical XID events seen since the agent started
   int32_t last_xid = 0;    // the latest one's code (0: none), e.g. 79 "fallen off the bus"
+  std::vector<std::string> mig_instances;  // the MIG layout, "profile@start" ("1g.10gb@0")
 };
 
 // The agent's view of its GPUs. Two implementations share this interface: NvmlGpus (NVML
@@ -41,6 +42,12 @@ class GpuDiscovery {
   virtual base::Result<std::vector<GpuInfo>> Inventory() = 0;
   virtual base::Result<std::vector<GpuTelemetry>> Telemetry() = 0;
   virtual bool simulated() const = 0;
+  // Carries out a MIG grant the scheduler decided: MIG mode on if it is off, and an instance of
+  // `profile` at memory slice `start`. Returns the device name a task sees.
+  virtual base::Result<std::string> CreateMigInstance(int32_t gpu, const std::string& profile,
+                                                      int32_t start) = 0;
+  // Gives the instance back when its task has ended.
+  virtual void DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) = 0;
 };
 
 // A node without GPUs (CPU work only).
@@ -51,6 +58,10 @@ class NoGpus final : public GpuDiscovery {
     return std::vector<GpuTelemetry>{};
   }
   bool simulated() const override { return false; }
+  base::Result<std::string> CreateMigInstance(int32_t, const std::string&, int32_t) override {
+    return base::Status::Invalid("this node has no GPUs");
+  }
+  void DestroyMigInstance(int32_t, const std::string&, int32_t) override {}
 };
 
 }  // namespace meridian::agent

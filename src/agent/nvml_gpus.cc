@@ -145,6 +145,15 @@ base::Status NvmlGpus::Check(int rc, const char* what) const {
                           (text ? text : "error " + std::to_string(rc)));
 }
 
+base::Result<std::string> NvmlGpus::CreateMigInstance(int32_t gpu, const std::string& profile,
+                                                      int32_t start) {
+  return base::Status(base::StatusCode::kFailedPrecondition,
+                      "GPU " + std::to_string(gpu) + ": creating MIG instance " + profile + " at " +
+                          std::to_string(start) +
+                          " through NVML is not supported by this agent yet; create it with "
+                          "`nvidia-smi mig` and restart the agent");
+}
+
 std::string NvmlGpus::CatalogueModel(const std::string& product, int64_t memory_mib) {
   auto has = [&](const char* part) { return product.find(part) != std::string::npos; };
   const int64_t gib = (memory_mib + 512) / 1024;

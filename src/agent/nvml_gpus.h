@@ -27,6 +27,11 @@ class NvmlGpus final : public GpuDiscovery {
   base::Result<std::vector<GpuInfo>> Inventory() override;
   base::Result<std::vector<GpuTelemetry>> Telemetry() override;
   bool simulated() const override { return false; }
+  // Not carried out through NVML yet: the instance must exist (nvidia-smi mig), and the
+  // error says so.
+  base::Result<std::string> CreateMigInstance(int32_t gpu, const std::string& profile,
+                                              int32_t start) override;
+  void DestroyMigInstance(int32_t, const std::string&, int32_t) override {}
 
   // Meridian's name for an NVML product name ("NVIDIA H100 80GB HBM3" -> "H100-80GB"); the
   // product name itself when the catalogue has no such model.

@@ -63,7 +63,7 @@ int RunShim(const std::string& dir) {
   try {
     spec = Json::parse(ReadAll(dir + "/spec.json"));
   } catch (const Json::exception& e) {
-    std::fprintf(stderr, "meridian agent-shim: %s/spec.json: %s\n", dir.c_str(), e.what());
+    std::fprintf(stderr, "meridian-shim: %s/spec.json: %s\n", dir.c_str(), e.what());
     return 2;
   }
   std::vector<std::string> args = spec.value("argv", std::vector<std::string>{});

@@ -4,7 +4,7 @@
 
 namespace meridian::agent {
 
-// The supervisor of one task run: `meridian agent-shim DIR`, started by the agent in its own
+// The supervisor of one task run: `meridian-shim DIR`, started by the agent in its own
 // session so that it outlives the agent. It reads DIR/spec.json, starts the task in a new
 // process group (output to a file, cgroups joined before exec), and then:
 // - stops it when DIR/stop appears (the agent's request) or when the lease file has not been

@@ -75,9 +75,35 @@ base::Result<std::vector<GpuTelemetry>> SimulatedGpus::Telemetry() {
     // Idle boards sit near 30 C and a tenth of their power; both rise with the load.
     t.temperature_c = 30 + 45 * l.utilization;
     t.power_w = MaxPower(g.model) * (0.1 + 0.9 * l.utilization);
+    if (auto m = mig_.find(g.index); m != mig_.end()) t.mig_instances = m->second;
     out.push_back(t);
   }
   return out;
+}
+
+base::Result<std::string> SimulatedGpus::CreateMigInstance(int32_t gpu, const std::string& profile,
+                                                           int32_t start) {
+  if (gpu < 0 || gpu >= static_cast<int32_t>(gpus_.size())) {
+    return base::Status::Invalid("no simulated GPU " + std::to_string(gpu));
+  }
+  GpuInfo& g = gpus_[static_cast<size_t>(gpu)];
+  const domain::GpuModel* model = domain::GpuCatalog::Builtin().Find(g.model);
+  if (!model || !model->FindMigProfile(profile)) {
+    return base::Status::Invalid(g.model + " has no MIG profile " + profile);
+  }
+  const std::string instance = profile + "@" + std::to_string(start);
+  std::vector<std::string>& layout = mig_[gpu];
+  if (std::find(layout.begin(), layout.end(), instance) == layout.end()) {
+    layout.push_back(instance);
+  }
+  g.mig_enabled = true;
+  return "MIG-" + g.uuid + "/" + profile + "/" + std::to_string(start);
+}
+
+void SimulatedGpus::DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) {
+  auto it = mig_.find(gpu);
+  if (it == mig_.end()) return;
+  std::erase(it->second, profile + "@" + std::to_string(start));
 }
 
 base::Status SimulatedGpus::SetLoad(int32_t index, double utilization, int64_t memory_mib) {

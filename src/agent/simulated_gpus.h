@@ -24,6 +24,9 @@ class SimulatedGpus final : public GpuDiscovery {
   base::Result<std::vector<GpuInfo>> Inventory() override;
   base::Result<std::vector<GpuTelemetry>> Telemetry() override;
   bool simulated() const override { return true; }
+  base::Result<std::string> CreateMigInstance(int32_t gpu, const std::string& profile,
+                                              int32_t start) override;
+  void DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) override;
 
   // What runs on GPU `index` now: the share of compute it uses and the memory it holds.
   base::Status SetLoad(int32_t index, double utilization, int64_t memory_mib);
@@ -35,6 +38,7 @@ class SimulatedGpus final : public GpuDiscovery {
   };
   std::vector<GpuInfo> gpus_;
   std::vector<Load> load_;
+  std::map<int32_t, std::vector<std::string>> mig_;  // gpu -> "profile@start"
 };
 
 }  // namespace meridian::agent

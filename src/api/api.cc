@@ -49,6 +49,8 @@ int HttpStatus(base::StatusCode code) {
       return 409;
     case base::StatusCode::kFailedPrecondition:
       return 422;
+    case base::StatusCode::kUnavailable:
+      return 503;
     case base::StatusCode::kIoError:
     case base::StatusCode::kInternal:
       return 500;
@@ -76,6 +78,8 @@ const char* CodeName(int status) {
       return "payload_too_large";
     case 422:
       return "failed_precondition";
+    case 503:
+      return "unavailable";
     default:
       return status >= 500 ? "internal" : "error";
   }

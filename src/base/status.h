@@ -18,6 +18,7 @@ enum class StatusCode {
   kConflict,          // optimistic concurrency: the resource changed since it was read
   kUnauthenticated,   // no credentials, or credentials that are not valid
   kPermissionDenied,  // valid credentials that may not do this
+  kUnavailable,       // not now (starting, overloaded): try again
 };
 
 // The result of an operation that can fail. Across module boundaries errors travel as values,

@@ -1,5 +1,6 @@
 #include "server/controller.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -87,7 +88,6 @@ void SchedulerController::Loop() {
 void SchedulerController::Track(const store::JobRecord& job) {
   known_[job.id] = {job.project,      job.version,    job.generation, job.phase,
                     job.submitted_at, job.allocation, job.status};
-  nodes_->Track(job);
 }
 
 Status SchedulerController::Rebuild() {
@@ -137,7 +137,6 @@ Status SchedulerController::Rebuild() {
                                                       (*estate)->quotas, (*estate)->options, 1);
   known_.clear();
   reasons_.clear();
-  nodes_->Reset(**estate);
   std::vector<store::JobRecord> lost;  // placed where the estate no longer has room
   for (auto& [job, spec] : converted) {
     Track(job);
@@ -162,6 +161,14 @@ Status SchedulerController::Rebuild() {
       scheduler->Evicting(job.id);
     }
   }
+  // What each agent should run, replaced at once (jobs being requeued below are not assigned).
+  std::vector<store::JobRecord> assigned;
+  for (const auto& [job, spec] : converted) {
+    if (std::none_of(lost.begin(), lost.end(), [&](const auto& l) { return l.id == job.id; })) {
+      assigned.push_back(job);
+    }
+  }
+  nodes_->Reset(**estate, assigned);
   estate_ = std::move(estate.value());
   scheduler_ = std::move(scheduler);
   last_seq_ = latest;
@@ -231,6 +238,7 @@ Status SchedulerController::CatchUp() {
       if (k == known_.end()) {
         if (e.reason != "Submitted" || job.phase != "Pending") continue;
         Track(job);
+        nodes_->Track(job);
         auto spec = ToSchedulerJob(job, *estate_);
         Status queued = spec.ok() ? scheduler_->Submit(std::move(spec.value())) : spec.status();
         if (!queued.ok()) reasons_[id] = queued.message();
@@ -238,7 +246,10 @@ Status SchedulerController::CatchUp() {
       }
       // A preempted job whose tasks have stopped goes back to the queue.
       if (k->second.phase == "Stopping" && job.phase == "Pending") scheduler_->Evicted(id, now);
-      if (job.version >= k->second.version) Track(job);
+      if (job.version >= k->second.version) {
+        Track(job);
+        nodes_->Track(job);
+      }
     }
     if (dirty_ || events.size() < static_cast<size_t>(kPage)) return Status::Ok();
   }

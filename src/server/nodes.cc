@@ -206,6 +206,10 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (Status l = Load(); !l.ok()) return l;
+    if (!indexed_) {
+      return base::Status(base::StatusCode::kUnavailable,
+                          "the server is starting (its scheduler has not caught up); retry");
+    }
     auto it = nodes_.find(node);
     if (it == nodes_.end()) {
       return Status::NotFound("node \"" + node + "\" is not registered (register first)");
@@ -385,17 +389,23 @@ Json NodeService::Assignments(const std::string& node) {
   return out;
 }
 
-void NodeService::Reset(const Estate& estate) {
+void NodeService::Reset(const Estate& estate, const std::vector<store::JobRecord>& jobs) {
   std::lock_guard<std::mutex> lock(mu_);
   assigned_.clear();
   nodes_of_job_.clear();
   address_ = estate.agent_address;
   heartbeat_interval_ = estate.heartbeat_interval;
   lost_timeout_ = estate.node_lost_timeout;
+  for (const store::JobRecord& j : jobs) TrackLocked(j);
+  indexed_ = true;
 }
 
 void NodeService::Track(const store::JobRecord& j) {
   std::lock_guard<std::mutex> lock(mu_);
+  TrackLocked(j);
+}
+
+void NodeService::TrackLocked(const store::JobRecord& j) {
   for (const std::string& n : nodes_of_job_[j.id]) {
     auto it = assigned_.find(n);
     if (it == assigned_.end()) continue;

@@ -36,8 +36,10 @@ class NodeService final : public api::AgentHooks {
   base::Result<Json> Heartbeat(const std::string& node, const Json& body) override;
 
   // Called by the scheduler controller, which follows every change to jobs: what each node
-  // should run. `Reset` starts over (after a rebuild), `Track` records one job as stored now.
-  void Reset(const Estate& estate);
+  // should run. `Reset` starts over from every active job (after a rebuild), replacing the
+  // assignments at once; `Track` records one job as stored now. Until the first Reset,
+  // heartbeats are answered "unavailable": an empty list would tell agents to stop everything.
+  void Reset(const Estate& estate, const std::vector<store::JobRecord>& jobs);
   void Track(const store::JobRecord& job);
 
   // Marks lost every registered node silent for longer than the timeout, and requeues or fails
@@ -60,6 +62,7 @@ class NodeService final : public api::AgentHooks {
   };
   base::Status Load();  // the registered nodes, once, seen "now" (a grace after a restart)
   base::Result<int64_t> ApplyReports(const std::string& node, const Json& tasks);
+  void TrackLocked(const store::JobRecord& job);
   Json Assignments(const std::string& node);
 
   store::Store* store_;
@@ -76,6 +79,7 @@ class NodeService final : public api::AgentHooks {
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on
   std::map<std::string, std::map<std::pair<int64_t, int32_t>, Json>> assigned_;
   std::map<int64_t, std::set<std::string>> nodes_of_job_;
+  bool indexed_ = false;  // Reset has run
 };
 
 }  // namespace meridian::server

@@ -1,0 +1,14 @@
+// meridian-shim DIR: the supervisor of one task run, started by `meridian agent` (src/agent/
+// shim.h). A binary of its own, next to `meridian`, so that each task run starts a small
+// process rather than the whole CLI.
+#include <cstdio>
+
+#include "agent/shim.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: meridian-shim TASK_DIR (started by meridian agent)\n");
+    return 2;
+  }
+  return meridian::agent::RunShim(argv[1]);
+}
