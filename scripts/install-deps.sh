@@ -8,6 +8,9 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libyaml-dev
   libsqlite3-dev libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev pkg-config openssl
+  # The agent's container path, tested with a local image (no registry): podman with runc,
+  # and busybox for the image's userland.
+  podman runc busybox-static
 )
 
 missing=()

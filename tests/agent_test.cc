@@ -401,6 +401,115 @@ TEST_F(AgentTest, AgentOnNvmlRegistersTheGpusItReadsWithTheirTelemetry) {
   EXPECT_EQ(line.find("simulated"), std::string::npos) << line;
 }
 
+// A job with an image runs in a container through podman (rootful, a local image imported
+// from a busybox root file system; the host's settings from ../shared/components), with its
+// limits and the task directory mounted; a cancelled one leaves no container behind. Where no
+// runtime is installed, the job fails and says so.
+TEST_F(AgentTest, JobWithAnImageRunsInAContainerOrSaysWhyNot) {
+  const std::string p = dir_.File("podman");
+  const std::string conf = p + "/containers.conf", storage = p + "/storage.conf";
+  WriteFile("podman-setup.sh", "set -e\nP=" + p + R"SH(
+mkdir -p $P/rootfs/bin $P/rootfs/proc $P/rootfs/sys $P/rootfs/dev $P/rootfs/tmp $P/rootfs/etc $P/tmp
+cp /bin/busybox $P/rootfs/bin/
+for a in sh echo cat sleep test; do ln -sf busybox $P/rootfs/bin/$a; done
+echo from-the-image > $P/rootfs/etc/meridian-image
+cat > $P/containers.conf <<CONF
+[containers]
+default_ulimits = ["nofile=16384:16384", "nproc=16384:16384"]
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+runtime = "runc"
+tmp_dir = "$P/tmp"
+CONF
+cat > $P/storage.conf <<CONF
+[storage]
+driver = "vfs"
+graphroot = "$P/root"
+runroot = "$P/runroot"
+CONF
+export CONTAINERS_CONF=$P/containers.conf CONTAINERS_STORAGE_CONF=$P/storage.conf
+tar -C $P/rootfs -c . | podman import - localhost/meridian-test > /dev/null
+)SH");
+  ASSERT_EQ(std::system(("bash " + dir_.File("podman-setup.sh") + " > " +
+                         dir_.File("podman-setup.log") + " 2>&1")
+                            .c_str()),
+            0)
+      << ReadFile(dir_.File("podman-setup.log"));
+  const std::vector<std::pair<std::string, std::string>> podman_env = {
+      {"CONTAINERS_CONF", conf}, {"CONTAINERS_STORAGE_CONF", storage}};
+  agents_["c1"] = std::make_unique<AgentProcess>(
+      kBinary,
+      std::vector<std::string>{
+          "--cluster", "onprem", "--pool", "h100", "--node", "c1", "--simulate-gpus", "4xH100-80GB",
+          "--work-dir", dir_.File("agent-c1"), "--cpu-milli", "16000", "--memory-mib", "65536"},
+      dir_.File("agent-c1.log"), podman_env);
+  agents_["c1"]->Start(server_->url(), agent_token_);
+  ASSERT_TRUE(Eventually([&] { return NodeState("c1") == "Ready"; }));
+  const int64_t id = Submit(
+      {{"image", "localhost/meridian-test"},
+       {"memoryMib", 64},
+       {"gpus", 1},
+       {"command",
+        {"sh", "-c",
+         "echo \"in a container: job $MERIDIAN_JOB_ID on $CUDA_VISIBLE_DEVICES\"; "
+         "cat /etc/meridian-image; cat /sys/fs/cgroup/memory/memory.limit_in_bytes "
+         "/sys/fs/cgroup/memory.max 2>/dev/null; test -d $(dirname $MERIDIAN_NOTICE_FILE) && "
+         "echo task-dir-mounted"}}});
+  EXPECT_TRUE(Eventually([&] { return Phase(id) == "Succeeded"; }, 30))
+      << Job(id).dump() << ReadFile(dir_.File("agent-c1.log"));
+  std::string out;
+  EXPECT_TRUE(Eventually([&] {
+    out = Run("logs " + std::to_string(id)).output;
+    return out.find("task-dir-mounted") != std::string::npos;
+  }));
+  EXPECT_NE(out.find("in a container: job " + std::to_string(id) + " on GPU-sim-c1-0"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("from-the-image"), std::string::npos) << out;
+  EXPECT_NE(out.find("67108864"), std::string::npos) << out;
+  // Cancelled while it sleeps: stopped, and its container removed.
+  const int64_t sleeper = Submit(
+      {{"image", "localhost/meridian-test"}, {"gracePeriod", 1}, {"command", {"sleep", "60"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(sleeper) == "Running"; }, 30));
+  const std::string podman = "CONTAINERS_CONF=" + conf + " CONTAINERS_STORAGE_CONF=" + storage +
+                             " podman ps -a --format '{{.Names}}' 2>&1";
+  auto containers = [&] {
+    std::string names;
+    FILE* f = popen(podman.c_str(), "r");
+    char buf[512];
+    while (f && std::fgets(buf, sizeof buf, f)) names += buf;
+    if (f) pclose(f);
+    return names;
+  };
+  EXPECT_TRUE(Eventually([&] { return containers().find("meridian-c1.") != std::string::npos; }));
+  EXPECT_EQ(Run("cancel " + std::to_string(sleeper)).code, 0);
+  EXPECT_TRUE(
+      Eventually([&] { return containers().find("meridian-c1.") == std::string::npos; }, 15))
+      << containers();
+  agents_["c1"]->Stop();
+  (void)std::system(("CONTAINERS_CONF=" + conf + " CONTAINERS_STORAGE_CONF=" + storage +
+                     " podman system reset -f > /dev/null 2>&1")
+                        .c_str());
+
+  // No runtime on this node's PATH: the job fails, and says why.
+  agents_["bare"] = std::make_unique<AgentProcess>(
+      kBinary,
+      std::vector<std::string>{"--cluster", "onprem", "--pool", "h100", "--node", "bare",
+                               "--simulate-gpus", "4xH100-80GB", "--work-dir",
+                               dir_.File("agent-bare"), "--cpu-milli", "16000", "--memory-mib",
+                               "65536"},
+      dir_.File("agent-bare.log"),
+      std::vector<std::pair<std::string, std::string>>{{"PATH", "/nonexistent"}});
+  agents_["bare"]->Start(server_->url(), agent_token_);
+  ASSERT_TRUE(Eventually([&] { return NodeState("bare") == "Ready"; }));
+  const int64_t none = Submit({{"image", "localhost/meridian-test"}, {"command", {"true"}}});
+  EXPECT_TRUE(Eventually([&] { return Phase(none) == "Failed"; }, 15));
+  EXPECT_EQ(Job(none)["status"]["reason"],
+            "task 0: the job runs image localhost/meridian-test, but neither podman nor docker is "
+            "installed on node bare");
+}
+
 TEST_F(AgentTest, RegistrationAndHeartbeatsRefuseWhatIsWrongAndWhoIsNotAnAgent) {
   auto reg = [&](const Json& body, const std::string& token) {
     return Http(*server_, "POST", "/api/v1/agents/register", token, body.dump());

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace meridian::testing {
@@ -111,8 +112,12 @@ class ServerProcess {
 // environment, its output in `log`. Dies with the test.
 class AgentProcess {
  public:
-  AgentProcess(std::string binary, std::vector<std::string> args, std::string log)
-      : binary_(std::move(binary)), args_(std::move(args)), log_(std::move(log)) {}
+  AgentProcess(std::string binary, std::vector<std::string> args, std::string log,
+               std::vector<std::pair<std::string, std::string>> env = {})
+      : binary_(std::move(binary)),
+        args_(std::move(args)),
+        log_(std::move(log)),
+        env_(std::move(env)) {}
   ~AgentProcess() { Stop(SIGKILL); }
 
   void Start(const std::string& server, const std::string& token) {
@@ -124,6 +129,7 @@ class AgentProcess {
       setenv("MERIDIAN_SERVER", server.c_str(), 1);
       setenv("MERIDIAN_TOKEN", token.c_str(), 1);
       setenv("MERIDIAN_CONFIG", "/nonexistent/config.json", 1);
+      for (const auto& [k, v] : env_) setenv(k.c_str(), v.c_str(), 1);
       std::vector<char*> argv;
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -146,6 +152,7 @@ class AgentProcess {
   std::string binary_;
   std::vector<std::string> args_;
   std::string log_;
+  std::vector<std::pair<std::string, std::string>> env_;
   pid_t pid_ = -1;
 };
 

@@ -300,7 +300,8 @@ void Agent::Reconcile(const Json& assigned) {
   }
 }
 
-std::vector<std::string> Agent::TaskArgv(const Task& t, std::string* error) const {
+std::vector<std::string> Agent::TaskArgv(const Task& t, std::string* error,
+                                         std::vector<std::string>* cleanup) const {
   const Json& a = t.assignment;
   std::vector<std::string> command = a.value("command", std::vector<std::string>{});
   const std::string image = a.value("image", "");
@@ -318,8 +319,13 @@ std::vector<std::string> Agent::TaskArgv(const Task& t, std::string* error) cons
   std::vector<std::string> argv;
   std::istringstream words(runtime);
   for (std::string w; words >> w;) argv.push_back(w);
-  argv.insert(argv.end(), {"run", "--rm", "--network=host", "--name",
-                           "meridian-" + TaskDirName(t.job, t.index, t.generation)});
+  const std::string name = "meridian-" + CgroupName(t);
+  // Once the run has ended, however it ended (a SIGKILL leaves the container behind).
+  *cleanup = argv;
+  cleanup->insert(cleanup->end(), {"rm", "-f", "-t", "0", name});
+  // The task directory is mounted where it is, so that the notice file has the same path.
+  argv.insert(argv.end(),
+              {"run", "--rm", "--network=host", "--name", name, "-v", t.dir + ":" + t.dir});
   const int64_t cpu = a.value("cpuMilli", int64_t{0});
   const int64_t mem = a.value("memoryMib", int64_t{0});
   if (cpu > 0) argv.push_back("--cpus=" + std::to_string(cpu / 1000.0));
@@ -390,7 +396,9 @@ void Agent::Start(Task& t) {
                                          d["mig"].value("start", 0));
     if (!made.ok()) error = made.status().message();
   }
-  std::vector<std::string> argv = error.empty() ? TaskArgv(t, &error) : std::vector<std::string>{};
+  std::vector<std::string> cleanup;
+  std::vector<std::string> argv =
+      error.empty() ? TaskArgv(t, &error, &cleanup) : std::vector<std::string>{};
   if (!error.empty()) {
     ReleaseDevices(t);
     t.state = "Exited";
@@ -413,6 +421,14 @@ void Agent::Start(Task& t) {
   }
   Json env = Json::object();
   for (const auto& [k, v] : TaskEnv(t)) env[k] = v;
+  if (!cleanup.empty()) {
+    // The container runtime's own configuration comes from the agent's environment.
+    for (const char* k :
+         {"CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF", "DOCKER_HOST",
+          "DOCKER_CONFIG", "XDG_RUNTIME_DIR"}) {
+      if (const char* v = std::getenv(k)) env[k] = v;
+    }
+  }
   Json spec = {{"argv", argv},
                {"env", env},
                {"cwd", t.assignment.value("workingDir", "")},
@@ -423,7 +439,8 @@ void Agent::Start(Task& t) {
                {"leaseFile", o_.work_dir + "/lease"},
                {"lease", lease_},
                {"runtimeLimit", t.assignment.value("runtimeLimit", 0.0)},
-               {"cgroupProcs", procs}};
+               {"cgroupProcs", procs},
+               {"cleanup", cleanup}};
   WriteFile(t.dir + "/spec.json", spec.dump());
   RenewLease();
   const std::string shim = o_.shim;

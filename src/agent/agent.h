@@ -83,7 +83,10 @@ class Agent {
   void Cleanup();
   Json Reports() const;
   Json Telemetry();
-  std::vector<std::string> TaskArgv(const Task& t, std::string* error) const;
+  // The command line of a run (through the container runtime for an image, when `cleanup` gets
+  // the command that removes its container); `error` says why it cannot run.
+  std::vector<std::string> TaskArgv(const Task& t, std::string* error,
+                                    std::vector<std::string>* cleanup) const;
   std::map<std::string, std::string> TaskEnv(const Task& t) const;
   void RenewLease();
   std::string CgroupName(const Task& t) const;

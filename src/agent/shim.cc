@@ -81,6 +81,7 @@ int RunShim(const std::string& dir) {
   const double lease = spec.value("lease", 0.0);
   const double runtime_limit = spec.value("runtimeLimit", 0.0);
   const std::vector<std::string> procs = spec.value("cgroupProcs", std::vector<std::string>{});
+  std::vector<std::string> cleanup = spec.value("cleanup", std::vector<std::string>{});
   if (args.empty()) {
     WriteAtomically(
         dir + "/exit.json",
@@ -192,6 +193,24 @@ int RunShim(const std::string& dir) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   kill(-child, SIGKILL);  // whatever the task left behind in its group
+  if (!cleanup.empty()) {
+    // A container outlives a killed client: remove it before saying the run has ended.
+    const pid_t c = fork();
+    if (c == 0) {
+      const int null = open("/dev/null", O_RDWR);
+      dup2(null, 0);
+      dup2(null, 1);
+      dup2(null, 2);
+      std::vector<char*> argv, envp;
+      for (std::string& a : cleanup) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      for (std::string& e : env) envp.push_back(e.data());
+      envp.push_back(nullptr);
+      execvpe(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    if (c > 0) waitpid(c, nullptr, 0);
+  }
   Json exit = {{"finishedAt", Now()}, {"startedAt", started}};
   if (WIFEXITED(status)) {
     exit["exitCode"] = WEXITSTATUS(status);

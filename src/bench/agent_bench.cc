@@ -18,21 +18,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
 
-const char* kEstate = R"(kind: Organization
-metadata: {name: bench}
----
-kind: Team
-metadata: {name: bench}
-spec: {organization: bench}
----
-kind: Project
-metadata: {name: bench}
-spec: {team: bench}
----
-kind: Cluster
-metadata: {name: onprem}
-spec: {type: on-prem}
----
+// The pool's nodes are the agents that register.
+const std::string kEstate = std::string(kBenchTenancy) + R"(---
 kind: NodePool
 metadata: {name: gpu}
 spec: {cluster: onprem, gpuModel: H100-80GB}
@@ -214,10 +201,12 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
       res.nodes_lost += n.value("state", "") == "Lost";
     }
   }
-  auto running = http.Get("/api/v1/jobs?phase=Running&limit=1000");
-  if (running && running->status == 200) {
-    res.tasks_running =
-        static_cast<int64_t>(Json::parse(running->body).value("items", Json::array()).size());
+  for (Json after = 0; !after.is_null();) {
+    auto page = http.Get("/api/v1/jobs?phase=Running&limit=1000&continue=" + after.dump());
+    if (!page || page->status != 200) break;
+    const Json body = Json::parse(page->body);
+    res.tasks_running += static_cast<int64_t>(body.value("items", Json::array()).size());
+    after = body.value("continue", Json());
   }
   return res;
 }

@@ -24,21 +24,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char* kEstate = R"(kind: Organization
-metadata: {name: bench}
----
-kind: Team
-metadata: {name: bench}
-spec: {organization: bench}
----
-kind: Project
-metadata: {name: bench}
-spec: {team: bench}
----
-kind: Cluster
-metadata: {name: onprem}
-spec: {type: on-prem}
----
+// 64 nodes of 8 GPUs, declared by the pool.
+const std::string kEstate = std::string(kBenchTenancy) + R"(---
 kind: NodePool
 metadata: {name: gpu}
 spec: {cluster: onprem, nodes: 64, gpusPerNode: 8, gpuModel: H100-80GB, cpuMilli: 128000}

@@ -25,6 +25,24 @@ struct OwnedServer {
   std::string admin_token() const;
 };
 
+// The organization, team and project "bench" and the on-prem cluster "onprem" that the
+// benchmarks' estates start with (YAML documents).
+inline constexpr const char* kBenchTenancy = R"(kind: Organization
+metadata: {name: bench}
+---
+kind: Team
+metadata: {name: bench}
+spec: {organization: bench}
+---
+kind: Project
+metadata: {name: bench}
+spec: {team: bench}
+---
+kind: Cluster
+metadata: {name: onprem}
+spec: {type: on-prem}
+)";
+
 // Starts `binary server` on a free loopback port and waits until it has bound it.
 base::Result<std::unique_ptr<OwnedServer>> StartServer(const std::string& binary);
 

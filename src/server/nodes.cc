@@ -337,9 +337,10 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const J
         if (code.is_number_integer() && code.get<int64_t>() == 0) {
           ++succeeded;
         } else if (failure.empty()) {
-          failure = "task " + std::to_string(t) + " " +
-                    (code.is_number_integer() ? "exited with code " + code.dump()
-                                              : st.value("message", std::string("ended")));
+          failure = "task " + std::to_string(t) +
+                    (code.is_number_integer()
+                         ? " exited with code " + code.dump()
+                         : ": " + st.value("message", std::string("ended without an exit code")));
         }
       }
       if (j.phase == "Stopping") {
