@@ -73,14 +73,14 @@ class AgentTest : public ::testing::Test {
   }
 
   // Starts an agent for node `name` with 4 simulated H100s and waits until it is registered.
-  AgentProcess& StartAgent(const std::string& name) {
+  AgentProcess& StartAgent(const std::string& name, const std::string& address = "127.0.0.1") {
     auto& a = agents_[name];
     a = std::make_unique<AgentProcess>(
         kBinary,
         std::vector<std::string>{"--cluster", "onprem", "--pool", "h100", "--node", name,
                                  "--simulate-gpus", "4xH100-80GB", "--work-dir",
                                  dir_.File("agent-" + name), "--cpu-milli", "16000", "--memory-mib",
-                                 "65536"},
+                                 "65536", "--address", address},
         dir_.File("agent-" + name + ".log"));
     a->Start(server_->url(), agent_token_);
     EXPECT_TRUE(Eventually([&] { return NodeState(name) == "Ready"; }))
@@ -216,6 +216,31 @@ spec:
   // Telemetry of simulated GPUs reaches the node list, and says they are simulated.
   CliResult nodes = Run("get nodes");
   EXPECT_NE(nodes.output.find("registered (simulated GPUs)"), std::string::npos) << nodes.output;
+}
+
+// A gang across two nodes: each task learns its rank, the world size and where task 0 is.
+TEST_F(AgentTest, GangTasksLearnTheirRankTheWorldSizeAndTheMaster) {
+  StartAgent("n1", "127.0.0.11");
+  StartAgent("n2", "127.0.0.12");
+  const int64_t id = Submit({{"tasks", 2},
+                             {"gpus", 4},
+                             {"command",
+                              {"sh", "-c",
+                               "echo rank=$MERIDIAN_TASK_INDEX world=$MERIDIAN_WORLD_SIZE "
+                               "master=$MERIDIAN_MASTER_ADDR node=$MERIDIAN_NODE"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Succeeded"; }, 15)) << Job(id).dump();
+  const Json allocation = Job(id)["status"]["allocation"];
+  const std::string first = allocation[0]["node"], second = allocation[1]["node"];
+  EXPECT_NE(first, second);
+  const std::string master = first == "n1" ? "127.0.0.11" : "127.0.0.12";
+  for (int task = 0; task < 2; ++task) {
+    const std::string want = "rank=" + std::to_string(task) + " world=2 master=" + master +
+                             " node=" + (task == 0 ? first : second);
+    EXPECT_TRUE(Eventually([&] {
+      return Run("logs " + std::to_string(id) + " --task " + std::to_string(task))
+                 .output.find(want) != std::string::npos;
+    })) << want;
+  }
 }
 
 TEST_F(AgentTest, KilledAgentsNodeIsLostAndItsJobRunsElsewhereButNeverTwiceAtOnce) {

@@ -337,10 +337,13 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const J
         if (code.is_number_integer() && code.get<int64_t>() == 0) {
           ++succeeded;
         } else if (failure.empty()) {
-          failure = "task " + std::to_string(t) +
-                    (code.is_number_integer()
-                         ? " exited with code " + code.dump()
-                         : ": " + st.value("message", std::string("ended without an exit code")));
+          // With the agent's word on why, when it stopped the task (runtime limit, lost lease).
+          const std::string why = st.value("message", std::string());
+          failure =
+              "task " + std::to_string(t) +
+              (code.is_number_integer()
+                   ? " exited with code " + code.dump() + (why.empty() ? "" : " (" + why + ")")
+                   : ": " + (why.empty() ? std::string("ended without an exit code") : why));
         }
       }
       if (j.phase == "Stopping") {
