@@ -213,6 +213,11 @@ spec:
     return Run("logs " + std::to_string(mig)).output.find("mig=MIG-GPU-sim-n1-") !=
            std::string::npos;
   }));
+  // A run past its runtimeLimit is stopped (notice, SIGTERM, SIGKILL), and the job says why.
+  const int64_t slow =
+      Submit({{"runtimeLimit", 1}, {"gracePeriod", 1}, {"command", {"sleep", "30"}}});
+  EXPECT_TRUE(Eventually([&] { return Phase(slow) == "Failed"; }, 10));
+  EXPECT_EQ(Job(slow)["status"]["reason"], "task 0 exited with code 143 (runtime limit reached)");
   // Telemetry of simulated GPUs reaches the node list, and says they are simulated.
   CliResult nodes = Run("get nodes");
   EXPECT_NE(nodes.output.find("registered (simulated GPUs)"), std::string::npos) << nodes.output;
