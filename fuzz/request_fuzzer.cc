@@ -1,5 +1,6 @@
 // libFuzzer target: what the API decodes from a request before anything is stored: the JSON
-// body of a job submission, a user's roles, a bearer token.
+// body of a job submission, a user's roles, a bearer token, an agent's registration and task
+// reports.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -8,6 +9,7 @@
 #include "api/api.h"
 #include "api/auth.h"
 #include "domain/documents.h"
+#include "server/nodes.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -24,5 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto roles =
       meridian::api::ParseRoles(body.is_object() && body.contains("spec") ? body.at("spec") : body);
   if (roles.ok()) (void)meridian::api::RolesToJson(*roles);
+  (void)meridian::server::NodeFromRegistration(body);
+  if (body.is_object() && body.contains("tasks")) {
+    (void)meridian::server::ParseTaskReports(body.at("tasks"));
+  }
   return 0;
 }

@@ -598,6 +598,10 @@ void Agent::UploadLogs() {
       const Json answer = Json::parse(r->body, nullptr, false);
       if (!answer.is_object() || !answer.contains("size")) break;
       const int64_t now_has = answer.at("size").get<int64_t>();
+      if (answer.value("full", false)) {
+        t.uploaded = size;  // the server keeps no more of it
+        break;
+      }
       if (now_has == t.uploaded) break;  // refused: try again next round
       t.uploaded = now_has;
     }

@@ -64,9 +64,13 @@ class AgentHooks {
 // offsets so that a retried upload never duplicates or loses bytes. Thread-safe.
 class LogStore {
  public:
-  explicit LogStore(std::string dir) : dir_(std::move(dir)) {}
+  // Each run's output is kept up to `max_bytes`; the rest is dropped, and said so in the file.
+  explicit LogStore(std::string dir, int64_t max_bytes = int64_t{64} << 20)
+      : dir_(std::move(dir)), max_bytes_(max_bytes) {}
+  int64_t max_bytes() const { return max_bytes_; }
   // Appends `data` when `offset` is the current size; returns the size after (the size it has
-  // when the offset is wrong, so the agent can resume from there).
+  // when the offset is wrong, so the agent can resume from there). Once a file is full it keeps
+  // its size: the caller compares with max_bytes().
   base::Result<int64_t> Append(int64_t job, int32_t task, int64_t generation, int64_t offset,
                                const std::string& data);
   // Up to `max` bytes from `offset` of the newest generation of the task's output; `size` gets
@@ -77,6 +81,7 @@ class LogStore {
  private:
   std::string Path(int64_t job, int32_t task, int64_t generation) const;
   std::string dir_;
+  int64_t max_bytes_;
   std::mutex mu_;
 };
 

@@ -37,12 +37,20 @@ base::Result<int64_t> LogStore::Append(int64_t job, int32_t task, int64_t genera
   if (ec) return Status::Io("logs: " + ec.message());
   struct stat st;
   const int64_t size = ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
-  if (offset != size || data.empty()) return size;
+  if (offset != size || data.empty() || size >= max_bytes_) return size;
+  static const std::string kTruncated =
+      "\n[meridian: output truncated here; the rest was dropped]\n";
+  const int64_t room = max_bytes_ - size - static_cast<int64_t>(kTruncated.size());
   std::ofstream out(path, std::ios::app | std::ios::binary);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  if (static_cast<int64_t>(data.size()) <= room) {
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  } else {
+    out.write(data.data(), static_cast<std::streamsize>(std::max<int64_t>(room, 0)));
+    out << kTruncated;
+  }
   out.close();
   if (!out) return Status::Io("logs: cannot write " + path);
-  return size + static_cast<int64_t>(data.size());
+  return static_cast<int64_t>(::stat(path.c_str(), &st) == 0 ? st.st_size : size);
 }
 
 base::Result<std::string> LogStore::Read(int64_t job, int32_t task, int64_t offset, int64_t max,
@@ -112,7 +120,8 @@ void Api::UploadLogs(Call& call) {
   if (!offset) return;
   auto size = logs_->Append(*job, static_cast<int32_t>(*task), *generation, *offset, call.req.body);
   if (!size.ok()) return Fail(call, size.status());
-  Respond(call, 200, {{"size", *size}});
+  // `full`: the server keeps no more of this run's output; the agent stops sending it.
+  Respond(call, 200, {{"size", *size}, {"full", *size >= logs_->max_bytes()}});
 }
 
 void Api::JobLogs(Call& call) {

@@ -73,7 +73,8 @@ class Fields {
   Status status_;
 };
 
-// The Node object an agent's registration describes, checked.
+}  // namespace
+
 base::Result<store::Object> NodeFromRegistration(const Json& body) {
   if (!body.is_object()) return Status::Invalid("registration: must be a JSON object");
   Fields f(body, "");
@@ -127,8 +128,6 @@ base::Result<store::Object> NodeFromRegistration(const Json& body) {
   s["state"] = "Ready";
   return o;
 }
-
-}  // namespace
 
 NodeService::NodeService(store::Store* store, const base::Clock* clock, api::EventBus* bus)
     : store_(store), clock_(clock), bus_(bus) {}
@@ -240,7 +239,6 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     nodes_[node].state = "Ready";
   }
   if (body.contains("tasks")) {
-    if (!body.at("tasks").is_array()) return Status::Invalid("tasks: must be a list");
     auto applied = ApplyReports(node, body.at("tasks"));
     if (!applied.ok()) return applied.status();
     seq = std::max(seq, *applied);
@@ -255,27 +253,21 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
               {"lease", lost_timeout_ / 2}};
 }
 
-base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const Json& tasks) {
-  struct Report {
-    int32_t task;
-    int64_t generation;
-    std::string state;  // Running | Exited
-    Json exit_code;     // null when unknown
-    int64_t restarts;
-    std::string message;
-  };
-  std::map<int64_t, std::vector<Report>> by_job;
+base::Result<std::map<int64_t, std::vector<TaskReport>>> ParseTaskReports(const Json& tasks) {
+  if (!tasks.is_array()) return Status::Invalid("tasks: must be a list");
+  std::map<int64_t, std::vector<TaskReport>> by_job;
   for (size_t i = 0; i < tasks.size(); ++i) {
-    if (!tasks[i].is_object())
-      return Status::Invalid("tasks[" + std::to_string(i) + "]: must be a mapping");
-    Fields f(tasks[i], "tasks[" + std::to_string(i) + "].");
+    const std::string at = "tasks[" + std::to_string(i) + "]";
+    if (!tasks[i].is_object()) return Status::Invalid(at + ": must be a mapping");
+    Fields f(tasks[i], at + ".");
+    if (!tasks[i].contains("job")) f.Error("job", "is required");
     const int64_t job = f.Int("job", 1, INT64_MAX, 0);
-    Report r{static_cast<int32_t>(f.Int("task", 0, 100000, 0)),
-             f.Int("generation", 0, INT64_MAX, 0),
-             f.String("state", true),
-             nullptr,
-             f.Int("restarts", 0, 1000000, 0),
-             f.String("message", false)};
+    TaskReport r{static_cast<int32_t>(f.Int("task", 0, 100000, 0)),
+                 f.Int("generation", 0, INT64_MAX, 0),
+                 f.String("state", true),
+                 nullptr,
+                 f.Int("restarts", 0, 1000000, 0),
+                 f.String("message", false)};
     if (tasks[i].contains("exitCode") && tasks[i].at("exitCode").is_number_integer()) {
       r.exit_code = tasks[i].at("exitCode");
     }
@@ -283,6 +275,13 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const J
     if (!f.status().ok()) return f.status();
     by_job[job].push_back(r);
   }
+  return by_job;
+}
+
+base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const Json& tasks) {
+  auto parsed = ParseTaskReports(tasks);
+  if (!parsed.ok()) return parsed.status();
+  const std::map<int64_t, std::vector<TaskReport>>& by_job = *parsed;
   if (by_job.empty()) return int64_t{0};
   const double now = clock_->Now();
   int64_t seq = 0;
@@ -302,7 +301,7 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const J
         events.push_back({0, now, "Job", std::to_string(id), j.project, type, reason, message});
       };
       bool changed = false;
-      for (const Report& r : reports) {
+      for (const TaskReport& r : reports) {
         if (r.generation != j.generation || r.task < 0 || static_cast<size_t>(r.task) >= n ||
             j.allocation[r.task].value("node", "") != node) {
           continue;  // another run's task: not listed for the node, so its agent stops it
