@@ -362,9 +362,16 @@ TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNone
       for (;;) {
         HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_, job.dump());
         if (r.status == 201) {
-          std::lock_guard<std::mutex> lock(mu);
-          ids.insert(r.body.value("id", int64_t{0}));
-          if (++acked == 200 && !killed.exchange(true)) server_->Stop(SIGKILL);
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            ids.insert(r.body.value("id", int64_t{0}));
+          }
+          // Exactly one client kills it; `killed` says so only once it is dead, so that the
+          // restart cannot race the kill (Stop would wait for the new process).
+          if (++acked == 200) {
+            server_->Stop(SIGKILL);
+            killed = true;
+          }
           break;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
