@@ -61,6 +61,14 @@ int64_t FileSize(const std::string& path) {
 
 bool Alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
 
+// Whether a shim started by an earlier life of the agent still runs: its pid may have gone to
+// another program since. (A child of this agent keeps its pid until reaped, and between fork
+// and exec it does not look like a shim yet.)
+bool ShimAlive(int pid) {
+  return Alive(pid) && ReadAll("/proc/" + std::to_string(pid) + "/cmdline").find("meridian-shim") !=
+                           std::string::npos;
+}
+
 bool OnPath(const std::string& program) {
   const char* path = std::getenv("PATH");
   for (std::string_view dir : base::Split(path ? path : "/usr/bin:/bin", ':')) {
@@ -150,6 +158,7 @@ Status Agent::Register() {
                                                        : base::StatusCode::kInvalidArgument,
                   "registration refused: " + cli::ErrorMessage(*r));
   }
+  if (!r->body.is_object()) return Status::Invalid("registration: the answer is not JSON");
   interval_ = r->body.value("heartbeatInterval", interval_);
   lease_ = r->body.value("lease", lease_);
   registered_ = true;
@@ -171,6 +180,7 @@ Status Agent::Beat() {
     return Status::NotFound(cli::ErrorMessage(*r));
   }
   if (r->status != 200) return Status::Invalid("heartbeat refused: " + cli::ErrorMessage(*r));
+  if (!r->body.is_object()) return Status::Invalid("heartbeat: the answer is not a JSON object");
   RenewLease();
   interval_ = r->body.value("heartbeatInterval", interval_);
   lease_ = r->body.value("lease", lease_);
@@ -241,12 +251,13 @@ Status Agent::Recover() {
     t.assignment = a;
     t.restarts = std::atoi(ReadAll(dir + "/restarts").c_str());
     t.shim_pid = std::atoi(ReadAll(dir + "/shim.pid").c_str());
+    t.adopted = true;
     const Json exit = ReadJson(dir + "/exit.json");
     if (exit.is_object()) {
       t.state = "Exited";
       t.exit_code = exit.value("exitCode", Json());
       t.message = exit.value("reason", "");
-    } else if (Alive(t.shim_pid)) {
+    } else if (ShimAlive(t.shim_pid)) {
       t.state = "Running";
     } else {
       t.state = "Exited";
@@ -457,6 +468,7 @@ void Agent::Start(Task& t) {
     return;
   }
   t.shim_pid = pid;
+  t.adopted = false;
   t.state = "Running";
   t.exit_code = nullptr;
   WriteFile(t.dir + "/shim.pid", std::to_string(pid));
@@ -482,7 +494,7 @@ void Agent::Poll() {
     if (t.state != "Running") continue;
     const Json exit = ReadJson(t.dir + "/exit.json");
     if (!exit.is_object()) {
-      if (!Alive(t.shim_pid)) {
+      if (!(t.adopted ? ShimAlive(t.shim_pid) : Alive(t.shim_pid))) {
         t.state = "Exited";
         t.message = "its supervisor ended without an exit status";
       }

@@ -62,6 +62,7 @@ class Agent {
     std::string dir;
     Json assignment;
     int shim_pid = 0;
+    bool adopted = false;            // its shim was started by an earlier life of the agent
     std::string state = "Starting";  // Starting | Running | BackingOff | Exited
     Json exit_code;                  // null: unknown or still running
     int64_t restarts = 0;
