@@ -163,7 +163,8 @@ Status SchedulerController::Rebuild() {
   }
   // What each agent should run, replaced at once (jobs being requeued below are not assigned).
   std::vector<store::JobRecord> assigned;
-  for (const auto& [job, spec] : converted) {
+  for (const auto& entry : converted) {
+    const store::JobRecord& job = entry.first;
     if (std::none_of(lost.begin(), lost.end(), [&](const auto& l) { return l.id == job.id; })) {
       assigned.push_back(job);
     }

@@ -286,7 +286,9 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const J
   const double now = clock_->Now();
   int64_t seq = 0;
   Status s = store_->Write([&](store::Tx& tx) {
-    for (const auto& [id, reports] : by_job) {
+    for (const auto& entry : by_job) {
+      const int64_t id = entry.first;  // a plain variable: lambdas below capture it
+      const std::vector<TaskReport>& reports = entry.second;
       auto job = tx.GetJob(id);
       if (!job.ok() || !HasAllocation(job->phase)) continue;  // ended or requeued: stale
       store::JobRecord& j = *job;
