@@ -56,6 +56,17 @@ void WriteAtomically(const std::string& path, const std::string& text) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
+// Replaces this process with `args` (looked up on PATH) in environment `env`; returns only
+// when that fails, with errno set.
+void Exec(std::vector<std::string>& args, std::vector<std::string>& env) {
+  std::vector<char*> argv, envp;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  execvpe(argv[0], argv.data(), envp.data());
+}
+
 }  // namespace
 
 int RunShim(const std::string& dir) {
@@ -130,13 +141,8 @@ int RunShim(const std::string& dir) {
                    std::strerror(errno));
       _exit(126);
     }
-    std::vector<char*> argv, envp;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    execvpe(argv[0], argv.data(), envp.data());
-    std::fprintf(stderr, "meridian: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    Exec(args, env);
+    std::fprintf(stderr, "meridian: cannot run %s: %s\n", args[0].c_str(), std::strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
   }
   close(gate[0]);
@@ -201,12 +207,7 @@ int RunShim(const std::string& dir) {
       dup2(null, 0);
       dup2(null, 1);
       dup2(null, 2);
-      std::vector<char*> argv, envp;
-      for (std::string& a : cleanup) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      for (std::string& e : env) envp.push_back(e.data());
-      envp.push_back(nullptr);
-      execvpe(argv[0], argv.data(), envp.data());
+      Exec(cleanup, env);
       _exit(127);
     }
     if (c > 0) waitpid(c, nullptr, 0);
