@@ -509,8 +509,10 @@ Json SchedulerController::Nodes() {
       const bool indexed = t.is_object() && t.contains("index") && t["index"].is_number_integer();
       const int64_t index = indexed ? t["index"].get<int64_t>() : -1;
       if (index < 0 || index >= static_cast<int64_t>(row["gpus"].size())) continue;
-      for (const auto& [k, v] : t.items()) {
-        if (k != "index") row["gpus"][index][k] = v;
+      // Only telemetry: an agent's report cannot overwrite what the scheduler says.
+      for (const char* k : {"utilization", "memoryUsedMib", "temperatureC", "powerW", "eccErrors",
+                            "xidErrors", "lastXid", "migInstances"}) {
+        if (t.contains(k)) row["gpus"][index][k] = t[k];
       }
     }
   }
