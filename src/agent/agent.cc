@@ -311,7 +311,9 @@ void Agent::Reconcile(const Json& assigned) {
   }
 }
 
-std::vector<std::string> Agent::TaskArgv(const Task& t, std::string* error,
+std::vector<std::string> Agent::TaskArgv(const Task& t,
+                                         const std::map<std::string, std::string>& env,
+                                         std::string* error,
                                          std::vector<std::string>* cleanup) const {
   const Json& a = t.assignment;
   std::vector<std::string> command = a.value("command", std::vector<std::string>{});
@@ -341,9 +343,10 @@ std::vector<std::string> Agent::TaskArgv(const Task& t, std::string* error,
   const int64_t mem = a.value("memoryMib", int64_t{0});
   if (cpu > 0) argv.push_back("--cpus=" + std::to_string(cpu / 1000.0));
   if (mem > 0) argv.push_back("--memory=" + std::to_string(mem) + "m");
-  for (const auto& [k, v] : TaskEnv(t)) {
+  const Json spec_env = a.value("env", Json::object());
+  for (const auto& [k, v] : env) {
     if (k.rfind("MERIDIAN_", 0) == 0 || k.find("VISIBLE_DEVICES") != std::string::npos ||
-        a.value("env", Json::object()).contains(k)) {
+        spec_env.contains(k)) {
       argv.insert(argv.end(), {"-e", k + "=" + v});
     }
   }
@@ -407,9 +410,10 @@ void Agent::Start(Task& t) {
                                          d["mig"].value("start", 0));
     if (!made.ok()) error = made.status().message();
   }
+  const std::map<std::string, std::string> task_env = TaskEnv(t);
   std::vector<std::string> cleanup;
   std::vector<std::string> argv =
-      error.empty() ? TaskArgv(t, &error, &cleanup) : std::vector<std::string>{};
+      error.empty() ? TaskArgv(t, task_env, &error, &cleanup) : std::vector<std::string>{};
   if (!error.empty()) {
     ReleaseDevices(t);
     t.state = "Exited";
@@ -431,7 +435,7 @@ void Agent::Start(Task& t) {
     }
   }
   Json env = Json::object();
-  for (const auto& [k, v] : TaskEnv(t)) env[k] = v;
+  for (const auto& [k, v] : task_env) env[k] = v;
   if (!cleanup.empty()) {
     // The container runtime's own configuration comes from the agent's environment.
     for (const char* k :

@@ -86,8 +86,8 @@ class Agent {
   Json Telemetry();
   // The command line of a run (through the container runtime for an image, when `cleanup` gets
   // the command that removes its container); `error` says why it cannot run.
-  std::vector<std::string> TaskArgv(const Task& t, std::string* error,
-                                    std::vector<std::string>* cleanup) const;
+  std::vector<std::string> TaskArgv(const Task& t, const std::map<std::string, std::string>& env,
+                                    std::string* error, std::vector<std::string>* cleanup) const;
   std::map<std::string, std::string> TaskEnv(const Task& t) const;
   void RenewLease();
   std::string CgroupName(const Task& t) const;

@@ -29,12 +29,6 @@ struct AgentSpec {
   std::string node, cluster, pool, rack, gpus, cpu_milli, memory_mib;
 };
 
-std::string SelfPath() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "meridian";
-}
-
 Status Check(const base::Result<cli::Response>& r, const char* what) {
   if (!r.ok()) return r.status();
   if (r->status >= 300) {
@@ -101,7 +95,7 @@ Status RunDevEstate(DevOptions o) {
     if (!mkdtemp(tmpl)) return Status::Io("cannot create a data dir under /tmp");
     o.server.data_dir = tmpl;
   }
-  const std::string self = SelfPath();
+  const std::string self = "/proc/self/exe";  // the agents are this binary
   const std::string data_dir = o.server.data_dir;
   std::vector<pid_t> agents;
   std::mutex agents_mu;
