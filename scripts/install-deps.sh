@@ -11,7 +11,14 @@ packages=(
   # The agent's container path, tested with a local image (no registry): podman with runc,
   # and busybox for the image's userland.
   podman runc busybox-static
+  # The dashboard: built with Node.js and npm packages (web/package-lock.json), tested in
+  # Debian's Chromium.
+  nodejs chromium
 )
+# npm comes with some builds of nodejs (NodeSource's) and as its own package with Debian's.
+if ! command -v npm > /dev/null; then
+  packages+=(npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -19,6 +19,12 @@ void AddServerCommands(CLI::App& app, int* rc) {
   server->add_option("--tls-key", o.tls_key, "PEM private key of --tls-cert");
   server->add_option("--threads", o.threads, "HTTP worker threads");
   server->add_option("--port-file", o.port_file, "write the bound port to this file");
+  server->add_option("--history-interval", o.history_interval,
+                     "seconds between samples of the estate for the dashboard's charts")
+      ->capture_default_str();
+  server->add_option("--history-retention", o.history_retention,
+                     "seconds of samples kept (in memory)")
+      ->capture_default_str();
   static bool dev = false;
   server->add_flag("--dev", dev,
                    "a whole hybrid estate on this machine: the example configuration and local "

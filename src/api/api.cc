@@ -179,6 +179,15 @@ std::optional<int64_t> IntParam(Api::Call& call, const std::string& name, int64_
   return v;
 }
 
+std::optional<bool> NewestFirst(Api::Call& call) {
+  const std::string order = call.req.get_param_value("order");
+  if (order.empty() || order == "oldest") return false;
+  if (order == "newest") return true;
+  Fail(call, 400, "invalid_argument",
+       "order: \"" + order + "\" is neither \"oldest\" nor \"newest\"", "order");
+  return std::nullopt;
+}
+
 Json JobToJson(const store::JobRecord& j) {
   Json out = {{"id", j.id},
               {"kind", "Job"},
@@ -268,6 +277,7 @@ void Api::Register(httplib::Server& server) {
   Route(server, "GET", v1 + "/watch", "events.watch", Kind::kRead, bind(&Api::Watch));
   Route(server, "GET", v1 + "/nodes", "nodes.list", Kind::kRead, bind(&Api::Nodes));
   Route(server, "GET", v1 + "/usage", "usage.get", Kind::kRead, bind(&Api::Usage));
+  Route(server, "GET", v1 + "/history", "history.get", Kind::kRead, bind(&Api::History));
   Route(server, "POST", v1 + "/agents/register", "agents.register", Kind::kMutate,
         bind(&Api::RegisterAgent));
   // Heartbeats come every few seconds from every node: audited only when refused.

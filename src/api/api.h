@@ -3,10 +3,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "api/auth.h"
 #include "api/metrics.h"
@@ -26,6 +28,26 @@ namespace meridian::api {
 // Decodes a request body: JSON nested at most 64 deep. The one decoder of untrusted JSON.
 base::Result<Json> DecodeJsonBody(const std::string& body);
 
+// One sample of the estate, taken every few seconds by the server for the dashboard's charts
+// (GET /api/v1/history).
+struct HistorySample {
+  double at = 0;
+  struct Group {  // the GPUs of one model in one cluster
+    std::string cluster;
+    std::string model;
+    double gpus = 0;
+    double allocated = 0;     // fractions and MIG slices counted in parts
+    double utilization = -1;  // mean of the GPUs that report it (0..1); -1 when none does
+  };
+  std::vector<Group> groups;
+  struct Queue {
+    int32_t pending = 0;
+    int32_t running = 0;  // placed, running or stopping
+  };
+  std::map<std::string, Queue> projects;
+  std::map<std::string, double> quota_used;  // GPUs in use by each node of the tenancy tree
+};
+
 // What the API asks of the scheduling side of the server (implemented by the scheduler
 // controller in src/server). Thread-safe.
 class SchedulerHooks {
@@ -44,6 +66,9 @@ class SchedulerHooks {
   // Quota use of every node of the tenancy tree: [{name, parent, guaranteedGpus, limitGpus,
   // usedGpus, borrowing, pending}].
   virtual Json Usage() = 0;
+  // The samples taken at or after `since` (Unix seconds), oldest first, and the sampling
+  // interval in seconds.
+  virtual std::vector<HistorySample> History(double since, double* interval) = 0;
 };
 
 // What the API asks of the side of the server that node agents talk to (implemented by
@@ -151,6 +176,7 @@ class Api {
   void Watch(Call& call);
   void Nodes(Call& call);
   void Usage(Call& call);
+  void History(Call& call);
   // Node agents and task output (api_agents.cc).
   void RegisterAgent(Call& call);
   void AgentHeartbeat(Call& call);

@@ -192,6 +192,9 @@ void Api::ListAudit(Call& call) {
   f.limit = static_cast<int32_t>(*limit);
   f.user = call.req.get_param_value("user");
   f.result = call.req.get_param_value("result");
+  auto newest = NewestFirst(call);
+  if (!newest) return;
+  f.newest_first = *newest;
   auto entries_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListAudit(f); });
   if (!entries_read.ok()) return Fail(call, entries_read.status());
   std::vector<store::AuditEntry> entries = std::move(entries_read.value());

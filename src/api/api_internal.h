@@ -43,6 +43,8 @@ std::optional<Json> JsonBody(Api::Call& call);
 // An integer query parameter within [min, max]; on a bad value answers 400 and returns nothing.
 std::optional<int64_t> IntParam(Api::Call& call, const std::string& name, int64_t fallback,
                                 int64_t min, int64_t max);
+// ?order=oldest (the default) or newest; answers 400 itself and returns nullopt otherwise.
+std::optional<bool> NewestFirst(Api::Call& call);
 
 // Reads the job named by the route's first capture when the caller may see it; answers 404
 // otherwise (whether it exists or not).

@@ -88,6 +88,9 @@ void Api::ListJobs(Call& call) {
   filter.after_id = *after;
   filter.phases = CommaList(call.req.get_param_value("phase"));
   filter.user = call.req.get_param_value("user");
+  auto newest = NewestFirst(call);
+  if (!newest) return;
+  filter.newest_first = *newest;
   auto config = Config();
   std::vector<std::string> wanted = CommaList(call.req.get_param_value("project"));
   for (const std::string& p : wanted) {
@@ -113,7 +116,10 @@ void Api::ListJobs(Call& call) {
     }
     items.push_back(JobToJson(j));
   }
-  Json next = jobs.size() == static_cast<size_t>(filter.limit) ? Json(jobs.back().id) : Json();
+  // Pages continue in id order; the newest first is one page.
+  Json next = jobs.size() == static_cast<size_t>(filter.limit) && !filter.newest_first
+                  ? Json(jobs.back().id)
+                  : Json();
   Respond(call, 200, {{"items", items}, {"continue", next}});
 }
 
@@ -245,7 +251,9 @@ store::EventFilter VisibleEvents(const Access& access, const std::vector<std::st
 }  // namespace
 
 void Api::ListEvents(Call& call) {
-  auto after = IntParam(call, "after", 0, 0, INT64_MAX);
+  // after=latest: only what comes next (a dashboard that has just read the current state).
+  const bool latest = call.req.get_param_value("after") == "latest";
+  auto after = latest ? std::optional<int64_t>(0) : IntParam(call, "after", 0, 0, INT64_MAX);
   if (!after) return;
   auto limit = IntParam(call, "limit", 100, 1, options_.max_page);
   if (!limit) return;
@@ -254,6 +262,11 @@ void Api::ListEvents(Call& call) {
   store::EventFilter f = VisibleEvents(call.access, Config()->projects);
   f.after_seq = *after;
   f.limit = static_cast<int32_t>(*limit);
+  if (latest) {
+    auto seq = store::ReadValue(*store_, [](store::Tx& tx) { return tx.LatestEventSeq(); });
+    if (!seq.ok()) return Fail(call, seq.status());
+    f.after_seq = *seq;
+  }
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(static_cast<int>(*wait));
   std::vector<store::Event> events;
@@ -331,9 +344,5 @@ void Api::Watch(Call& call) {
         return true;
       });
 }
-
-void Api::Nodes(Call& call) { Respond(call, 200, {{"items", hooks_->Nodes()}}); }
-
-void Api::Usage(Call& call) { Respond(call, 200, {{"items", hooks_->Usage()}}); }
 
 }  // namespace meridian::api

@@ -71,6 +71,10 @@ void SchedulerController::Loop() {
     if (!s.ok() && s.message() != last_error) {
       std::fprintf(stderr, "meridian: scheduler: %s\n", s.message().c_str());
     }
+    if (const double now = clock_->Now(); now - last_sample_ >= history_interval_) {
+      Sample(now);
+      last_sample_ = now;
+    }
     last_error = s.ok() ? "" : s.message();
     double interval = 1.0;
     {
@@ -447,6 +451,16 @@ Json SchedulerController::Usage() {
   std::map<std::string, int64_t> pending;
   for (const auto& [id, k] : known_) pending[k.project] += k.phase == "Pending";
   const sched::QuotaTree& q = scheduler_->quotas();
+  // Fair-share position: 1 is the node its siblings' queue serves first (the least decayed use
+  // for its weight).
+  std::vector<int32_t> rank(q.size(), 1);
+  for (int32_t n = 0; n < q.size(); ++n) {
+    for (int32_t m = 0; m < q.size(); ++m) {
+      if (m == n || q.parent(m) != q.parent(n)) continue;
+      const double a = scheduler_->FairShare(m), b = scheduler_->FairShare(n);
+      if (a < b || (a == b && m < n)) ++rank[n];
+    }
+  }
   for (int32_t n = 0; n < q.size(); ++n) {
     const int64_t limit = q.Limit(n, sched::kNoModel);
     Json row = {{"name", q.name(n)},
@@ -455,11 +469,74 @@ Json SchedulerController::Usage() {
                 {"guaranteedGpus", q.Guaranteed(n, sched::kNoModel) / 1000.0},
                 {"limitGpus", limit == sched::kUnlimited ? Json() : Json(limit / 1000.0)},
                 {"usedGpus", q.Used(n, sched::kNoModel) / 1000.0},
-                {"borrowing", q.Used(n, sched::kNoModel) > 0 && q.Borrowing(n)}};
+                {"borrowing", q.Used(n, sched::kNoModel) > 0 && q.Borrowing(n)},
+                {"fairShare", scheduler_->FairShare(n)},
+                {"fairShareRank", rank[n]}};
     if (auto p = pending.find(q.name(n)); p != pending.end()) row["pending"] = p->second;
     out.push_back(row);
   }
   return out;
+}
+
+void SchedulerController::KeepHistory(double interval, double retention) {
+  std::lock_guard<std::mutex> lock(history_mu_);
+  history_interval_ = interval;
+  history_capacity_ = static_cast<size_t>(std::max(1.0, retention / interval));
+}
+
+std::vector<api::HistorySample> SchedulerController::History(double since, double* interval) {
+  std::lock_guard<std::mutex> lock(history_mu_);
+  *interval = history_interval_;
+  auto first = std::lower_bound(history_.begin(), history_.end(), since,
+                                [](const api::HistorySample& s, double t) { return s.at < t; });
+  return {first, history_.end()};
+}
+
+void SchedulerController::Sample(double now) {
+  api::HistorySample sample;
+  sample.at = now;
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  std::vector<int32_t> reporting;
+  for (const Json& node : Nodes()) {
+    const std::string model = node.value("model", "");
+    if (model.empty() || node["gpus"].empty()) continue;
+    auto [it, added] = index.emplace(std::pair(node.value("cluster", ""), model), 0);
+    if (added) {
+      it->second = sample.groups.size();
+      sample.groups.push_back({it->first.first, model, 0, 0, 0});
+      reporting.push_back(0);
+    }
+    api::HistorySample::Group& g = sample.groups[it->second];
+    for (const Json& gpu : node["gpus"]) {
+      g.gpus += 1;
+      g.allocated += (1000 - gpu.value("freeMilli", int64_t{1000})) / 1000.0;
+      if (gpu.contains("utilization") && gpu["utilization"].is_number()) {
+        g.utilization += gpu["utilization"].get<double>();
+        ++reporting[it->second];
+      }
+    }
+  }
+  for (size_t i = 0; i < sample.groups.size(); ++i) {
+    api::HistorySample::Group& g = sample.groups[i];
+    g.utilization = reporting[i] > 0 ? g.utilization / reporting[i] : -1;
+  }
+  for (const Json& row : Usage()) {
+    sample.quota_used[row.value("name", "")] = row.value("usedGpus", 0.0);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, k] : known_) {
+      api::HistorySample::Queue& q = sample.projects[k.project];
+      if (k.phase == "Pending") {
+        ++q.pending;
+      } else {
+        ++q.running;  // placed, running or stopping: what known_ holds besides pending jobs
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(history_mu_);
+  history_.push_back(std::move(sample));
+  while (history_.size() > history_capacity_) history_.pop_front();
 }
 
 std::string SchedulerController::PendingReason(int64_t job) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,11 @@ class SchedulerController final : public api::SchedulerHooks {
   std::string PendingReason(int64_t job) override;
   Json Nodes() override;
   Json Usage() override;
+  std::vector<api::HistorySample> History(double since, double* interval) override;
+
+  // A sample of the estate every `interval` seconds, kept for `retention` seconds (in memory:
+  // a restart starts the history afresh). Call before Start.
+  void KeepHistory(double interval, double retention);
 
   // One round: follow the event log, run a cycle, commit its decisions. Start() calls it from
   // its thread; tests may call it directly instead.
@@ -64,6 +70,7 @@ class SchedulerController final : public api::SchedulerHooks {
   void Track(const store::JobRecord& job);
   base::Status Commit(const sched::CycleResult& result, double now);
   void Publish(double cycle_seconds);
+  void Sample(double now);
   void Loop();
 
   store::Store* store_;
@@ -79,6 +86,12 @@ class SchedulerController final : public api::SchedulerHooks {
   std::map<int64_t, std::string> reasons_;  // why each pending job waits, from the last cycle
   int64_t last_seq_ = 0;
   bool dirty_ = true;  // rebuild before the next cycle
+
+  std::mutex history_mu_;  // guards the history
+  std::deque<api::HistorySample> history_;
+  double history_interval_ = 10;
+  size_t history_capacity_ = 2160;
+  double last_sample_ = 0;  // the loop's thread only
 
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;

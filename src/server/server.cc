@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "api/api.h"
+#include "api/dashboard.h"
 #include "server/controller.h"
 #include "store/sqlite/sqlite_store.h"
 
@@ -88,6 +89,10 @@ Status RunServer(const ServerOptions& o) {
   std::string host;
   int port = 0;
   if (Status s = SplitListen(o.listen, &host, &port); !s.ok()) return s;
+  if (!(o.history_interval > 0) || !(o.history_retention >= o.history_interval)) {
+    return Status::Invalid(
+        "--history-interval must be positive and --history-retention at least as long");
+  }
   if (o.tls_cert.empty() != o.tls_key.empty()) {
     return Status::Invalid("--tls-cert and --tls-key go together");
   }
@@ -115,6 +120,7 @@ Status RunServer(const ServerOptions& o) {
   api::EventBus bus;
   NodeService nodes(&store, &clock, &bus);
   SchedulerController controller(&store, &clock, &bus, &metrics, &nodes);
+  controller.KeepHistory(o.history_interval, o.history_retention);
   nodes.OnChange([&controller] { controller.Wake(); });
   api::LogStore logs(o.data_dir + "/logs");
   api::Api api(&store, &clock, &entropy, &controller, &bus, &metrics);
@@ -151,6 +157,7 @@ Status RunServer(const ServerOptions& o) {
   // ms stall per request on Linux).
   http->set_tcp_nodelay(true);
   api.Register(*http);
+  api::ServeDashboard(*http, api::DashboardAssets());
   const int bound =
       port == 0 ? http->bind_to_any_port(host) : (http->bind_to_port(host, port) ? port : -1);
   if (bound < 0) return Status::Io("--listen " + o.listen + ": cannot bind (in use?)");

@@ -14,6 +14,10 @@ struct ServerOptions {
   std::string tls_key;
   int threads = 64;       // HTTP workers: each keep-alive connection or watch holds one
   std::string port_file;  // when set, the bound port is written there (for tests and scripts)
+  // The dashboard's charts: a sample of the estate every history_interval seconds, kept in
+  // memory for history_retention seconds.
+  double history_interval = 10;
+  double history_retention = 6 * 3600;
   // Called on its own thread once the server serves, with its URL and the admin token (empty
   // when the data dir existed before and its token file is gone); used by `server --dev`.
   std::function<void(const std::string& url, const std::string& admin_token)> on_ready;

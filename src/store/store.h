@@ -54,6 +54,7 @@ struct JobFilter {
   std::string user;                   // empty: every user
   int64_t after_id = 0;               // pagination: ids greater than this
   int32_t limit = 100;
+  bool newest_first = false;  // the newest `limit` jobs, newest first
 };
 
 struct Event {
@@ -104,6 +105,7 @@ struct AuditFilter {
   std::string user;
   std::string result;
   int32_t limit = 100;
+  bool newest_first = false;  // the newest `limit` entries, newest first
 };
 
 // A configuration revision: every document of the desired state as applied, so that rolling

@@ -174,6 +174,13 @@ TEST_P(StoreConformance, JobsFilterPaginateAndUpdateWithVersions) {
                     f = {};
                     f.user = "bob";
                     EXPECT_EQ(tx.ListJobs(f)->size(), 2u);
+                    f = {};
+                    f.limit = 2;
+                    f.newest_first = true;
+                    auto newest = tx.ListJobs(f);
+                    EXPECT_EQ(newest->size(), 2u);
+                    EXPECT_EQ(newest->front().id, 5);
+                    EXPECT_EQ(newest->back().id, 4);
                     return Status::Ok();
                   })
                   .ok());
@@ -290,6 +297,12 @@ TEST_P(StoreConformance, TokensAuditAndRevisions) {
                     auto a = tx.ListAudit(denied);
                     EXPECT_EQ(a->size(), 1u);
                     EXPECT_EQ((*a)[0].code, 403);
+                    AuditFilter newest;
+                    newest.limit = 1;
+                    newest.newest_first = true;
+                    auto last = tx.ListAudit(newest);
+                    EXPECT_EQ(last->size(), 1u);
+                    EXPECT_EQ((*last)[0].code, 403);
                     auto revs = tx.ListRevisions(10);
                     EXPECT_EQ(revs->size(), 1u);
                     EXPECT_EQ((*revs)[0].number, 1);

@@ -267,7 +267,7 @@ class SqliteTx final : public Tx {
     if (!f.projects.empty()) sql += " AND project IN (" + Placeholders(f.projects.size()) + ")";
     if (!f.phases.empty()) sql += " AND phase IN (" + Placeholders(f.phases.size()) + ")";
     if (!f.user.empty()) sql += " AND user = ?";
-    sql += " ORDER BY id LIMIT ?";
+    sql += f.newest_first ? " ORDER BY id DESC LIMIT ?" : " ORDER BY id LIMIT ?";
     Query q(c_, sql);
     q.Bind(f.after_id);
     for (const std::string& p : f.projects) q.Bind(p);
@@ -391,7 +391,7 @@ class SqliteTx final : public Tx {
         "WHERE seq > ?";
     if (!f.user.empty()) sql += " AND user = ?";
     if (!f.result.empty()) sql += " AND result = ?";
-    sql += " ORDER BY seq LIMIT ?";
+    sql += f.newest_first ? " ORDER BY seq DESC LIMIT ?" : " ORDER BY seq LIMIT ?";
     Query q(c_, sql);
     q.Bind(f.after_seq);
     if (!f.user.empty()) q.Bind(f.user);

@@ -1,0 +1,103 @@
+// The estate as the scheduler sees it: nodes, quota use, and their history over time.
+#include <cmath>
+#include <set>
+
+#include "api/api_internal.h"
+
+namespace meridian::api {
+
+namespace {
+
+// The nodes of the tenancy tree a caller may see: for an admin all of them; otherwise the
+// projects it may read, and the team and organization above each (their totals say nothing of
+// any one project the caller cannot read).
+std::function<bool(const std::string&)> VisibleTenancy(const Access& access,
+                                                      const Tenancy& tenancy,
+                                                      const std::vector<std::string>& projects) {
+  if (access.IsAdmin()) return [](const std::string&) { return true; };
+  auto names = std::make_shared<std::set<std::string>>();
+  for (const std::string& p : access.Readable(projects)) {
+    names->insert(p);
+    const std::string team = tenancy.TeamOf(p);
+    if (!team.empty()) names->insert(team);
+    const std::string org = tenancy.OrgOfProject(p);
+    if (!org.empty()) names->insert(org);
+  }
+  return [names](const std::string& name) { return names->count(name) > 0; };
+}
+
+Json Rounded(double v) { return std::round(v * 1000) / 1000; }
+
+}  // namespace
+
+void Api::Nodes(Call& call) { Respond(call, 200, {{"items", hooks_->Nodes()}}); }
+
+void Api::Usage(Call& call) {
+  auto config = Config();
+  auto visible = VisibleTenancy(call.access, config->tenancy, config->projects);
+  Json items = Json::array();
+  for (const Json& row : hooks_->Usage()) {
+    if (visible(row.value("name", ""))) items.push_back(row);
+  }
+  Respond(call, 200, {{"items", items}});
+}
+
+void Api::History(Call& call) {
+  // The last hour by default; `since` is Unix seconds.
+  auto since = IntParam(call, "since", static_cast<int64_t>(call.started) - 3600, 0, INT64_MAX);
+  if (!since) return;
+  auto config = Config();
+  auto visible = VisibleTenancy(call.access, config->tenancy, config->projects);
+  double interval = 0;
+  std::vector<HistorySample> samples = hooks_->History(static_cast<double>(*since), &interval);
+  // Columns, one value per sample: what a chart takes as it is. A series missing from a sample
+  // (a cluster not yet configured) is null there.
+  const size_t n = samples.size();
+  Json at = Json::array();
+  std::map<std::pair<std::string, std::string>, Json> groups;
+  std::map<std::string, Json> quota;
+  Json pending = Json::array(), running = Json::array();
+  for (size_t i = 0; i < n; ++i) {
+    const HistorySample& s = samples[i];
+    at.push_back(s.at);
+    for (const HistorySample::Group& g : s.groups) {
+      Json& series = groups[{g.cluster, g.model}];
+      if (series.is_null()) {
+        series = {{"cluster", g.cluster},
+                  {"model", g.model},
+                  {"gpus", Json(n, nullptr)},
+                  {"allocated", Json(n, nullptr)},
+                  {"utilization", Json(n, nullptr)}};
+      }
+      series["gpus"][i] = g.gpus;
+      series["allocated"][i] = Rounded(g.allocated);
+      if (g.utilization >= 0) series["utilization"][i] = Rounded(g.utilization);
+    }
+    int64_t p = 0, r = 0;
+    for (const auto& [project, q] : s.projects) {
+      if (!visible(project)) continue;
+      p += q.pending;
+      r += q.running;
+    }
+    pending.push_back(p);
+    running.push_back(r);
+    for (const auto& [name, used] : s.quota_used) {
+      if (!visible(name)) continue;
+      Json& series = quota[name];
+      if (series.is_null()) series = {{"name", name}, {"usedGpus", Json(n, nullptr)}};
+      series["usedGpus"][i] = Rounded(used);
+    }
+  }
+  Json clusters = Json::array();
+  for (auto& [key, series] : groups) clusters.push_back(std::move(series));
+  Json quotas = Json::array();
+  for (auto& [name, series] : quota) quotas.push_back(std::move(series));
+  Respond(call, 200,
+          {{"interval", interval},
+           {"at", at},
+           {"clusters", clusters},
+           {"queue", {{"pending", pending}, {"running", running}}},
+           {"quota", quotas}});
+}
+
+}  // namespace meridian::api

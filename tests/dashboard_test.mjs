@@ -1,0 +1,316 @@
+// The dashboard end to end, in real headless Chromium (Debian's, driven by playwright-core),
+// against a real `meridian server --dev`: a server, the example configuration, and six agents
+// with simulated GPUs running real processes.
+//
+//   node tests/dashboard_test.mjs   (ctest runs it; env: MERIDIAN_BINARY, WEB_DIR, ARTIFACTS_DIR,
+//                                    CHROMIUM (default /usr/bin/chromium))
+//
+// Screenshots of every view are kept in ARTIFACTS_DIR.
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const binary = process.env.MERIDIAN_BINARY ?? 'build/meridian';
+const webDir = process.env.WEB_DIR ?? 'web';
+const artifacts = process.env.ARTIFACTS_DIR ?? 'build/test-artifacts/dashboard';
+const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const { chromium } = createRequire(resolve(webDir, 'package.json'))('playwright-core');
+const run = promisify(execFile);
+
+const t0 = Date.now();
+const step = (what) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)} s] ${what}`);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function until(what, fn, timeoutMs = 30000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    await sleep(200);
+  }
+}
+
+// ---- the estate under test ----
+const work = mkdtempSync(join(tmpdir(), 'meridian-dashboard-'));
+const dataDir = join(work, 'data');
+const portFile = join(work, 'port');
+mkdirSync(artifacts, { recursive: true });
+step(`starting ${binary} server --dev in ${work}`);
+const server = spawn(binary, ['server', '--dev', '--listen', '127.0.0.1:0', '--port-file', portFile, '--data-dir', dataDir,
+  '--history-interval', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+let serverOutput = '';
+server.stdout.on('data', (d) => (serverOutput += d));
+server.stderr.on('data', (d) => (serverOutput += d));
+let browser;
+
+async function cleanup() {
+  if (browser) await browser.close().catch(() => {});
+  if (server.exitCode === null) {
+    server.kill('SIGTERM');
+    let timer;
+    const stopped = await Promise.race([
+      new Promise((r) => server.once('exit', () => r(true))),
+      new Promise((r) => (timer = setTimeout(() => r(false), 30000))),
+    ]);
+    clearTimeout(timer);
+    if (!stopped) server.kill('SIGKILL');
+    step(stopped ? 'the dev estate stopped' : 'the dev estate did not stop within 30 s: killed');
+  }
+  rmSync(work, { recursive: true, force: true });
+}
+
+try {
+  await until('the dev estate to be ready', () => serverOutput.includes('6 of 6 agents registered'), 60000);
+  const port = Number(readFileSync(portFile, 'utf8').trim());
+  const url = `http://127.0.0.1:${port}`;
+  const admin = readFileSync(join(dataDir, 'admin.token'), 'utf8').trim();
+  const env = { ...process.env, MERIDIAN_SERVER: url, MERIDIAN_TOKEN: admin, MERIDIAN_CONFIG: join(work, 'client.yaml') };
+  const cli = async (...args) => (await run(binary, args, { env })).stdout;
+  const api = async (method, path, token, body) => {
+    const res = await fetch(`${url}/api/v1${path}`, {
+      method,
+      headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    return { status: res.status, body: await res.json() };
+  };
+  step(`server at ${url}`);
+
+  // ---- a browser ----
+  const profile = join(work, 'profile');
+  mkdirSync(profile);
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath: chromiumPath,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+    viewport: { width: 1280, height: 900 },
+    env: { ...process.env, HOME: profile, XDG_CONFIG_HOME: join(profile, '.config'), XDG_CACHE_HOME: join(profile, '.cache') },
+  });
+  const page = browser.pages()[0] ?? (await browser.newPage());
+  const pageErrors = [];
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+  page.on('console', (m) => m.type() === 'error' && !/status of 40[134]/.test(m.text()) && pageErrors.push(m.text()));
+  const shot = async (name) => page.screenshot({ path: join(artifacts, `${name}.png`), fullPage: true });
+  step(`chromium ${browser.browser()?.version() ?? ''} launched`);
+
+  // ---- sign in ----
+  await page.goto(`${url}/`);
+  await page.fill('#token', 'mrd_0000_not-a-token');
+  await page.click('button[type=submit]');
+  await page.waitForSelector('[role=alert]:has-text("Sign-in refused")');
+  await shot('01-sign-in-refused');
+  await page.fill('#token', admin);
+  await page.click('button[type=submit]');
+  await page.waitForSelector('[data-testid=who]:has-text("admin")');
+  step('signed in as admin');
+
+  // ---- estate: both clusters, with their GPUs ----
+  await page.waitForSelector('[data-testid=cluster-onprem]');
+  await page.waitForSelector('[data-testid=cluster-cloud]');
+  const onprem = await page.textContent('[data-testid=cluster-onprem]');
+  const cloud = await page.textContent('[data-testid=cluster-cloud]');
+  assert.match(onprem, /4 of 4 nodes ready/);
+  assert.match(onprem, /H100-80GB\s*32/);
+  assert.match(onprem, /eu-west/);
+  assert.match(cloud, /2 of 2 nodes ready/);
+  assert.match(cloud, /A100-80GB\s*16/);
+  assert.match(cloud, /simulated GPUs/);
+  step('the estate shows both clusters');
+
+  // A gang from the examples keeps 8 GPUs busy at 90% for the rest of the test.
+  const gangFile = fileURLToPath(new URL('../examples/jobs/train-gang.yaml', import.meta.url));
+  const gang = JSON.parse(await cli('submit', '-f', gangFile, '-o', 'json')).id;
+
+  // ---- a job submitted from the CLI appears and runs, without a reload ----
+  await page.click('nav >> text=Queue');
+  await page.waitForSelector('[data-testid=running]');
+  await page.evaluate(() => ((window).__notReloaded = true));
+  const submitted = await cli('submit', '-p', 'vision', '--name', 'dash-hello', '--gpus', '2', '-o', 'json', '--', 'sh', '-c',
+    'echo "hello from the dashboard test on $CUDA_VISIBLE_DEVICES"; sleep 6; echo done');
+  const jobId = JSON.parse(submitted).id;
+  step(`submitted job ${jobId} from the CLI`);
+  const row = `[data-testid=running] tr[data-job="${jobId}"]`;
+  await page.waitForSelector(`${row}:has-text("Running")`, { timeout: 30000 });
+  assert.match(await page.textContent(row), /dash-hello.*vision.*2 GPUs.*onprem\//);
+  assert.equal(await page.evaluate(() => (window).__notReloaded), true, 'the page must not have reloaded');
+  await shot('02-queue-running');
+  step('the job appeared in the queue and runs');
+
+  // ---- its detail: placement, events, and its output ----
+  await page.click(`${row} a`);
+  await page.waitForSelector('[data-testid=placement]');
+  await page.waitForSelector('[data-testid=logs]:has-text("hello from the dashboard test on GPU-")', { timeout: 30000 });
+  await page.waitForSelector('h1 .phase:has-text("Succeeded")', { timeout: 30000 });
+  await page.waitForSelector('[data-testid=logs]:has-text("done")');
+  const events = await page.textContent('[data-testid=events]');
+  assert.match(events, /Submitted/);
+  assert.match(events, /Placed|Scheduled/);
+  await shot('03-job-detail');
+  step('its logs and events show, and it succeeded');
+
+  // ---- a pending job says why it waits ----
+  const big = JSON.parse(await cli('submit', '-p', 'research', '--name', 'too-big', '--gpus', '16', '-o', 'json', '--', 'true')).id;
+  const reason = await until('a reason for the pending job', async () => {
+    const j = (await api('GET', `/jobs/${big}`, admin)).body;
+    return j.status.phase === 'Pending' && j.status.reason && j.status.reason !== 'submitted' ? j.status.reason : null;
+  });
+  await page.click('nav >> text=Queue');
+  const pendingRow = `[data-testid=pending] tr[data-job="${big}"]`;
+  await page.waitForSelector(pendingRow);
+  await until('the reason in the pending row', async () => (await page.textContent(`${pendingRow} td.reason`)) === reason);
+  await shot('04-queue-pending');
+  step(`the pending job shows its reason: ${reason}`);
+
+  // ---- charts over time ----
+  await page.click('nav >> text=Estate');
+  await page.waitForSelector('[data-testid=chart-util-cluster] .uplot', { timeout: 30000 });
+  await until('two samples in the charts', async () => !(await page.isVisible('[data-testid=chart-queue] >> text=Collecting samples')));
+  const legend = await page.textContent('[data-testid=chart-util-cluster]');
+  assert.match(legend, /onprem/);
+  assert.match(legend, /cloud/);
+  await page.click('nav >> text=Teams');
+  await page.waitForSelector('[data-testid=usage] tr[data-row=vision]');
+  await page.waitForSelector('[data-testid=chart-quota] .uplot');
+  await shot('05-teams');
+  await page.click('nav >> text=Estate');
+  await page.waitForSelector('[data-testid=cluster-onprem]');
+  await shot('06-estate');
+  await until('the gang to run', async () => (await api('GET', `/jobs/${gang}`, admin)).body.status.phase === 'Running');
+  await page.click('[data-testid=cluster-onprem] h3 a');
+  await page.waitForSelector('.heatmap .gpu');
+  assert.equal(await page.locator('.heatmap .gpu').count(), 32);
+  // The agents' telemetry reaches the heatmap: the gang's 8 GPUs at 90%, the others idle.
+  await until('the gang at 90% in the heatmap', async () => (await page.locator('.heatmap .gpu .gpu-value', { hasText: '90%' }).count()) === 8);
+  await page.click('text=allocation');
+  await until('8 allocated GPUs in the heatmap', async () => (await page.locator('.heatmap .gpu .gpu-value', { hasText: '100%' }).count()) === 8);
+  await shot('07-cluster-heatmap');
+  await cli('cancel', String(gang)); // it stops within its grace period while the test goes on
+  await page.click('nav >> text=Audit');
+  await page.waitForSelector('[data-testid=audit] >> text=jobs.create');
+  await shot('08-audit');
+  step('charts, teams, heatmap and audit render');
+
+  // ---- the keyboard: skip link, then the navigation ----
+  await page.goto(`${url}/#/estate`);
+  await page.reload(); // a fresh load: the focus starts at the top of the page
+  await page.waitForSelector('[data-testid=cluster-onprem]');
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Skip to content');
+  await page.keyboard.press('Enter');
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'main', 'the skip link moves to the content');
+  await page.keyboard.press('Shift+Tab');
+  assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Sign out');
+  await page.keyboard.press('Shift+Tab');
+  await page.keyboard.press('Shift+Tab');
+  await page.keyboard.press('Shift+Tab');
+  assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Queue');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('[data-testid=pending]');
+  assert.equal(new URL(page.url()).hash, '#/queue');
+  step('the keyboard reaches and follows the navigation');
+
+  // ---- readable contrast: every piece of text against what lies behind it ----
+  for (const view of ['#/estate', '#/queue', `#/jobs/${jobId}`, '#/clusters/onprem', '#/teams']) {
+    await page.goto(`${url}/${view}`);
+    await page.waitForSelector('main h1');
+    await sleep(300);
+    const low = await page.evaluate(contrastFailures);
+    assert.deepEqual(low, [], `text below 4.5:1 contrast on ${view}`);
+  }
+  step('every text on five views has a contrast of at least 4.5:1');
+
+  // ---- a narrow screen: nothing wider than the viewport ----
+  await page.setViewportSize({ width: 390, height: 844 });
+  for (const view of ['#/estate', '#/queue', `#/jobs/${jobId}`, '#/clusters/onprem']) {
+    await page.goto(`${url}/${view}`);
+    await page.waitForSelector('main h1');
+    await sleep(300);
+    const width = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(width <= 390, `${view} is ${width} px wide on a 390 px screen`);
+    await shot(`09-narrow-${view.split('/')[1]}`);
+  }
+  await page.setViewportSize({ width: 1280, height: 900 });
+  step('the views fit a 390 px screen');
+
+  // ---- a member of research sees neither vision's jobs nor its quota ----
+  assert.equal((await api('PUT', '/users/mia', admin, { spec: { roles: [{ role: 'member', project: 'research' }] } })).status, 201);
+  const member = (await api('POST', '/tokens', admin, { user: 'mia', description: 'dashboard test' })).body.token;
+  await page.click('text=Sign out');
+  await page.fill('#token', member);
+  await page.click('button[type=submit]');
+  await page.waitForSelector('[data-testid=who]:has-text("mia")');
+  assert.equal(await page.locator('nav >> text=Audit').count(), 0, 'a member has no audit view');
+  await page.click('nav >> text=Queue');
+  await page.waitForSelector(`[data-testid=pending] tr[data-job="${big}"]`);
+  const queueText = await page.textContent('main');
+  assert.doesNotMatch(queueText, /dash-hello|vision/);
+  await page.click('nav >> text=Teams');
+  await page.waitForSelector('[data-testid=usage] tr[data-row=research]');
+  assert.equal(await page.locator('[data-testid=usage] tr[data-row=vision]').count(), 0);
+  assert.equal(await page.locator('[data-testid=usage] tr[data-row=product]').count(), 0);
+  await shot('10-member-teams');
+  await page.goto(`${url}/#/jobs/${jobId}`);
+  await page.waitForSelector('[role=alert]');
+  assert.match(await page.textContent('[role=alert]'), /not found/);
+  await shot('11-member-other-project');
+  step("a member sees only research: no vision job, quota or audit view");
+
+  assert.deepEqual(pageErrors, [], 'the page logged errors');
+  step(`passed; screenshots in ${artifacts}`);
+} catch (e) {
+  console.error(e);
+  console.error(`--- server output ---\n${serverOutput.slice(-4000)}`);
+  process.exitCode = 1;
+} finally {
+  await cleanup();
+}
+
+// Runs in the page: every element with its own visible text whose colour has less than 4.5:1
+// contrast (WCAG AA) with the first opaque background behind it.
+function contrastFailures() {
+  const parse = (c) => {
+    const m = c.match(/rgba?\(([^)]+)\)/);
+    if (!m) return null;
+    const [r, g, b, a = 1] = m[1].split(/[ ,/]+/).filter(Boolean).map(Number);
+    return { r, g, b, a };
+  };
+  const lum = ({ r, g, b }) => {
+    const f = (v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const background = (el) => {
+    for (let e = el; e; e = e.parentElement) {
+      const s = getComputedStyle(e);
+      if (s.backgroundImage !== 'none' && !e.classList.contains('bar-borrowed')) return null; // gradients: not judged
+      const c = parse(s.backgroundColor);
+      if (c && c.a > 0.9) return c;
+    }
+    return { r: 255, g: 255, b: 255 };
+  };
+  const out = [];
+  for (const el of document.querySelectorAll('body *')) {
+    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    if (!own || el.closest('.sr-only, .skip, script, style') || !el.getClientRects().length) continue;
+    const s = getComputedStyle(el);
+    if (s.visibility === 'hidden' || Number(s.opacity) < 0.5) continue;
+    const fg = parse(s.color);
+    const bg = background(el);
+    if (!fg || !bg) continue;
+    const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+    const ratio = (hi + 0.05) / (lo + 0.05);
+    if (ratio < 4.5) out.push(`${el.tagName.toLowerCase()}.${el.className} "${el.textContent.trim().slice(0, 30)}" ${ratio.toFixed(2)}`);
+  }
+  return out;
+}

@@ -1,0 +1,201 @@
+// The public API, as the dashboard uses it: every call carries the signed-in token.
+
+const TOKEN_KEY = 'meridian.token';
+
+export class ApiError extends Error {
+  constructor(public status: number, message: string) {
+    super(message);
+  }
+}
+
+export function savedToken(): string {
+  return sessionStorage.getItem(TOKEN_KEY) ?? '';
+}
+
+export function saveToken(token: string): void {
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+async function call(path: string, init: RequestInit = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  headers.set('Authorization', `Bearer ${savedToken()}`);
+  let res: Response;
+  try {
+    res = await fetch(`/api/v1${path}`, { ...init, headers });
+  } catch {
+    throw new ApiError(0, 'the server cannot be reached');
+  }
+  if (!res.ok) {
+    let message = `${res.status} ${res.statusText}`;
+    try {
+      const body = await res.json();
+      if (body?.error?.message) message = body.error.message;
+    } catch {
+      // not JSON: keep the status line
+    }
+    throw new ApiError(res.status, message);
+  }
+  return res;
+}
+
+export async function get<T>(path: string, signal?: AbortSignal): Promise<T> {
+  return (await call(path, { signal })).json() as Promise<T>;
+}
+
+// The text of a task's output from `offset`, with the whole size the server holds.
+export async function getLogs(job: number, task: number, offset: number, limit: number) {
+  const res = await call(`/jobs/${job}/logs?task=${task}&offset=${offset}&limit=${limit}`);
+  return { text: await res.text(), size: Number(res.headers.get('X-Meridian-Log-Size') ?? 0) };
+}
+
+// ---- what the API answers (docs/openapi.yaml) ----
+
+export interface Role {
+  role: string;
+  organization?: string;
+  team?: string;
+  project?: string;
+}
+export interface WhoAmI {
+  user: string;
+  roles: Role[];
+  projects: string[];
+}
+
+export interface Gpu {
+  index: number;
+  uuid: string;
+  freeMilli: number;
+  mig: boolean;
+  healthy: boolean;
+  utilization?: number;
+  memoryUsedMib?: number;
+  temperatureC?: number;
+  powerW?: number;
+  eccErrors?: number;
+  xidErrors?: number;
+  lastXid?: number;
+  migInstances?: string[];
+}
+export interface Node {
+  name: string;
+  cluster: string;
+  pool: string;
+  rack: string;
+  model: string;
+  cpuMilli: number;
+  cpuFreeMilli: number;
+  memoryMib: number;
+  memoryFreeMib: number;
+  schedulable: boolean;
+  gpus: Gpu[];
+  source: 'registered' | 'declared';
+  state?: string;
+  lastHeartbeat?: number;
+  simulated?: boolean;
+  address?: string;
+}
+
+export interface ConfigObject<S = Record<string, unknown>> {
+  kind: string;
+  metadata: { name: string };
+  spec: S;
+}
+export interface ClusterSpec {
+  type: 'on-prem' | 'cloud';
+  region?: string;
+  backend?: string;
+  prices?: Record<string, number>;
+}
+
+export interface Allocation {
+  task: number;
+  cluster: string;
+  node: string;
+  devices: { gpu: number; uuid: string; milli: number; memoryMib?: number; mig?: { profile: string } }[];
+}
+export interface Job {
+  id: number;
+  metadata: { name: string; project: string; user: string };
+  spec: {
+    type?: string;
+    priorityClass?: string;
+    tasks?: number;
+    gpus?: number;
+    gpuMilli?: number;
+    migProfile?: string;
+    command?: string[];
+    image?: string;
+    [k: string]: unknown;
+  };
+  status: {
+    phase: string;
+    reason: string;
+    allocation: Allocation[] | null;
+    generation: number;
+    submittedAt: number;
+    updatedAt: number;
+    startedAt?: number;
+    finishedAt?: number;
+    restarts?: number;
+    tasks?: { state: string; node?: string; exitCode?: number; restarts?: number; message?: string }[];
+  };
+}
+export interface JobPage {
+  items: Job[];
+  continue: number | null;
+}
+export interface Event {
+  seq: number;
+  at: number;
+  objectKind: string;
+  object: string;
+  project: string;
+  type: string;
+  reason: string;
+  message: string;
+}
+export interface Explanation {
+  quota?: string;
+  reason?: string;
+  clusters: { name: string; reason: string }[];
+  estimatedStart: number | null;
+}
+export interface UsageRow {
+  name: string;
+  parent: string | null;
+  weight: number;
+  guaranteedGpus: number;
+  limitGpus: number | null;
+  usedGpus: number;
+  borrowing: boolean;
+  pending?: number;
+  fairShare: number;
+  fairShareRank: number;
+}
+export interface History {
+  interval: number;
+  at: number[];
+  clusters: {
+    cluster: string;
+    model: string;
+    gpus: (number | null)[];
+    allocated: (number | null)[];
+    utilization: (number | null)[];
+  }[];
+  queue: { pending: number[]; running: number[] };
+  quota: { name: string; usedGpus: (number | null)[] }[];
+}
+export interface AuditEntry {
+  seq: number;
+  at: number;
+  user: string;
+  method: string;
+  path: string;
+  action: string;
+  project: string;
+  code: number;
+  result: string;
+  message: string;
+}

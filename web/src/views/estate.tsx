@@ -1,0 +1,140 @@
+// Estate: every cluster, on-prem and cloud, at a glance, and how the estate moved over time.
+import type { ClusterSpec, ConfigObject, History, JobPage, Node } from '../api';
+import { Chart } from '../chart';
+import { summarise, totals, type ClusterSum, IDLE_BELOW } from '../estate';
+import { money, num, pct } from '../format';
+import { allocatedBy, utilisationBy } from '../history';
+import { useApi } from '../live';
+import { Problem, Stat } from '../ui';
+
+export function EstateView() {
+  const nodes = useApi<{ items: Node[] }>('/nodes');
+  const clusters = useApi<{ items: ConfigObject<ClusterSpec>[] }>('/clusters');
+  const active = useApi<JobPage>('/jobs?phase=Pending,Placed,Running,Stopping&limit=1000');
+  const history = useApi<History>('/history');
+  const error = nodes.error ?? clusters.error;
+  if (error) return <Problem message={error} />;
+  if (!nodes.data || !clusters.data) return <p aria-busy="true">Loading the estate…</p>;
+  const sums = summarise(nodes.data.items, clusters.data.items);
+  const t = totals(sums);
+  const jobs = active.data?.items ?? [];
+  const pending = jobs.filter((j) => j.status.phase === 'Pending').length;
+  const sites: [string, ClusterSum[]][] = [
+    ['On-premises', sums.filter((c) => c.type !== 'cloud')],
+    ['Cloud', sums.filter((c) => c.type === 'cloud')],
+  ];
+  return (
+    <>
+      <h1>Estate</h1>
+      <div class="stats" role="list" aria-label="Totals">
+        <Stat label="GPUs" value={String(t.gpus)} />
+        <Stat label="Allocated" value={`${num(t.allocated)} (${pct(t.gpus ? t.allocated / t.gpus : null)})`} />
+        <Stat label="Free" value={num(t.gpus - t.allocated)} />
+        <Stat label="Allocated but idle" value={String(t.idle)} hint={`under ${pct(IDLE_BELOW)} busy`} />
+        <Stat label="Utilisation" value={pct(t.utilization)} />
+        <Stat label="Cost / hour" value={money(t.cost)} />
+        <Stat label="Running jobs" value={String(jobs.length - pending)} />
+        <Stat label="Pending jobs" value={String(pending)} />
+        <Stat label="Unhealthy GPUs" value={String(t.unhealthy)} warn={t.unhealthy > 0} />
+      </div>
+      <div class="sites">
+      {sites.map(([site, list]) =>
+        list.length ? (
+          <section key={site} aria-labelledby={`site-${site}`}>
+            <h2 id={`site-${site}`}>{site}</h2>
+            <div class="cards">
+              {list.map((c) => (
+                <ClusterCard key={c.name} c={c} />
+              ))}
+            </div>
+          </section>
+        ) : null,
+      )}
+      </div>
+      <section aria-labelledby="trends">
+        <h2 id="trends">Over time</h2>
+        {history.error && <Problem message={history.error} />}
+        {history.data && (
+          <div class="charts">
+            <Chart title="GPU utilisation by cluster" testId="chart-util-cluster" at={history.data.at} series={utilisationBy(history.data, 'cluster')} unit="%" />
+            <Chart title="GPU utilisation by model" testId="chart-util-model" at={history.data.at} series={utilisationBy(history.data, 'model')} unit="%" />
+            <Chart title="GPUs allocated by cluster" testId="chart-alloc-cluster" at={history.data.at} series={allocatedBy(history.data, 'cluster')} unit="GPUs" />
+            <Chart
+              title="Queue length"
+              testId="chart-queue"
+              at={history.data.at}
+              series={[
+                { label: 'pending', values: history.data.queue.pending },
+                { label: 'running', values: history.data.queue.running },
+              ]}
+              unit="jobs"
+            />
+          </div>
+        )}
+      </section>
+    </>
+  );
+}
+
+function ClusterCard({ c }: { c: ClusterSum }) {
+  const unhealthy = c.models.reduce((s, m) => s + m.unhealthy, 0);
+  const health =
+    c.lost || unhealthy
+      ? [c.lost ? `${c.lost} node${c.lost > 1 ? 's' : ''} lost` : '', unhealthy ? `${unhealthy} GPU${unhealthy > 1 ? 's' : ''} unhealthy` : '']
+          .filter(Boolean)
+          .join(', ')
+      : 'healthy';
+  return (
+    <article class="card" data-testid={`cluster-${c.name}`}>
+      <header>
+        <h3>
+          <a href={`#/clusters/${encodeURIComponent(c.name)}`}>{c.name}</a>
+        </h3>
+        <span class="muted">
+          {c.type || 'unconfigured'}
+          {c.region ? ` · ${c.region}` : ''}
+        </span>
+        {c.simulated && <span class="badge">simulated GPUs</span>}
+      </header>
+      <p>
+        {c.ready} of {c.nodes} nodes ready · <span class={c.lost || unhealthy ? 'bad' : 'good'}>{health}</span> · {money(c.costPerHour)}/h
+      </p>
+      <div class="scroll">
+        <table>
+          <caption class="sr-only">GPUs of {c.name} by model</caption>
+          <thead>
+            <tr>
+              <th scope="col">Model</th>
+              <th scope="col" class="n">GPUs</th>
+              <th scope="col" class="n">Allocated</th>
+              <th scope="col" class="n">Free</th>
+              <th scope="col" class="n">Idle</th>
+              <th scope="col" class="n">Utilisation</th>
+              <th scope="col" class="n">Cost/h</th>
+            </tr>
+          </thead>
+          <tbody>
+            {c.models.map((m) => (
+              <tr key={m.model}>
+                <th scope="row">{m.model}</th>
+                <td class="n">{m.gpus}</td>
+                <td class="n">{num(m.allocated)}</td>
+                <td class="n">{num(m.gpus - m.allocated)}</td>
+                <td class="n">{m.idle}</td>
+                <td class="n">{pct(m.utilization)}</td>
+                <td class="n">{money(m.allocated * m.pricePerHour)}</td>
+              </tr>
+            ))}
+            {!c.models.length && (
+              <tr>
+                <td colSpan={7} class="muted">
+                  No GPUs registered yet.
+                </td>
+              </tr>
+            )}
+          </tbody>
+        </table>
+      </div>
+    </article>
+  );
+}

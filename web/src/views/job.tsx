@@ -1,0 +1,176 @@
+// Job detail: what it asks for, where it runs, its events as a timeline, and its output's tail.
+import { useEffect, useState } from 'preact/hooks';
+import { getLogs, type Event, type Explanation, type Job } from '../api';
+import { clock, dateTime, request } from '../format';
+import { useApi, useTick } from '../live';
+import { Phase, Problem, Section } from '../ui';
+
+const TAIL_BYTES = 64 * 1024;
+
+function LogTail({ job, tasks }: { job: Job; tasks: number }) {
+  const tick = useTick();
+  const [task, setTask] = useState(0);
+  const [log, setLog] = useState<{ text: string; size: number; error?: string }>({ text: '', size: 0 });
+  useEffect(() => {
+    let live = true;
+    (async () => {
+      try {
+        const head = await getLogs(job.id, task, 0, 1);
+        const from = Math.max(0, head.size - TAIL_BYTES);
+        const tail = head.size > 1 ? await getLogs(job.id, task, from, TAIL_BYTES) : head;
+        if (live) setLog({ text: (from > 0 ? '…\n' : '') + tail.text, size: head.size });
+      } catch (e) {
+        if (live) setLog({ text: '', size: 0, error: e instanceof Error ? e.message : String(e) });
+      }
+    })();
+    return () => {
+      live = false;
+    };
+  }, [job.id, task, tick, job.status.phase]);
+  return (
+    <Section title="Output" id="logs">
+      {tasks > 1 && (
+        <label class="filter">
+          Task{' '}
+          <select value={task} onChange={(e) => setTask(Number((e.target as HTMLSelectElement).value))}>
+            {Array.from({ length: tasks }, (_, i) => (
+              <option key={i} value={i}>
+                {i}
+              </option>
+            ))}
+          </select>
+        </label>
+      )}
+      {log.error && <Problem message={log.error} />}
+      <pre class="logs" data-testid="logs" tabIndex={0} aria-label={`Output of task ${task}`}>
+        {log.text || (job.status.phase === 'Pending' ? 'No output yet: the job has not started.' : 'No output.')}
+      </pre>
+      <p class="muted">
+        The last {TAIL_BYTES / 1024} KiB of {log.size} bytes; `meridian logs {job.id}
+        {task ? ` --task ${task}` : ''}` prints all of it.
+      </p>
+    </Section>
+  );
+}
+
+export function JobView({ id }: { id: number }) {
+  const job = useApi<Job>(`/jobs/${id}`);
+  const events = useApi<{ items: Event[] }>(`/jobs/${id}/events`);
+  const pending = job.data?.status.phase === 'Pending';
+  const why = useApi<Explanation>(pending ? `/jobs/${id}/explanation` : null);
+  if (job.error) return <Problem message={job.error} />;
+  if (!job.data) return <p aria-busy="true">Loading job {id}…</p>;
+  const j = job.data;
+  const states = j.status.tasks ?? [];
+  const alloc = j.status.allocation ?? [];
+  return (
+    <>
+      <p class="crumbs">
+        <a href="#/queue">Queue</a> › job {j.id}
+      </p>
+      <h1>
+        {j.metadata.name} <span class="muted">#{j.id}</span> <Phase phase={j.status.phase} />
+      </h1>
+      <dl class="facts">
+        <dt>Project</dt>
+        <dd>{j.metadata.project}</dd>
+        <dt>Submitted by</dt>
+        <dd>{j.metadata.user}</dd>
+        <dt>Asks for</dt>
+        <dd>{request(j)}</dd>
+        <dt>Priority</dt>
+        <dd>{j.spec.priorityClass ?? 'default'}</dd>
+        <dt>Submitted</dt>
+        <dd>{dateTime(j.status.submittedAt)}</dd>
+        <dt>Reason</dt>
+        <dd data-testid="job-reason">{j.status.reason || '–'}</dd>
+        {j.spec.command && (
+          <>
+            <dt>Command</dt>
+            <dd>
+              <code>{j.spec.command.join(' ')}</code>
+            </dd>
+          </>
+        )}
+        {j.spec.image && (
+          <>
+            <dt>Image</dt>
+            <dd>
+              <code>{j.spec.image}</code>
+            </dd>
+          </>
+        )}
+      </dl>
+      {pending && why.data && (
+        <Section title="Why it waits" id="why">
+          <p>
+            {why.data.reason ?? j.status.reason}
+            {why.data.estimatedStart ? ` Estimated start: ${dateTime(why.data.estimatedStart)}.` : ''}
+          </p>
+          {why.data.clusters.length > 0 && (
+            <ul>
+              {why.data.clusters.map((c) => (
+                <li key={c.name}>
+                  <strong>{c.name}</strong>: {c.reason}
+                </li>
+              ))}
+            </ul>
+          )}
+        </Section>
+      )}
+      {alloc.length > 0 && (
+        <Section title="Placement" id="placement">
+          <div class="scroll">
+            <table data-testid="placement">
+              <thead>
+                <tr>
+                  <th scope="col">Task</th>
+                  <th scope="col">Cluster</th>
+                  <th scope="col">Node</th>
+                  <th scope="col">Devices</th>
+                  <th scope="col">State</th>
+                </tr>
+              </thead>
+              <tbody>
+                {alloc.map((a) => {
+                  const s = states[a.task];
+                  return (
+                    <tr key={a.task}>
+                      <th scope="row">{a.task}</th>
+                      <td>
+                        <a href={`#/clusters/${encodeURIComponent(a.cluster)}`}>{a.cluster}</a>
+                      </td>
+                      <td>{a.node}</td>
+                      <td>
+                        {a.devices
+                          .map((d) => `GPU ${d.gpu}${d.mig ? ` MIG ${d.mig.profile}` : d.milli < 1000 ? ` (${d.milli / 1000})` : ''}`)
+                          .join(', ') || 'CPU only'}
+                      </td>
+                      <td>
+                        {s ? s.state : 'Placed'}
+                        {s?.exitCode !== undefined ? `, exit ${s.exitCode}` : ''}
+                        {s?.restarts ? `, ${s.restarts} restarts` : ''}
+                        {s?.message ? ` (${s.message})` : ''}
+                      </td>
+                    </tr>
+                  );
+                })}
+              </tbody>
+            </table>
+          </div>
+        </Section>
+      )}
+      <Section title="Events" id="events">
+        {events.error && <Problem message={events.error} />}
+        <ol class="timeline" data-testid="events">
+          {(events.data?.items ?? []).map((e) => (
+            <li key={e.seq} class={e.type === 'Warning' ? 'warning' : ''}>
+              <time dateTime={new Date(e.at * 1000).toISOString()}>{clock(e.at)}</time> <strong>{e.reason}</strong> {e.message}
+            </li>
+          ))}
+        </ol>
+      </Section>
+      <LogTail job={j} tasks={Math.max(1, alloc.length || (j.spec.tasks ?? 1))} />
+    </>
+  );
+}
