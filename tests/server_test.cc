@@ -380,6 +380,101 @@ TEST_F(ServerTest, AMemberSeesAndTouchesOnlyTheirProject) {
   EXPECT_NE(after.text.find("revoked"), std::string::npos);
 }
 
+// What the dashboard reads besides jobs: the estate's history, quota use, and the newest
+// entries first, each scoped to what the caller may see.
+TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
+  server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("sampled"),
+                                            std::vector<std::string>{"--history-interval", "0.2"});
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("sampled.log"));
+  admin_ = server_->admin_token();
+  ApplyEstate();
+  const std::string bob = User("bob", {{"role", "member"}, {"project", "research"}});
+  HttpResult vision = Submit("vision", 4);
+  HttpResult research = Submit("research", 2, bob);
+  ASSERT_EQ(vision.status, 201);
+  ASSERT_EQ(research.status, 201);
+  const int64_t vision_id = vision.body["id"], research_id = research.body["id"];
+  ASSERT_TRUE(Eventually([&] {
+    return Phase(vision_id) == "Placed" && Phase(research_id) == "Placed";
+  }));
+  // Samples taken after both were placed: 6 of 16 GPUs allocated, 2 jobs running.
+  Json h;
+  ASSERT_TRUE(Eventually([&] {
+    h = Http(*server_, "GET", "/api/v1/history", admin_).body;
+    return h["at"].size() >= 2 && h["queue"]["running"].back() == 2;
+  })) << h.dump();
+  EXPECT_DOUBLE_EQ(h["interval"].get<double>(), 0.2);
+  ASSERT_EQ(h["clusters"].size(), 1u) << h.dump();
+  const Json& onprem = h["clusters"][0];
+  EXPECT_EQ(onprem["cluster"], "onprem");
+  EXPECT_EQ(onprem["model"], "H100-80GB");
+  EXPECT_EQ(onprem["gpus"].back(), 16);
+  EXPECT_EQ(onprem["allocated"].back(), 6);
+  EXPECT_EQ(onprem["gpus"].size(), h["at"].size());  // columns, one value per sample
+  std::set<std::string> quota;
+  for (const Json& q : h["quota"]) quota.insert(q["name"].get<std::string>());
+  EXPECT_EQ(quota, (std::set<std::string>{"acme", "product", "lab", "vision", "research"}));
+  // bob sees research and what is above it: its job, not vision's; not product's quota.
+  Json hb = Http(*server_, "GET", "/api/v1/history", bob).body;
+  EXPECT_EQ(hb["queue"]["running"].back(), 1) << hb.dump();
+  quota.clear();
+  for (const Json& q : hb["quota"]) quota.insert(q["name"].get<std::string>());
+  EXPECT_EQ(quota, (std::set<std::string>{"acme", "lab", "research"}));
+  std::set<std::string> usage;
+  const Json rows = Http(*server_, "GET", "/api/v1/usage", bob).body;
+  for (const Json& row : rows["items"]) {
+    usage.insert(row["name"].get<std::string>());
+    EXPECT_GE(row["fairShareRank"].get<int>(), 1) << row.dump();
+  }
+  EXPECT_EQ(usage, (std::set<std::string>{"acme", "lab", "research"}));
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/usage", admin_).body["items"].size(), 5u);
+  // Nothing sampled after `since`; a bad `since` says which parameter.
+  EXPECT_TRUE(Http(*server_, "GET", "/api/v1/history?since=9999999999", admin_).body["at"].empty());
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/history?since=soon", admin_).body["error"]["field"],
+            "since");
+  // The newest first, in one page; an unknown order is an error.
+  Json newest = Http(*server_, "GET", "/api/v1/jobs?order=newest&limit=1", admin_).body;
+  ASSERT_EQ(newest["items"].size(), 1u);
+  EXPECT_EQ(newest["items"][0]["id"], research_id);
+  EXPECT_TRUE(newest["continue"].is_null());
+  HttpResult sideways = Http(*server_, "GET", "/api/v1/jobs?order=sideways", admin_);
+  EXPECT_EQ(sideways.status, 400);
+  EXPECT_EQ(sideways.body["error"]["field"], "order");
+  Json audit = Http(*server_, "GET", "/api/v1/audit?order=newest&limit=1", admin_).body;
+  ASSERT_EQ(audit["items"].size(), 1u);
+  EXPECT_EQ(audit["items"][0]["user"], "bob");
+  EXPECT_EQ(audit["items"][0]["action"], "jobs.create");
+  // after=latest: nothing old, and where the log stands.
+  Json latest = Http(*server_, "GET", "/api/v1/events?after=latest", admin_).body;
+  EXPECT_TRUE(latest["items"].empty());
+  EXPECT_GE(latest["last"].get<int64_t>(), 3) << latest.dump();
+}
+
+// The dashboard's files, from memory, revalidated by ETag.
+TEST_F(ServerTest, ServesTheDashboard) {
+  httplib::Client c("127.0.0.1", server_->port());
+  auto index = c.Get("/");
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->status, 200);
+  EXPECT_EQ(index->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_NE(index->body.find("app.js"), std::string::npos);
+  EXPECT_NE(index->get_header_value("Content-Security-Policy").find("default-src 'self'"),
+            std::string::npos);
+  for (const char* path : {"/app.js", "/app.css"}) {
+    auto asset = c.Get(path);
+    ASSERT_TRUE(asset) << path;
+    EXPECT_EQ(asset->status, 200) << path;
+    EXPECT_GT(asset->body.size(), 1000u) << path;
+    const std::string etag = asset->get_header_value("ETag");
+    ASSERT_FALSE(etag.empty());
+    auto again = c.Get(path, {{"If-None-Match", etag}});
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->status, 304) << path;
+    EXPECT_TRUE(again->body.empty());
+  }
+  EXPECT_EQ(c.Get("/app.mjs")->status, 404);
+}
+
 TEST_F(ServerTest, TeamLeadsManageTheMembersBelowThem) {
   ApplyEstate();
   const std::string lead = User("lena", {{"role", "team-lead"}, {"team", "product"}});

@@ -153,7 +153,8 @@ Status RunDevEstate(DevOptions o) {
     std::printf(
         "\nMeridian dev estate: %zu of %zu agents registered (%d on-prem nodes x 8 H100-80GB, "
         "%d cloud nodes x 8 A100-80GB; simulated GPUs, real processes)\n"
-        "  API and URL   %s\n"
+        "  dashboard     %s/  (sign in with the admin token)\n"
+        "  API           %s/api/v1\n"
         "  admin token   %s\n"
         "  data dir      %s (agents' logs in agents/)\n\n"
         "Try:\n"
@@ -162,7 +163,7 @@ Status RunDevEstate(DevOptions o) {
         "  ./build/meridian get jobs && ./build/meridian logs 1 -f\n"
         "  ./build/meridian top\n\n"
         "Ctrl-C stops everything.\n",
-        ready, specs.size(), o.onprem_nodes, o.cloud_nodes, url.c_str(), admin.c_str(),
+        ready, specs.size(), o.onprem_nodes, o.cloud_nodes, url.c_str(), url.c_str(), admin.c_str(),
         data_dir.c_str(), url.c_str(), admin.c_str());
     std::fflush(stdout);
   };
