@@ -39,4 +39,4 @@ await build({
   logLevel: 'warning',
   // app.css: the bundle's CSS (uPlot's and ours), imported from main.tsx.
 });
-copyFileSync(join(here, 'src/index.html'), join(out, 'index.html'));
+for (const file of ['index.html', 'favicon.svg']) copyFileSync(join(here, 'src', file), join(out, file));

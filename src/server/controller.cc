@@ -71,7 +71,8 @@ void SchedulerController::Loop() {
     if (!s.ok() && s.message() != last_error) {
       std::fprintf(stderr, "meridian: scheduler: %s\n", s.message().c_str());
     }
-    if (const double now = clock_->Now(); now - last_sample_ >= history_interval_) {
+    const double now = clock_->Now();
+    if (now - last_sample_ >= history_interval_) {
       Sample(now);
       last_sample_ = now;
     }
@@ -81,6 +82,8 @@ void SchedulerController::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       if (estate_) interval = estate_->cycle_interval;
     }
+    // Wake for the next sample too, when it comes before the next cycle.
+    interval = std::max(0.01, std::min(interval, last_sample_ + history_interval_ - now));
     std::unique_lock<std::mutex> lock(wake_mu_);
     wake_cv_.wait_for(lock, std::chrono::duration<double>(interval),
                       [&] { return stopping_ || woken_; });

@@ -93,8 +93,13 @@ export function ClusterView({ name }: { name: string }) {
             <header>
               <h2>{n.name}</h2>
               <Phase phase={n.state ?? (n.schedulable ? 'Ready' : 'Unschedulable')} />
-              {n.simulated && <span class="badge">simulated GPUs</span>}
-              {n.source === 'declared' && <span class="badge">declared by pool</span>}
+              {n.source === 'declared' ? (
+                <span class="badge">declared by pool</span>
+              ) : n.simulated ? (
+                <span class="badge">simulated GPUs</span>
+              ) : n.gpus.length ? (
+                <span class="badge">real GPUs (NVML)</span>
+              ) : null}
             </header>
             <p class="muted">
               {n.model || 'no GPUs'} · pool {n.pool} · rack {n.rack || '–'} · CPU {num((n.cpuMilli - n.cpuFreeMilli) / 1000)}/{num(n.cpuMilli / 1000)} ·
