@@ -430,6 +430,11 @@ TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
   for (const Json& row : rows["items"]) {
     usage.insert(row["name"].get<std::string>());
     EXPECT_GE(row["fairShareRank"].get<int>(), 1) << row.dump();
+    EXPECT_LE(row["fairShareRank"].get<int>(), row["siblings"].get<int>()) << row.dump();
+    // lab has product beside it, though bob cannot see product.
+    if (row["name"] == "lab") {
+      EXPECT_EQ(row["siblings"], 2) << row.dump();
+    }
   }
   EXPECT_EQ(usage, (std::set<std::string>{"acme", "lab", "research"}));
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/usage", admin_).body["items"].size(), 5u);

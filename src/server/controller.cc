@@ -456,10 +456,11 @@ Json SchedulerController::Usage() {
   const sched::QuotaTree& q = scheduler_->quotas();
   // Fair-share position: 1 is the node its siblings' queue serves first (the least decayed use
   // for its weight).
-  std::vector<int32_t> rank(q.size(), 1);
+  std::vector<int32_t> rank(q.size(), 1), siblings(q.size(), 1);
   for (int32_t n = 0; n < q.size(); ++n) {
     for (int32_t m = 0; m < q.size(); ++m) {
       if (m == n || q.parent(m) != q.parent(n)) continue;
+      ++siblings[n];
       const double a = scheduler_->FairShare(m), b = scheduler_->FairShare(n);
       if (a < b || (a == b && m < n)) ++rank[n];
     }
@@ -474,7 +475,8 @@ Json SchedulerController::Usage() {
                 {"usedGpus", q.Used(n, sched::kNoModel) / 1000.0},
                 {"borrowing", q.Used(n, sched::kNoModel) > 0 && q.Borrowing(n)},
                 {"fairShare", scheduler_->FairShare(n)},
-                {"fairShareRank", rank[n]}};
+                {"fairShareRank", rank[n]},
+                {"siblings", siblings[n]}};
     if (auto p = pending.find(q.name(n)); p != pending.end()) row["pending"] = p->second;
     out.push_back(row);
   }

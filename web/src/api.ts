@@ -173,6 +173,7 @@ export interface UsageRow {
   pending?: number;
   fairShare: number;
   fairShareRank: number;
+  siblings: number; // under the same parent, itself included
 }
 export interface History {
   interval: number;

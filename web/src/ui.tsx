@@ -50,3 +50,66 @@ export function Section(props: { title: string; id: string; children: ComponentC
 export function JobLink({ id, name }: { id: number; name?: string }) {
   return <a href={`#/jobs/${id}`}>{name ? `${name} (#${id})` : `#${id}`}</a>;
 }
+
+export interface Column<T> {
+  label: string;
+  cell: (row: T) => ComponentChildren;
+  numeric?: boolean; // right-aligned, tabular figures
+  cls?: string;
+  rowHeader?: boolean; // the cell that names the row (a <th scope=row>)
+}
+
+// A table in a horizontally scrolling box. With `stack`, a narrow screen shows each row as a
+// card, every value under its column's name.
+export function Table<T>(props: {
+  columns: Column<T>[];
+  rows: T[];
+  rowKey: (row: T) => string | number;
+  rowAttrs?: (row: T) => Record<string, string | number>;
+  empty: string;
+  testId?: string;
+  caption?: ComponentChildren;
+  stack?: boolean;
+}) {
+  const cls = (c: Column<T>) => [c.numeric ? 'n' : '', c.cls ?? ''].join(' ').trim() || undefined;
+  return (
+    <div class="scroll">
+      <table class={props.stack ? 'stack' : undefined} data-testid={props.testId}>
+        {props.caption && <caption>{props.caption}</caption>}
+        <thead>
+          <tr>
+            {props.columns.map((c) => (
+              <th key={c.label} scope="col" class={cls(c)}>
+                {c.label}
+              </th>
+            ))}
+          </tr>
+        </thead>
+        <tbody>
+          {props.rows.map((row) => (
+            <tr key={props.rowKey(row)} {...(props.rowAttrs?.(row) ?? {})}>
+              {props.columns.map((c) =>
+                c.rowHeader ? (
+                  <th key={c.label} scope="row" class={cls(c)}>
+                    {c.cell(row)}
+                  </th>
+                ) : (
+                  <td key={c.label} class={cls(c)} data-label={props.stack ? c.label : undefined}>
+                    {c.cell(row)}
+                  </td>
+                ),
+              )}
+            </tr>
+          ))}
+          {!props.rows.length && (
+            <tr>
+              <td colSpan={props.columns.length} class="muted">
+                {props.empty}
+              </td>
+            </tr>
+          )}
+        </tbody>
+      </table>
+    </div>
+  );
+}

@@ -3,7 +3,7 @@ import { useState } from 'preact/hooks';
 import type { AuditEntry } from '../api';
 import { dateTime } from '../format';
 import { useApi } from '../live';
-import { Problem } from '../ui';
+import { Problem, Table } from '../ui';
 
 export function AuditView() {
   const [result, setResult] = useState('');
@@ -22,40 +22,28 @@ export function AuditView() {
       </label>
       {audit.error && <Problem message={audit.error} />}
       {audit.data && (
-        <div class="scroll">
-          <table data-testid="audit">
-            <thead>
-              <tr>
-                <th scope="col">When</th>
-                <th scope="col">User</th>
-                <th scope="col">Action</th>
-                <th scope="col">Call</th>
-                <th scope="col">Project</th>
-                <th scope="col">Result</th>
-                <th scope="col">Message</th>
-              </tr>
-            </thead>
-            <tbody>
-              {audit.data.items.map((a) => (
-                <tr key={a.seq}>
-                  <td>{dateTime(a.at)}</td>
-                  <td>{a.user || '–'}</td>
-                  <td>{a.action}</td>
-                  <td>
-                    <code>
-                      {a.method} {a.path}
-                    </code>
-                  </td>
-                  <td>{a.project || '–'}</td>
-                  <td class={a.result === 'allowed' ? 'good' : 'bad'}>
-                    {a.result} ({a.code})
-                  </td>
-                  <td>{a.message}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+        <Table
+          testId="audit"
+          rows={audit.data.items}
+          rowKey={(a) => a.seq}
+          empty="No entries."
+          columns={[
+            { label: 'When', cell: (a) => dateTime(a.at) },
+            { label: 'User', cell: (a) => a.user || '–' },
+            { label: 'Action', cell: (a) => a.action },
+            {
+              label: 'Call',
+              cell: (a) => (
+                <code>
+                  {a.method} {a.path}
+                </code>
+              ),
+            },
+            { label: 'Project', cell: (a) => a.project || '–' },
+            { label: 'Result', cell: (a) => <span class={a.result === 'allowed' ? 'good' : 'bad'}>{`${a.result} (${a.code})`}</span> },
+            { label: 'Message', cell: (a) => a.message },
+          ]}
+        />
       )}
     </>
   );

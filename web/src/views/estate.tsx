@@ -5,7 +5,7 @@ import { summarise, totals, type ClusterSum, IDLE_BELOW } from '../estate';
 import { money, num, pct } from '../format';
 import { allocatedBy, utilisationBy } from '../history';
 import { useApi } from '../live';
-import { Problem, Stat } from '../ui';
+import { Problem, Stat, Table } from '../ui';
 
 export function EstateView() {
   const nodes = useApi<{ items: Node[] }>('/nodes');
@@ -99,42 +99,21 @@ function ClusterCard({ c }: { c: ClusterSum }) {
       <p>
         {c.ready} of {c.nodes} nodes ready · <span class={c.lost || unhealthy ? 'bad' : 'good'}>{health}</span> · {money(c.costPerHour)}/h
       </p>
-      <div class="scroll">
-        <table>
-          <caption class="sr-only">GPUs of {c.name} by model</caption>
-          <thead>
-            <tr>
-              <th scope="col">Model</th>
-              <th scope="col" class="n">GPUs</th>
-              <th scope="col" class="n">Allocated</th>
-              <th scope="col" class="n">Free</th>
-              <th scope="col" class="n">Idle</th>
-              <th scope="col" class="n">Utilisation</th>
-              <th scope="col" class="n">Cost/h</th>
-            </tr>
-          </thead>
-          <tbody>
-            {c.models.map((m) => (
-              <tr key={m.model}>
-                <th scope="row">{m.model}</th>
-                <td class="n">{m.gpus}</td>
-                <td class="n">{num(m.allocated)}</td>
-                <td class="n">{num(m.gpus - m.allocated)}</td>
-                <td class="n">{m.idle}</td>
-                <td class="n">{pct(m.utilization)}</td>
-                <td class="n">{money(m.allocated * m.pricePerHour)}</td>
-              </tr>
-            ))}
-            {!c.models.length && (
-              <tr>
-                <td colSpan={7} class="muted">
-                  No GPUs registered yet.
-                </td>
-              </tr>
-            )}
-          </tbody>
-        </table>
-      </div>
+      <Table
+        caption={<span class="sr-only">GPUs of {c.name} by model</span>}
+        rows={c.models}
+        rowKey={(m) => m.model}
+        empty="No GPUs registered yet."
+        columns={[
+          { label: 'Model', rowHeader: true, cell: (m) => m.model },
+          { label: 'GPUs', numeric: true, cell: (m) => m.gpus },
+          { label: 'Allocated', numeric: true, cell: (m) => num(m.allocated) },
+          { label: 'Free', numeric: true, cell: (m) => num(m.gpus - m.allocated) },
+          { label: 'Idle', numeric: true, cell: (m) => m.idle },
+          { label: 'Utilisation', numeric: true, cell: (m) => pct(m.utilization) },
+          { label: 'Cost/h', numeric: true, cell: (m) => money(m.allocated * m.pricePerHour) },
+        ]}
+      />
     </article>
   );
 }

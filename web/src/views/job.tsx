@@ -1,11 +1,27 @@
 // Job detail: what it asks for, where it runs, its events as a timeline, and its output's tail.
 import { useEffect, useState } from 'preact/hooks';
-import { getLogs, type Event, type Explanation, type Job } from '../api';
+import { getLogs, type Allocation, type Event, type Explanation, type Job } from '../api';
 import { clock, dateTime, request } from '../format';
 import { useApi, useTick } from '../live';
-import { Phase, Problem, Section } from '../ui';
+import { Phase, Problem, Section, Table } from '../ui';
 
 const TAIL_BYTES = 64 * 1024;
+
+type TaskStatus = NonNullable<Job['status']['tasks']>[number];
+
+function devices(a: Allocation): string {
+  const each = a.devices.map((d) => `GPU ${d.gpu}${d.mig ? ` MIG ${d.mig.profile}` : d.milli < 1000 ? ` (${d.milli / 1000})` : ''}`);
+  return each.join(', ') || 'CPU only';
+}
+
+function taskState(s: TaskStatus | undefined): string {
+  if (!s) return 'Placed';
+  let out = s.state;
+  if (s.exitCode !== undefined) out += `, exit ${s.exitCode}`;
+  if (s.restarts) out += `, ${s.restarts} restarts`;
+  if (s.message) out += ` (${s.message})`;
+  return out;
+}
 
 function LogTail({ job, tasks }: { job: Job; tasks: number }) {
   const tick = useTick();
@@ -120,44 +136,19 @@ export function JobView({ id }: { id: number }) {
       )}
       {alloc.length > 0 && (
         <Section title="Placement" id="placement">
-          <div class="scroll">
-            <table data-testid="placement">
-              <thead>
-                <tr>
-                  <th scope="col">Task</th>
-                  <th scope="col">Cluster</th>
-                  <th scope="col">Node</th>
-                  <th scope="col">Devices</th>
-                  <th scope="col">State</th>
-                </tr>
-              </thead>
-              <tbody>
-                {alloc.map((a) => {
-                  const s = states[a.task];
-                  return (
-                    <tr key={a.task}>
-                      <th scope="row">{a.task}</th>
-                      <td>
-                        <a href={`#/clusters/${encodeURIComponent(a.cluster)}`}>{a.cluster}</a>
-                      </td>
-                      <td>{a.node}</td>
-                      <td>
-                        {a.devices
-                          .map((d) => `GPU ${d.gpu}${d.mig ? ` MIG ${d.mig.profile}` : d.milli < 1000 ? ` (${d.milli / 1000})` : ''}`)
-                          .join(', ') || 'CPU only'}
-                      </td>
-                      <td>
-                        {s ? s.state : 'Placed'}
-                        {s?.exitCode !== undefined ? `, exit ${s.exitCode}` : ''}
-                        {s?.restarts ? `, ${s.restarts} restarts` : ''}
-                        {s?.message ? ` (${s.message})` : ''}
-                      </td>
-                    </tr>
-                  );
-                })}
-              </tbody>
-            </table>
-          </div>
+          <Table
+            testId="placement"
+            rows={alloc}
+            rowKey={(a) => a.task}
+            empty="Not placed."
+            columns={[
+              { label: 'Task', rowHeader: true, cell: (a) => a.task },
+              { label: 'Cluster', cell: (a) => <a href={`#/clusters/${encodeURIComponent(a.cluster)}`}>{a.cluster}</a> },
+              { label: 'Node', cell: (a) => a.node },
+              { label: 'Devices', cell: (a) => devices(a) },
+              { label: 'State', cell: (a) => taskState(states[a.task]) },
+            ]}
+          />
         </Section>
       )}
       <Section title="Events" id="events">

@@ -4,7 +4,7 @@ import type { History, UsageRow } from '../api';
 import { Chart } from '../chart';
 import { num } from '../format';
 import { useApi } from '../live';
-import { Problem } from '../ui';
+import { Problem, Table } from '../ui';
 
 function depthOf(row: UsageRow, byName: Map<string, UsageRow>): number {
   let d = 0;
@@ -50,50 +50,35 @@ export function TeamsView() {
   if (usage.error) return <Problem message={usage.error} />;
   if (!usage.data) return <p aria-busy="true">Loading quotas…</p>;
   const byName = new Map(usage.data.items.map((r) => [r.name, r]));
-  const siblings = (r: UsageRow) => usage.data!.items.filter((x) => x.parent === r.parent).length;
+  // Projects (the leaves) apart from the teams and organizations above them.
+  const isParent = (name: string) => usage.data!.items.some((r) => r.parent === name);
+  const quotaSeries = (h: History, parents: boolean) =>
+    h.quota.filter((q) => isParent(q.name) === parents).map((q) => ({ label: q.name, values: q.usedGpus }));
   return (
     <>
       <h1>Teams and projects</h1>
-      <div class="scroll">
-        <table data-testid="usage">
-          <caption>
-            Quota in GPUs (any model). Use over the guarantee is borrowed from idle capacity, and reclaimed first when its owner needs it.
-            Fair-share position 1 is served first among its siblings.
-          </caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col" class="n">Guaranteed</th>
-              <th scope="col" class="n">Limit</th>
-              <th scope="col" class="n">Used</th>
-              <th scope="col" class="n">Borrowed</th>
-              <th scope="col" class="bar-col">Use</th>
-              <th scope="col" class="n">Pending</th>
-              <th scope="col" class="n">Fair share</th>
-            </tr>
-          </thead>
-          <tbody>
-            {treeOrder(usage.data.items).map((r) => (
-              <tr key={r.name} data-row={r.name}>
-                <th scope="row" style={{ paddingLeft: `${0.5 + depthOf(r, byName) * 1.25}rem` }}>
-                  {r.name}
-                </th>
-                <td class="n">{num(r.guaranteedGpus)}</td>
-                <td class="n">{r.limitGpus === null ? 'none' : num(r.limitGpus)}</td>
-                <td class="n">{num(r.usedGpus)}</td>
-                <td class="n">{r.usedGpus > r.guaranteedGpus ? num(r.usedGpus - r.guaranteedGpus) : '–'}</td>
-                <td class="bar-col">
-                  <Bar row={r} />
-                </td>
-                <td class="n">{r.pending ?? 0}</td>
-                <td class="n">
-                  {r.fairShareRank} of {siblings(r)}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
-      </div>
+      <Table
+        testId="usage"
+        caption="Quota in GPUs (any model). Use over the guarantee is borrowed from idle capacity, and reclaimed first when its owner needs it. Fair-share position 1 is served first among its siblings."
+        rows={treeOrder(usage.data.items)}
+        rowKey={(r) => r.name}
+        rowAttrs={(r) => ({ 'data-row': r.name })}
+        empty="No quota you may see."
+        columns={[
+          {
+            label: 'Name',
+            rowHeader: true,
+            cell: (r) => <span style={{ paddingLeft: `${depthOf(r, byName) * 1.25}rem` }}>{r.name}</span>,
+          },
+          { label: 'Guaranteed', numeric: true, cell: (r) => num(r.guaranteedGpus) },
+          { label: 'Limit', numeric: true, cell: (r) => (r.limitGpus === null ? 'none' : num(r.limitGpus)) },
+          { label: 'Used', numeric: true, cell: (r) => num(r.usedGpus) },
+          { label: 'Borrowed', numeric: true, cell: (r) => (r.usedGpus > r.guaranteedGpus ? num(r.usedGpus - r.guaranteedGpus) : '–') },
+          { label: 'Use', cls: 'bar-col', cell: (r) => <Bar row={r} /> },
+          { label: 'Pending', numeric: true, cell: (r) => r.pending ?? 0 },
+          { label: 'Fair share', numeric: true, cell: (r) => `${r.fairShareRank} of ${r.siblings}` },
+        ]}
+      />
       <section aria-labelledby="quota-trend">
         <h2 id="quota-trend">Quota use over time</h2>
         {history.data && (
@@ -103,18 +88,14 @@ export function TeamsView() {
               testId="chart-quota"
               at={history.data.at}
               unit="GPUs"
-              series={history.data.quota
-                .filter((q) => !usage.data!.items.some((r) => r.parent === q.name))
-                .map((q) => ({ label: q.name, values: q.usedGpus }))}
+              series={quotaSeries(history.data, false)}
             />
             <Chart
               title="GPUs used by team and organization"
               testId="chart-quota-teams"
               at={history.data.at}
               unit="GPUs"
-              series={history.data.quota
-                .filter((q) => usage.data!.items.some((r) => r.parent === q.name))
-                .map((q) => ({ label: q.name, values: q.usedGpus }))}
+              series={quotaSeries(history.data, true)}
             />
           </div>
         )}
