@@ -3,8 +3,6 @@
 
 #include <httplib.h>
 
-#include <cstdio>
-
 #include "api/auth.h"
 
 namespace meridian::api {

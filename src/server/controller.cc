@@ -456,13 +456,16 @@ Json SchedulerController::Usage() {
   const sched::QuotaTree& q = scheduler_->quotas();
   // Fair-share position: 1 is the node its siblings' queue serves first (the least decayed use
   // for its weight).
-  std::vector<int32_t> rank(q.size(), 1), siblings(q.size(), 1);
+  std::map<int32_t, std::vector<std::pair<double, int32_t>>> by_parent;
   for (int32_t n = 0; n < q.size(); ++n) {
-    for (int32_t m = 0; m < q.size(); ++m) {
-      if (m == n || q.parent(m) != q.parent(n)) continue;
-      ++siblings[n];
-      const double a = scheduler_->FairShare(m), b = scheduler_->FairShare(n);
-      if (a < b || (a == b && m < n)) ++rank[n];
+    by_parent[q.parent(n)].emplace_back(scheduler_->FairShare(n), n);
+  }
+  std::vector<int32_t> rank(q.size(), 1), siblings(q.size(), 1);
+  for (auto& [parent, children] : by_parent) {
+    std::sort(children.begin(), children.end());
+    for (size_t i = 0; i < children.size(); ++i) {
+      rank[children[i].second] = static_cast<int32_t>(i) + 1;
+      siblings[children[i].second] = static_cast<int32_t>(children.size());
     }
   }
   for (int32_t n = 0; n < q.size(); ++n) {
