@@ -269,6 +269,14 @@ int RunBenchAgents(AgentBenchFlags f) {
               r->server_rss_mib);
   std::printf("  nodes lost            %lld; jobs reported running %lld\n",
               static_cast<long long>(r->nodes_lost), static_cast<long long>(r->tasks_running));
+  if (f.options.dashboards > 0) {
+    std::printf("  %d dashboards, each reading every 5 s:\n", f.options.dashboards);
+    for (const auto& read : r->dashboard_reads) {
+      std::printf("    %-62s p50 %6.1f ms  p99 %6.1f ms  %7.0f KiB  (%lld reads, %lld errors)\n",
+                  read.path.c_str(), read.p50_ms, read.p99_ms, read.bytes / 1024.0,
+                  static_cast<long long>(read.count), static_cast<long long>(read.errors));
+    }
+  }
   return 0;
 }
 
@@ -399,6 +407,8 @@ void AddBenchCommands(CLI::App& app, int* rc) {
   agents_bench->add_option("--seconds", gf.options.seconds, "how long they heartbeat");
   agents_bench->add_option("--jobs", gf.options.jobs, "1-GPU jobs placed on them first");
   agents_bench->add_option("--threads", gf.options.threads, "client threads the agents share");
+  agents_bench->add_option("--dashboards", gf.options.dashboards,
+                           "open dashboards reading the Estate view every 5 s");
   agents_bench->add_flag("--json", gf.json, "print one JSON object");
   agents_bench->callback([rc] { *rc = RunBenchAgents(gf); });
 }

@@ -29,6 +29,11 @@ metadata: {name: default}
 spec: {heartbeatInterval: INTERVAL, nodeLostTimeout: LOST}
 )";
 
+// What the dashboard's Estate view reads at each refresh (web/src/views/estate.tsx).
+const char* const kDashboardPaths[] = {
+    "/api/v1/nodes", "/api/v1/clusters",
+    "/api/v1/jobs?phase=Pending,Placed,Running,Stopping&limit=1000", "/api/v1/history"};
+
 base::Status Expect(const httplib::Result& r, int status, const std::string& what) {
   if (r && r->status == status) return base::Status::Ok();
   return base::Status::Io(what + " failed: " + (r ? r->body : httplib::to_string(r.error())));
@@ -48,7 +53,19 @@ Json AgentBenchResult::ToJson() const {
           {"server_cores", server_cores},
           {"server_rss_mib", server_rss_mib},
           {"nodes_lost", nodes_lost},
-          {"tasks_running", tasks_running}};
+          {"tasks_running", tasks_running},
+          {"dashboard_reads", [this] {
+             Json reads = Json::array();
+             for (const Read& r : dashboard_reads) {
+               reads.push_back({{"path", r.path},
+                                {"count", r.count},
+                                {"errors", r.errors},
+                                {"p50_ms", r.p50_ms},
+                                {"p99_ms", r.p99_ms},
+                                {"bytes", r.bytes}});
+             }
+             return reads;
+           }()}};
 }
 
 base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
@@ -58,6 +75,7 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   if (o.interval < 0.05 || o.interval > 600)
     return base::Status::Invalid("--interval: 0.05 to 600");
   if (o.seconds <= 0 || o.seconds > 3600) return base::Status::Invalid("--seconds: (0, 3600]");
+  if (o.dashboards < 0 || o.dashboards > 100) return base::Status::Invalid("--dashboards: 0 to 100");
   auto owned = StartServer(o.binary);
   if (!owned.ok()) return owned.status();
   const int port = (*owned)->port;
@@ -180,6 +198,35 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
       latencies.insert(latencies.end(), mine.begin(), mine.end());
     });
   }
+  // Open dashboards: each reads the Estate view's paths every 5 s, starting at once.
+  const size_t paths = std::size(kDashboardPaths);
+  std::vector<std::vector<double>> read_ms(paths);
+  res.dashboard_reads.resize(paths);
+  for (int d = 0; d < o.dashboards; ++d) {
+    threads.emplace_back([&, d] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_bearer_token_auth(admin);
+      c.set_read_timeout(30);
+      for (auto due = start + std::chrono::milliseconds(5000 * d / std::max(1, o.dashboards));
+           due < end; due += std::chrono::seconds(5)) {
+        std::this_thread::sleep_until(due);
+        for (size_t p = 0; p < paths; ++p) {
+          const auto t0 = Clock::now();
+          auto r = c.Get(kDashboardPaths[p]);
+          const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+          std::lock_guard<std::mutex> lock(mu);
+          AgentBenchResult::Read& read = res.dashboard_reads[p];
+          if (r && r->status == 200) {
+            ++read.count;
+            read.bytes = static_cast<int64_t>(r->body.size());
+            read_ms[p].push_back(ms);
+          } else {
+            ++read.errors;
+          }
+        }
+      }
+    });
+  }
   while (progress && Clock::now() < end) {
     progress(std::chrono::duration<double>(Clock::now() - start).count() / o.seconds);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -195,6 +242,11 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   res.p50_ms = Percentile(latencies, 0.50);
   res.p99_ms = Percentile(latencies, 0.99);
   res.max_ms = latencies.empty() ? 0 : *std::max_element(latencies.begin(), latencies.end());
+  for (size_t p = 0; p < paths; ++p) {
+    res.dashboard_reads[p].path = kDashboardPaths[p];
+    res.dashboard_reads[p].p50_ms = Percentile(read_ms[p], 0.50);
+    res.dashboard_reads[p].p99_ms = Percentile(read_ms[p], 0.99);
+  }
   auto nodes = http.Get("/api/v1/nodes");
   if (nodes && nodes->status == 200) {
     for (const Json& n : Json::parse(nodes->body).value("items", Json::array())) {

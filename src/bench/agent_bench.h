@@ -3,6 +3,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -15,6 +16,7 @@ struct AgentBenchOptions {
   double seconds = 20;    // how long they heartbeat, after registering
   int jobs = 2000;        // 1-GPU jobs submitted first, so heartbeats carry assignments
   int threads = 32;       // client threads the agents share
+  int dashboards = 2;     // open dashboards, each reading what the Estate view reads every 5 s
   std::string binary;     // the meridian binary to start (this one)
 };
 
@@ -29,6 +31,14 @@ struct AgentBenchResult {
   double server_rss_mib = 0;
   int64_t nodes_lost = 0;  // should stay 0: no agent misses its heartbeats
   int64_t tasks_running = 0;
+  // What the dashboards' reads cost while the agents heartbeat: per path, latency and size.
+  struct Read {
+    std::string path;
+    int64_t count = 0, errors = 0;
+    double p50_ms = 0, p99_ms = 0;
+    int64_t bytes = 0;  // of the last answer, uncompressed
+  };
+  std::vector<Read> dashboard_reads;
 
   nlohmann::json ToJson() const;
 };
@@ -36,7 +46,8 @@ struct AgentBenchResult {
 // Many agents heartbeating against one real server on SQLite: `agents` simulated nodes register
 // (8 GPUs each), `jobs` jobs are placed on them, then every agent heartbeats each `interval`
 // seconds (spread evenly) with telemetry and what runs on it, reporting its assigned tasks as
-// running. Each heartbeat is a new connection, as from a real agent.
+// running. Each heartbeat is a new connection, as from a real agent. Meanwhile `dashboards`
+// clients read what the dashboard's Estate view reads, every 5 s each.
 base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& options,
                                              const std::function<void(double)>& progress);
 

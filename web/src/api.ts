@@ -43,6 +43,15 @@ export async function get<T>(path: string, signal?: AbortSignal): Promise<T> {
   return (await call(path, { signal })).json() as Promise<T>;
 }
 
+export async function post<T>(path: string, body?: unknown): Promise<T> {
+  const init: RequestInit = { method: 'POST' };
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers = { 'Content-Type': 'application/json' };
+  }
+  return (await call(path, init)).json() as Promise<T>;
+}
+
 // The text of a task's output from `offset`, with the whole size the server holds.
 export async function getLogs(job: number, task: number, offset: number, limit: number) {
   const res = await call(`/jobs/${job}/logs?task=${task}&offset=${offset}&limit=${limit}`);

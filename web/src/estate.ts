@@ -1,5 +1,5 @@
 // Sums over the node list: what the Estate and Cluster views show.
-import type { ClusterSpec, ConfigObject, Gpu, Node } from './api';
+import type { ClusterSpec, ConfigObject, Gpu, Job, Node } from './api';
 
 // An allocated GPU this little busy is idle: the waste the dashboard is there to show.
 export const IDLE_BELOW = 0.1;
@@ -102,4 +102,37 @@ export function totals(cs: ClusterSum[]) {
     }
   }
   return { ...t, utilization: t.utilN ? t.utilSum / t.utilN : null };
+}
+
+export interface IdleJob {
+  job: Job;
+  gpus: number; // GPUs it holds, fractions in parts
+  utilization: number; // mean over the GPUs it holds that report it
+}
+
+// Running jobs whose GPUs are allocated but hardly used (mean under IDLE_BELOW): the first place
+// to look for GPUs to reclaim. Only jobs whose every GPU reports telemetry are judged.
+export function idleJobs(nodes: Node[], jobs: Job[]): IdleJob[] {
+  const byName = new Map(nodes.map((n) => [n.name, n]));
+  const out: IdleJob[] = [];
+  for (const job of jobs) {
+    if (job.status.phase !== 'Running') continue;
+    let sum = 0;
+    let reporting = 0;
+    let devices = 0;
+    let milli = 0;
+    for (const a of job.status.allocation ?? []) {
+      for (const d of a.devices ?? []) {
+        devices++;
+        milli += d.milli;
+        const u = byName.get(a.node)?.gpus[d.gpu]?.utilization;
+        if (u === undefined) continue;
+        sum += u;
+        reporting++;
+      }
+    }
+    if (!devices || reporting < devices) continue;
+    if (sum / reporting < IDLE_BELOW) out.push({ job, gpus: milli / 1000, utilization: sum / reporting });
+  }
+  return out.sort((a, b) => b.gpus - a.gpus);
 }

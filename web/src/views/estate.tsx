@@ -1,11 +1,11 @@
 // Estate: every cluster, on-prem and cloud, at a glance, and how the estate moved over time.
-import type { ClusterSpec, ConfigObject, History, JobPage, Node } from '../api';
+import type { ClusterSpec, ConfigObject, History, Job, JobPage, Node } from '../api';
 import { Chart } from '../chart';
-import { summarise, totals, type ClusterSum, IDLE_BELOW } from '../estate';
-import { money, num, pct } from '../format';
+import { idleJobs, summarise, totals, type ClusterSum, IDLE_BELOW } from '../estate';
+import { ago, money, num, pct, placement } from '../format';
 import { allocatedBy, utilisationBy } from '../history';
 import { useApi } from '../live';
-import { Problem, Stat, Table } from '../ui';
+import { JobLink, Problem, Section, Stat, Table } from '../ui';
 
 export function EstateView() {
   const nodes = useApi<{ items: Node[] }>('/nodes');
@@ -51,6 +51,7 @@ export function EstateView() {
         ) : null,
       )}
       </div>
+      <IdleJobs nodes={nodes.data.items} jobs={jobs} />
       <section aria-labelledby="trends">
         <h2 id="trends">Over time</h2>
         {history.error && <Problem message={history.error} />}
@@ -115,5 +116,31 @@ function ClusterCard({ c }: { c: ClusterSum }) {
         ]}
       />
     </article>
+  );
+}
+
+function IdleJobs({ nodes, jobs }: { nodes: Node[]; jobs: Job[] }) {
+  const idle = idleJobs(nodes, jobs);
+  return (
+    <Section title="Jobs holding idle GPUs" id="idle" count={idle.length}>
+      <Table
+        testId="idle"
+        stack
+        caption={`Running jobs whose GPUs are under ${pct(IDLE_BELOW)} busy: candidates to reclaim.`}
+        rows={idle}
+        rowKey={(i) => i.job.id}
+        rowAttrs={(i) => ({ 'data-job': i.job.id })}
+        empty="None: every running job's GPUs are busy."
+        columns={[
+          { label: 'Job', rowHeader: true, cell: (i) => <JobLink id={i.job.id} name={i.job.metadata.name} /> },
+          { label: 'Project', cell: (i) => i.job.metadata.project },
+          { label: 'User', cell: (i) => i.job.metadata.user },
+          { label: 'GPUs', numeric: true, cell: (i) => num(i.gpus) },
+          { label: 'Utilisation', numeric: true, cell: (i) => pct(i.utilization) },
+          { label: 'Placed on', cell: (i) => placement(i.job) },
+          { label: 'Running since', cell: (i) => ago(i.job.status.startedAt) },
+        ]}
+      />
+    </Section>
   );
 }

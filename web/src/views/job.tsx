@@ -1,6 +1,6 @@
 // Job detail: what it asks for, where it runs, its events as a timeline, and its output's tail.
 import { useEffect, useState } from 'preact/hooks';
-import { getLogs, type Allocation, type Event, type Explanation, type Job } from '../api';
+import { getLogs, post, type Allocation, type Event, type Explanation, type Job } from '../api';
 import { clock, dateTime, request } from '../format';
 import { useApi, useTick } from '../live';
 import { Phase, Problem, Section, Table } from '../ui';
@@ -69,6 +69,45 @@ function LogTail({ job, tasks }: { job: Job; tasks: number }) {
   );
 }
 
+const ENDED = ['Succeeded', 'Failed', 'Cancelled'];
+
+// Cancel, in two steps so that a stray click or key press cancels nothing. The server decides
+// who may (owners and team leads and above); its refusal is shown as it comes.
+function CancelButton({ job }: { job: Job }) {
+  const [asking, setAsking] = useState(false);
+  const [error, setError] = useState('');
+  if (ENDED.includes(job.status.phase)) return null;
+  const cancel = async () => {
+    setError('');
+    try {
+      await post(`/jobs/${job.id}/cancel`);
+      setAsking(false);
+    } catch (e) {
+      setError(e instanceof Error ? e.message : String(e));
+    }
+  };
+  return (
+    <div class="actions">
+      {!asking ? (
+        <button type="button" class="secondary" onClick={() => setAsking(true)}>
+          Cancel job
+        </button>
+      ) : (
+        <>
+          <span>Cancel {job.metadata.name}? Its tasks get their notice and grace period.</span>{' '}
+          <button type="button" class="danger" onClick={cancel}>
+            Yes, cancel it
+          </button>{' '}
+          <button type="button" class="secondary" onClick={() => setAsking(false)}>
+            Keep it
+          </button>
+        </>
+      )}
+      {error && <Problem message={error} />}
+    </div>
+  );
+}
+
 export function JobView({ id }: { id: number }) {
   const job = useApi<Job>(`/jobs/${id}`);
   const events = useApi<{ items: Event[] }>(`/jobs/${id}/events`);
@@ -87,6 +126,7 @@ export function JobView({ id }: { id: number }) {
       <h1>
         {j.metadata.name} <span class="muted">#{j.id}</span> <Phase phase={j.status.phase} />
       </h1>
+      <CancelButton job={j} />
       <dl class="facts">
         <dt>Project</dt>
         <dd>{j.metadata.project}</dd>
