@@ -458,6 +458,17 @@ TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
   Json latest = Http(*server_, "GET", "/api/v1/events?after=latest", admin_).body;
   EXPECT_TRUE(latest["items"].empty());
   EXPECT_GE(latest["last"].get<int64_t>(), 3) << latest.dump();
+  // The history outlives a restart: what the store kept (the last second) comes back.
+  const double last = Http(*server_, "GET", "/api/v1/history", admin_).body["at"].back();
+  server_->Stop();
+  server_ = std::make_unique<ServerProcess>(
+      kBinary, dir_.File("sampled"),
+      std::vector<std::string>{"--history-interval", "0.2", "--history-retention", "3600"});
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("sampled.log"));
+  h = Http(*server_, "GET", "/api/v1/history", admin_).body;
+  ASSERT_GE(h["at"].size(), 4u) << h.dump();
+  EXPECT_LE(h["at"][0].get<double>(), last) << h.dump();
+  EXPECT_EQ(h["clusters"][0]["gpus"][0], 16) << h.dump();
 }
 
 // The dashboard's files, from memory, revalidated by ETag.

@@ -23,7 +23,7 @@ void AddServerCommands(CLI::App& app, int* rc) {
                      "seconds between samples of the estate for the dashboard's charts")
       ->capture_default_str();
   server->add_option("--history-retention", o.history_retention,
-                     "seconds of samples kept (in memory)")
+                     "seconds of samples kept (in the store)")
       ->capture_default_str();
   static bool dev = false;
   server->add_flag("--dev", dev,

@@ -48,6 +48,10 @@ struct HistorySample {
   std::map<std::string, double> quota_used;  // GPUs in use by each node of the tenancy tree
 };
 
+// A sample as stored (store::Tx::PutSample), and back; parts of the wrong shape are skipped.
+Json HistorySampleToJson(const HistorySample& sample);
+HistorySample HistorySampleFromJson(double at, const Json& json);
+
 // What the API asks of the scheduling side of the server (implemented by the scheduler
 // controller in src/server). Thread-safe.
 class SchedulerHooks {

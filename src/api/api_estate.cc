@@ -30,6 +30,43 @@ Json Rounded(double v) { return std::round(v * 1000) / 1000; }
 
 }  // namespace
 
+// Compact: a sample every 10 s for 6 hours is 2,160 rows.
+Json HistorySampleToJson(const HistorySample& s) {
+  Json groups = Json::array();
+  for (const HistorySample::Group& g : s.groups) {
+    groups.push_back({g.cluster, g.model, g.gpus, Rounded(g.allocated), Rounded(g.utilization)});
+  }
+  Json projects = Json::object();
+  for (const auto& [name, q] : s.projects) projects[name] = {q.pending, q.running};
+  Json quota = Json::object();
+  for (const auto& [name, used] : s.quota_used) quota[name] = Rounded(used);
+  return {{"groups", groups}, {"projects", projects}, {"quota", quota}};
+}
+
+HistorySample HistorySampleFromJson(double at, const Json& j) {
+  HistorySample s;
+  s.at = at;
+  if (!j.is_object()) return s;
+  auto number = [](const Json& v) { return v.is_number() ? v.get<double>() : 0.0; };
+  for (const Json& g : j.value("groups", Json::array())) {
+    if (!g.is_array() || g.size() != 5 || !g[0].is_string() || !g[1].is_string()) continue;
+    s.groups.push_back({g[0].get<std::string>(), g[1].get<std::string>(), number(g[2]),
+                        number(g[3]), g[4].is_number() ? g[4].get<double>() : -1});
+  }
+  const Json projects = j.value("projects", Json::object());
+  if (projects.is_object()) {
+    for (const auto& [name, q] : projects.items()) {
+      if (!q.is_array() || q.size() != 2) continue;
+      s.projects[name] = {static_cast<int32_t>(number(q[0])), static_cast<int32_t>(number(q[1]))};
+    }
+  }
+  const Json quota = j.value("quota", Json::object());
+  if (quota.is_object()) {
+    for (const auto& [name, used] : quota.items()) s.quota_used[name] = number(used);
+  }
+  return s;
+}
+
 void Api::Nodes(Call& call) { Respond(call, 200, {{"items", hooks_->Nodes()}}); }
 
 void Api::Usage(Call& call) {

@@ -44,6 +44,17 @@ SchedulerController::SchedulerController(store::Store* store, const base::Clock*
 SchedulerController::~SchedulerController() { Stop(); }
 
 void SchedulerController::Start() {
+  // The history kept before a restart: the charts carry on where they were.
+  auto kept = store::ReadValue(*store_, [&](store::Tx& tx) {
+    return tx.ListSamples(clock_->Now() - history_retention_);
+  });
+  if (kept.ok()) {
+    std::lock_guard<std::mutex> lock(history_mu_);
+    for (const auto& [at, json] : *kept) history_.push_back(api::HistorySampleFromJson(at, json));
+    while (history_.size() > history_capacity_) history_.pop_front();
+  } else {
+    std::fprintf(stderr, "meridian: history: %s\n", kept.status().message().c_str());
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -489,6 +500,7 @@ Json SchedulerController::Usage() {
 void SchedulerController::KeepHistory(double interval, double retention) {
   std::lock_guard<std::mutex> lock(history_mu_);
   history_interval_ = interval;
+  history_retention_ = retention;
   history_capacity_ = static_cast<size_t>(std::max(1.0, retention / interval));
 }
 
@@ -542,6 +554,13 @@ void SchedulerController::Sample(double now) {
       }
     }
   }
+  // Durable, but the charts' loss at worst: a failed write is said and the sample kept in memory.
+  const Json stored = api::HistorySampleToJson(sample);
+  Status s = store_->Write([&](store::Tx& tx) {
+    if (Status put = tx.PutSample(now, stored); !put.ok()) return put;
+    return tx.PruneSamples(now - history_retention_);
+  });
+  if (!s.ok()) std::fprintf(stderr, "meridian: history: %s\n", s.message().c_str());
   std::lock_guard<std::mutex> lock(history_mu_);
   history_.push_back(std::move(sample));
   while (history_.size() > history_capacity_) history_.pop_front();

@@ -47,8 +47,8 @@ class SchedulerController final : public api::SchedulerHooks {
   Json Usage() override;
   std::vector<api::HistorySample> History(double since, double* interval) override;
 
-  // A sample of the estate every `interval` seconds, kept for `retention` seconds (in memory:
-  // a restart starts the history afresh). Call before Start.
+  // A sample of the estate every `interval` seconds, kept for `retention` seconds in the store
+  // (and in memory, for reading); Start loads what the store kept. Call before Start.
   void KeepHistory(double interval, double retention);
 
   // One round: follow the event log, run a cycle, commit its decisions. Start() calls it from
@@ -90,6 +90,7 @@ class SchedulerController final : public api::SchedulerHooks {
   std::mutex history_mu_;  // guards the history
   std::deque<api::HistorySample> history_;
   double history_interval_ = 10;
+  double history_retention_ = 6 * 3600;
   size_t history_capacity_ = 2160;
   double last_sample_ = 0;  // the loop's thread only
 

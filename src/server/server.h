@@ -14,8 +14,8 @@ struct ServerOptions {
   std::string tls_key;
   int threads = 64;       // HTTP workers: each keep-alive connection or watch holds one
   std::string port_file;  // when set, the bound port is written there (for tests and scripts)
-  // The dashboard's charts: a sample of the estate every history_interval seconds, kept in
-  // memory for history_retention seconds.
+  // The dashboard's charts: a sample of the estate every history_interval seconds, kept in the
+  // store for history_retention seconds.
   double history_interval = 10;
   double history_retention = 6 * 3600;
   // Called on its own thread once the server serves, with its URL and the admin token (empty

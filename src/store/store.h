@@ -153,6 +153,12 @@ class Tx {
   virtual base::Result<int64_t> AppendAudit(const AuditEntry& entry) = 0;
   virtual base::Result<std::vector<AuditEntry>> ListAudit(const AuditFilter& filter) = 0;
 
+  // Samples of the estate over time (the dashboard's charts), one per time: put (replacing one
+  // at the same time), read from a time on in time order, and dropped before a time.
+  virtual base::Status PutSample(double at, const Json& sample) = 0;
+  virtual base::Result<std::vector<std::pair<double, Json>>> ListSamples(double since) = 0;
+  virtual base::Status PruneSamples(double before) = 0;
+
   virtual base::Result<int64_t> AddRevision(const Revision& revision) = 0;
   virtual base::Result<Revision> GetRevision(int64_t number) = 0;
   // Newest first, without their documents.

@@ -149,6 +149,38 @@ TEST_P(StoreConformance, AFailingWriteKeepsNothingOfWhatItDid) {
                   .ok());
 }
 
+TEST_P(StoreConformance, SamplesInTimeOrderReplacedAndPruned) {
+  ASSERT_TRUE(store_
+                  ->Write([&](Tx& tx) {
+                    for (double at : {30.0, 10.0, 20.0}) {
+                      if (Status s = tx.PutSample(at, {{"v", at}}); !s.ok()) return s;
+                    }
+                    return tx.PutSample(20, {{"v", "again"}});
+                  })
+                  .ok());
+  ASSERT_TRUE(store_
+                  ->Read([&](Tx& tx) {
+                    auto from15 = tx.ListSamples(15);
+                    EXPECT_EQ(from15->size(), 2u);
+                    EXPECT_EQ((*from15)[0].first, 20);
+                    EXPECT_EQ((*from15)[0].second["v"], "again");
+                    EXPECT_EQ((*from15)[1].first, 30);
+                    EXPECT_EQ(tx.ListSamples(0)->size(), 3u);
+                    EXPECT_FALSE(tx.PutSample(40, {}).ok());  // a read cannot write
+                    return Status::Ok();
+                  })
+                  .ok());
+  ASSERT_TRUE(store_->Write([&](Tx& tx) { return tx.PruneSamples(25); }).ok());
+  ASSERT_TRUE(store_
+                  ->Read([&](Tx& tx) {
+                    auto left = tx.ListSamples(0);
+                    EXPECT_EQ(left->size(), 1u);
+                    EXPECT_EQ(left->front().first, 30);
+                    return Status::Ok();
+                  })
+                  .ok());
+}
+
 TEST_P(StoreConformance, ReadsCannotWrite) {
   Status s =
       store_->Read([&](Tx& tx) { return tx.PutObject(Doc("Team", "x"), kAnyVersion).status(); });

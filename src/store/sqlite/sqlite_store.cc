@@ -48,6 +48,10 @@ CREATE TABLE revisions (
     R"sql(
 ALTER TABLE jobs ADD COLUMN status TEXT NOT NULL DEFAULT '{}';
 )sql",
+    // 3: the estate sampled over time, for the dashboard's charts.
+    R"sql(
+CREATE TABLE samples (at REAL PRIMARY KEY, sample TEXT NOT NULL) WITHOUT ROWID;
+)sql",
 };
 
 Status SqlError(sqlite3* db, const std::string& what) {
@@ -404,6 +408,31 @@ class SqliteTx final : public Tx {
     }
     if (!q.status().ok()) return q.status();
     return out;
+  }
+
+  Status PutSample(double at, const Json& sample) override {
+    if (read_only_) return ReadOnly();
+    Query q(c_, "INSERT OR REPLACE INTO samples (at, sample) VALUES (?, ?)");
+    q.Bind(at).Bind(sample.dump());
+    return q.Run();
+  }
+
+  Result<std::vector<std::pair<double, Json>>> ListSamples(double since) override {
+    Query q(c_, "SELECT at, sample FROM samples WHERE at >= ? ORDER BY at");
+    q.Bind(since);
+    std::vector<std::pair<double, Json>> out;
+    while (q.Next()) {
+      out.emplace_back(q.Real(0), Json::parse(q.Text(1), nullptr, false));
+    }
+    if (!q.status().ok()) return q.status();
+    return out;
+  }
+
+  Status PruneSamples(double before) override {
+    if (read_only_) return ReadOnly();
+    Query q(c_, "DELETE FROM samples WHERE at < ?");
+    q.Bind(before);
+    return q.Run();
   }
 
   Result<int64_t> AddRevision(const Revision& r) override {
