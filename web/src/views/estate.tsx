@@ -1,9 +1,9 @@
 // Estate: every cluster, on-prem and cloud, at a glance, and how the estate moved over time.
-import type { ClusterSpec, ConfigObject, History, Job, JobPage, Node } from '../api';
+import type { ClusterSpec, ConfigObject, Job, JobPage, Node } from '../api';
 import { Chart } from '../chart';
 import { idleJobs, summarise, totals, type ClusterSum, IDLE_BELOW } from '../estate';
 import { ago, money, num, pct, placement } from '../format';
-import { allocatedBy, utilisationBy } from '../history';
+import { allocatedBy, useHistory, utilisationBy } from '../history';
 import { useApi } from '../live';
 import { JobLink, Problem, Section, Stat, Table } from '../ui';
 
@@ -11,7 +11,7 @@ export function EstateView() {
   const nodes = useApi<{ items: Node[] }>('/nodes');
   const clusters = useApi<{ items: ConfigObject<ClusterSpec>[] }>('/clusters');
   const active = useApi<JobPage>('/jobs?phase=Pending,Placed,Running,Stopping&limit=1000');
-  const history = useApi<History>('/history');
+  const { history, error: historyError, rangeControl } = useHistory();
   const error = nodes.error ?? clusters.error;
   if (error) return <Problem message={error} />;
   if (!nodes.data || !clusters.data) return <p aria-busy="true">Loading the estate…</p>;
@@ -54,19 +54,20 @@ export function EstateView() {
       <IdleJobs nodes={nodes.data.items} jobs={jobs} />
       <section aria-labelledby="trends">
         <h2 id="trends">Over time</h2>
-        {history.error && <Problem message={history.error} />}
-        {history.data && (
+        {rangeControl}
+        {historyError && <Problem message={historyError} />}
+        {history && (
           <div class="charts">
-            <Chart title="GPU utilisation by cluster" testId="chart-util-cluster" at={history.data.at} series={utilisationBy(history.data, 'cluster')} unit="%" />
-            <Chart title="GPU utilisation by model" testId="chart-util-model" at={history.data.at} series={utilisationBy(history.data, 'model')} unit="%" />
-            <Chart title="GPUs allocated by cluster" testId="chart-alloc-cluster" at={history.data.at} series={allocatedBy(history.data, 'cluster')} unit="GPUs" />
+            <Chart title="GPU utilisation by cluster" testId="chart-util-cluster" at={history.at} series={utilisationBy(history, 'cluster')} unit="%" />
+            <Chart title="GPU utilisation by model" testId="chart-util-model" at={history.at} series={utilisationBy(history, 'model')} unit="%" />
+            <Chart title="GPUs allocated by cluster" testId="chart-alloc-cluster" at={history.at} series={allocatedBy(history, 'cluster')} unit="GPUs" />
             <Chart
               title="Queue length"
               testId="chart-queue"
-              at={history.data.at}
+              at={history.at}
               series={[
-                { label: 'pending', values: history.data.queue.pending },
-                { label: 'running', values: history.data.queue.running },
+                { label: 'pending', values: history.queue.pending },
+                { label: 'running', values: history.queue.running },
               ]}
               unit="jobs"
             />

@@ -5,6 +5,7 @@ import { Chart } from '../chart';
 import { num } from '../format';
 import { useApi } from '../live';
 import { Problem, Table } from '../ui';
+import { useHistory } from '../history';
 
 function depthOf(row: UsageRow, byName: Map<string, UsageRow>): number {
   let d = 0;
@@ -46,7 +47,7 @@ function Bar({ row }: { row: UsageRow }) {
 
 export function TeamsView() {
   const usage = useApi<{ items: UsageRow[] }>('/usage');
-  const history = useApi<History>('/history');
+  const { history, rangeControl } = useHistory();
   if (usage.error) return <Problem message={usage.error} />;
   if (!usage.data) return <p aria-busy="true">Loading quotas…</p>;
   const byName = new Map(usage.data.items.map((r) => [r.name, r]));
@@ -81,21 +82,22 @@ export function TeamsView() {
       />
       <section aria-labelledby="quota-trend">
         <h2 id="quota-trend">Quota use over time</h2>
-        {history.data && (
+        {rangeControl}
+        {history && (
           <div class="charts">
             <Chart
               title="GPUs used by project"
               testId="chart-quota"
-              at={history.data.at}
+              at={history.at}
               unit="GPUs"
-              series={quotaSeries(history.data, false)}
+              series={quotaSeries(history, false)}
             />
             <Chart
               title="GPUs used by team and organization"
               testId="chart-quota-teams"
-              at={history.data.at}
+              at={history.at}
               unit="GPUs"
-              series={quotaSeries(history.data, true)}
+              series={quotaSeries(history, true)}
             />
           </div>
         )}
