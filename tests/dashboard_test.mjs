@@ -177,8 +177,12 @@ spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, co
   const pendingRow = `[data-testid=pending] tr[data-job="${big}"]`;
   await page.waitForSelector(pendingRow);
   await until('the reason in the pending row', async () => (await page.textContent(`${pendingRow} td.reason`)) === reason);
-  await shot('04-queue-pending');
   step(`the pending job shows its reason: ${reason}`);
+  // A failure shows among the recent ones, with why it failed.
+  const failing = JSON.parse(await cli('submit', '-p', 'research', '--name', 'bad-exit', '--gpus', '1', '-o', 'json', '--', 'sh', '-c', 'exit 3')).id;
+  await page.waitForSelector(`[data-testid=failures] tr[data-job="${failing}"]:has-text("exited with code 3")`, { timeout: 30000 });
+  await shot('04-queue-pending-and-failed');
+  step('a failed job shows among the recent failures');
 
   // ---- charts over time ----
   await page.click('nav >> text=Estate');
