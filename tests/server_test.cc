@@ -494,6 +494,17 @@ TEST_F(ServerTest, ServesTheDashboard) {
     EXPECT_TRUE(again->body.empty());
   }
   EXPECT_EQ(c.Get("/app.mjs")->status, 404);
+  // What a browser accepts gets gzip: never Brotli, which httplib runs at its slowest quality.
+  c.set_decompress(false);
+  for (const char* path : {"/app.js", "/api/v1/healthz-not-here"}) {
+    auto r = c.Get(path, {{"Accept-Encoding", "gzip, deflate, br, zstd"}});
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->get_header_value("Content-Encoding"), "gzip") << path;
+  }
+  auto br_only = c.Get("/app.js", {{"Accept-Encoding", "br"}});
+  ASSERT_TRUE(br_only);
+  EXPECT_EQ(br_only->get_header_value("Content-Encoding"), "");
+  EXPECT_GT(br_only->body.size(), 1000u);
 }
 
 TEST_F(ServerTest, TeamLeadsManageTheMembersBelowThem) {

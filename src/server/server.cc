@@ -13,6 +13,7 @@
 
 #include "api/api.h"
 #include "api/dashboard.h"
+#include "base/strings.h"
 #include "server/controller.h"
 #include "store/sqlite/sqlite_store.h"
 
@@ -72,6 +73,18 @@ Status SplitListen(const std::string& listen, std::string* host, int* port) {
     return Status::Invalid("--listen: \"" + listen.substr(colon + 1) + "\" is not a port");
   }
   return Status::Ok();
+}
+
+// An Accept-Encoding value without its "br" entry ("gzip, deflate, br;q=1" → "gzip, deflate").
+std::string WithoutBrotli(const std::string& accepted) {
+  std::string out;
+  for (std::string_view entry : base::Split(accepted, ',')) {
+    std::string_view name = base::Trim(entry.substr(0, entry.find(';')));
+    if (name == "br" || base::Trim(entry).empty()) continue;
+    if (!out.empty()) out += ", ";
+    out += base::Trim(entry);
+  }
+  return out;
 }
 
 Status WriteSecret(const std::string& path, const std::string& text) {
@@ -156,6 +169,16 @@ Status RunServer(const ServerOptions& o) {
   // Small JSON answers must not wait for Nagle's algorithm and the client's delayed ACK (a 40
   // ms stall per request on Linux).
   http->set_tcp_nodelay(true);
+  // httplib answers "Accept-Encoding: br", which every browser sends, with Brotli at its default
+  // quality (11): 1.5 s of CPU for an 860 KB node list, against 51 ms with gzip at 30 KB. So the
+  // server offers gzip only: Brotli is taken out of what the client accepts before routing.
+  http->set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+    // httplib's own request object, not const in fact; the headers are only read after this.
+    auto& headers = const_cast<httplib::Request&>(req).headers;
+    auto [first, last] = headers.equal_range("Accept-Encoding");
+    for (auto it = first; it != last; ++it) it->second = WithoutBrotli(it->second);
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   api.Register(*http);
   api::ServeDashboard(*http, api::DashboardAssets());
   const int bound =
