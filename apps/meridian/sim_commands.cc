@@ -272,7 +272,7 @@ int RunBenchAgents(AgentBenchFlags f) {
   if (f.options.dashboards > 0) {
     std::printf("  %d dashboards, each reading every 5 s:\n", f.options.dashboards);
     for (const auto& read : r->dashboard_reads) {
-      std::printf("    %-62s p50 %6.1f ms  p99 %6.1f ms  %7.0f KiB  (%lld reads, %lld errors)\n",
+      std::printf("    %-62s p50 %6.1f ms  p99 %6.1f ms  %7.1f KiB sent  (%lld reads, %lld errors)\n",
                   read.path.c_str(), read.p50_ms, read.p99_ms, read.bytes / 1024.0,
                   static_cast<long long>(read.count), static_cast<long long>(read.errors));
     }

@@ -188,25 +188,25 @@ std::optional<bool> NewestFirst(Api::Call& call) {
   return std::nullopt;
 }
 
-Json JobToJson(const store::JobRecord& j) {
+Json JobToJson(store::JobRecord j) {
   Json out = {{"id", j.id},
               {"kind", "Job"},
               {"metadata",
-               {{"name", j.name},
-                {"project", j.project},
-                {"user", j.user},
+               {{"name", std::move(j.name)},
+                {"project", std::move(j.project)},
+                {"user", std::move(j.user)},
                 {"resourceVersion", j.version}}},
-              {"spec", j.spec},
+              {"spec", std::move(j.spec)},
               {"status",
-               {{"phase", j.phase},
-                {"reason", j.reason},
-                {"allocation", j.allocation},
+               {{"phase", std::move(j.phase)},
+                {"reason", std::move(j.reason)},
+                {"allocation", std::move(j.allocation)},
                 {"generation", j.generation},
                 {"submittedAt", j.submitted_at},
                 {"updatedAt", j.updated_at}}}};
   // What agents reported: tasks, restarts, start and end times.
   if (j.status.is_object()) {
-    for (const auto& [k, v] : j.status.items()) out["status"][k] = v;
+    for (auto& [k, v] : j.status.items()) out["status"][k] = std::move(v);
   }
   return out;
 }

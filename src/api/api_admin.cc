@@ -57,7 +57,7 @@ void Api::ListUsers(Call& call) {
     }
     items.push_back(ObjectToJson(u));
   }
-  Respond(call, 200, {{"items", items}});
+  Respond(call, 200, {{"items", std::move(items)}});
 }
 
 void Api::PutUser(Call& call) {
@@ -157,7 +157,7 @@ void Api::ListTokens(Call& call) {
   std::vector<store::TokenRecord> tokens = std::move(tokens_read.value());
   Json items = Json::array();
   for (const store::TokenRecord& t : tokens) items.push_back(TokenToJson(t));
-  Respond(call, 200, {{"items", items}});
+  Respond(call, 200, {{"items", std::move(items)}});
 }
 
 void Api::RevokeToken(Call& call) {
@@ -211,7 +211,7 @@ void Api::ListAudit(Call& call) {
                      {"result", a.result},
                      {"message", a.message}});
   }
-  Respond(call, 200, {{"items", items}});
+  Respond(call, 200, {{"items", std::move(items)}});
 }
 
 }  // namespace meridian::api

@@ -171,7 +171,7 @@ void Api::ListObjects(Call& call, const std::string& kind) {
   std::vector<store::Object> objects = std::move(objects_read.value());
   Json items = Json::array();
   for (const store::Object& o : objects) items.push_back(ObjectToJson(o));
-  Respond(call, 200, {{"items", items}});
+  Respond(call, 200, {{"items", std::move(items)}});
 }
 
 void Api::GetObject(Call& call, const std::string& kind) {
@@ -409,7 +409,7 @@ void Api::Revisions(Call& call) {
                      {"author", r.author},
                      {"message", r.message}});
   }
-  Respond(call, 200, {{"items", items}});
+  Respond(call, 200, {{"items", std::move(items)}});
 }
 
 void Api::RevisionDetail(Call& call) {

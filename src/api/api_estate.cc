@@ -76,7 +76,7 @@ void Api::Usage(Call& call) {
   for (const Json& row : hooks_->Usage()) {
     if (visible(row.value("name", ""))) items.push_back(row);
   }
-  Respond(call, 200, {{"items", items}});
+  Respond(call, 200, {{"items", std::move(items)}});
 }
 
 void Api::History(Call& call) {

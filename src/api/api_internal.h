@@ -50,7 +50,8 @@ std::optional<bool> NewestFirst(Api::Call& call);
 // otherwise (whether it exists or not).
 std::optional<store::JobRecord> ReadableJob(Api::Call& call, store::Store* store);
 
-Json JobToJson(const store::JobRecord& job);
+// Takes the record by value: a caller done with it moves it in, and its JSON is not copied.
+Json JobToJson(store::JobRecord job);
 Json ObjectToJson(const store::Object& object);
 Json EventToJson(const store::Event& event);
 

@@ -108,19 +108,19 @@ void Api::ListJobs(Call& call) {
   auto jobs_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListJobs(filter); });
   if (!jobs_read.ok()) return Fail(call, jobs_read.status());
   std::vector<store::JobRecord> jobs = std::move(jobs_read.value());
+  // Pages continue in id order; the newest first is one page.
+  Json next = jobs.size() == static_cast<size_t>(filter.limit) && !filter.newest_first
+                  ? Json(jobs.back().id)
+                  : Json();
   Json items = Json::array();
   for (store::JobRecord& j : jobs) {
     if (j.phase == "Pending") {
       std::string why = hooks_->PendingReason(j.id);
       if (!why.empty()) j.reason = why;
     }
-    items.push_back(JobToJson(j));
+    items.push_back(JobToJson(std::move(j)));
   }
-  // Pages continue in id order; the newest first is one page.
-  Json next = jobs.size() == static_cast<size_t>(filter.limit) && !filter.newest_first
-                  ? Json(jobs.back().id)
-                  : Json();
-  Respond(call, 200, {{"items", items}, {"continue", next}});
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 std::optional<store::JobRecord> ReadableJob(Api::Call& call, store::Store* store) {
@@ -234,7 +234,7 @@ void Api::JobEvents(Call& call) {
   std::vector<store::Event> events = std::move(events_read.value());
   Json items = Json::array();
   for (const store::Event& e : events) items.push_back(EventToJson(e));
-  Respond(call, 200, {{"items", items}});
+  Respond(call, 200, {{"items", std::move(items)}});
 }
 
 namespace {
@@ -289,7 +289,7 @@ void Api::ListEvents(Call& call) {
   Json items = Json::array();
   for (const store::Event& e : events) items.push_back(EventToJson(e));
   const int64_t last = events.empty() ? f.after_seq : events.back().seq;
-  Respond(call, 200, {{"items", items}, {"last", last}});
+  Respond(call, 200, {{"items", std::move(items)}, {"last", last}});
 }
 
 void Api::Watch(Call& call) {

@@ -36,7 +36,7 @@ struct AgentBenchResult {
     std::string path;
     int64_t count = 0, errors = 0;
     double p50_ms = 0, p99_ms = 0;
-    int64_t bytes = 0;  // of the last answer, uncompressed
+    int64_t bytes = 0;  // of the last answer, as sent (gzip, to a browser's Accept-Encoding)
   };
   std::vector<Read> dashboard_reads;
 

@@ -599,7 +599,7 @@ Json SchedulerController::Nodes() {
                    {"memoryMib", n.memory_capacity},
                    {"memoryFreeMib", n.memory_free},
                    {"schedulable", n.schedulable},
-                   {"gpus", gpus}});
+                   {"gpus", std::move(gpus)}});
     Json& row = out.back();
     // Registered by an agent (with liveness and telemetry), or declared by a node pool.
     Json status = estate_->Registered(d.name) ? nodes_->NodeStatus(d.name) : Json();
