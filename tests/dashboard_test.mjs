@@ -129,6 +129,24 @@ try {
   assert.match(cloud, /simulated GPUs/);
   step('the estate shows both clusters');
 
+  // A node whose GPU 5 is unhealthy, registered as its agent would (too small for any job, so
+  // nothing is placed there): the estate and the heatmap say so.
+  const sick = await api('POST', '/agents/register', admin, {
+    node: 'cloud-sick', cluster: 'cloud', pool: 'a100', cpuMilli: 1, memoryMib: 1, simulated: true,
+    gpus: [...Array(8).keys()].map((i) => ({ index: i, uuid: `GPU-sick-${i}`, model: 'A100-80GB', healthy: i !== 5 })),
+  });
+  assert.equal(sick.status, 200, JSON.stringify(sick.body));
+  await page.waitForSelector('[data-testid=cluster-cloud]:has-text("1 GPU unhealthy")');
+  assert.match(await page.textContent('[data-testid=cluster-cloud]'), /2 of 3 nodes ready|3 of 3 nodes ready/);
+  assert.match(await page.textContent('.stat.warn'), /Unhealthy GPUs\s*1/);
+  await page.click('[data-testid=cluster-cloud] h3 a');
+  await page.waitForSelector('[data-testid=node-cloud-sick] .gpu.unhealthy');
+  const sickCells = page.locator('[data-testid=node-cloud-sick] .gpu.unhealthy');
+  assert.equal(await sickCells.count(), 1);
+  assert.match(await sickCells.getAttribute('aria-label'), /cloud-sick GPU 5 .*UNHEALTHY/);
+  await shot('02-cluster-cloud-unhealthy');
+  step('an unhealthy GPU shows in the estate and in the heatmap');
+
   // A gang from the examples keeps 8 GPUs busy at 90% for the rest of the test.
   const gangFile = fileURLToPath(new URL('../examples/jobs/train-gang.yaml', import.meta.url));
   const gang = JSON.parse(await cli('submit', '-f', gangFile, '-o', 'json')).id;
