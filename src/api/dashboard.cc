@@ -34,10 +34,8 @@ void ServeDashboard(httplib::Server& server, const std::vector<WebAsset>& assets
       res.set_header("Cache-Control", "no-cache");
       res.set_header("X-Content-Type-Options", "nosniff");
       if (type.rfind("text/html", 0) == 0) {
-        // Scripts and styles from this origin only; the page may not be framed.
-        res.set_header("Content-Security-Policy",
-                       "default-src 'self'; style-src 'self' 'unsafe-inline'; "
-                       "frame-ancestors 'none'");
+        // Scripts and styles from this origin only, nothing inline; the page may not be framed.
+        res.set_header("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'");
       }
       if (req.get_header_value("If-None-Match") == etag) {
         res.status = 304;
