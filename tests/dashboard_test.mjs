@@ -45,6 +45,7 @@ async function until(what, fn, timeoutMs = 30000) {
 const work = mkdtempSync(join(tmpdir(), 'meridian-dashboard-'));
 const dataDir = join(work, 'data');
 const portFile = join(work, 'port');
+rmSync(artifacts, { recursive: true, force: true }); // this run's screenshots only
 mkdirSync(artifacts, { recursive: true });
 step(`starting ${binary} server --dev in ${work}`);
 const server = spawn(binary, ['server', '--dev', '--listen', '127.0.0.1:0', '--port-file', portFile, '--data-dir', dataDir,
@@ -170,7 +171,7 @@ spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, co
   await page.waitForSelector(`${row}:has-text("Running")`, { timeout: 30000 });
   assert.match(await page.textContent(row), /dash-hello.*vision.*2 GPUs.*onprem\//);
   assert.equal(await page.evaluate(() => (window).__notReloaded), true, 'the page must not have reloaded');
-  await shot('02-queue-running');
+  await shot('03-queue-running');
   step('the job appeared in the queue and runs');
 
   // ---- its detail: placement, events, and its output ----
@@ -182,7 +183,7 @@ spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, co
   const events = await page.textContent('[data-testid=events]');
   assert.match(events, /Submitted/);
   assert.match(events, /Placed|Scheduled/);
-  await shot('03-job-detail');
+  await shot('04-job-detail');
   step('its logs and events show, and it succeeded');
 
   // ---- a pending job says why it waits ----
@@ -199,7 +200,7 @@ spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, co
   // A failure shows among the recent ones, with why it failed.
   const failing = JSON.parse(await cli('submit', '-p', 'research', '--name', 'bad-exit', '--gpus', '1', '-o', 'json', '--', 'sh', '-c', 'exit 3')).id;
   await page.waitForSelector(`[data-testid=failures] tr[data-job="${failing}"]:has-text("exited with code 3")`, { timeout: 30000 });
-  await shot('04-queue-pending-and-failed');
+  await shot('05-queue-pending-and-failed');
   step('a failed job shows among the recent failures');
 
   // ---- charts over time ----
@@ -212,13 +213,13 @@ spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, co
   await page.click('nav >> text=Teams');
   await page.waitForSelector('[data-testid=usage] tr[data-row=vision]');
   await page.waitForSelector('[data-testid=chart-quota] .uplot');
-  await shot('05-teams');
+  await shot('06-teams');
   await page.click('nav >> text=Estate');
   await page.waitForSelector('[data-testid=cluster-onprem]');
   // The idle notebook is pointed at; the gang, busy at 90%, is not.
   await page.waitForSelector(`[data-testid=idle] tr[data-job="${idle}"]:has-text("2%")`, { timeout: 30000 });
   assert.equal(await page.locator(`[data-testid=idle] tr[data-job="${gang}"]`).count(), 0);
-  await shot('06-estate');
+  await shot('07-estate');
   await until('the gang to run', async () => (await api('GET', `/jobs/${gang}`, admin)).body.status.phase === 'Running');
   await page.click('[data-testid=cluster-onprem] h3 a');
   await page.waitForSelector('.heatmap .gpu');
@@ -233,7 +234,7 @@ spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, co
   const expected = await taken();
   assert.ok(expected >= 8, `${expected} GPUs taken on-prem`);
   await until(`${expected} allocated GPUs in the heatmap`, async () => (await page.locator('.heatmap .gpu .gpu-value', { hasText: '100%' }).count()) === expected);
-  await shot('07-cluster-heatmap');
+  await shot('08-cluster-heatmap');
   // Cancel the gang from its page, in two steps (it stops within its grace period meanwhile).
   await page.click('.node-jobs a:has-text("train-resnet")');
   await page.click('button:has-text("Cancel job")');
@@ -242,7 +243,7 @@ spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, co
   assert.equal((await api('GET', `/jobs/${gang}`, admin)).body.status.phase, 'Cancelled');
   await page.click('nav >> text=Audit');
   await page.waitForSelector('[data-testid=audit] >> text=jobs.create');
-  await shot('08-audit');
+  await shot('09-audit');
   step('charts, teams, heatmap and audit render');
 
   // ---- the keyboard: skip link, then the navigation ----
@@ -285,7 +286,7 @@ spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, co
     await sleep(300);
     const width = await page.evaluate(() => document.documentElement.scrollWidth);
     assert.ok(width <= 390, `${view} is ${width} px wide on a 390 px screen`);
-    await shot(`09-narrow-${view.split('/')[1]}`);
+    await shot(`10-narrow-${view.split('/')[1]}`);
   }
   await page.setViewportSize({ width: 1280, height: 900 });
   step('the views fit a 390 px screen');
@@ -309,11 +310,11 @@ spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, co
   await page.waitForSelector('[data-testid=usage] tr[data-row=research]');
   assert.equal(await page.locator('[data-testid=usage] tr[data-row=vision]').count(), 0);
   assert.equal(await page.locator('[data-testid=usage] tr[data-row=product]').count(), 0);
-  await shot('10-member-teams');
+  await shot('11-member-teams');
   await page.goto(`${url}/#/jobs/${jobId}`);
   await page.waitForSelector('[role=alert]');
   assert.match(await page.textContent('[role=alert]'), /not found/);
-  await shot('11-member-other-project');
+  await shot('12-member-other-project');
   step("a member sees only research: no vision job, quota or audit view");
 
   assert.deepEqual(pageErrors, [], 'the page logged errors');
