@@ -158,6 +158,13 @@ metadata: {name: idle-notebook, project: language}
 spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, command: [sleep, "600"]}
 `);
   const idle = JSON.parse(await cli('submit', '-f', idleFile, '-o', 'json')).id;
+  // And a MIG slice, whose layout the heatmap should show.
+  const migFile = join(work, 'mig.yaml');
+  writeFileSync(migFile, `kind: Job
+metadata: {name: mig-slice, project: research}
+spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
+`);
+  const mig = JSON.parse(await cli('submit', '-f', migFile, '-o', 'json')).id;
 
   // ---- a job submitted from the CLI appears and runs, without a reload ----
   await page.click('nav >> text=Queue');
@@ -226,6 +233,16 @@ spec: {type: interactive, gpus: 1, simulateUtilization: 0.02, gracePeriod: 2, co
   assert.equal(await page.locator('.heatmap .gpu').count(), 32);
   // The agents' telemetry reaches the heatmap: the gang's 8 GPUs at 90%, the others idle.
   await until('the gang at 90% in the heatmap', async () => (await page.locator('.heatmap .gpu .gpu-value', { hasText: '90%' }).count()) === 8);
+  // The MIG slice's GPU says which instance it holds (the cell of the API's placement).
+  const migAt = await until('the MIG job placed', async () => {
+    const j = (await api('GET', `/jobs/${mig}`, admin)).body;
+    return j.status.allocation?.[0];
+  });
+  await page.goto(`${url}/#/clusters/${migAt.cluster}`);
+  const migCell = page.locator(`[data-testid=node-${migAt.node}] .gpu`).nth(migAt.devices[0].gpu);
+  await until('the MIG layout in the heatmap', async () => /1g\.10gb/.test(await migCell.textContent()));
+  if (migAt.cluster !== 'onprem') await page.goto(`${url}/#/clusters/onprem`);
+  await page.waitForSelector('.heatmap .gpu');
   await page.click('text=allocation');
   // Allocation: the cells at 100% are the GPUs the API says are taken (the gang's 8, and the
   // notebook's when it was placed on-prem).
