@@ -32,10 +32,16 @@ function treeOrder(rows: UsageRow[]): UsageRow[] {
   return out;
 }
 
+// GPUs used beyond the guarantee, when the scheduler says they are borrowed (a parent without a
+// guarantee of its own is not borrowing what its children are guaranteed).
+function borrowed(row: UsageRow): number {
+  return row.borrowing ? Math.max(0, row.usedGpus - row.guaranteedGpus) : 0;
+}
+
 function Bar({ row }: { row: UsageRow }) {
   const scale = Math.max(row.limitGpus ?? 0, row.guaranteedGpus, row.usedGpus, 1);
-  const within = Math.min(row.usedGpus, row.guaranteedGpus);
-  const over = Math.max(0, row.usedGpus - row.guaranteedGpus);
+  const over = borrowed(row);
+  const within = row.usedGpus - over;
   return (
     <span class="bar" aria-hidden="true">
       <span class="bar-used" style={{ width: `${(within / scale) * 100}%` }} />
@@ -74,7 +80,7 @@ export function TeamsView() {
           { label: 'Guaranteed', numeric: true, cell: (r) => num(r.guaranteedGpus) },
           { label: 'Limit', numeric: true, cell: (r) => (r.limitGpus === null ? 'none' : num(r.limitGpus)) },
           { label: 'Used', numeric: true, cell: (r) => num(r.usedGpus) },
-          { label: 'Borrowed', numeric: true, cell: (r) => (r.usedGpus > r.guaranteedGpus ? num(r.usedGpus - r.guaranteedGpus) : '–') },
+          { label: 'Borrowed', numeric: true, cell: (r) => (borrowed(r) > 0 ? num(borrowed(r)) : '–') },
           { label: 'Use', cls: 'bar-col', cell: (r) => <Bar row={r} /> },
           { label: 'Pending', numeric: true, cell: (r) => r.pending ?? 0 },
           { label: 'Fair share', numeric: true, cell: (r) => `${r.fairShareRank} of ${r.siblings}` },
