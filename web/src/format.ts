@@ -50,13 +50,6 @@ export function request(job: Job): string {
   return tasks > 1 ? `${tasks} × ${each}` : each;
 }
 
-// GPUs a job holds, counting fractions and MIG slices as what they are allocated.
-export function gpusHeld(job: Job): number {
-  let milli = 0;
-  for (const a of job.status.allocation ?? []) for (const d of a.devices ?? []) milli += d.milli;
-  return milli / 1000;
-}
-
 export function placement(job: Job): string {
   const alloc = job.status.allocation ?? [];
   if (!alloc.length) return '–';
