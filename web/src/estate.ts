@@ -30,27 +30,21 @@ export function allocatedOf(g: Gpu): number {
   return (1000 - g.freeMilli) / 1000;
 }
 
+function emptyCluster(name: string, type: string, region: string): ClusterSum {
+  return { name, type, region, nodes: 0, ready: 0, lost: 0, simulated: false, models: [], costPerHour: 0 };
+}
+
 export function summarise(nodes: Node[], clusters: ConfigObject<ClusterSpec>[]): ClusterSum[] {
   const out = new Map<string, ClusterSum>();
   const reporting = new Map<ModelSum, { sum: number; n: number }>();
   for (const c of clusters) {
-    out.set(c.metadata.name, {
-      name: c.metadata.name,
-      type: c.spec.type ?? 'on-prem',
-      region: c.spec.region ?? '',
-      nodes: 0,
-      ready: 0,
-      lost: 0,
-      simulated: false,
-      models: [],
-      costPerHour: 0,
-    });
+    out.set(c.metadata.name, emptyCluster(c.metadata.name, c.spec.type ?? 'on-prem', c.spec.region ?? ''));
   }
   const prices = new Map(clusters.map((c) => [c.metadata.name, c.spec.prices ?? {}]));
   for (const n of nodes) {
     let c = out.get(n.cluster);
     if (!c) {
-      c = { name: n.cluster, type: '', region: '', nodes: 0, ready: 0, lost: 0, simulated: false, models: [], costPerHour: 0 };
+      c = emptyCluster(n.cluster, '', ''); // a node of a cluster not (yet) configured
       out.set(n.cluster, c);
     }
     c.nodes++;
