@@ -1,0 +1,380 @@
+#include "domain/lifecycle.h"
+
+#include <algorithm>
+#include <array>
+#include <utility>
+
+namespace meridian::domain {
+
+using base::Status;
+
+namespace {
+
+constexpr std::array<std::pair<Phase, std::string_view>, 7> kPhases = {{
+    {Phase::kPending, "Pending"},
+    {Phase::kPlaced, "Placed"},
+    {Phase::kRunning, "Running"},
+    {Phase::kStopping, "Stopping"},
+    {Phase::kSucceeded, "Succeeded"},
+    {Phase::kFailed, "Failed"},
+    {Phase::kCancelled, "Cancelled"},
+}};
+
+Status NotFrom(const JobLife& life, std::string_view what) {
+  return Status(base::StatusCode::kFailedPrecondition, std::string("cannot ") + std::string(what) +
+                                                           " a job that is " +
+                                                           std::string(PhaseName(life.phase)));
+}
+
+Transition Into(JobLife life, Phase phase, std::string reason) {
+  Transition t;
+  t.released = HoldsResources(life.phase) && !HoldsResources(phase);
+  life.phase = phase;
+  life.reason = std::move(reason);
+  if (!HoldsResources(phase)) {
+    life.tasks.clear();
+    life.stop = StopIntent::kNone;
+    life.stop_deadline = 0;
+  }
+  t.life = std::move(life);
+  return t;
+}
+
+void Say(Transition* t, bool warning, std::string reason, std::string message) {
+  t->events.push_back({warning, std::move(reason), std::move(message)});
+}
+
+// The end of a run whose tasks have all stopped while the job was Stopping.
+Transition StopDone(const JobLife& life, const std::string& why, double now) {
+  if (life.stop == StopIntent::kFail) {
+    Transition t = Into(life, Phase::kFailed, life.reason);
+    t.life.finished_at = now;
+    Say(&t, true, "Failed", life.reason);
+    return t;
+  }
+  if (life.stop == StopIntent::kCancel) {
+    Transition t = Into(life, Phase::kCancelled, life.reason);
+    t.life.finished_at = now;
+    Say(&t, false, "Stopped", why + "; cancelled");
+    return t;
+  }
+  Transition t = Into(life, Phase::kPending, "stopped; back in the queue");
+  t.life.started_at = 0;
+  Say(&t, false, "Stopped", why + "; back in the queue");
+  return t;
+}
+
+std::string_view StateName(TaskStatus::State s) {
+  switch (s) {
+    case TaskStatus::State::kPlaced:
+      return "Placed";
+    case TaskStatus::State::kRunning:
+      return "Running";
+    case TaskStatus::State::kExited:
+      return "Exited";
+  }
+  return "Placed";
+}
+
+bool SameTask(const TaskStatus& a, const TaskStatus& b) {
+  return a.state == b.state && a.exit_code == b.exit_code && a.restarts == b.restarts &&
+         a.node == b.node && a.message == b.message;
+}
+
+}  // namespace
+
+std::string_view PhaseName(Phase phase) {
+  for (const auto& [p, name] : kPhases) {
+    if (p == phase) return name;
+  }
+  return "Pending";
+}
+
+std::optional<Phase> ParsePhase(std::string_view name) {
+  for (const auto& [p, n] : kPhases) {
+    if (n == name) return p;
+  }
+  return std::nullopt;
+}
+
+bool IsTerminal(Phase phase) {
+  return phase == Phase::kSucceeded || phase == Phase::kFailed || phase == Phase::kCancelled;
+}
+
+bool HoldsResources(Phase phase) {
+  return phase == Phase::kPlaced || phase == Phase::kRunning || phase == Phase::kStopping;
+}
+
+namespace lifecycle {
+
+base::Result<Transition> Place(const JobLife& life, int32_t tasks, const std::string& where,
+                               double now) {
+  (void)now;
+  if (life.phase != Phase::kPending) return NotFrom(life, "place");
+  if (tasks <= 0) return Status::Invalid("a placement needs at least one task");
+  Transition t = Into(life, Phase::kPlaced, "placed on " + where);
+  t.life.generation = life.generation + 1;
+  t.life.tasks.assign(static_cast<size_t>(tasks), TaskStatus{});
+  t.life.started_at = 0;
+  Say(&t, false, "Placed", t.life.reason);
+  return t;
+}
+
+base::Result<Transition> RequestStop(const JobLife& life, StopIntent intent,
+                                     const std::string& reason, const std::string& event_reason,
+                                     double deadline, double now) {
+  (void)now;
+  if (intent == StopIntent::kNone) return Status::Invalid("a stop needs an intent");
+  if (life.phase == Phase::kStopping) {
+    // Already on its way out: the earlier deadline holds, and the stronger intent wins (a
+    // failure over a cancel over a requeue).
+    if (static_cast<int>(intent) <= static_cast<int>(life.stop)) {
+      Transition t;
+      t.life = life;
+      t.life.stop_deadline = std::min(life.stop_deadline, deadline);
+      return t;  // nothing new to say
+    }
+    Transition t;
+    t.life = life;
+    t.life.stop = intent;
+    t.life.reason = reason;
+    t.life.stop_deadline = std::min(life.stop_deadline, deadline);
+    Say(&t, false, event_reason, reason + " (already stopping)");
+    return t;
+  }
+  if (life.phase != Phase::kPlaced && life.phase != Phase::kRunning) {
+    return NotFrom(life, "stop");
+  }
+  Transition t = Into(life, Phase::kStopping, reason);
+  t.life.stop = intent;
+  t.life.stop_deadline = deadline;
+  Say(&t, intent == StopIntent::kRequeue, event_reason, reason);
+  return t;
+}
+
+base::Result<Transition> Cancel(const JobLife& life, const std::string& by, double grace,
+                                double now) {
+  const std::string reason = "cancelled by " + by;
+  if (IsTerminal(life.phase)) {
+    return Status(base::StatusCode::kFailedPrecondition,
+                  "the job has already ended (" + std::string(PhaseName(life.phase)) + ")");
+  }
+  if (life.phase == Phase::kPending) {
+    Transition t = Into(life, Phase::kCancelled, reason);
+    t.life.finished_at = now;
+    Say(&t, false, "Cancelled", reason);
+    return t;
+  }
+  return RequestStop(life, StopIntent::kCancel, reason, "Cancelled", now + grace, now);
+}
+
+Transition Report(const JobLife& life, const std::string& node,
+                  const std::vector<TaskReport>& reports,
+                  const std::vector<std::string>& task_nodes, int64_t max_restarts, double now) {
+  Transition t;
+  t.life = life;
+  if (!HoldsResources(life.phase)) return t;  // ended or requeued: what is reported is stale
+  const size_t n = task_nodes.size();
+  JobLife& l = t.life;
+  l.tasks.resize(n);
+  bool changed = false;
+  for (const TaskReport& r : reports) {
+    if (r.generation != l.generation || r.task < 0 || static_cast<size_t>(r.task) >= n ||
+        task_nodes[static_cast<size_t>(r.task)] != node) {
+      continue;  // another run's task: it is not listed for the node, so its runner stops it
+    }
+    TaskStatus& s = l.tasks[static_cast<size_t>(r.task)];
+    const TaskStatus before = s;
+    s.state = r.state;
+    s.node = node;
+    s.restarts = r.restarts;
+    if (r.state == TaskStatus::State::kExited) s.exit_code = r.exit_code;
+    if (!r.message.empty()) s.message = r.message;
+    if (SameTask(s, before)) continue;
+    changed = true;
+    if (r.restarts > before.restarts) {
+      Say(&t, true, "Restarted",
+          "task " + std::to_string(r.task) + " restarted (" + std::to_string(r.restarts) + " of " +
+              std::to_string(max_restarts) + ")" + (r.message.empty() ? "" : ": " + r.message));
+    }
+  }
+  if (!changed) return t;
+  size_t running = 0, exited = 0, succeeded = 0;
+  std::string failure;
+  for (size_t i = 0; i < n; ++i) {
+    const TaskStatus& s = l.tasks[i];
+    running += s.state == TaskStatus::State::kRunning;
+    if (s.state != TaskStatus::State::kExited) continue;
+    ++exited;
+    if (s.exit_code && *s.exit_code == 0) {
+      ++succeeded;
+    } else if (failure.empty()) {
+      // With the runner's word on why, when it stopped the task (runtime limit, lost lease).
+      failure = "task " + std::to_string(i) +
+                (s.exit_code ? " exited with code " + std::to_string(*s.exit_code) +
+                                   (s.message.empty() ? "" : " (" + s.message + ")")
+                             : ": " + (s.message.empty() ? std::string("ended without an exit code")
+                                                         : s.message));
+    }
+  }
+  std::vector<LifeEvent> restarts = std::move(t.events);
+  if (l.phase == Phase::kStopping) {
+    if (exited == n) {
+      t = StopDone(l, "every task stopped", now);
+    }
+  } else if (!failure.empty() && exited < n) {
+    // The others still run: they are stopped now, and the job fails once they have.
+    t = Into(l, Phase::kStopping, failure);
+    t.life.stop = StopIntent::kFail;
+    t.life.stop_deadline = now;
+    Say(&t, true, "Stopping", failure + "; stopping the other tasks");
+  } else if (!failure.empty()) {
+    t = Into(l, Phase::kFailed, failure);
+    t.life.finished_at = now;
+    Say(&t, true, "Failed", failure);
+  } else if (succeeded == n) {
+    t = Into(l, Phase::kSucceeded, "every task exited with code 0");
+    t.life.finished_at = now;
+    Say(&t, false, "Succeeded", t.life.reason);
+  } else if (l.phase == Phase::kPlaced && running > 0) {
+    t = Into(l, Phase::kRunning, "running on " + node);
+    t.life.started_at = now;
+    Say(&t, false, "Started", t.life.reason);
+  }
+  t.events.insert(t.events.begin(), restarts.begin(), restarts.end());
+  if (t.events.empty()) Say(&t, false, "TaskUpdate", "tasks reported by " + node);
+  return t;
+}
+
+base::Result<Transition> Stopped(const JobLife& life, const std::string& why, double now) {
+  if (life.phase != Phase::kStopping) return NotFrom(life, "complete the stop of");
+  return StopDone(life, why, now);
+}
+
+base::Result<Transition> NodeLost(const JobLife& life, const std::string& node,
+                                  const RestartPolicy& policy, double now) {
+  if (!HoldsResources(life.phase)) return NotFrom(life, "lose the node of");
+  const std::string what = "node " + node + " lost";
+  if (life.phase == Phase::kStopping) return StopDone(life, what, now);
+  if (policy.on_failure && life.requeues < policy.max_restarts) {
+    Transition t = Into(life, Phase::kPending, "requeued: " + what);
+    t.life.requeues = life.requeues + 1;
+    t.life.started_at = 0;
+    Say(&t, true, "Requeued", t.life.reason);
+    return t;
+  }
+  Transition t =
+      Into(life, Phase::kFailed,
+           what + (policy.on_failure ? " (no restarts left)" : " (restartPolicy never)"));
+  t.life.finished_at = now;
+  Say(&t, true, "Failed", t.life.reason);
+  return t;
+}
+
+base::Result<Transition> Requeue(const JobLife& life, const std::string& why, double now) {
+  (void)now;
+  if (!HoldsResources(life.phase)) return NotFrom(life, "requeue");
+  if (life.phase == Phase::kStopping && life.stop != StopIntent::kRequeue) {
+    return StopDone(life, why, now);  // it was ending anyway
+  }
+  Transition t = Into(life, Phase::kPending, "requeued: " + why);
+  t.life.started_at = 0;
+  Say(&t, true, "Requeued", t.life.reason);
+  return t;
+}
+
+}  // namespace lifecycle
+
+base::Result<JobLife> DecodeLife(std::string_view phase, std::string reason, int64_t generation,
+                                 const Json& status) {
+  auto p = ParsePhase(phase);
+  if (!p) return Status::Invalid("phase: \"" + std::string(phase) + "\" is not a job phase");
+  JobLife life;
+  life.phase = *p;
+  life.reason = std::move(reason);
+  life.generation = generation;
+  if (!status.is_object()) return life;
+  auto number = [&](const Json& o, const char* key, double fallback) {
+    return o.contains(key) && o.at(key).is_number() ? o.at(key).get<double>() : fallback;
+  };
+  auto text = [&](const Json& o, const char* key) {
+    return o.contains(key) && o.at(key).is_string() ? o.at(key).get<std::string>() : "";
+  };
+  life.requeues = static_cast<int64_t>(number(status, "restarts", 0));
+  life.started_at = number(status, "startedAt", 0);
+  life.finished_at = number(status, "finishedAt", 0);
+  if (status.contains("stop") && status.at("stop").is_object()) {
+    const Json& s = status.at("stop");
+    const std::string intent = text(s, "intent");
+    life.stop = intent == "cancel"    ? StopIntent::kCancel
+                : intent == "fail"    ? StopIntent::kFail
+                : intent == "requeue" ? StopIntent::kRequeue
+                                      : StopIntent::kNone;
+    life.stop_deadline = number(s, "deadline", 0);
+  }
+  if (life.phase == Phase::kStopping && life.stop == StopIntent::kNone) {
+    life.stop = StopIntent::kRequeue;  // stored before intents were: every stop was a preemption
+  }
+  if (status.contains("tasks") && status.at("tasks").is_array()) {
+    for (const Json& t : status.at("tasks")) {
+      TaskStatus s;
+      if (!t.is_object()) {
+        life.tasks.push_back(s);
+        continue;
+      }
+      const std::string state = text(t, "state");
+      s.state = state == "Running"  ? TaskStatus::State::kRunning
+                : state == "Exited" ? TaskStatus::State::kExited
+                                    : TaskStatus::State::kPlaced;
+      if (t.contains("exitCode") && t.at("exitCode").is_number_integer()) {
+        s.exit_code = t.at("exitCode").get<int64_t>();
+      }
+      s.restarts = static_cast<int64_t>(number(t, "restarts", 0));
+      s.node = text(t, "node");
+      s.message = text(t, "message");
+      life.tasks.push_back(std::move(s));
+    }
+  }
+  return life;
+}
+
+void EncodeLife(const JobLife& life, Json* status) {
+  Json& s = *status;
+  if (!s.is_object()) s = Json::object();
+  s.erase("tasks");
+  s.erase("stop");
+  s.erase("startedAt");
+  s.erase("finishedAt");
+  if (life.requeues > 0) {
+    s["restarts"] = life.requeues;
+  } else {
+    s.erase("restarts");
+  }
+  if (life.started_at > 0) s["startedAt"] = life.started_at;
+  if (life.finished_at > 0) s["finishedAt"] = life.finished_at;
+  if (life.stop != StopIntent::kNone) {
+    const char* intent = life.stop == StopIntent::kCancel ? "cancel"
+                         : life.stop == StopIntent::kFail ? "fail"
+                                                          : "requeue";
+    s["stop"] = {{"intent", intent}, {"deadline", life.stop_deadline}};
+  }
+  // Tasks are shown once something was reported of them; a fresh placement has none yet.
+  const bool reported = std::any_of(life.tasks.begin(), life.tasks.end(), [](const TaskStatus& t) {
+    return t.state != TaskStatus::State::kPlaced || !t.node.empty();
+  });
+  if (!reported) return;
+  Json tasks = Json::array();
+  for (const TaskStatus& t : life.tasks) {
+    Json j = {{"state", StateName(t.state)}};
+    if (!t.node.empty()) j["node"] = t.node;
+    if (t.state != TaskStatus::State::kPlaced || t.restarts > 0) j["restarts"] = t.restarts;
+    if (t.state == TaskStatus::State::kExited) {
+      j["exitCode"] = t.exit_code ? Json(*t.exit_code) : Json();
+    }
+    if (!t.message.empty()) j["message"] = t.message;
+    tasks.push_back(std::move(j));
+  }
+  s["tasks"] = std::move(tasks);
+}
+
+}  // namespace meridian::domain

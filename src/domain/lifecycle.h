@@ -1,0 +1,149 @@
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+// A job's life, in one place: its phases, and every transition between them as a pure function
+// of the record, the input and `now`, returning the new record and the events that say why.
+//
+// What the control plane wants of a job (desired: run generation g; stop it by a deadline, and
+// then requeue or cancel it) is kept apart from what its runners report (observed: each task
+// placed, running or exited with a code), as Nomad keeps an allocation's desired and client
+// status apart, so that neither side overwrites the other. Callers (the API for submit and
+// cancel; the controller for place, preempt, requeue and node loss; the back ends' reports) ask
+// for a transition and store what it returns; none of them writes a phase. A job's resources
+// are free only once it leaves a phase that holds them (`Transition::released`): after every
+// task has been observed stopped, or when its node is lost past the fencing deadline. That is
+// what keeps two copies of a job from ever overlapping on the same devices.
+namespace meridian::domain {
+
+using Json = nlohmann::json;
+
+enum class Phase { kPending, kPlaced, kRunning, kStopping, kSucceeded, kFailed, kCancelled };
+
+std::string_view PhaseName(Phase phase);
+std::optional<Phase> ParsePhase(std::string_view name);
+bool IsTerminal(Phase phase);
+// Placed, Running and Stopping: the phases in which a job holds devices on nodes.
+bool HoldsResources(Phase phase);
+
+// What a job in Stopping becomes once all of its tasks have stopped, weakest first: a later stop
+// request replaces the intent only with a stronger one.
+enum class StopIntent {
+  kNone,
+  kRequeue,  // preemption, drain: back to the queue
+  kCancel,   // a user cancelled it
+  kFail,     // one task failed for good: the others are stopped before the job fails
+};
+
+// One task of the current run, as its runner reported it.
+struct TaskStatus {
+  enum class State { kPlaced, kRunning, kExited };
+  State state = State::kPlaced;
+  std::optional<int64_t> exit_code;  // for kExited; none when the runner could not tell
+  int64_t restarts = 0;              // in-place restarts by the runner (restartPolicy)
+  std::string node;
+  std::string message;  // the runner's word on why it stopped the task, when it did
+};
+
+struct JobLife {
+  Phase phase = Phase::kPending;
+  std::string reason;      // why it is in its phase
+  int64_t generation = 0;  // bumped by every placement; reports of another run are stale
+  // Desired.
+  StopIntent stop = StopIntent::kNone;  // set in Stopping only
+  double stop_deadline = 0;             // the runner kills what still runs by then
+  // Observed, for `generation`: one entry per task while the job holds resources.
+  std::vector<TaskStatus> tasks;
+  int64_t requeues = 0;  // runs given up after a lost node (counted against maxRestarts)
+  double started_at = 0;
+  double finished_at = 0;
+};
+
+struct LifeEvent {
+  bool warning = false;
+  std::string reason;  // CamelCase: Placed, Started, Preempted, Stopped, Cancelled, ...
+  std::string message;
+};
+
+struct Transition {
+  JobLife life;
+  std::vector<LifeEvent> events;  // empty: nothing changed
+  // The job left a phase that holds resources: what it held is free from now on.
+  bool released = false;
+};
+
+// What a runner says of one task.
+struct TaskReport {
+  int32_t task = 0;
+  int64_t generation = 0;
+  TaskStatus::State state = TaskStatus::State::kRunning;  // kRunning or kExited
+  std::optional<int64_t> exit_code;
+  int64_t restarts = 0;
+  std::string message;
+};
+
+struct RestartPolicy {
+  bool on_failure = false;  // restartPolicy on-failure; otherwise never
+  int64_t max_restarts = 3;
+};
+
+namespace lifecycle {
+
+// Pending -> Placed on `tasks` tasks, as a new generation. `where` names the nodes.
+base::Result<Transition> Place(const JobLife& life, int32_t tasks, const std::string& where,
+                               double now);
+
+// The control plane wants the job stopped by `deadline`: Placed or Running -> Stopping, to be
+// requeued (preemption, drain) or cancelled once every task has stopped. A job already Stopping
+// keeps the earlier deadline; a cancel overrides a requeue, never the other way round.
+base::Result<Transition> RequestStop(const JobLife& life, StopIntent intent,
+                                     const std::string& reason, const std::string& event_reason,
+                                     double deadline, double now);
+
+// A user cancels: a pending job ends at once; one that holds resources stops first (through
+// RequestStop, so its devices stay taken until its tasks have stopped). Cancelling a job that
+// is already being cancelled changes nothing; an ended job cannot be cancelled.
+base::Result<Transition> Cancel(const JobLife& life, const std::string& by, double grace,
+                                double now);
+
+// What a runner on `node` reported of the current run. `task_nodes` is where each task of the
+// current placement runs; reports of another generation, of a task not on `node` or out of
+// range are stale and ignored. Moves Placed -> Running on the first running task, ends the job
+// when every task exited 0 (Succeeded), fails it when one failed for good (at once when no
+// other task still runs; through Stopping otherwise, so that its devices stay taken until the
+// others have stopped), and completes a Stopping job once every task has exited (Pending,
+// Cancelled or Failed, per its intent).
+Transition Report(const JobLife& life, const std::string& node,
+                  const std::vector<TaskReport>& reports,
+                  const std::vector<std::string>& task_nodes, int64_t max_restarts, double now);
+
+// A back end with no runner to wait for (nodes declared by a pool) observes the stop at once.
+base::Result<Transition> Stopped(const JobLife& life, const std::string& why, double now);
+
+// The node of one of the job's tasks was lost, past its fencing deadline: the job's run is
+// over. It is requeued (restartPolicy on-failure within maxRestarts, or it was being stopped
+// for a requeue anyway), cancelled (it was being cancelled) or failed.
+base::Result<Transition> NodeLost(const JobLife& life, const std::string& node,
+                                  const RestartPolicy& policy, double now);
+
+// The placement is no longer valid (its nodes left the estate): back to the queue.
+base::Result<Transition> Requeue(const JobLife& life, const std::string& why, double now);
+
+}  // namespace lifecycle
+
+// The stored form: the phase's name, and the observed and desired parts in the job's status
+// object ({tasks: [{state, exitCode, restarts, node, message}], restarts, startedAt,
+// finishedAt, stop: {intent, deadline}}), which the API shows as it is.
+base::Result<JobLife> DecodeLife(std::string_view phase, std::string reason, int64_t generation,
+                                 const Json& status);
+// Writes `life` over the fields it owns in `status`, keeping any others.
+void EncodeLife(const JobLife& life, Json* status);
+
+}  // namespace meridian::domain

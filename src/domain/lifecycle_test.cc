@@ -1,0 +1,268 @@
+#include "domain/lifecycle.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+namespace meridian::domain {
+namespace {
+
+using State = TaskStatus::State;
+
+JobLife Life(Phase phase, int32_t tasks = 0, int64_t generation = 1) {
+  JobLife l;
+  l.phase = phase;
+  l.generation = generation;
+  l.tasks.assign(static_cast<size_t>(tasks), TaskStatus{});
+  if (phase == Phase::kStopping) {
+    l.stop = StopIntent::kRequeue;
+    l.stop_deadline = 130;
+  }
+  return l;
+}
+
+TaskReport Rep(int32_t task, State state, std::optional<int64_t> code = std::nullopt,
+               int64_t generation = 1) {
+  TaskReport r;
+  r.task = task;
+  r.generation = generation;
+  r.state = state;
+  r.exit_code = code;
+  return r;
+}
+
+// Every phase against every caller's transition: which are allowed, where they go, and
+// whether the job's resources become free.
+struct Case {
+  const char* name;
+  Phase from;
+  StopIntent intent;  // for a Stopping job
+  std::function<base::Result<Transition>(const JobLife&)> apply;
+  bool allowed;
+  Phase to;
+  bool released;
+  const char* event;  // the first event's reason; "" for none
+};
+
+TEST(Lifecycle, TransitionTable) {
+  auto place = [](const JobLife& l) { return lifecycle::Place(l, 2, "n1, n2", 100); };
+  auto cancel = [](const JobLife& l) { return lifecycle::Cancel(l, "alice", 30, 100); };
+  auto preempt = [](const JobLife& l) {
+    return lifecycle::RequestStop(l, StopIntent::kRequeue, "preempted for job 9", "Preempted", 130,
+                                  100);
+  };
+  auto lost = [](const JobLife& l) {
+    return lifecycle::NodeLost(l, "n1", RestartPolicy{true, 3}, 100);
+  };
+  auto lost_never = [](const JobLife& l) {
+    return lifecycle::NodeLost(l, "n1", RestartPolicy{false, 3}, 100);
+  };
+  auto stopped = [](const JobLife& l) { return lifecycle::Stopped(l, "no runner", 100); };
+  auto requeue = [](const JobLife& l) { return lifecycle::Requeue(l, "node gone", 100); };
+  const std::vector<Case> cases = {
+      {"place pending", Phase::kPending, StopIntent::kNone, place, true, Phase::kPlaced, false,
+       "Placed"},
+      {"place running", Phase::kRunning, StopIntent::kNone, place, false, {}, false, ""},
+      {"place cancelled", Phase::kCancelled, StopIntent::kNone, place, false, {}, false, ""},
+      {"cancel pending", Phase::kPending, StopIntent::kNone, cancel, true, Phase::kCancelled, false,
+       "Cancelled"},
+      // Cancel never frees devices while tasks may run: it stops them first.
+      {"cancel placed", Phase::kPlaced, StopIntent::kNone, cancel, true, Phase::kStopping, false,
+       "Cancelled"},
+      {"cancel running", Phase::kRunning, StopIntent::kNone, cancel, true, Phase::kStopping, false,
+       "Cancelled"},
+      {"cancel preempted", Phase::kStopping, StopIntent::kRequeue, cancel, true, Phase::kStopping,
+       false, "Cancelled"},
+      {"cancel cancelling", Phase::kStopping, StopIntent::kCancel, cancel, true, Phase::kStopping,
+       false, ""},
+      {"cancel succeeded", Phase::kSucceeded, StopIntent::kNone, cancel, false, {}, false, ""},
+      {"cancel failed", Phase::kFailed, StopIntent::kNone, cancel, false, {}, false, ""},
+      {"preempt running", Phase::kRunning, StopIntent::kNone, preempt, true, Phase::kStopping,
+       false, "Preempted"},
+      {"preempt pending", Phase::kPending, StopIntent::kNone, preempt, false, {}, false, ""},
+      {"preempt cancelling", Phase::kStopping, StopIntent::kCancel, preempt, true, Phase::kStopping,
+       false, ""},
+      {"lost running, on-failure", Phase::kRunning, StopIntent::kNone, lost, true, Phase::kPending,
+       true, "Requeued"},
+      {"lost running, never", Phase::kRunning, StopIntent::kNone, lost_never, true, Phase::kFailed,
+       true, "Failed"},
+      {"lost preempted", Phase::kStopping, StopIntent::kRequeue, lost_never, true, Phase::kPending,
+       true, "Stopped"},
+      {"lost cancelling", Phase::kStopping, StopIntent::kCancel, lost, true, Phase::kCancelled,
+       true, "Stopped"},
+      {"lost pending", Phase::kPending, StopIntent::kNone, lost, false, {}, false, ""},
+      {"stopped preempted", Phase::kStopping, StopIntent::kRequeue, stopped, true, Phase::kPending,
+       true, "Stopped"},
+      {"stopped cancelling", Phase::kStopping, StopIntent::kCancel, stopped, true,
+       Phase::kCancelled, true, "Stopped"},
+      {"stopped failing", Phase::kStopping, StopIntent::kFail, stopped, true, Phase::kFailed, true,
+       "Failed"},
+      {"stopped running", Phase::kRunning, StopIntent::kNone, stopped, false, {}, false, ""},
+      {"requeue placed", Phase::kPlaced, StopIntent::kNone, requeue, true, Phase::kPending, true,
+       "Requeued"},
+      {"requeue cancelling", Phase::kStopping, StopIntent::kCancel, requeue, true,
+       Phase::kCancelled, true, "Stopped"},
+      {"requeue pending", Phase::kPending, StopIntent::kNone, requeue, false, {}, false, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    JobLife l = Life(c.from, HoldsResources(c.from) ? 2 : 0);
+    if (c.from == Phase::kStopping) l.stop = c.intent;
+    auto t = c.apply(l);
+    ASSERT_EQ(t.ok(), c.allowed) << (t.ok() ? "" : t.status().message());
+    if (!t.ok()) {
+      EXPECT_EQ(t.status().code(), base::StatusCode::kFailedPrecondition);
+      continue;
+    }
+    EXPECT_EQ(PhaseName(t->life.phase), PhaseName(c.to));
+    EXPECT_EQ(t->released, c.released);
+    if (std::string(c.event).empty()) {
+      EXPECT_TRUE(t->events.empty());
+    } else {
+      ASSERT_FALSE(t->events.empty());
+      EXPECT_EQ(t->events[0].reason, c.event);
+    }
+    if (!HoldsResources(t->life.phase)) {
+      EXPECT_TRUE(t->life.tasks.empty());
+      EXPECT_EQ(t->life.stop, StopIntent::kNone);
+    }
+  }
+}
+
+TEST(Lifecycle, PlacingStartsANewGeneration) {
+  auto t = lifecycle::Place(Life(Phase::kPending, 0, 4), 3, "n1", 10);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->life.generation, 5);
+  EXPECT_EQ(t->life.tasks.size(), 3u);
+  EXPECT_EQ(t->life.reason, "placed on n1");
+}
+
+TEST(Lifecycle, CancelKeepsTheEarlierDeadlineAndWinsOverRequeue) {
+  JobLife l = Life(Phase::kStopping, 1);  // preempted, deadline 130
+  auto t = lifecycle::Cancel(l, "bob", 60, 100);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->life.stop, StopIntent::kCancel);
+  EXPECT_DOUBLE_EQ(t->life.stop_deadline, 130);
+  EXPECT_EQ(t->life.reason, "cancelled by bob");
+  // A later preemption of the cancelling job leaves it cancelling.
+  auto p =
+      lifecycle::RequestStop(t->life, StopIntent::kRequeue, "preempted", "Preempted", 110, 105);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->life.stop, StopIntent::kCancel);
+  EXPECT_DOUBLE_EQ(p->life.stop_deadline, 110);
+}
+
+TEST(Lifecycle, ReportsMoveTheRunAndIgnoreStaleOnes) {
+  const std::vector<std::string> nodes = {"n1", "n2"};
+  JobLife l = Life(Phase::kPlaced, 2, 3);
+  // Another generation, another node's task, a task out of range: all ignored.
+  auto t = lifecycle::Report(l, "n1",
+                             {Rep(0, State::kRunning, {}, 2), Rep(1, State::kRunning, {}, 3),
+                              Rep(5, State::kRunning, {}, 3)},
+                             nodes, 3, 50);
+  EXPECT_TRUE(t.events.empty());
+  EXPECT_EQ(t.life.phase, Phase::kPlaced);
+  t = lifecycle::Report(l, "n1", {Rep(0, State::kRunning, {}, 3)}, nodes, 3, 50);
+  EXPECT_EQ(t.life.phase, Phase::kRunning);
+  EXPECT_DOUBLE_EQ(t.life.started_at, 50);
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.events[0].reason, "Started");
+  // The same report again changes nothing.
+  auto again = lifecycle::Report(t.life, "n1", {Rep(0, State::kRunning, {}, 3)}, nodes, 3, 51);
+  EXPECT_TRUE(again.events.empty());
+  // One task succeeds: still running; both: succeeded, resources free.
+  auto one = lifecycle::Report(t.life, "n1", {Rep(0, State::kExited, 0, 3)}, nodes, 3, 60);
+  EXPECT_EQ(one.life.phase, Phase::kRunning);
+  EXPECT_FALSE(one.released);
+  auto both = lifecycle::Report(one.life, "n2", {Rep(1, State::kExited, 0, 3)}, nodes, 3, 61);
+  EXPECT_EQ(both.life.phase, Phase::kSucceeded);
+  EXPECT_TRUE(both.released);
+  EXPECT_DOUBLE_EQ(both.life.finished_at, 61);
+}
+
+TEST(Lifecycle, AFailedTaskStopsTheOthersBeforeTheJobFails) {
+  const std::vector<std::string> nodes = {"n1", "n2"};
+  JobLife l = Life(Phase::kRunning, 2);
+  l = lifecycle::Report(l, "n1", {Rep(0, State::kRunning)}, nodes, 3, 1).life;
+  l = lifecycle::Report(l, "n2", {Rep(1, State::kRunning)}, nodes, 3, 1).life;
+  auto t = lifecycle::Report(l, "n1", {Rep(0, State::kExited, 3)}, nodes, 3, 10);
+  EXPECT_EQ(t.life.phase, Phase::kStopping);  // task 1 still runs on n2: its GPUs stay taken
+  EXPECT_EQ(t.life.stop, StopIntent::kFail);
+  EXPECT_FALSE(t.released);
+  EXPECT_EQ(t.life.reason, "task 0 exited with code 3");
+  auto done = lifecycle::Report(t.life, "n2", {Rep(1, State::kExited, 143)}, nodes, 3, 12);
+  EXPECT_EQ(done.life.phase, Phase::kFailed);
+  EXPECT_TRUE(done.released);
+  EXPECT_EQ(done.life.reason, "task 0 exited with code 3");
+}
+
+TEST(Lifecycle, AStoppingJobEndsOnlyWhenEveryTaskHasStopped) {
+  const std::vector<std::string> nodes = {"n1", "n1"};
+  auto c = lifecycle::Cancel(Life(Phase::kRunning, 2), "alice", 30, 100);
+  ASSERT_TRUE(c.ok());
+  auto one = lifecycle::Report(c->life, "n1", {Rep(0, State::kExited, 143)}, nodes, 3, 110);
+  EXPECT_EQ(one.life.phase, Phase::kStopping);
+  EXPECT_FALSE(one.released);
+  auto both = lifecycle::Report(one.life, "n1", {Rep(1, State::kExited, 137)}, nodes, 3, 112);
+  EXPECT_EQ(both.life.phase, Phase::kCancelled);
+  EXPECT_TRUE(both.released);
+  EXPECT_EQ(both.life.reason, "cancelled by alice");
+}
+
+TEST(Lifecycle, RestartsAreSaidAndLostNodesCountAgainstMaxRestarts) {
+  const std::vector<std::string> nodes = {"n1"};
+  JobLife l = Life(Phase::kRunning, 1);
+  TaskReport r = Rep(0, State::kRunning);
+  r.restarts = 1;
+  r.message = "exited with code 1";
+  auto t = lifecycle::Report(l, "n1", {r}, nodes, 3, 5);
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.events[0].reason, "Restarted");
+  EXPECT_EQ(t.events[0].message, "task 0 restarted (1 of 3): exited with code 1");
+  JobLife lost = Life(Phase::kRunning, 1);
+  lost.requeues = 2;
+  auto last = lifecycle::NodeLost(lost, "n1", RestartPolicy{true, 3}, 9);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->life.phase, Phase::kPending);
+  EXPECT_EQ(last->life.requeues, 3);
+  JobLife rerun = last->life;  // placed again, and lost again: the fourth run is one too many
+  rerun.phase = Phase::kRunning;
+  auto over = lifecycle::NodeLost(rerun, "n1", RestartPolicy{true, 3}, 10);
+  ASSERT_TRUE(over.ok());
+  EXPECT_EQ(over->life.phase, Phase::kFailed);
+  EXPECT_EQ(over->life.reason, "node n1 lost (no restarts left)");
+}
+
+TEST(Lifecycle, StoredFormRoundTrips) {
+  JobLife l = Life(Phase::kStopping, 2, 7);
+  l.stop = StopIntent::kCancel;
+  l.stop_deadline = 42.5;
+  l.requeues = 1;
+  l.started_at = 12;
+  l.tasks[0] = {State::kExited, 0, 2, "n1", "done"};
+  l.tasks[1] = {State::kRunning, std::nullopt, 0, "n2", ""};
+  Json status = {{"other", 1}};
+  EncodeLife(l, &status);
+  EXPECT_EQ(status["other"], 1);
+  EXPECT_EQ(status["stop"]["intent"], "cancel");
+  EXPECT_EQ(status["tasks"][0]["state"], "Exited");
+  auto back = DecodeLife("Stopping", "why", 7, status);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->stop, StopIntent::kCancel);
+  EXPECT_DOUBLE_EQ(back->stop_deadline, 42.5);
+  EXPECT_EQ(back->requeues, 1);
+  EXPECT_DOUBLE_EQ(back->started_at, 12);
+  ASSERT_EQ(back->tasks.size(), 2u);
+  EXPECT_EQ(back->tasks[0].exit_code, 0);
+  EXPECT_EQ(back->tasks[0].restarts, 2);
+  EXPECT_EQ(back->tasks[1].state, State::kRunning);
+  EXPECT_EQ(back->tasks[1].node, "n2");
+  EXPECT_FALSE(DecodeLife("Runing", "", 0, status).ok());
+  // A Stopping job stored before intents existed was preempted.
+  auto old = DecodeLife("Stopping", "", 1, Json::object());
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->stop, StopIntent::kRequeue);
+}
+
+}  // namespace
+}  // namespace meridian::domain
