@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "api/api_internal.h"
+#include "api/job_life.h"
 #include "base/strings.h"
 
 namespace meridian::api {
@@ -18,10 +19,6 @@ std::vector<std::string> CommaList(const std::string& text) {
     if (!part.empty()) out.emplace_back(part);
   }
   return out;
-}
-
-bool Terminal(const std::string& phase) {
-  return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled";
 }
 
 }  // namespace
@@ -167,19 +164,18 @@ void Api::CancelJob(Call& call) {
     auto current = tx.GetJob(job->id);
     if (!current.ok()) return current.status();
     *job = *current;
-    if (Terminal(job->phase)) {
-      return Status(base::StatusCode::kFailedPrecondition,
-                    "job " + std::to_string(job->id) + " has already ended (" + job->phase + ")");
+    auto life = LifeOf(*job);
+    if (!life.ok()) return life.status();
+    // A job that holds devices goes through Stopping: they stay taken until its tasks have
+    // been seen to stop.
+    auto t = domain::lifecycle::Cancel(*life, call.access.user(),
+                                       job->spec.value("gracePeriod", 30.0), call.started);
+    if (!t.ok()) {
+      return Status(t.status().code(),
+                    "job " + std::to_string(job->id) + ": " + t.status().message());
     }
-    job->phase = "Cancelled";
-    job->reason = "cancelled by " + call.access.user();
-    job->allocation = Json::array();
-    job->updated_at = call.started;
-    auto v = tx.UpdateJob(*job, job->version);
-    if (!v.ok()) return v.status();
-    job->version = *v;
-    auto e = tx.AppendEvent({0, call.started, "Job", std::to_string(job->id), job->project,
-                             "Normal", "Cancelled", job->reason});
+    if (t->events.empty()) return Status::Ok();  // already being cancelled: nothing to do
+    auto e = CommitTransition(tx, *t, call.started, &*job);
     if (!e.ok()) return e.status();
     seq = *e;
     store::AuditEntry a{0,
@@ -195,7 +191,7 @@ void Api::CancelJob(Call& call) {
     return tx.AppendAudit(a).status();
   });
   if (!s.ok()) return Fail(call, s);
-  call.audited = true;
+  call.audited = seq > 0;  // a repeated cancel changed nothing and is audited as any call
   Changed(seq, false);
   Respond(call, 200, JobToJson(*job));
 }

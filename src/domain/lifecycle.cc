@@ -32,10 +32,12 @@ Transition Into(JobLife life, Phase phase, std::string reason) {
   life.phase = phase;
   life.reason = std::move(reason);
   if (!HoldsResources(phase)) {
-    life.tasks.clear();
     life.stop = StopIntent::kNone;
     life.stop_deadline = 0;
   }
+  // An ended job keeps what its last run's tasks reported (their exit codes); a requeued one
+  // starts its next run with none.
+  if (phase == Phase::kPending) life.tasks.clear();
   t.life = std::move(life);
   return t;
 }

@@ -123,8 +123,10 @@ TEST(Lifecycle, TransitionTable) {
       EXPECT_EQ(t->events[0].reason, c.event);
     }
     if (!HoldsResources(t->life.phase)) {
-      EXPECT_TRUE(t->life.tasks.empty());
       EXPECT_EQ(t->life.stop, StopIntent::kNone);
+    }
+    if (t->life.phase == Phase::kPending) {
+      EXPECT_TRUE(t->life.tasks.empty());
     }
   }
 }

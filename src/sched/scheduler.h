@@ -56,6 +56,10 @@ struct SchedulerOptions {
   // holding the reservation takes them back by preemption when it could otherwise start. A
   // reservation then costs the work since the borrowers' last checkpoint, not idle nodes.
   bool lend_reserved = true;
+  // Whether a preempted job holds its resources until the caller reports Evicted whatever its
+  // grace period. The control plane says yes: a task stops only when its runner says so, even
+  // with no grace. The simulator, where a stop with no grace is instant, says no.
+  bool await_stop_reports = false;
   int32_t queue_depth = 256;  // pending jobs considered per cycle
   // Pending jobs per cycle that may try preemption: preemption searches are the dear part of a
   // cycle, and the jobs first in order are the ones it is for.
@@ -153,6 +157,7 @@ class Scheduler {
     double attained = 0;  // GPU-seconds of earlier runs
     bool borrowed = false;
     int64_t on_loan_from = -1;  // the reserved job whose nodes it borrows
+    int64_t stopping_for = -1;  // kStopping: the job it was preempted for, which counts on it
     int64_t milli = 0;          // GPU milli of the whole job
   };
   struct Usage {
@@ -174,6 +179,9 @@ class Scheduler {
   bool PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why);
   void Rollback(const Job& j, const std::vector<Placement>& done);
   bool TryPreempt(Job& j, double now, CycleResult* out);
+  // The victim search of TryPreempt, with j's earlier victims (`claimed`) released in the
+  // placer; it restores them (and empties `claimed`) once it has decided.
+  bool PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, CycleResult* out);
   // Starts, on the reserved nodes, preemptible jobs of this pass that fit nowhere else.
   void Lend(const std::vector<int64_t>& borrowers, double now, CycleResult* out);
   void Start(Job& j, double now, CycleResult* out);

@@ -132,6 +132,38 @@ void Scheduler::Lend(const std::vector<int64_t>& borrowers, double now, CycleRes
 }
 
 bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
+  // What j's earlier victims will free once they have stopped is j's already: counted as free
+  // here, so that a job waiting for its victims takes no more (the preemption cascade), and
+  // given back to them before returning, since they hold it until Evicted.
+  std::vector<int64_t> claimed;
+  for (int64_t id : running_) {
+    Job& v = jobs_.at(id);
+    if (v.phase == Phase::kStopping && v.stopping_for == j.spec.id) {
+      Rollback(v, v.placements);
+      claimed.push_back(id);
+    }
+  }
+  auto give_back = [&] {
+    for (int64_t id : claimed) Restore(jobs_.at(id));
+    claimed.clear();
+  };
+  if (!claimed.empty() && TryPlace(j, nullptr)) {
+    Rollback(j, j.placements);
+    j.placements.clear();
+    const size_t waiting_for = claimed.size();
+    give_back();
+    out->pending.emplace_back(
+        j.spec.id, "waits for " + std::to_string(waiting_for) + " preempted job(s) to stop");
+    return true;
+  }
+  const bool found = PreemptMore(j, now, &claimed, out);
+  give_back();
+  return found;
+}
+
+bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, CycleResult* out) {
+  int64_t claimed_milli = 0;
+  for (int64_t id : *claimed) claimed_milli += jobs_.at(id).milli;
   const double mine = PreemptionRank(j, now);
   const bool reclaim = quotas_.WithinGuarantee(j.spec.tenant, kNoModel, j.milli);
   struct Victim {
@@ -157,7 +189,7 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
                        static_cast<double>(v.milli) * (now - v.start_time)});
   }
   // Not even every candidate together frees enough GPU: no search.
-  int64_t freeable = gpu_capacity_ - allocated_milli_;
+  int64_t freeable = gpu_capacity_ - allocated_milli_ + claimed_milli;
   for (const Victim& v : victims) freeable += jobs_.at(v.id).milli;
   if (victims.empty() || freeable < j.milli) return false;
   // What was lent from j's reservation first, then borrowed work, then the lowest priority,
@@ -172,7 +204,7 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
   // Release victims one at a time until the job fits.
   std::vector<int64_t> taken;
   bool fits = false;
-  int64_t free_milli = gpu_capacity_ - allocated_milli_;
+  int64_t free_milli = gpu_capacity_ - allocated_milli_ + claimed_milli;
   for (const Victim& v : victims) {
     Job& victim = jobs_.at(v.id);
     Rollback(victim, victim.placements);
@@ -199,12 +231,16 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
       needed.push_back(taken[k]);
     }
   }
-  const bool immediate = std::all_of(needed.begin(), needed.end(), [&](int64_t id) {
-    return jobs_.at(id).spec.grace_period <= 0;
-  });
-  // Hand the victims their resources back for the bookkeeping of Stop, which releases them.
+  const bool immediate =
+      !options_.await_stop_reports && std::all_of(needed.begin(), needed.end(), [&](int64_t id) {
+        return jobs_.at(id).spec.grace_period <= 0;
+      });
+  // Hand the victims their resources back for the bookkeeping of Stop, which releases them,
+  // and the earlier victims theirs: they hold them until they have stopped.
   Rollback(j, j.placements);
   for (int64_t id : needed) Restore(jobs_.at(id));
+  for (int64_t id : *claimed) Restore(jobs_.at(id));
+  claimed->clear();
   for (int64_t id : needed) {
     Job& victim = jobs_.at(id);
     const std::string reason = victim.on_loan_from == j.spec.id ? "reservation"
@@ -218,6 +254,7 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
       pending_.push_back(id);
     } else {
       victim.phase = Phase::kStopping;
+      victim.stopping_for = j.spec.id;
     }
   }
   if (!immediate) {

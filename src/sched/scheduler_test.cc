@@ -168,6 +168,64 @@ TEST(Scheduler, PreemptionTakesTheFewestVictims) {
   EXPECT_TRUE(Started(r, 9));
 }
 
+// The preemption cascade: while a victim stops (the default 30 s grace), the job it was taken
+// for counts what the victim will free, and takes nobody else, cycle after cycle.
+TEST(Scheduler, AJobWaitingForItsVictimsTakesNoMore) {
+  for (bool await : {false, true}) {
+    SCOPED_TRACE(await ? "control plane" : "simulator");
+    SchedulerOptions o;
+    o.await_stop_reports = await;
+    Fixture f(6, o);
+    for (int i = 1; i <= 6; ++i) {
+      JobSpec low = Job(i, f.a, 8);
+      low.grace_period = 30;
+      ASSERT_TRUE(f.sched->Submit(low).ok());
+    }
+    ASSERT_EQ(f.sched->Cycle(0).started.size(), 6u);
+    ASSERT_TRUE(f.sched->Submit(Job(9, f.b, 8, 1, 10)).ok());
+    std::vector<int64_t> victims;
+    for (double t = 10; t < 40; t += 1) {  // a cycle a second while the victim stops
+      CycleResult r = f.sched->Cycle(t);
+      for (const PreemptDecision& p : r.preempted) victims.push_back(p.job);
+      EXPECT_FALSE(Started(r, 9));
+      EXPECT_EQ(Reason(r, 9), "waits for 1 preempted job(s) to stop");
+    }
+    ASSERT_EQ(victims.size(), 1u) << "one 8-GPU job frees what an 8-GPU job needs";
+    f.sched->Evicted(victims[0], 40);
+    CycleResult r = f.sched->Cycle(40);
+    EXPECT_TRUE(Started(r, 9));
+    EXPECT_TRUE(r.preempted.empty());
+    // A 2x8 gang with one node to free takes exactly two victims, once.
+    ASSERT_TRUE(f.sched
+                    ->Submit([&] {
+                      JobSpec g = Job(10, f.b, 8, 2, 20);
+                      g.gang = true;
+                      return g;
+                    }())
+                    .ok());
+    victims.clear();
+    for (double t = 41; t < 70; t += 1) {
+      for (const PreemptDecision& p : f.sched->Cycle(t).preempted) victims.push_back(p.job);
+    }
+    EXPECT_EQ(victims.size(), 2u);
+  }
+}
+
+TEST(Scheduler, TheControlPlaneWaitsForAStopEvenWithNoGrace) {
+  SchedulerOptions o;
+  o.await_stop_reports = true;
+  Fixture f(1, o);
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());  // grace 0
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.b, 8, 1, 10)).ok());
+  CycleResult r = f.sched->Cycle(10);
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_FALSE(Started(r, 2)) << "job 1's task may still run until its runner says it stopped";
+  EXPECT_TRUE(f.sched->Cycle(11).preempted.empty());
+  f.sched->Evicted(1, 12);
+  EXPECT_TRUE(Started(f.sched->Cycle(12), 2));
+}
+
 TEST(Scheduler, GangsArePlacedWholeInOneCluster) {
   Fixture f(2, {}, /*two_clusters=*/true);  // n0 on-prem, n1 cloud
   JobSpec gang = Job(1, f.a, 8, 2);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "api/job_life.h"
 #include "sched/fragmentation.h"
 #include "sched/registry.h"
 
@@ -45,9 +46,8 @@ SchedulerController::~SchedulerController() { Stop(); }
 
 void SchedulerController::Start() {
   // The history kept before a restart: the charts carry on where they were.
-  auto kept = store::ReadValue(*store_, [&](store::Tx& tx) {
-    return tx.ListSamples(clock_->Now() - history_retention_);
-  });
+  auto kept = store::ReadValue(
+      *store_, [&](store::Tx& tx) { return tx.ListSamples(clock_->Now() - history_retention_); });
   if (kept.ok()) {
     std::lock_guard<std::mutex> lock(history_mu_);
     for (const auto& [at, json] : *kept) history_.push_back(api::HistorySampleFromJson(at, json));
@@ -104,8 +104,41 @@ void SchedulerController::Loop() {
 }
 
 void SchedulerController::Track(const store::JobRecord& job) {
-  known_[job.id] = {job.project,      job.version,    job.generation, job.phase,
-                    job.submitted_at, job.allocation, job.status};
+  known_[job.id] = {job.project, job.version,      job.generation, job.phase,
+                    job.reason,  job.submitted_at, job.allocation, job.status};
+}
+
+void SchedulerController::Follow(const store::JobRecord& job, double now) {
+  const int64_t id = job.id;
+  auto k = known_.find(id);
+  if (!Active(job.phase)) {
+    if (k == known_.end()) return;  // handled at an earlier event of this batch
+    scheduler_->Cancel(id, now);    // over: what it held is free (it was seen to stop)
+    known_.erase(k);
+    reasons_.erase(id);
+    nodes_->Track(job);
+    return;
+  }
+  if (k == known_.end()) {
+    if (job.phase != "Pending") return;
+    Track(job);
+    nodes_->Track(job);
+    auto spec = ToSchedulerJob(job, *estate_);
+    Status queued = spec.ok() ? scheduler_->Submit(std::move(spec.value())) : spec.status();
+    if (!queued.ok()) reasons_[id] = queued.message();
+    return;
+  }
+  if (job.version < k->second.version) return;  // older than what this controller wrote
+  const std::string before = k->second.phase;
+  // A preempted job whose tasks have stopped goes back to the queue.
+  if (before == "Stopping" && job.phase == "Pending") scheduler_->Evicted(id, now);
+  // Cancelled, or one task failed: it holds its devices until its tasks have stopped, and is
+  // nobody's victim meanwhile.
+  if ((before == "Running" || before == "Placed") && job.phase == "Stopping") {
+    scheduler_->Evicting(id);
+  }
+  Track(job);
+  nodes_->Track(job);
 }
 
 Status SchedulerController::Rebuild() {
@@ -151,8 +184,11 @@ Status SchedulerController::Rebuild() {
       sched::FragmentationModel::FromTasks(shapes, 0.95));
   auto profile = sched::BuiltinRegistry().Build(*policy, args);
   if (!profile.ok()) return profile.status();
+  // A preempted task stops when its agent says so, even with no grace period.
+  sched::SchedulerOptions options = (*estate)->options;
+  options.await_stop_reports = true;
   auto scheduler = std::make_unique<sched::Scheduler>((*estate)->snapshot, std::move(*profile),
-                                                      (*estate)->quotas, (*estate)->options, 1);
+                                                      (*estate)->quotas, options, 1);
   known_.clear();
   reasons_.clear();
   std::vector<store::JobRecord> lost;  // placed where the estate no longer has room
@@ -172,7 +208,7 @@ Status SchedulerController::Rebuild() {
                          ? scheduler->Adopt(std::move(spec.value()), *placements, job.updated_at)
                          : placements.status();
     if (!adopted.ok()) {
-      job.reason = "requeued: " + adopted.message();
+      job.reason = adopted.message();
       lost.push_back(job);
     } else if (job.phase == "Stopping") {
       // Preempted before the rebuild: it still holds its nodes until its tasks have stopped.
@@ -198,15 +234,13 @@ Status SchedulerController::Rebuild() {
   int64_t seq = 0;
   s = store_->Write([&](store::Tx& tx) {
     for (store::JobRecord& j : lost) {
-      j.phase = "Pending";
-      j.allocation = Json::array();
-      j.status.erase("tasks");
-      j.updated_at = now;
-      if (auto v = tx.UpdateJob(j, j.version); !v.ok()) return v.status();
-      auto e = tx.AppendEvent(
-          {0, now, "Job", std::to_string(j.id), j.project, "Warning", "Requeued", j.reason});
+      auto life = api::LifeOf(j);
+      if (!life.ok()) return life.status();
+      auto t = domain::lifecycle::Requeue(*life, j.reason, now);
+      if (!t.ok()) return t.status();
+      auto e = api::CommitTransition(tx, *t, now, &j);
       if (!e.ok()) return e.status();
-      seq = *e;
+      seq = std::max(seq, *e);
     }
     return Status::Ok();
   });
@@ -244,31 +278,10 @@ Status SchedulerController::CatchUp() {
       const int64_t id = std::stoll(e.object_name);
       auto it = changed.find(id);
       if (it == changed.end()) continue;
-      const store::JobRecord& job = it->second;
-      auto k = known_.find(id);
-      if (!Active(job.phase)) {
-        if (k == known_.end()) continue;  // handled at an earlier event of this batch
-        scheduler_->Cancel(id, now);
-        known_.erase(k);
-        reasons_.erase(id);
-        nodes_->Track(job);
-        continue;
-      }
-      if (k == known_.end()) {
-        if (e.reason != "Submitted" || job.phase != "Pending") continue;
-        Track(job);
-        nodes_->Track(job);
-        auto spec = ToSchedulerJob(job, *estate_);
-        Status queued = spec.ok() ? scheduler_->Submit(std::move(spec.value())) : spec.status();
-        if (!queued.ok()) reasons_[id] = queued.message();
-        continue;
-      }
-      // A preempted job whose tasks have stopped goes back to the queue.
-      if (k->second.phase == "Stopping" && job.phase == "Pending") scheduler_->Evicted(id, now);
-      if (job.version >= k->second.version) {
-        Track(job);
-        nodes_->Track(job);
-      }
+      // A job is taken in at its submission only; later events of a job this controller does
+      // not know (it ended before) change nothing.
+      if (!known_.count(id) && e.reason != "Submitted") continue;
+      Follow(it->second, now);
     }
     if (dirty_ || events.size() < static_cast<size_t>(kPage)) return Status::Ok();
   }
@@ -287,6 +300,7 @@ Status SchedulerController::RunOnce() {
     if (Status s = Rebuild(); !s.ok()) return s;
   }
   const double now = clock_->Now();
+  if (Status s = SettleStops(now); !s.ok()) return s;
   sched::CycleResult result = scheduler_->Cycle(now);
   for (const auto& [id, why] : result.pending) reasons_[id] = why;
   for (const sched::StartDecision& d : result.started) reasons_.erase(d.job);
@@ -297,71 +311,84 @@ Status SchedulerController::RunOnce() {
 
 Status SchedulerController::Commit(const sched::CycleResult& result, double now) {
   if (result.started.empty() && result.preempted.empty()) return Status::Ok();
+  // Each decision is a lifecycle transition of the job as the controller last saw it; the
+  // write checks that version, so a job that moved underneath (cancelled meanwhile) drops the
+  // whole commit and the controller starts again from the store.
   struct Update {
     store::JobRecord record;
-    int64_t expected;
+    std::vector<domain::Transition> steps;
   };
   std::vector<Update> updates;
-  std::vector<store::Event> events;
-  std::vector<int64_t> evicted_now;  // preempted on nodes no agent runs: nothing to stop
+  std::vector<int64_t> evicted_now;  // preempted on nodes no agent runs: nothing to wait for
+  auto record_of = [](int64_t id, const Known& k) {
+    store::JobRecord r;
+    r.id = id;
+    r.project = k.project;
+    r.version = k.version;
+    r.generation = k.generation;
+    r.phase = k.phase;
+    r.reason = k.reason;
+    r.allocation = k.allocation;
+    r.status = k.status;
+    return r;
+  };
   for (const sched::PreemptDecision& p : result.preempted) {
     const Known& k = known_.at(p.job);
-    bool on_agents = false;
-    for (const Json& t : k.allocation) on_agents |= estate_->Registered(t.value("node", ""));
-    store::JobRecord r;
-    r.id = p.job;
-    r.reason = "preempted for job " + std::to_string(p.for_job) + " (" + p.reason + ")";
-    r.generation = k.generation;
-    r.status = k.status;
-    if (on_agents) {
-      r.phase = "Stopping";
-      r.allocation = k.allocation;
-    } else {
-      r.phase = "Pending";
-      r.status.erase("tasks");
+    Update u{record_of(p.job, k), {}};
+    auto life = api::LifeOf(u.record);
+    if (!life.ok()) return life.status();
+    const std::string reason =
+        "preempted for job " + std::to_string(p.for_job) + " (" + p.reason + ")";
+    auto stop = domain::lifecycle::RequestStop(*life, domain::StopIntent::kRequeue, reason,
+                                               "Preempted", p.stop_at, now);
+    if (!stop.ok()) return stop.status();
+    u.steps.push_back(*stop);
+    if (!RunsOnAgents(k.allocation)) {
+      auto done = domain::lifecycle::Stopped(stop->life, "no agent runs its nodes", now);
+      if (!done.ok()) return done.status();
+      u.steps.push_back(*done);
       evicted_now.push_back(p.job);
     }
-    r.updated_at = now;
-    updates.push_back({r, k.version});
-    events.push_back(
-        {0, now, "Job", std::to_string(p.job), k.project, "Warning", "Preempted", r.reason});
+    updates.push_back(std::move(u));
   }
   for (const sched::StartDecision& d : result.started) {
     const Known& k = known_.at(d.job);
-    store::JobRecord r;
-    r.id = d.job;
-    r.phase = "Placed";
-    r.allocation = AllocationToJson(d.placements, *estate_);
-    r.generation = k.generation + 1;
-    r.status = k.status;
-    r.status.erase("tasks");
-    r.status.erase("startedAt");
+    Update u{record_of(d.job, k), {}};
+    auto life = api::LifeOf(u.record);
+    if (!life.ok()) return life.status();
+    u.record.allocation = AllocationToJson(d.placements, *estate_);
     std::string where;
-    for (const Json& t : r.allocation) {
+    for (const Json& t : u.record.allocation) {
       const std::string node = t.at("node");
       if (where.find(node) == std::string::npos) where += (where.empty() ? "" : ", ") + node;
     }
-    r.reason =
-        "placed on " + where + (d.borrowed ? " (borrowing idle quota)" : "") +
+    where +=
+        std::string(d.borrowed ? " (borrowing idle quota)" : "") +
         (d.on_loan_from >= 0 ? " (on nodes reserved for job " + std::to_string(d.on_loan_from) + ")"
                              : "");
-    r.updated_at = now;
-    updates.push_back({r, k.version});
-    events.push_back(
-        {0, now, "Job", std::to_string(d.job), k.project, "Normal", "Placed", r.reason});
+    auto placed = domain::lifecycle::Place(*life, static_cast<int32_t>(u.record.allocation.size()),
+                                           where, now);
+    if (!placed.ok()) return placed.status();
+    u.steps.push_back(*placed);
+    updates.push_back(std::move(u));
   }
-  std::vector<int64_t> versions(updates.size());
   int64_t seq = 0;
   Status s = store_->Write([&](store::Tx& tx) {
-    for (size_t i = 0; i < updates.size(); ++i) {
-      auto v = tx.UpdateJob(updates[i].record, updates[i].expected);
+    for (Update& u : updates) {
+      store::JobRecord r = u.record;
+      std::vector<store::Event> events;
+      for (const domain::Transition& t : u.steps) {
+        for (store::Event& e : api::ApplyTransition(t, now, &r)) events.push_back(std::move(e));
+      }
+      auto v = tx.UpdateJob(r, r.version);
       if (!v.ok()) return v.status();
-      versions[i] = *v;
-    }
-    for (const store::Event& e : events) {
-      auto r = tx.AppendEvent(e);
-      if (!r.ok()) return r.status();
-      seq = *r;
+      r.version = *v;
+      for (const store::Event& e : events) {
+        auto appended = tx.AppendEvent(e);
+        if (!appended.ok()) return appended.status();
+        seq = *appended;
+      }
+      u.record = std::move(r);
     }
     return Status::Ok();
   });
@@ -372,18 +399,49 @@ Status SchedulerController::Commit(const sched::CycleResult& result, double now)
     Wake();
     return s.code() == base::StatusCode::kConflict ? Status::Ok() : s;
   }
-  for (size_t i = 0; i < updates.size(); ++i) {
-    Known& k = known_.at(updates[i].record.id);
-    k.version = versions[i];
-    k.generation = updates[i].record.generation;
-    k.phase = updates[i].record.phase;
-    k.allocation = updates[i].record.allocation;
-    k.status = updates[i].record.status;
-  }
+  for (const Update& u : updates) Track(u.record);
   for (int64_t id : evicted_now) scheduler_->Evicted(id, now);
   // The next round reads the decisions back from the log and hands them to the agents.
   Wake();
   bus_->Notify(seq);
+  return Status::Ok();
+}
+
+bool SchedulerController::RunsOnAgents(const Json& allocation) const {
+  for (const Json& t : allocation) {
+    if (estate_->Registered(t.value("node", ""))) return true;
+  }
+  return false;
+}
+
+Status SchedulerController::SettleStops(double now) {
+  // A stop on nodes that no agent runs (declared by a pool) has no runner to wait for: that
+  // back end observes it at once.
+  std::vector<int64_t> settle;
+  for (const auto& [id, k] : known_) {
+    if (k.phase == "Stopping" && !RunsOnAgents(k.allocation)) settle.push_back(id);
+  }
+  if (settle.empty()) return Status::Ok();
+  int64_t seq = 0;
+  std::vector<store::JobRecord> done;
+  Status s = store_->Write([&](store::Tx& tx) {
+    for (int64_t id : settle) {
+      auto job = tx.GetJob(id);
+      if (!job.ok()) return job.status();
+      auto life = api::LifeOf(*job);
+      if (!life.ok()) return life.status();
+      auto t = domain::lifecycle::Stopped(*life, "no agent runs its nodes", now);
+      if (!t.ok()) continue;  // moved on meanwhile
+      auto e = api::CommitTransition(tx, *t, now, &*job);
+      if (!e.ok()) return e.status();
+      seq = *e;
+      done.push_back(*job);
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  for (const store::JobRecord& j : done) Follow(j, now);
+  if (seq > 0) bus_->Notify(seq);
   return Status::Ok();
 }
 

@@ -61,6 +61,7 @@ class SchedulerController final : public api::SchedulerHooks {
     int64_t version = 0;
     int64_t generation = 0;
     std::string phase;
+    std::string reason;
     double submitted_at = 0;
     Json allocation;
     Json status;
@@ -68,6 +69,11 @@ class SchedulerController final : public api::SchedulerHooks {
   base::Status Rebuild();
   base::Status CatchUp();
   void Track(const store::JobRecord& job);
+  // Brings the scheduler, known_ and the agents' assignments in line with a job as stored now.
+  void Follow(const store::JobRecord& job, double now);
+  // Completes the stops that no runner will report (jobs on nodes no agent runs).
+  base::Status SettleStops(double now);
+  bool RunsOnAgents(const Json& allocation) const;
   base::Status Commit(const sched::CycleResult& result, double now);
   void Publish(double cycle_seconds);
   void Sample(double now);

@@ -196,7 +196,7 @@ base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const E
   spec.runtime_estimate = s.value("runtimeEstimate", 0.0);
   spec.runtime_limit = s.value("runtimeLimit", 0.0);
   spec.min_runtime = s.value("minRuntime", 0.0);
-  spec.grace_period = s.value("gracePeriod", 0.0);
+  spec.grace_period = s.value("gracePeriod", 30.0);  // the documents' default
   spec.tasks = sched::TasksForJob(dj, estate.snapshot, -1);
   return spec;
 }

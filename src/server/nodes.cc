@@ -1,5 +1,6 @@
 #include "server/nodes.h"
 
+#include "api/job_life.h"
 #include "domain/gpu_model.h"
 #include "domain/spec.h"
 
@@ -253,25 +254,32 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
               {"lease", lost_timeout_ / 2}};
 }
 
-base::Result<std::map<int64_t, std::vector<TaskReport>>> ParseTaskReports(const Json& tasks) {
+base::Result<std::map<int64_t, std::vector<domain::TaskReport>>> ParseTaskReports(
+    const Json& tasks) {
   if (!tasks.is_array()) return Status::Invalid("tasks: must be a list");
-  std::map<int64_t, std::vector<TaskReport>> by_job;
+  std::map<int64_t, std::vector<domain::TaskReport>> by_job;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const std::string at = "tasks[" + std::to_string(i) + "]";
     if (!tasks[i].is_object()) return Status::Invalid(at + ": must be a mapping");
     Fields f(tasks[i], at + ".");
     if (!tasks[i].contains("job")) f.Error("job", "is required");
     const int64_t job = f.Int("job", 1, INT64_MAX, 0);
-    TaskReport r{static_cast<int32_t>(f.Int("task", 0, 100000, 0)),
-                 f.Int("generation", 0, INT64_MAX, 0),
-                 f.String("state", true),
-                 nullptr,
-                 f.Int("restarts", 0, 1000000, 0),
-                 f.String("message", false)};
+    domain::TaskReport r;
+    r.task = static_cast<int32_t>(f.Int("task", 0, 100000, 0));
+    r.generation = f.Int("generation", 0, INT64_MAX, 0);
+    const std::string state = f.String("state", true);
+    r.restarts = f.Int("restarts", 0, 1000000, 0);
+    r.message = f.String("message", false);
     if (tasks[i].contains("exitCode") && tasks[i].at("exitCode").is_number_integer()) {
-      r.exit_code = tasks[i].at("exitCode");
+      r.exit_code = tasks[i].at("exitCode").get<int64_t>();
     }
-    if (r.state != "Running" && r.state != "Exited") f.Error("state", "must be Running or Exited");
+    if (state == "Running") {
+      r.state = domain::TaskStatus::State::kRunning;
+    } else if (state == "Exited") {
+      r.state = domain::TaskStatus::State::kExited;
+    } else {
+      f.Error("state", "must be Running or Exited");
+    }
     if (!f.status().ok()) return f.status();
     by_job[job].push_back(r);
   }
@@ -281,104 +289,23 @@ base::Result<std::map<int64_t, std::vector<TaskReport>>> ParseTaskReports(const 
 base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const Json& tasks) {
   auto parsed = ParseTaskReports(tasks);
   if (!parsed.ok()) return parsed.status();
-  const std::map<int64_t, std::vector<TaskReport>>& by_job = *parsed;
-  if (by_job.empty()) return int64_t{0};
+  if (parsed->empty()) return int64_t{0};
   const double now = clock_->Now();
   int64_t seq = 0;
   Status s = store_->Write([&](store::Tx& tx) {
-    for (const auto& entry : by_job) {
-      const int64_t id = entry.first;  // a plain variable: lambdas below capture it
-      const std::vector<TaskReport>& reports = entry.second;
+    for (const auto& [id, reports] : *parsed) {
       auto job = tx.GetJob(id);
-      if (!job.ok() || !HasAllocation(job->phase)) continue;  // ended or requeued: stale
-      store::JobRecord& j = *job;
-      const size_t n = j.allocation.size();
-      Json& states = j.status["tasks"];
-      if (!states.is_array() || states.size() != n) {
-        states = Json::array();
-        for (size_t t = 0; t < n; ++t) states.push_back({{"state", "Placed"}});
-      }
-      std::vector<store::Event> events;
-      auto event = [&](const char* type, const char* reason, const std::string& message) {
-        events.push_back({0, now, "Job", std::to_string(id), j.project, type, reason, message});
-      };
-      bool changed = false;
-      for (const TaskReport& r : reports) {
-        if (r.generation != j.generation || r.task < 0 || static_cast<size_t>(r.task) >= n ||
-            j.allocation[r.task].value("node", "") != node) {
-          continue;  // another run's task: not listed for the node, so its agent stops it
-        }
-        Json& t = states[r.task];
-        const Json before = t;
-        const int64_t restarts_before = t.value("restarts", 0);
-        t["state"] = r.state;
-        t["node"] = node;
-        t["restarts"] = r.restarts;
-        if (r.state == "Exited") t["exitCode"] = r.exit_code;
-        if (!r.message.empty()) t["message"] = r.message;
-        if (t == before) continue;
-        changed = true;
-        if (r.restarts > restarts_before) {
-          event("Warning", "Restarted",
-                "task " + std::to_string(r.task) + " restarted (" + std::to_string(r.restarts) +
-                    " of " + std::to_string(j.spec.value("maxRestarts", 3)) + ")" +
-                    (r.message.empty() ? "" : ": " + r.message));
-        }
-      }
-      if (!changed) continue;
-      size_t running = 0, exited = 0, succeeded = 0;
-      std::string failure;
-      for (size_t t = 0; t < n; ++t) {
-        const Json& st = states[t];
-        const std::string state = st.value("state", "Placed");
-        running += state == "Running";
-        if (state != "Exited") continue;
-        ++exited;
-        const Json code = st.contains("exitCode") ? st.at("exitCode") : Json();
-        if (code.is_number_integer() && code.get<int64_t>() == 0) {
-          ++succeeded;
-        } else if (failure.empty()) {
-          // With the agent's word on why, when it stopped the task (runtime limit, lost lease).
-          const std::string why = st.value("message", std::string());
-          failure =
-              "task " + std::to_string(t) +
-              (code.is_number_integer()
-                   ? " exited with code " + code.dump() + (why.empty() ? "" : " (" + why + ")")
-                   : ": " + (why.empty() ? std::string("ended without an exit code") : why));
-        }
-      }
-      if (j.phase == "Stopping") {
-        if (exited == n) {
-          j.phase = "Pending";
-          j.reason = "stopped after preemption; back in the queue";
-          j.allocation = Json::array();
-          j.status.erase("tasks");
-          event("Normal", "Stopped", j.reason);
-        }
-      } else if (!failure.empty()) {
-        j.phase = "Failed";
-        j.reason = failure;
-        j.status["finishedAt"] = now;
-        event("Warning", "Failed", failure);
-      } else if (succeeded == n) {
-        j.phase = "Succeeded";
-        j.reason = "every task exited with code 0";
-        j.status["finishedAt"] = now;
-        event("Normal", "Succeeded", j.reason);
-      } else if (j.phase == "Placed" && running > 0) {
-        j.phase = "Running";
-        j.reason = "running on " + node;
-        j.status["startedAt"] = now;
-        event("Normal", "Started", j.reason);
-      }
-      j.updated_at = now;
-      if (auto v = tx.UpdateJob(j, j.version); !v.ok()) return v.status();
-      if (events.empty()) event("Normal", "TaskUpdate", "tasks reported by " + node);
-      for (const store::Event& e : events) {
-        auto r = tx.AppendEvent(e);
-        if (!r.ok()) return r.status();
-        seq = *r;
-      }
+      if (!job.ok()) continue;  // reports of a job that does not exist change nothing
+      auto life = api::LifeOf(*job);
+      if (!life.ok()) return life.status();
+      std::vector<std::string> task_nodes;
+      for (const Json& a : job->allocation) task_nodes.push_back(a.value("node", ""));
+      const domain::Transition t = domain::lifecycle::Report(
+          *life, node, reports, task_nodes, job->spec.value("maxRestarts", 3), now);
+      if (t.events.empty()) continue;  // stale or unchanged
+      auto e = api::CommitTransition(tx, t, now, &*job);
+      if (!e.ok()) return e.status();
+      seq = *e;
     }
     return Status::Ok();
   });
@@ -475,7 +402,8 @@ base::Result<bool> NodeService::ExpireNodes() {
       seq = *e;
     }
     // Every job with a task on a lost node: its other tasks are stopped too (the job is no
-    // longer listed for their nodes).
+    // longer listed for their nodes). The lost timeout is longer than the agent's lease and its
+    // fencing grace together (the Policy's rule), so what ran there has been killed by now.
     store::JobFilter f;
     f.phases = {"Placed", "Running", "Stopping"};
     f.limit = 1000;
@@ -489,30 +417,15 @@ base::Result<bool> NodeService::ExpireNodes() {
           if (std::find(lost.begin(), lost.end(), n) != lost.end()) where = n;
         }
         if (where.empty()) continue;
-        const int64_t restarts = j.status.value("restarts", 0);
-        const bool again =
-            j.phase == "Stopping" || (j.spec.value("restartPolicy", "never") == "on-failure" &&
-                                      restarts < j.spec.value("maxRestarts", 3));
-        std::string reason = "node " + where + " lost";
-        if (j.phase != "Stopping" && again) j.status["restarts"] = restarts + 1;
-        j.status.erase("tasks");
-        j.allocation = Json::array();
-        j.updated_at = now;
-        if (again) {
-          j.phase = "Pending";
-          j.reason = "requeued: " + reason;
-        } else {
-          j.phase = "Failed";
-          j.reason = reason + (j.spec.value("restartPolicy", "never") == "on-failure"
-                                   ? " (no restarts left)"
-                                   : " (restartPolicy never)");
-          j.status["finishedAt"] = now;
-        }
-        if (auto v = tx.UpdateJob(j, j.version); !v.ok()) return v.status();
-        auto e = tx.AppendEvent({0, now, "Job", std::to_string(j.id), j.project, "Warning",
-                                 again ? "Requeued" : "Failed", j.reason});
+        auto life = api::LifeOf(j);
+        if (!life.ok()) return life.status();
+        const domain::RestartPolicy policy{j.spec.value("restartPolicy", "never") == "on-failure",
+                                           j.spec.value("maxRestarts", 3)};
+        auto t = domain::lifecycle::NodeLost(*life, where, policy, now);
+        if (!t.ok()) return t.status();
+        auto e = api::CommitTransition(tx, *t, now, &j);
         if (!e.ok()) return e.status();
-        seq = *e;
+        seq = std::max(seq, *e);
       }
       if (page->size() < static_cast<size_t>(f.limit)) break;
       f.after_id = page->back().id;

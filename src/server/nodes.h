@@ -9,25 +9,17 @@
 
 #include "api/api.h"
 #include "base/clock.h"
+#include "domain/lifecycle.h"
 #include "server/estate.h"
 #include "store/store.h"
 
 namespace meridian::server {
 
-// What an agent reports of one task run.
-struct TaskReport {
-  int32_t task = 0;
-  int64_t generation = 0;
-  std::string state;  // Running | Exited
-  Json exit_code;     // null when unknown (the task could not start, or the agent lost it)
-  int64_t restarts = 0;
-  std::string message;
-};
-
 // The decoders of what agents send, each failing with the field's name: a registration as the
 // Node object it describes, and a heartbeat's task reports by job.
 base::Result<store::Object> NodeFromRegistration(const Json& body);
-base::Result<std::map<int64_t, std::vector<TaskReport>>> ParseTaskReports(const Json& tasks);
+base::Result<std::map<int64_t, std::vector<domain::TaskReport>>> ParseTaskReports(
+    const Json& tasks);
 
 // The side of the server that node agents talk to.
 //
