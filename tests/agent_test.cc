@@ -599,5 +599,93 @@ TEST_F(AgentTest, RegistrationAndHeartbeatsRefuseWhatIsWrongAndWhoIsNotAnAgent) 
   EXPECT_NE(Phase(id), "Succeeded");
 }
 
+// Lines "<name> <time>" that a task appends to `trace` while it lives, as a sh command.
+std::string Heartbeats(const std::string& name, const std::string& trace) {
+  return "while true; do echo \"" + name + " $(date +%s.%N)\" >> " + trace + "; sleep 0.02; done";
+}
+
+// The first and last time each name wrote to a trace.
+std::map<std::string, std::pair<double, double>> Spans(const std::string& text) {
+  std::map<std::string, std::pair<double, double>> out;
+  std::istringstream in(text);
+  std::string name;
+  double at = 0;
+  while (in >> name >> at) {
+    auto [it, added] = out.emplace(name, std::pair(at, at));
+    it->second.first = std::min(it->second.first, at);
+    it->second.second = std::max(it->second.second, at);
+  }
+  return out;
+}
+
+// A cancelled job's GPUs go to the next job only once its task has stopped: the cancelled task
+// ignores SIGTERM and dies by SIGKILL at the end of its grace period, and the job waiting for
+// those GPUs never writes while it still does.
+TEST_F(AgentTest, ACancelledJobsGpusAreGivenAwayOnlyOnceItsTaskHasStopped) {
+  StartAgent("n1");
+  const std::string trace = dir_.File("trace.log");
+  const int64_t first =
+      Submit({{"gpus", 4},
+              {"gracePeriod", 2},
+              {"command", {"sh", "-c", "trap '' TERM; " + Heartbeats("A", trace)}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(first) == "Running"; })) << Job(first).dump();
+  CliResult c = Run("cancel " + std::to_string(first));
+  ASSERT_EQ(c.code, 0) << c.output;
+  EXPECT_EQ(Phase(first), "Stopping") << "its task still runs";
+  const int64_t next = Submit({{"gpus", 4}, {"command", {"sh", "-c", Heartbeats("B", trace)}}});
+  // Cancelling again changes nothing and is no error.
+  EXPECT_EQ(Run("cancel " + std::to_string(first)).code, 0);
+  ASSERT_TRUE(Eventually([&] { return Phase(first) == "Cancelled"; })) << Job(first).dump();
+  ASSERT_TRUE(Eventually([&] { return Phase(next) == "Running"; })) << Job(next).dump();
+  ASSERT_TRUE(Eventually([&] { return Spans(ReadFile(trace)).count("B") > 0; }));
+  const auto spans = Spans(ReadFile(trace));
+  ASSERT_TRUE(spans.count("A"));
+  EXPECT_GT(spans.at("B").first, spans.at("A").second)
+      << "job " << next << " started while job " << first << "'s task still ran";
+  EXPECT_GE(spans.at("A").second - spans.at("A").first, 1.5) << "A ran through its grace";
+  EXPECT_EQ(Job(first)["status"]["reason"], "cancelled by admin");
+  EXPECT_NE(FindEvent(Events(first), "Stopped"), nullptr);
+  Run("cancel " + std::to_string(next));
+}
+
+// With the default grace period (30 s), one high-priority job on a full estate stops exactly
+// one low-priority job, however many cycles run while that job stops.
+TEST_F(AgentTest, PreemptionWithTheDefaultGraceStopsOneJob) {
+  StartAgent("n1");
+  StartAgent("n2");
+  const std::string trace = dir_.File("trace.log");
+  std::vector<int64_t> low;
+  for (const char* name : {"l1", "l2"}) {
+    // The notice signal ends the task at once: the stop takes a moment, not the grace.
+    low.push_back(
+        Submit({{"gpus", 4},
+                {"priorityClass", "low"},
+                {"noticeSignal", "SIGUSR1"},
+                {"restartPolicy", "on-failure"},
+                {"command", {"sh", "-c", "trap 'exit 0' USR1; " + Heartbeats(name, trace)}}},
+               name));
+  }
+  for (int64_t id : low) ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }));
+  const int64_t high = Submit(
+      {{"gpus", 4}, {"priorityClass", "high"}, {"command", {"sh", "-c", Heartbeats("H", trace)}}},
+      "high");
+  ASSERT_TRUE(Eventually([&] { return Phase(high) == "Running"; })) << Job(high).dump();
+  int preempted = 0;
+  int64_t victim = 0;
+  for (int64_t id : low) {
+    if (FindEvent(Events(id), "Preempted")) {
+      ++preempted;
+      victim = id;
+    }
+  }
+  EXPECT_EQ(preempted, 1);
+  ASSERT_TRUE(Eventually([&] { return Spans(ReadFile(trace)).count("H") > 0; }));
+  const auto spans = Spans(ReadFile(trace));
+  const std::string name = victim == low[0] ? "l1" : "l2";
+  ASSERT_TRUE(spans.count(name));
+  EXPECT_GT(spans.at("H").first, spans.at(name).second) << "the victim still ran";
+  EXPECT_EQ(Phase(victim), "Pending");
+}
+
 }  // namespace
 }  // namespace meridian::testing
