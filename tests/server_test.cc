@@ -383,8 +383,9 @@ TEST_F(ServerTest, AMemberSeesAndTouchesOnlyTheirProject) {
 // What the dashboard reads besides jobs: the estate's history, quota use, and the newest
 // entries first, each scoped to what the caller may see.
 TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
-  server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("sampled"),
-                                            std::vector<std::string>{"--history-interval", "0.2", "--history-retention", "1"});
+  server_ = std::make_unique<ServerProcess>(
+      kBinary, dir_.File("sampled"),
+      std::vector<std::string>{"--history-interval", "0.2", "--history-retention", "1"});
   ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("sampled.log"));
   admin_ = server_->admin_token();
   ApplyEstate();
@@ -394,9 +395,8 @@ TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
   ASSERT_EQ(vision.status, 201);
   ASSERT_EQ(research.status, 201);
   const int64_t vision_id = vision.body["id"], research_id = research.body["id"];
-  ASSERT_TRUE(Eventually([&] {
-    return Phase(vision_id) == "Placed" && Phase(research_id) == "Placed";
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return Phase(vision_id) == "Placed" && Phase(research_id) == "Placed"; }));
   // Samples taken after both were placed: 6 of 16 GPUs allocated, 2 jobs running.
   Json h;
   ASSERT_TRUE(Eventually([&] {
@@ -469,6 +469,51 @@ TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
   ASSERT_GE(h["at"].size(), 4u) << h.dump();
   EXPECT_LE(h["at"][0].get<double>(), last) << h.dump();
   EXPECT_EQ(h["clusters"][0]["gpus"][0], 16) << h.dump();
+}
+
+// What a project has received counts for fair share after a restart and after a configuration
+// change, as the store keeps it; and a cancel on nodes no agent runs ends at once.
+TEST_F(ServerTest, FairShareOutlivesRestartsAndConfigurationChanges) {
+  const std::vector<std::string> flags = {"--history-interval", "0.2"};
+  server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("fair"), flags);
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("fair.log"));
+  admin_ = server_->admin_token();
+  ApplyEstate();
+  auto share = [&](const std::string& name) {
+    const Json usage = Http(*server_, "GET", "/api/v1/usage", admin_).body;
+    for (const Json& row : usage["items"]) {
+      if (row["name"] == name) return row["fairShare"].get<double>();
+    }
+    return -1.0;
+  };
+  HttpResult vision = Submit("vision", 8);
+  ASSERT_EQ(vision.status, 201);
+  const int64_t id = vision.body["id"];
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Placed"; }));
+  ASSERT_TRUE(Eventually([&] { return share("vision") > 0 && share("product") > 0; }))
+      << Http(*server_, "GET", "/api/v1/usage", admin_).text;
+  EXPECT_EQ(share("research"), 0);
+  ASSERT_EQ(Run("cancel " + std::to_string(id)).code, 0);
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Cancelled"; }));
+  const double before = share("vision");
+  EXPECT_NEAR(share("product"), before, before * 1e-6) << "vision is product's only project";
+  // A configuration change rebuilds the scheduler; the share is carried over.
+  CliResult apply = Run("apply -f " + WriteFile("more.yaml", std::string(kEstate) + R"(---
+kind: Project
+metadata: {name: extra}
+spec: {team: lab}
+)") + " -m more");
+  ASSERT_EQ(apply.code, 0) << apply.output;
+  ASSERT_TRUE(Eventually([&] { return share("extra") == 0; })) << "the new project is known";
+  EXPECT_NEAR(share("vision"), before, before * 0.01);
+  // Kept by the store past a restart (a sample is written every 0.2 s).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  server_->Stop();
+  server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("fair"), flags);
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("fair.log"));
+  ASSERT_TRUE(Eventually([&] { return share("vision") >= 0; }));
+  EXPECT_NEAR(share("vision"), before, before * 0.01) << "decays by an hour's half-life only";
+  EXPECT_EQ(share("research"), 0);
 }
 
 // The dashboard's files, from memory, revalidated by ETag.

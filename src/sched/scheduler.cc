@@ -112,12 +112,61 @@ std::string Scheduler::NeverFits(const JobSpec& spec) const {
   return "";
 }
 
-double Scheduler::FairShare(int32_t tenant) const {
-  const Usage& u = usage_[tenant];
-  double share = std::max({u.gpu / static_cast<double>(gpu_capacity_),
-                           u.cpu / static_cast<double>(cpu_capacity_),
-                           u.mem / static_cast<double>(mem_capacity_)});
-  return share / quotas_.weight(tenant);
+std::vector<double> Scheduler::Shares() const {
+  // Jobs charge projects; a team or an organization has received what everything under it has.
+  const size_t n = usage_.size();
+  std::vector<double> gpu(n), cpu(n), mem(n);
+  for (int32_t leaf = 0; leaf < static_cast<int32_t>(n); ++leaf) {
+    const Usage& u = usage_[static_cast<size_t>(leaf)];
+    if (u.gpu == 0 && u.cpu == 0 && u.mem == 0) continue;
+    for (int32_t a = leaf; a >= 0; a = quotas_.parent(a)) {
+      gpu[static_cast<size_t>(a)] += u.gpu;
+      cpu[static_cast<size_t>(a)] += u.cpu;
+      mem[static_cast<size_t>(a)] += u.mem;
+    }
+  }
+  std::vector<double> share(n);
+  for (size_t i = 0; i < n; ++i) {
+    share[i] = std::max({gpu[i] / static_cast<double>(gpu_capacity_),
+                         cpu[i] / static_cast<double>(cpu_capacity_),
+                         mem[i] / static_cast<double>(mem_capacity_)}) /
+               quotas_.weight(static_cast<int32_t>(i));
+  }
+  return share;
+}
+
+double Scheduler::FairShare(int32_t node) const { return Shares()[static_cast<size_t>(node)]; }
+
+std::vector<Scheduler::TenantUsage> Scheduler::ExportUsage(double now) {
+  AdvanceUsage(now);
+  std::vector<TenantUsage> out;
+  for (size_t t = 0; t < usage_.size(); ++t) {
+    const Usage& u = usage_[t];
+    if (u.gpu > 0 || u.cpu > 0 || u.mem > 0) {
+      out.push_back({static_cast<int32_t>(t), u.gpu, u.cpu, u.mem});
+    }
+  }
+  return out;
+}
+
+void Scheduler::RestoreUsage(const std::vector<TenantUsage>& usage, double at, double now) {
+  const double dt = std::max(0.0, now - at);
+  const double decay = std::exp2(-dt / options_.fair_share_half_life);
+  // What the running jobs used since `at` is counted at their current rates; what Adopt counted
+  // from their start times is replaced, since the saved usage holds it already.
+  for (Usage& u : usage_) {
+    u.gpu = static_cast<double>(u.gpu_now) * dt;
+    u.cpu = static_cast<double>(u.cpu_now) * dt;
+    u.mem = static_cast<double>(u.mem_now) * dt;
+  }
+  for (const TenantUsage& saved : usage) {
+    if (saved.tenant < 0 || saved.tenant >= static_cast<int32_t>(usage_.size())) continue;
+    Usage& u = usage_[static_cast<size_t>(saved.tenant)];
+    u.gpu += saved.gpu * decay;
+    u.cpu += saved.cpu * decay;
+    u.mem += saved.mem * decay;
+  }
+  usage_time_ = now;
 }
 
 int64_t Scheduler::AllocatedMilli(int32_t tenant) const { return usage_[tenant].gpu_now; }

@@ -141,8 +141,20 @@ class Scheduler {
   size_t pending() const { return pending_.size(); }
   size_t running() const { return running_.size(); }
   int64_t cache_hits() const { return placer_.cache_hits(); }
-  // GPU milli-seconds a tenant received (decayed for fair share) and holds now.
-  double FairShare(int32_t tenant) const;
+  // The weighted dominant share of a node of the tenancy tree (a project, or a team or an
+  // organization with everything under it): decayed resource-seconds received over capacity,
+  // divided by the node's weight.
+  double FairShare(int32_t node) const;
+  std::vector<double> FairShares() const { return Shares(); }  // of every node, by index
+  // Decayed usage of every project with any, as of `now`; and its restoration after a restart
+  // or a rebuild, as saved at `at` (then decayed to `now`, plus what the jobs running now have
+  // used since, at their current rates).
+  struct TenantUsage {
+    int32_t tenant = -1;
+    double gpu = 0, cpu = 0, mem = 0;
+  };
+  std::vector<TenantUsage> ExportUsage(double now);
+  void RestoreUsage(const std::vector<TenantUsage>& usage, double at, double now);
   int64_t AllocatedMilli(int32_t tenant) const;
 
  private:
@@ -166,6 +178,8 @@ class Scheduler {
   };
 
   void AdvanceUsage(double now);
+  // FairShare of every node of the tenancy tree at once (the order's working copy).
+  std::vector<double> Shares() const;
   void Pass(double now, CycleResult* out);
   std::vector<int64_t> Order(double now);
   std::vector<int64_t> FairOrder(double now);

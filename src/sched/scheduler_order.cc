@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <limits>
 #include <map>
-#include <queue>
 
 #include "sched/scheduler.h"
 
@@ -75,39 +74,66 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
         {EffectivePriority(j, now), aged,
          estimate * static_cast<double>(std::max<int64_t>(j.milli, 1)), j.spec.submit_time, id});
   }
-  // Each tenant's queue, best first (reversed so that the best is at the back).
+  // Each tenant's queue, best first (reversed so that the best is at the back), with its path
+  // in the tenancy tree from the root down.
   struct Queue {
     int32_t tenant;
-    double share;
+    std::vector<int32_t> path;
     std::vector<Entry> jobs;
   };
   std::vector<Queue> queues;
   for (auto& [tenant, jobs] : by_tenant) {
     std::sort(jobs.begin(), jobs.end(), [](const Entry& a, const Entry& b) { return b < a; });
-    queues.push_back({tenant, FairShare(tenant), std::move(jobs)});
+    std::vector<int32_t> path;
+    for (int32_t n = tenant; n >= 0; n = quotas_.parent(n)) path.push_back(n);
+    std::reverse(path.begin(), path.end());
+    queues.push_back({tenant, std::move(path), std::move(jobs)});
   }
-  auto worse = [&](size_t a, size_t b) {  // heap order: true when queue a should come after b
-    const Entry& x = queues[a].jobs.back();
-    const Entry& y = queues[b].jobs.back();
-    if (x.priority != y.priority) return x.priority < y.priority;
-    if (queues[a].share != queues[b].share) return queues[a].share > queues[b].share;
-    if (x.submit != y.submit) return x.submit > y.submit;
-    return x.id > y.id;
+  // Hierarchical fair share, as in hierarchical DRF: two tenants are compared by the shares of
+  // their ancestors where their paths part (organization against organization, then team
+  // against team within one organization, then project against project within one team).
+  std::vector<double> share = Shares();
+  auto fairer = [&](const Queue& a, const Queue& b) {
+    const size_t depth = std::min(a.path.size(), b.path.size());
+    for (size_t i = 0; i < depth; ++i) {
+      if (a.path[i] == b.path[i]) continue;
+      const double x = share[static_cast<size_t>(a.path[i])];
+      const double y = share[static_cast<size_t>(b.path[i])];
+      if (x != y) return x < y ? -1 : 1;
+      break;
+    }
+    return 0;
   };
-  std::priority_queue<size_t, std::vector<size_t>, decltype(worse)> heap(worse);
-  for (size_t q = 0; q < queues.size(); ++q) heap.push(q);
+  auto better = [&](const Queue& a, const Queue& b) {
+    const Entry& x = a.jobs.back();
+    const Entry& y = b.jobs.back();
+    if (x.priority != y.priority) return x.priority > y.priority;
+    if (int f = fairer(a, b); f != 0) return f < 0;
+    if (x.submit != y.submit) return x.submit < y.submit;
+    return x.id < y.id;
+  };
   std::vector<int64_t> out;
   const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
-  while (!heap.empty() && out.size() < depth) {
-    const size_t q = heap.top();
-    heap.pop();
-    const Entry e = queues[q].jobs.back();
-    queues[q].jobs.pop_back();
+  // Charging one tenant moves every tenant under the same ancestors, so the next queue is
+  // chosen by a scan rather than from a heap; there are few tenants beside the depth.
+  std::vector<size_t> live(queues.size());
+  for (size_t q = 0; q < queues.size(); ++q) live[q] = q;
+  while (!live.empty() && out.size() < depth) {
+    size_t best = 0;
+    for (size_t i = 1; i < live.size(); ++i) {
+      if (better(queues[live[i]], queues[live[best]])) best = i;
+    }
+    Queue& q = queues[live[best]];
+    const Entry e = q.jobs.back();
+    q.jobs.pop_back();
     out.push_back(e.id);
-    // The tenant is charged, in this pass, as if the job ran for its estimate.
-    queues[q].share +=
-        e.work / static_cast<double>(gpu_capacity_) / quotas_.weight(queues[q].tenant);
-    if (!queues[q].jobs.empty()) heap.push(q);
+    // The tenant and everything above it are charged, in this pass, as if the job ran for its
+    // estimate.
+    for (int32_t n : q.path) {
+      share[static_cast<size_t>(n)] +=
+          e.work / static_cast<double>(gpu_capacity_) / quotas_.weight(n);
+    }
+    if (q.jobs.empty()) live.erase(live.begin() + static_cast<long>(best));
   }
   return out;
 }

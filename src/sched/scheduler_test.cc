@@ -226,6 +226,58 @@ TEST(Scheduler, TheControlPlaneWaitsForAStopEvenWithNoGrace) {
   EXPECT_TRUE(Started(f.sched->Cycle(12), 2));
 }
 
+// Fair share counts at every level: a team whose projects together had more waits behind a team
+// that had less, even when one of its own projects had nothing.
+TEST(Scheduler, FairShareComparesTeamsBeforeTheirProjects) {
+  QuotaTree q;
+  const int32_t org = q.AddNode("org", -1);
+  const int32_t x = q.AddNode("team-x", org), y = q.AddNode("team-y", org);
+  const int32_t x1 = q.AddNode("x1", x), y1 = q.AddNode("y1", y), y2 = q.AddNode("y2", y);
+  Scheduler s(testing::Build({{"n0", "H100-80GB", 8, 128000, 1024 * 1024, "onprem", "r0"}}),
+              testing::MakeProfile({{"best-fit", 1}}), q, {}, 1);
+  ASSERT_TRUE(s.Submit(Job(1, y1, 8)).ok());
+  ASSERT_TRUE(Started(s.Cycle(0), 1));
+  s.Finish(1, 100);  // y1: 800 GPU-seconds
+  ASSERT_TRUE(s.Submit(Job(2, x1, 8)).ok());
+  ASSERT_TRUE(Started(s.Cycle(100), 2));
+  s.Finish(2, 150);  // x1: 400 GPU-seconds; team-x has had half of team-y
+  EXPECT_LT(s.FairShare(x), s.FairShare(y));
+  EXPECT_GT(s.FairShare(x1), s.FairShare(y2));
+  EXPECT_NEAR(s.FairShare(y), s.FairShare(y1) + s.FairShare(y2), 1e-12);
+  JobSpec from_y2 = Job(3, y2, 8);
+  from_y2.submit_time = 150;
+  JobSpec from_x1 = Job(4, x1, 8);
+  from_x1.submit_time = 151;  // later, so that age alone would favour y2
+  ASSERT_TRUE(s.Submit(from_y2).ok());
+  ASSERT_TRUE(s.Submit(from_x1).ok());
+  CycleResult r = s.Cycle(151);
+  EXPECT_TRUE(Started(r, 4)) << "team-x had less than team-y";
+  EXPECT_FALSE(Started(r, 3));
+}
+
+// What a tenant received outlives the scheduler: exported, restored into a new one (a restart,
+// or a rebuild after a configuration change), decayed by the time between.
+TEST(Scheduler, UsageRestoredIntoANewSchedulerKeepsTheOrder) {
+  Fixture f(1);
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  f.sched->Finish(1, 3600);
+  const auto saved = f.sched->ExportUsage(3600);
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved[0].tenant, f.a);
+  const double before = f.sched->FairShare(f.a);
+  Fixture g(1);
+  g.sched->RestoreUsage(saved, 3600, 3600 + 3600);  // one half-life later
+  EXPECT_NEAR(g.sched->FairShare(f.a), before / 2, before * 1e-9);
+  JobSpec from_a = Job(2, g.a, 8);
+  JobSpec from_b = Job(3, g.b, 8);
+  from_b.submit_time = 10;  // later: age alone would favour a
+  ASSERT_TRUE(g.sched->Submit(from_a).ok());
+  ASSERT_TRUE(g.sched->Submit(from_b).ok());
+  CycleResult r = g.sched->Cycle(7200);
+  EXPECT_TRUE(Started(r, 3)) << "team-a's use before the restart still counts";
+}
+
 TEST(Scheduler, GangsArePlacedWholeInOneCluster) {
   Fixture f(2, {}, /*two_clusters=*/true);  // n0 on-prem, n1 cloud
   JobSpec gang = Job(1, f.a, 8, 2);

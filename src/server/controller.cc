@@ -189,6 +189,19 @@ Status SchedulerController::Rebuild() {
   options.await_stop_reports = true;
   auto scheduler = std::make_unique<sched::Scheduler>((*estate)->snapshot, std::move(*profile),
                                                       (*estate)->quotas, options, 1);
+  const double now = clock_->Now();
+  // Fair-share usage by tenancy name, carried from the scheduler this one replaces or, at
+  // start, from the store.
+  std::vector<store::FairShareUsage> carried;
+  if (scheduler_) {
+    for (const auto& u : scheduler_->ExportUsage(now)) {
+      carried.push_back({scheduler_->quotas().name(u.tenant), u.gpu, u.cpu, u.mem, now});
+    }
+  } else {
+    auto saved = store::ReadValue(*store_, [](store::Tx& tx) { return tx.ListFairShare(); });
+    if (!saved.ok()) return saved.status();
+    carried = std::move(saved.value());
+  }
   known_.clear();
   reasons_.clear();
   std::vector<store::JobRecord> lost;  // placed where the estate no longer has room
@@ -215,6 +228,15 @@ Status SchedulerController::Rebuild() {
       scheduler->Evicting(job.id);
     }
   }
+  if (!carried.empty()) {
+    // Saved at one time (the last sample) when read from the store; now when carried over.
+    std::vector<sched::Scheduler::TenantUsage> usage;
+    for (const store::FairShareUsage& u : carried) {
+      const int32_t n = scheduler->quotas().Find(u.scope);
+      if (n >= 0) usage.push_back({n, u.gpu, u.cpu, u.mem});
+    }
+    scheduler->RestoreUsage(usage, carried.front().at, now);
+  }
   // What each agent should run, replaced at once (jobs being requeued below are not assigned).
   std::vector<store::JobRecord> assigned;
   for (const auto& entry : converted) {
@@ -230,7 +252,6 @@ Status SchedulerController::Rebuild() {
   dirty_ = false;
   if (lost.empty()) return Status::Ok();
   // Jobs whose nodes went away go back to the queue, where the next rebuild picks them up.
-  const double now = clock_->Now();
   int64_t seq = 0;
   s = store_->Write([&](store::Tx& tx) {
     for (store::JobRecord& j : lost) {
@@ -525,10 +546,9 @@ Json SchedulerController::Usage() {
   const sched::QuotaTree& q = scheduler_->quotas();
   // Fair-share position: 1 is the node its siblings' queue serves first (the least decayed use
   // for its weight).
+  const std::vector<double> shares = scheduler_->FairShares();
   std::map<int32_t, std::vector<std::pair<double, int32_t>>> by_parent;
-  for (int32_t n = 0; n < q.size(); ++n) {
-    by_parent[q.parent(n)].emplace_back(scheduler_->FairShare(n), n);
-  }
+  for (int32_t n = 0; n < q.size(); ++n) by_parent[q.parent(n)].emplace_back(shares[n], n);
   std::vector<int32_t> rank(q.size(), 1), siblings(q.size(), 1);
   for (auto& [parent, children] : by_parent) {
     std::sort(children.begin(), children.end());
@@ -546,7 +566,7 @@ Json SchedulerController::Usage() {
                 {"limitGpus", limit == sched::kUnlimited ? Json() : Json(limit / 1000.0)},
                 {"usedGpus", q.Used(n, sched::kNoModel) / 1000.0},
                 {"borrowing", q.Used(n, sched::kNoModel) > 0 && q.Borrowing(n)},
-                {"fairShare", scheduler_->FairShare(n)},
+                {"fairShare", shares[n]},
                 {"fairShareRank", rank[n]},
                 {"siblings", siblings[n]}};
     if (auto p = pending.find(q.name(n)); p != pending.end()) row["pending"] = p->second;
@@ -612,10 +632,23 @@ void SchedulerController::Sample(double now) {
       }
     }
   }
+  // Fair share as of now, kept so that a restart does not forget it.
+  std::vector<store::FairShareUsage> usage;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (scheduler_) {
+      for (const auto& u : scheduler_->ExportUsage(now)) {
+        usage.push_back({scheduler_->quotas().name(u.tenant), u.gpu, u.cpu, u.mem, now});
+      }
+    }
+  }
   // Durable, but the charts' loss at worst: a failed write is said and the sample kept in memory.
   const Json stored = api::HistorySampleToJson(sample);
   Status s = store_->Write([&](store::Tx& tx) {
     if (Status put = tx.PutSample(now, stored); !put.ok()) return put;
+    if (!usage.empty()) {
+      if (Status put = tx.PutFairShare(usage); !put.ok()) return put;
+    }
     return tx.PruneSamples(now - history_retention_);
   });
   if (!s.ok()) std::fprintf(stderr, "meridian: history: %s\n", s.message().c_str());

@@ -3,10 +3,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
-#include <type_traits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "base/status.h"
@@ -42,7 +42,7 @@ struct JobRecord {
   int64_t generation = 0;           // bumped by every placement; fences stale agents
   // What agents reported of the current run: {tasks: [{state, exitCode, restarts, node}],
   // restarts (requeues after a lost node), startedAt, finishedAt}. Replaced with the phase.
-  int64_t version = 0;              // resource version, as for objects
+  int64_t version = 0;  // resource version, as for objects
   double submitted_at = 0;
   double updated_at = 0;
   Json status = Json::object();
@@ -108,6 +108,16 @@ struct AuditFilter {
   bool newest_first = false;  // the newest `limit` entries, newest first
 };
 
+// What one node of the tenancy tree has received, for fair share: decayed resource-seconds
+// (GPU milli-seconds, CPU milli-seconds, memory MiB-seconds) as of `at`.
+struct FairShareUsage {
+  std::string scope;  // the tenancy node's name
+  double gpu = 0;
+  double cpu = 0;
+  double mem = 0;
+  double at = 0;
+};
+
 // A configuration revision: every document of the desired state as applied, so that rolling
 // back means applying an older revision's documents again.
 struct Revision {
@@ -158,6 +168,10 @@ class Tx {
   virtual base::Status PutSample(double at, const Json& sample) = 0;
   virtual base::Result<std::vector<std::pair<double, Json>>> ListSamples(double since) = 0;
   virtual base::Status PruneSamples(double before) = 0;
+
+  // Fair-share usage, so that it survives restarts: replaced whole, read whole (by scope).
+  virtual base::Status PutFairShare(const std::vector<FairShareUsage>& usage) = 0;
+  virtual base::Result<std::vector<FairShareUsage>> ListFairShare() = 0;
 
   virtual base::Result<int64_t> AddRevision(const Revision& revision) = 0;
   virtual base::Result<Revision> GetRevision(int64_t number) = 0;

@@ -181,6 +181,22 @@ TEST_P(StoreConformance, SamplesInTimeOrderReplacedAndPruned) {
                   .ok());
 }
 
+TEST_P(StoreConformance, FairShareUsageIsReplacedWhole) {
+  std::vector<FairShareUsage> first = {{"research", 1e6, 2e6, 3e6, 100}, {"lab", 5, 6, 7, 100}};
+  ASSERT_TRUE(store_->Write([&](Tx& tx) { return tx.PutFairShare(first); }).ok());
+  std::vector<FairShareUsage> second = {{"vision", 8, 9, 10, 200}, {"research", 11, 12, 13, 200}};
+  ASSERT_TRUE(store_->Write([&](Tx& tx) { return tx.PutFairShare(second); }).ok());
+  auto got = ReadValue(*store_, [](Tx& tx) { return tx.ListFairShare(); });
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->size(), 2u) << "lab was not in the second write";
+  EXPECT_EQ((*got)[0].scope, "research");
+  EXPECT_DOUBLE_EQ((*got)[0].gpu, 11);
+  EXPECT_DOUBLE_EQ((*got)[0].mem, 13);
+  EXPECT_DOUBLE_EQ((*got)[0].at, 200);
+  EXPECT_EQ((*got)[1].scope, "vision");
+  EXPECT_FALSE(store_->Read([&](Tx& tx) { return tx.PutFairShare(first); }).ok());
+}
+
 TEST_P(StoreConformance, ReadsCannotWrite) {
   Status s =
       store_->Read([&](Tx& tx) { return tx.PutObject(Doc("Team", "x"), kAnyVersion).status(); });

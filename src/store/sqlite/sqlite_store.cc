@@ -52,6 +52,12 @@ ALTER TABLE jobs ADD COLUMN status TEXT NOT NULL DEFAULT '{}';
     R"sql(
 CREATE TABLE samples (at REAL PRIMARY KEY, sample TEXT NOT NULL) WITHOUT ROWID;
 )sql",
+    // 4: fair-share usage per tenancy node, kept across restarts.
+    R"sql(
+CREATE TABLE fair_share (
+  scope TEXT PRIMARY KEY, gpu REAL NOT NULL, cpu REAL NOT NULL, mem REAL NOT NULL,
+  at REAL NOT NULL) WITHOUT ROWID;
+)sql",
 };
 
 Status SqlError(sqlite3* db, const std::string& what) {
@@ -433,6 +439,25 @@ class SqliteTx final : public Tx {
     Query q(c_, "DELETE FROM samples WHERE at < ?");
     q.Bind(before);
     return q.Run();
+  }
+
+  Status PutFairShare(const std::vector<FairShareUsage>& usage) override {
+    if (read_only_) return ReadOnly();
+    if (Status s = Query(c_, "DELETE FROM fair_share").Run(); !s.ok()) return s;
+    for (const FairShareUsage& u : usage) {
+      Query q(c_, "INSERT INTO fair_share (scope, gpu, cpu, mem, at) VALUES (?, ?, ?, ?, ?)");
+      q.Bind(u.scope).Bind(u.gpu).Bind(u.cpu).Bind(u.mem).Bind(u.at);
+      if (Status s = q.Run(); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+
+  Result<std::vector<FairShareUsage>> ListFairShare() override {
+    Query q(c_, "SELECT scope, gpu, cpu, mem, at FROM fair_share ORDER BY scope");
+    std::vector<FairShareUsage> out;
+    while (q.Next()) out.push_back({q.Text(0), q.Real(1), q.Real(2), q.Real(3), q.Real(4)});
+    if (!q.status().ok()) return q.status();
+    return out;
   }
 
   Result<int64_t> AddRevision(const Revision& r) override {
