@@ -127,6 +127,14 @@ class AgentTest : public ::testing::Test {
     }
     return out;
   }
+  // A value of the server's /metrics without labels; -1 when absent.
+  double Metric(const std::string& name) {
+    std::istringstream in(Http(*server_, "GET", "/metrics", "").text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+    }
+    return -1;
+  }
   const Json* FindEvent(const std::vector<Json>& events, const std::string& reason) {
     for (const Json& e : events) {
       if (e.value("reason", "") == reason) return &e;
@@ -263,6 +271,8 @@ TEST_F(AgentTest, KilledAgentsNodeIsLostAndItsJobRunsElsewhereButNeverTwiceAtOnc
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }));
   const std::string first = Job(id)["status"]["allocation"][0]["node"];
   const std::string other = first == "n1" ? "n2" : "n1";
+  const double rebuilds = Metric("meridian_scheduler_rebuilds_total");
+  ASSERT_GT(rebuilds, 0);
   agents_[first]->Stop(SIGKILL);
   // Lost within the timeout (2 s), requeued, and running on the other node.
   EXPECT_TRUE(Eventually([&] { return NodeState(first) == "Lost"; }, 5));
@@ -280,6 +290,8 @@ TEST_F(AgentTest, KilledAgentsNodeIsLostAndItsJobRunsElsewhereButNeverTwiceAtOnc
   EXPECT_EQ(Job(id)["status"]["restarts"], 1);
   // The agent comes back: its node is schedulable again, and its stale task does not run.
   StartAgent(first);
+  // Its loss, the requeue and its return were followed in place, not by rebuilding.
+  EXPECT_EQ(Metric("meridian_scheduler_rebuilds_total"), rebuilds);
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
   Run("cancel " + std::to_string(id));
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
@@ -540,11 +552,14 @@ tar -C $P/rootfs -c . | podman import - localhost/meridian-test > /dev/null
       std::vector<std::pair<std::string, std::string>>{{"PATH", "/nonexistent"}});
   agents_["bare"]->Start(server_->url(), agent_token_);
   ASSERT_TRUE(Eventually([&] { return NodeState("bare") == "Ready"; }));
+  // c1's agent is gone: once it is lost, bare is the only node the job can go to.
+  ASSERT_TRUE(Eventually([&] { return NodeState("c1") == "Lost"; }));
   const int64_t none = Submit({{"image", "localhost/meridian-test"}, {"command", {"true"}}});
   EXPECT_TRUE(Eventually([&] { return Phase(none) == "Failed"; }, 15));
   EXPECT_EQ(Job(none)["status"]["reason"],
             "task 0: the job runs image localhost/meridian-test, but neither podman nor docker is "
-            "installed on node bare");
+            "installed on node bare")
+      << Job(none).dump() << Http(*server_, "GET", "/api/v1/nodes", admin_).text;
 }
 
 TEST_F(AgentTest, RegistrationAndHeartbeatsRefuseWhatIsWrongAndWhoIsNotAnAgent) {

@@ -79,6 +79,14 @@ void NodeIndex::Remove(int32_t node) {
   where_[node] = Where{};
 }
 
+void NodeIndex::Add(const Snapshot& s, int32_t node) {
+  const NodeState& n = s.nodes[node];
+  ModelBuckets& b = by_model_[BucketsIndex(n)];
+  if (static_cast<int>(b.whole.size()) < n.gpu_count + 1) b.whole.resize(n.gpu_count + 1);
+  if (where_.size() <= static_cast<size_t>(node)) where_.resize(node + 1);
+  Insert(s, node);
+}
+
 void NodeIndex::Update(const Snapshot& s, int32_t node) {
   Class c = Classify(s, s.nodes[node]);
   const Where& w = where_[node];

@@ -21,8 +21,10 @@ class NodeIndex {
   NodeIndex() = default;
   explicit NodeIndex(const Snapshot& s);
 
-  // Re-files a node after its free capacity changed.
+  // Re-files a node after its free capacity or its schedulability changed.
   void Update(const Snapshot& s, int32_t node);
+  // Files a node appended to the snapshot (its index is the last).
+  void Add(const Snapshot& s, int32_t node);
 
   // The node lists that may hold `t`, tightest fit first. A node may appear in two lists.
   void CandidateLists(const Snapshot& s, const TaskSpec& t,

@@ -428,4 +428,15 @@ void Placer::Release(const TaskSpec& task, const Placement& p) {
   ++epoch_;
 }
 
+void Placer::NodeAdded(int32_t node) {
+  visited_.resize(s_->nodes.size(), 0);
+  index_.Add(*s_, node);
+  InvalidateCache();
+}
+
+void Placer::NodeChanged(int32_t node) {
+  index_.Update(*s_, node);
+  InvalidateCache();
+}
+
 }  // namespace meridian::sched

@@ -39,6 +39,10 @@ class Placer {
   // Forgets which task shapes fit nowhere: the caller changed something the placer cannot see
   // (the cycle's reservation), so earlier answers may no longer hold.
   void InvalidateCache() { ++epoch_; }
+  // The snapshot gained a node (the last), or one changed other than by Commit and Release
+  // (it became unschedulable, a GPU's health moved).
+  void NodeAdded(int32_t node);
+  void NodeChanged(int32_t node);
 
   const Snapshot& snapshot() const { return *s_; }
   int64_t cache_hits() const { return cache_hits_; }

@@ -419,4 +419,25 @@ void Scheduler::Evicted(int64_t id, double now) {
   pending_.push_back(id);
 }
 
+base::Result<int32_t> Scheduler::AddNode(const domain::Node& node) {
+  auto index = snapshot_.AddNode(node);
+  if (!index.ok()) return index.status();
+  const NodeState& n = snapshot_.nodes[static_cast<size_t>(*index)];
+  for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
+    gpu_capacity_ += snapshot_.gpus[static_cast<size_t>(g)].healthy ? 1000 : 0;
+  }
+  cpu_capacity_ += n.cpu_capacity;
+  mem_capacity_ += n.memory_capacity;
+  placer_.NodeAdded(*index);
+  return index;
+}
+
+void Scheduler::SetSchedulable(int32_t node, bool schedulable) {
+  if (node < 0 || node >= static_cast<int32_t>(snapshot_.nodes.size())) return;
+  NodeState& n = snapshot_.nodes[static_cast<size_t>(node)];
+  if (n.schedulable == schedulable) return;
+  n.schedulable = schedulable;
+  placer_.NodeChanged(node);
+}
+
 }  // namespace meridian::sched

@@ -134,6 +134,13 @@ class Scheduler {
   // its resources until Evicted, and is not chosen as a victim again.
   void Evicting(int64_t job);
   CycleResult Cycle(double now);
+
+  // The estate changed in place, without a new scheduler: a node joined (its cluster and GPU
+  // model known already; kFailedPrecondition otherwise), or one became schedulable or not (lost,
+  // back, cordoned). Jobs on a node that became unschedulable keep their resources until the
+  // caller reports how they ended (Cancel, Evicted).
+  base::Result<int32_t> AddNode(const domain::Node& node);
+  void SetSchedulable(int32_t node, bool schedulable);
   Explanation Explain(int64_t job, double now);
 
   const Snapshot& snapshot() const { return snapshot_; }

@@ -278,6 +278,35 @@ TEST(Scheduler, UsageRestoredIntoANewSchedulerKeepsTheOrder) {
   EXPECT_TRUE(Started(r, 3)) << "team-a's use before the restart still counts";
 }
 
+// Nodes join and leave a running scheduler in place: its queue, its running jobs and its usage
+// stay as they are.
+TEST(Scheduler, NodesJoinAndBecomeUnschedulableInPlace) {
+  Fixture f(1);
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.a, 8)).ok());
+  EXPECT_FALSE(Started(f.sched->Cycle(1), 2));
+  auto added = f.sched->AddNode(testing::MakeNode({"n9", "H100-80GB", 8, 128000, 1024 * 1024}));
+  ASSERT_TRUE(added.ok()) << added.status().message();
+  EXPECT_EQ(*added, 1);
+  CycleResult r = f.sched->Cycle(2);
+  ASSERT_TRUE(Started(r, 2));
+  EXPECT_EQ(r.started[0].placements[0].node, 1);
+  EXPECT_EQ(f.sched->running(), 2u);
+  // Lost: nothing new goes there, and what ran there is released when the caller says so.
+  f.sched->SetSchedulable(1, false);
+  f.sched->Evicting(2);
+  f.sched->Evicted(2, 3);
+  EXPECT_FALSE(Started(f.sched->Cycle(3), 2)) << "the only free node is unschedulable";
+  f.sched->SetSchedulable(1, true);
+  EXPECT_TRUE(Started(f.sched->Cycle(4), 2));
+  // A model the scheduler has never seen needs a new snapshot.
+  auto other = f.sched->AddNode(testing::MakeNode({"a0", "A100-80GB", 8}));
+  EXPECT_EQ(other.status().code(), base::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.sched->snapshot().nodes.size(), 2u);
+  EXPECT_EQ(f.sched->snapshot().gpus.size(), 16u) << "a failed add leaves nothing behind";
+}
+
 TEST(Scheduler, GangsArePlacedWholeInOneCluster) {
   Fixture f(2, {}, /*two_clusters=*/true);  // n0 on-prem, n1 cloud
   JobSpec gang = Job(1, f.a, 8, 2);

@@ -5,6 +5,8 @@
 
 namespace meridian::sched {
 
+using base::Status;
+
 ModelId Snapshot::FindModel(std::string_view name) const {
   for (size_t i = 0; i < models_.size(); ++i) {
     if (models_[i].name == name) return static_cast<ModelId>(i);
@@ -40,6 +42,106 @@ int64_t Snapshot::AllocatedGpuMilli() const {
   return used;
 }
 
+Status Snapshot::Append(const domain::Node& n, const std::string& where, const ModelOf& model_of,
+                        int32_t rack) {
+  NodeState ns;
+  ns.name = n.name;
+  ns.cluster = FindCluster(n.cluster);
+  if (ns.cluster < 0) {
+    return base::Status::Invalid(where + ".cluster: unknown cluster \"" + n.cluster + "\"");
+  }
+  if (n.cpu_milli < 0 || n.memory_mib < 0) {
+    return base::Status::Invalid(where + ": CPU and memory must not be negative");
+  }
+  ns.rack = rack;
+  ns.cpu_capacity = ns.cpu_free = n.cpu_milli;
+  ns.memory_capacity = ns.memory_free = n.memory_mib;
+  ns.schedulable = n.schedulable;
+  ns.labels.assign(n.labels.begin(), n.labels.end());
+  ns.taints = n.taints;
+  ns.gpu_begin = static_cast<int32_t>(gpus.size());
+  ns.gpu_count = static_cast<int32_t>(n.gpus.size());
+  for (size_t gi = 0; gi < n.gpus.size(); ++gi) {
+    const domain::GpuDevice& d = n.gpus[gi];
+    auto model = model_of(d.model);
+    if (!model.ok()) return model.status();
+    if (n.gpus.size() > 64) {
+      return base::Status::Invalid(where + ".gpus: at most 64 GPUs per node");
+    }
+    if (gi == 0) {
+      ns.model = *model;
+    } else if (*model != ns.model) {
+      return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) +
+                                   "].model: a node holds GPUs of one model");
+    }
+    GpuState g;
+    g.model = *model;
+    g.nvlink_domain = static_cast<int16_t>(d.nvlink_domain);
+    g.memory_mib = g.free_memory_mib = models_[*model].memory_mib;
+    g.healthy = d.healthy;
+    g.mig_enabled = d.mig_enabled;
+    if (d.mig_enabled) {
+      const domain::GpuModel& spec = models_[*model];
+      if (!spec.mig_capable()) {
+        return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) + "]: model " +
+                                     spec.name + " does not support MIG");
+      }
+      g.free_milli = 0;
+      for (const domain::MigInstance& inst : d.mig_instances) {
+        const domain::MigProfile* p = spec.FindMigProfile(inst.profile);
+        if (!p || std::find(p->starts.begin(), p->starts.end(), inst.start) == p->starts.end()) {
+          return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) +
+                                       "].mig_instances: invalid instance " + inst.profile +
+                                       " at slice " + std::to_string(inst.start));
+        }
+        uint8_t bits = static_cast<uint8_t>(((1u << p->memory_slices) - 1) << inst.start);
+        if (g.mig_used & bits) {
+          return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) +
+                                       "].mig_instances: overlapping instances");
+        }
+        g.mig_used |= bits;
+        g.mig.push_back({static_cast<int16_t>(p - spec.mig_profiles.data()),
+                         static_cast<int8_t>(inst.start), static_cast<int8_t>(p->memory_slices),
+                         false});
+      }
+    }
+    if (!g.healthy) g.free_milli = 0;
+    gpus.push_back(std::move(g));
+  }
+  nodes.push_back(std::move(ns));
+  return Status::Ok();
+}
+
+base::Result<int32_t> Snapshot::AddNode(const domain::Node& node) {
+  const std::string where = "node " + node.name;
+  if (FindCluster(node.cluster) < 0) {
+    return Status(base::StatusCode::kFailedPrecondition,
+                  where + ": cluster \"" + node.cluster + "\" is new to the snapshot");
+  }
+  auto known_model = [&](const std::string& name) -> base::Result<ModelId> {
+    const ModelId id = FindModel(name);
+    if (id == kNoModel) {
+      return Status(base::StatusCode::kFailedPrecondition,
+                    where + ": GPU model " + name + " is new to the snapshot");
+    }
+    return id;
+  };
+  int32_t rack = -1;
+  for (size_t r = 0; r < racks.size() && rack < 0; ++r) {
+    if (racks[r] == node.rack) rack = static_cast<int32_t>(r);
+  }
+  if (rack < 0) {
+    racks.push_back(node.rack);
+    rack = static_cast<int32_t>(racks.size() - 1);
+  }
+  const size_t gpus_before = gpus.size();
+  if (Status st = Append(node, where, known_model, rack); !st.ok()) {
+    gpus.resize(gpus_before);  // what Append had added before it failed
+    return st;
+  }
+  return static_cast<int32_t>(nodes.size() - 1);
+}
+
 base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clusters,
                                        const std::vector<domain::Node>& nodes,
                                        const domain::GpuCatalog& catalog) {
@@ -69,74 +171,10 @@ base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clust
   s.nodes.reserve(nodes.size());
   for (size_t ni = 0; ni < nodes.size(); ++ni) {
     const domain::Node& n = nodes[ni];
-    std::string where = "nodes[" + std::to_string(ni) + "] (" + n.name + ")";
-    NodeState ns;
-    ns.name = n.name;
-    ns.cluster = s.FindCluster(n.cluster);
-    if (ns.cluster < 0) {
-      return base::Status::Invalid(where + ".cluster: unknown cluster \"" + n.cluster + "\"");
-    }
-    if (n.cpu_milli < 0 || n.memory_mib < 0) {
-      return base::Status::Invalid(where + ": CPU and memory must not be negative");
-    }
     auto [rack_it, inserted] = rack_ids.emplace(n.rack, static_cast<int32_t>(s.racks.size()));
     if (inserted) s.racks.push_back(n.rack);
-    ns.rack = rack_it->second;
-    ns.cpu_capacity = ns.cpu_free = n.cpu_milli;
-    ns.memory_capacity = ns.memory_free = n.memory_mib;
-    ns.schedulable = n.schedulable;
-    ns.labels.assign(n.labels.begin(), n.labels.end());
-    ns.taints = n.taints;
-    ns.gpu_begin = static_cast<int32_t>(s.gpus.size());
-    ns.gpu_count = static_cast<int32_t>(n.gpus.size());
-    for (size_t gi = 0; gi < n.gpus.size(); ++gi) {
-      const domain::GpuDevice& d = n.gpus[gi];
-      auto model = intern_model(d.model);
-      if (!model.ok()) return model.status();
-      if (n.gpus.size() > 64) {
-        return base::Status::Invalid(where + ".gpus: at most 64 GPUs per node");
-      }
-      if (gi == 0) {
-        ns.model = *model;
-      } else if (*model != ns.model) {
-        return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) +
-                                     "].model: a node holds GPUs of one model");
-      }
-      GpuState g;
-      g.model = *model;
-      g.nvlink_domain = static_cast<int16_t>(d.nvlink_domain);
-      g.memory_mib = g.free_memory_mib = s.models_[*model].memory_mib;
-      g.healthy = d.healthy;
-      g.mig_enabled = d.mig_enabled;
-      if (d.mig_enabled) {
-        const domain::GpuModel& spec = s.models_[*model];
-        if (!spec.mig_capable()) {
-          return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) + "]: model " +
-                                       spec.name + " does not support MIG");
-        }
-        g.free_milli = 0;
-        for (const domain::MigInstance& inst : d.mig_instances) {
-          const domain::MigProfile* p = spec.FindMigProfile(inst.profile);
-          if (!p || std::find(p->starts.begin(), p->starts.end(), inst.start) == p->starts.end()) {
-            return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) +
-                                         "].mig_instances: invalid instance " + inst.profile +
-                                         " at slice " + std::to_string(inst.start));
-          }
-          uint8_t bits = static_cast<uint8_t>(((1u << p->memory_slices) - 1) << inst.start);
-          if (g.mig_used & bits) {
-            return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) +
-                                         "].mig_instances: overlapping instances");
-          }
-          g.mig_used |= bits;
-          g.mig.push_back({static_cast<int16_t>(p - spec.mig_profiles.data()),
-                           static_cast<int8_t>(inst.start), static_cast<int8_t>(p->memory_slices),
-                           false});
-        }
-      }
-      if (!g.healthy) g.free_milli = 0;
-      s.gpus.push_back(std::move(g));
-    }
-    s.nodes.push_back(std::move(ns));
+    const std::string where = "nodes[" + std::to_string(ni) + "] (" + n.name + ")";
+    if (Status st = s.Append(n, where, intern_model, rack_it->second); !st.ok()) return st;
   }
   for (size_t ci = 0; ci < clusters.size(); ++ci) {
     s.clusters[ci].price_by_model.assign(s.models_.size(), 0.0);

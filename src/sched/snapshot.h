@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -81,6 +82,10 @@ class Snapshot {
                                       const std::vector<domain::Node>& nodes,
                                       const domain::GpuCatalog& catalog);
 
+  // Appends a node that joined the estate; its cluster and GPU model must be known to the
+  // snapshot already (kFailedPrecondition otherwise: build a new one). Returns its index.
+  base::Result<int32_t> AddNode(const domain::Node& node);
+
   ModelId FindModel(std::string_view name) const;
   int32_t FindCluster(std::string_view name) const;
   const domain::GpuModel& model(ModelId id) const { return models_[id]; }
@@ -99,6 +104,10 @@ class Snapshot {
   int64_t AllocatedGpuMilli() const;
 
  private:
+  using ModelOf = std::function<base::Result<ModelId>(const std::string&)>;
+  base::Status Append(const domain::Node& n, const std::string& where, const ModelOf& model_of,
+                      int32_t rack);
+
   std::vector<domain::GpuModel> models_;
 };
 

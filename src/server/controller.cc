@@ -16,6 +16,25 @@ namespace {
 
 constexpr int32_t kPage = 1000;
 
+// Whether a re-registered node offers what it did (a lost node's agent back), so that only its
+// schedulability moves.
+bool SameCapacity(const domain::Node& a, const domain::Node& b) {
+  if (a.cluster != b.cluster || a.pool != b.pool || a.rack != b.rack ||
+      a.cpu_milli != b.cpu_milli || a.memory_mib != b.memory_mib || a.labels != b.labels ||
+      a.gpus.size() != b.gpus.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.gpus.size(); ++i) {
+    const domain::GpuDevice& x = a.gpus[i];
+    const domain::GpuDevice& y = b.gpus[i];
+    if (x.uuid != y.uuid || x.model != y.model || x.nvlink_domain != y.nvlink_domain ||
+        x.healthy != y.healthy || x.mig_enabled != y.mig_enabled) {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool Active(const std::string& phase) {
   return phase == "Pending" || phase == "Placed" || phase == "Running" || phase == "Stopping";
 }
@@ -40,6 +59,9 @@ SchedulerController::SchedulerController(store::Store* store, const base::Clock*
   metrics_->Describe("meridian_quota_guaranteed_gpus", "gauge",
                      "GPUs guaranteed to each node of the tenancy tree, for all models.");
   metrics_->Describe("meridian_jobs", "gauge", "Active jobs by phase.");
+  metrics_->Describe("meridian_scheduler_rebuilds_total", "counter",
+                     "Times the scheduler was built from the store: at start, and after changes "
+                     "it cannot follow in place (configuration, a changed node).");
 }
 
 SchedulerController::~SchedulerController() { Stop(); }
@@ -108,6 +130,34 @@ void SchedulerController::Track(const store::JobRecord& job) {
                     job.reason,  job.submitted_at, job.allocation, job.status};
 }
 
+bool SchedulerController::FollowNode(const std::string& reason, const store::Object& node) {
+  int32_t index = -1;
+  for (size_t i = 0; i < estate_->nodes.size() && index < 0; ++i) {
+    if (estate_->nodes[i].name == node.name) index = static_cast<int32_t>(i);
+  }
+  const bool back = reason == "Reregistered" && index >= 0 &&
+                    SameCapacity(NodeOfObject(node), estate_->nodes[static_cast<size_t>(index)]);
+  if (reason == "NodeLost" || reason == "NodeReady" || back) {
+    if (index < 0) return false;
+    // Its jobs were requeued or failed in the same write; their events move the scheduler.
+    const bool ready = node.spec.value("state", "Ready") == "Ready";
+    estate_->nodes[static_cast<size_t>(index)].schedulable = ready;
+    estate_->snapshot.nodes[static_cast<size_t>(index)].schedulable = ready;
+    scheduler_->SetSchedulable(index, ready);
+    return true;
+  }
+  if (reason != "Registered" || index >= 0) return false;  // a changed node: rebuild
+  const domain::Node n = NodeOfObject(node);
+  auto added = scheduler_->AddNode(n);
+  if (!added.ok()) return false;  // a model or cluster the snapshot lacks: rebuild
+  // The estate's copy of the snapshot names nodes for allocations; it grows alike.
+  auto mirrored = estate_->snapshot.AddNode(n);
+  if (!mirrored.ok() || *mirrored != *added) return false;
+  estate_->nodes.push_back(n);
+  estate_->agent_address[n.name] = node.spec.value("address", "");
+  return true;
+}
+
 void SchedulerController::Follow(const store::JobRecord& job, double now) {
   const int64_t id = job.id;
   auto k = known_.find(id);
@@ -130,8 +180,12 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
   }
   if (job.version < k->second.version) return;  // older than what this controller wrote
   const std::string before = k->second.phase;
-  // A preempted job whose tasks have stopped goes back to the queue.
-  if (before == "Stopping" && job.phase == "Pending") scheduler_->Evicted(id, now);
+  // A preempted job whose tasks have stopped goes back to the queue, and so does one whose
+  // node was lost (its run is over: the lost timeout outlasts the agent's lease and kill).
+  if (before != "Pending" && job.phase == "Pending") {
+    scheduler_->Evicting(id);
+    scheduler_->Evicted(id, now);
+  }
   // Cancelled, or one task failed: it holds its devices until its tasks have stopped, and is
   // nobody's victim meanwhile.
   if ((before == "Running" || before == "Placed") && job.phase == "Stopping") {
@@ -248,6 +302,7 @@ Status SchedulerController::Rebuild() {
   nodes_->Reset(**estate, assigned);
   estate_ = std::move(estate.value());
   scheduler_ = std::move(scheduler);
+  metrics_->Add("meridian_scheduler_rebuilds_total", {}, 1);
   last_seq_ = latest;
   dirty_ = false;
   if (lost.empty()) return Status::Ok();
@@ -274,6 +329,7 @@ Status SchedulerController::CatchUp() {
   for (;;) {
     std::vector<store::Event> events;
     std::map<int64_t, store::JobRecord> changed;  // as stored now
+    std::map<std::string, store::Object> nodes;   // registered nodes, as stored now
     Status s = store_->Read([&](store::Tx& tx) {
       store::EventFilter f;
       f.after_seq = last_seq_;
@@ -282,6 +338,11 @@ Status SchedulerController::CatchUp() {
       if (!r.ok()) return r.status();
       events = std::move(r.value());
       for (const store::Event& e : events) {
+        if (e.object_kind == "Node") {
+          auto n = tx.GetObject("Node", e.object_name);
+          if (n.ok()) nodes[n->name] = *n;
+          continue;
+        }
         if (e.object_kind != "Job") continue;
         auto j = tx.GetJob(std::stoll(e.object_name));
         if (j.ok()) changed[j->id] = *j;
@@ -292,6 +353,11 @@ Status SchedulerController::CatchUp() {
     const double now = clock_->Now();
     for (const store::Event& e : events) {
       last_seq_ = e.seq;
+      if (e.object_kind == "Node") {
+        auto n = nodes.find(e.object_name);
+        if (n == nodes.end() || !FollowNode(e.reason, n->second)) dirty_ = true;
+        continue;
+      }
       if (e.object_kind != "Job") {
         if (e.object_kind != "User") dirty_ = true;  // the estate or tenancy moved: rebuild
         continue;
@@ -311,9 +377,10 @@ Status SchedulerController::CatchUp() {
 Status SchedulerController::RunOnce() {
   const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
+  // Lost nodes become unschedulable, and their jobs are requeued or failed, through the events
+  // that CatchUp follows.
   auto expired = nodes_->ExpireNodes();
   if (!expired.ok()) return expired.status();
-  if (*expired) dirty_ = true;  // lost nodes are unschedulable; their jobs were requeued
   if (!dirty_ && scheduler_) {
     if (Status s = CatchUp(); !s.ok()) return s;
   }

@@ -71,6 +71,9 @@ class SchedulerController final : public api::SchedulerHooks {
   void Track(const store::JobRecord& job);
   // Brings the scheduler, known_ and the agents' assignments in line with a job as stored now.
   void Follow(const store::JobRecord& job, double now);
+  // Applies a node's event in place (lost, ready, newly registered); false when only a
+  // rebuild can (a changed node, a model the snapshot lacks).
+  bool FollowNode(const std::string& reason, const store::Object& node);
   // Completes the stops that no runner will report (jobs on nodes no agent runs).
   base::Status SettleStops(double now);
   bool RunsOnAgents(const Json& allocation) const;

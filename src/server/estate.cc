@@ -6,6 +6,30 @@
 
 namespace meridian::server {
 
+domain::Node NodeOfObject(const store::Object& o) {
+  const Json& s = o.spec;
+  domain::Node n;
+  n.name = o.name;
+  n.cluster = s.value("cluster", "");
+  n.pool = s.value("pool", "");
+  n.rack = s.value("rack", "");
+  n.cpu_milli = s.value("cpuMilli", 0);
+  n.memory_mib = s.value("memoryMib", 0);
+  n.schedulable = s.value("state", "Ready") == "Ready";
+  if (s.contains("labels")) {
+    for (const auto& [k, v] : s.at("labels").items()) n.labels[k] = v.get<std::string>();
+  }
+  for (const Json& g : s.value("gpus", Json::array())) {
+    domain::GpuDevice d;
+    d.uuid = g.value("uuid", "");
+    d.model = g.value("model", "");
+    d.nvlink_domain = g.value("nvlinkDomain", 0);
+    d.healthy = g.value("healthy", true);
+    n.gpus.push_back(d);
+  }
+  return n;
+}
+
 namespace {
 
 domain::Cluster ClusterOf(const store::Object& o) {
@@ -59,30 +83,9 @@ void AddPoolNodes(const store::Object& pool, std::vector<domain::Node>* nodes) {
   }
 }
 
-// A node an agent registered (server/nodes.cc writes the spec); not schedulable while lost.
 void AddRegisteredNode(const store::Object& o, Estate* e) {
-  const Json& s = o.spec;
-  domain::Node n;
-  n.name = o.name;
-  n.cluster = s.value("cluster", "");
-  n.pool = s.value("pool", "");
-  n.rack = s.value("rack", "");
-  n.cpu_milli = s.value("cpuMilli", 0);
-  n.memory_mib = s.value("memoryMib", 0);
-  n.schedulable = s.value("state", "Ready") == "Ready";
-  if (s.contains("labels")) {
-    for (const auto& [k, v] : s.at("labels").items()) n.labels[k] = v.get<std::string>();
-  }
-  for (const Json& g : s.value("gpus", Json::array())) {
-    domain::GpuDevice d;
-    d.uuid = g.value("uuid", "");
-    d.model = g.value("model", "");
-    d.nvlink_domain = g.value("nvlinkDomain", 0);
-    d.healthy = g.value("healthy", true);
-    n.gpus.push_back(d);
-  }
-  e->agent_address[n.name] = s.value("address", "");
-  e->nodes.push_back(std::move(n));
+  e->agent_address[o.name] = o.spec.value("address", "");
+  e->nodes.push_back(NodeOfObject(o));
 }
 
 }  // namespace

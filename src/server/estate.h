@@ -40,6 +40,9 @@ struct Estate {
 
 base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Object>& objects);
 
+// A node an agent registered (server/nodes.cc writes the spec); not schedulable unless Ready.
+domain::Node NodeOfObject(const store::Object& o);
+
 // A stored job as the scheduler sees it; an error names what no longer exists (its project).
 base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const Estate& estate);
 

@@ -194,6 +194,8 @@ base::Result<Json> NodeService::Register(const std::string& user, const Json& bo
   e.state = "Ready";
   e.last_seen = now;
   e.simulated = node->spec.at("simulated");
+  // Its tasks are assigned from now on, before the controller follows the registration.
+  address_[node->name] = node->spec.value("address", "");
   return Json{{"node", node->name},
               {"heartbeatInterval", heartbeat_interval_},
               {"lease", lost_timeout_ / 2}};
