@@ -139,6 +139,29 @@ TEST_F(ServerTest, FirstStartWritesAnAdminTokenOnlyItsOwnerCanRead) {
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/whoami", admin_).status, 200);
 }
 
+TEST_F(ServerTest, ASecondServerOnTheSameDataDirExitsAtOnce) {
+  ApplyEstate();
+  // It must exit by itself, at once: RunToExit kills it after 10 s and reports code -1.
+  CliResult second =
+      RunToExit(kBinary, {"server", "--data-dir", server_->data_dir(), "--listen", "127.0.0.1:0"},
+                dir_.File("second.log"), 10);
+  EXPECT_EQ(second.code, 1) << second.output;
+  // The lock file names the holder's pid, and so does the message.
+  const std::string holder = ReadFile(server_->data_dir() + "/LOCK");
+  ASSERT_FALSE(holder.empty());
+  EXPECT_NE(second.output.find("--data-dir " + server_->data_dir() +
+                               " is in use by another meridian server (pid " + holder + ")"),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(second.output.find("listening"), std::string::npos) << second.output;
+  // The first server serves on, its state untouched; once it stops, the dir is free again.
+  EXPECT_EQ(Http(*server_, "GET", "/healthz", "").status, 200);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).status, 200);
+  server_->Stop();
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).status, 200);
+}
+
 TEST_F(ServerTest, PlanApplyDriftAndRollback) {
   const std::string file = WriteFile("estate.yaml", kEstate);
   CliResult plan = Run("plan -f " + file);
@@ -383,8 +406,9 @@ TEST_F(ServerTest, AMemberSeesAndTouchesOnlyTheirProject) {
 // What the dashboard reads besides jobs: the estate's history, quota use, and the newest
 // entries first, each scoped to what the caller may see.
 TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
-  server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("sampled"),
-                                            std::vector<std::string>{"--history-interval", "0.2", "--history-retention", "1"});
+  server_ = std::make_unique<ServerProcess>(
+      kBinary, dir_.File("sampled"),
+      std::vector<std::string>{"--history-interval", "0.2", "--history-retention", "1"});
   ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("sampled.log"));
   admin_ = server_->admin_token();
   ApplyEstate();
@@ -394,9 +418,8 @@ TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
   ASSERT_EQ(vision.status, 201);
   ASSERT_EQ(research.status, 201);
   const int64_t vision_id = vision.body["id"], research_id = research.body["id"];
-  ASSERT_TRUE(Eventually([&] {
-    return Phase(vision_id) == "Placed" && Phase(research_id) == "Placed";
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return Phase(vision_id) == "Placed" && Phase(research_id) == "Placed"; }));
   // Samples taken after both were placed: 6 of 16 GPUs allocated, 2 jobs running.
   Json h;
   ASSERT_TRUE(Eventually([&] {
