@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -185,7 +186,7 @@ TEST_F(ServerTest, PlanApplyDriftAndRollback) {
   smaller = smaller.substr(0, smaller.find("---\nkind: Project\nmetadata: {name: research}")) +
             smaller.substr(smaller.find("---\nkind: PriorityClass"));
   smaller = smaller.substr(0, smaller.find("---\nkind: Quota"));
-  CliResult applied = Run("apply -f " + WriteFile("smaller.yaml", smaller) + " -m smaller");
+  CliResult applied = Run("apply --prune -f " + WriteFile("smaller.yaml", smaller) + " -m smaller");
   ASSERT_EQ(applied.code, 0) << applied.output;
   EXPECT_NE(applied.output.find("- Project research"), std::string::npos) << applied.output;
   // The drift is named against the revision it departed from, not the one being made.
@@ -205,6 +206,75 @@ TEST_F(ServerTest, PlanApplyDriftAndRollback) {
   EXPECT_EQ(h["items"][0]["message"], "rollback to revision 1");
   EXPECT_EQ(h["items"][0]["author"], "admin");
   EXPECT_NE(Run("plan -f " + file).output.find("No changes"), std::string::npos);
+}
+
+// apply -f applies what the files hold and deletes nothing, as kubectl does; --prune makes a
+// folder the whole desired state. plan shows each changed field's old and new value.
+TEST_F(ServerTest, ApplyDeletesOnlyWithPrune) {
+  ApplyEstate();
+  const std::string one = WriteFile("one.yaml",
+                                    "kind: Project\nmetadata: {name: vision}\n"
+                                    "spec: {team: lab, weight: 2}\n");
+  CliResult plan = Run("plan -f " + one);
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("~ Project vision: team, weight\n"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("      team: \"product\" -> \"lab\"\n"), std::string::npos)
+      << plan.output;
+  EXPECT_NE(plan.output.find("      weight: 1.0 -> 2.0\n"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("Plan: 0 to create, 1 to update, 0 to delete."), std::string::npos)
+      << plan.output;
+  Json structured = Json::parse(Run("plan -o json -f " + one).output);
+  ASSERT_EQ(structured["changes"].size(), 1u) << structured.dump();
+  EXPECT_EQ(structured["changes"][0]["fieldChanges"][0],
+            (Json{{"field", "team"}, {"before", "product"}, {"after", "lab"}}));
+  // A one-document apply changes that document and deletes none of the other eight.
+  CliResult applied = Run("apply -f " + one + " -m one");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  EXPECT_NE(applied.output.find("Plan: 0 to create, 1 to update, 0 to delete."), std::string::npos)
+      << applied.output;
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).body["spec"]["team"], "lab");
+  for (const char* path : {"/api/v1/projects/research", "/api/v1/quotas/research",
+                           "/api/v1/clusters/onprem", "/api/v1/nodepools/h100"}) {
+    EXPECT_EQ(Http(*server_, "GET", path, admin_).status, 200) << path;
+  }
+  // A document may refer to what lives already without repeating it; a dangling reference
+  // is still refused, with its file and line.
+  const std::string extra = WriteFile("extra.yaml",
+                                      "kind: Project\nmetadata: {name: speech}\n"
+                                      "spec: {team: lab}\n---\n"
+                                      "kind: Project\nmetadata: {name: audio}\n"
+                                      "spec: {team: nowhere}\n");
+  CliResult bad = Run("apply -f " + extra);
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("extra.yaml:5:0: spec.team: Team \"nowhere\" does not exist"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/speech", admin_).status, 404);
+  // The revision holds the whole declared state: rolling back to it restores the estate with
+  // vision in lab, not vision alone.
+  CliResult back = Run("rollback --to 2");
+  EXPECT_EQ(back.code, 0) << back.output;
+  EXPECT_NE(back.output.find("No changes"), std::string::npos) << back.output;
+  // --prune: the folder is the whole desired state, and what it lacks is deleted.
+  const std::string dir = dir_.File("desired");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/estate.yaml") << kEstate;
+  std::string smaller = kEstate;
+  smaller = smaller.substr(0, smaller.find("---\nkind: Quota"));
+  std::ofstream(dir + "/estate.yaml", std::ios::trunc) << smaller;
+  plan = Run("plan --prune -f " + dir);
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("- Quota research"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("Plan: 0 to create, 1 to update, 1 to delete."), std::string::npos)
+      << plan.output;
+  // Without --prune the same folder deletes nothing.
+  EXPECT_NE(Run("plan -f " + dir).output.find("Plan: 0 to create, 1 to update, 0 to delete."),
+            std::string::npos);
+  applied = Run("apply --prune -f " + dir + " -m pruned");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/quotas/research", admin_).status, 404);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).body["spec"]["team"],
+            "product");
 }
 
 TEST_F(ServerTest, InvalidDocumentsApplyNothingAndSayWhere) {

@@ -132,6 +132,18 @@ class EventBus {
   bool closed_ = false;
 };
 
+// How documents meet the live configuration. kMerge creates and updates what they hold and
+// deletes nothing (`apply -f`, as kubectl does); kPrune makes them the whole desired state,
+// deleting what they lack (`apply --prune -f DIR`, and every rollback).
+enum class ApplyMode { kMerge, kPrune };
+struct DesiredDocuments {
+  std::vector<domain::Document> docs;
+  ApplyMode mode = ApplyMode::kMerge;
+  std::string message;
+  // A rollback's revision was checked when it was made: its references are not checked again.
+  bool check_references = true;
+};
+
 struct ApiOptions {
   size_t max_body_bytes = 1 << 20;
   int32_t max_page = 1000;
@@ -217,9 +229,11 @@ class Api {
   // After a commit that appended events up to `seq`: wake watchers and the scheduler, and
   // forget the cached tenancy when the configuration changed.
   void Changed(int64_t seq, bool config);
-  // Applies a complete desired state as a new revision in one transaction; fills `changes`.
-  base::Result<int64_t> ApplyDocuments(Call& call, const std::vector<domain::Document>& docs,
-                                       const std::string& message, Json* changes);
+  // Applies the documents as a new revision in one transaction; fills `changes`. Invalid
+  // references go to `errors` (and nothing is applied); a deletion that would orphan live
+  // objects (nodes of a cluster, jobs of a project) fails with kConflict naming them.
+  base::Result<int64_t> ApplyDocuments(Call& call, const DesiredDocuments& desired, Json* changes,
+                                       domain::ErrorList* errors);
 
   store::Store* store_;
   const base::Clock* clock_;
