@@ -9,6 +9,7 @@
 #include <set>
 
 #include "base/testing/temp_dir.h"
+#include "store/sqlite/sqlite_store.h"
 #include "tests/server_process.h"
 
 namespace meridian::testing {
@@ -275,6 +276,161 @@ TEST_F(ServerTest, ApplyDeletesOnlyWithPrune) {
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/quotas/research", admin_).status, 404);
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).body["spec"]["team"],
             "product");
+}
+
+// A cluster named in the estate, its pool, and the estate without them.
+const char* kCloud = R"(---
+kind: Cluster
+metadata: {name: cloud}
+spec: {type: cloud, region: eu-west}
+---
+kind: NodePool
+metadata: {name: a100}
+spec: {cluster: cloud, gpusPerNode: 8, gpuModel: A100-80GB}
+)";
+
+// Registers a node as its agent would (an admin may), with one GPU.
+HttpResult RegisterNode(const ServerProcess& s, const std::string& token, const std::string& name,
+                        const std::string& cluster, const std::string& pool) {
+  Json body = {{"node", name},
+               {"cluster", cluster},
+               {"pool", pool},
+               {"simulated", true},
+               {"gpus", {{{"uuid", "GPU-" + name}, {"model", "A100-80GB"}}}}};
+  return Http(s, "POST", "/api/v1/agents/register", token, body.dump());
+}
+
+// A change that would orphan live objects (nodes of a cluster or pool, active jobs of a
+// project) is refused by plan, apply, rollback and DELETE alike, naming them, and applies
+// nothing.
+TEST_F(ServerTest, ChangesThatWouldOrphanLiveObjectsAreRefused) {
+  ApplyEstate();  // revision 1: no cloud
+  CliResult more = Run("apply -f " + WriteFile("cloud.yaml", kCloud) + " -m cloud");
+  ASSERT_EQ(more.code, 0) << more.output;
+  for (const char* node : {"cloud-a100-0", "cloud-a100-1"}) {
+    HttpResult r = RegisterNode(*server_, admin_, node, "cloud", "a100");
+    ASSERT_EQ(r.status, 200) << r.text;
+  }
+  const std::string nodes_message =
+      "cluster \"cloud\": 2 registered nodes still belong to it (cloud-a100-0, cloud-a100-1); "
+      "delete or drain them first";
+  // rollback to revision 1 would delete the cloud cluster and its pool.
+  CliResult back = Run("rollback --to 1");
+  EXPECT_EQ(back.code, 6) << back.output;
+  EXPECT_NE(back.output.find(nodes_message), std::string::npos) << back.output;
+  EXPECT_NE(back.output.find("node pool \"a100\": 2 registered nodes still belong to it"),
+            std::string::npos)
+      << back.output;
+  // plan --prune and apply --prune of the estate without cloud: the same.
+  const std::string file = WriteFile("estate.yaml", kEstate);
+  CliResult plan = Run("plan --prune -f " + file);
+  EXPECT_EQ(plan.code, 6) << plan.output;
+  EXPECT_NE(plan.output.find(nodes_message), std::string::npos) << plan.output;
+  CliResult apply = Run("apply --prune -f " + file);
+  EXPECT_EQ(apply.code, 6) << apply.output;
+  HttpResult del = Http(*server_, "DELETE", "/api/v1/clusters/cloud", admin_);
+  EXPECT_EQ(del.status, 409) << del.text;
+  EXPECT_EQ(del.body["error"].value("message", ""),
+            "refused: the change would orphan live objects: " + nodes_message)
+      << del.text;
+  EXPECT_EQ(Http(*server_, "DELETE", "/api/v1/nodepools/a100", admin_).status, 409);
+  // A project with a job that has not ended: refused; once the job is cancelled, allowed.
+  HttpResult job = Submit("research", 1);
+  ASSERT_EQ(job.status, 201) << job.text;
+  const std::string id = std::to_string(job.body["id"].get<int64_t>());
+  HttpResult project = Http(*server_, "DELETE", "/api/v1/projects/research", admin_);
+  EXPECT_EQ(project.status, 409) << project.text;
+  EXPECT_NE(project.text.find("project \\\"research\\\": 1 active job (" + id +
+                              "); cancel them or let them finish first"),
+            std::string::npos)
+      << project.text;
+  // Nothing was applied by any of it.
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/clusters/cloud", admin_).status, 200);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/nodepools/a100", admin_).status, 200);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/config/revisions", admin_).body["items"].size(), 2u);
+  ASSERT_EQ(Http(*server_, "POST", "/api/v1/jobs/" + id + "/cancel", admin_).status, 200);
+  ASSERT_TRUE(Eventually([&] { return Phase(job.body["id"]) == "Cancelled"; })) << Phase(1);
+  EXPECT_EQ(Http(*server_, "DELETE", "/api/v1/quotas/research", admin_).status, 200);
+  EXPECT_EQ(Http(*server_, "DELETE", "/api/v1/projects/research", admin_).status, 200);
+}
+
+// A bad object never stops scheduling of the rest: a node of a cluster that does not exist
+// is left out, jobs run on the other clusters, and /healthz and /metrics say what and why.
+TEST_F(ServerTest, ABadObjectIsReportedAndTheRestIsScheduled) {
+  ApplyEstate();
+  HttpResult healthy = Http(*server_, "GET", "/healthz", "");
+  EXPECT_EQ(healthy.status, 200);
+  EXPECT_EQ(healthy.body["status"], "ok") << healthy.text;
+  EXPECT_TRUE(healthy.body["problems"].empty()) << healthy.text;
+  // What no API call accepts any more, written into the stopped server's store: a node of a
+  // cluster that is gone, a pool of it, and a node with GPUs of two models.
+  server_->Stop();
+  {
+    auto store = store::SqliteStore::Open(server_->data_dir() + "/meridian.db");
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    base::Status s = (*store)->Write([](store::Tx& tx) {
+      store::Object node{"Node",
+                         "orphan-0",
+                         Json{{"cluster", "gone"},
+                              {"pool", ""},
+                              {"address", ""},
+                              {"cpuMilli", 64000},
+                              {"memoryMib", 262144},
+                              {"gpus", {{{"uuid", "GPU-orphan"}, {"model", "H100-80GB"}}}}},
+                         0,
+                         0,
+                         "test"};
+      if (auto v = tx.PutObject(node, store::kAnyVersion); !v.ok()) return v.status();
+      store::Object pool{
+          "NodePool",
+          "gone-pool",
+          Json{{"cluster", "gone"}, {"nodes", 1}, {"gpusPerNode", 8}, {"gpuModel", "H100-80GB"}},
+          0,
+          0,
+          "test"};
+      if (auto v = tx.PutObject(pool, store::kAnyVersion); !v.ok()) return v.status();
+      store::Object mixed = node;
+      mixed.name = "mixed-0";
+      mixed.spec["cluster"] = "onprem";
+      mixed.spec["gpus"] = {{{"uuid", "GPU-m0"}, {"model", "H100-80GB"}},
+                            {{"uuid", "GPU-m1"}, {"model", "A100-80GB"}}};
+      return tx.PutObject(mixed, store::kAnyVersion).status();
+    });
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
+  HttpResult job = Submit("vision", 8);
+  ASSERT_EQ(job.status, 201) << job.text;
+  ASSERT_TRUE(Eventually([&] { return Phase(job.body["id"]) == "Placed"; }))
+      << Phase(job.body["id"]) << "\n"
+      << ReadFile(dir_.File("data.log"));
+  Json allocation =
+      Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(job.body["id"].get<int64_t>()), admin_)
+          .body["status"]["allocation"];
+  ASSERT_EQ(allocation.size(), 1u) << allocation.dump();
+  EXPECT_EQ(allocation[0]["cluster"], "onprem") << allocation.dump();
+  HttpResult health = Http(*server_, "GET", "/healthz", "");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body["status"], "degraded") << health.text;
+  const Json want_node = {
+      {"kind", "Node"},
+      {"name", "orphan-0"},
+      {"message", "cluster \"gone\" does not exist: the node is not scheduled"}};
+  const Json want_pool = {
+      {"kind", "NodePool"},
+      {"name", "gone-pool"},
+      {"message", "cluster \"gone\" does not exist: the pool's nodes are not scheduled"}};
+  // A node the scheduler's snapshot refuses (GPUs of two models) is left out too, alone.
+  const Json want_mixed = {
+      {"kind", "Node"},
+      {"name", "mixed-0"},
+      {"message", "gpus[1].model: a node holds GPUs of one model: not scheduled"}};
+  EXPECT_EQ(health.body["problems"], (Json{want_node, want_pool, want_mixed})) << health.text;
+  EXPECT_NE(Http(*server_, "GET", "/metrics", "").text.find("\nmeridian_config_problems 3\n"),
+            std::string::npos);
+  // The node is left out of /nodes, the 16 GPUs of onprem are all there.
+  Json nodes = Http(*server_, "GET", "/api/v1/nodes", admin_).body["items"];
+  EXPECT_EQ(nodes.size(), 2u) << nodes.dump();
 }
 
 TEST_F(ServerTest, InvalidDocumentsApplyNothingAndSayWhere) {

@@ -52,6 +52,15 @@ struct HistorySample {
 Json HistorySampleToJson(const HistorySample& sample);
 HistorySample HistorySampleFromJson(double at, const Json& json);
 
+// An object of the live configuration that the scheduler leaves out, or takes in only in part
+// (a node of a cluster that does not exist, a project of a team that does not), and why. The
+// rest of the estate is scheduled as usual; /healthz and /metrics report these.
+struct ConfigProblem {
+  std::string kind;
+  std::string name;
+  std::string message;  // e.g. `cluster "cloud" does not exist: the node is not scheduled`
+};
+
 // What the API asks of the scheduling side of the server (implemented by the scheduler
 // controller in src/server). Thread-safe.
 class SchedulerHooks {
@@ -73,6 +82,9 @@ class SchedulerHooks {
   // The samples taken at or after `since` (Unix seconds), oldest first, and the sampling
   // interval in seconds.
   virtual std::vector<HistorySample> History(double since, double* interval) = 0;
+  // What the estate the scheduler runs on leaves out of the configuration, and why (empty when
+  // all of it is scheduled).
+  virtual std::vector<ConfigProblem> ConfigProblems() = 0;
 };
 
 // What the API asks of the side of the server that node agents talk to (implemented by
@@ -191,6 +203,9 @@ class Api {
   void ListEvents(Call& call);
   void Watch(Call& call);
   void Nodes(Call& call);
+  // /healthz and /metrics (api_estate.cc).
+  void Health(Call& call);
+  void ServeMetrics(Call& call);
   void Usage(Call& call);
   void History(Call& call);
   // Node agents and task output (api_agents.cc).

@@ -2,6 +2,7 @@
 // whole set as numbered revisions.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "api/api_internal.h"
@@ -201,6 +202,66 @@ Status ReadLive(store::Tx& tx, LiveState* live) {
   return Status::Ok();
 }
 
+// "a, b, c" of the first few names, then how many more.
+std::string NameSome(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 5;
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < kShown; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > kShown) out += " and " + std::to_string(names.size() - kShown) + " more";
+  return out;
+}
+
+// Refuses deletions that would orphan live objects: a Cluster or NodePool that registered
+// nodes still belong to, a Project with jobs that are not finished. The scheduler would skip
+// such nodes and jobs (they name what no longer exists), so the change is refused up front,
+// naming what depends on each object; the operator drains or deletes those first. Ok when
+// `changes` deletes nothing of the kind.
+Status CheckDependents(store::Tx& tx, const Json& changes) {
+  std::vector<std::string> problems;
+  std::optional<std::vector<store::Object>> nodes;
+  for (const Json& c : changes) {
+    if (c.at("action") != "delete") continue;
+    const std::string kind = c.at("kind"), name = c.at("name");
+    if (kind == "Cluster" || kind == "NodePool") {
+      if (!nodes) {
+        auto listed = tx.ListObjects("Node");
+        if (!listed.ok()) return listed.status();
+        nodes = std::move(listed.value());
+      }
+      const char* field = kind == "Cluster" ? "cluster" : "pool";
+      std::vector<std::string> names;
+      for (const store::Object& n : *nodes) {
+        if (n.spec.contains(field) && n.spec.at(field) == name) names.push_back(n.name);
+      }
+      if (names.empty()) continue;
+      problems.push_back((kind == "Cluster" ? "cluster \"" : "node pool \"") + name +
+                         "\": " + std::to_string(names.size()) + " registered node" +
+                         (names.size() == 1 ? "" : "s") + " still belong" +
+                         (names.size() == 1 ? "s" : "") + " to it (" + NameSome(names) +
+                         "); delete or drain them first");
+    } else if (kind == "Project") {
+      store::JobFilter filter;
+      filter.projects = {name};
+      filter.phases = {"Pending", "Placed", "Running", "Stopping"};
+      filter.limit = 1000;
+      auto jobs = tx.ListJobs(filter);
+      if (!jobs.ok()) return jobs.status();
+      if (jobs->empty()) continue;
+      std::vector<std::string> ids;
+      for (const store::JobRecord& j : *jobs) ids.push_back(std::to_string(j.id));
+      const std::string count = std::to_string(ids.size()) +
+                                (ids.size() == static_cast<size_t>(filter.limit) ? " or more" : "");
+      problems.push_back("project \"" + name + "\": " + count + " active job" +
+                         (ids.size() == 1 ? "" : "s") + " (" + NameSome(ids) +
+                         "); cancel them or let them finish first");
+    }
+  }
+  if (problems.empty()) return Status::Ok();
+  std::string message = "refused: the change would orphan live objects: ";
+  for (size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
+  return Status::Conflict(message);
+}
+
 // Checks that the documents' references (a project's team, a pool's cluster, ...) hold in the
 // state they would make: the documents alone under kPrune; under kMerge, the documents over
 // the live configuration. Only the documents' own errors count: what was wrong in the live
@@ -353,6 +414,8 @@ void Api::DeleteObject(Call& call, const std::string& kind) {
   }
   int64_t seq = 0;
   Status s = store_->Write([&](store::Tx& tx) {
+    const Json deletion = Json::array({{{"action", "delete"}, {"kind", kind}, {"name", name}}});
+    if (Status d = CheckDependents(tx, deletion); !d.ok()) return d;
     if (Status d = tx.DeleteObject(kind, name, existing.version); !d.ok()) return d;
     auto e = tx.AppendEvent(
         {0, call.started, kind, name, kind == "Project" ? name : "", "Normal", "Deleted",
@@ -375,14 +438,20 @@ void Api::Plan(Call& call) {
   auto desired = DesiredState(call, *body);
   if (!desired) return;
   LiveState live;
-  Status s = store_->Read([&](store::Tx& tx) { return ReadLive(tx, &live); });
-  if (!s.ok()) return Fail(call, s);
   domain::ErrorList errors;
-  CheckReferences(live, *desired, &errors);
+  Json changes;
+  Status s = store_->Read([&](store::Tx& tx) {
+    if (Status r = ReadLive(tx, &live); !r.ok()) return r;
+    CheckReferences(live, *desired, &errors);
+    if (!errors.empty()) return Status::Ok();
+    changes =
+        Diff(live.objects, desired->docs, live.last_applied, live.last_revision, desired->mode);
+    return CheckDependents(tx, changes);
+  });
   if (!errors.empty()) return FailFields(call, errors);
+  if (!s.ok()) return Fail(call, s);
   Respond(call, 200,
-          {{"changes", Diff(live.objects, desired->docs, live.last_applied, live.last_revision,
-                            desired->mode)},
+          {{"changes", std::move(changes)},
            {"prune", desired->mode == ApplyMode::kPrune},
            {"revision", live.last_revision}});
 }
@@ -401,6 +470,7 @@ base::Result<int64_t> Api::ApplyDocuments(Call& call, const DesiredDocuments& de
     }
     *changes =
         Diff(live.objects, desired.docs, live.last_applied, live.last_revision, desired.mode);
+    if (Status d = CheckDependents(tx, *changes); !d.ok()) return d;
     if (changes->empty()) {
       revision = live.last_revision;
       return Status::Ok();
