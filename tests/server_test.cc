@@ -341,7 +341,7 @@ TEST_F(ServerTest, ChangesThatWouldOrphanLiveObjectsAreRefused) {
   HttpResult project = Http(*server_, "DELETE", "/api/v1/projects/research", admin_);
   EXPECT_EQ(project.status, 409) << project.text;
   EXPECT_NE(project.text.find("project \\\"research\\\": 1 active job (" + id +
-                              "); cancel them or let them finish first"),
+                              "); cancel it or let it finish first"),
             std::string::npos)
       << project.text;
   // Nothing was applied by any of it.

@@ -234,11 +234,11 @@ Status CheckDependents(store::Tx& tx, const Json& changes) {
         if (n.spec.contains(field) && n.spec.at(field) == name) names.push_back(n.name);
       }
       if (names.empty()) continue;
-      problems.push_back((kind == "Cluster" ? "cluster \"" : "node pool \"") + name +
-                         "\": " + std::to_string(names.size()) + " registered node" +
-                         (names.size() == 1 ? "" : "s") + " still belong" +
-                         (names.size() == 1 ? "s" : "") + " to it (" + NameSome(names) +
-                         "); delete or drain them first");
+      problems.push_back(
+          (kind == "Cluster" ? "cluster \"" : "node pool \"") + name + "\": " +
+          std::to_string(names.size()) + " registered node" + (names.size() == 1 ? "" : "s") +
+          " still belong" + (names.size() == 1 ? "s" : "") + " to it (" + NameSome(names) +
+          (names.size() == 1 ? "); delete or drain it first" : "); delete or drain them first"));
     } else if (kind == "Project") {
       store::JobFilter filter;
       filter.projects = {name};
@@ -252,8 +252,9 @@ Status CheckDependents(store::Tx& tx, const Json& changes) {
       const std::string count = std::to_string(ids.size()) +
                                 (ids.size() == static_cast<size_t>(filter.limit) ? " or more" : "");
       problems.push_back("project \"" + name + "\": " + count + " active job" +
-                         (ids.size() == 1 ? "" : "s") + " (" + NameSome(ids) +
-                         "); cancel them or let them finish first");
+                         (ids.size() == 1 ? " (" : "s (") + NameSome(ids) +
+                         (ids.size() == 1 ? "); cancel it or let it finish first"
+                                          : "); cancel them or let them finish first"));
     }
   }
   if (problems.empty()) return Status::Ok();
@@ -442,6 +443,7 @@ void Api::Plan(Call& call) {
   Json changes;
   Status s = store_->Read([&](store::Tx& tx) {
     if (Status r = ReadLive(tx, &live); !r.ok()) return r;
+    errors = domain::ErrorList();
     CheckReferences(live, *desired, &errors);
     if (!errors.empty()) return Status::Ok();
     changes =
@@ -464,6 +466,7 @@ base::Result<int64_t> Api::ApplyDocuments(Call& call, const DesiredDocuments& de
   Status s = store_->Write([&](store::Tx& tx) {
     LiveState live;
     if (Status r = ReadLive(tx, &live); !r.ok()) return r;
+    *errors = domain::ErrorList();  // a store that retries the transaction starts afresh
     if (desired.check_references) {
       CheckReferences(live, desired, errors);
       if (!errors->empty()) return Status::Invalid("the documents do not fit the live state");
