@@ -185,6 +185,35 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
+// Runs `binary ARGS` with its output in `log` and waits up to `seconds` for it to exit. A
+// process still running then is killed and reported with code -1.
+inline CliResult RunToExit(const std::string& binary, std::vector<std::string> args,
+                           const std::string& log, double seconds) {
+  args.insert(args.begin(), binary);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::freopen(log.c_str(), "w", stdout);
+    std::freopen(log.c_str(), "a", stderr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  CliResult out;
+  int status = 0;
+  const bool exited = Eventually([&] { return waitpid(pid, &status, WNOHANG) == pid; }, seconds);
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  } else {
+    out.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  out.output = ReadFile(log);
+  return out;
+}
+
 // Runs the real CLI with the server and token in the environment, as a user would.
 inline CliResult Cli(const std::string& binary, const std::string& args, const std::string& server,
                      const std::string& token) {

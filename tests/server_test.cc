@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
 #include "base/testing/temp_dir.h"
+#include "store/sqlite/sqlite_store.h"
 #include "tests/server_process.h"
 
 namespace meridian::testing {
@@ -139,6 +141,29 @@ TEST_F(ServerTest, FirstStartWritesAnAdminTokenOnlyItsOwnerCanRead) {
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/whoami", admin_).status, 200);
 }
 
+TEST_F(ServerTest, ASecondServerOnTheSameDataDirExitsAtOnce) {
+  ApplyEstate();
+  // It must exit by itself, at once: RunToExit kills it after 10 s and reports code -1.
+  CliResult second =
+      RunToExit(kBinary, {"server", "--data-dir", server_->data_dir(), "--listen", "127.0.0.1:0"},
+                dir_.File("second.log"), 10);
+  EXPECT_EQ(second.code, 1) << second.output;
+  // The lock file names the holder's pid, and so does the message.
+  const std::string holder = ReadFile(server_->data_dir() + "/LOCK");
+  ASSERT_FALSE(holder.empty());
+  EXPECT_NE(second.output.find("--data-dir " + server_->data_dir() +
+                               " is in use by another meridian server (pid " + holder + ")"),
+            std::string::npos)
+      << second.output;
+  EXPECT_EQ(second.output.find("listening"), std::string::npos) << second.output;
+  // The first server serves on, its state untouched; once it stops, the dir is free again.
+  EXPECT_EQ(Http(*server_, "GET", "/healthz", "").status, 200);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).status, 200);
+  server_->Stop();
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).status, 200);
+}
+
 TEST_F(ServerTest, PlanApplyDriftAndRollback) {
   const std::string file = WriteFile("estate.yaml", kEstate);
   CliResult plan = Run("plan -f " + file);
@@ -162,7 +187,7 @@ TEST_F(ServerTest, PlanApplyDriftAndRollback) {
   smaller = smaller.substr(0, smaller.find("---\nkind: Project\nmetadata: {name: research}")) +
             smaller.substr(smaller.find("---\nkind: PriorityClass"));
   smaller = smaller.substr(0, smaller.find("---\nkind: Quota"));
-  CliResult applied = Run("apply -f " + WriteFile("smaller.yaml", smaller) + " -m smaller");
+  CliResult applied = Run("apply --prune -f " + WriteFile("smaller.yaml", smaller) + " -m smaller");
   ASSERT_EQ(applied.code, 0) << applied.output;
   EXPECT_NE(applied.output.find("- Project research"), std::string::npos) << applied.output;
   // The drift is named against the revision it departed from, not the one being made.
@@ -182,6 +207,230 @@ TEST_F(ServerTest, PlanApplyDriftAndRollback) {
   EXPECT_EQ(h["items"][0]["message"], "rollback to revision 1");
   EXPECT_EQ(h["items"][0]["author"], "admin");
   EXPECT_NE(Run("plan -f " + file).output.find("No changes"), std::string::npos);
+}
+
+// apply -f applies what the files hold and deletes nothing, as kubectl does; --prune makes a
+// folder the whole desired state. plan shows each changed field's old and new value.
+TEST_F(ServerTest, ApplyDeletesOnlyWithPrune) {
+  ApplyEstate();
+  const std::string one = WriteFile("one.yaml",
+                                    "kind: Project\nmetadata: {name: vision}\n"
+                                    "spec: {team: lab, weight: 2}\n");
+  CliResult plan = Run("plan -f " + one);
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("~ Project vision: team, weight\n"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("      team: \"product\" -> \"lab\"\n"), std::string::npos)
+      << plan.output;
+  EXPECT_NE(plan.output.find("      weight: 1.0 -> 2.0\n"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("Plan: 0 to create, 1 to update, 0 to delete."), std::string::npos)
+      << plan.output;
+  Json structured = Json::parse(Run("plan -o json -f " + one).output);
+  ASSERT_EQ(structured["changes"].size(), 1u) << structured.dump();
+  EXPECT_EQ(structured["changes"][0]["fieldChanges"][0],
+            (Json{{"field", "team"}, {"before", "product"}, {"after", "lab"}}));
+  // A one-document apply changes that document and deletes none of the other eight.
+  CliResult applied = Run("apply -f " + one + " -m one");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  EXPECT_NE(applied.output.find("Plan: 0 to create, 1 to update, 0 to delete."), std::string::npos)
+      << applied.output;
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).body["spec"]["team"], "lab");
+  for (const char* path : {"/api/v1/projects/research", "/api/v1/quotas/research",
+                           "/api/v1/clusters/onprem", "/api/v1/nodepools/h100"}) {
+    EXPECT_EQ(Http(*server_, "GET", path, admin_).status, 200) << path;
+  }
+  // A document may refer to what lives already without repeating it; a dangling reference
+  // is still refused, with its file and line.
+  const std::string extra = WriteFile("extra.yaml",
+                                      "kind: Project\nmetadata: {name: speech}\n"
+                                      "spec: {team: lab}\n---\n"
+                                      "kind: Project\nmetadata: {name: audio}\n"
+                                      "spec: {team: nowhere}\n");
+  CliResult bad = Run("apply -f " + extra);
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("extra.yaml:5:0: spec.team: Team \"nowhere\" does not exist"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/speech", admin_).status, 404);
+  // The revision holds the whole declared state: rolling back to it restores the estate with
+  // vision in lab, not vision alone.
+  CliResult back = Run("rollback --to 2");
+  EXPECT_EQ(back.code, 0) << back.output;
+  EXPECT_NE(back.output.find("No changes"), std::string::npos) << back.output;
+  // --prune: the folder is the whole desired state, and what it lacks is deleted.
+  const std::string dir = dir_.File("desired");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/estate.yaml") << kEstate;
+  std::string smaller = kEstate;
+  smaller = smaller.substr(0, smaller.find("---\nkind: Quota"));
+  std::ofstream(dir + "/estate.yaml", std::ios::trunc) << smaller;
+  plan = Run("plan --prune -f " + dir);
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("- Quota research"), std::string::npos) << plan.output;
+  EXPECT_NE(plan.output.find("Plan: 0 to create, 1 to update, 1 to delete."), std::string::npos)
+      << plan.output;
+  // Without --prune the same folder deletes nothing.
+  EXPECT_NE(Run("plan -f " + dir).output.find("Plan: 0 to create, 1 to update, 0 to delete."),
+            std::string::npos);
+  applied = Run("apply --prune -f " + dir + " -m pruned");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/quotas/research", admin_).status, 404);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/projects/vision", admin_).body["spec"]["team"],
+            "product");
+}
+
+// A cluster named in the estate, its pool, and the estate without them.
+const char* kCloud = R"(---
+kind: Cluster
+metadata: {name: cloud}
+spec: {type: cloud, region: eu-west}
+---
+kind: NodePool
+metadata: {name: a100}
+spec: {cluster: cloud, gpusPerNode: 8, gpuModel: A100-80GB}
+)";
+
+// Registers a node as its agent would (an admin may), with one GPU.
+HttpResult RegisterNode(const ServerProcess& s, const std::string& token, const std::string& name,
+                        const std::string& cluster, const std::string& pool) {
+  Json body = {{"node", name},
+               {"cluster", cluster},
+               {"pool", pool},
+               {"simulated", true},
+               {"gpus", {{{"uuid", "GPU-" + name}, {"model", "A100-80GB"}}}}};
+  return Http(s, "POST", "/api/v1/agents/register", token, body.dump());
+}
+
+// A change that would orphan live objects (nodes of a cluster or pool, active jobs of a
+// project) is refused by plan, apply, rollback and DELETE alike, naming them, and applies
+// nothing.
+TEST_F(ServerTest, ChangesThatWouldOrphanLiveObjectsAreRefused) {
+  ApplyEstate();  // revision 1: no cloud
+  CliResult more = Run("apply -f " + WriteFile("cloud.yaml", kCloud) + " -m cloud");
+  ASSERT_EQ(more.code, 0) << more.output;
+  for (const char* node : {"cloud-a100-0", "cloud-a100-1"}) {
+    HttpResult r = RegisterNode(*server_, admin_, node, "cloud", "a100");
+    ASSERT_EQ(r.status, 200) << r.text;
+  }
+  const std::string nodes_message =
+      "cluster \"cloud\": 2 registered nodes still belong to it (cloud-a100-0, cloud-a100-1); "
+      "delete or drain them first";
+  // rollback to revision 1 would delete the cloud cluster and its pool.
+  CliResult back = Run("rollback --to 1");
+  EXPECT_EQ(back.code, 6) << back.output;
+  EXPECT_NE(back.output.find(nodes_message), std::string::npos) << back.output;
+  EXPECT_NE(back.output.find("node pool \"a100\": 2 registered nodes still belong to it"),
+            std::string::npos)
+      << back.output;
+  // plan --prune and apply --prune of the estate without cloud: the same.
+  const std::string file = WriteFile("estate.yaml", kEstate);
+  CliResult plan = Run("plan --prune -f " + file);
+  EXPECT_EQ(plan.code, 6) << plan.output;
+  EXPECT_NE(plan.output.find(nodes_message), std::string::npos) << plan.output;
+  CliResult apply = Run("apply --prune -f " + file);
+  EXPECT_EQ(apply.code, 6) << apply.output;
+  HttpResult del = Http(*server_, "DELETE", "/api/v1/clusters/cloud", admin_);
+  EXPECT_EQ(del.status, 409) << del.text;
+  EXPECT_EQ(del.body["error"].value("message", ""),
+            "refused: the change would orphan live objects: " + nodes_message)
+      << del.text;
+  EXPECT_EQ(Http(*server_, "DELETE", "/api/v1/nodepools/a100", admin_).status, 409);
+  // A project with a job that has not ended: refused; once the job is cancelled, allowed.
+  HttpResult job = Submit("research", 1);
+  ASSERT_EQ(job.status, 201) << job.text;
+  const std::string id = std::to_string(job.body["id"].get<int64_t>());
+  HttpResult project = Http(*server_, "DELETE", "/api/v1/projects/research", admin_);
+  EXPECT_EQ(project.status, 409) << project.text;
+  EXPECT_NE(project.text.find("project \\\"research\\\": 1 active job (" + id +
+                              "); cancel it or let it finish first"),
+            std::string::npos)
+      << project.text;
+  // Nothing was applied by any of it.
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/clusters/cloud", admin_).status, 200);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/nodepools/a100", admin_).status, 200);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/config/revisions", admin_).body["items"].size(), 2u);
+  ASSERT_EQ(Http(*server_, "POST", "/api/v1/jobs/" + id + "/cancel", admin_).status, 200);
+  ASSERT_TRUE(Eventually([&] { return Phase(job.body["id"]) == "Cancelled"; })) << Phase(1);
+  EXPECT_EQ(Http(*server_, "DELETE", "/api/v1/quotas/research", admin_).status, 200);
+  EXPECT_EQ(Http(*server_, "DELETE", "/api/v1/projects/research", admin_).status, 200);
+}
+
+// A bad object never stops scheduling of the rest: a node of a cluster that does not exist
+// is left out, jobs run on the other clusters, and /healthz and /metrics say what and why.
+TEST_F(ServerTest, ABadObjectIsReportedAndTheRestIsScheduled) {
+  ApplyEstate();
+  HttpResult healthy = Http(*server_, "GET", "/healthz", "");
+  EXPECT_EQ(healthy.status, 200);
+  EXPECT_EQ(healthy.body["status"], "ok") << healthy.text;
+  EXPECT_TRUE(healthy.body["problems"].empty()) << healthy.text;
+  // What no API call accepts any more, written into the stopped server's store: a node of a
+  // cluster that is gone, a pool of it, and a node with GPUs of two models.
+  server_->Stop();
+  {
+    auto store = store::SqliteStore::Open(server_->data_dir() + "/meridian.db");
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    base::Status s = (*store)->Write([](store::Tx& tx) {
+      store::Object node{"Node",
+                         "orphan-0",
+                         Json{{"cluster", "gone"},
+                              {"pool", ""},
+                              {"address", ""},
+                              {"cpuMilli", 64000},
+                              {"memoryMib", 262144},
+                              {"gpus", {{{"uuid", "GPU-orphan"}, {"model", "H100-80GB"}}}}},
+                         0,
+                         0,
+                         "test"};
+      if (auto v = tx.PutObject(node, store::kAnyVersion); !v.ok()) return v.status();
+      store::Object pool{
+          "NodePool",
+          "gone-pool",
+          Json{{"cluster", "gone"}, {"nodes", 1}, {"gpusPerNode", 8}, {"gpuModel", "H100-80GB"}},
+          0,
+          0,
+          "test"};
+      if (auto v = tx.PutObject(pool, store::kAnyVersion); !v.ok()) return v.status();
+      store::Object mixed = node;
+      mixed.name = "mixed-0";
+      mixed.spec["cluster"] = "onprem";
+      mixed.spec["gpus"] = {{{"uuid", "GPU-m0"}, {"model", "H100-80GB"}},
+                            {{"uuid", "GPU-m1"}, {"model", "A100-80GB"}}};
+      return tx.PutObject(mixed, store::kAnyVersion).status();
+    });
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
+  HttpResult job = Submit("vision", 8);
+  ASSERT_EQ(job.status, 201) << job.text;
+  ASSERT_TRUE(Eventually([&] { return Phase(job.body["id"]) == "Placed"; }))
+      << Phase(job.body["id"]) << "\n"
+      << ReadFile(dir_.File("data.log"));
+  Json allocation =
+      Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(job.body["id"].get<int64_t>()), admin_)
+          .body["status"]["allocation"];
+  ASSERT_EQ(allocation.size(), 1u) << allocation.dump();
+  EXPECT_EQ(allocation[0]["cluster"], "onprem") << allocation.dump();
+  HttpResult health = Http(*server_, "GET", "/healthz", "");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.body["status"], "degraded") << health.text;
+  const Json want_node = {
+      {"kind", "Node"},
+      {"name", "orphan-0"},
+      {"message", "cluster \"gone\" does not exist: the node is not scheduled"}};
+  const Json want_pool = {
+      {"kind", "NodePool"},
+      {"name", "gone-pool"},
+      {"message", "cluster \"gone\" does not exist: the pool's nodes are not scheduled"}};
+  // A node the scheduler's snapshot refuses (GPUs of two models) is left out too, alone.
+  const Json want_mixed = {
+      {"kind", "Node"},
+      {"name", "mixed-0"},
+      {"message", "gpus[1].model: a node holds GPUs of one model: not scheduled"}};
+  EXPECT_EQ(health.body["problems"], (Json{want_node, want_pool, want_mixed})) << health.text;
+  EXPECT_NE(Http(*server_, "GET", "/metrics", "").text.find("\nmeridian_config_problems 3\n"),
+            std::string::npos);
+  // The node is left out of /nodes, the 16 GPUs of onprem are all there.
+  Json nodes = Http(*server_, "GET", "/api/v1/nodes", admin_).body["items"];
+  EXPECT_EQ(nodes.size(), 2u) << nodes.dump();
 }
 
 TEST_F(ServerTest, InvalidDocumentsApplyNothingAndSayWhere) {

@@ -133,16 +133,18 @@ void AddClientCommands(CLI::App& app, int* rc) {
   quota->add_option("scope", scope, "an organization, team or project (default: all)");
   quota->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Quota(c, scope); }); });
 
-  static std::vector<std::string> files;
-  static std::string message;
+  static meridian::cli::ConfigFlags cf;
   CLI::App* plan = app.add_subcommand("plan", "Show what applying the documents would change");
-  plan->add_option("-f,--filename", files, "a YAML file or a folder of them")->required();
-  plan->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Plan(c, files); }); });
-  CLI::App* apply = app.add_subcommand("apply", "Apply the documents atomically as a new revision");
-  apply->add_option("-f,--filename", files, "a YAML file or a folder of them")->required();
-  apply->add_option("-m,--message", message, "what this revision is for");
-  apply->callback(
-      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Apply(c, files, message); }); });
+  CLI::App* apply = app.add_subcommand(
+      "apply", "Create or update what the documents hold, atomically, as a new revision");
+  for (CLI::App* verb : {plan, apply}) {
+    verb->add_option("-f,--filename", cf.files, "a YAML file or a folder of them")->required();
+    verb->add_flag("--prune", cf.prune,
+                   "the files are the whole desired state: delete what they do not hold");
+  }
+  apply->add_option("-m,--message", cf.message, "what this revision is for");
+  plan->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Plan(c, cf); }); });
+  apply->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Apply(c, cf); }); });
   static int64_t to = 0;
   CLI::App* rollback = app.add_subcommand("rollback", "Restore an earlier revision");
   rollback->add_option("--to", to, "revision number")->required();

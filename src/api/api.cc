@@ -251,18 +251,19 @@ Api::Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy,
                      "API requests by route (action), method and status code.");
   metrics_->Describe("meridian_api_request_duration_seconds", "histogram",
                      "API request latency by route (action) and status code.");
+  metrics_->Describe("meridian_config_problems", "gauge",
+                     "Configuration objects the scheduler leaves out or takes in part (/healthz "
+                     "names them); 0 when the whole configuration is scheduled.");
 }
 
 Api::~Api() = default;
 
 void Api::Register(httplib::Server& server) {
   server.set_payload_max_length(options_.max_body_bytes);
-  Route(server, "GET", "/healthz", "health", Kind::kPublic,
-        [](Call& c) { c.res.set_content("ok\n", "text/plain"); });
-  Route(server, "GET", "/metrics", "metrics", Kind::kPublic,
-        [this](Call& c) { c.res.set_content(metrics_->Render(), "text/plain; version=0.0.4"); });
   const std::string v1 = "/api/v1";
   auto bind = [this](void (Api::*fn)(Call&)) { return [this, fn](Call& c) { (this->*fn)(c); }; };
+  Route(server, "GET", "/healthz", "health", Kind::kPublic, bind(&Api::Health));
+  Route(server, "GET", "/metrics", "metrics", Kind::kPublic, bind(&Api::ServeMetrics));
   Route(server, "GET", v1 + "/whoami", "whoami", Kind::kRead, bind(&Api::WhoAmI));
   Route(server, "POST", v1 + "/jobs", "jobs.create", Kind::kMutate, bind(&Api::SubmitJob));
   Route(server, "GET", v1 + "/jobs", "jobs.list", Kind::kRead, bind(&Api::ListJobs));

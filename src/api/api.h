@@ -52,6 +52,15 @@ struct HistorySample {
 Json HistorySampleToJson(const HistorySample& sample);
 HistorySample HistorySampleFromJson(double at, const Json& json);
 
+// An object of the live configuration that the scheduler leaves out, or takes in only in part
+// (a node of a cluster that does not exist, a project of a team that does not), and why. The
+// rest of the estate is scheduled as usual; /healthz and /metrics report these.
+struct ConfigProblem {
+  std::string kind;
+  std::string name;
+  std::string message;  // e.g. `cluster "cloud" does not exist: the node is not scheduled`
+};
+
 // What the API asks of the scheduling side of the server (implemented by the scheduler
 // controller in src/server). Thread-safe.
 class SchedulerHooks {
@@ -73,6 +82,9 @@ class SchedulerHooks {
   // The samples taken at or after `since` (Unix seconds), oldest first, and the sampling
   // interval in seconds.
   virtual std::vector<HistorySample> History(double since, double* interval) = 0;
+  // What the estate the scheduler runs on leaves out of the configuration, and why (empty when
+  // all of it is scheduled).
+  virtual std::vector<ConfigProblem> ConfigProblems() = 0;
 };
 
 // What the API asks of the side of the server that node agents talk to (implemented by
@@ -132,6 +144,18 @@ class EventBus {
   bool closed_ = false;
 };
 
+// How documents meet the live configuration. kMerge creates and updates what they hold and
+// deletes nothing (`apply -f`, as kubectl does); kPrune makes them the whole desired state,
+// deleting what they lack (`apply --prune -f DIR`, and every rollback).
+enum class ApplyMode { kMerge, kPrune };
+struct DesiredDocuments {
+  std::vector<domain::Document> docs;
+  ApplyMode mode = ApplyMode::kMerge;
+  std::string message;
+  // A rollback's revision was checked when it was made: its references are not checked again.
+  bool check_references = true;
+};
+
 struct ApiOptions {
   size_t max_body_bytes = 1 << 20;
   int32_t max_page = 1000;
@@ -179,6 +203,9 @@ class Api {
   void ListEvents(Call& call);
   void Watch(Call& call);
   void Nodes(Call& call);
+  // /healthz and /metrics (api_estate.cc).
+  void Health(Call& call);
+  void ServeMetrics(Call& call);
   void Usage(Call& call);
   void History(Call& call);
   // Node agents and task output (api_agents.cc).
@@ -217,9 +244,11 @@ class Api {
   // After a commit that appended events up to `seq`: wake watchers and the scheduler, and
   // forget the cached tenancy when the configuration changed.
   void Changed(int64_t seq, bool config);
-  // Applies a complete desired state as a new revision in one transaction; fills `changes`.
-  base::Result<int64_t> ApplyDocuments(Call& call, const std::vector<domain::Document>& docs,
-                                       const std::string& message, Json* changes);
+  // Applies the documents as a new revision in one transaction; fills `changes`. Invalid
+  // references go to `errors` (and nothing is applied); a deletion that would orphan live
+  // objects (nodes of a cluster, jobs of a project) fails with kConflict naming them.
+  base::Result<int64_t> ApplyDocuments(Call& call, const DesiredDocuments& desired, Json* changes,
+                                       domain::ErrorList* errors);
 
   store::Store* store_;
   const base::Clock* clock_;

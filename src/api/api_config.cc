@@ -2,6 +2,8 @@
 // whole set as numbered revisions.
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "api/api_internal.h"
 
@@ -23,10 +25,29 @@ size_t KindOrder(const std::string& kind) {
 
 using Key = std::pair<std::string, std::string>;  // kind, name
 
-// The changes that take the live state to the desired one: create, update, delete, in the
-// order they must be applied (what others refer to is created first and deleted last).
+// Each field of `after` that differs from `before`, as {field, before, after} with a dotted
+// path below spec ("prices.H100-80GB"); a field that is gone has after null, a new one before
+// null. Mappings are compared key by key, anything else as a whole.
+void FieldChanges(const std::string& path, const Json& before, const Json& after, Json* out) {
+  if (before.is_object() && after.is_object()) {
+    const std::string prefix = path.empty() ? "" : path + ".";
+    for (const auto& [k, v] : after.items()) {
+      FieldChanges(prefix + k, before.contains(k) ? before.at(k) : Json(), v, out);
+    }
+    for (const auto& [k, v] : before.items()) {
+      if (!after.contains(k))
+        out->push_back({{"field", prefix + k}, {"before", v}, {"after", nullptr}});
+    }
+    return;
+  }
+  if (before != after) out->push_back({{"field", path}, {"before", before}, {"after", after}});
+}
+
+// The changes that take the live state to the desired one: create, update and, when `mode`
+// is kPrune, delete, in the order they must be applied (what others refer to is created first
+// and deleted last).
 Json Diff(const std::vector<store::Object>& live, const std::vector<domain::Document>& desired,
-          const std::map<Key, Json>& last_applied, int64_t last_revision) {
+          const std::map<Key, Json>& last_applied, int64_t last_revision, ApplyMode mode) {
   std::map<Key, const store::Object*> now;
   for (const store::Object& o : live) {
     if (IsConfigKind(o.kind)) now[{o.kind, o.name}] = &o;
@@ -58,11 +79,14 @@ Json Diff(const std::vector<store::Object>& live, const std::vector<domain::Docu
       for (const auto& [k, v] : it->second->spec.items()) {
         if (!doc->spec.contains(k)) fields.push_back(k);
       }
+      Json field_changes = Json::array();
+      FieldChanges("", it->second->spec, doc->spec, &field_changes);
       changes.push_back({KindOrder(key.first) * 2,
                          {{"action", "update"},
                           {"kind", key.first},
                           {"name", key.second},
                           {"fields", fields},
+                          {"fieldChanges", field_changes},
                           {"before", it->second->spec},
                           {"after", doc->spec},
                           {"drift", drifted(key, it->second->spec)},
@@ -71,7 +95,7 @@ Json Diff(const std::vector<store::Object>& live, const std::vector<domain::Docu
     }
   }
   for (const auto& [key, o] : now) {
-    if (want.count(key)) continue;
+    if (mode != ApplyMode::kPrune || want.count(key)) continue;
     // Deletions go in reverse kind order: projects before the teams they belong to.
     changes.push_back({(domain::ConfigKinds().size() - KindOrder(key.first)) * 2 + 1000,
                        {{"action", "delete"},
@@ -109,39 +133,54 @@ std::vector<domain::Document> DocumentsFromJson(const Json& docs) {
   return out;
 }
 
-// Reads {files: [{name, content}]} and validates every document in it, and the set as a whole.
-std::optional<std::vector<domain::Document>> DesiredState(Api::Call& call, const Json& body) {
+// Reads {files: [{name, content}], prune} and validates every document in it on its own; the
+// references between documents are checked against the live state (CheckReferences).
+std::optional<DesiredDocuments> DesiredState(Api::Call& call, const Json& body) {
   domain::ErrorList errors;
-  std::vector<domain::Document> docs;
+  DesiredDocuments desired;
   if (!body.is_object() || !body.contains("files") || !body.at("files").is_array()) {
     Fail(call, 400, "invalid_argument", "files: is required: [{name, content}]", "files");
     return std::nullopt;
   }
+  if (body.contains("prune")) {
+    if (!body.at("prune").is_boolean()) {
+      Fail(call, 400, "invalid_argument", "prune: must be true or false", "prune");
+      return std::nullopt;
+    }
+    if (body.at("prune").get<bool>()) desired.mode = ApplyMode::kPrune;
+  }
+  if (body.contains("message") && !body.at("message").is_string()) {
+    Fail(call, 400, "invalid_argument", "message: must be a string", "message");
+    return std::nullopt;
+  }
+  desired.message = body.value("message", "");
   for (const Json& f : body.at("files")) {
     if (!f.is_object() || !f.contains("content") || !f.at("content").is_string()) {
       Fail(call, 400, "invalid_argument", "files[].content: must be a string", "files");
       return std::nullopt;
     }
-    const std::string name = f.value("name", "request");
+    const std::string name = f.contains("name") && f.at("name").is_string()
+                                 ? f.at("name").get<std::string>()
+                                 : "request";
     std::vector<domain::FieldError> syntax;
     auto parsed = domain::ParseYamlDocuments(f.at("content").get<std::string>(), name, &syntax);
     for (const domain::FieldError& e : syntax) errors.Add(e);
     if (!parsed.ok()) continue;
     for (const domain::SourceDoc& src : *parsed) {
-      if (auto d = domain::ValidateDocument(src, &errors)) docs.push_back(*d);
+      if (auto d = domain::ValidateDocument(src, &errors)) desired.docs.push_back(*d);
     }
   }
-  if (errors.empty()) domain::ValidateDesiredState(docs, &errors);
   if (!errors.empty()) {
     FailFields(call, errors);
     return std::nullopt;
   }
-  return docs;
+  return desired;
 }
 
 struct LiveState {
   std::vector<store::Object> objects;
-  std::map<Key, Json> last_applied;
+  std::vector<domain::Document> last_documents;  // of the newest revision, in its order
+  std::map<Key, Json> last_applied;              // the same, by kind and name
   int64_t last_revision = 0;
 };
 
@@ -155,11 +194,119 @@ Status ReadLive(store::Tx& tx, LiveState* live) {
     auto rev = tx.GetRevision(revisions->front().number);
     if (!rev.ok()) return rev.status();
     live->last_revision = rev->number;
-    for (const domain::Document& d : DocumentsFromJson(rev->documents)) {
+    live->last_documents = DocumentsFromJson(rev->documents);
+    for (const domain::Document& d : live->last_documents) {
       live->last_applied[{d.kind, d.name}] = d.spec;
     }
   }
   return Status::Ok();
+}
+
+// "a, b, c" of the first few names, then how many more.
+std::string NameSome(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 5;
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < kShown; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > kShown) out += " and " + std::to_string(names.size() - kShown) + " more";
+  return out;
+}
+
+// Refuses deletions that would orphan live objects: a Cluster or NodePool that registered
+// nodes still belong to, a Project with jobs that are not finished. The scheduler would skip
+// such nodes and jobs (they name what no longer exists), so the change is refused up front,
+// naming what depends on each object; the operator drains or deletes those first. Ok when
+// `changes` deletes nothing of the kind.
+Status CheckDependents(store::Tx& tx, const Json& changes) {
+  std::vector<std::string> problems;
+  std::optional<std::vector<store::Object>> nodes;
+  for (const Json& c : changes) {
+    if (c.at("action") != "delete") continue;
+    const std::string kind = c.at("kind"), name = c.at("name");
+    if (kind == "Cluster" || kind == "NodePool") {
+      if (!nodes) {
+        auto listed = tx.ListObjects("Node");
+        if (!listed.ok()) return listed.status();
+        nodes = std::move(listed.value());
+      }
+      const char* field = kind == "Cluster" ? "cluster" : "pool";
+      std::vector<std::string> names;
+      for (const store::Object& n : *nodes) {
+        if (n.spec.contains(field) && n.spec.at(field) == name) names.push_back(n.name);
+      }
+      if (names.empty()) continue;
+      problems.push_back(
+          (kind == "Cluster" ? "cluster \"" : "node pool \"") + name + "\": " +
+          std::to_string(names.size()) + " registered node" + (names.size() == 1 ? "" : "s") +
+          " still belong" + (names.size() == 1 ? "s" : "") + " to it (" + NameSome(names) +
+          (names.size() == 1 ? "); delete or drain it first" : "); delete or drain them first"));
+    } else if (kind == "Project") {
+      store::JobFilter filter;
+      filter.projects = {name};
+      filter.phases = {"Pending", "Placed", "Running", "Stopping"};
+      filter.limit = 1000;
+      auto jobs = tx.ListJobs(filter);
+      if (!jobs.ok()) return jobs.status();
+      if (jobs->empty()) continue;
+      std::vector<std::string> ids;
+      for (const store::JobRecord& j : *jobs) ids.push_back(std::to_string(j.id));
+      const std::string count = std::to_string(ids.size()) +
+                                (ids.size() == static_cast<size_t>(filter.limit) ? " or more" : "");
+      problems.push_back("project \"" + name + "\": " + count + " active job" +
+                         (ids.size() == 1 ? " (" : "s (") + NameSome(ids) +
+                         (ids.size() == 1 ? "); cancel it or let it finish first"
+                                          : "); cancel them or let them finish first"));
+    }
+  }
+  if (problems.empty()) return Status::Ok();
+  std::string message = "refused: the change would orphan live objects: ";
+  for (size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
+  return Status::Conflict(message);
+}
+
+// Checks that the documents' references (a project's team, a pool's cluster, ...) hold in the
+// state they would make: the documents alone under kPrune; under kMerge, the documents over
+// the live configuration. Only the documents' own errors count: what was wrong in the live
+// state before (a dangling reference left by an API delete) does not block an unrelated apply.
+void CheckReferences(const LiveState& live, const DesiredDocuments& desired,
+                     domain::ErrorList* errors) {
+  if (desired.mode == ApplyMode::kPrune) {
+    domain::ValidateDesiredState(desired.docs, errors);
+    return;
+  }
+  std::set<Key> given;
+  for (const domain::Document& d : desired.docs) given.insert({d.kind, d.name});
+  std::vector<domain::Document> all = desired.docs;
+  for (const store::Object& o : live.objects) {
+    if (IsConfigKind(o.kind) && !given.count({o.kind, o.name})) {
+      all.push_back({o.kind, o.name, o.spec, "", 0});
+    }
+  }
+  domain::ErrorList found;
+  domain::ValidateDesiredState(all, &found);
+  for (const domain::FieldError& e : found.errors()) {
+    if (!e.file.empty()) errors->Add(e);
+  }
+}
+
+// What a new revision records: the whole desired state, so that a rollback to it restores
+// everything. Under kPrune that is the documents; under kMerge, the previous revision's
+// documents with these replacing or joining them.
+std::vector<domain::Document> RevisionDocuments(const LiveState& live,
+                                                const DesiredDocuments& desired) {
+  if (desired.mode == ApplyMode::kPrune) return desired.docs;
+  std::map<Key, const domain::Document*> given;
+  for (const domain::Document& d : desired.docs) given[{d.kind, d.name}] = &d;
+  std::vector<domain::Document> out;
+  std::set<Key> placed;
+  for (const domain::Document& d : live.last_documents) {
+    auto it = given.find({d.kind, d.name});
+    out.push_back(it == given.end() ? d : *it->second);
+    placed.insert({d.kind, d.name});
+  }
+  for (const domain::Document& d : desired.docs) {
+    if (!placed.count({d.kind, d.name})) out.push_back(d);
+  }
+  return out;
 }
 
 }  // namespace
@@ -268,6 +415,8 @@ void Api::DeleteObject(Call& call, const std::string& kind) {
   }
   int64_t seq = 0;
   Status s = store_->Write([&](store::Tx& tx) {
+    const Json deletion = Json::array({{{"action", "delete"}, {"kind", kind}, {"name", name}}});
+    if (Status d = CheckDependents(tx, deletion); !d.ok()) return d;
     if (Status d = tx.DeleteObject(kind, name, existing.version); !d.ok()) return d;
     auto e = tx.AppendEvent(
         {0, call.started, kind, name, kind == "Project" ? name : "", "Normal", "Deleted",
@@ -287,24 +436,44 @@ void Api::Plan(Call& call) {
   }
   auto body = JsonBody(call);
   if (!body) return;
-  auto docs = DesiredState(call, *body);
-  if (!docs) return;
+  auto desired = DesiredState(call, *body);
+  if (!desired) return;
   LiveState live;
-  Status s = store_->Read([&](store::Tx& tx) { return ReadLive(tx, &live); });
+  domain::ErrorList errors;
+  Json changes;
+  Status s = store_->Read([&](store::Tx& tx) {
+    if (Status r = ReadLive(tx, &live); !r.ok()) return r;
+    errors = domain::ErrorList();
+    CheckReferences(live, *desired, &errors);
+    if (!errors.empty()) return Status::Ok();
+    changes =
+        Diff(live.objects, desired->docs, live.last_applied, live.last_revision, desired->mode);
+    return CheckDependents(tx, changes);
+  });
+  if (!errors.empty()) return FailFields(call, errors);
   if (!s.ok()) return Fail(call, s);
   Respond(call, 200,
-          {{"changes", Diff(live.objects, *docs, live.last_applied, live.last_revision)},
+          {{"changes", std::move(changes)},
+           {"prune", desired->mode == ApplyMode::kPrune},
            {"revision", live.last_revision}});
 }
 
-base::Result<int64_t> Api::ApplyDocuments(Call& call, const std::vector<domain::Document>& docs,
-                                          const std::string& message, Json* changes) {
+base::Result<int64_t> Api::ApplyDocuments(Call& call, const DesiredDocuments& desired,
+                                          Json* changes, domain::ErrorList* errors) {
   int64_t revision = 0;
   int64_t seq = 0;
+  const std::string& message = desired.message;
   Status s = store_->Write([&](store::Tx& tx) {
     LiveState live;
     if (Status r = ReadLive(tx, &live); !r.ok()) return r;
-    *changes = Diff(live.objects, docs, live.last_applied, live.last_revision);
+    *errors = domain::ErrorList();  // a store that retries the transaction starts afresh
+    if (desired.check_references) {
+      CheckReferences(live, desired, errors);
+      if (!errors->empty()) return Status::Invalid("the documents do not fit the live state");
+    }
+    *changes =
+        Diff(live.objects, desired.docs, live.last_applied, live.last_revision, desired.mode);
+    if (Status d = CheckDependents(tx, *changes); !d.ok()) return d;
     if (changes->empty()) {
       revision = live.last_revision;
       return Status::Ok();
@@ -323,7 +492,7 @@ base::Result<int64_t> Api::ApplyDocuments(Call& call, const std::vector<domain::
     rev.created_at = call.started;
     rev.author = call.access.user();
     rev.message = message;
-    rev.documents = DocumentsToJson(docs);
+    rev.documents = DocumentsToJson(RevisionDocuments(live, desired));
     auto n = tx.AddRevision(rev);
     if (!n.ok()) return n.status();
     revision = *n;
@@ -367,12 +536,17 @@ void Api::Apply(Call& call) {
   }
   auto body = JsonBody(call);
   if (!body) return;
-  auto docs = DesiredState(call, *body);
-  if (!docs) return;
+  auto desired = DesiredState(call, *body);
+  if (!desired) return;
   Json changes;
-  auto revision = ApplyDocuments(call, *docs, body->value("message", ""), &changes);
+  domain::ErrorList errors;
+  auto revision = ApplyDocuments(call, *desired, &changes, &errors);
+  if (!errors.empty()) return FailFields(call, errors);
   if (!revision.ok()) return Fail(call, revision.status());
-  Respond(call, 200, {{"revision", *revision}, {"changes", changes}});
+  Respond(call, 200,
+          {{"revision", *revision},
+           {"changes", changes},
+           {"prune", desired->mode == ApplyMode::kPrune}});
 }
 
 void Api::Rollback(Call& call) {
@@ -388,9 +562,15 @@ void Api::Rollback(Call& call) {
   auto target_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetRevision(to); });
   if (!target_read.ok()) return Fail(call, target_read.status());
   store::Revision target = std::move(target_read.value());
+  // A revision is a whole desired state: restoring it deletes what it does not hold.
+  DesiredDocuments desired;
+  desired.docs = DocumentsFromJson(target.documents);
+  desired.mode = ApplyMode::kPrune;
+  desired.message = "rollback to revision " + std::to_string(to);
+  desired.check_references = false;
   Json changes;
-  auto revision = ApplyDocuments(call, DocumentsFromJson(target.documents),
-                                 "rollback to revision " + std::to_string(to), &changes);
+  domain::ErrorList errors;
+  auto revision = ApplyDocuments(call, desired, &changes, &errors);
   if (!revision.ok()) return Fail(call, revision.status());
   Respond(call, 200, {{"revision", *revision}, {"changes", changes}, {"restored", to}});
 }

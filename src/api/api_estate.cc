@@ -11,9 +11,8 @@ namespace {
 // The nodes of the tenancy tree a caller may see: for an admin all of them; otherwise the
 // projects it may read, and the team and organization above each (their totals say nothing of
 // any one project the caller cannot read).
-std::function<bool(const std::string&)> VisibleTenancy(const Access& access,
-                                                      const Tenancy& tenancy,
-                                                      const std::vector<std::string>& projects) {
+std::function<bool(const std::string&)> VisibleTenancy(const Access& access, const Tenancy& tenancy,
+                                                       const std::vector<std::string>& projects) {
   if (access.IsAdmin()) return [](const std::string&) { return true; };
   auto names = std::make_shared<std::set<std::string>>();
   for (const std::string& p : access.Readable(projects)) {
@@ -65,6 +64,24 @@ HistorySample HistorySampleFromJson(double at, const Json& j) {
     for (const auto& [name, used] : quota.items()) s.quota_used[name] = number(used);
   }
   return s;
+}
+
+// Liveness, and whether the whole configuration is scheduled. Always 200 while the server
+// serves: a restart would not mend a bad object, so a liveness probe must not restart it for
+// one; "degraded" names each object the scheduler leaves out, and why.
+void Api::Health(Call& call) {
+  const std::vector<ConfigProblem> problems = hooks_->ConfigProblems();
+  Json items = Json::array();
+  for (const ConfigProblem& p : problems) {
+    items.push_back({{"kind", p.kind}, {"name", p.name}, {"message", p.message}});
+  }
+  Respond(call, 200, {{"status", problems.empty() ? "ok" : "degraded"}, {"problems", items}});
+}
+
+void Api::ServeMetrics(Call& call) {
+  metrics_->Set("meridian_config_problems", {},
+                static_cast<double>(hooks_->ConfigProblems().size()));
+  call.res.set_content(metrics_->Render(), "text/plain; version=0.0.4");
 }
 
 void Api::Nodes(Call& call) { Respond(call, 200, {{"items", hooks_->Nodes()}}); }

@@ -136,10 +136,14 @@ Table NodesTable(const Json& items, bool wide) {
     std::string source = n.value("source", "");
     if (n.value("simulated", false)) source += " (simulated GPUs)";
     std::vector<std::string> row = {
-        n.value("name", ""),  n.value("cluster", ""),
-        n.value("model", ""), std::to_string(n.at("gpus").size()),
-        std::to_string(free), Num(Json(n.value("cpuFreeMilli", 0) / 1000.0)),
-        n.value("state", n.value("schedulable", true) ? "Ready" : "Cordoned"), source};
+        n.value("name", ""),
+        n.value("cluster", ""),
+        n.value("model", ""),
+        std::to_string(n.at("gpus").size()),
+        std::to_string(free),
+        Num(Json(n.value("cpuFreeMilli", 0) / 1000.0)),
+        n.value("state", n.value("schedulable", true) ? "Ready" : "Cordoned"),
+        source};
     if (wide) row.insert(row.begin() + 2, {n.value("pool", ""), n.value("rack", "")});
     t.rows.push_back(row);
   }
@@ -245,6 +249,9 @@ base::Result<Json> ReadFiles(const std::vector<std::string>& paths) {
   return files;
 }
 
+// A field's value in a plan: JSON, compact; absent as "(none)".
+std::string FieldValue(const Json& v) { return v.is_null() ? "(none)" : v.dump(); }
+
 void PrintChanges(Context& c, const Json& changes) {
   int create = 0, update = 0, remove = 0;
   for (const Json& ch : changes) {
@@ -264,6 +271,11 @@ void PrintChanges(Context& c, const Json& changes) {
         c.out << " (changed through the API since revision " << Num(ch.at("lastRevision")) << ")";
       }
       c.out << "\n";
+      // Old -> new, one line per field, as Terraform shows a plan.
+      for (const Json& f : ch.value("fieldChanges", Json::array())) {
+        c.out << "      " << f.value("field", "") << ": " << FieldValue(f.at("before")) << " -> "
+              << FieldValue(f.at("after")) << "\n";
+      }
     } else {
       ++remove;
       c.out << "  - " << what;
@@ -584,13 +596,13 @@ int Quota(Context& c, const std::string& scope) {
   return kExitOk;
 }
 
-int Plan(Context& c, const std::vector<std::string>& paths) {
-  auto files = ReadFiles(paths);
+int Plan(Context& c, const ConfigFlags& f) {
+  auto files = ReadFiles(f.files);
   if (!files.ok()) {
     c.err << "meridian: " << files.status().message() << "\n";
     return kExitUsage;
   }
-  Json body = {{"files", *files}};
+  Json body = {{"files", *files}, {"prune", f.prune}};
   int code = 0;
   auto plan = Do(c, "POST", "/api/v1/config/plan", &body, &code);
   if (!plan) return code;
@@ -602,13 +614,13 @@ int Plan(Context& c, const std::vector<std::string>& paths) {
   return kExitOk;
 }
 
-int Apply(Context& c, const std::vector<std::string>& paths, const std::string& message) {
-  auto files = ReadFiles(paths);
+int Apply(Context& c, const ConfigFlags& f) {
+  auto files = ReadFiles(f.files);
   if (!files.ok()) {
     c.err << "meridian: " << files.status().message() << "\n";
     return kExitUsage;
   }
-  Json body = {{"files", *files}, {"message", message}};
+  Json body = {{"files", *files}, {"message", f.message}, {"prune", f.prune}};
   int code = 0;
   auto applied = Do(c, "POST", "/api/v1/config/apply", &body, &code);
   if (!applied) return code;

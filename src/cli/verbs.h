@@ -53,6 +53,15 @@ struct AuditFlags {
   int limit = 100;
 };
 
+// plan and apply: the documents, and whether they are the whole desired state.
+struct ConfigFlags {
+  std::vector<std::string> files;  // YAML files or folders of them
+  std::string message;             // apply: what the revision is for
+  // Without it, only what the files hold is created or updated and nothing is deleted; with
+  // it, whatever the files lack is deleted too.
+  bool prune = false;
+};
+
 struct TokenFlags {
   std::string user;
   std::string description;
@@ -68,8 +77,8 @@ int Cancel(Context& c, const std::string& id);
 int Logs(Context& c, const std::string& id, int task, bool follow);
 int Top(Context& c);
 int Quota(Context& c, const std::string& scope);
-int Plan(Context& c, const std::vector<std::string>& paths);
-int Apply(Context& c, const std::vector<std::string>& paths, const std::string& message);
+int Plan(Context& c, const ConfigFlags& f);
+int Apply(Context& c, const ConfigFlags& f);
 int Rollback(Context& c, int64_t to);
 int History(Context& c);
 int Audit(Context& c, const AuditFlags& f);

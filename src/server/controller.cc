@@ -730,6 +730,11 @@ std::string SchedulerController::PendingReason(int64_t job) {
   return it == reasons_.end() ? "" : it->second;
 }
 
+std::vector<api::ConfigProblem> SchedulerController::ConfigProblems() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return estate_ ? estate_->problems : std::vector<api::ConfigProblem>{};
+}
+
 Json SchedulerController::Nodes() {
   std::lock_guard<std::mutex> lock(mu_);
   Json out = Json::array();

@@ -46,6 +46,7 @@ class SchedulerController final : public api::SchedulerHooks {
   Json Nodes() override;
   Json Usage() override;
   std::vector<api::HistorySample> History(double since, double* interval) override;
+  std::vector<api::ConfigProblem> ConfigProblems() override;
 
   // A sample of the estate every `interval` seconds, kept for `retention` seconds in the store
   // (and in memory, for reading); Start loads what the store kept. Call before Start.

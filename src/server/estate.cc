@@ -1,5 +1,7 @@
 #include "server/estate.h"
 
+#include <set>
+
 #include "domain/gpu_model.h"
 #include "domain/job.h"
 #include "sched/task.h"
@@ -88,76 +90,193 @@ void AddRegisteredNode(const store::Object& o, Estate* e) {
   e->nodes.push_back(NodeOfObject(o));
 }
 
-}  // namespace
+// Where a node of the estate comes from: a registered Node, or the NodePool that declares it.
+using Origin = std::pair<std::string, std::string>;  // kind, name
 
-base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Object>& objects) {
-  auto e = std::make_unique<Estate>();
+// Runs `add` for one object; a spec of the wrong shape (a store written by hand or by an older
+// version) makes that object a problem instead of an exception that stops the whole estate.
+template <class F>
+void Guarded(const store::Object& o, Estate* e, F&& add) {
+  try {
+    add();
+  } catch (const Json::exception& ex) {
+    e->problems.push_back({o.kind, o.name, std::string("spec: ") + ex.what() + ": left out"});
+  }
+}
+
+void ApplyPolicy(const store::Object& o, Estate* e) {
+  const std::string order = o.spec.value("queueOrder", "meridian");
+  e->options.order = order == "fifo"  ? sched::QueueOrder::kFifo
+                     : order == "sjf" ? sched::QueueOrder::kShortestJobFirst
+                     : order == "las" ? sched::QueueOrder::kLeastAttainedService
+                                      : sched::QueueOrder::kMeridian;
+  e->options.preemption = o.spec.value("preemption", true);
+  e->options.backfill = o.spec.value("backfill", true);
+  e->options.fair_share_half_life = o.spec.value("fairShareHalfLife", 3600.0);
+  e->options.reserve_after = o.spec.value("reserveAfter", 3600.0);
+  e->options.starvation_horizon = o.spec.value("starvationHorizon", 24 * 3600.0);
+  e->placement = o.spec.value("placement", "meridian");
+  e->cycle_interval = o.spec.value("cycleInterval", 1.0);
+  e->heartbeat_interval = o.spec.value("heartbeatInterval", 2.0);
+  e->node_lost_timeout = o.spec.value("nodeLostTimeout", 30.0);
+}
+
+// Leaves out each node that the scheduler's snapshot refuses on its own (GPUs of two models,
+// more than 64 GPUs, an invalid MIG layout), with the snapshot's reason as its problem, once
+// per object. Tried only when the whole estate failed to build, so it costs nothing otherwise.
+void DropRefusedNodes(Estate* e, std::vector<Origin>* origin) {
+  std::vector<domain::Node> kept;
+  std::vector<Origin> kept_origin;
+  std::set<Origin> reported;
+  for (size_t i = 0; i < e->nodes.size(); ++i) {
+    domain::Node& n = e->nodes[i];
+    auto alone = sched::Snapshot::Build(e->clusters, {n}, domain::GpuCatalog::Builtin());
+    if (alone.ok()) {
+      kept.push_back(std::move(n));
+      kept_origin.push_back((*origin)[i]);
+      continue;
+    }
+    // "nodes[0] (NAME).gpus[1].model: ..." -> "gpus[1].model: ...", the node named apart.
+    std::string why = alone.status().message();
+    const std::string prefix = "nodes[0] (" + n.name + ")";
+    if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+    if (!why.empty() && why[0] == '.') why = why.substr(1);
+    if (why.rfind(": ", 0) == 0) why = why.substr(2);
+    const Origin& from = (*origin)[i];
+    if (reported.insert(from).second) {
+      e->problems.push_back(
+          {from.first, from.second,
+           (from.first == "Node" ? "" : "node " + n.name + ": ") + why + ": not scheduled"});
+    }
+    if (from.first == "Node") e->agent_address.erase(n.name);
+  }
+  e->nodes = std::move(kept);
+  *origin = std::move(kept_origin);
+}
+
+// A quota on its node of the tenancy tree (`node_of`: "org/NAME", "team/NAME",
+// "project/NAME"); a quota of a scope that does not exist is a problem, not enforced.
+void AddQuota(const store::Object& q, const std::map<std::string, int32_t>& node_of, Estate* e) {
+  std::string field, target;
+  for (const char* k : {"organization", "team", "project"}) {
+    if (q.spec.contains(k)) {
+      field = k;
+      target = q.spec.at(k).get<std::string>();
+    }
+  }
+  auto node = node_of.find((field == "organization" ? "org" : field) + "/" + target);
+  if (node == node_of.end()) {
+    e->problems.push_back({q.kind, q.name,
+                           (field.empty() ? "it names no organization, team or project"
+                                          : field + " \"" + target + "\" does not exist") +
+                               std::string(": the quota is not enforced")});
+    return;
+  }
+  const std::string model = q.spec.value("gpuModel", "");
+  const sched::ModelId id = model.empty() ? sched::kNoModel : e->snapshot.FindModel(model);
+  if (!model.empty() && id == sched::kNoModel) return;  // no such GPU in the estate
+  const double guaranteed = q.spec.value("guaranteedGpus", 0.0);
+  const double limit = q.spec.value("limitGpus", -1.0);
+  e->quotas.SetQuota(node->second, id, static_cast<int64_t>(guaranteed * 1000),
+                     limit < 0 ? sched::kUnlimited : static_cast<int64_t>(limit * 1000));
+}
+
+// The tenancy tree: organizations at the roots, then teams, then projects, and their quotas.
+// A parent that does not exist (deleted through the API) leaves its child a root of the tree:
+// its own quota still holds, and it is said so.
+void AddTenancy(const std::vector<store::Object>& objects, Estate* e) {
   std::map<std::string, const store::Object*> teams, projects;
   std::vector<const store::Object*> quotas;
   for (const store::Object& o : objects) {
-    if (o.kind == "Cluster") e->clusters.push_back(ClusterOf(o));
-    if (o.kind == "NodePool") AddPoolNodes(o, &e->nodes);
-    if (o.kind == "Node") AddRegisteredNode(o, e.get());
     if (o.kind == "Team") teams[o.name] = &o;
     if (o.kind == "Project") projects[o.name] = &o;
     if (o.kind == "Quota") quotas.push_back(&o);
-    if (o.kind == "PriorityClass") {
-      e->priority_of_class[o.name] = o.spec.value("value", 0);
-      e->preempting_of_class[o.name] = o.spec.value("preempting", true);
-    }
-    if (o.kind == "Policy") {
-      const std::string order = o.spec.value("queueOrder", "meridian");
-      e->options.order = order == "fifo"  ? sched::QueueOrder::kFifo
-                         : order == "sjf" ? sched::QueueOrder::kShortestJobFirst
-                         : order == "las" ? sched::QueueOrder::kLeastAttainedService
-                                          : sched::QueueOrder::kMeridian;
-      e->options.preemption = o.spec.value("preemption", true);
-      e->options.backfill = o.spec.value("backfill", true);
-      e->options.fair_share_half_life = o.spec.value("fairShareHalfLife", 3600.0);
-      e->options.reserve_after = o.spec.value("reserveAfter", 3600.0);
-      e->options.starvation_horizon = o.spec.value("starvationHorizon", 24 * 3600.0);
-      e->placement = o.spec.value("placement", "meridian");
-      e->cycle_interval = o.spec.value("cycleInterval", 1.0);
-      e->heartbeat_interval = o.spec.value("heartbeatInterval", 2.0);
-      e->node_lost_timeout = o.spec.value("nodeLostTimeout", 30.0);
-    }
   }
-  auto snapshot = sched::Snapshot::Build(e->clusters, e->nodes, domain::GpuCatalog::Builtin());
-  if (!snapshot.ok()) return snapshot.status();
-  e->snapshot = std::move(snapshot.value());
-  // The tenancy tree: organizations at the roots, then teams, then projects.
   std::map<std::string, int32_t> node_of;
   for (const store::Object& o : objects) {
     if (o.kind == "Organization") node_of["org/" + o.name] = e->quotas.AddNode(o.name, -1);
   }
+  auto parent = [&](const store::Object& o, const std::string& field, const std::string& key) {
+    const std::string name = o.spec.value(field, "");
+    if (auto it = node_of.find(key + "/" + name); it != node_of.end()) return it->second;
+    if (!name.empty()) {
+      e->problems.push_back({o.kind, o.name,
+                             field + " \"" + name + "\" does not exist: the " +
+                                 (o.kind == "Team" ? "team" : "project") +
+                                 " is a root of the quota tree"});
+    }
+    return -1;
+  };
   for (const auto& [name, t] : teams) {
-    auto org = node_of.find("org/" + t->spec.value("organization", ""));
-    node_of["team/" + name] = e->quotas.AddNode(name, org == node_of.end() ? -1 : org->second);
+    Guarded(*t, e, [&, &name = name, &t = t] {
+      node_of["team/" + name] = e->quotas.AddNode(name, parent(*t, "organization", "org"));
+    });
   }
   for (const auto& [name, p] : projects) {
-    auto team = node_of.find("team/" + p->spec.value("team", ""));
-    const int32_t leaf = e->quotas.AddNode(name, team == node_of.end() ? -1 : team->second,
-                                           p->spec.value("weight", 1.0));
-    node_of["project/" + name] = leaf;
-    e->tenant_of_project[name] = leaf;
+    Guarded(*p, e, [&, &name = name, &p = p] {
+      const double weight = p->spec.value("weight", 1.0);
+      const int32_t leaf = e->quotas.AddNode(name, parent(*p, "team", "team"), weight);
+      node_of["project/" + name] = leaf;
+      e->tenant_of_project[name] = leaf;
+    });
   }
   for (const store::Object* q : quotas) {
-    std::string scope;
-    for (const char* k : {"organization", "team", "project"}) {
-      if (q->spec.contains(k))
-        scope = std::string(k == std::string("organization") ? "org" : k) + "/" +
-                q->spec.at(k).get<std::string>();
-    }
-    auto node = node_of.find(scope);
-    if (node == node_of.end()) continue;
-    const std::string model = q->spec.value("gpuModel", "");
-    const sched::ModelId id = model.empty() ? sched::kNoModel : e->snapshot.FindModel(model);
-    if (!model.empty() && id == sched::kNoModel) continue;  // no such GPU in the estate
-    const double guaranteed = q->spec.value("guaranteedGpus", 0.0);
-    const double limit = q->spec.value("limitGpus", -1.0);
-    e->quotas.SetQuota(node->second, id, static_cast<int64_t>(guaranteed * 1000),
-                       limit < 0 ? sched::kUnlimited : static_cast<int64_t>(limit * 1000));
+    Guarded(*q, e, [&] { AddQuota(*q, node_of, e); });
   }
+}
+
+}  // namespace
+
+base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Object>& objects) {
+  auto e = std::make_unique<Estate>();
+  std::set<std::string> clusters;
+  for (const store::Object& o : objects) {
+    if (o.kind != "Cluster") continue;
+    Guarded(o, e.get(), [&] {
+      e->clusters.push_back(ClusterOf(o));
+      clusters.insert(o.name);
+    });
+  }
+  std::vector<Origin> origin;  // of each node in e->nodes
+  auto in_known_cluster = [&](const store::Object& o, const char* what) {
+    const std::string cluster = o.spec.value("cluster", "");
+    if (clusters.count(cluster)) return true;
+    e->problems.push_back(
+        {o.kind, o.name, "cluster \"" + cluster + "\" does not exist: " + what + " not scheduled"});
+    return false;
+  };
+  for (const store::Object& o : objects) {
+    if (o.kind == "NodePool") {
+      Guarded(o, e.get(), [&] {
+        if (!in_known_cluster(o, "the pool's nodes are")) return;
+        AddPoolNodes(o, &e->nodes);
+        origin.resize(e->nodes.size(), {o.kind, o.name});
+      });
+    }
+    if (o.kind == "Node") {
+      Guarded(o, e.get(), [&] {
+        if (!in_known_cluster(o, "the node is")) return;
+        AddRegisteredNode(o, e.get());
+        origin.push_back({o.kind, o.name});
+      });
+    }
+    if (o.kind == "PriorityClass") {
+      Guarded(o, e.get(), [&] {
+        e->priority_of_class[o.name] = o.spec.value("value", 0);
+        e->preempting_of_class[o.name] = o.spec.value("preempting", true);
+      });
+    }
+    if (o.kind == "Policy") Guarded(o, e.get(), [&] { ApplyPolicy(o, e.get()); });
+  }
+  auto snapshot = sched::Snapshot::Build(e->clusters, e->nodes, domain::GpuCatalog::Builtin());
+  if (!snapshot.ok()) {
+    // Some node the snapshot refuses: leave it out and build the rest.
+    DropRefusedNodes(e.get(), &origin);
+    snapshot = sched::Snapshot::Build(e->clusters, e->nodes, domain::GpuCatalog::Builtin());
+    if (!snapshot.ok()) return snapshot.status();
+  }
+  e->snapshot = std::move(snapshot.value());
+  AddTenancy(objects, e.get());
   return e;
 }
 

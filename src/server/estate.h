@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "api/api.h"
 #include "base/status.h"
 #include "domain/cluster.h"
 #include "sched/quota.h"
@@ -34,10 +35,17 @@ struct Estate {
   double cycle_interval = 1.0;
   double heartbeat_interval = 2.0;  // what agents are told
   double node_lost_timeout = 30.0;  // a registered node silent this long is lost
+  // Objects left out (a node of an unknown cluster) or taken in part (a project of an unknown
+  // team, a root of the quota tree then), each with why: one bad object never stops the rest.
+  std::vector<api::ConfigProblem> problems;
 
   bool Registered(const std::string& node) const { return agent_address.count(node) > 0; }
 };
 
+// Builds the estate from the live objects. An object that cannot be scheduled (a node or pool
+// of a cluster that does not exist, a node whose GPUs the scheduler refuses) is left out and
+// named in Estate::problems; an error only when the estate as a whole is beyond the
+// scheduler's limits (more than 64 clusters or GPU models).
 base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Object>& objects);
 
 // A node an agent registered (server/nodes.cc writes the spec); not schedulable unless Ready.

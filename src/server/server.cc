@@ -1,12 +1,16 @@
 #include "server/server.h"
 
+#include <fcntl.h>
 #include <httplib.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -90,6 +94,48 @@ std::string WithoutBrotli(const std::string& accepted) {
   return out;
 }
 
+// The exclusive lock on a data dir, held from before the store opens until the server stops
+// (the kernel drops it when the process dies, however it dies). Two servers on one store would
+// each expire the nodes missing from their own heartbeat map and fail the other's jobs.
+class DataDirLock {
+ public:
+  DataDirLock() = default;
+  DataDirLock(const DataDirLock&) = delete;
+  DataDirLock& operator=(const DataDirLock&) = delete;
+  ~DataDirLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // Takes the lock on dir/LOCK without waiting and writes this process's pid there. Fails at
+  // once when another process holds it, naming the dir and the holder's pid when it is known.
+  Status Acquire(const std::string& dir) {
+    const std::string path = dir + "/LOCK";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd_ < 0) return Status::Io("--data-dir " + dir + ": cannot open " + path);
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      std::string holder;
+      char buf[32] = {};
+      if (::pread(fd_, buf, sizeof buf - 1, 0) > 0) holder = std::string(base::Trim(buf));
+      ::close(fd_);
+      fd_ = -1;
+      if (err != EWOULDBLOCK) return Status::Io("--data-dir " + dir + ": cannot lock " + path);
+      return Status(base::StatusCode::kFailedPrecondition,
+                    "--data-dir " + dir + " is in use by another meridian server" +
+                        (holder.empty() ? std::string() : " (pid " + holder + ")") +
+                        ": one server per data dir; stop it or choose another --data-dir");
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+      return Status::Io("--data-dir " + dir + ": cannot write " + path);
+    }
+    return Status::Ok();
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 Status WriteSecret(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return Status::Io("cannot write " + path);
@@ -133,6 +179,8 @@ Status RunServer(const ServerOptions& o) {
   std::filesystem::create_directories(o.data_dir, ec);
   if (ec) return Status::Io("--data-dir " + o.data_dir + ": " + ec.message());
   chmod(o.data_dir.c_str(), 0700);
+  DataDirLock lock;
+  if (Status s = lock.Acquire(o.data_dir); !s.ok()) return s;
   auto sqlite = store::SqliteStore::Open(o.data_dir + "/meridian.db");
   if (!sqlite.ok()) return sqlite.status();
 
