@@ -247,7 +247,7 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   // Allocation: the cells at 100% are the GPUs the API says are taken (the gang's 8, and the
   // notebook's when it was placed on-prem).
   const taken = async () => (await api('GET', '/nodes', admin)).body.items
-    .filter((n) => n.cluster === 'onprem').flatMap((n) => n.gpus).filter((g) => g.freeMilli === 0).length;
+    .filter((n) => n.cluster === 'onprem').flatMap((n) => n.gpus).filter((g) => g.allocatedMilli === 1000).length;
   const expected = await taken();
   assert.ok(expected >= 8, `${expected} GPUs taken on-prem`);
   await until(`${expected} allocated GPUs in the heatmap`, async () => (await page.locator('.heatmap .gpu .gpu-value', { hasText: '100%' }).count()) === expected);

@@ -28,6 +28,7 @@ NodeIndex::Class NodeIndex::Classify(const Snapshot& s, const NodeState& n) cons
       bool room = g.mig_used != 0xFF;
       for (const MigSlot& m : g.mig) room = room || !m.allocated;
       c.mig = c.mig || room;
+      if (g.IdleMig()) ++c.whole;  // whole-GPU work may take it back (MigChange::kDisableMig)
     } else if (g.Idle()) {
       ++c.whole;
     } else if (g.free_milli > best_partial) {

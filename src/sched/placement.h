@@ -14,6 +14,10 @@ enum class MigChange : int8_t {
   kCreateInstance,  // a new instance in free slices of a GPU already in MIG mode
   kRepartition,     // the GPU's unused instances are destroyed and the new one is created
   kEnableMig,       // an idle GPU is switched to MIG mode and the instance created
+  // A whole-GPU grant of a GPU in MIG mode none of whose instances is in use: its instances are
+  // destroyed and MIG mode left, so that a partition made for short MIG work does not keep
+  // whole-GPU work off the GPU for ever.
+  kDisableMig,
 };
 
 // One device given to a task: a whole GPU, a share of one, or a MIG instance.

@@ -33,7 +33,7 @@ bool Placer::WholeOption(const TaskSpec& task, const NodeState& node) {
   int32_t idle_total = 0;
   for (int32_t i = 0; i < node.gpu_count; ++i) {
     const GpuState& g = s_->gpus[node.gpu_begin + i];
-    if (!g.Idle()) continue;
+    if (!g.Wholeable()) continue;
     ++idle_total;
     int d = 0;
     while (d < n_domains && domains[d] != g.nvlink_domain) ++d;
@@ -63,13 +63,16 @@ bool Placer::WholeOption(const TaskSpec& task, const NodeState& node) {
   }
   Option opt{static_cast<int32_t>(grants_.size()), 0};
   for (int k = 0; k < n_domains && opt.count < task.gpu_count; ++k) {
-    for (int32_t i = 0; i < node.gpu_count && opt.count < task.gpu_count; ++i) {
-      const GpuState& g = s_->gpus[node.gpu_begin + i];
-      if (g.Idle() && g.nvlink_domain == domains[order[k]]) {
+    // GPUs already whole first; idle MIG GPUs go back to whole only when those do not suffice.
+    for (bool take_mig : {false, true}) {
+      for (int32_t i = 0; i < node.gpu_count && opt.count < task.gpu_count; ++i) {
+        const GpuState& g = s_->gpus[node.gpu_begin + i];
+        if (g.nvlink_domain != domains[order[k]] || !(take_mig ? g.IdleMig() : g.Idle())) continue;
         DeviceGrant grant;
         grant.gpu = node.gpu_begin + i;
         grant.milli = 1000;
         grant.memory_mib = g.memory_mib;
+        if (take_mig) grant.mig_change = MigChange::kDisableMig;
         grants_.push_back(grant);
         ++opt.count;
       }
@@ -320,6 +323,13 @@ void Placer::Commit(const TaskSpec& task, const Placement& p, CycleState* cycle)
   for (const DeviceGrant& d : p.devices) {
     GpuState& g = s_->gpus[d.gpu];
     if (d.mig_profile < 0) {
+      if (d.mig_change == MigChange::kDisableMig) {
+        g.mig_enabled = false;
+        g.mig.clear();
+        g.mig_used = 0;
+        g.free_milli = 1000;
+        g.free_memory_mib = g.memory_mib;
+      }
       g.free_milli -= d.milli;
       g.free_memory_mib -= d.memory_mib;
       ++g.sharers;
@@ -368,6 +378,10 @@ bool Placer::Fits(const TaskSpec& task, const Placement& p) const {
   for (const DeviceGrant& d : p.devices) {
     const GpuState& g = s_->gpus[d.gpu];
     if (d.mig_profile < 0) {
+      if (d.mig_change == MigChange::kDisableMig) {
+        if (!g.IdleMig()) return false;
+        continue;
+      }
       if (g.mig_enabled || g.free_milli < d.milli || g.free_memory_mib < d.memory_mib) return false;
       if (d.milli == 1000 && !g.Idle()) return false;
       continue;
@@ -395,6 +409,8 @@ bool Placer::Fits(const TaskSpec& task, const Placement& p) const {
       case MigChange::kEnableMig:
         if (!g.Idle()) return false;
         break;
+      case MigChange::kDisableMig:
+        return false;  // a MIG grant never leaves MIG mode
     }
   }
   return true;

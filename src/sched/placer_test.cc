@@ -117,6 +117,62 @@ TEST(Placer, MigGpuWithNoInstanceInUseIsRepartitioned) {
   EXPECT_EQ(s.gpus[0].mig_used, 0xFF);
 }
 
+// A GPU partitioned for a short MIG job goes back to a whole GPU once its instances are idle
+// and whole-GPU work needs it; not while an instance is in use, and not while a GPU that is
+// already whole would do.
+TEST(Placer, AnIdleMigGpuGoesBackToWholeForWholeGpuWork) {
+  Snapshot s = Build({{"n1", "H100-80GB", 2}});
+  Profile prof = MakeProfile({{"best-fit", 1}}, DeviceChoice::kBestFit);
+  Placer p(&s, &prof, 1);
+  CycleState cycle;
+  PlaceOutcome mig = PlaceAndCommit(p, testing::Mig("1g.10gb"), &cycle);
+  ASSERT_TRUE(mig.placed);
+  const int32_t partitioned = mig.placement.devices[0].gpu;
+  EXPECT_FALSE(p.Place(testing::Whole(2), cycle).placed) << "its instance is in use";
+  PlaceOutcome one = p.Place(testing::Whole(1), cycle);
+  ASSERT_TRUE(one.placed);
+  EXPECT_NE(one.placement.devices[0].gpu, partitioned);
+  EXPECT_EQ(one.placement.devices[0].mig_change, MigChange::kNone);
+  p.Release(testing::Mig("1g.10gb"), mig.placement);
+  // One GPU is whole already: a one-GPU task takes it and leaves the partition alone.
+  one = p.Place(testing::Whole(1), cycle);
+  ASSERT_TRUE(one.placed);
+  EXPECT_EQ(one.placement.devices[0].mig_change, MigChange::kNone);
+  // A two-GPU task needs both: the idle partition is undone for it.
+  PlaceOutcome both = PlaceAndCommit(p, testing::Whole(2), &cycle);
+  ASSERT_TRUE(both.placed);
+  int disabled = 0;
+  for (const DeviceGrant& d : both.placement.devices) {
+    if (d.mig_change != MigChange::kDisableMig) continue;
+    ++disabled;
+    EXPECT_EQ(d.gpu, partitioned);
+  }
+  EXPECT_EQ(disabled, 1);
+  EXPECT_FALSE(s.gpus[partitioned].mig_enabled);
+  EXPECT_TRUE(s.gpus[partitioned].mig.empty());
+  EXPECT_EQ(s.GpuAllocatedMilli(partitioned), 1000);
+  p.Release(testing::Whole(2), both.placement);
+  EXPECT_TRUE(s.gpus[partitioned].Idle()) << "whole again, and free";
+}
+
+// One account of capacity: a MIG slice counts as its share, an unschedulable node as nothing
+// free.
+TEST(Placer, CapacityIsCountedOneWay) {
+  Snapshot s = Build({{"n1", "H100-80GB", 1}, {"n2", "H100-80GB", 1}});
+  Profile prof = MakeProfile({{"best-fit", 1}}, DeviceChoice::kBestFit);
+  Placer p(&s, &prof, 1);
+  CycleState cycle;
+  PlaceOutcome mig = PlaceAndCommit(p, testing::Mig("3g.40gb"), &cycle);
+  ASSERT_TRUE(mig.placed);
+  const int32_t g = mig.placement.devices[0].gpu;
+  const int32_t node = mig.placement.node;
+  EXPECT_EQ(s.GpuAllocatedMilli(g), 500) << "4 of 8 memory slices";
+  EXPECT_EQ(s.GpuFreeMilli(node, g), 500);
+  s.nodes[static_cast<size_t>(node)].schedulable = false;
+  EXPECT_EQ(s.GpuFreeMilli(node, g), 0) << "a lost or cordoned node has nothing free";
+  EXPECT_EQ(s.AllocatedGpuMilli(), 500);
+}
+
 TEST(Placer, ConstraintsAreFiltersWithReasons) {
   Snapshot s = Build({{"a", "H100-80GB", 8, 64000, 512 * 1024, "onprem"},
                       {"b", "A100-80GB", 8, 64000, 512 * 1024, "cloud"}});

@@ -29,17 +29,25 @@ int64_t Snapshot::TotalGpuMilli() const {
 
 int64_t Snapshot::AllocatedGpuMilli() const {
   int64_t used = 0;
-  for (const GpuState& g : gpus) {
-    if (!g.healthy) continue;
-    if (g.mig_enabled) {
-      int allocated_slices = 0;
-      for (const MigSlot& s : g.mig) allocated_slices += s.allocated ? s.width : 0;
-      used += allocated_slices * 1000 / domain::kMigMemorySlices;
-    } else {
-      used += 1000 - g.free_milli;
-    }
-  }
+  for (size_t g = 0; g < gpus.size(); ++g) used += GpuAllocatedMilli(static_cast<int32_t>(g));
   return used;
+}
+
+int32_t Snapshot::GpuAllocatedMilli(int32_t gpu) const {
+  const GpuState& g = gpus[static_cast<size_t>(gpu)];
+  if (!g.healthy) return 0;
+  if (g.mig_enabled) {
+    int allocated_slices = 0;
+    for (const MigSlot& s : g.mig) allocated_slices += s.allocated ? s.width : 0;
+    return allocated_slices * 1000 / domain::kMigMemorySlices;
+  }
+  return 1000 - g.free_milli;
+}
+
+int32_t Snapshot::GpuFreeMilli(int32_t node, int32_t gpu) const {
+  const GpuState& g = gpus[static_cast<size_t>(gpu)];
+  if (!nodes[static_cast<size_t>(node)].schedulable || !g.healthy) return 0;
+  return 1000 - GpuAllocatedMilli(gpu);
 }
 
 Status Snapshot::Append(const domain::Node& n, const std::string& where, const ModelOf& model_of,

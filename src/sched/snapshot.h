@@ -44,6 +44,10 @@ struct GpuState {
   std::vector<MigSlot> mig;
 
   bool Idle() const { return healthy && !mig_enabled && free_milli == 1000 && sharers == 0; }
+  // In MIG mode with no instance in use: it may go back to a whole GPU (MigChange::kDisableMig).
+  bool IdleMig() const { return healthy && mig_enabled && sharers == 0; }
+  // Free for a whole-GPU task: idle, or an idle MIG GPU it would take back whole.
+  bool Wholeable() const { return Idle() || IdleMig(); }
 };
 
 struct NodeState {
@@ -102,6 +106,12 @@ class Snapshot {
 
   int64_t TotalGpuMilli() const;
   int64_t AllocatedGpuMilli() const;
+  // One account of a GPU's capacity, for every view of it (nodes, top, metrics, dashboard):
+  // what is allocated (a MIG instance by its share of memory slices, a fraction by its milli),
+  // and what is free to schedule (none on an unhealthy GPU or an unschedulable node, which is
+  // lost or cordoned).
+  int32_t GpuAllocatedMilli(int32_t gpu) const;
+  int32_t GpuFreeMilli(int32_t node, int32_t gpu) const;
 
  private:
   using ModelOf = std::function<base::Result<ModelId>(const std::string&)>;

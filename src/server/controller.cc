@@ -53,7 +53,9 @@ SchedulerController::SchedulerController(store::Store* store, const base::Clock*
   metrics_->Describe("meridian_gpus_allocated", "gauge",
                      "GPUs allocated (fractions and MIG slices counted in parts) by cluster and "
                      "model.");
-  metrics_->Describe("meridian_gpus_free", "gauge", "GPUs free by cluster and model.");
+  metrics_->Describe("meridian_gpus_free", "gauge",
+                     "GPUs free to schedule by cluster and model: none on lost or cordoned "
+                     "nodes, none unhealthy.");
   metrics_->Describe("meridian_quota_used_gpus", "gauge",
                      "GPUs used by each node of the tenancy tree (organization, team, project).");
   metrics_->Describe("meridian_quota_guaranteed_gpus", "gauge",
@@ -557,15 +559,13 @@ void SchedulerController::Publish(double cycle_seconds) {
   metrics_->SetAll("meridian_jobs", jobs);
   const sched::Snapshot& snap = scheduler_->snapshot();
   std::map<std::pair<std::string, std::string>, std::pair<double, double>> gpus;
-  for (const sched::NodeState& n : snap.nodes) {
+  for (size_t i = 0; i < snap.nodes.size(); ++i) {
+    const sched::NodeState& n = snap.nodes[i];
     if (n.model == sched::kNoModel) continue;
     auto& [allocated, free] = gpus[{snap.clusters[n.cluster].name, snap.model(n.model).name}];
     for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
-      const sched::GpuState& gpu = snap.gpus[g];
-      double used = gpu.mig_enabled ? __builtin_popcount(gpu.mig_used) / 8.0
-                                    : (1000.0 - gpu.free_milli) / 1000.0;
-      allocated += used;
-      free += 1.0 - used;
+      allocated += snap.GpuAllocatedMilli(g) / 1000.0;
+      free += snap.GpuFreeMilli(static_cast<int32_t>(i), g) / 1000.0;
     }
   }
   std::vector<std::pair<api::Metrics::Labels, double>> allocated, free;
@@ -674,7 +674,7 @@ void SchedulerController::Sample(double now) {
     api::HistorySample::Group& g = sample.groups[it->second];
     for (const Json& gpu : node["gpus"]) {
       g.gpus += 1;
-      g.allocated += (1000 - gpu.value("freeMilli", int64_t{1000})) / 1000.0;
+      g.allocated += gpu.value("allocatedMilli", int64_t{0}) / 1000.0;
       if (gpu.contains("utilization") && gpu["utilization"].is_number()) {
         g.utilization += gpu["utilization"].get<double>();
         ++reporting[it->second];
@@ -748,7 +748,8 @@ Json SchedulerController::Nodes() {
       const sched::GpuState& gpu = snap.gpus[g];
       gpus.push_back({{"index", g - n.gpu_begin},
                       {"uuid", d.gpus[g - n.gpu_begin].uuid},
-                      {"freeMilli", gpu.free_milli},
+                      {"allocatedMilli", snap.GpuAllocatedMilli(g)},
+                      {"freeMilli", snap.GpuFreeMilli(static_cast<int32_t>(i), g)},
                       {"mig", gpu.mig_enabled},
                       {"healthy", gpu.healthy}});
     }

@@ -333,6 +333,8 @@ const char* MigChangeName(sched::MigChange c) {
       return "create-instance";
     case sched::MigChange::kRepartition:
       return "repartition";
+    case sched::MigChange::kDisableMig:
+      return "disable-mig";
     case sched::MigChange::kEnableMig:
       return "enable-mig";
   }
@@ -352,6 +354,8 @@ Json AllocationToJson(const std::vector<sched::Placement>& placements, const Est
       Json dev = {
           {"gpu", local}, {"uuid", estate.nodes[p.node].gpus[local].uuid}, {"milli", d.milli}};
       if (d.memory_mib > 0) dev["memoryMib"] = d.memory_mib;
+      // A GPU taken back whole from MIG mode: the agent leaves MIG mode before the task starts.
+      if (d.mig_change == sched::MigChange::kDisableMig) dev["change"] = "disable-mig";
       if (d.mig_profile >= 0) {
         const auto& model = estate.snapshot.model(estate.snapshot.gpus[d.gpu].model);
         dev["mig"] = {{"profile", model.mig_profiles[d.mig_profile].name},

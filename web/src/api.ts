@@ -75,7 +75,8 @@ export interface WhoAmI {
 export interface Gpu {
   index: number;
   uuid: string;
-  freeMilli: number;
+  allocatedMilli: number; // MIG instances by their share, fractions by their milli
+  freeMilli: number; // free to schedule: 0 on lost or cordoned nodes and unhealthy GPUs
   mig: boolean;
   healthy: boolean;
   utilization?: number;

@@ -27,7 +27,7 @@ export interface ClusterSum {
 }
 
 export function allocatedOf(g: Gpu): number {
-  return (1000 - g.freeMilli) / 1000;
+  return g.allocatedMilli / 1000;
 }
 
 function emptyCluster(name: string, type: string, region: string): ClusterSum {
