@@ -19,7 +19,42 @@ namespace {
 
 const std::string kBinary = MERIDIAN_BINARY;
 
-// Heartbeats every 0.2 s; a node silent for 2 s is lost, and its agent's lease is 1 s.
+double WallNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Whether a process runs (a zombie, which its shim has yet to reap, has ended).
+bool Alive(int pid) {
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+// A trace of "<generation> <time>" lines, written by every run of a task while it lives: each
+// generation's first and last line.
+std::map<int, std::pair<double, double>> Lifetimes(const std::string& text) {
+  std::map<int, std::pair<double, double>> life;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    int gen = 0;
+    double at = 0;
+    if (std::sscanf(line.c_str(), "%d %lf", &gen, &at) != 2) continue;
+    auto [it, fresh] = life.emplace(gen, std::make_pair(at, at));
+    it->second.first = std::min(it->second.first, at);
+    it->second.second = std::max(it->second.second, at);
+  }
+  return life;
+}
+
+// A task that ignores SIGTERM (and so do its children) and traces its life to `trace`; its pid
+// goes to `pid_file` followed by its generation.
+std::string StubbornTask(const std::string& trace, const std::string& pid_file) {
+  return "trap '' TERM; echo $$ > " + pid_file + "$MERIDIAN_GENERATION; while true; do echo " +
+         "\"$MERIDIAN_GENERATION $(date +%s.%N)\" >> " + trace + "; sleep 0.02; done";
+}
+
+// The Policy's spec is POLICY; by default heartbeats every 0.2 s and a node silent for 2 s is
+// lost (its agent's lease is then 1.4 s and a lost lease's SIGKILL comes 0.2 s after).
 const char* kEstate = R"(kind: Organization
 metadata: {name: acme}
 ---
@@ -49,19 +84,26 @@ spec: {cluster: onprem, gpusPerNode: 4, gpuModel: H100-80GB}
 ---
 kind: Policy
 metadata: {name: default}
-spec: {heartbeatInterval: 0.2, nodeLostTimeout: LOST_TIMEOUT}
+spec: POLICY
 )";
 
 class AgentTest : public ::testing::Test {
  protected:
-  void SetUp() override { StartServer("2"); }
+  void SetUp() override { StartServer("{heartbeatInterval: 0.2, nodeLostTimeout: 2}"); }
 
-  void StartServer(const std::string& lost_timeout) {
+  // A fresh server (and data dir) whose Policy has `policy` as its spec.
+  void RestartWithPolicy(const std::string& policy) {
+    server_.reset();
+    std::filesystem::remove_all(dir_.File("data"));
+    StartServer(policy);
+  }
+
+  void StartServer(const std::string& policy) {
     server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("data"));
     ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
     admin_ = server_->admin_token();
     std::string estate = kEstate;
-    estate.replace(estate.find("LOST_TIMEOUT"), 12, lost_timeout);
+    estate.replace(estate.find("POLICY"), 6, policy);
     CliResult r = Run("apply -f " + WriteFile("estate.yaml", estate));
     ASSERT_EQ(r.code, 0) << r.output;
     Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
@@ -259,15 +301,13 @@ TEST_F(AgentTest, GangTasksLearnTheirRankTheWorldSizeAndTheMaster) {
 TEST_F(AgentTest, KilledAgentsNodeIsLostAndItsJobRunsElsewhereButNeverTwiceAtOnce) {
   StartAgent("n1");
   StartAgent("n2");
-  // Every run of the task writes "<generation> <time>" lines to a shared file while it lives.
+  // Every run of the task writes "<generation> <time>" lines to a shared file while it lives,
+  // and ignores SIGTERM: only the SIGKILL at lease + fenceGrace (1.4 + 0.2 s) ends it in time.
   const std::string trace = dir_.File("alive.log");
   const int64_t id = Submit({{"gpus", 4},
                              {"restartPolicy", "on-failure"},
                              {"gracePeriod", 0.4},
-                             {"command",
-                              {"sh", "-c",
-                               "while true; do echo \"$MERIDIAN_GENERATION $(date +%s.%N)\" >> " +
-                                   trace + "; sleep 0.02; done"}}});
+                             {"command", {"sh", "-c", StubbornTask(trace, dir_.File("pid-"))}}});
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }));
   const std::string first = Job(id)["status"]["allocation"][0]["node"];
   const std::string other = first == "n1" ? "n2" : "n1";
@@ -296,20 +336,127 @@ TEST_F(AgentTest, KilledAgentsNodeIsLostAndItsJobRunsElsewhereButNeverTwiceAtOnc
   Run("cancel " + std::to_string(id));
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
   // The runs' lifetimes never overlap: every line of generation 1 comes before the first of 2.
-  std::map<int, std::pair<double, double>> life;  // generation -> first, last
-  std::istringstream lines(ReadFile(trace));
-  for (std::string line; std::getline(lines, line);) {
-    int gen = 0;
-    double at = 0;
-    if (std::sscanf(line.c_str(), "%d %lf", &gen, &at) != 2) continue;
-    auto [it, fresh] = life.emplace(gen, std::make_pair(at, at));
-    it->second.first = std::min(it->second.first, at);
-    it->second.second = std::max(it->second.second, at);
-  }
+  std::map<int, std::pair<double, double>> life = Lifetimes(ReadFile(trace));
   ASSERT_EQ(life.size(), 2u) << ReadFile(trace);
   EXPECT_LT(life[1].second, life[2].first) << "generation 1 ran until " << life[1].second
                                            << ", generation 2 started at " << life[2].first;
   EXPECT_EQ(NodeState(first), "Ready");
+}
+
+// The guarantee of domain/agent_timing.h with real processes: an agent cut off from the server
+// (SIGSTOP, as a partition would: its shims and tasks run on) has its task, which ignores SIGTERM
+// and has a 30 s grace period, SIGKILLed before the server gives up on the node and runs the job
+// elsewhere; the two runs never overlap.
+TEST_F(AgentTest, PartitionedAgentsTaskThatIgnoresSigtermIsDeadBeforeItsJobRunsElsewhere) {
+  // 1.5 + 1 + 2 × 0.2 = 2.9 s <= 3 s: the rule holds, with a fence grace that is not zero.
+  RestartWithPolicy("{heartbeatInterval: 0.2, agentLease: 1.5, fenceGrace: 1, nodeLostTimeout: 3}");
+  StartAgent("n1");
+  StartAgent("n2");
+  const std::string trace = dir_.File("alive.log");
+  const int64_t id = Submit({{"gpus", 4},
+                             {"restartPolicy", "on-failure"},
+                             {"gracePeriod", 30},
+                             {"command", {"sh", "-c", StubbornTask(trace, dir_.File("pid-"))}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }));
+  int pid = 0;
+  ASSERT_TRUE(Eventually([&] {
+    pid = std::atoi(ReadFile(dir_.File("pid-1")).c_str());
+    return pid > 0 && Alive(pid);
+  }));
+  const std::string first = Job(id)["status"]["allocation"][0]["node"];
+  const std::string other = first == "n1" ? "n2" : "n1";
+  const double cut = WallNow();
+  agents_[first]->Signal(SIGSTOP);
+  double dead_at = 0;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        if (Alive(pid)) return false;
+        dead_at = WallNow();
+        return true;
+      },
+      10));
+  // Within the lost timeout of the last heartbeat, which came before the cut.
+  EXPECT_LT(dead_at - cut, 3.0);
+  // SIGTERM did nothing: SIGKILL ended it, fenceGrace (not its grace period) after the lease.
+  const std::string exit_file =
+      dir_.File("agent-" + first) + "/tasks/" + std::to_string(id) + "-0-g1/exit.json";
+  Json exit;
+  ASSERT_TRUE(Eventually([&] {
+    exit = Json::parse(ReadFile(exit_file), nullptr, false);
+    return exit.is_object();
+  }));
+  EXPECT_EQ(exit.value("signal", 0), SIGKILL) << exit.dump();
+  EXPECT_EQ(exit.value("reason", ""), "the agent lost the server for longer than its lease");
+  // The server gives up on the node only after that, and runs the job on the other node.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        Json j = Job(id);
+        return j["status"].value("phase", "") == "Running" && j["status"]["generation"] == 2 &&
+               j["status"]["allocation"][0].value("node", "") == other;
+      },
+      15))
+      << Job(id).dump();
+  const std::vector<Json> events = Events(id);
+  const Json* requeued = FindEvent(events, "Requeued");
+  ASSERT_TRUE(requeued);
+  EXPECT_LT(dead_at, requeued->value("at", 0.0));
+  ASSERT_TRUE(Eventually([&] { return Lifetimes(ReadFile(trace)).count(2) > 0; }));
+  std::map<int, std::pair<double, double>> life = Lifetimes(ReadFile(trace));
+  EXPECT_LT(life[1].second, requeued->value("at", 0.0));
+  EXPECT_LT(life[1].second, life[2].first) << "generation 1 ran until " << life[1].second
+                                           << ", generation 2 started at " << life[2].first;
+  agents_[first]->Signal(SIGCONT);
+}
+
+// A server outage shorter than agentLease stops no task: the server stalled (SIGSTOP: it takes
+// connections and answers nothing), then killed and started again on its data dir. The task's
+// output grows throughout, and the job runs on in the same generation.
+TEST_F(AgentTest, ServerOutageShorterThanTheLeaseStopsNoTask) {
+  RestartWithPolicy("{heartbeatInterval: 0.2, agentLease: 8, fenceGrace: 1, nodeLostTimeout: 10}");
+  StartAgent("n1");
+  const std::string trace = dir_.File("alive.log");
+  const int64_t id =
+      Submit({{"gpus", 1}, {"command", {"sh", "-c", StubbornTask(trace, dir_.File("pid-"))}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }));
+  int pid = 0;
+  ASSERT_TRUE(Eventually([&] {
+    pid = std::atoi(ReadFile(dir_.File("pid-1")).c_str());
+    return pid > 0 && Alive(pid);
+  }));
+  const double start = WallNow();
+  server_->Signal(SIGSTOP);
+  // The outage itself: a length of time, not a wait for something.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  server_->Signal(SIGCONT);
+  server_->Stop(SIGKILL);
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
+  const double outage = WallNow() - start;
+  ASSERT_LT(outage, 8.0) << "the outage must be shorter than agentLease for this test to hold";
+  // Past the moment when the lease and its fence grace would have run out without renewals.
+  ASSERT_TRUE(Eventually([&] { return WallNow() > start + 8 + 1 + 0.5; }, 15));
+  EXPECT_TRUE(Alive(pid));
+  const std::string task_dir = dir_.File("agent-n1") + "/tasks/" + std::to_string(id) + "-0-g1";
+  EXPECT_EQ(ReadFile(task_dir + "/notice"), "");
+  const size_t before = ReadFile(trace).size();
+  EXPECT_TRUE(Eventually([&] { return ReadFile(trace).size() > before + 100; }));
+  // No gap in the task's life across the outage.
+  std::istringstream lines(ReadFile(trace));
+  double previous = 0, longest_gap = 0;
+  for (std::string line; std::getline(lines, line);) {
+    int gen = 0;
+    double at = 0;
+    if (std::sscanf(line.c_str(), "%d %lf", &gen, &at) != 2) continue;
+    EXPECT_EQ(gen, 1);
+    if (previous > 0) longest_gap = std::max(longest_gap, at - previous);
+    previous = at;
+  }
+  EXPECT_LT(longest_gap, 1.0);
+  EXPECT_GT(previous, start + 9);
+  const Json j = Job(id);
+  EXPECT_EQ(j["status"].value("phase", ""), "Running") << j.dump();
+  EXPECT_EQ(j["status"]["generation"], 1);
+  EXPECT_FALSE(FindEvent(Events(id), "Requeued"));
+  EXPECT_EQ(NodeState("n1"), "Ready");
 }
 
 TEST_F(AgentTest, PreemptedJobGetsItsNoticeStopsWithinItsGracePeriodAndRequeues) {
@@ -353,10 +500,8 @@ TEST_F(AgentTest, PreemptedJobGetsItsNoticeStopsWithinItsGracePeriodAndRequeues)
 }
 
 TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNoneTwice) {
-  // A longer lost timeout (lease 3 s): the server's restart must not look like a lost node.
-  server_.reset();
-  std::filesystem::remove_all(dir_.File("data"));
-  StartServer("6");
+  // A longer lost timeout (lease 5 s): the server's restart must not look like a lost node.
+  RestartWithPolicy("{heartbeatInterval: 0.2, nodeLostTimeout: 6}");
   StartAgent("n1");
   const std::string runs = dir_.File("runs.log");
   constexpr int kJobs = 500, kClients = 8;

@@ -87,6 +87,11 @@ class ServerProcess {
     pid_ = -1;
   }
 
+  // A signal without waiting: SIGSTOP and SIGCONT make an outage that a restart does not.
+  void Signal(int sig) {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+
   bool tls() const {
     for (const std::string& a : extra_) {
       if (a == "--tls-cert") return true;
@@ -145,6 +150,11 @@ class AgentProcess {
     kill(pid_, sig);
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
+  }
+  // A signal without waiting: SIGSTOP cuts the agent off from the server as a partition would,
+  // while its shims and tasks run on.
+  void Signal(int sig) {
+    if (pid_ > 0) kill(pid_, sig);
   }
   bool running() const { return pid_ > 0; }
 

@@ -1,11 +1,11 @@
 #include "agent/agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <utime.h>
 
 #include <cerrno>
 #include <chrono>
@@ -151,6 +151,7 @@ Status Agent::Register() {
                {"simulated", gpus_->simulated()},
                {"agentVersion", "0.5.0"},
                {"gpus", gpus}};
+  const double sent = Now();
   auto r = client_.Call("POST", "/api/v1/agents/register", &body);
   if (!r.ok()) return r.status();
   if (r->status != 200) {
@@ -161,18 +162,24 @@ Status Agent::Register() {
   if (!r->body.is_object()) return Status::Invalid("registration: the answer is not JSON");
   interval_ = r->body.value("heartbeatInterval", interval_);
   lease_ = r->body.value("lease", lease_);
+  fence_grace_ = r->body.value("fenceGrace", fence_grace_);
+  // The server may answer a registration before it has read its policy: the figures in the lease
+  // file (from the last heartbeat, which comes only after) stay until a heartbeat's answer.
+  RenewLease(sent, LeaseValues::kKeep);
   registered_ = true;
   std::fprintf(stderr,
                "meridian agent: node %s registered in cluster %s with %zu GPU(s)%s; heartbeat "
-               "every %.1f s, lease %.1f s, cgroups %s\n",
+               "every %.1f s, lease %.1f s, fence grace %.1f s, cgroups %s\n",
                o_.node.c_str(), o_.cluster.c_str(), inventory->size(),
-               gpus_->simulated() ? " (simulated)" : "", interval_, lease_, cgroups_.VersionName());
+               gpus_->simulated() ? " (simulated)" : "", interval_, lease_, fence_grace_,
+               cgroups_.VersionName());
   return Status::Ok();
 }
 
 Status Agent::Beat() {
   Poll();
   Json body = {{"telemetry", Telemetry()}, {"tasks", Reports()}};
+  const double sent = Now();
   auto r = client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
   if (!r.ok()) return r.status();
   if (r->status == 404) {
@@ -181,9 +188,10 @@ Status Agent::Beat() {
   }
   if (r->status != 200) return Status::Invalid("heartbeat refused: " + cli::ErrorMessage(*r));
   if (!r->body.is_object()) return Status::Invalid("heartbeat: the answer is not a JSON object");
-  RenewLease();
   interval_ = r->body.value("heartbeatInterval", interval_);
   lease_ = r->body.value("lease", lease_);
+  fence_grace_ = r->body.value("fenceGrace", fence_grace_);
+  RenewLease(sent, LeaseValues::kWrite);
   Reconcile(r->body.value("tasks", Json::array()));
   UploadLogs();
   Cleanup();
@@ -215,7 +223,9 @@ Status Agent::Run(const std::atomic<bool>& stop) {
       last_error_ = s.message();
     }
     sleep(backoff);
-    backoff = std::min(backoff * 2, std::max(interval_, 5.0));
+    // Retries come often enough that the lease is renewed soon after the server is back: an
+    // outage shorter than the lease (less a tenth of it, at most 5 s) stops no task.
+    backoff = std::min(backoff * 2, std::max(interval_, std::min(5.0, lease_ / 10)));
   }
   // Shutting down: stop every task, wait for them, and tell the server.
   for (auto& [key, t] : tasks_) {
@@ -456,8 +466,8 @@ void Agent::Start(Task& t) {
                {"runtimeLimit", t.assignment.value("runtimeLimit", 0.0)},
                {"cgroupProcs", procs},
                {"cleanup", cleanup}};
+  if (fence_grace_ >= 0) spec["fenceGrace"] = fence_grace_;
   WriteFile(t.dir + "/spec.json", spec.dump());
-  RenewLease();
   const std::string shim = o_.shim;
   const std::string dir = t.dir;
   const pid_t pid = fork();
@@ -647,9 +657,27 @@ bool Agent::Limited(const Task& t) const {
   return cgroups_.version() != Cgroups::Version::kNone && t.assignment.value("image", "").empty();
 }
 
-void Agent::RenewLease() {
+void Agent::RenewLease(double sent_at, LeaseValues values) {
   const std::string path = o_.work_dir + "/lease";
-  if (::utime(path.c_str(), nullptr) != 0) std::ofstream(path) << "renewed by the agent\n";
+  lease_renewed_at_ = std::max(lease_renewed_at_, sent_at);
+  struct timespec times[2];
+  times[0].tv_sec = static_cast<time_t>(lease_renewed_at_);
+  times[0].tv_nsec = static_cast<long>((lease_renewed_at_ - std::floor(lease_renewed_at_)) * 1e9);
+  times[1] = times[0];
+  struct stat st;
+  const bool changed = lease_written_ != std::make_pair(lease_, fence_grace_);
+  if ((values == LeaseValues::kWrite && changed) || ::stat(path.c_str(), &st) != 0) {
+    // Written and dated before it replaces the old one: a shim never sees it undated.
+    Json lease = {{"lease", lease_}};
+    if (fence_grace_ >= 0) lease["fenceGrace"] = fence_grace_;
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << lease.dump() << "\n";
+    ::utimensat(AT_FDCWD, tmp.c_str(), times, 0);
+    std::rename(tmp.c_str(), path.c_str());
+    if (values == LeaseValues::kWrite) lease_written_ = {lease_, fence_grace_};
+    return;
+  }
+  ::utimensat(AT_FDCWD, path.c_str(), times, 0);
 }
 
 }  // namespace meridian::agent

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/cgroups.h"
@@ -89,7 +90,11 @@ class Agent {
   std::vector<std::string> TaskArgv(const Task& t, const std::map<std::string, std::string>& env,
                                     std::string* error, std::vector<std::string>* cleanup) const;
   std::map<std::string, std::string> TaskEnv(const Task& t) const;
-  void RenewLease();
+  // Dates the lease file `sent_at` (when the request that the server answered was sent, so that
+  // the lease never starts after the server's record of the heartbeat); with `values`, it also
+  // writes the lease and fence grace into it, where every shim, old or new, reads them.
+  enum class LeaseValues { kKeep, kWrite };
+  void RenewLease(double sent_at, LeaseValues values);
   std::string CgroupName(const Task& t) const;
   bool Limited(const Task& t) const;
 
@@ -100,6 +105,9 @@ class Agent {
   bool registered_ = false;
   double interval_ = 2.0;
   double lease_ = 15.0;
+  double fence_grace_ = -1;  // < 0: the server gave none; a task's own grace period applies
+  double lease_renewed_at_ = 0;
+  std::pair<double, double> lease_written_{-1, -1};  // lease and fence grace in the lease file
   std::map<Key, Task> tasks_;
   std::string last_error_;
 };

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -67,6 +68,54 @@ void Exec(std::vector<std::string>& args, std::vector<std::string>& env) {
   execvpe(argv[0], argv.data(), envp.data());
 }
 
+// The agent's lease, as this task's supervisor sees it. The agent dates the file at every
+// renewal and writes into it the lease and fence grace the server last gave, so that a change of
+// policy reaches tasks that run already; the spec's figures stand until the file has some.
+class Lease {
+ public:
+  Lease(std::string file, double lease, double fence_grace)
+      : file_(std::move(file)), lease_(lease), fence_grace_(fence_grace) {}
+  bool Watched() const { return lease_ > 0 && !file_.empty(); }
+  double fence_grace() const { return fence_grace_; }
+  // When it runs out (a missing file: long ago).
+  double ExpiresAt() {
+    const double dated = ModifiedAt(file_);
+    if (dated != dated_) {
+      dated_ = dated;
+      const Json j = Json::parse(ReadAll(file_), nullptr, false);
+      if (j.is_object()) {
+        if (j.contains("lease") && j.at("lease").is_number() && j.at("lease").get<double>() > 0) {
+          lease_ = j.at("lease").get<double>();
+        }
+        if (j.contains("fenceGrace") && j.at("fenceGrace").is_number()) {
+          fence_grace_ = j.at("fenceGrace").get<double>();
+        }
+      }
+    }
+    return dated + lease_;
+  }
+
+ private:
+  std::string file_;
+  double lease_;
+  double fence_grace_;
+  double dated_ = -1;
+};
+
+// SIGKILL to the task's process group, and to its cgroup (v2) where the agent made one: that
+// also reaches what left the group (setsid, a daemon).
+void KillAll(pid_t group, const std::vector<std::string>& procs) {
+  kill(-group, SIGKILL);
+  for (const std::string& p : procs) {
+    const size_t slash = p.rfind('/');
+    if (slash == std::string::npos || p.substr(slash + 1) != "cgroup.procs") continue;
+    const int fd = open((p.substr(0, slash) + "/cgroup.kill").c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // cgroup v1, or a kernel before 5.14
+    (void)!write(fd, "1", 1);
+    close(fd);
+  }
+}
+
 }  // namespace
 
 int RunShim(const std::string& dir) {
@@ -90,6 +139,10 @@ int RunShim(const std::string& dir) {
   const std::string notice_file = spec.value("noticeFile", "");
   const std::string lease_file = spec.value("leaseFile", "");
   const double lease = spec.value("lease", 0.0);
+  // From an agent that the server gave none: the task's own grace period.
+  const double fence_grace = spec.contains("fenceGrace") && spec.at("fenceGrace").is_number()
+                                 ? spec.at("fenceGrace").get<double>()
+                                 : grace;
   const double runtime_limit = spec.value("runtimeLimit", 0.0);
   const std::vector<std::string> procs = spec.value("cgroupProcs", std::vector<std::string>{});
   std::vector<std::string> cleanup = spec.value("cleanup", std::vector<std::string>{});
@@ -161,10 +214,21 @@ int RunShim(const std::string& dir) {
   (void)!write(gate[1], "x", 1);
   close(gate[1]);
 
-  double stop_at = 0;  // when the stop began; 0: running
-  bool termed = false, killed = false;
+  // An ordinary stop (the agent's request, the runtime limit): the notice, SIGTERM half the
+  // grace period later, SIGKILL at its end. A lost lease: the notice and SIGTERM at once, SIGKILL
+  // at most fenceGrace after the lease ran out, so that the task is dead before the server runs
+  // it elsewhere (domain/agent_timing.h).
+  Lease watch{lease_file, lease, fence_grace};
+  double stop_at = 0, term_at = 0, kill_at = 0;  // 0: not yet
+  bool lease_lost = false, termed = false, killed = false;
   std::string reason;
   int status = 0;
+  auto notice = [&](double deadline) {
+    if (!notice_file.empty()) {
+      WriteAtomically(notice_file, Json{{"reason", reason}, {"deadline", deadline}}.dump() + "\n");
+    }
+    if (notice_signal > 0) kill(-child, notice_signal);
+  };
   for (;;) {
     const pid_t r = waitpid(child, &status, WNOHANG);
     if (r == child) break;
@@ -175,30 +239,40 @@ int RunShim(const std::string& dir) {
         reason = ReadAll(dir + "/stop");
         if (reason.empty()) reason = "stopped by the agent";
       }
-      if (lease > 0 && !lease_file.empty() && now - ModifiedAt(lease_file) > lease) {
-        reason = "the agent lost the server for longer than its lease";
-      }
       if (runtime_limit > 0 && now - started > runtime_limit) reason = "runtime limit reached";
       if (!reason.empty()) {
         stop_at = now;
-        if (!notice_file.empty()) {
-          WriteAtomically(notice_file,
-                          Json{{"reason", reason}, {"deadline", now + grace}}.dump() + "\n");
-        }
-        if (notice_signal > 0) kill(-child, notice_signal);
+        term_at = now + grace / 2;
+        kill_at = now + grace;
+        notice(kill_at);
       }
     }
-    if (stop_at > 0 && !termed && now >= stop_at + grace / 2) {
+    if (!lease_lost && watch.Watched()) {
+      const double expired_at = watch.ExpiresAt();
+      if (now > expired_at) {
+        lease_lost = true;
+        // Counted from when the lease ran out, not from when this loop saw it.
+        const double fence_by = expired_at + std::min(grace, watch.fence_grace());
+        if (stop_at == 0) {
+          reason = "the agent lost the server for longer than its lease";
+          stop_at = now;
+          notice(fence_by);
+        }
+        term_at = now;
+        kill_at = kill_at == 0 ? fence_by : std::min(kill_at, fence_by);
+      }
+    }
+    if (stop_at > 0 && !termed && now >= term_at) {
       kill(-child, SIGTERM);
       termed = true;
     }
-    if (stop_at > 0 && !killed && now >= stop_at + grace) {
-      kill(-child, SIGKILL);
+    if (stop_at > 0 && !killed && now >= kill_at) {
+      KillAll(child, procs);
       killed = true;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(killed ? 10 : 50));
   }
-  kill(-child, SIGKILL);  // whatever the task left behind in its group
+  KillAll(child, procs);  // whatever the task left behind in its group
   if (!cleanup.empty()) {
     // A container outlives a killed client: remove it before saying the run has ended.
     const pid_t c = fork();

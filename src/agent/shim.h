@@ -7,14 +7,20 @@ namespace meridian::agent {
 // The supervisor of one task run: `meridian-shim DIR`, started by the agent in its own
 // session so that it outlives the agent. It reads DIR/spec.json, starts the task in a new
 // process group (output to a file, cgroups joined before exec), and then:
-// - stops it when DIR/stop appears (the agent's request) or when the lease file has not been
-//   renewed for `lease` seconds (the agent lost the server, or died): the notice file and the
-//   notice signal first, SIGTERM half the grace period later, SIGKILL at the end of it;
+// - stops it when DIR/stop appears (the agent's request) or its runtime limit is reached: the
+//   notice file and the notice signal first, SIGTERM half the grace period later, SIGKILL at
+//   the end of it;
+// - stops it when the lease file has not been renewed for `lease` seconds (the agent lost the
+//   server, or died): the notice, the notice signal and SIGTERM at once, SIGKILL at most
+//   min(grace, fenceGrace) after the lease ran out, even when an ordinary stop was under way.
+//   The lease file's contents ({lease, fenceGrace}, written by the agent) override the spec's;
+// - SIGKILLs the task's process group and, on cgroup v2, its cgroup (what left the group too);
 // - writes DIR/exit.json ({exitCode, signal, reason, finishedAt}) when the task has ended, after
 //   killing whatever the task left in its process group and running the spec's `cleanup`
 //   command (removing the container of a job with an image).
-// Because the lease is shorter than the server's node-lost timeout, a task whose node is given
-// up on has stopped before the server runs it elsewhere. Returns the process's exit status.
+// The Policy guarantees agentLease + fenceGrace + 2 heartbeats <= nodeLostTimeout
+// (domain/agent_timing.h), so a task whose node is given up on is dead before the server runs it
+// elsewhere. Returns the process's exit status.
 int RunShim(const std::string& dir);
 
 }  // namespace meridian::agent

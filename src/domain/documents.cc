@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "domain/agent_timing.h"
 #include "domain/gpu_model.h"
 
 namespace meridian::domain {
@@ -12,6 +13,7 @@ namespace {
 constexpr int64_t kMaxGpusPerNode = 64;
 constexpr int64_t kMaxNodesPerPool = 100000;
 constexpr double kMaxSeconds = 365.0 * 24 * 3600;
+constexpr double kMaxTimeout = 24 * 3600.0;  // agentLease, nodeLostTimeout
 
 void OrganizationSpec(FieldReader& s) { s.String("description", false); }
 
@@ -80,13 +82,20 @@ void PolicySpec(FieldReader& s) {
   s.Number("reserveAfter", 0, kMaxSeconds, 3600);
   s.Number("starvationHorizon", 0, kMaxSeconds, 24 * 3600.0);
   s.Number("cycleInterval", 0.01, 3600, 1.0);
-  // Agents heartbeat this often; a node silent for nodeLostTimeout is lost, and its agent stops
-  // its tasks when it has not reached the server for half of it (so a task never runs twice).
-  const double heartbeat = s.Number("heartbeatInterval", 0.05, 600, 2.0);
-  const double lost = s.Number("nodeLostTimeout", 0.5, 3600, 30.0);
-  if (lost < 3 * heartbeat) {
-    s.Error("nodeLostTimeout", "must be at least three heartbeatIntervals");
-  }
+  // Agents heartbeat this often. An agent that has not reached the server for agentLease stops
+  // its tasks (SIGTERM at once, SIGKILL at most fenceGrace later), and a node silent for
+  // nodeLostTimeout is lost and its jobs run elsewhere: domain/agent_timing.h has the rule that
+  // keeps the two apart, so that a task never runs twice at once.
+  const double heartbeat = s.Number("heartbeatInterval", 0.05, 600, kDefaultHeartbeatInterval);
+  const double lost = s.Number("nodeLostTimeout", 0.5, kMaxTimeout, kDefaultNodeLostTimeout);
+  TimingGiven given{s.Has("agentLease"), s.Has("fenceGrace")};
+  AgentTiming t;
+  t.heartbeat_interval = heartbeat;
+  t.node_lost_timeout = lost;
+  t.fence_grace = s.Number("fenceGrace", 0, 3600, DefaultFenceGrace(lost));
+  t.agent_lease =
+      s.Number("agentLease", 0.05, kMaxTimeout, DefaultAgentLease(lost, t.fence_grace, heartbeat));
+  for (const TimingProblem& p : CheckAgentTiming(t, given)) s.Error(p.field, p.message);
 }
 
 using SpecReader = void (*)(FieldReader&);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "domain/agent_timing.h"
+
 namespace meridian::domain {
 namespace {
 
@@ -111,6 +113,81 @@ TEST(Documents, DesiredStateChecksReferencesAndDuplicates) {
   EXPECT_NE(errors.ToString().find("Team \"lab\" does not exist"), std::string::npos);
   EXPECT_NE(errors.ToString().find("Project \"vision\" is defined twice"), std::string::npos);
   EXPECT_NE(errors.ToString().find("named \"default\""), std::string::npos);
+}
+
+// A Policy whose lease, fence grace and lost timeout cannot kill a lost node's tasks before the
+// server runs them elsewhere is refused, with the figures; fields left out are derived.
+TEST(Documents, PolicyTimingMustKillALostNodesTasksBeforeItsJobsRunElsewhere) {
+  struct Case {
+    const char* spec;
+    const char* error;  // the single error's text, or "" when valid
+    double lease, fence, lost;
+  };
+  const Case cases[] = {
+      // Defaults tolerate minutes of server outage, like Slurm's SlurmdTimeout.
+      {"{}", "", 266, 30, 300},
+      {"{agentLease: 240, fenceGrace: 30, nodeLostTimeout: 300}", "", 240, 30, 300},
+      // A policy written before agentLease existed stays valid: the longest safe lease.
+      {"{nodeLostTimeout: 30}", "", 23, 3, 30},
+      {"{heartbeatInterval: 0.2, nodeLostTimeout: 2}", "", 1.4, 0.2, 2},
+      {"{heartbeatInterval: 0.2, agentLease: 1.5, fenceGrace: 1, nodeLostTimeout: 3}", "", 1.5, 1,
+       3},
+      // Exactly on the bound (1.6 + 1 + 0.4 is a hair above 3 in binary).
+      {"{heartbeatInterval: 0.2, agentLease: 1.6, fenceGrace: 1, nodeLostTimeout: 3}", "", 1.6, 1,
+       3},
+      {"{fenceGrace: 0, agentLease: 296}", "", 296, 0, 300},
+      {"{heartbeatInterval: 0.2, agentLease: 1.7, fenceGrace: 1, nodeLostTimeout: 3}",
+       "estate.yaml:3:32: spec.agentLease: agentLease (1.7 s) + fenceGrace (1 s) + 2 × "
+       "heartbeatInterval (0.4 s) = 3.1 s exceeds nodeLostTimeout (3 s): a lost node's tasks could "
+       "still run when the server runs them elsewhere; raise nodeLostTimeout to at least 3.1 s or "
+       "shorten agentLease or fenceGrace",
+       0, 0, 0},
+      {"{agentLease: 280}",
+       "spec.agentLease: agentLease (280 s) + fenceGrace (30 s) + 2 × heartbeatInterval (4 s) = "
+       "314 s exceeds nodeLostTimeout (300 s)",
+       0, 0, 0},
+      {"{agentLease: 240, fenceGrace: 60}", "= 304 s exceeds nodeLostTimeout (300 s)", 0, 0, 0},
+      {"{heartbeatInterval: 1, agentLease: 2}",
+       "spec.agentLease: 2 s is shorter than three heartbeatIntervals (3 s): one late heartbeat "
+       "would stop every task",
+       0, 0, 0},
+      // The old minimum (three heartbeats) no longer leaves room for a lease and a fence.
+      {"{heartbeatInterval: 2, nodeLostTimeout: 6}",
+       "spec.nodeLostTimeout: 6 s leaves an agentLease of 1.4 s (nodeLostTimeout − fenceGrace "
+       "(0.6 s) − 2 × heartbeatInterval (4 s)), shorter than three heartbeatIntervals (6 s)",
+       0, 0, 0},
+      {"{agentLease: 0}", "spec.agentLease: must be between 0.05 and 86400", 0, 0, 0},
+  };
+  for (const Case& c : cases) {
+    const std::string yaml =
+        std::string("kind: Policy\nmetadata: {name: default}\nspec: ") + c.spec + "\n";
+    ErrorList errors;
+    auto docs = Parse(yaml, &errors);
+    if (std::string(c.error).empty()) {
+      ASSERT_TRUE(errors.empty()) << c.spec << "\n" << errors.ToString();
+      ASSERT_EQ(docs.size(), 1u);
+      const Json& spec = docs[0].spec;
+      EXPECT_NEAR(spec["agentLease"].get<double>(), c.lease, 1e-9) << c.spec;
+      EXPECT_NEAR(spec["fenceGrace"].get<double>(), c.fence, 1e-9) << c.spec;
+      EXPECT_NEAR(spec["nodeLostTimeout"].get<double>(), c.lost, 1e-9) << c.spec;
+      // The server reads the same figures from the stored spec.
+      const AgentTiming t = AgentTimingOf(spec);
+      EXPECT_NEAR(t.agent_lease, c.lease, 1e-9) << c.spec;
+      EXPECT_NEAR(t.fence_grace, c.fence, 1e-9) << c.spec;
+      continue;
+    }
+    ASSERT_EQ(errors.size(), 1u) << c.spec << "\n" << errors.ToString();
+    EXPECT_NE(errors.ToString().find(c.error), std::string::npos)
+        << "want " << c.error << "\ngot  " << errors.ToString();
+  }
+  // A Policy stored before agentLease and fenceGrace existed gets the validator's defaults.
+  const AgentTiming old =
+      AgentTimingOf(Json{{"heartbeatInterval", 2.0}, {"nodeLostTimeout", 30.0}});
+  EXPECT_DOUBLE_EQ(old.fence_grace, 3);
+  EXPECT_DOUBLE_EQ(old.agent_lease, 23);
+  const AgentTiming none = AgentTimingOf(Json::object());
+  EXPECT_DOUBLE_EQ(none.node_lost_timeout, 300);
+  EXPECT_DOUBLE_EQ(none.agent_lease, 266);
 }
 
 TEST(Documents, JobDocuments) {

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "domain/agent_timing.h"
 #include "domain/gpu_model.h"
 #include "domain/job.h"
 #include "sched/task.h"
@@ -117,8 +118,11 @@ void ApplyPolicy(const store::Object& o, Estate* e) {
   e->options.starvation_horizon = o.spec.value("starvationHorizon", 24 * 3600.0);
   e->placement = o.spec.value("placement", "meridian");
   e->cycle_interval = o.spec.value("cycleInterval", 1.0);
-  e->heartbeat_interval = o.spec.value("heartbeatInterval", 2.0);
-  e->node_lost_timeout = o.spec.value("nodeLostTimeout", 30.0);
+  const domain::AgentTiming timing = domain::AgentTimingOf(o.spec);
+  e->heartbeat_interval = timing.heartbeat_interval;
+  e->node_lost_timeout = timing.node_lost_timeout;
+  e->agent_lease = timing.agent_lease;
+  e->fence_grace = timing.fence_grace;
 }
 
 // Leaves out each node that the scheduler's snapshot refuses on its own (GPUs of two models,

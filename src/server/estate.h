@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "base/status.h"
+#include "domain/agent_timing.h"
 #include "domain/cluster.h"
 #include "sched/quota.h"
 #include "sched/scheduler.h"
@@ -33,8 +34,13 @@ struct Estate {
   sched::SchedulerOptions options;
   std::string placement = "meridian";
   double cycle_interval = 1.0;
-  double heartbeat_interval = 2.0;  // what agents are told
-  double node_lost_timeout = 30.0;  // a registered node silent this long is lost
+  double heartbeat_interval = domain::AgentTiming{}.heartbeat_interval;  // what agents are told
+  // A registered node silent this long is lost.
+  double node_lost_timeout = domain::AgentTiming{}.node_lost_timeout;
+  // What agents are told: how long their tasks run on without reaching the server, and the most
+  // a task gets between SIGTERM and SIGKILL once that lease has run out (domain/agent_timing.h).
+  double agent_lease = domain::AgentTiming{}.agent_lease;
+  double fence_grace = domain::AgentTiming{}.fence_grace;
   // Objects left out (a node of an unknown cluster) or taken in part (a project of an unknown
   // team, a root of the quota tree then), each with why: one bad object never stops the rest.
   std::vector<api::ConfigProblem> problems;

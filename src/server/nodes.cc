@@ -198,7 +198,8 @@ base::Result<Json> NodeService::Register(const std::string& user, const Json& bo
   address_[node->name] = node->spec.value("address", "");
   return Json{{"node", node->name},
               {"heartbeatInterval", heartbeat_interval_},
-              {"lease", lost_timeout_ / 2}};
+              {"lease", agent_lease_},
+              {"fenceGrace", fence_grace_}};
 }
 
 base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& body) {
@@ -253,7 +254,8 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
   std::lock_guard<std::mutex> lock(mu_);
   return Json{{"tasks", Assignments(node)},
               {"heartbeatInterval", heartbeat_interval_},
-              {"lease", lost_timeout_ / 2}};
+              {"lease", agent_lease_},
+              {"fenceGrace", fence_grace_}};
 }
 
 base::Result<std::map<int64_t, std::vector<domain::TaskReport>>> ParseTaskReports(
@@ -330,6 +332,8 @@ void NodeService::Reset(const Estate& estate, const std::vector<store::JobRecord
   address_ = estate.agent_address;
   heartbeat_interval_ = estate.heartbeat_interval;
   lost_timeout_ = estate.node_lost_timeout;
+  agent_lease_ = estate.agent_lease;
+  fence_grace_ = estate.fence_grace;
   for (const store::JobRecord& j : jobs) TrackLocked(j);
   indexed_ = true;
 }

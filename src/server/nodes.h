@@ -82,6 +82,8 @@ class NodeService final : public api::AgentHooks {
   std::map<std::string, NodeEntry> nodes_;
   double heartbeat_interval_ = 2.0;
   double lost_timeout_ = 30.0;
+  double agent_lease_ = domain::AgentTiming{}.agent_lease;  // what agents are told
+  double fence_grace_ = domain::AgentTiming{}.fence_grace;
   std::map<std::string, std::string> address_;
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on
   std::map<std::string, std::map<std::pair<int64_t, int32_t>, Json>> assigned_;
