@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "base/rng.h"
+#include "sched/assembly.h"
 #include "sched/placer.h"
-#include "sched/registry.h"
 #include "sched/scheduler.h"
 #include "sim/synthetic.h"
 
@@ -109,13 +109,10 @@ base::Result<ScheduleBenchResult> RunScheduleBench(const ScheduleBenchOptions& o
   nodes.shrink_to_fit();
   std::vector<sched::TaskSpec> tasks = sim::SyntheticTasks(*snapshot, o.pending, o.seed + 1);
 
-  auto spec = sched::PolicySpec("meridian");
-  if (!spec.ok()) return spec.status();
-  spec->max_feasible_nodes = o.max_feasible_nodes;
-  sched::PluginArgs args;
-  args.fragmentation = std::make_shared<sched::FragmentationModel>(
-      sched::FragmentationModel::FromTasks(tasks, 0.95));
-  auto profile = sched::BuiltinRegistry().Build(*spec, args);
+  sched::Assembly a;
+  a.max_feasible_nodes = o.max_feasible_nodes;
+  a.seed = o.seed;
+  auto profile = sched::BuildProfile(a, snapshot->nodes.size(), tasks);
   if (!profile.ok()) return profile.status();
 
   ScheduleBenchResult r;

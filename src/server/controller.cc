@@ -5,8 +5,7 @@
 #include <cstdio>
 
 #include "api/job_life.h"
-#include "sched/fragmentation.h"
-#include "sched/registry.h"
+#include "sched/assembly.h"
 
 namespace meridian::server {
 
@@ -233,18 +232,10 @@ Status SchedulerController::Rebuild() {
     }
     converted.emplace_back(std::move(j), std::move(spec));
   }
-  auto policy = sched::PolicySpec((*estate)->placement);
-  if (!policy.ok()) return policy.status();
-  sched::PluginArgs args;
-  args.fragmentation = std::make_shared<sched::FragmentationModel>(
-      sched::FragmentationModel::FromTasks(shapes, 0.95));
-  auto profile = sched::BuiltinRegistry().Build(*policy, args);
-  if (!profile.ok()) return profile.status();
-  // A preempted task stops when its agent says so, even with no grace period.
-  sched::SchedulerOptions options = (*estate)->options;
-  options.await_stop_reports = true;
-  auto scheduler = std::make_unique<sched::Scheduler>((*estate)->snapshot, std::move(*profile),
-                                                      (*estate)->quotas, options, 1);
+  auto built =
+      sched::BuildScheduler(AssemblyOf(**estate), (*estate)->snapshot, (*estate)->quotas, shapes);
+  if (!built.ok()) return built.status();
+  std::unique_ptr<sched::Scheduler> scheduler = std::move(built.value());
   const double now = clock_->Now();
   // Fair-share usage by tenancy name, carried from the scheduler this one replaces or, at
   // start, from the store.

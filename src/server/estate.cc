@@ -284,6 +284,15 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
   return e;
 }
 
+sched::Assembly AssemblyOf(const Estate& estate) {
+  sched::Assembly a;
+  a.policy = estate.placement;
+  a.options = estate.options;
+  // A preempted task stops when its agent says so, even with no grace period.
+  a.options.await_stop_reports = true;
+  return a;
+}
+
 base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const Estate& estate) {
   auto tenant = estate.tenant_of_project.find(job.project);
   if (tenant == estate.tenant_of_project.end()) {

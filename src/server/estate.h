@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "domain/agent_timing.h"
 #include "domain/cluster.h"
+#include "sched/assembly.h"
 #include "sched/quota.h"
 #include "sched/scheduler.h"
 #include "sched/snapshot.h"
@@ -53,6 +54,10 @@ struct Estate {
 // named in Estate::problems; an error only when the estate as a whole is beyond the
 // scheduler's limits (more than 64 clusters or GPU models).
 base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Object>& objects);
+
+// How the server assembles its scheduler from the estate (sched/assembly.h): the Policy's
+// placement and options, and stops that wait for their runners' word.
+sched::Assembly AssemblyOf(const Estate& estate);
 
 // A node an agent registered (server/nodes.cc writes the spec); not schedulable unless Ready.
 domain::Node NodeOfObject(const store::Object& o);

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "domain/job.h"
+#include "sched/assembly.h"
 #include "sched/placer.h"
-#include "sched/registry.h"
 #include "sim/synthetic.h"
 
 namespace meridian::sim {
@@ -72,12 +72,7 @@ base::Status RunDemo(std::ostream& out) {
     per_job.push_back(sched::TasksForJob(jobs[j], *snap, static_cast<int32_t>(j)));
     all.insert(all.end(), per_job.back().begin(), per_job.back().end());
   }
-  auto spec = sched::PolicySpec("meridian");
-  if (!spec.ok()) return spec.status();
-  sched::PluginArgs args;
-  args.fragmentation =
-      std::make_shared<sched::FragmentationModel>(sched::FragmentationModel::FromTasks(all, 0.95));
-  auto profile = sched::BuiltinRegistry().Build(*spec, args);
+  auto profile = sched::BuildProfile(sched::Assembly{}, snap->nodes.size(), all);
   if (!profile.ok()) return profile.status();
 
   out << "Meridian placement demo: a synthetic hybrid estate (the control plane comes next)\n\n";

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/rng.h"
+#include "sched/assembly.h"
 #include "sched/placer.h"
 #include "sched/registry.h"
 
@@ -51,11 +52,12 @@ base::Result<FgdRun> RunFgdSeed(const sched::Snapshot& cluster,
                                 const std::vector<sched::TaskSpec>& tasks,
                                 const sched::FragmentationModel& frag, const std::string& policy,
                                 uint64_t seed, const FgdOptions& options) {
-  auto spec = sched::PolicySpec(policy);
-  if (!spec.ok()) return spec.status();
-  sched::PluginArgs args;
-  args.fragmentation = std::make_shared<sched::FragmentationModel>(frag);
-  auto profile = sched::BuiltinRegistry().Build(*spec, args);
+  // The published protocol: the policy as it is, whatever the cluster's size.
+  sched::Assembly a;
+  a.policy = policy;
+  a.bound_large_estates = false;
+  auto profile = sched::BuildProfile(a, cluster.nodes.size(),
+                                     std::make_shared<sched::FragmentationModel>(frag));
   if (!profile.ok()) return profile.status();
 
   sched::Snapshot state = cluster;

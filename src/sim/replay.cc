@@ -11,8 +11,7 @@
 #include <unordered_map>
 
 #include "domain/gpu_model.h"
-#include "sched/registry.h"
-#include "sched/scheduler.h"
+#include "sched/assembly.h"
 #include "sim/alibaba_trace.h"
 
 namespace meridian::sim {
@@ -53,6 +52,20 @@ std::vector<sched::TaskSpec> TasksOf(const ReplayJob& j, const sched::Snapshot& 
   return std::vector<sched::TaskSpec>(static_cast<size_t>(j.tasks), t);
 }
 
+sched::JobSpec SpecOf(const Setup& setup, const std::vector<ReplayJob>& jobs, size_t i,
+                      const sched::Snapshot& snap) {
+  sched::JobSpec spec;
+  spec.id = jobs[i].id;
+  spec.tenant = setup.leaf_of_project[setup.project_of_job[i]];
+  spec.priority = jobs[i].priority;
+  spec.gang = jobs[i].gang;
+  spec.tasks = TasksOf(jobs[i], snap);
+  spec.submit_time = jobs[i].submit_time;
+  spec.runtime_estimate = jobs[i].runtime_estimate;
+  spec.runtime_limit = jobs[i].runtime_limit;
+  return spec;
+}
+
 base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs,
                                const ReplayOptions& options) {
   auto snapshot =
@@ -88,16 +101,12 @@ base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<R
       for (const sched::TaskSpec& t : TasksOf(j, *snapshot)) all_tasks.push_back(t);
     }
   }
-  auto spec = sched::PolicySpec("meridian");
-  if (!spec.ok()) return spec.status();
-  if (snapshot->nodes.size() > 512) spec->max_feasible_nodes = 16;
-  sched::PluginArgs args;
-  args.fragmentation = std::make_shared<sched::FragmentationModel>(
-      sched::FragmentationModel::FromTasks(all_tasks, 0.95));
-  auto profile = sched::BuiltinRegistry().Build(*spec, args);
-  if (!profile.ok()) return profile.status();
-  out.scheduler = std::make_unique<sched::Scheduler>(std::move(*snapshot), std::move(*profile),
-                                                     std::move(quotas), *order, options.seed);
+  sched::Assembly a;
+  a.options = *order;
+  a.seed = options.seed;
+  auto scheduler = sched::BuildScheduler(a, std::move(*snapshot), std::move(quotas), all_tasks);
+  if (!scheduler.ok()) return scheduler.status();
+  out.scheduler = std::move(scheduler.value());
   return out;
 }
 
@@ -165,6 +174,27 @@ std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
   if (!policies.empty()) run(0);
   for (std::thread& t : threads) t.join();
   return results;
+}
+
+base::Result<std::map<int64_t, std::vector<std::string>>> ReplayFirstCycle(
+    const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs,
+    const ReplayOptions& options) {
+  auto setup = BuildSetup(cluster, jobs, options);
+  if (!setup.ok()) return setup.status();
+  sched::Scheduler& sched = *setup->scheduler;
+  double now = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    now = std::max(now, jobs[i].submit_time);
+    base::Status s = sched.Submit(SpecOf(*setup, jobs, i, sched.snapshot()));
+    if (!s.ok() && s.code() != base::StatusCode::kFailedPrecondition) return s;
+  }
+  std::map<int64_t, std::vector<std::string>> started;
+  for (const sched::StartDecision& d : sched.Cycle(now).started) {
+    for (const sched::Placement& p : d.placements) {
+      started[d.job].push_back(sched.snapshot().nodes[static_cast<size_t>(p.node)].name);
+    }
+  }
+  return started;
 }
 
 base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
@@ -260,16 +290,7 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     advance(t);
     for (; next < arrival.size() && jobs[arrival[next]].submit_time <= now; ++next) {
       const size_t i = arrival[next];
-      sched::JobSpec spec;
-      spec.id = jobs[i].id;
-      spec.tenant = setup->leaf_of_project[setup->project_of_job[i]];
-      spec.priority = jobs[i].priority;
-      spec.gang = jobs[i].gang;
-      spec.tasks = TasksOf(jobs[i], snap);
-      spec.submit_time = jobs[i].submit_time;
-      spec.runtime_estimate = jobs[i].runtime_estimate;
-      spec.runtime_limit = jobs[i].runtime_limit;
-      if (base::Status s = sched.Submit(std::move(spec)); !s.ok()) {
+      if (base::Status s = sched.Submit(SpecOf(*setup, jobs, i, snap)); !s.ok()) {
         if (s.code() != base::StatusCode::kFailedPrecondition) return s;
         ++res.refused;  // nothing in the estate could ever run it
         continue;

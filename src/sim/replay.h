@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,11 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
                                      const ReplayOptions& options);
 
 std::vector<std::string> ReplayPolicyNames();
+
+// The replay's first scheduling cycle, with every job submitted: the node of each task of each
+// job it starts. What the golden test compares with the server's path on the same input.
+base::Result<std::map<int64_t, std::vector<std::string>>> ReplayFirstCycle(
+    const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs, const ReplayOptions& options);
 
 // Every policy on the same jobs, side by side, one thread each. `progress` (may be empty) is
 // called, serialised, with the fraction done by the slowest policy.
