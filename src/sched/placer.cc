@@ -239,6 +239,8 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
     stamp_ = 1;
   }
   filter_rejects_.assign(profile_->filters.size(), 0);  // the profile may have grown
+  rejected_nodes_.resize(profile_->filters.size());
+  for (std::vector<int32_t>& nodes : rejected_nodes_) nodes.clear();
   int64_t gpu_rejects = 0;
   int32_t feasible_nodes = 0;
   int64_t ties = 0;
@@ -270,6 +272,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
       for (size_t f = 0; f < profile_->filters.size(); ++f) {
         if (!profile_->filters[f]->Filter(ctx, node)) {
           ++filter_rejects_[f];
+          rejected_nodes_[f].push_back(node_id);
           passed = false;
           break;
         }
@@ -304,8 +307,13 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
     return out;
   }
   for (size_t f = 0; f < profile_->filters.size(); ++f) {
-    if (filter_rejects_[f] > 0) {
-      out.why.Reject(std::string(profile_->filters[f]->Name()), filter_rejects_[f]);
+    if (filter_rejects_[f] == 0) continue;
+    const FilterPlugin& filter = *profile_->filters[f];
+    const std::string name(filter.Name());
+    out.why.Reject(name, filter_rejects_[f]);
+    for (int32_t node_id : rejected_nodes_[f]) {
+      std::string reason = filter.Reason(ctx, s_->nodes[node_id]);
+      if (!reason.empty()) out.why.Explain(name, reason);
     }
   }
   if (gpu_rejects > 0) out.why.Reject("gpu-fit", gpu_rejects);

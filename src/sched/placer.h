@@ -75,6 +75,8 @@ class Placer {
   std::vector<DeviceGrant> grants_;
   std::vector<const std::vector<int32_t>*> lists_;
   std::vector<int64_t> filter_rejects_;
+  // The nodes each filter turned away in the current Place, asked why only if nothing fits.
+  std::vector<std::vector<int32_t>> rejected_nodes_;
   // For the MIG task being placed: its profile's index in each model (-1: the model lacks it),
   // looked up once per Place rather than once per node.
   std::vector<int16_t> mig_profile_of_model_;

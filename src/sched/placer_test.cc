@@ -144,9 +144,9 @@ TEST(Placer, ConstraintsAreFiltersWithReasons) {
   no_model.allowed_models = 0;
   const Case cases[] = {
       {"cluster constraint", on_prem, 0, nullptr},
-      {"untolerated taint", a100, -1, "taint-toleration"},
+      {"untolerated taint", a100, -1, "1 node with untolerated taint spot=true"},
       {"tolerated taint", a100_tolerating, 1, nullptr},
-      {"label selector", silver, -1, "node-selector"},
+      {"label selector", silver, -1, "2 nodes without label tier=silver"},
       {"too much cpu", huge_cpu, -1, "node-resources"},
       {"no allowed model", no_model, -1, nullptr},
   };

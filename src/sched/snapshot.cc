@@ -85,6 +85,7 @@ base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clust
     ns.cpu_capacity = ns.cpu_free = n.cpu_milli;
     ns.memory_capacity = ns.memory_free = n.memory_mib;
     ns.schedulable = n.schedulable;
+    ns.purpose = n.purpose;
     ns.labels.assign(n.labels.begin(), n.labels.end());
     ns.taints = n.taints;
     ns.gpu_begin = static_cast<int32_t>(s.gpus.size());
