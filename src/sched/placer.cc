@@ -230,8 +230,10 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
   if (auto it = infeasible_.find(hash); it != infeasible_.end() && it->second.epoch == epoch_ &&
                                         it->second.key == task.FeasibilityKey()) {
     ++cache_hits_;
+    // Nothing was released since the same shape failed, so the same nodes turn it away for the
+    // same reasons: a pending job keeps saying why, cycle after cycle.
+    out.why = it->second.why;
     out.why.cached = true;
-    out.why.Reject("an earlier task of the same shape (no capacity released since)");
     return out;
   }
   if (++stamp_ == 0) {
@@ -317,7 +319,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
     }
   }
   if (gpu_rejects > 0) out.why.Reject("gpu-fit", gpu_rejects);
-  infeasible_[hash] = Infeasible{task.FeasibilityKey(), epoch_};
+  infeasible_[hash] = Infeasible{task.FeasibilityKey(), epoch_, out.why};
   return out;
 }
 

@@ -68,6 +68,7 @@ class Placer {
   struct Infeasible {
     std::string key;
     uint64_t epoch = 0;
+    Unschedulable why;  // what Place answered when the shape failed
   };
   std::unordered_map<uint64_t, Infeasible> infeasible_;
   int64_t cache_hits_ = 0;

@@ -172,11 +172,14 @@ TEST(Placer, RemembersInfeasibleShapesUntilCapacityIsReleased) {
   CycleState cycle;
   PlaceOutcome held = PlaceAndCommit(p, testing::Whole(2), &cycle);
   ASSERT_TRUE(held.placed);
-  EXPECT_FALSE(p.Place(testing::Whole(1), cycle).placed);
+  PlaceOutcome first = p.Place(testing::Whole(1), cycle);
+  EXPECT_FALSE(first.placed);
   PlaceOutcome again = p.Place(testing::Whole(1), cycle);
   EXPECT_FALSE(again.placed);
   EXPECT_TRUE(again.why.cached);
   EXPECT_EQ(p.cache_hits(), 1);
+  // The remembered answer still says why, as the first one did.
+  EXPECT_EQ(again.why.Summary(), first.why.Summary());
   p.Release(testing::Whole(2), held.placement);
   EXPECT_TRUE(p.Place(testing::Whole(1), cycle).placed);
 }

@@ -76,6 +76,10 @@ TEST(PoolPurpose, PendingReasonCountsNodesByPurpose) {
   EXPECT_EQ(o.why.Summary(),
             "4 nodes considered: 3 nodes in pools for training, not inference; 1 node in pools "
             "for interactive, not inference");
+  // The next cycle's answer comes from the infeasible-shape cache, and says the same.
+  PlaceOutcome again = p.Place(t, cycle);
+  EXPECT_TRUE(again.why.cached);
+  EXPECT_EQ(again.why.Summary(), o.why.Summary());
   t.kind = JobKind::kTraining;
   o = p.Place(t, cycle);
   ASSERT_TRUE(o.placed);
