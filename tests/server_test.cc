@@ -96,9 +96,21 @@ class ServerTest : public ::testing::Test {
     ASSERT_EQ(r.code, 0) << r.output;
   }
   HttpResult Submit(const std::string& project, int gpus, const std::string& token = "") {
-    Json job = {{"metadata", {{"name", "job"}, {"project", project}}},
-                {"spec", {{"gpus", gpus}, {"runtimeEstimate", 3600}}}};
+    return SubmitSpec(project, {{"gpus", gpus}, {"runtimeEstimate", 3600}}, token);
+  }
+  HttpResult SubmitSpec(const std::string& project, const Json& spec,
+                        const std::string& token = "") {
+    Json job = {{"metadata", {{"name", "job"}, {"project", project}}}, {"spec", spec}};
     return Http(*server_, "POST", "/api/v1/jobs", token.empty() ? admin_ : token, job.dump());
+  }
+  Json Job(int64_t id) {
+    return Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id), admin_).body;
+  }
+  // The node of a placed job's first task ("" until it is placed).
+  std::string NodeOf(int64_t id) {
+    const Json j = Job(id);
+    if (j["status"].value("phase", "") != "Placed") return "";
+    return j["status"]["allocation"][0].value("node", "");
   }
   std::string Phase(int64_t id) {
     return Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id), admin_)
@@ -235,6 +247,113 @@ TEST_F(ServerTest, JobsThroughTheCli) {
   EXPECT_EQ(Run("get jobs 99").code, 5);
   CliResult top = Run("top");
   EXPECT_NE(top.output.find("16 of 16 GPUs allocated"), std::string::npos) << top.output;
+}
+
+// Pools of a purpose, labels and taints, as a platform team sets them up: training nodes, an
+// inference pool, and a premium pool of purpose any that only jobs tolerating its taint use.
+const char* kTrainingPool = R"(kind: Organization
+metadata: {name: acme}
+---
+kind: Team
+metadata: {name: product}
+spec: {organization: acme}
+---
+kind: Project
+metadata: {name: vision}
+spec: {team: product}
+---
+kind: Cluster
+metadata: {name: onprem}
+spec: {type: on-prem, region: eu-west}
+---
+kind: NodePool
+metadata: {name: train}
+spec: {cluster: onprem, purpose: training, nodes: 2, gpusPerNode: 8, gpuModel: H100-80GB}
+)";
+
+const char* kServingPools = R"(---
+kind: NodePool
+metadata: {name: infer}
+spec:
+  cluster: onprem
+  purpose: inference
+  nodes: 1
+  gpusPerNode: 8
+  gpuModel: H100-80GB
+  labels: {gpu-tier: standard}
+---
+kind: NodePool
+metadata: {name: premium}
+spec:
+  cluster: onprem
+  purpose: any
+  nodes: 1
+  gpusPerNode: 8
+  gpuModel: H100-80GB
+  labels: {gpu-tier: premium}
+  taints: [{key: dedicated, value: premium}]
+)";
+
+TEST_F(ServerTest, JobsRunOnlyInPoolsOfTheirTypeAndOnTheNodesTheySelect) {
+  CliResult applied = Run("apply -f " + WriteFile("pools.yaml", kTrainingPool) + " -m training");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  auto id = [](const HttpResult& r) { return r.body.value("id", int64_t{0}); };
+  auto reason = [&](int64_t job) { return Job(job)["status"].value("reason", ""); };
+  // Only training nodes: an inference job waits, and says why.
+  const int64_t serve = id(SubmitSpec("vision", {{"type", "inference"}, {"gpus", 1}}));
+  ASSERT_GT(serve, 0);
+  ASSERT_TRUE(Eventually([&] {
+    return reason(serve).find("2 nodes in pools for training, not inference") != std::string::npos;
+  })) << reason(serve);
+  EXPECT_EQ(Phase(serve), "Pending");
+  // Training jobs, and batch jobs (a job without a type), run there.
+  const int64_t train = id(SubmitSpec("vision", {{"type", "training"}, {"gpus", 1}}));
+  const int64_t batch = id(SubmitSpec("vision", {{"gpus", 1}}));
+  ASSERT_TRUE(Eventually([&] { return !NodeOf(train).empty() && !NodeOf(batch).empty(); }))
+      << Job(train).dump() << Job(batch).dump();
+  EXPECT_EQ(NodeOf(train).rfind("train-", 0), 0u) << NodeOf(train);
+  EXPECT_EQ(NodeOf(batch).rfind("train-", 0), 0u) << NodeOf(batch);
+
+  // An inference pool and a tainted premium pool arrive: the waiting job goes to the inference
+  // pool (the premium pool's taint keeps it off there).
+  applied = Run("apply -f " + WriteFile("pools.yaml", std::string(kTrainingPool) + kServingPools) +
+                " -m serving");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  ASSERT_TRUE(Eventually([&] { return !NodeOf(serve).empty(); })) << Job(serve).dump();
+  EXPECT_EQ(NodeOf(serve), "infer-0");
+
+  // A selector that only the premium pool matches, without tolerating its taint: every node
+  // is accounted for.
+  const Json premium = {{"gpu-tier", "premium"}};
+  const int64_t picky =
+      id(SubmitSpec("vision", {{"type", "inference"}, {"gpus", 1}, {"nodeSelector", premium}}));
+  ASSERT_TRUE(Eventually([&] {
+    return reason(picky).find("with untolerated taint") != std::string::npos;
+  })) << reason(picky);
+  EXPECT_NE(reason(picky).find("2 nodes in pools for training, not inference"), std::string::npos)
+      << reason(picky);
+  EXPECT_NE(reason(picky).find("1 node without label gpu-tier=premium"), std::string::npos)
+      << reason(picky);
+  EXPECT_NE(reason(picky).find("1 node with untolerated taint dedicated=premium"),
+            std::string::npos)
+      << reason(picky);
+  // Tolerating the taint (any value of its key), inference and training jobs both reach the
+  // premium pool, whose purpose is any; the selector keeps them off the others.
+  const Json tolerate = Json::array({{{"key", "dedicated"}}});
+  const int64_t vip = id(SubmitSpec(
+      "vision",
+      {{"type", "inference"}, {"gpus", 1}, {"nodeSelector", premium}, {"tolerations", tolerate}}));
+  const int64_t tuned = id(SubmitSpec(
+      "vision",
+      {{"type", "training"}, {"gpus", 1}, {"nodeSelector", premium}, {"tolerations", tolerate}}));
+  ASSERT_TRUE(Eventually([&] { return !NodeOf(vip).empty() && !NodeOf(tuned).empty(); }))
+      << Job(vip).dump() << Job(tuned).dump();
+  EXPECT_EQ(NodeOf(vip), "premium-0");
+  EXPECT_EQ(NodeOf(tuned), "premium-0");
+  EXPECT_EQ(Phase(picky), "Pending");
+  // The stored spec keeps what was asked, in canonical form.
+  EXPECT_EQ(Job(vip)["spec"]["tolerations"], tolerate);
+  EXPECT_EQ(Job(vip)["spec"]["nodeSelector"], premium);
 }
 
 TEST_F(ServerTest, BadRequestsGetAClearErrorAndTheServerKeepsServing) {
@@ -383,8 +502,9 @@ TEST_F(ServerTest, AMemberSeesAndTouchesOnlyTheirProject) {
 // What the dashboard reads besides jobs: the estate's history, quota use, and the newest
 // entries first, each scoped to what the caller may see.
 TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
-  server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("sampled"),
-                                            std::vector<std::string>{"--history-interval", "0.2", "--history-retention", "1"});
+  server_ = std::make_unique<ServerProcess>(
+      kBinary, dir_.File("sampled"),
+      std::vector<std::string>{"--history-interval", "0.2", "--history-retention", "1"});
   ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("sampled.log"));
   admin_ = server_->admin_token();
   ApplyEstate();
@@ -394,9 +514,8 @@ TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
   ASSERT_EQ(vision.status, 201);
   ASSERT_EQ(research.status, 201);
   const int64_t vision_id = vision.body["id"], research_id = research.body["id"];
-  ASSERT_TRUE(Eventually([&] {
-    return Phase(vision_id) == "Placed" && Phase(research_id) == "Placed";
-  }));
+  ASSERT_TRUE(
+      Eventually([&] { return Phase(vision_id) == "Placed" && Phase(research_id) == "Placed"; }));
   // Samples taken after both were placed: 6 of 16 GPUs allocated, 2 jobs running.
   Json h;
   ASSERT_TRUE(Eventually([&] {

@@ -40,6 +40,13 @@ void QuotaSpec(FieldReader& s) {
   if (limited && limit < guaranteed) s.Error("limitGpus", "must not be below guaranteedGpus");
 }
 
+// A taint of a pool's nodes, or a job's toleration of one: a key and, optionally, a value (a
+// toleration without one tolerates every value of its key).
+void KeyValueItem(FieldReader& s) {
+  if (s.String("key", true).empty() && s.Has("key")) s.Error("key", "must not be empty");
+  s.String("value", false);
+}
+
 void PriorityClassSpec(FieldReader& s) {
   s.Int("value", -1000000, 1000000, 0, true);
   s.Bool("preempting", true);
@@ -66,7 +73,10 @@ void NodePoolSpec(FieldReader& s) {
   s.Int("memoryMib", 1, 1LL << 40, 512 * 1024);
   s.Int("nvlinkDomainSize", 0, kMaxGpusPerNode, 0);
   s.Int("rackSize", 0, kMaxNodesPerPool, 0);
+  // Every node of the pool carries these, declared or registered by an agent (its own labels
+  // win); only jobs that tolerate every taint run there.
   s.StringMap("labels");
+  s.ObjectList("taints", KeyValueItem);
 }
 
 void PolicySpec(FieldReader& s) {
@@ -134,6 +144,9 @@ void JobSpecFields(FieldReader& s) {
   s.Int("memoryMib", 1, 1LL << 30, 4096);
   s.StringList("gpuModels");
   s.StringList("clusters");
+  // Labels every node of the job must carry, and the node taints it tolerates.
+  s.StringMap("nodeSelector");
+  s.ObjectList("tolerations", KeyValueItem);
   s.Bool("gang", tasks > 1);
   const double estimate = s.Number("runtimeEstimate", 0, kMaxSeconds, 0);
   const double limit = s.Number("runtimeLimit", 0, kMaxSeconds, 0);

@@ -139,6 +139,90 @@ TEST(Documents, JobDocuments) {
   EXPECT_NE(bad.ToString().find("metadata.project: is required"), std::string::npos);
 }
 
+TEST(Documents, PoolsCarryPurposeLabelsAndTaints) {
+  ErrorList errors;
+  auto docs = Parse(
+      "kind: NodePool\nmetadata: {name: serve}\nspec:\n  cluster: c\n  purpose: inference\n"
+      "  labels: {gpu-tier: premium}\n  taints:\n    - {key: dedicated, value: serving}\n"
+      "    - {key: spot}\n",
+      &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].spec["purpose"], "inference");
+  EXPECT_EQ(docs[0].spec["labels"]["gpu-tier"], "premium");
+  EXPECT_EQ(docs[0].spec["taints"], Json::parse(R"([{"key": "dedicated", "value": "serving"},
+                                                    {"key": "spot"}])"));
+  // A pool without taints keeps its canonical form as before (no empty list appears).
+  auto plain = Parse("kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c}\n", &errors);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_FALSE(plain[0].spec.contains("taints"));
+}
+
+TEST(Documents, PoolErrorsNameTheField) {
+  struct Case {
+    const char* yaml;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c, purpose: serving}\n",
+       "spec.purpose: \"serving\" is not one of any, training, inference, interactive"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec:\n  cluster: c\n  taints:\n    - {value: x}\n",
+       "estate.yaml:6:7: spec.taints[0].key: is required"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec:\n  cluster: c\n  taints:\n"
+       "    - {key: a, effect: NoExecute}\n",
+       "spec.taints[0].effect: unknown field"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c, taints: {key: a}}\n",
+       "spec.taints: must be a list, not a mapping"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c, taints: [{key: \"\"}]}\n",
+       "spec.taints[0].key: must not be empty"},
+  };
+  for (const Case& c : cases) {
+    ErrorList errors;
+    Parse(c.yaml, &errors);
+    EXPECT_NE(errors.ToString().find(c.want), std::string::npos)
+        << "want " << c.want << "\ngot  " << errors.ToString();
+  }
+}
+
+TEST(Documents, JobsSelectNodesAndTolerateTaints) {
+  std::vector<FieldError> syntax;
+  auto src = ParseYamlDocuments(
+      "metadata: {name: serve, project: vision}\nspec:\n  type: inference\n  gpus: 1\n"
+      "  nodeSelector: {gpu-tier: premium, zone: 3}\n"
+      "  tolerations: [{key: dedicated, value: serving}, {key: spot}]\n",
+      "job.yaml", &syntax);
+  ASSERT_TRUE(src.ok());
+  ErrorList errors;
+  auto job = ValidateJobDocument((*src)[0], &errors);
+  ASSERT_TRUE(job) << errors.ToString();
+  EXPECT_EQ(job->spec["type"], "inference");
+  EXPECT_EQ(job->spec["nodeSelector"], Json::parse(R"({"gpu-tier": "premium", "zone": "3"})"));
+  EXPECT_EQ(job->spec["tolerations"],
+            Json::parse(R"([{"key": "dedicated", "value": "serving"}, {"key": "spot"}])"));
+
+  struct Case {
+    const char* spec;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"{gpus: 1, nodeSelector: [gpu-tier]}", "spec.nodeSelector: must be a mapping, not a list"},
+      {"{gpus: 1, nodeSelector: {tier: {a: b}}}", "spec.nodeSelector.tier: must be a string"},
+      {"{gpus: 1, tolerations: [{value: x}]}", "spec.tolerations[0].key: is required"},
+      {"{gpus: 1, tolerations: [{key: a, operator: Exists}]}",
+       "spec.tolerations[0].operator: unknown field"},
+      {"{gpus: 1, type: serving}", "spec.type: \"serving\" is not one of"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseYamlDocuments(
+        std::string("metadata: {name: x, project: p}\nspec: ") + c.spec + "\n", "", &syntax);
+    ASSERT_TRUE(bad.ok()) << c.spec;
+    ErrorList e;
+    EXPECT_FALSE(ValidateJobDocument((*bad)[0], &e)) << c.spec;
+    EXPECT_NE(e.ToString().find(c.want), std::string::npos)
+        << "want " << c.want << "\ngot  " << e.ToString();
+  }
+}
+
 TEST(Documents, HostileYamlEndsInAnErrorWithAPosition) {
   struct Case {
     std::string yaml;

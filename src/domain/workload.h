@@ -20,7 +20,7 @@ std::optional<PoolPurpose> ParsePoolPurpose(std::string_view name);
 // throughput work that fits between training runs, while inference and interactive pools are
 // kept free for work that someone is waiting on. A job without a type is a batch job, so it runs
 // wherever it ran before pools had purposes, as long as the pool is not kept for inference or
-// interactive work (see docs/adr/0008-workload-pools-and-class-access.md).
+// interactive work (see docs/adr/0008-workload-pools.md).
 bool PoolServes(PoolPurpose purpose, JobKind kind);
 
 }  // namespace meridian::domain

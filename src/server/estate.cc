@@ -2,6 +2,7 @@
 
 #include "domain/gpu_model.h"
 #include "domain/job.h"
+#include "domain/workload.h"
 #include "sched/task.h"
 
 namespace meridian::server {
@@ -45,9 +46,6 @@ void AddPoolNodes(const store::Object& pool, std::vector<domain::Node>* nodes) {
     n.rack = pool.name + "-r" + std::to_string(rack_size > 0 ? i / rack_size : 0);
     n.cpu_milli = s.value("cpuMilli", 64000);
     n.memory_mib = s.value("memoryMib", 512 * 1024);
-    if (s.contains("labels")) {
-      for (const auto& [k, v] : s.at("labels").items()) n.labels[k] = v.get<std::string>();
-    }
     for (int64_t g = 0; g < gpus; ++g) {
       domain::GpuDevice d;
       d.uuid = "GPU-" + n.name + "-" + std::to_string(g);
@@ -56,6 +54,40 @@ void AddPoolNodes(const store::Object& pool, std::vector<domain::Node>* nodes) {
       n.gpus.push_back(d);
     }
     nodes->push_back(std::move(n));
+  }
+}
+
+// What a pool gives every node in it, declared or registered: its purpose (which types of job
+// it runs), its labels and its taints.
+struct PoolTraits {
+  domain::PoolPurpose purpose = domain::PoolPurpose::kAny;
+  std::map<std::string, std::string> labels;
+  std::vector<domain::Taint> taints;
+};
+
+PoolTraits TraitsOf(const store::Object& pool) {
+  const Json& s = pool.spec;
+  PoolTraits t;
+  t.purpose =
+      domain::ParsePoolPurpose(s.value("purpose", "any")).value_or(domain::PoolPurpose::kAny);
+  if (s.contains("labels")) {
+    for (const auto& [k, v] : s.at("labels").items()) t.labels[k] = v.get<std::string>();
+  }
+  for (const Json& taint : s.value("taints", Json::array())) {
+    t.taints.push_back({taint.value("key", ""), taint.value("value", "")});
+  }
+  return t;
+}
+
+// A node's own labels (an agent's) win over its pool's; a node in no known pool runs any work.
+void ApplyPoolTraits(const std::map<std::string, PoolTraits>& pools,
+                     std::vector<domain::Node>* nodes) {
+  for (domain::Node& n : *nodes) {
+    auto pool = pools.find(n.pool);
+    if (pool == pools.end()) continue;
+    n.purpose = pool->second.purpose;
+    n.labels.insert(pool->second.labels.begin(), pool->second.labels.end());
+    n.taints.insert(n.taints.end(), pool->second.taints.begin(), pool->second.taints.end());
   }
 }
 
@@ -91,9 +123,13 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
   auto e = std::make_unique<Estate>();
   std::map<std::string, const store::Object*> teams, projects;
   std::vector<const store::Object*> quotas;
+  std::map<std::string, PoolTraits> pools;
   for (const store::Object& o : objects) {
     if (o.kind == "Cluster") e->clusters.push_back(ClusterOf(o));
-    if (o.kind == "NodePool") AddPoolNodes(o, &e->nodes);
+    if (o.kind == "NodePool") {
+      AddPoolNodes(o, &e->nodes);
+      pools[o.name] = TraitsOf(o);
+    }
     if (o.kind == "Node") AddRegisteredNode(o, e.get());
     if (o.kind == "Team") teams[o.name] = &o;
     if (o.kind == "Project") projects[o.name] = &o;
@@ -119,6 +155,7 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
       e->node_lost_timeout = o.spec.value("nodeLostTimeout", 30.0);
     }
   }
+  ApplyPoolTraits(pools, &e->nodes);
   auto snapshot = sched::Snapshot::Build(e->clusters, e->nodes, domain::GpuCatalog::Builtin());
   if (!snapshot.ok()) return snapshot.status();
   e->snapshot = std::move(snapshot.value());
@@ -182,6 +219,15 @@ base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const E
   dj.task_groups.push_back(g);
   if (s.contains("clusters")) dj.constraints.clusters = s.at("clusters");
   if (s.contains("gpuModels")) dj.constraints.gpu_models = s.at("gpuModels");
+  dj.kind = domain::ParseJobKind(s.value("type", "batch")).value_or(domain::JobKind::kBatch);
+  if (s.contains("nodeSelector")) {
+    for (const auto& [k, v] : s.at("nodeSelector").items()) {
+      dj.constraints.node_labels[k] = v.get<std::string>();
+    }
+  }
+  for (const Json& t : s.value("tolerations", Json::array())) {
+    dj.constraints.tolerations.push_back({t.value("key", ""), t.value("value", "")});
+  }
   sched::JobSpec spec;
   spec.id = job.id;
   spec.tenant = tenant->second;
