@@ -356,6 +356,51 @@ TEST_F(ServerTest, JobsRunOnlyInPoolsOfTheirTypeAndOnTheNodesTheySelect) {
   EXPECT_EQ(Job(vip)["spec"]["nodeSelector"], premium);
 }
 
+TEST_F(ServerTest, PreemptingClassesAreForAdminsAndTheScopesTheyName) {
+  const std::string classes = std::string(kEstate) + R"(---
+kind: PriorityClass
+metadata: {name: urgent}
+spec:
+  value: 90
+  allowedScopes: [{team: product}]
+---
+kind: PriorityClass
+metadata: {name: low}
+spec: {value: 0, preempting: false}
+)";
+  CliResult applied = Run("apply -f " + WriteFile("estate.yaml", classes) + " -m classes");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  const std::string alice = User("alice", {{"role", "member"}, {"project", "vision"}});
+  const std::string bob = User("bob", {{"role", "member"}, {"project", "research"}});
+  auto with = [](const std::string& cls) { return Json{{"gpus", 1}, {"priorityClass", cls}}; };
+  // "high" preempts and names no scopes: admins only.
+  HttpResult denied = SubmitSpec("vision", with("high"), alice);
+  EXPECT_EQ(denied.status, 403) << denied.text;
+  EXPECT_EQ(denied.body["error"].value("field", ""), "spec.priorityClass") << denied.text;
+  const std::string message = denied.body["error"].value("message", "");
+  EXPECT_NE(message.find("alice may not use priority class \"high\" in project vision"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("only admins"), std::string::npos) << message;
+  EXPECT_EQ(SubmitSpec("vision", with("high")).status, 201);
+  // "urgent" is open to the projects of team product, not to research (team lab).
+  EXPECT_EQ(SubmitSpec("vision", with("urgent"), alice).status, 201);
+  HttpResult outside = SubmitSpec("research", with("urgent"), bob);
+  EXPECT_EQ(outside.status, 403) << outside.text;
+  const std::string why = outside.body["error"].value("message", "");
+  EXPECT_NE(why.find("bob may not use priority class \"urgent\""), std::string::npos) << why;
+  EXPECT_NE(why.find("allowed only in team product"), std::string::npos) << why;
+  // A class that does not preempt is everyone's.
+  EXPECT_EQ(SubmitSpec("research", with("low"), bob).status, 201);
+  // Only the allowed submissions became jobs; the refusals are audited as denied.
+  Json jobs = Http(*server_, "GET", "/api/v1/jobs", admin_).body;
+  EXPECT_EQ(jobs["items"].size(), 3u) << jobs.dump();
+  Json audit = Http(*server_, "GET", "/api/v1/audit?result=denied&limit=100", admin_).body;
+  std::set<std::string> users;
+  for (const Json& a : audit["items"]) users.insert(a.value("user", ""));
+  EXPECT_TRUE(users.count("alice") && users.count("bob")) << audit.dump();
+}
+
 TEST_F(ServerTest, BadRequestsGetAClearErrorAndTheServerKeepsServing) {
   ApplyEstate();
   struct Case {

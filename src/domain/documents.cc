@@ -47,9 +47,24 @@ void KeyValueItem(FieldReader& s) {
   s.String("value", false);
 }
 
+// One scope of the tenancy tree, as a user's roles name them: exactly one of organization, team
+// or project.
+void ScopeItem(FieldReader& s) {
+  int scopes = 0;
+  for (const char* k : {"organization", "team", "project"}) {
+    if (s.Has(k)) ++scopes;
+    s.Name(k, false);
+  }
+  if (scopes != 1) s.Error("project", "exactly one of organization, team or project is required");
+}
+
 void PriorityClassSpec(FieldReader& s) {
   s.Int("value", -1000000, 1000000, 0, true);
   s.Bool("preempting", true);
+  // Who may submit with the class: admins, and jobs of the projects within these scopes. Left
+  // out, a non-preempting class is open to everyone and a preempting one to admins only; an
+  // empty list keeps any class to admins.
+  s.ObjectList("allowedScopes", ScopeItem);
   s.String("description", false);
 }
 
@@ -252,6 +267,21 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors) 
       refers(d, "organization", "Organization");
       refers(d, "team", "Team");
       refers(d, "project", "Project");
+    }
+    if (d.kind == "PriorityClass" && d.spec.contains("allowedScopes")) {
+      const Json& scopes = d.spec.at("allowedScopes");
+      for (size_t i = 0; i < scopes.size(); ++i) {
+        for (const auto& [field, kind] :
+             {std::pair{"organization", "Organization"}, std::pair{"team", "Team"},
+              std::pair{"project", "Project"}}) {
+          const std::string target = scopes[i].value(field, "");
+          if (!target.empty() && !names[kind].count(target)) {
+            errors->Add({d.file, d.line, 0,
+                         "spec.allowedScopes[" + std::to_string(i) + "]." + field,
+                         std::string(kind) + " \"" + target + "\" does not exist"});
+          }
+        }
+      }
     }
     if (d.kind == "Policy" && d.name != "default") {
       errors->Add({d.file, d.line, 0, "metadata.name",

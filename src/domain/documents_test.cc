@@ -158,7 +158,7 @@ TEST(Documents, PoolsCarryPurposeLabelsAndTaints) {
   EXPECT_FALSE(plain[0].spec.contains("taints"));
 }
 
-TEST(Documents, PoolErrorsNameTheField) {
+TEST(Documents, PoolAndPriorityClassErrorsNameTheField) {
   struct Case {
     const char* yaml;
     const char* want;
@@ -175,6 +175,17 @@ TEST(Documents, PoolErrorsNameTheField) {
        "spec.taints: must be a list, not a mapping"},
       {"kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c, taints: [{key: \"\"}]}\n",
        "spec.taints[0].key: must not be empty"},
+      {"kind: PriorityClass\nmetadata: {name: high}\nspec:\n  value: 100\n  allowedScopes:\n"
+       "    - {team: lab, project: research}\n",
+       "spec.allowedScopes[0].project: exactly one of organization, team or project"},
+      {"kind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1, allowedScopes: [{group: "
+       "x}]}\n",
+       "spec.allowedScopes[0].group: unknown field"},
+      {"kind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1, allowedScopes: [team/lab]}\n",
+       "spec.allowedScopes[0]: must be a mapping, not a string"},
+      {"kind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1, allowedScopes: [{team: "
+       "Lab}]}\n",
+       "spec.allowedScopes[0].team: \"Lab\" is not a valid name"},
   };
   for (const Case& c : cases) {
     ErrorList errors;
@@ -182,6 +193,41 @@ TEST(Documents, PoolErrorsNameTheField) {
     EXPECT_NE(errors.ToString().find(c.want), std::string::npos)
         << "want " << c.want << "\ngot  " << errors.ToString();
   }
+}
+
+TEST(Documents, PriorityClassScopesAreCanonicalAndMustExist) {
+  ErrorList errors;
+  auto docs =
+      Parse(std::string(kEstate) +
+                "---\nkind: PriorityClass\nmetadata: {name: urgent}\nspec:\n  value: 100\n"
+                "  allowedScopes: [{team: product}, {project: vision}, {organization: acme}]\n"
+                "---\nkind: PriorityClass\nmetadata: {name: admins}\n"
+                "spec: {value: 50, allowedScopes: []}\n"
+                "---\nkind: PriorityClass\nmetadata: {name: open}\nspec: {value: 0}\n",
+            &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ASSERT_EQ(docs.size(), 9u);
+  EXPECT_EQ(
+      docs[6].spec["allowedScopes"],
+      Json::parse(R"([{"team": "product"}, {"project": "vision"}, {"organization": "acme"}])"));
+  EXPECT_EQ(docs[6].spec["preempting"], true);
+  // An empty list (admins only) stays apart from no list (the default).
+  EXPECT_EQ(docs[7].spec["allowedScopes"], Json::array());
+  EXPECT_FALSE(docs[8].spec.contains("allowedScopes"));
+  ValidateDesiredState(docs, &errors);
+  EXPECT_TRUE(errors.empty()) << errors.ToString();
+
+  ErrorList dangling;
+  auto bad = Parse(std::string(kEstate) +
+                       "---\nkind: PriorityClass\nmetadata: {name: urgent}\n"
+                       "spec: {value: 1, allowedScopes: [{team: lab}, {project: vision}]}\n",
+                   &dangling);
+  ASSERT_TRUE(dangling.empty()) << dangling.ToString();
+  ValidateDesiredState(bad, &dangling);
+  ASSERT_EQ(dangling.size(), 1u) << dangling.ToString();
+  EXPECT_NE(dangling.ToString().find("spec.allowedScopes[0].team: Team \"lab\" does not exist"),
+            std::string::npos)
+      << dangling.ToString();
 }
 
 TEST(Documents, JobsSelectNodesAndTolerateTaints) {
