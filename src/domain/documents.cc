@@ -268,9 +268,11 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors) 
       refers(d, "team", "Team");
       refers(d, "project", "Project");
     }
-    if (d.kind == "PriorityClass" && d.spec.contains("allowedScopes")) {
+    if (d.kind == "PriorityClass" && d.spec.contains("allowedScopes") &&
+        d.spec.at("allowedScopes").is_array()) {
       const Json& scopes = d.spec.at("allowedScopes");
       for (size_t i = 0; i < scopes.size(); ++i) {
+        if (!scopes[i].is_object()) continue;  // reported by ValidateDocument
         for (const auto& [field, kind] :
              {std::pair{"organization", "Organization"}, std::pair{"team", "Team"},
               std::pair{"project", "Project"}}) {
