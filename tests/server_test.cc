@@ -354,6 +354,32 @@ TEST_F(ServerTest, JobsRunOnlyInPoolsOfTheirTypeAndOnTheNodesTheySelect) {
   // The stored spec keeps what was asked, in canonical form.
   EXPECT_EQ(Job(vip)["spec"]["tolerations"], tolerate);
   EXPECT_EQ(Job(vip)["spec"]["nodeSelector"], premium);
+
+  // A node an agent registers into the inference pool gets the pool's purpose and labels, and
+  // keeps its own.
+  Json gpus = Json::array();
+  for (int g = 0; g < 8; ++g) {
+    gpus.push_back(
+        {{"index", g}, {"uuid", "GPU-agent-" + std::to_string(g)}, {"model", "A100-80GB"}});
+  }
+  Json node = {{"node", "agent-a"},         {"cluster", "onprem"}, {"pool", "infer"},
+               {"labels", {{"zone", "a"}}}, {"cpuMilli", 64000},   {"memoryMib", 524288},
+               {"simulated", true},         {"gpus", gpus}};
+  HttpResult registered = Http(*server_, "POST", "/api/v1/agents/register", admin_, node.dump());
+  ASSERT_EQ(registered.status, 200) << registered.text;
+  const Json a100 = Json::array({"A100-80GB"});
+  const int64_t trainer =
+      id(SubmitSpec("vision", {{"type", "training"}, {"gpus", 1}, {"gpuModels", a100}}));
+  const int64_t server =
+      id(SubmitSpec("vision", {{"type", "inference"},
+                               {"gpus", 1},
+                               {"gpuModels", a100},
+                               {"nodeSelector", {{"gpu-tier", "standard"}, {"zone", "a"}}}}));
+  ASSERT_TRUE(Eventually([&] { return !NodeOf(server).empty(); })) << Job(server).dump();
+  EXPECT_EQ(NodeOf(server), "agent-a");
+  ASSERT_TRUE(Eventually([&] {
+    return reason(trainer).find("1 node in pools for inference, not training") != std::string::npos;
+  })) << reason(trainer);
 }
 
 TEST_F(ServerTest, PreemptingClassesAreForAdminsAndTheScopesTheyName) {
