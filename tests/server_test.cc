@@ -98,9 +98,21 @@ class ServerTest : public ::testing::Test {
     ASSERT_EQ(r.code, 0) << r.output;
   }
   HttpResult Submit(const std::string& project, int gpus, const std::string& token = "") {
-    Json job = {{"metadata", {{"name", "job"}, {"project", project}}},
-                {"spec", {{"gpus", gpus}, {"runtimeEstimate", 3600}}}};
+    return SubmitSpec(project, {{"gpus", gpus}, {"runtimeEstimate", 3600}}, token);
+  }
+  HttpResult SubmitSpec(const std::string& project, const Json& spec,
+                        const std::string& token = "") {
+    Json job = {{"metadata", {{"name", "job"}, {"project", project}}}, {"spec", spec}};
     return Http(*server_, "POST", "/api/v1/jobs", token.empty() ? admin_ : token, job.dump());
+  }
+  Json Job(int64_t id) {
+    return Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id), admin_).body;
+  }
+  // The node of a placed job's first task ("" until it is placed).
+  std::string NodeOf(int64_t id) {
+    const Json j = Job(id);
+    if (j["status"].value("phase", "") != "Placed") return "";
+    return j["status"]["allocation"][0].value("node", "");
   }
   std::string Phase(int64_t id) {
     return Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id), admin_)
@@ -484,6 +496,184 @@ TEST_F(ServerTest, JobsThroughTheCli) {
   EXPECT_EQ(Run("get jobs 99").code, 5);
   CliResult top = Run("top");
   EXPECT_NE(top.output.find("16 of 16 GPUs allocated"), std::string::npos) << top.output;
+}
+
+// Pools of a purpose, labels and taints, as a platform team sets them up: training nodes, an
+// inference pool, and a premium pool of purpose any that only jobs tolerating its taint use.
+const char* kTrainingPool = R"(kind: Organization
+metadata: {name: acme}
+---
+kind: Team
+metadata: {name: product}
+spec: {organization: acme}
+---
+kind: Project
+metadata: {name: vision}
+spec: {team: product}
+---
+kind: Cluster
+metadata: {name: onprem}
+spec: {type: on-prem, region: eu-west}
+---
+kind: NodePool
+metadata: {name: train}
+spec: {cluster: onprem, purpose: training, nodes: 2, gpusPerNode: 8, gpuModel: H100-80GB}
+)";
+
+const char* kServingPools = R"(---
+kind: NodePool
+metadata: {name: infer}
+spec:
+  cluster: onprem
+  purpose: inference
+  nodes: 1
+  gpusPerNode: 8
+  gpuModel: H100-80GB
+  labels: {gpu-tier: standard}
+---
+kind: NodePool
+metadata: {name: premium}
+spec:
+  cluster: onprem
+  purpose: any
+  nodes: 1
+  gpusPerNode: 8
+  gpuModel: H100-80GB
+  labels: {gpu-tier: premium}
+  taints: [{key: dedicated, value: premium}]
+)";
+
+TEST_F(ServerTest, JobsRunOnlyInPoolsOfTheirTypeAndOnTheNodesTheySelect) {
+  CliResult applied = Run("apply -f " + WriteFile("pools.yaml", kTrainingPool) + " -m training");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  auto id = [](const HttpResult& r) { return r.body.value("id", int64_t{0}); };
+  auto reason = [&](int64_t job) { return Job(job)["status"].value("reason", ""); };
+  // Only training nodes: an inference job waits, and says why.
+  const int64_t serve = id(SubmitSpec("vision", {{"type", "inference"}, {"gpus", 1}}));
+  ASSERT_GT(serve, 0);
+  ASSERT_TRUE(Eventually([&] {
+    return reason(serve).find("2 nodes in pools for training, not inference") != std::string::npos;
+  })) << reason(serve);
+  EXPECT_EQ(Phase(serve), "Pending");
+  // Training jobs, and batch jobs (a job without a type), run there.
+  const int64_t train = id(SubmitSpec("vision", {{"type", "training"}, {"gpus", 1}}));
+  const int64_t batch = id(SubmitSpec("vision", {{"gpus", 1}}));
+  ASSERT_TRUE(Eventually([&] { return !NodeOf(train).empty() && !NodeOf(batch).empty(); }))
+      << Job(train).dump() << Job(batch).dump();
+  EXPECT_EQ(NodeOf(train).rfind("train-", 0), 0u) << NodeOf(train);
+  EXPECT_EQ(NodeOf(batch).rfind("train-", 0), 0u) << NodeOf(batch);
+
+  // An inference pool and a tainted premium pool arrive: the waiting job goes to the inference
+  // pool (the premium pool's taint keeps it off there).
+  applied = Run("apply -f " + WriteFile("pools.yaml", std::string(kTrainingPool) + kServingPools) +
+                " -m serving");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  ASSERT_TRUE(Eventually([&] { return !NodeOf(serve).empty(); })) << Job(serve).dump();
+  EXPECT_EQ(NodeOf(serve), "infer-0");
+
+  // A selector that only the premium pool matches, without tolerating its taint: every node
+  // is accounted for.
+  const Json premium = {{"gpu-tier", "premium"}};
+  const int64_t picky =
+      id(SubmitSpec("vision", {{"type", "inference"}, {"gpus", 1}, {"nodeSelector", premium}}));
+  ASSERT_TRUE(Eventually([&] {
+    return reason(picky).find("with untolerated taint") != std::string::npos;
+  })) << reason(picky);
+  EXPECT_NE(reason(picky).find("2 nodes in pools for training, not inference"), std::string::npos)
+      << reason(picky);
+  EXPECT_NE(reason(picky).find("1 node without label gpu-tier=premium"), std::string::npos)
+      << reason(picky);
+  EXPECT_NE(reason(picky).find("1 node with untolerated taint dedicated=premium"),
+            std::string::npos)
+      << reason(picky);
+  // Tolerating the taint (any value of its key), inference and training jobs both reach the
+  // premium pool, whose purpose is any; the selector keeps them off the others.
+  const Json tolerate = Json::array({{{"key", "dedicated"}}});
+  const int64_t vip = id(SubmitSpec(
+      "vision",
+      {{"type", "inference"}, {"gpus", 1}, {"nodeSelector", premium}, {"tolerations", tolerate}}));
+  const int64_t tuned = id(SubmitSpec(
+      "vision",
+      {{"type", "training"}, {"gpus", 1}, {"nodeSelector", premium}, {"tolerations", tolerate}}));
+  ASSERT_TRUE(Eventually([&] { return !NodeOf(vip).empty() && !NodeOf(tuned).empty(); }))
+      << Job(vip).dump() << Job(tuned).dump();
+  EXPECT_EQ(NodeOf(vip), "premium-0");
+  EXPECT_EQ(NodeOf(tuned), "premium-0");
+  EXPECT_EQ(Phase(picky), "Pending");
+  // The stored spec keeps what was asked, in canonical form.
+  EXPECT_EQ(Job(vip)["spec"]["tolerations"], tolerate);
+  EXPECT_EQ(Job(vip)["spec"]["nodeSelector"], premium);
+
+  // A node an agent registers into the inference pool gets the pool's purpose and labels, and
+  // keeps its own.
+  Json gpus = Json::array();
+  for (int g = 0; g < 8; ++g) {
+    gpus.push_back(
+        {{"index", g}, {"uuid", "GPU-agent-" + std::to_string(g)}, {"model", "A100-80GB"}});
+  }
+  Json node = {{"node", "agent-a"},         {"cluster", "onprem"}, {"pool", "infer"},
+               {"labels", {{"zone", "a"}}}, {"cpuMilli", 64000},   {"memoryMib", 524288},
+               {"simulated", true},         {"gpus", gpus}};
+  HttpResult registered = Http(*server_, "POST", "/api/v1/agents/register", admin_, node.dump());
+  ASSERT_EQ(registered.status, 200) << registered.text;
+  const Json a100 = Json::array({"A100-80GB"});
+  const int64_t trainer =
+      id(SubmitSpec("vision", {{"type", "training"}, {"gpus", 1}, {"gpuModels", a100}}));
+  const int64_t server =
+      id(SubmitSpec("vision", {{"type", "inference"},
+                               {"gpus", 1},
+                               {"gpuModels", a100},
+                               {"nodeSelector", {{"gpu-tier", "standard"}, {"zone", "a"}}}}));
+  ASSERT_TRUE(Eventually([&] { return !NodeOf(server).empty(); })) << Job(server).dump();
+  EXPECT_EQ(NodeOf(server), "agent-a");
+  ASSERT_TRUE(Eventually([&] {
+    return reason(trainer).find("1 node in pools for inference, not training") != std::string::npos;
+  })) << reason(trainer);
+}
+
+TEST_F(ServerTest, PreemptingClassesAreForAdminsAndTheScopesTheyName) {
+  const std::string classes = std::string(kEstate) + R"(---
+kind: PriorityClass
+metadata: {name: urgent}
+spec:
+  value: 90
+  allowedScopes: [{team: product}]
+---
+kind: PriorityClass
+metadata: {name: low}
+spec: {value: 0, preempting: false}
+)";
+  CliResult applied = Run("apply -f " + WriteFile("estate.yaml", classes) + " -m classes");
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  const std::string alice = User("alice", {{"role", "member"}, {"project", "vision"}});
+  const std::string bob = User("bob", {{"role", "member"}, {"project", "research"}});
+  auto with = [](const std::string& cls) { return Json{{"gpus", 1}, {"priorityClass", cls}}; };
+  // "high" preempts and names no scopes: admins only.
+  HttpResult denied = SubmitSpec("vision", with("high"), alice);
+  EXPECT_EQ(denied.status, 403) << denied.text;
+  EXPECT_EQ(denied.body["error"].value("field", ""), "spec.priorityClass") << denied.text;
+  const std::string message = denied.body["error"].value("message", "");
+  EXPECT_NE(message.find("alice may not use priority class \"high\" in project vision"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("only admins"), std::string::npos) << message;
+  EXPECT_EQ(SubmitSpec("vision", with("high")).status, 201);
+  // "urgent" is open to the projects of team product, not to research (team lab).
+  EXPECT_EQ(SubmitSpec("vision", with("urgent"), alice).status, 201);
+  HttpResult outside = SubmitSpec("research", with("urgent"), bob);
+  EXPECT_EQ(outside.status, 403) << outside.text;
+  const std::string why = outside.body["error"].value("message", "");
+  EXPECT_NE(why.find("bob may not use priority class \"urgent\""), std::string::npos) << why;
+  EXPECT_NE(why.find("allowed only in team product"), std::string::npos) << why;
+  // A class that does not preempt is everyone's.
+  EXPECT_EQ(SubmitSpec("research", with("low"), bob).status, 201);
+  // Only the allowed submissions became jobs; the refusals are audited as denied.
+  Json jobs = Http(*server_, "GET", "/api/v1/jobs", admin_).body;
+  EXPECT_EQ(jobs["items"].size(), 3u) << jobs.dump();
+  Json audit = Http(*server_, "GET", "/api/v1/audit?result=denied&limit=100", admin_).body;
+  std::set<std::string> users;
+  for (const Json& a : audit["items"]) users.insert(a.value("user", ""));
+  EXPECT_TRUE(users.count("alice") && users.count("bob")) << audit.dump();
 }
 
 TEST_F(ServerTest, BadRequestsGetAClearErrorAndTheServerKeepsServing) {

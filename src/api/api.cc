@@ -442,7 +442,7 @@ std::shared_ptr<const Api::ConfigView> Api::Config() {
           view->tenancy.team_of_project[o.name] = o.spec.value("team", "");
           view->projects.push_back(o.name);
         }
-        if (o.kind == "PriorityClass") view->priority_classes[o.name] = o.spec.value("value", 0);
+        if (o.kind == "PriorityClass") view->priority_classes[o.name] = ClassUseOf(o.name, o.spec);
       }
     }
     return Status::Ok();

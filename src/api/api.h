@@ -237,7 +237,7 @@ class Api {
   struct ConfigView {
     Tenancy tenancy;
     std::vector<std::string> projects;
-    std::map<std::string, int64_t> priority_classes;
+    std::map<std::string, ClassUse> priority_classes;  // who may use each
   };
   std::shared_ptr<const ConfigView> Config();
   void InvalidateConfig();

@@ -42,10 +42,17 @@ void Api::SubmitJob(Call& call) {
                 call.access.user() + " may not submit jobs to project " + doc->project);
   }
   const std::string priority = doc->spec.value("priorityClass", "");
-  if (!priority.empty() && !config->priority_classes.count(priority)) {
-    return Fail(call, 400, "invalid_argument",
-                "spec.priorityClass: PriorityClass \"" + priority + "\" does not exist",
-                "spec.priorityClass");
+  if (!priority.empty()) {
+    auto cls = config->priority_classes.find(priority);
+    if (cls == config->priority_classes.end()) {
+      return Fail(call, 400, "invalid_argument",
+                  "spec.priorityClass: PriorityClass \"" + priority + "\" does not exist",
+                  "spec.priorityClass");
+    }
+    if (std::string refusal = call.access.ClassRefusal(cls->second, doc->project);
+        !refusal.empty()) {
+      return Fail(call, 403, "permission_denied", refusal, "spec.priorityClass");
+    }
   }
   store::JobRecord job;
   job.name = doc->name;

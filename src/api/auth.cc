@@ -146,6 +146,51 @@ std::string Tenancy::OrgOfProject(const std::string& project) const {
   return it == org_of_team.end() ? "" : it->second;
 }
 
+bool Tenancy::Contains(const Scope& scope, const std::string& project) const {
+  if (!scope.project.empty()) return scope.project == project;
+  if (!scope.team.empty()) return scope.team == TeamOf(project);
+  if (!scope.organization.empty()) return scope.organization == OrgOfProject(project);
+  return false;
+}
+
+std::string Scope::ToString() const {
+  if (!project.empty()) return "project " + project;
+  if (!team.empty()) return "team " + team;
+  return "organization " + organization;
+}
+
+ClassUse ClassUseOf(const std::string& name, const Json& spec) {
+  ClassUse use;
+  use.name = name;
+  use.preempting = spec.value("preempting", true);
+  // The spec was validated when it was applied (domain/documents.cc), so fields are well typed.
+  if (spec.contains("allowedScopes") && spec.at("allowedScopes").is_array()) {
+    use.scoped = true;
+    for (const Json& s : spec.at("allowedScopes")) {
+      use.scopes.push_back(
+          {s.value("organization", ""), s.value("team", ""), s.value("project", "")});
+    }
+  }
+  return use;
+}
+
+std::string Access::ClassRefusal(const ClassUse& use, const std::string& project) const {
+  if (IsAdmin()) return "";
+  if (!use.scoped && !use.preempting) return "";
+  for (const Scope& scope : use.scopes) {
+    if (tenancy_ && tenancy_->Contains(scope, project)) return "";
+  }
+  std::string why =
+      user_ + " may not use priority class \"" + use.name + "\" in project " + project + ": ";
+  if (!use.scoped) {
+    return why + "it preempts other jobs and names no allowedScopes, so only admins may";
+  }
+  if (use.scopes.empty()) return why + "it names no allowedScopes, so only admins may";
+  std::string list;
+  for (const Scope& scope : use.scopes) list += (list.empty() ? "" : ", ") + scope.ToString();
+  return why + "it is allowed only in " + list;
+}
+
 bool Access::IsAdmin() const {
   for (const RoleBinding& b : roles_) {
     if (b.role == Role::kAdmin) return true;

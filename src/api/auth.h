@@ -47,12 +47,35 @@ struct RoleBinding {
 base::Result<std::vector<RoleBinding>> ParseRoles(const Json& user_spec);
 Json RolesToJson(const std::vector<RoleBinding>& roles);
 
+// A scope of the tenancy tree as documents name it: exactly one of organization, team or
+// project (as in a user's role bindings and in quotas).
+struct Scope {
+  std::string organization;
+  std::string team;
+  std::string project;
+  std::string ToString() const;  // "team product"
+};
+
+// Who may submit jobs with a priority class, from its spec. Admins always may; others when the
+// job's project lies within one of `scopes`. A class that names no scopes (allowedScopes left
+// out) is open to everyone when it does not preempt, and kept to admins when it does: a class
+// that may stop other people's work is handed out, not taken.
+struct ClassUse {
+  std::string name;
+  bool preempting = true;
+  bool scoped = false;  // the spec lists allowedScopes (perhaps none)
+  std::vector<Scope> scopes;
+};
+ClassUse ClassUseOf(const std::string& name, const Json& priority_class_spec);
+
 // Who owns what in the tenancy tree, from the live Team and Project documents.
 struct Tenancy {
   std::map<std::string, std::string> team_of_project;
   std::map<std::string, std::string> org_of_team;
   std::string OrgOfProject(const std::string& project) const;
   std::string TeamOf(const std::string& project) const;
+  // Whether `project` is the scope's project, or in its team or organization.
+  bool Contains(const Scope& scope, const std::string& project) const;
 };
 
 // What one authenticated user may do. Every handler asks it before touching anything, and a
@@ -70,6 +93,9 @@ class Access {
   // Jobs, events, logs and explanations of the project.
   bool CanRead(const std::string& project) const;
   bool CanSubmit(const std::string& project) const;
+  // Submit to `project` with the priority class `use` describes (see ClassUse). Empty when
+  // allowed; otherwise why not, naming the class and this user.
+  std::string ClassRefusal(const ClassUse& use, const std::string& project) const;
   // Cancel: team leads and above in scope for any job, members for their own.
   bool CanManageJob(const std::string& project, const std::string& owner) const;
   // Quotas of an organization, team or project (exactly one given).

@@ -57,6 +57,7 @@ struct Node {
   std::string name;
   std::string cluster;
   std::string pool;
+  PoolPurpose purpose = PoolPurpose::kAny;  // its pool's: which kinds of job it runs
   std::string rack;
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;

@@ -42,9 +42,31 @@ void QuotaSpec(FieldReader& s) {
   if (limited && limit < guaranteed) s.Error("limitGpus", "must not be below guaranteedGpus");
 }
 
+// A taint of a pool's nodes, or a job's toleration of one: a key and, optionally, a value (a
+// toleration without one tolerates every value of its key).
+void KeyValueItem(FieldReader& s) {
+  if (s.String("key", true).empty() && s.Has("key")) s.Error("key", "must not be empty");
+  s.String("value", false);
+}
+
+// One scope of the tenancy tree, as a user's roles name them: exactly one of organization, team
+// or project.
+void ScopeItem(FieldReader& s) {
+  int scopes = 0;
+  for (const char* k : {"organization", "team", "project"}) {
+    if (s.Has(k)) ++scopes;
+    s.Name(k, false);
+  }
+  if (scopes != 1) s.Error("project", "exactly one of organization, team or project is required");
+}
+
 void PriorityClassSpec(FieldReader& s) {
   s.Int("value", -1000000, 1000000, 0, true);
   s.Bool("preempting", true);
+  // Who may submit with the class: admins, and jobs of the projects within these scopes. Left
+  // out, a non-preempting class is open to everyone and a preempting one to admins only; an
+  // empty list keeps any class to admins.
+  s.ObjectList("allowedScopes", ScopeItem);
   s.String("description", false);
 }
 
@@ -68,7 +90,10 @@ void NodePoolSpec(FieldReader& s) {
   s.Int("memoryMib", 1, 1LL << 40, 512 * 1024);
   s.Int("nvlinkDomainSize", 0, kMaxGpusPerNode, 0);
   s.Int("rackSize", 0, kMaxNodesPerPool, 0);
+  // Every node of the pool carries these, declared or registered by an agent (its own labels
+  // win); only jobs that tolerate every taint run there.
   s.StringMap("labels");
+  s.ObjectList("taints", KeyValueItem);
 }
 
 void PolicySpec(FieldReader& s) {
@@ -143,6 +168,9 @@ void JobSpecFields(FieldReader& s) {
   s.Int("memoryMib", 1, 1LL << 30, 4096);
   s.StringList("gpuModels");
   s.StringList("clusters");
+  // Labels every node of the job must carry, and the node taints it tolerates.
+  s.StringMap("nodeSelector");
+  s.ObjectList("tolerations", KeyValueItem);
   s.Bool("gang", tasks > 1);
   const double estimate = s.Number("runtimeEstimate", 0, kMaxSeconds, 0);
   const double limit = s.Number("runtimeLimit", 0, kMaxSeconds, 0);
@@ -248,6 +276,23 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors) 
       refers(d, "organization", "Organization");
       refers(d, "team", "Team");
       refers(d, "project", "Project");
+    }
+    if (d.kind == "PriorityClass" && d.spec.contains("allowedScopes") &&
+        d.spec.at("allowedScopes").is_array()) {
+      const Json& scopes = d.spec.at("allowedScopes");
+      for (size_t i = 0; i < scopes.size(); ++i) {
+        if (!scopes[i].is_object()) continue;  // reported by ValidateDocument
+        for (const auto& [field, kind] :
+             {std::pair{"organization", "Organization"}, std::pair{"team", "Team"},
+              std::pair{"project", "Project"}}) {
+          const std::string target = scopes[i].value(field, "");
+          if (!target.empty() && !names[kind].count(target)) {
+            errors->Add({d.file, d.line, 0,
+                         "spec.allowedScopes[" + std::to_string(i) + "]." + field,
+                         std::string(kind) + " \"" + target + "\" does not exist"});
+          }
+        }
+      }
     }
     if (d.kind == "Policy" && d.name != "default") {
       errors->Add({d.file, d.line, 0, "metadata.name",

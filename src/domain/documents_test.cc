@@ -216,6 +216,136 @@ TEST(Documents, JobDocuments) {
   EXPECT_NE(bad.ToString().find("metadata.project: is required"), std::string::npos);
 }
 
+TEST(Documents, PoolsCarryPurposeLabelsAndTaints) {
+  ErrorList errors;
+  auto docs = Parse(
+      "kind: NodePool\nmetadata: {name: serve}\nspec:\n  cluster: c\n  purpose: inference\n"
+      "  labels: {gpu-tier: premium}\n  taints:\n    - {key: dedicated, value: serving}\n"
+      "    - {key: spot}\n",
+      &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].spec["purpose"], "inference");
+  EXPECT_EQ(docs[0].spec["labels"]["gpu-tier"], "premium");
+  EXPECT_EQ(docs[0].spec["taints"], Json::parse(R"([{"key": "dedicated", "value": "serving"},
+                                                    {"key": "spot"}])"));
+  // A pool without taints keeps its canonical form as before (no empty list appears).
+  auto plain = Parse("kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c}\n", &errors);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_FALSE(plain[0].spec.contains("taints"));
+}
+
+TEST(Documents, PoolAndPriorityClassErrorsNameTheField) {
+  struct Case {
+    const char* yaml;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c, purpose: serving}\n",
+       "spec.purpose: \"serving\" is not one of any, training, inference, interactive"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec:\n  cluster: c\n  taints:\n    - {value: x}\n",
+       "estate.yaml:6:7: spec.taints[0].key: is required"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec:\n  cluster: c\n  taints:\n"
+       "    - {key: a, effect: NoExecute}\n",
+       "spec.taints[0].effect: unknown field"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c, taints: {key: a}}\n",
+       "spec.taints: must be a list, not a mapping"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c, taints: [{key: \"\"}]}\n",
+       "spec.taints[0].key: must not be empty"},
+      {"kind: PriorityClass\nmetadata: {name: high}\nspec:\n  value: 100\n  allowedScopes:\n"
+       "    - {team: lab, project: research}\n",
+       "spec.allowedScopes[0].project: exactly one of organization, team or project"},
+      {"kind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1, allowedScopes: [{group: "
+       "x}]}\n",
+       "spec.allowedScopes[0].group: unknown field"},
+      {"kind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1, allowedScopes: [team/lab]}\n",
+       "spec.allowedScopes[0]: must be a mapping, not a string"},
+      {"kind: PriorityClass\nmetadata: {name: high}\nspec: {value: 1, allowedScopes: [{team: "
+       "Lab}]}\n",
+       "spec.allowedScopes[0].team: \"Lab\" is not a valid name"},
+  };
+  for (const Case& c : cases) {
+    ErrorList errors;
+    Parse(c.yaml, &errors);
+    EXPECT_NE(errors.ToString().find(c.want), std::string::npos)
+        << "want " << c.want << "\ngot  " << errors.ToString();
+  }
+}
+
+TEST(Documents, PriorityClassScopesAreCanonicalAndMustExist) {
+  ErrorList errors;
+  auto docs =
+      Parse(std::string(kEstate) +
+                "---\nkind: PriorityClass\nmetadata: {name: urgent}\nspec:\n  value: 100\n"
+                "  allowedScopes: [{team: product}, {project: vision}, {organization: acme}]\n"
+                "---\nkind: PriorityClass\nmetadata: {name: admins}\n"
+                "spec: {value: 50, allowedScopes: []}\n"
+                "---\nkind: PriorityClass\nmetadata: {name: open}\nspec: {value: 0}\n",
+            &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ASSERT_EQ(docs.size(), 9u);
+  EXPECT_EQ(
+      docs[6].spec["allowedScopes"],
+      Json::parse(R"([{"team": "product"}, {"project": "vision"}, {"organization": "acme"}])"));
+  EXPECT_EQ(docs[6].spec["preempting"], true);
+  // An empty list (admins only) stays apart from no list (the default).
+  EXPECT_EQ(docs[7].spec["allowedScopes"], Json::array());
+  EXPECT_FALSE(docs[8].spec.contains("allowedScopes"));
+  ValidateDesiredState(docs, &errors);
+  EXPECT_TRUE(errors.empty()) << errors.ToString();
+
+  ErrorList dangling;
+  auto bad = Parse(std::string(kEstate) +
+                       "---\nkind: PriorityClass\nmetadata: {name: urgent}\n"
+                       "spec: {value: 1, allowedScopes: [{team: lab}, {project: vision}]}\n",
+                   &dangling);
+  ASSERT_TRUE(dangling.empty()) << dangling.ToString();
+  ValidateDesiredState(bad, &dangling);
+  ASSERT_EQ(dangling.size(), 1u) << dangling.ToString();
+  EXPECT_NE(dangling.ToString().find("spec.allowedScopes[0].team: Team \"lab\" does not exist"),
+            std::string::npos)
+      << dangling.ToString();
+}
+
+TEST(Documents, JobsSelectNodesAndTolerateTaints) {
+  std::vector<FieldError> syntax;
+  auto src = ParseYamlDocuments(
+      "metadata: {name: serve, project: vision}\nspec:\n  type: inference\n  gpus: 1\n"
+      "  nodeSelector: {gpu-tier: premium, zone: 3}\n"
+      "  tolerations: [{key: dedicated, value: serving}, {key: spot}]\n",
+      "job.yaml", &syntax);
+  ASSERT_TRUE(src.ok());
+  ErrorList errors;
+  auto job = ValidateJobDocument((*src)[0], &errors);
+  ASSERT_TRUE(job) << errors.ToString();
+  EXPECT_EQ(job->spec["type"], "inference");
+  EXPECT_EQ(job->spec["nodeSelector"], Json::parse(R"({"gpu-tier": "premium", "zone": "3"})"));
+  EXPECT_EQ(job->spec["tolerations"],
+            Json::parse(R"([{"key": "dedicated", "value": "serving"}, {"key": "spot"}])"));
+
+  struct Case {
+    const char* spec;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"{gpus: 1, nodeSelector: [gpu-tier]}", "spec.nodeSelector: must be a mapping, not a list"},
+      {"{gpus: 1, nodeSelector: {tier: {a: b}}}", "spec.nodeSelector.tier: must be a string"},
+      {"{gpus: 1, tolerations: [{value: x}]}", "spec.tolerations[0].key: is required"},
+      {"{gpus: 1, tolerations: [{key: a, operator: Exists}]}",
+       "spec.tolerations[0].operator: unknown field"},
+      {"{gpus: 1, type: serving}", "spec.type: \"serving\" is not one of"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseYamlDocuments(
+        std::string("metadata: {name: x, project: p}\nspec: ") + c.spec + "\n", "", &syntax);
+    ASSERT_TRUE(bad.ok()) << c.spec;
+    ErrorList e;
+    EXPECT_FALSE(ValidateJobDocument((*bad)[0], &e)) << c.spec;
+    EXPECT_NE(e.ToString().find(c.want), std::string::npos)
+        << "want " << c.want << "\ngot  " << e.ToString();
+  }
+}
+
 TEST(Documents, HostileYamlEndsInAnErrorWithAPosition) {
   struct Case {
     std::string yaml;

@@ -2,6 +2,7 @@
 
 #include "domain/gpu_model.h"
 #include "domain/job.h"
+#include "domain/workload.h"
 
 namespace meridian::domain {
 namespace {
@@ -71,6 +72,40 @@ TEST(ValidateJob, NamesTheBadField) {
   EXPECT_NE(bad.message().find("count"), std::string::npos);
   j.task_groups.clear();
   EXPECT_FALSE(ValidateJob(j, c).ok());
+}
+
+// The names documents use read back as the values they name, and nothing else reads.
+TEST(Workload, NamesOfTypesAndPurposesRoundTrip) {
+  for (JobKind k :
+       {JobKind::kTraining, JobKind::kInference, JobKind::kInteractive, JobKind::kBatch}) {
+    EXPECT_EQ(ParseJobKind(JobKindName(k)), k) << JobKindName(k);
+  }
+  for (PoolPurpose p : {PoolPurpose::kAny, PoolPurpose::kTraining, PoolPurpose::kInference,
+                        PoolPurpose::kInteractive}) {
+    EXPECT_EQ(ParsePoolPurpose(PoolPurposeName(p)), p) << PoolPurposeName(p);
+  }
+  EXPECT_FALSE(ParseJobKind("serving"));
+  EXPECT_FALSE(ParsePoolPurpose("Training"));
+}
+
+// Which pools each type of job may use: a row per type, a column per purpose.
+TEST(Workload, EachTypeRunsInPoolsOfItsPurposeOrAny) {
+  struct Case {
+    JobKind kind;
+    bool any, training, inference, interactive;
+  };
+  const Case cases[] = {
+      {JobKind::kTraining, true, true, false, false},
+      {JobKind::kInference, true, false, true, false},
+      {JobKind::kInteractive, true, false, false, true},
+      {JobKind::kBatch, true, true, false, false},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(PoolServes(PoolPurpose::kAny, c.kind), c.any) << JobKindName(c.kind);
+    EXPECT_EQ(PoolServes(PoolPurpose::kTraining, c.kind), c.training) << JobKindName(c.kind);
+    EXPECT_EQ(PoolServes(PoolPurpose::kInference, c.kind), c.inference) << JobKindName(c.kind);
+    EXPECT_EQ(PoolServes(PoolPurpose::kInteractive, c.kind), c.interactive) << JobKindName(c.kind);
+  }
 }
 
 }  // namespace

@@ -465,6 +465,22 @@ FieldReader FieldReader::Object(const std::string& key, Json* out) {
   return FieldReader(doc_, v ? *v : kEmpty, Path(key), errors_, out);
 }
 
+size_t FieldReader::ObjectList(const std::string& key,
+                               const std::function<void(FieldReader&)>& item) {
+  const Json* v = Array(key, false);
+  if (!v) return 0;
+  Json out = Json::array();
+  for (size_t i = 0; i < v->size(); ++i) {
+    Json item_out = Json::object();
+    FieldReader r(doc_, (*v)[i], Path(key) + "[" + std::to_string(i) + "]", errors_, &item_out);
+    item(r);
+    r.Finish();
+    out.push_back(std::move(item_out));
+  }
+  (*out_)[key] = std::move(out);
+  return v->size();
+}
+
 void FieldReader::Finish() {
   if (!object_.is_object()) return;
   for (const auto& [k, v] : object_.items()) {

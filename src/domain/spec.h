@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -79,6 +80,9 @@ class FieldReader {
   const Json* Array(const std::string& key, bool required);
   // A nested object (empty when absent); the child reports its own unknown fields.
   FieldReader Object(const std::string& key, Json* out);
+  // A list of mappings: `item` reads each one through its own reader (paths "key[i].field"),
+  // whose unknown fields are reported; the canonical list is written out. Returns the count.
+  size_t ObjectList(const std::string& key, const std::function<void(FieldReader&)>& item);
   void Error(const std::string& key, const std::string& message);
   // Reports every field present but never read.
   void Finish();

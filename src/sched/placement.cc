@@ -12,6 +12,22 @@ void Unschedulable::Reject(const std::string& reason, int64_t n) {
   rejected_by.emplace_back(reason, n);
 }
 
+void Unschedulable::Explain(const std::string& filter, const std::string& reason, int64_t n) {
+  for (Detail& d : details) {
+    if (d.filter == filter && d.reason == reason) {
+      d.nodes += n;
+      return;
+    }
+  }
+  details.push_back({filter, reason, n});
+}
+
+namespace {
+
+std::string Nodes(int64_t n) { return std::to_string(n) + (n == 1 ? " node" : " nodes"); }
+
+}  // namespace
+
 std::string Unschedulable::Summary() const {
   if (rejected_by.empty()) {
     return nodes_considered == 0
@@ -19,10 +35,22 @@ std::string Unschedulable::Summary() const {
                  "allowed model"
                : "no feasible node";
   }
+  // Details may contain commas ("training, not inference"), so parts are split by semicolons.
   std::string out = std::to_string(nodes_considered) + " nodes considered: ";
-  for (size_t i = 0; i < rejected_by.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(rejected_by[i].second) + " rejected by " + rejected_by[i].first;
+  bool first = true;
+  auto part = [&](const std::string& text) {
+    if (!first) out += "; ";
+    first = false;
+    out += text;
+  };
+  for (const auto& [filter, count] : rejected_by) {
+    bool explained = false;
+    for (const Detail& d : details) {
+      if (d.filter != filter) continue;
+      part(Nodes(d.nodes) + " " + d.reason);
+      explained = true;
+    }
+    if (!explained) part(std::to_string(count) + " rejected by " + filter);
   }
   return out;
 }

@@ -36,13 +36,23 @@ struct Placement {
   double score = 0;
 };
 
-// Why a task was left unplaced: how many nodes each filter, or the GPU fit, turned away.
+// Why a task was left unplaced: how many nodes each filter, or the GPU fit, turned away, and,
+// for filters that can say it, what those nodes lack ("2 nodes without label gpu-tier=premium").
 struct Unschedulable {
+  struct Detail {
+    std::string filter;  // as in rejected_by
+    std::string reason;  // words that follow the count: "in pools for training, not inference"
+    int64_t nodes = 0;
+  };
   int64_t nodes_considered = 0;
-  std::vector<std::pair<std::string, int64_t>> rejected_by;
+  std::vector<std::pair<std::string, int64_t>> rejected_by;  // filter name (or gpu-fit), nodes
+  std::vector<Detail> details;
   bool cached = false;  // the answer came from the same-shape feasibility cache
 
   void Reject(const std::string& reason, int64_t n = 1);
+  void Explain(const std::string& filter, const std::string& reason, int64_t n = 1);
+  // "4 nodes considered: 3 nodes in pools for training, not inference; 1 rejected by gpu-fit":
+  // a filter's details when it gave some, else its count under its name.
   std::string Summary() const;
 };
 

@@ -233,8 +233,10 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
   if (auto it = infeasible_.find(hash); it != infeasible_.end() && it->second.epoch == epoch_ &&
                                         it->second.key == task.FeasibilityKey()) {
     ++cache_hits_;
+    // Nothing was released since the same shape failed, so the same nodes turn it away for the
+    // same reasons: a pending job keeps saying why, cycle after cycle.
+    out.why = it->second.why;
     out.why.cached = true;
-    out.why.Reject("an earlier task of the same shape (no capacity released since)");
     return out;
   }
   if (++stamp_ == 0) {
@@ -242,6 +244,8 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
     stamp_ = 1;
   }
   filter_rejects_.assign(profile_->filters.size(), 0);  // the profile may have grown
+  rejected_nodes_.resize(profile_->filters.size());
+  for (std::vector<int32_t>& nodes : rejected_nodes_) nodes.clear();
   int64_t gpu_rejects = 0;
   int32_t feasible_nodes = 0;
   int64_t ties = 0;
@@ -273,6 +277,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
       for (size_t f = 0; f < profile_->filters.size(); ++f) {
         if (!profile_->filters[f]->Filter(ctx, node)) {
           ++filter_rejects_[f];
+          rejected_nodes_[f].push_back(node_id);
           passed = false;
           break;
         }
@@ -307,12 +312,17 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
     return out;
   }
   for (size_t f = 0; f < profile_->filters.size(); ++f) {
-    if (filter_rejects_[f] > 0) {
-      out.why.Reject(std::string(profile_->filters[f]->Name()), filter_rejects_[f]);
+    if (filter_rejects_[f] == 0) continue;
+    const FilterPlugin& filter = *profile_->filters[f];
+    const std::string name(filter.Name());
+    out.why.Reject(name, filter_rejects_[f]);
+    for (int32_t node_id : rejected_nodes_[f]) {
+      std::string reason = filter.Reason(ctx, s_->nodes[node_id]);
+      if (!reason.empty()) out.why.Explain(name, reason);
     }
   }
   if (gpu_rejects > 0) out.why.Reject("gpu-fit", gpu_rejects);
-  infeasible_[hash] = Infeasible{task.FeasibilityKey(), epoch_};
+  infeasible_[hash] = Infeasible{task.FeasibilityKey(), epoch_, out.why};
   return out;
 }
 

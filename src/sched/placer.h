@@ -72,6 +72,7 @@ class Placer {
   struct Infeasible {
     std::string key;
     uint64_t epoch = 0;
+    Unschedulable why;  // what Place answered when the shape failed
   };
   std::unordered_map<uint64_t, Infeasible> infeasible_;
   int64_t cache_hits_ = 0;
@@ -79,6 +80,8 @@ class Placer {
   std::vector<DeviceGrant> grants_;
   std::vector<const std::vector<int32_t>*> lists_;
   std::vector<int64_t> filter_rejects_;
+  // The nodes each filter turned away in the current Place, asked why only if nothing fits.
+  std::vector<std::vector<int32_t>> rejected_nodes_;
   // For the MIG task being placed: its profile's index in each model (-1: the model lacks it),
   // looked up once per Place rather than once per node.
   std::vector<int16_t> mig_profile_of_model_;

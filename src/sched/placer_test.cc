@@ -200,9 +200,9 @@ TEST(Placer, ConstraintsAreFiltersWithReasons) {
   no_model.allowed_models = 0;
   const Case cases[] = {
       {"cluster constraint", on_prem, 0, nullptr},
-      {"untolerated taint", a100, -1, "taint-toleration"},
+      {"untolerated taint", a100, -1, "1 node with untolerated taint spot=true"},
       {"tolerated taint", a100_tolerating, 1, nullptr},
-      {"label selector", silver, -1, "node-selector"},
+      {"label selector", silver, -1, "2 nodes without label tier=silver"},
       {"too much cpu", huge_cpu, -1, "node-resources"},
       {"no allowed model", no_model, -1, nullptr},
   };
@@ -228,11 +228,14 @@ TEST(Placer, RemembersInfeasibleShapesUntilCapacityIsReleased) {
   CycleState cycle;
   PlaceOutcome held = PlaceAndCommit(p, testing::Whole(2), &cycle);
   ASSERT_TRUE(held.placed);
-  EXPECT_FALSE(p.Place(testing::Whole(1), cycle).placed);
+  PlaceOutcome first = p.Place(testing::Whole(1), cycle);
+  EXPECT_FALSE(first.placed);
   PlaceOutcome again = p.Place(testing::Whole(1), cycle);
   EXPECT_FALSE(again.placed);
   EXPECT_TRUE(again.why.cached);
   EXPECT_EQ(p.cache_hits(), 1);
+  // The remembered answer still says why, as the first one did.
+  EXPECT_EQ(again.why.Summary(), first.why.Summary());
   p.Release(testing::Whole(2), held.placement);
   EXPECT_TRUE(p.Place(testing::Whole(1), cycle).placed);
 }

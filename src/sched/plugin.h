@@ -1,6 +1,7 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "sched/placement.h"
@@ -31,6 +32,15 @@ class FilterPlugin {
   virtual ~FilterPlugin() = default;
   virtual std::string_view Name() const = 0;
   virtual bool Filter(const PluginContext& ctx, const NodeState& node) const = 0;
+  // Why this filter turned `node` away, as words that follow a count of nodes in a pending
+  // reason ("without label gpu-tier=premium"); nodes with the same words are counted together.
+  // Called only for nodes that Filter rejected, and only when the task was left unplaced, so it
+  // may build strings. Empty (the default): the reason is the filter's name.
+  virtual std::string Reason(const PluginContext& ctx, const NodeState& node) const {
+    (void)ctx;
+    (void)node;
+    return {};
+  }
 };
 
 // Ranks feasible candidates: higher is better. A plugin's scale is its own; the profile's weights

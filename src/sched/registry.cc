@@ -12,6 +12,7 @@
 #include "sched/plugins/node_resources/node_resources.h"
 #include "sched/plugins/node_selector/node_selector.h"
 #include "sched/plugins/on_prem_first/on_prem_first.h"
+#include "sched/plugins/pool_purpose/pool_purpose.h"
 #include "sched/plugins/reservation/reservation.h"
 #include "sched/plugins/spread/spread.h"
 #include "sched/plugins/taint_toleration/taint_toleration.h"
@@ -114,6 +115,9 @@ Registry MakeBuiltin() {
   }));
   must(r.RegisterFilter(
       "cluster", [](const PluginArgs&) { return std::make_unique<plugins::ClusterConstraint>(); }));
+  must(r.RegisterFilter("pool-purpose", [](const PluginArgs&) {
+    return std::make_unique<plugins::PoolPurposeMatch>();
+  }));
   must(r.RegisterFilter("node-selector", [](const PluginArgs&) {
     return std::make_unique<plugins::NodeSelector>();
   }));
@@ -138,8 +142,9 @@ Registry MakeBuiltin() {
   return r;
 }
 
-const std::vector<std::string> kFilters = {"cluster", "node-selector", "taint-toleration",
-                                           "node-resources", "reservation"};
+// Every policy filters alike: the policies differ only in how they rank what is feasible.
+const std::vector<std::string> kFilters = {"cluster",          "pool-purpose",   "node-selector",
+                                           "taint-toleration", "node-resources", "reservation"};
 
 }  // namespace
 

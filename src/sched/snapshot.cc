@@ -65,6 +65,7 @@ Status Snapshot::Append(const domain::Node& n, const std::string& where, const M
   ns.cpu_capacity = ns.cpu_free = n.cpu_milli;
   ns.memory_capacity = ns.memory_free = n.memory_mib;
   ns.schedulable = n.schedulable;
+  ns.purpose = n.purpose;
   ns.labels.assign(n.labels.begin(), n.labels.end());
   ns.taints = n.taints;
   ns.gpu_begin = static_cast<int32_t>(gpus.size());

@@ -62,6 +62,7 @@ struct NodeState {
   int32_t gpu_begin = 0;  // index of the node's first GPU in Snapshot::gpus
   int32_t gpu_count = 0;
   bool schedulable = true;
+  domain::PoolPurpose purpose = domain::PoolPurpose::kAny;  // of its pool
   std::vector<std::pair<std::string, std::string>> labels;  // sorted by key
   std::vector<domain::Taint> taints;
   // Shapes of the GPU tasks running here (tag, count): what the gpu-clustering score groups by.

@@ -44,6 +44,7 @@ std::string TaskSpec::FeasibilityKey() const {
   put(gpu_memory_mib);
   put(allowed_models);
   put(allowed_clusters);
+  put(static_cast<int32_t>(kind));
   key += mig_profile;
   for (const auto& [k, v] : node_selector) key += '\x01' + k + '=' + v;
   for (const auto& t : tolerations) key += '\x02' + t.key + '=' + t.value;
@@ -64,6 +65,7 @@ uint64_t TaskSpec::FeasibilityHash() const {
   mix(static_cast<uint64_t>(gpu_memory_mib));
   mix(allowed_models);
   mix(allowed_clusters);
+  mix(static_cast<uint64_t>(kind));
   const std::hash<std::string_view> hs;
   mix(hs(mig_profile));
   for (const auto& [k, v] : node_selector) {
@@ -134,6 +136,7 @@ std::vector<TaskSpec> TasksForJob(const domain::Job& job, const Snapshot& snapsh
         t.mig_profile = g.request.gpu.mig_profile;
         break;
     }
+    t.kind = job.kind;
     t.allowed_models = models;
     t.allowed_clusters = clusters;
     t.node_selector.assign(job.constraints.node_labels.begin(), job.constraints.node_labels.end());

@@ -23,6 +23,9 @@ struct TaskSpec {
   int32_t gpu_milli = 0;       // per GPU: 1000 for whole GPUs
   int64_t gpu_memory_mib = 0;  // fractions: GPU memory wanted (0: not constrained)
   std::string mig_profile;
+  // The job's type: which pools may run it (domain::PoolServes). Batch, the type of a job that
+  // names none, runs in pools of purpose any and training.
+  domain::JobKind kind = domain::JobKind::kBatch;
 
   Mask allowed_models = kAll;
   Mask allowed_clusters = kAll;

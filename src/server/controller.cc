@@ -136,8 +136,10 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
   for (size_t i = 0; i < estate_->nodes.size() && index < 0; ++i) {
     if (estate_->nodes[i].name == node.name) index = static_cast<int32_t>(i);
   }
+  domain::Node again = NodeOfObject(node);
+  ApplyPoolTraits(*estate_, &again);
   const bool back = reason == "Reregistered" && index >= 0 &&
-                    SameCapacity(NodeOfObject(node), estate_->nodes[static_cast<size_t>(index)]);
+                    SameCapacity(again, estate_->nodes[static_cast<size_t>(index)]);
   if (reason == "NodeLost" || reason == "NodeReady" || back) {
     if (index < 0) return false;
     // Its jobs were requeued or failed in the same write; their events move the scheduler.
@@ -148,7 +150,8 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
     return true;
   }
   if (reason != "Registered" || index >= 0) return false;  // a changed node: rebuild
-  const domain::Node n = NodeOfObject(node);
+  domain::Node n = NodeOfObject(node);
+  ApplyPoolTraits(*estate_, &n);
   auto added = scheduler_->AddNode(n);
   if (!added.ok()) return false;  // a model or cluster the snapshot lacks: rebuild
   // The estate's copy of the snapshot names nodes for allocations; it grows alike.

@@ -5,6 +5,7 @@
 #include "domain/agent_timing.h"
 #include "domain/gpu_model.h"
 #include "domain/job.h"
+#include "domain/workload.h"
 #include "sched/task.h"
 
 namespace meridian::server {
@@ -72,9 +73,6 @@ void AddPoolNodes(const store::Object& pool, std::vector<domain::Node>* nodes) {
     n.rack = pool.name + "-r" + std::to_string(rack_size > 0 ? i / rack_size : 0);
     n.cpu_milli = s.value("cpuMilli", 64000);
     n.memory_mib = s.value("memoryMib", 512 * 1024);
-    if (s.contains("labels")) {
-      for (const auto& [k, v] : s.at("labels").items()) n.labels[k] = v.get<std::string>();
-    }
     for (int64_t g = 0; g < gpus; ++g) {
       domain::GpuDevice d;
       d.uuid = "GPU-" + n.name + "-" + std::to_string(g);
@@ -84,6 +82,20 @@ void AddPoolNodes(const store::Object& pool, std::vector<domain::Node>* nodes) {
     }
     nodes->push_back(std::move(n));
   }
+}
+
+PoolTraits TraitsOf(const store::Object& pool) {
+  const Json& s = pool.spec;
+  PoolTraits t;
+  t.purpose =
+      domain::ParsePoolPurpose(s.value("purpose", "any")).value_or(domain::PoolPurpose::kAny);
+  if (s.contains("labels")) {
+    for (const auto& [k, v] : s.at("labels").items()) t.labels[k] = v.get<std::string>();
+  }
+  for (const Json& taint : s.value("taints", Json::array())) {
+    t.taints.push_back({taint.value("key", ""), taint.value("value", "")});
+  }
+  return t;
 }
 
 void AddRegisteredNode(const store::Object& o, Estate* e) {
@@ -255,6 +267,7 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
         if (!in_known_cluster(o, "the pool's nodes are")) return;
         AddPoolNodes(o, &e->nodes);
         origin.resize(e->nodes.size(), {o.kind, o.name});
+        e->pool_traits[o.name] = TraitsOf(o);
       });
     }
     if (o.kind == "Node") {
@@ -272,6 +285,7 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
     }
     if (o.kind == "Policy") Guarded(o, e.get(), [&] { ApplyPolicy(o, e.get()); });
   }
+  for (domain::Node& n : e->nodes) ApplyPoolTraits(*e, &n);
   auto snapshot = sched::Snapshot::Build(e->clusters, e->nodes, domain::GpuCatalog::Builtin());
   if (!snapshot.ok()) {
     // Some node the snapshot refuses: leave it out and build the rest.
@@ -282,6 +296,15 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
   e->snapshot = std::move(snapshot.value());
   AddTenancy(objects, e.get());
   return e;
+}
+
+void ApplyPoolTraits(const Estate& estate, domain::Node* node) {
+  // A node's own labels (an agent's) win over its pool's; a node in no known pool runs any work.
+  auto pool = estate.pool_traits.find(node->pool);
+  if (pool == estate.pool_traits.end()) return;
+  node->purpose = pool->second.purpose;
+  node->labels.insert(pool->second.labels.begin(), pool->second.labels.end());
+  node->taints.insert(node->taints.end(), pool->second.taints.begin(), pool->second.taints.end());
 }
 
 sched::Assembly AssemblyOf(const Estate& estate) {
@@ -317,6 +340,15 @@ base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const E
   dj.task_groups.push_back(g);
   if (s.contains("clusters")) dj.constraints.clusters = s.at("clusters");
   if (s.contains("gpuModels")) dj.constraints.gpu_models = s.at("gpuModels");
+  dj.kind = domain::ParseJobKind(s.value("type", "batch")).value_or(domain::JobKind::kBatch);
+  if (s.contains("nodeSelector")) {
+    for (const auto& [k, v] : s.at("nodeSelector").items()) {
+      dj.constraints.node_labels[k] = v.get<std::string>();
+    }
+  }
+  for (const Json& t : s.value("tolerations", Json::array())) {
+    dj.constraints.tolerations.push_back({t.value("key", ""), t.value("value", "")});
+  }
   sched::JobSpec spec;
   spec.id = job.id;
   spec.tenant = tenant->second;

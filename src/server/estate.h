@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "domain/agent_timing.h"
 #include "domain/cluster.h"
+#include "domain/workload.h"
 #include "sched/assembly.h"
 #include "sched/quota.h"
 #include "sched/scheduler.h"
@@ -20,6 +21,14 @@ namespace meridian::server {
 
 using Json = nlohmann::json;
 
+// What a pool gives every node in it, declared or registered: its purpose (which types of job
+// it runs), its labels and its taints.
+struct PoolTraits {
+  domain::PoolPurpose purpose = domain::PoolPurpose::kAny;
+  std::map<std::string, std::string> labels;
+  std::vector<domain::Taint> taints;
+};
+
 // The scheduler's inputs built from the live desired state: the estate's capacity (clusters;
 // nodes that agents registered, and nodes that node pools declare with `nodes: N`, which no
 // agent runs), the quota tree, the priority classes and the policy.
@@ -27,6 +36,7 @@ struct Estate {
   std::vector<domain::Cluster> clusters;
   std::vector<domain::Node> nodes;
   std::map<std::string, std::string> agent_address;  // registered node -> its agent's address
+  std::map<std::string, PoolTraits> pool_traits;     // by pool name
   sched::Snapshot snapshot;
   sched::QuotaTree quotas;
   std::map<std::string, int32_t> tenant_of_project;
@@ -61,6 +71,8 @@ sched::Assembly AssemblyOf(const Estate& estate);
 
 // A node an agent registered (server/nodes.cc writes the spec); not schedulable unless Ready.
 domain::Node NodeOfObject(const store::Object& o);
+// Gives a node its pool's purpose, labels and taints (the node's own labels win).
+void ApplyPoolTraits(const Estate& estate, domain::Node* node);
 
 // A stored job as the scheduler sees it; an error names what no longer exists (its project).
 base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const Estate& estate);
