@@ -137,10 +137,13 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
   }
   const bool back = reason == "Reregistered" && index >= 0 &&
                     SameCapacity(NodeOfObject(node), estate_->nodes[static_cast<size_t>(index)]);
-  if (reason == "NodeLost" || reason == "NodeReady" || back) {
+  const bool operated =
+      reason == "NodeCordoned" || reason == "NodeUncordoned" || reason == "NodeDraining";
+  if (reason == "NodeLost" || reason == "NodeReady" || back || operated) {
     if (index < 0) return false;
-    // Its jobs were requeued or failed in the same write; their events move the scheduler.
-    const bool ready = node.spec.value("state", "Ready") == "Ready";
+    // Its jobs were requeued, failed or asked to stop in the same write; their events move the
+    // scheduler. Ready and not cordoned (NodeOfObject) is schedulable.
+    const bool ready = NodeOfObject(node).schedulable;
     estate_->nodes[static_cast<size_t>(index)].schedulable = ready;
     estate_->snapshot.nodes[static_cast<size_t>(index)].schedulable = ready;
     scheduler_->SetSchedulable(index, ready);
