@@ -842,6 +842,11 @@ TEST_F(AgentTest, NodeOperationsAreForAdminsAuditedAndDeleteWaitsForTheJobs) {
       << "force is for a Lost node only";
   CliResult cli = Run("delete node n1");
   EXPECT_EQ(cli.code, 6) << cli.output;
+  // The pool it belongs to cannot go before it does.
+  cli = Run("delete nodepool h100");
+  EXPECT_EQ(cli.code, 6) << cli.output;
+  EXPECT_NE(cli.output.find("(n1); delete or drain it first"), std::string::npos) << cli.output;
+  EXPECT_EQ(Run("delete widget w").code, 2);
   // Drained and its agent gone, it can be deleted; the agent's heartbeats then answer 404.
   ASSERT_EQ(Run("drain n1 --timeout 1").code, 0);
   EXPECT_EQ(Phase(job), "Pending");
