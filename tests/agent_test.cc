@@ -847,5 +847,172 @@ TEST_F(AgentTest, PreemptionWithTheDefaultGraceStopsOneJob) {
   EXPECT_EQ(Phase(victim), "Pending");
 }
 
+// The node a job's first task runs on ("" when it has none).
+std::string NodeOf(const Json& job) {
+  const Json& a = job["status"]["allocation"];
+  return a.is_array() && !a.empty() ? a[0].value("node", "") : "";
+}
+
+// Drain goes through the same Stopping path as preemption: the drained job's task stops (here
+// by SIGKILL at the end of its grace, as it ignores SIGTERM), the job goes back to Pending and
+// runs on the other node, and its two runs never overlap. The drained node takes no new job
+// until it is uncordoned.
+TEST_F(AgentTest, DrainingANodeRequeuesItsJobsThroughStoppingWithoutOverlap) {
+  StartAgent("n1");
+  StartAgent("n2");
+  const std::string trace = dir_.File("trace.log");
+  const int64_t job =
+      Submit({{"gpus", 4},
+              {"gracePeriod", 2},
+              {"command", {"sh", "-c", "trap '' TERM; " + Heartbeats("$MERIDIAN_NODE", trace)}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; })) << Job(job).dump();
+  const std::string first = NodeOf(Job(job));
+  const std::string other = first == "n1" ? "n2" : "n1";
+  ASSERT_TRUE(Eventually([&] { return Spans(ReadFile(trace)).count(first) > 0; }));
+  CliResult drained = Run("drain " + first + " --reason 'disk swap' --no-wait");
+  ASSERT_EQ(drained.code, 0) << drained.output;
+  EXPECT_NE(drained.output.find("1 job asked to stop (" + std::to_string(job) + ")"),
+            std::string::npos)
+      << drained.output;
+  EXPECT_EQ(Phase(job), "Stopping") << "its task still runs";
+  EXPECT_EQ(Job(job)["status"]["reason"], "node " + first + " drained by admin (disk swap)");
+  // Through Stopping and Pending, to the other node, as a new generation.
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running" && NodeOf(Job(job)) == other; }, 20))
+      << Job(job).dump();
+  EXPECT_EQ(Job(job)["status"]["generation"], 2);
+  ASSERT_TRUE(Eventually([&] { return Spans(ReadFile(trace)).count(other) > 0; }));
+  const auto spans = Spans(ReadFile(trace));
+  EXPECT_GT(spans.at(other).first, spans.at(first).second)
+      << "the job ran on " << other << " while its task on " << first << " still ran";
+  const std::vector<Json> events = Events(job);
+  for (const char* reason : {"Drained", "Stopped", "Placed"}) {
+    EXPECT_NE(FindEvent(events, reason), nullptr) << reason;
+  }
+  auto row = [&](const std::string& name) {
+    const Json nodes = Http(*server_, "GET", "/api/v1/nodes", admin_).body;
+    for (const Json& n : nodes.value("items", Json::array())) {
+      if (n.value("name", "") == name) return n;
+    }
+    return Json::object();
+  };
+  EXPECT_TRUE(Eventually([&] { return row(first).value("scheduling", "") == "drained"; }))
+      << row(first).dump();
+  EXPECT_EQ(row(first)["state"], "Ready");
+  EXPECT_EQ(row(first)["schedulable"], false);
+  EXPECT_EQ(row(first)["drain"]["reason"], "disk swap");
+  EXPECT_NE(Run("get nodes").output.find("Ready,Drained"), std::string::npos)
+      << Run("get nodes").output;
+  // Drained, it takes no new job: this one waits (the other node is full) until uncordon.
+  const int64_t next = Submit({{"gpus", 4}, {"command", {"sleep", "30"}}}, "next");
+  EXPECT_FALSE(Eventually([&] { return Phase(next) != "Pending"; }, 1.5)) << Job(next).dump();
+  ASSERT_EQ(Run("uncordon " + first).code, 0);
+  ASSERT_TRUE(Eventually([&] { return Phase(next) == "Running"; })) << Job(next).dump();
+  EXPECT_EQ(NodeOf(Job(next)), first);
+  EXPECT_EQ(row(first).value("scheduling", "x"), "");
+  Run("cancel " + std::to_string(job));
+  Run("cancel " + std::to_string(next));
+}
+
+// A cordoned node takes no new job, also after its agent registers again; what runs there
+// goes on; uncordon makes it schedulable again.
+TEST_F(AgentTest, ACordonedNodeTakesNoNewJobUntilUncordoned) {
+  StartAgent("n1");
+  const int64_t running = Submit({{"gpus", 2}, {"command", {"sleep", "30"}}}, "running");
+  ASSERT_TRUE(Eventually([&] { return Phase(running) == "Running"; })) << Job(running).dump();
+  CliResult c = Run("cordon n1");
+  ASSERT_EQ(c.code, 0) << c.output;
+  EXPECT_EQ(c.output, "node n1 cordoned\n");
+  EXPECT_EQ(Run("cordon n1").code, 0) << "cordoning again changes nothing and is no error";
+  // The agent comes back (its task's shim stays) and registers again, which rewrites the
+  // node's spec: the cordon stays.
+  agents_["n1"]->Stop(SIGKILL);
+  StartAgent("n1");
+  StartAgent("n2");
+  // New jobs go to n2 only: the first fills it, the second waits though n1 has 2 GPUs free.
+  const int64_t fill = Submit({{"gpus", 4}, {"command", {"sleep", "30"}}}, "fill");
+  ASSERT_TRUE(Eventually([&] { return Phase(fill) == "Running"; })) << Job(fill).dump();
+  EXPECT_EQ(NodeOf(Job(fill)), "n2");
+  const int64_t waiting = Submit({{"gpus", 1}, {"command", {"sleep", "30"}}}, "waiting");
+  EXPECT_FALSE(Eventually([&] { return Phase(waiting) != "Pending"; }, 1.5)) << Job(waiting).dump();
+  EXPECT_NE(Run("get nodes").output.find("Ready,Cordoned"), std::string::npos)
+      << Run("get nodes").output;
+  int cordoned_events = 0;
+  const Json node_events = Http(*server_, "GET", "/api/v1/events?limit=1000", admin_).body;
+  for (const Json& e : node_events.value("items", Json::array())) {
+    cordoned_events += e.value("reason", "") == "NodeCordoned";
+  }
+  EXPECT_EQ(cordoned_events, 1);
+  // And across a restart of the server, which rebuilds the scheduler from the store.
+  server_->Stop();
+  ASSERT_TRUE(server_->Start());
+  EXPECT_FALSE(Eventually([&] { return Phase(waiting) != "Pending"; }, 1.5)) << Job(waiting).dump();
+  EXPECT_NE(Run("get nodes").output.find("Ready,Cordoned"), std::string::npos)
+      << Run("get nodes").output;
+  ASSERT_EQ(Run("uncordon n1").code, 0);
+  EXPECT_TRUE(Eventually([&] { return Phase(waiting) == "Running"; })) << Job(waiting).dump();
+  EXPECT_EQ(NodeOf(Job(waiting)), "n1");
+  EXPECT_EQ(Phase(running), "Running") << "what ran on the cordoned node went on";
+  for (int64_t id : {running, fill, waiting}) Run("cancel " + std::to_string(id));
+}
+
+// Node operations are for admins and audited; delete is refused while jobs hold the node, and
+// a deleted node's agent must register afresh.
+TEST_F(AgentTest, NodeOperationsAreForAdminsAuditedAndDeleteWaitsForTheJobs) {
+  StartAgent("n1");
+  Json member = {
+      {"spec", {{"roles", Json::array({{{"role", "member"}, {"project", "research"}}})}}}};
+  ASSERT_EQ(Http(*server_, "PUT", "/api/v1/users/ann", admin_, member.dump()).status, 201);
+  const std::string ann =
+      Http(*server_, "POST", "/api/v1/tokens", admin_, Json{{"user", "ann"}}.dump())
+          .body.value("token", "");
+  for (const auto& [method, path] :
+       std::vector<std::pair<std::string, std::string>>{{"POST", "/api/v1/nodes/n1/cordon"},
+                                                        {"POST", "/api/v1/nodes/n1/uncordon"},
+                                                        {"POST", "/api/v1/nodes/n1/drain"},
+                                                        {"DELETE", "/api/v1/nodes/n1"}}) {
+    HttpResult r = Http(*server_, method, path, ann, "{}");
+    EXPECT_EQ(r.status, 403) << method << " " << path << ": " << r.text;
+  }
+  EXPECT_EQ(Http(*server_, "POST", "/api/v1/nodes/ghost/cordon", admin_).status, 404);
+  HttpResult bad = Http(*server_, "POST", "/api/v1/nodes/n1/drain", admin_, R"({"deadline": -3})");
+  EXPECT_EQ(bad.status, 400) << bad.text;
+  const int64_t job = Submit({{"gpus", 1}, {"gracePeriod", 1}, {"command", {"sleep", "30"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; })) << Job(job).dump();
+  HttpResult refused = Http(*server_, "DELETE", "/api/v1/nodes/n1", admin_);
+  EXPECT_EQ(refused.status, 409) << refused.text;
+  EXPECT_NE(refused.text.find("job " + std::to_string(job) + " still holds resources on it"),
+            std::string::npos)
+      << refused.text;
+  EXPECT_EQ(Http(*server_, "DELETE", "/api/v1/nodes/n1?force=true", admin_).status, 409)
+      << "force is for a Lost node only";
+  CliResult cli = Run("delete node n1");
+  EXPECT_EQ(cli.code, 6) << cli.output;
+  // The pool it belongs to cannot go before it does.
+  cli = Run("delete nodepool h100");
+  EXPECT_EQ(cli.code, 6) << cli.output;
+  EXPECT_NE(cli.output.find("(n1); delete or drain it first"), std::string::npos) << cli.output;
+  EXPECT_EQ(Run("delete widget w").code, 2);
+  // Drained and its agent gone, it can be deleted; the agent's heartbeats then answer 404.
+  ASSERT_EQ(Run("drain n1 --timeout 1").code, 0);
+  EXPECT_EQ(Phase(job), "Pending");
+  agents_["n1"]->Stop();
+  cli = Run("delete node n1");
+  ASSERT_EQ(cli.code, 0) << cli.output;
+  EXPECT_EQ(NodeState("n1"), "");
+  EXPECT_EQ(Http(*server_, "POST", "/api/v1/agents/n1/heartbeat", agent_token_, "{}").status, 404);
+  // Registered afresh, it is a new node: neither cordoned nor draining; the job runs there.
+  StartAgent("n1");
+  EXPECT_TRUE(Eventually([&] { return Phase(job) == "Running"; })) << Job(job).dump();
+  Json audit = Http(*server_, "GET", "/api/v1/audit?limit=1000", admin_).body;
+  std::map<std::string, std::set<std::string>> results;  // action -> results
+  for (const Json& a : audit.value("items", Json::array())) {
+    results[a.value("action", "")].insert(a.value("result", ""));
+  }
+  EXPECT_EQ(results["nodes.cordon"], (std::set<std::string>{"denied", "failed"}));
+  EXPECT_EQ(results["nodes.drain"], (std::set<std::string>{"denied", "failed", "allowed"}));
+  EXPECT_EQ(results["nodes.delete"], (std::set<std::string>{"denied", "failed", "allowed"}));
+  Run("cancel " + std::to_string(job));
+}
+
 }  // namespace
 }  // namespace meridian::testing

@@ -115,6 +115,40 @@ void AddClientCommands(CLI::App& app, int* rc) {
   cancel->callback(
       [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Cancel(c, job_id); }); });
 
+  // Node operations, named as kubectl names them.
+  static std::string node_name;
+  CLI::App* cordon = app.add_subcommand("cordon", "Mark a node unschedulable (admins)");
+  CLI::App* uncordon =
+      app.add_subcommand("uncordon", "Make a node schedulable again, ending a drain (admins)");
+  for (CLI::App* verb : {cordon, uncordon}) {
+    verb->add_option("node", node_name, "node name")->required();
+  }
+  cordon->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Cordon(c, node_name, true); }); });
+  uncordon->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Cordon(c, node_name, false); }); });
+  static meridian::cli::DrainFlags df;
+  static bool no_wait = false;
+  CLI::App* drain = app.add_subcommand(
+      "drain", "Cordon a node and requeue its jobs, stopped by a deadline (admins)");
+  drain->add_option("node", node_name, "node name")->required();
+  drain->add_option("--timeout", df.timeout,
+                    "seconds its jobs have to stop (default: their longest grace period)");
+  drain->add_option("--reason", df.reason, "why, for the events and the audit log");
+  drain->add_flag("--no-wait", no_wait, "return once asked; do not wait until it is drained");
+  drain->callback([rc] {
+    df.wait = !no_wait;
+    Run(g, rc, [](Context& c) { return meridian::cli::Drain(c, node_name, df); });
+  });
+  static bool force = false;
+  CLI::App* del = app.add_subcommand("delete", "Delete a node or a configuration object (admins)");
+  del->add_option("resource", resource, "node, cluster, nodepool, project, ...")->required();
+  del->add_option("name", name, "its name")->required();
+  del->add_flag("--force", force, "a Lost node that jobs still hold: delete it anyway");
+  del->callback([rc] {
+    Run(g, rc, [](Context& c) { return meridian::cli::Delete(c, resource, name, force); });
+  });
+
   static int log_task = 0;
   static bool follow = false;
   CLI::App* logs = app.add_subcommand("logs", "Print a job's output (a task's; -f to follow)");

@@ -277,6 +277,14 @@ void Api::Register(httplib::Server& server) {
   Route(server, "GET", v1 + "/events", "events.list", Kind::kRead, bind(&Api::ListEvents));
   Route(server, "GET", v1 + "/watch", "events.watch", Kind::kRead, bind(&Api::Watch));
   Route(server, "GET", v1 + "/nodes", "nodes.list", Kind::kRead, bind(&Api::Nodes));
+  Route(server, "POST", v1 + "/nodes/([^/]+)/cordon", "nodes.cordon", Kind::kMutate,
+        [this](Call& c) { CordonNode(c, true); });
+  Route(server, "POST", v1 + "/nodes/([^/]+)/uncordon", "nodes.uncordon", Kind::kMutate,
+        [this](Call& c) { CordonNode(c, false); });
+  Route(server, "POST", v1 + "/nodes/([^/]+)/drain", "nodes.drain", Kind::kMutate,
+        bind(&Api::DrainNode));
+  Route(server, "DELETE", v1 + "/nodes/([^/]+)", "nodes.delete", Kind::kMutate,
+        bind(&Api::DeleteNode));
   Route(server, "GET", v1 + "/usage", "usage.get", Kind::kRead, bind(&Api::Usage));
   Route(server, "GET", v1 + "/history", "history.get", Kind::kRead, bind(&Api::History));
   Route(server, "POST", v1 + "/agents/register", "agents.register", Kind::kMutate,

@@ -15,6 +15,7 @@
 #include "base/clock.h"
 #include "base/entropy.h"
 #include "domain/documents.h"
+#include "domain/node_ops.h"
 #include "store/store.h"
 
 namespace httplib {
@@ -101,6 +102,32 @@ class AgentHooks {
   virtual base::Result<Json> Heartbeat(const std::string& node, const Json& body) = 0;
 };
 
+// What an operator asks of registered nodes (implemented by server::NodeService), through
+// /api/v1/nodes/{name}/cordon, /uncordon, /drain and DELETE /api/v1/nodes/{name}. The API checks
+// who may ask (admins) and audits the call; these write the operator's intent on the Node object
+// with its event, in one transaction. Thread-safe. NotFound when no agent registered the node.
+class NodeOperations {
+ public:
+  virtual ~NodeOperations() = default;
+  // Cordon (true: it takes no new job; what runs there goes on) or uncordon (false: it is
+  // schedulable again, and a drain is over). Idempotent: a node already so changes nothing.
+  // Answers the node's operator state (Operations).
+  virtual base::Result<Json> Cordon(const std::string& node, const std::string& by,
+                                    bool cordoned) = 0;
+  // Cordons the node and asks every job with a task on it to stop by the deadline and go back
+  // to the queue (through Stopping: its resources stay taken until its tasks have stopped).
+  // Answers the operator state with `stopping`: the ids of the jobs asked to stop.
+  virtual base::Result<Json> Drain(const std::string& node, const std::string& by,
+                                   const domain::DrainRequest& request) = 0;
+  // Forgets the node: its agent's next heartbeat is answered 404, and it registers afresh.
+  // Conflict, naming them, while jobs hold resources on it, unless `force` and the node is Lost
+  // (its tasks have been fenced off; those jobs go back to the queue).
+  virtual base::Result<Json> Delete(const std::string& node, const std::string& by, bool force) = 0;
+  // {cordoned, drain: {deadline, reason, by, at} | null, scheduling: "" | cordoned | draining |
+  // drained} of a registered node; null when it is not registered.
+  virtual Json Operations(const std::string& node) = 0;
+};
+
 // Task output as agents upload it: one file per job, task and generation, appended at known
 // offsets so that a retried upload never duplicates or loses bytes. Thread-safe.
 class LogStore {
@@ -175,6 +202,8 @@ class Api {
     agents_ = agents;
     logs_ = logs;
   }
+  // Serves cordon, uncordon, drain and delete of nodes; without it those answer 404.
+  void ServeNodeOperations(NodeOperations* nodes) { node_ops_ = nodes; }
   ~Api();
 
   void Register(httplib::Server& server);
@@ -213,6 +242,10 @@ class Api {
   void AgentHeartbeat(Call& call);
   void UploadLogs(Call& call);
   void JobLogs(Call& call);
+  // Operators' node operations (api_nodes.cc).
+  void CordonNode(Call& call, bool cordoned);
+  void DrainNode(Call& call);
+  void DeleteNode(Call& call);
   // Configuration (api_config.cc).
   void ListObjects(Call& call, const std::string& kind);
   void GetObject(Call& call, const std::string& kind);
@@ -259,6 +292,7 @@ class Api {
   ApiOptions options_;
   AgentHooks* agents_ = nullptr;
   LogStore* logs_ = nullptr;
+  NodeOperations* node_ops_ = nullptr;
 
   std::mutex config_mu_;
   std::shared_ptr<const ConfigView> config_;

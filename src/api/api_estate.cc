@@ -84,7 +84,17 @@ void Api::ServeMetrics(Call& call) {
   call.res.set_content(metrics_->Render(), "text/plain; version=0.0.4");
 }
 
-void Api::Nodes(Call& call) { Respond(call, 200, {{"items", hooks_->Nodes()}}); }
+void Api::Nodes(Call& call) {
+  Json items = hooks_->Nodes();
+  // What operators asked of each registered node: cordoned, draining or drained.
+  for (Json& row : items) {
+    if (!node_ops_ || row.value("source", "") != "registered") continue;
+    Json ops = node_ops_->Operations(row.value("name", ""));
+    if (!ops.is_object()) continue;
+    for (const char* k : {"cordoned", "drain", "scheduling"}) row[k] = ops[k];
+  }
+  Respond(call, 200, {{"items", std::move(items)}});
+}
 
 void Api::Usage(Call& call) {
   auto config = Config();

@@ -125,6 +125,18 @@ Table JobsTable(const Json& items, bool wide, double now) {
   return t;
 }
 
+// Liveness, then what operators asked of it, as kubectl writes "Ready,SchedulingDisabled":
+// "Ready", "Ready,Cordoned", "Ready,Draining", "Lost,Drained"; declared nodes have no state.
+std::string NodeState(const Json& n) {
+  std::string state = n.value("state", n.value("schedulable", true) ? "Ready" : "Cordoned");
+  std::string scheduling = n.contains("scheduling") && n.at("scheduling").is_string()
+                               ? n.at("scheduling").get<std::string>()
+                               : "";
+  if (scheduling.empty()) return state;
+  scheduling[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(scheduling[0])));
+  return state + "," + scheduling;
+}
+
 Table NodesTable(const Json& items, bool wide) {
   Table t;
   t.headers = {"name", "cluster", "model", "gpus", "free", "cpu free", "state", "source"};
@@ -136,14 +148,10 @@ Table NodesTable(const Json& items, bool wide) {
     std::string source = n.value("source", "");
     if (n.value("simulated", false)) source += " (simulated GPUs)";
     std::vector<std::string> row = {
-        n.value("name", ""),
-        n.value("cluster", ""),
-        n.value("model", ""),
-        std::to_string(n.at("gpus").size()),
-        std::to_string(free),
-        Num(Json(n.value("cpuFreeMilli", 0) / 1000.0)),
-        n.value("state", n.value("schedulable", true) ? "Ready" : "Cordoned"),
-        source};
+        n.value("name", ""),  n.value("cluster", ""),
+        n.value("model", ""), std::to_string(n.at("gpus").size()),
+        std::to_string(free), Num(Json(n.value("cpuFreeMilli", 0) / 1000.0)),
+        NodeState(n),         source};
     if (wide) row.insert(row.begin() + 2, {n.value("pool", ""), n.value("rack", "")});
     t.rows.push_back(row);
   }
@@ -483,6 +491,77 @@ int Cancel(Context& c, const std::string& id) {
   auto job = Do(c, "POST", "/api/v1/jobs/" + id + "/cancel", nullptr, &code);
   if (!job) return code;
   c.out << "job " << id << " cancelled\n";
+  return kExitOk;
+}
+
+int Cordon(Context& c, const std::string& node, bool cordoned) {
+  int code = 0;
+  auto r =
+      Do(c, "POST", "/api/v1/nodes/" + node + (cordoned ? "/cordon" : "/uncordon"), nullptr, &code);
+  if (!r) return code;
+  c.out << "node " << node << (cordoned ? " cordoned" : " uncordoned") << "\n";
+  return kExitOk;
+}
+
+int Drain(Context& c, const std::string& node, const DrainFlags& f) {
+  Json body = Json::object();
+  if (f.timeout >= 0) body["deadline"] = f.timeout;
+  if (!f.reason.empty()) body["reason"] = f.reason;
+  int code = 0;
+  auto r = Do(c, "POST", "/api/v1/nodes/" + node + "/drain", &body, &code);
+  if (!r) return code;
+  const Json stopping = r->value("stopping", Json::array());
+  c.out << "node " << node << " cordoned; " << stopping.size() << " job"
+        << (stopping.size() == 1 ? "" : "s") << " asked to stop";
+  for (size_t i = 0; i < stopping.size(); ++i) c.out << (i ? ", " : " (") << Num(stopping[i]);
+  c.out << (stopping.empty() ? "" : ")") << "\n";
+  if (!f.wait) return kExitOk;
+  // Until every job has left it: their tasks stop by the deadline, then a minute for the
+  // agent to say so.
+  const Json& drain = r->at("drain");
+  const double within =
+      drain.is_object() ? drain.value("deadline", 0.0) - drain.value("at", 0.0) : 0.0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(within + 60);
+  for (;;) {
+    auto nodes = Do(c, "GET", "/api/v1/nodes", nullptr, &code);
+    if (!nodes) return code;
+    std::string scheduling;
+    for (const Json& n : nodes->value("items", Json::array())) {
+      if (n.value("name", "") == node && n.contains("scheduling") && n["scheduling"].is_string()) {
+        scheduling = n["scheduling"];
+      }
+    }
+    if (scheduling == "drained") break;
+    if (scheduling != "draining") {
+      c.err << "meridian: node " << node << " is no longer draining\n";
+      return kExitError;
+    }
+    if (std::chrono::steady_clock::now() > until) {
+      c.err << "meridian: node " << node << " still has jobs on it; see `meridian get jobs`\n";
+      return kExitError;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  c.out << "node " << node << " drained\n";
+  return kExitOk;
+}
+
+int Delete(Context& c, const std::string& resource_in, const std::string& name, bool force) {
+  const std::string resource = Resource(resource_in);
+  std::string path;
+  if (resource == "nodes") {
+    path = "/api/v1/nodes/" + name + (force ? "?force=true" : "");
+  } else if (std::count(ConfigResources().begin(), ConfigResources().end(), resource)) {
+    path = "/api/v1/" + resource + "/" + name;
+  } else {
+    c.err << "meridian: cannot delete \"" << resource_in
+          << "\" (nodes, or a configuration kind: clusters, nodepools, projects, ...)\n";
+    return kExitUsage;
+  }
+  int code = 0;
+  auto r = Do(c, "DELETE", path, nullptr, &code);
+  if (!r) return code;
+  c.out << resource_in << " " << name << " deleted\n";
   return kExitOk;
 }
 

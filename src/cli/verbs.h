@@ -68,6 +68,13 @@ struct TokenFlags {
   std::string expires_in;  // "30d", "12h", "90m", "3600" (seconds)
 };
 
+// drain: the stop deadline of the node's jobs, and whether to wait until it is drained.
+struct DrainFlags {
+  double timeout = -1;  // seconds; < 0: the longest grace period of its jobs (the server's)
+  std::string reason;
+  bool wait = true;
+};
+
 int Login(Context& c, bool save);
 int Get(Context& c, const std::string& resource, const std::string& name, const GetFlags& f);
 int Describe(Context& c, const std::string& resource, const std::string& name);
@@ -85,5 +92,10 @@ int Audit(Context& c, const AuditFlags& f);
 int TokenCreate(Context& c, const TokenFlags& f);
 int TokenList(Context& c, const std::string& user);
 int TokenRevoke(Context& c, const std::string& id);
+// Node operations, as kubectl names them: cordon, uncordon, drain NAME, delete node NAME.
+int Cordon(Context& c, const std::string& node, bool cordoned);
+int Drain(Context& c, const std::string& node, const DrainFlags& f);
+// Deletes a node (`force`: a Lost node that jobs still hold) or a configuration object.
+int Delete(Context& c, const std::string& resource, const std::string& name, bool force);
 
 }  // namespace meridian::cli

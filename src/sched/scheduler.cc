@@ -88,8 +88,9 @@ std::string Scheduler::NeverFits(const JobSpec& spec) const {
   for (size_t k = 0; k < spec.tasks.size(); ++k) {
     const TaskSpec& t = spec.tasks[k];
     bool fits = false;
+    // Cordoned and lost nodes count: they may come back, and a job they could hold waits.
     for (const NodeState& n : snapshot_.nodes) {
-      if (!n.schedulable || !(t.allowed_clusters & Bit(n.cluster))) continue;
+      if (!(t.allowed_clusters & Bit(n.cluster))) continue;
       if (n.cpu_capacity < t.cpu_milli || n.memory_capacity < t.memory_mib) continue;
       if (t.WantsGpu()) {
         if (n.model == kNoModel || !(t.allowed_models & Bit(n.model))) continue;

@@ -140,13 +140,17 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
   ApplyPoolTraits(*estate_, &again);
   const bool back = reason == "Reregistered" && index >= 0 &&
                     SameCapacity(again, estate_->nodes[static_cast<size_t>(index)]);
-  if (reason == "NodeLost" || reason == "NodeReady" || back) {
+  const bool operated =
+      reason == "NodeCordoned" || reason == "NodeUncordoned" || reason == "NodeDraining";
+  if (reason == "NodeLost" || reason == "NodeReady" || back || operated) {
     if (index < 0) return false;
-    // Its jobs were requeued or failed in the same write; their events move the scheduler.
-    const bool ready = node.spec.value("state", "Ready") == "Ready";
+    // Its jobs were requeued, failed or asked to stop in the same write; their events move the
+    // scheduler. Ready and not cordoned (NodeOfObject) is schedulable.
+    const bool ready = again.schedulable;
     estate_->nodes[static_cast<size_t>(index)].schedulable = ready;
     estate_->snapshot.nodes[static_cast<size_t>(index)].schedulable = ready;
     scheduler_->SetSchedulable(index, ready);
+    if (ready) RetryRefused();
     return true;
   }
   if (reason != "Registered" || index >= 0) return false;  // a changed node: rebuild
@@ -159,7 +163,27 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
   if (!mirrored.ok() || *mirrored != *added) return false;
   estate_->nodes.push_back(n);
   estate_->agent_address[n.name] = node.spec.value("address", "");
+  RetryRefused();
   return true;
+}
+
+void SchedulerController::Queue(sched::JobSpec spec) {
+  const int64_t id = spec.id;
+  Status queued = scheduler_->Submit(spec);
+  if (queued.ok()) {
+    refused_.erase(id);
+    reasons_.erase(id);
+    return;
+  }
+  reasons_[id] = queued.message();
+  // Nothing in the estate could hold it: asked again when the estate grows or a node returns.
+  if (queued.code() == base::StatusCode::kFailedPrecondition) refused_.emplace(id, std::move(spec));
+}
+
+void SchedulerController::RetryRefused() {
+  std::vector<sched::JobSpec> again;
+  for (auto& [id, spec] : refused_) again.push_back(spec);
+  for (sched::JobSpec& spec : again) Queue(std::move(spec));
 }
 
 void SchedulerController::Follow(const store::JobRecord& job, double now) {
@@ -170,6 +194,7 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
     scheduler_->Cancel(id, now);    // over: what it held is free (it was seen to stop)
     known_.erase(k);
     reasons_.erase(id);
+    refused_.erase(id);
     nodes_->Track(job);
     return;
   }
@@ -178,8 +203,11 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
     Track(job);
     nodes_->Track(job);
     auto spec = ToSchedulerJob(job, *estate_);
-    Status queued = spec.ok() ? scheduler_->Submit(std::move(spec.value())) : spec.status();
-    if (!queued.ok()) reasons_[id] = queued.message();
+    if (!spec.ok()) {
+      reasons_[id] = spec.status().message();
+      return;
+    }
+    Queue(std::move(spec.value()));
     return;
   }
   if (job.version < k->second.version) return;  // older than what this controller wrote
@@ -254,6 +282,7 @@ Status SchedulerController::Rebuild() {
   }
   known_.clear();
   reasons_.clear();
+  refused_.clear();
   std::vector<store::JobRecord> lost;  // placed where the estate no longer has room
   for (auto& [job, spec] : converted) {
     Track(job);
@@ -262,8 +291,11 @@ Status SchedulerController::Rebuild() {
       continue;
     }
     if (job.phase == "Pending") {
-      Status submitted = scheduler->Submit(std::move(spec.value()));
+      Status submitted = scheduler->Submit(spec.value());
       if (!submitted.ok()) reasons_[job.id] = submitted.message();
+      if (submitted.code() == base::StatusCode::kFailedPrecondition) {
+        refused_.emplace(job.id, std::move(spec.value()));
+      }
       continue;
     }
     auto placements = AllocationFromJson(job.allocation, **estate);

@@ -75,6 +75,10 @@ class SchedulerController final : public api::SchedulerHooks {
   // Applies a node's event in place (lost, ready, newly registered); false when only a
   // rebuild can (a changed node, a model the snapshot lacks).
   bool FollowNode(const std::string& reason, const store::Object& node);
+  // Submits a job to the scheduler; one that nothing in the estate could hold is kept in
+  // refused_ and asked again (RetryRefused) when a node joins or comes back.
+  void Queue(sched::JobSpec spec);
+  void RetryRefused();
   // Completes the stops that no runner will report (jobs on nodes no agent runs).
   base::Status SettleStops(double now);
   bool RunsOnAgents(const Json& allocation) const;
@@ -92,8 +96,9 @@ class SchedulerController final : public api::SchedulerHooks {
   std::mutex mu_;  // guards everything below except the thread's wake-up state
   std::unique_ptr<Estate> estate_;
   std::unique_ptr<sched::Scheduler> scheduler_;
-  std::map<int64_t, Known> known_;          // pending and placed jobs
-  std::map<int64_t, std::string> reasons_;  // why each pending job waits, from the last cycle
+  std::map<int64_t, Known> known_;             // pending and placed jobs
+  std::map<int64_t, std::string> reasons_;     // why each pending job waits, from the last cycle
+  std::map<int64_t, sched::JobSpec> refused_;  // pending jobs no node could ever hold, so far
   int64_t last_seq_ = 0;
   bool dirty_ = true;  // rebuild before the next cycle
 

@@ -282,6 +282,22 @@ TEST_F(ControlPlane, ALostNodesJobIsRequeuedElsewhereInPlace) {
   EXPECT_EQ(Get(id).generation, 2);
 }
 
+// A job no node could hold waits, and runs once a node that can joins: in place, without the
+// rebuild that used to submit every job again.
+TEST_F(ControlPlane, AJobNothingCouldHoldRunsWhenANodeThatCanJoins) {
+  Open(Estate(0));
+  Round();
+  const int64_t id = Submit("p1", {{"gpus", 8}});
+  Round();
+  EXPECT_EQ(Phase(id), "Pending");
+  EXPECT_NE(controller_->PendingReason(id).find("can never run here"), std::string::npos)
+      << controller_->PendingReason(id);
+  Register("n1");
+  Rounds();
+  EXPECT_EQ(Phase(id), "Placed");
+  EXPECT_EQ(NodeOf(id), "n1");
+}
+
 // With the default 30 s grace, one high-priority job takes exactly one victim, whatever the
 // number of cycles while that victim stops; it starts once the victim's task has stopped.
 TEST_F(ControlPlane, PreemptionWithTheDefaultGraceTakesOneVictim) {

@@ -5,6 +5,7 @@
 #include "domain/agent_timing.h"
 #include "domain/gpu_model.h"
 #include "domain/job.h"
+#include "domain/node_ops.h"
 #include "domain/workload.h"
 #include "sched/task.h"
 
@@ -19,7 +20,7 @@ domain::Node NodeOfObject(const store::Object& o) {
   n.rack = s.value("rack", "");
   n.cpu_milli = s.value("cpuMilli", 0);
   n.memory_mib = s.value("memoryMib", 0);
-  n.schedulable = s.value("state", "Ready") == "Ready";
+  n.schedulable = domain::NodeSchedulable(s.value("state", "Ready"), domain::DecodeNodeOps(s));
   if (s.contains("labels")) {
     for (const auto& [k, v] : s.at("labels").items()) n.labels[k] = v.get<std::string>();
   }

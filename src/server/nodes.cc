@@ -142,6 +142,7 @@ Status NodeService::Load() {
     NodeEntry& e = nodes_[o.name];
     e.state = o.spec.value("state", "Ready");
     e.simulated = o.spec.value("simulated", false);
+    e.ops = domain::DecodeNodeOps(o.spec);
     e.last_seen = now;
   }
   loaded_ = true;
@@ -171,6 +172,8 @@ base::Result<Json> NodeService::Register(const std::string& user, const Json& bo
       }
     }
     auto existing = tx.GetObject("Node", node->name);
+    // What operators asked of the node (cordoned, draining) is theirs, not the agent's.
+    if (existing.ok()) domain::EncodeNodeOps(domain::DecodeNodeOps(existing->spec), &node->spec);
     if (existing.ok() && existing->spec == node->spec) return Status::Ok();  // nothing new
     if (auto v = tx.PutObject(*node, store::kAnyVersion); !v.ok()) return v.status();
     const bool again = existing.ok();
@@ -194,6 +197,7 @@ base::Result<Json> NodeService::Register(const std::string& user, const Json& bo
   e.state = "Ready";
   e.last_seen = now;
   e.simulated = node->spec.at("simulated");
+  e.ops = domain::DecodeNodeOps(node->spec);
   // Its tasks are assigned from now on, before the controller follows the registration.
   address_[node->name] = node->spec.value("address", "");
   return Json{{"node", node->name},

@@ -10,6 +10,7 @@
 #include "api/api.h"
 #include "base/clock.h"
 #include "domain/lifecycle.h"
+#include "domain/node_ops.h"
 #include "server/estate.h"
 #include "store/store.h"
 
@@ -34,13 +35,23 @@ base::Result<std::map<int64_t, std::vector<domain::TaskReport>>> ParseTaskReport
 // A registered node that has not heartbeated for the policy's nodeLostTimeout is lost: it is
 // unschedulable, and its jobs are requeued (restartPolicy on-failure, within maxRestarts) or
 // failed. Its agent stops its tasks on its own after half that time without the server, so a
-// task never runs in two places. Thread-safe.
-class NodeService final : public api::AgentHooks {
+// task never runs in two places.
+//
+// Operators cordon, drain and delete registered nodes through it (api::NodeOperations; the
+// implementation is in node_ops.cc): their intent is kept in the Node object's spec apart from
+// what the agent registers, and a drain stops jobs only through the lifecycle. Thread-safe.
+class NodeService final : public api::AgentHooks, public api::NodeOperations {
  public:
   NodeService(store::Store* store, const base::Clock* clock, api::EventBus* bus);
 
   base::Result<Json> Register(const std::string& user, const Json& body) override;
   base::Result<Json> Heartbeat(const std::string& node, const Json& body) override;
+
+  base::Result<Json> Cordon(const std::string& node, const std::string& by, bool cordoned) override;
+  base::Result<Json> Drain(const std::string& node, const std::string& by,
+                           const domain::DrainRequest& request) override;
+  base::Result<Json> Delete(const std::string& node, const std::string& by, bool force) override;
+  Json Operations(const std::string& node) override;
 
   // Called by the scheduler controller, which follows every change to jobs: what each node
   // should run. `Reset` starts over from every active job (after a rebuild), replacing the
@@ -66,11 +77,15 @@ class NodeService final : public api::AgentHooks {
     double last_seen = 0;
     bool simulated = false;
     Json telemetry = Json::array();
+    domain::NodeOps ops;  // what operators asked of it (cordoned, draining)
   };
   base::Status Load();  // the registered nodes, once, seen "now" (a grace after a restart)
   base::Result<int64_t> ApplyReports(const std::string& node, const Json& tasks);
   void TrackLocked(const store::JobRecord& job);
   Json Assignments(const std::string& node);
+  Json OperationsLocked(const std::string& node);
+  // After a node operation's write: the in-memory entry, watchers and the scheduler.
+  void Operated(const std::string& node, const domain::NodeOps& ops, int64_t seq);
 
   store::Store* store_;
   const base::Clock* clock_;

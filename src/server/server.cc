@@ -196,6 +196,7 @@ Status RunServer(const ServerOptions& o) {
   api::LogStore logs(o.data_dir + "/logs");
   api::Api api(&store, &clock, &entropy, &controller, &bus, &metrics);
   api.ServeAgents(&nodes, &logs);
+  api.ServeNodeOperations(&nodes);
   auto token = api.Bootstrap();
   if (!token.ok()) return token.status();
   const std::string token_path = o.data_dir + "/admin.token";
