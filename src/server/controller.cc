@@ -43,7 +43,7 @@ bool Active(const std::string& phase) {
 SchedulerController::SchedulerController(store::Store* store, const base::Clock* clock,
                                          api::EventBus* bus, api::Metrics* metrics,
                                          NodeService* nodes)
-    : store_(store), clock_(clock), bus_(bus), metrics_(metrics), nodes_(nodes) {
+    : store_(store), clock_(clock), bus_(bus), metrics_(metrics), nodes_(nodes), backend_(nodes) {
   metrics_->Describe("meridian_scheduler_cycle_duration_seconds", "histogram",
                      "Time of one scheduling round: catching up, the cycle, the commit.");
   metrics_->Describe("meridian_queue_depth", "gauge", "Pending jobs by project.");
@@ -195,13 +195,13 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
     known_.erase(k);
     reasons_.erase(id);
     refused_.erase(id);
-    nodes_->Track(job);
+    backend_->Track(job);
     return;
   }
   if (k == known_.end()) {
     if (job.phase != "Pending") return;
     Track(job);
-    nodes_->Track(job);
+    backend_->Track(job);
     auto spec = ToSchedulerJob(job, *estate_);
     if (!spec.ok()) {
       reasons_[id] = spec.status().message();
@@ -224,7 +224,7 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
     scheduler_->Evicting(id);
   }
   Track(job);
-  nodes_->Track(job);
+  backend_->Track(job);
 }
 
 Status SchedulerController::Rebuild() {
@@ -327,7 +327,7 @@ Status SchedulerController::Rebuild() {
       assigned.push_back(job);
     }
   }
-  nodes_->Reset(**estate, assigned);
+  backend_->Reset(**estate, assigned);
   estate_ = std::move(estate.value());
   scheduler_ = std::move(scheduler);
   metrics_->Add("meridian_scheduler_rebuilds_total", {}, 1);
@@ -407,7 +407,7 @@ Status SchedulerController::RunOnce() {
   std::lock_guard<std::mutex> lock(mu_);
   // Lost nodes become unschedulable, and their jobs are requeued or failed, through the events
   // that CatchUp follows.
-  auto expired = nodes_->ExpireNodes();
+  auto expired = backend_->ExpireNodes();
   if (!expired.ok()) return expired.status();
   if (!dirty_ && scheduler_) {
     if (Status s = CatchUp(); !s.ok()) return s;
@@ -525,7 +525,7 @@ Status SchedulerController::Commit(const sched::CycleResult& result, double now)
 
 bool SchedulerController::RunsOnAgents(const Json& allocation) const {
   for (const Json& t : allocation) {
-    if (estate_->Registered(t.value("node", ""))) return true;
+    if (backend_->Runs(*estate_, t.value("node", ""))) return true;
   }
   return false;
 }

@@ -91,7 +91,8 @@ class SchedulerController final : public api::SchedulerHooks {
   const base::Clock* clock_;
   api::EventBus* bus_;
   api::Metrics* metrics_;
-  NodeService* nodes_;
+  NodeService* nodes_;  // liveness and telemetry of registered nodes, for Nodes()
+  Backend* backend_;    // what runs tasks: the agents (later also Slurm, cloud pools)
 
   std::mutex mu_;  // guards everything below except the thread's wake-up state
   std::unique_ptr<Estate> estate_;

@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "domain/lifecycle.h"
 #include "domain/node_ops.h"
+#include "server/backend.h"
 #include "server/estate.h"
 #include "store/store.h"
 
@@ -40,7 +41,7 @@ base::Result<std::map<int64_t, std::vector<domain::TaskReport>>> ParseTaskReport
 // Operators cordon, drain and delete registered nodes through it (api::NodeOperations; the
 // implementation is in node_ops.cc): their intent is kept in the Node object's spec apart from
 // what the agent registers, and a drain stops jobs only through the lifecycle. Thread-safe.
-class NodeService final : public api::AgentHooks, public api::NodeOperations {
+class NodeService final : public Backend, public api::AgentHooks, public api::NodeOperations {
  public:
   NodeService(store::Store* store, const base::Clock* clock, api::EventBus* bus);
 
@@ -57,12 +58,16 @@ class NodeService final : public api::AgentHooks, public api::NodeOperations {
   // should run. `Reset` starts over from every active job (after a rebuild), replacing the
   // assignments at once; `Track` records one job as stored now. Until the first Reset,
   // heartbeats are answered "unavailable": an empty list would tell agents to stop everything.
-  void Reset(const Estate& estate, const std::vector<store::JobRecord>& jobs);
-  void Track(const store::JobRecord& job);
+  // Backend: agents run the nodes they registered.
+  bool Runs(const Estate& estate, const std::string& node) const override {
+    return estate.Registered(node);
+  }
+  void Reset(const Estate& estate, const std::vector<store::JobRecord>& jobs) override;
+  void Track(const store::JobRecord& job) override;
 
   // Marks lost every registered node silent for longer than the timeout, and requeues or fails
   // its jobs, in one transaction. Returns whether anything changed (the estate must be rebuilt).
-  base::Result<bool> ExpireNodes();
+  base::Result<bool> ExpireNodes() override;
 
   // Liveness and telemetry of a registered node, for /api/v1/nodes: {state, lastHeartbeat,
   // simulated, gpus: [{index, utilization, ...}]}; null when the node is not registered.
