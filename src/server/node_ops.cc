@@ -11,27 +11,6 @@ using base::Status;
 
 namespace {
 
-// Every job with a task on `node` that holds resources there (Placed, Running, Stopping).
-base::Result<std::vector<store::JobRecord>> JobsHolding(store::Tx& tx, const std::string& node) {
-  std::vector<store::JobRecord> out;
-  store::JobFilter f;
-  f.phases = {"Placed", "Running", "Stopping"};
-  f.limit = 1000;
-  for (;;) {
-    auto page = tx.ListJobs(f);
-    if (!page.ok()) return page.status();
-    for (store::JobRecord& j : *page) {
-      const bool here = std::any_of(j.allocation.begin(), j.allocation.end(), [&](const Json& a) {
-        return a.is_object() && a.value("node", "") == node;
-      });
-      if (here) out.push_back(std::move(j));
-    }
-    if (page->size() < static_cast<size_t>(f.limit)) break;
-    f.after_id = page->back().id;
-  }
-  return out;
-}
-
 std::string Ids(const std::vector<store::JobRecord>& jobs) {
   std::string out;
   for (size_t i = 0; i < jobs.size() && i < 10; ++i) {
@@ -102,7 +81,7 @@ base::Result<Json> NodeService::Drain(const std::string& node, const std::string
     auto o = tx.GetObject("Node", node);
     if (!o.ok())
       return o.status().code() == base::StatusCode::kNotFound ? NotRegistered(node) : o.status();
-    auto jobs = JobsHolding(tx, node);
+    auto jobs = JobsHolding(tx, {node});
     if (!jobs.ok()) return jobs.status();
     // Without a deadline, the longest grace period of its jobs: each gets at least its own.
     double seconds = 0;
@@ -157,7 +136,7 @@ base::Result<Json> NodeService::Delete(const std::string& node, const std::strin
     auto o = tx.GetObject("Node", node);
     if (!o.ok())
       return o.status().code() == base::StatusCode::kNotFound ? NotRegistered(node) : o.status();
-    auto jobs = JobsHolding(tx, node);
+    auto jobs = JobsHolding(tx, {node});
     if (!jobs.ok()) return jobs.status();
     const bool lost = o->spec.value("state", "Ready") == "Lost";
     if (!jobs->empty() && !(force && lost)) {

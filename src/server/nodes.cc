@@ -1,5 +1,7 @@
 #include "server/nodes.h"
 
+#include <algorithm>
+
 #include "api/job_life.h"
 #include "domain/gpu_model.h"
 #include "domain/spec.h"
@@ -75,6 +77,27 @@ class Fields {
 };
 
 }  // namespace
+
+base::Result<std::vector<store::JobRecord>> JobsHolding(store::Tx& tx,
+                                                        const std::set<std::string>& nodes) {
+  std::vector<store::JobRecord> out;
+  store::JobFilter f;
+  f.phases = {"Placed", "Running", "Stopping"};
+  f.limit = 1000;
+  for (;;) {
+    auto page = tx.ListJobs(f);
+    if (!page.ok()) return page.status();
+    for (store::JobRecord& j : *page) {
+      const bool here = std::any_of(j.allocation.begin(), j.allocation.end(), [&](const Json& a) {
+        return a.is_object() && nodes.count(a.value("node", "")) > 0;
+      });
+      if (here) out.push_back(std::move(j));
+    }
+    if (page->size() < static_cast<size_t>(f.limit)) break;
+    f.after_id = page->back().id;
+  }
+  return out;
+}
 
 base::Result<store::Object> NodeFromRegistration(const Json& body) {
   if (!body.is_object()) return Status::Invalid("registration: must be a JSON object");
@@ -414,31 +437,23 @@ base::Result<bool> NodeService::ExpireNodes() {
     // Every job with a task on a lost node: its other tasks are stopped too (the job is no
     // longer listed for their nodes). The lost timeout is longer than the agent's lease and its
     // fencing grace together (the Policy's rule), so what ran there has been killed by now.
-    store::JobFilter f;
-    f.phases = {"Placed", "Running", "Stopping"};
-    f.limit = 1000;
-    for (;;) {
-      auto page = tx.ListJobs(f);
-      if (!page.ok()) return page.status();
-      for (store::JobRecord& j : *page) {
-        std::string where;
-        for (const Json& a : j.allocation) {
-          const std::string n = a.value("node", "");
-          if (std::find(lost.begin(), lost.end(), n) != lost.end()) where = n;
-        }
-        if (where.empty()) continue;
-        auto life = api::LifeOf(j);
-        if (!life.ok()) return life.status();
-        const domain::RestartPolicy policy{j.spec.value("restartPolicy", "never") == "on-failure",
-                                           j.spec.value("maxRestarts", 3)};
-        auto t = domain::lifecycle::NodeLost(*life, where, policy, now);
-        if (!t.ok()) return t.status();
-        auto e = api::CommitTransition(tx, *t, now, &j);
-        if (!e.ok()) return e.status();
-        seq = std::max(seq, *e);
+    auto holding = JobsHolding(tx, {lost.begin(), lost.end()});
+    if (!holding.ok()) return holding.status();
+    for (store::JobRecord& j : *holding) {
+      std::string where;
+      for (const Json& a : j.allocation) {
+        const std::string n = a.value("node", "");
+        if (std::find(lost.begin(), lost.end(), n) != lost.end()) where = n;
       }
-      if (page->size() < static_cast<size_t>(f.limit)) break;
-      f.after_id = page->back().id;
+      auto life = api::LifeOf(j);
+      if (!life.ok()) return life.status();
+      const domain::RestartPolicy policy{j.spec.value("restartPolicy", "never") == "on-failure",
+                                         j.spec.value("maxRestarts", 3)};
+      auto t = domain::lifecycle::NodeLost(*life, where, policy, now);
+      if (!t.ok()) return t.status();
+      auto e = api::CommitTransition(tx, *t, now, &j);
+      if (!e.ok()) return e.status();
+      seq = std::max(seq, *e);
     }
     return Status::Ok();
   });

@@ -23,6 +23,10 @@ base::Result<store::Object> NodeFromRegistration(const Json& body);
 base::Result<std::map<int64_t, std::vector<domain::TaskReport>>> ParseTaskReports(
     const Json& tasks);
 
+// Every job holding resources (Placed, Running, Stopping) with a task on one of `nodes`.
+base::Result<std::vector<store::JobRecord>> JobsHolding(store::Tx& tx,
+                                                        const std::set<std::string>& nodes);
+
 // The side of the server that node agents talk to.
 //
 // Agents register their node (stored as a `Node` object, which the scheduler's estate is built
