@@ -1,0 +1,266 @@
+// What the controller shows of the scheduler's state: metrics, explanations, usage, the node
+// list and the history the dashboard charts. The loop that changes that state is in
+// controller.cc.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "server/controller.h"
+
+namespace meridian::server {
+
+using base::Status;
+
+void SchedulerController::Publish(double cycle_seconds) {
+  metrics_->Observe("meridian_scheduler_cycle_duration_seconds", {}, cycle_seconds);
+  if (!scheduler_) return;
+  const double now = clock_->Now();
+  std::map<std::string, std::pair<double, double>> queue;  // project -> depth, oldest wait
+  std::map<std::string, double> phases;
+  for (const auto& [id, k] : known_) {
+    phases[k.phase] += 1;
+    if (k.phase != "Pending") continue;
+    auto& [depth, oldest] = queue[k.project];
+    depth += 1;
+    oldest = std::max(oldest, now - k.submitted_at);
+  }
+  std::vector<std::pair<api::Metrics::Labels, double>> depth, oldest, jobs;
+  for (const auto& [p, v] : queue) {
+    depth.push_back({{{"project", p}}, v.first});
+    oldest.push_back({{{"project", p}}, v.second});
+  }
+  for (const auto& [phase, n] : phases) jobs.push_back({{{"phase", phase}}, n});
+  metrics_->SetAll("meridian_queue_depth", depth);
+  metrics_->SetAll("meridian_queue_oldest_pending_seconds", oldest);
+  metrics_->SetAll("meridian_jobs", jobs);
+  const sched::Snapshot& snap = scheduler_->snapshot();
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> gpus;
+  for (size_t i = 0; i < snap.nodes.size(); ++i) {
+    const sched::NodeState& n = snap.nodes[i];
+    if (n.model == sched::kNoModel) continue;
+    auto& [allocated, free] = gpus[{snap.clusters[n.cluster].name, snap.model(n.model).name}];
+    for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
+      allocated += snap.GpuAllocatedMilli(g) / 1000.0;
+      free += snap.GpuFreeMilli(static_cast<int32_t>(i), g) / 1000.0;
+    }
+  }
+  std::vector<std::pair<api::Metrics::Labels, double>> allocated, free;
+  for (const auto& [key, v] : gpus) {
+    api::Metrics::Labels l = {{"cluster", key.first}, {"model", key.second}};
+    allocated.push_back({l, v.first});
+    free.push_back({l, v.second});
+  }
+  metrics_->SetAll("meridian_gpus_allocated", allocated);
+  metrics_->SetAll("meridian_gpus_free", free);
+  const sched::QuotaTree& q = scheduler_->quotas();
+  std::vector<std::pair<api::Metrics::Labels, double>> used, guaranteed;
+  for (int32_t n = 0; n < q.size(); ++n) {
+    used.push_back({{{"scope", q.name(n)}}, q.Used(n, sched::kNoModel) / 1000.0});
+    guaranteed.push_back({{{"scope", q.name(n)}}, q.Guaranteed(n, sched::kNoModel) / 1000.0});
+  }
+  metrics_->SetAll("meridian_quota_used_gpus", used);
+  metrics_->SetAll("meridian_quota_guaranteed_gpus", guaranteed);
+}
+
+base::Result<Json> SchedulerController::Explain(int64_t job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto reason = reasons_.find(job);
+  if (!scheduler_) return Status::NotFound("the scheduler has not run yet");
+  sched::Explanation e = scheduler_->Explain(job, clock_->Now());
+  if (!e.known) {
+    if (reason == reasons_.end()) return Status::NotFound("not pending in the scheduler");
+    return Json{
+        {"reason", reason->second}, {"clusters", Json::array()}, {"estimatedStart", nullptr}};
+  }
+  Json clusters = Json::array();
+  for (const auto& [name, why] : e.clusters) clusters.push_back({{"name", name}, {"reason", why}});
+  return Json{{"reason", reason == reasons_.end() ? "" : reason->second},
+              {"quota", e.quota.empty() ? Json() : Json(e.quota)},
+              {"clusters", clusters},
+              {"estimatedStart", e.estimated_start < 0 ? Json() : Json(e.estimated_start)}};
+}
+
+Json SchedulerController::Usage() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  if (!scheduler_) return out;
+  std::map<std::string, int64_t> pending;
+  for (const auto& [id, k] : known_) pending[k.project] += k.phase == "Pending";
+  const sched::QuotaTree& q = scheduler_->quotas();
+  // Fair-share position: 1 is the node its siblings' queue serves first (the least decayed use
+  // for its weight).
+  const std::vector<double> shares = scheduler_->FairShares();
+  std::map<int32_t, std::vector<std::pair<double, int32_t>>> by_parent;
+  for (int32_t n = 0; n < q.size(); ++n) by_parent[q.parent(n)].emplace_back(shares[n], n);
+  std::vector<int32_t> rank(q.size(), 1), siblings(q.size(), 1);
+  for (auto& [parent, children] : by_parent) {
+    std::sort(children.begin(), children.end());
+    for (size_t i = 0; i < children.size(); ++i) {
+      rank[children[i].second] = static_cast<int32_t>(i) + 1;
+      siblings[children[i].second] = static_cast<int32_t>(children.size());
+    }
+  }
+  for (int32_t n = 0; n < q.size(); ++n) {
+    const int64_t limit = q.Limit(n, sched::kNoModel);
+    Json row = {{"name", q.name(n)},
+                {"parent", q.parent(n) < 0 ? Json() : Json(q.name(q.parent(n)))},
+                {"weight", q.weight(n)},
+                {"guaranteedGpus", q.Guaranteed(n, sched::kNoModel) / 1000.0},
+                {"limitGpus", limit == sched::kUnlimited ? Json() : Json(limit / 1000.0)},
+                {"usedGpus", q.Used(n, sched::kNoModel) / 1000.0},
+                {"borrowing", q.Used(n, sched::kNoModel) > 0 && q.Borrowing(n)},
+                {"fairShare", shares[n]},
+                {"fairShareRank", rank[n]},
+                {"siblings", siblings[n]}};
+    if (auto p = pending.find(q.name(n)); p != pending.end()) row["pending"] = p->second;
+    out.push_back(row);
+  }
+  return out;
+}
+
+void SchedulerController::KeepHistory(double interval, double retention) {
+  std::lock_guard<std::mutex> lock(history_mu_);
+  history_interval_ = interval;
+  history_retention_ = retention;
+  history_capacity_ = static_cast<size_t>(std::max(1.0, retention / interval));
+}
+
+std::vector<api::HistorySample> SchedulerController::History(double since, double* interval) {
+  std::lock_guard<std::mutex> lock(history_mu_);
+  *interval = history_interval_;
+  auto first = std::lower_bound(history_.begin(), history_.end(), since,
+                                [](const api::HistorySample& s, double t) { return s.at < t; });
+  return {first, history_.end()};
+}
+
+void SchedulerController::Sample(double now) {
+  api::HistorySample sample;
+  sample.at = now;
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  std::vector<int32_t> reporting;
+  for (const Json& node : Nodes()) {
+    const std::string model = node.value("model", "");
+    if (model.empty() || node["gpus"].empty()) continue;
+    auto [it, added] = index.emplace(std::pair(node.value("cluster", ""), model), 0);
+    if (added) {
+      it->second = sample.groups.size();
+      sample.groups.push_back({it->first.first, model, 0, 0, 0});
+      reporting.push_back(0);
+    }
+    api::HistorySample::Group& g = sample.groups[it->second];
+    for (const Json& gpu : node["gpus"]) {
+      g.gpus += 1;
+      g.allocated += gpu.value("allocatedMilli", int64_t{0}) / 1000.0;
+      if (gpu.contains("utilization") && gpu["utilization"].is_number()) {
+        g.utilization += gpu["utilization"].get<double>();
+        ++reporting[it->second];
+      }
+    }
+  }
+  for (size_t i = 0; i < sample.groups.size(); ++i) {
+    api::HistorySample::Group& g = sample.groups[i];
+    g.utilization = reporting[i] > 0 ? g.utilization / reporting[i] : -1;
+  }
+  for (const Json& row : Usage()) {
+    sample.quota_used[row.value("name", "")] = row.value("usedGpus", 0.0);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, k] : known_) {
+      api::HistorySample::Queue& q = sample.projects[k.project];
+      if (k.phase == "Pending") {
+        ++q.pending;
+      } else {
+        ++q.running;  // placed, running or stopping: what known_ holds besides pending jobs
+      }
+    }
+  }
+  // Fair share as of now, kept so that a restart does not forget it.
+  std::vector<store::FairShareUsage> usage;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (scheduler_) {
+      for (const auto& u : scheduler_->ExportUsage(now)) {
+        usage.push_back({scheduler_->quotas().name(u.tenant), u.gpu, u.cpu, u.mem, now});
+      }
+    }
+  }
+  // Durable, but the charts' loss at worst: a failed write is said and the sample kept in memory.
+  const Json stored = api::HistorySampleToJson(sample);
+  Status s = store_->Write([&](store::Tx& tx) {
+    if (Status put = tx.PutSample(now, stored); !put.ok()) return put;
+    if (!usage.empty()) {
+      if (Status put = tx.PutFairShare(usage); !put.ok()) return put;
+    }
+    return tx.PruneSamples(now - history_retention_);
+  });
+  if (!s.ok()) std::fprintf(stderr, "meridian: history: %s\n", s.message().c_str());
+  std::lock_guard<std::mutex> lock(history_mu_);
+  history_.push_back(std::move(sample));
+  while (history_.size() > history_capacity_) history_.pop_front();
+}
+
+std::string SchedulerController::PendingReason(int64_t job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reasons_.find(job);
+  return it == reasons_.end() ? "" : it->second;
+}
+
+std::vector<api::ConfigProblem> SchedulerController::ConfigProblems() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return estate_ ? estate_->problems : std::vector<api::ConfigProblem>{};
+}
+
+Json SchedulerController::Nodes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json out = Json::array();
+  if (!scheduler_ || !estate_) return out;
+  const sched::Snapshot& snap = scheduler_->snapshot();
+  for (size_t i = 0; i < snap.nodes.size(); ++i) {
+    const sched::NodeState& n = snap.nodes[i];
+    const domain::Node& d = estate_->nodes[i];
+    Json gpus = Json::array();
+    for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
+      const sched::GpuState& gpu = snap.gpus[g];
+      gpus.push_back({{"index", g - n.gpu_begin},
+                      {"uuid", d.gpus[g - n.gpu_begin].uuid},
+                      {"allocatedMilli", snap.GpuAllocatedMilli(g)},
+                      {"freeMilli", snap.GpuFreeMilli(static_cast<int32_t>(i), g)},
+                      {"mig", gpu.mig_enabled},
+                      {"healthy", gpu.healthy}});
+    }
+    out.push_back({{"name", n.name},
+                   {"cluster", snap.clusters[n.cluster].name},
+                   {"pool", d.pool},
+                   {"rack", d.rack},
+                   {"model", n.model == sched::kNoModel ? "" : snap.model(n.model).name},
+                   {"cpuMilli", n.cpu_capacity},
+                   {"cpuFreeMilli", n.cpu_free},
+                   {"memoryMib", n.memory_capacity},
+                   {"memoryFreeMib", n.memory_free},
+                   {"schedulable", n.schedulable},
+                   {"gpus", std::move(gpus)}});
+    Json& row = out.back();
+    // Registered by an agent (with liveness and telemetry), or declared by a node pool.
+    Json status = estate_->Registered(d.name) ? nodes_->NodeStatus(d.name) : Json();
+    row["source"] = status.is_null() ? "declared" : "registered";
+    if (status.is_null()) continue;
+    row["state"] = status["state"];
+    row["lastHeartbeat"] = status["lastHeartbeat"];
+    row["simulated"] = status["simulated"];
+    row["address"] = estate_->agent_address.at(d.name);
+    for (const Json& t : status["telemetry"]) {
+      const bool indexed = t.is_object() && t.contains("index") && t["index"].is_number_integer();
+      const int64_t index = indexed ? t["index"].get<int64_t>() : -1;
+      if (index < 0 || index >= static_cast<int64_t>(row["gpus"].size())) continue;
+      // Only telemetry: an agent's report cannot overwrite what the scheduler says.
+      for (const char* k : {"utilization", "memoryUsedMib", "temperatureC", "powerW", "eccErrors",
+                            "xidErrors", "lastXid", "migInstances"}) {
+        if (t.contains(k)) row["gpus"][index][k] = t[k];
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace meridian::server
