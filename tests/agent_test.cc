@@ -140,9 +140,7 @@ class AgentTest : public ::testing::Test {
   }
 
   std::string WriteFile(const std::string& name, const std::string& text) {
-    const std::string path = dir_.File(name);
-    std::ofstream(path) << text;
-    return path;
+    return WriteTestFile(dir_.File(name), text);
   }
   CliResult Run(const std::string& args) { return Cli(kBinary, args, server_->url(), admin_); }
 
@@ -152,23 +150,9 @@ class AgentTest : public ::testing::Test {
     EXPECT_EQ(r.status, 201) << r.text;
     return r.body.value("id", int64_t{0});
   }
-  Json Job(int64_t id) {
-    return Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id), admin_).body;
-  }
-  std::string Phase(int64_t id) {
-    Json j = Job(id);
-    return j.is_object() ? j["status"].value("phase", "") : "";
-  }
-  std::vector<Json> Events(int64_t id) {
-    Json e =
-        Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id) + "/events?limit=1000", admin_)
-            .body;
-    std::vector<Json> out;
-    if (e.is_object()) {
-      for (const Json& x : e.value("items", Json::array())) out.push_back(x);
-    }
-    return out;
-  }
+  Json Job(int64_t id) { return GetJob(*server_, admin_, id); }
+  std::string Phase(int64_t id) { return JobPhase(*server_, admin_, id); }
+  std::vector<Json> Events(int64_t id) { return JobEvents(*server_, admin_, id); }
   // A value of the server's /metrics without labels; -1 when absent.
   double Metric(const std::string& name) {
     std::istringstream in(Http(*server_, "GET", "/metrics", "").text);

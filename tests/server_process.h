@@ -240,4 +240,27 @@ inline CliResult Cli(const std::string& binary, const std::string& args, const s
   return out;
 }
 
+// Reads the tests of several binaries share: a job as the API shows it, its phase ("" when it
+// cannot be read), its events; a file written for a test.
+inline Json GetJob(const ServerProcess& s, const std::string& token, int64_t id) {
+  return Http(s, "GET", "/api/v1/jobs/" + std::to_string(id), token).body;
+}
+inline std::string JobPhase(const ServerProcess& s, const std::string& token, int64_t id) {
+  const Json j = GetJob(s, token, id);
+  return j.is_object() && j.contains("status") ? j["status"].value("phase", "") : "";
+}
+inline std::vector<Json> JobEvents(const ServerProcess& s, const std::string& token, int64_t id) {
+  const Json e =
+      Http(s, "GET", "/api/v1/jobs/" + std::to_string(id) + "/events?limit=1000", token).body;
+  std::vector<Json> out;
+  if (e.is_object()) {
+    for (const Json& x : e.value("items", Json::array())) out.push_back(x);
+  }
+  return out;
+}
+inline std::string WriteTestFile(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
 }  // namespace meridian::testing

@@ -86,9 +86,7 @@ class ServerTest : public ::testing::Test {
   }
 
   std::string WriteFile(const std::string& name, const std::string& text) {
-    const std::string path = dir_.File(name);
-    std::ofstream(path) << text;
-    return path;
+    return WriteTestFile(dir_.File(name), text);
   }
   CliResult Run(const std::string& args, const std::string& token = "") {
     return Cli(kBinary, args, server_->url(), token.empty() ? admin_ : token);
@@ -105,20 +103,14 @@ class ServerTest : public ::testing::Test {
     Json job = {{"metadata", {{"name", "job"}, {"project", project}}}, {"spec", spec}};
     return Http(*server_, "POST", "/api/v1/jobs", token.empty() ? admin_ : token, job.dump());
   }
-  Json Job(int64_t id) {
-    return Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id), admin_).body;
-  }
+  Json Job(int64_t id) { return GetJob(*server_, admin_, id); }
   // The node of a placed job's first task ("" until it is placed).
   std::string NodeOf(int64_t id) {
     const Json j = Job(id);
     if (j["status"].value("phase", "") != "Placed") return "";
     return j["status"]["allocation"][0].value("node", "");
   }
-  std::string Phase(int64_t id) {
-    return Http(*server_, "GET", "/api/v1/jobs/" + std::to_string(id), admin_)
-        .body["status"]
-        .value("phase", "");
-  }
+  std::string Phase(int64_t id) { return JobPhase(*server_, admin_, id); }
   // Creates a user with one role and returns a token for it.
   std::string User(const std::string& name, const Json& role) {
     Json body = {{"spec", {{"roles", Json::array({role})}}}};
