@@ -175,7 +175,12 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   const jobId = JSON.parse(submitted).id;
   step(`submitted job ${jobId} from the CLI`);
   const row = `[data-testid=running] tr[data-job="${jobId}"]`;
-  await page.waitForSelector(`${row}:has-text("Running")`, { timeout: 30000 });
+  await page.waitForSelector(`${row}:has-text("Running")`, { timeout: 30000 }).catch(async (e) => {
+    // Say where the job stands, so that a failure here tells the page's fault from the server's.
+    const job = await api('GET', `/jobs/${jobId}`, admin);
+    const events = await api('GET', `/jobs/${jobId}/events`, admin);
+    throw new Error(`${e.message}\njob ${jobId}: ${JSON.stringify(job.body.status)}\nevents: ${JSON.stringify(events.body.items)}`);
+  });
   assert.match(await page.textContent(row), /dash-hello.*vision.*2 GPUs.*onprem\//);
   assert.equal(await page.evaluate(() => (window).__notReloaded), true, 'the page must not have reloaded');
   await shot('03-queue-running');

@@ -34,6 +34,7 @@ Transition Into(JobLife life, Phase phase, std::string reason) {
   if (!HoldsResources(phase)) {
     life.stop = StopIntent::kNone;
     life.stop_deadline = 0;
+    life.preempted_for = 0;
   }
   // An ended job keeps what its last run's tasks reported (their exit codes); a requeued one
   // starts its next run with none.
@@ -254,20 +255,52 @@ base::Result<Transition> Stopped(const JobLife& life, const std::string& why, do
 }
 
 base::Result<Transition> NodeLost(const JobLife& life, const std::string& node,
-                                  const RestartPolicy& policy, double now) {
+                                  const std::vector<bool>& lost, const RestartPolicy& policy,
+                                  double now) {
   if (!HoldsResources(life.phase)) return NotFrom(life, "lose the node of");
   const std::string what = "node " + node + " lost";
-  if (life.phase == Phase::kStopping) return StopDone(life, what, now);
-  if (policy.on_failure && life.requeues < policy.max_restarts) {
-    Transition t = Into(life, Phase::kPending, "requeued: " + what);
+  // What ran on the lost nodes is dead (fenced): it counts as exited, without a code.
+  JobLife l = life;
+  bool others_run = false;
+  for (size_t i = 0; i < l.tasks.size(); ++i) {
+    TaskStatus& t = l.tasks[i];
+    if (t.state == TaskStatus::State::kExited) continue;
+    if (lost.empty() || (i < lost.size() && lost[i])) {
+      t.state = TaskStatus::State::kExited;
+      t.exit_code.reset();
+      t.message = what;
+    } else {
+      others_run = true;
+    }
+  }
+  if (life.phase == Phase::kStopping) {
+    if (!others_run) return StopDone(l, what, now);
+    Transition t;
+    t.life = std::move(l);
+    Say(&t, true, "TaskLost", what + "; the job's other tasks are still stopping");
+    return t;
+  }
+  const bool again = policy.on_failure && life.requeues < policy.max_restarts;
+  const std::string reason =
+      again ? "requeued: " + what
+            : what + (policy.on_failure ? " (no restarts left)" : " (restartPolicy never)");
+  if (others_run) {
+    Transition t = Into(l, Phase::kStopping, reason);
+    t.life.stop = again ? StopIntent::kRequeue : StopIntent::kFail;
+    t.life.stop_deadline = now;
+    if (again) t.life.requeues = life.requeues + 1;
+    Say(&t, true, "TaskLost",
+        what + "; stopping the job's other tasks before it is " + (again ? "requeued" : "failed"));
+    return t;
+  }
+  if (again) {
+    Transition t = Into(l, Phase::kPending, reason);
     t.life.requeues = life.requeues + 1;
     t.life.started_at = 0;
     Say(&t, true, "Requeued", t.life.reason);
     return t;
   }
-  Transition t =
-      Into(life, Phase::kFailed,
-           what + (policy.on_failure ? " (no restarts left)" : " (restartPolicy never)"));
+  Transition t = Into(l, Phase::kFailed, reason);
   t.life.finished_at = now;
   Say(&t, true, "Failed", t.life.reason);
   return t;
@@ -313,6 +346,7 @@ base::Result<JobLife> DecodeLife(std::string_view phase, std::string reason, int
                 : intent == "requeue" ? StopIntent::kRequeue
                                       : StopIntent::kNone;
     life.stop_deadline = number(s, "deadline", 0);
+    life.preempted_for = static_cast<int64_t>(number(s, "for", 0));
   }
   if (life.phase == Phase::kStopping && life.stop == StopIntent::kNone) {
     life.stop = StopIntent::kRequeue;  // stored before intents were: every stop was a preemption
@@ -359,6 +393,7 @@ void EncodeLife(const JobLife& life, Json* status) {
                          : life.stop == StopIntent::kFail ? "fail"
                                                           : "requeue";
     s["stop"] = {{"intent", intent}, {"deadline", life.stop_deadline}};
+    if (life.preempted_for > 0) s["stop"]["for"] = life.preempted_for;
   }
   // Tasks are shown once something was reported of them; a fresh placement has none yet.
   const bool reported = std::any_of(life.tasks.begin(), life.tasks.end(), [](const TaskStatus& t) {

@@ -59,6 +59,7 @@ struct JobLife {
   // Desired.
   StopIntent stop = StopIntent::kNone;  // set in Stopping only
   double stop_deadline = 0;             // the runner kills what still runs by then
+  int64_t preempted_for = 0;            // the job whose preemption it is stopping for; 0: none
   // Observed, for `generation`: one entry per task while the job holds resources.
   std::vector<TaskStatus> tasks;
   int64_t requeues = 0;  // runs given up after a lost node (counted against maxRestarts)
@@ -127,11 +128,15 @@ Transition Report(const JobLife& life, const std::string& node,
 // A back end with no runner to wait for (nodes declared by a pool) observes the stop at once.
 base::Result<Transition> Stopped(const JobLife& life, const std::string& why, double now);
 
-// The node of one of the job's tasks was lost, past its fencing deadline: the job's run is
-// over. It is requeued (restartPolicy on-failure within maxRestarts, or it was being stopped
-// for a requeue anyway), cancelled (it was being cancelled) or failed.
+// Nodes of the job's tasks were lost, past their fencing deadline: what ran there is dead
+// (`lost[i]`: task i's node is lost; empty: every task's). When no task of the job still runs
+// elsewhere, its run is over: it is requeued (restartPolicy on-failure within maxRestarts, or it
+// was being stopped for a requeue anyway), cancelled (it was being cancelled) or failed. When
+// tasks on live nodes still run, it goes through Stopping with that intent, so that their devices
+// stay taken until they are seen to stop.
 base::Result<Transition> NodeLost(const JobLife& life, const std::string& node,
-                                  const RestartPolicy& policy, double now);
+                                  const std::vector<bool>& lost, const RestartPolicy& policy,
+                                  double now);
 
 // The placement is no longer valid (its nodes left the estate): back to the queue.
 base::Result<Transition> Requeue(const JobLife& life, const std::string& why, double now);

@@ -52,10 +52,10 @@ TEST(Lifecycle, TransitionTable) {
                                   100);
   };
   auto lost = [](const JobLife& l) {
-    return lifecycle::NodeLost(l, "n1", RestartPolicy{true, 3}, 100);
+    return lifecycle::NodeLost(l, "n1", {}, RestartPolicy{true, 3}, 100);
   };
   auto lost_never = [](const JobLife& l) {
-    return lifecycle::NodeLost(l, "n1", RestartPolicy{false, 3}, 100);
+    return lifecycle::NodeLost(l, "n1", {}, RestartPolicy{false, 3}, 100);
   };
   auto stopped = [](const JobLife& l) { return lifecycle::Stopped(l, "no runner", 100); };
   auto requeue = [](const JobLife& l) { return lifecycle::Requeue(l, "node gone", 100); };
@@ -223,16 +223,47 @@ TEST(Lifecycle, RestartsAreSaidAndLostNodesCountAgainstMaxRestarts) {
   EXPECT_EQ(t.events[0].message, "task 0 restarted (1 of 3): exited with code 1");
   JobLife lost = Life(Phase::kRunning, 1);
   lost.requeues = 2;
-  auto last = lifecycle::NodeLost(lost, "n1", RestartPolicy{true, 3}, 9);
+  auto last = lifecycle::NodeLost(lost, "n1", {}, RestartPolicy{true, 3}, 9);
   ASSERT_TRUE(last.ok());
   EXPECT_EQ(last->life.phase, Phase::kPending);
   EXPECT_EQ(last->life.requeues, 3);
   JobLife rerun = last->life;  // placed again, and lost again: the fourth run is one too many
   rerun.phase = Phase::kRunning;
-  auto over = lifecycle::NodeLost(rerun, "n1", RestartPolicy{true, 3}, 10);
+  auto over = lifecycle::NodeLost(rerun, "n1", {}, RestartPolicy{true, 3}, 10);
   ASSERT_TRUE(over.ok());
   EXPECT_EQ(over->life.phase, Phase::kFailed);
   EXPECT_EQ(over->life.reason, "node n1 lost (no restarts left)");
+}
+
+// A gang on two nodes loses one: the task on the live node may still run, so the job's devices
+// stay taken (Stopping) until that task is seen to stop; only then is it requeued.
+TEST(Lifecycle, ALostNodeOfAGangStopsTheOthersBeforeReleasing) {
+  const std::vector<std::string> nodes = {"a", "b"};
+  JobLife l = Life(Phase::kRunning, 2);
+  l = lifecycle::Report(l, "a", {Rep(0, State::kRunning)}, nodes, 3, 1).life;
+  l = lifecycle::Report(l, "b", {Rep(1, State::kRunning)}, nodes, 3, 1).life;
+  auto t = lifecycle::NodeLost(l, "a", {true, false}, RestartPolicy{true, 3}, 50);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->life.phase, Phase::kStopping);
+  EXPECT_EQ(t->life.stop, StopIntent::kRequeue);
+  EXPECT_FALSE(t->released) << "task 1 still runs on b";
+  EXPECT_EQ(t->life.requeues, 1);
+  EXPECT_EQ(t->life.tasks[0].state, State::kExited);
+  auto done = lifecycle::Report(t->life, "b", {Rep(1, State::kExited, 143)}, nodes, 3, 60);
+  EXPECT_EQ(done.life.phase, Phase::kPending);
+  EXPECT_TRUE(done.released);
+  // Losing b too, instead, ends the stop the same way.
+  auto both = lifecycle::NodeLost(t->life, "b", {false, true}, RestartPolicy{true, 3}, 70);
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->life.phase, Phase::kPending);
+  EXPECT_TRUE(both->released);
+  // Without restarts, the job fails once the other task has stopped.
+  auto never = lifecycle::NodeLost(l, "a", {true, false}, RestartPolicy{false, 3}, 50);
+  ASSERT_TRUE(never.ok());
+  EXPECT_EQ(never->life.stop, StopIntent::kFail);
+  auto failed = lifecycle::Report(never->life, "b", {Rep(1, State::kExited, 143)}, nodes, 3, 60);
+  EXPECT_EQ(failed.life.phase, Phase::kFailed);
+  EXPECT_EQ(failed.life.reason, "node a lost (restartPolicy never)");
 }
 
 TEST(Lifecycle, StoredFormRoundTrips) {

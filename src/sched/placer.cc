@@ -33,7 +33,7 @@ bool Placer::WholeOption(const TaskSpec& task, const NodeState& node) {
   int32_t idle_total = 0;
   for (int32_t i = 0; i < node.gpu_count; ++i) {
     const GpuState& g = s_->gpus[node.gpu_begin + i];
-    if (!g.Wholeable()) continue;
+    if (!(g.Idle() || (reclaim_mig_ && g.IdleMig()))) continue;
     ++idle_total;
     int d = 0;
     while (d < n_domains && domains[d] != g.nvlink_domain) ++d;
@@ -64,7 +64,8 @@ bool Placer::WholeOption(const TaskSpec& task, const NodeState& node) {
   Option opt{static_cast<int32_t>(grants_.size()), 0};
   for (int k = 0; k < n_domains && opt.count < task.gpu_count; ++k) {
     // GPUs already whole first; idle MIG GPUs go back to whole only when those do not suffice.
-    for (bool take_mig : {false, true}) {
+    for (int pass = 0; pass < (reclaim_mig_ ? 2 : 1); ++pass) {
+      const bool take_mig = pass == 1;
       for (int32_t i = 0; i < node.gpu_count && opt.count < task.gpu_count; ++i) {
         const GpuState& g = s_->gpus[node.gpu_begin + i];
         if (g.nvlink_domain != domains[order[k]] || !(take_mig ? g.IdleMig() : g.Idle())) continue;

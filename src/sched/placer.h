@@ -39,6 +39,13 @@ class Placer {
   // Forgets which task shapes fit nowhere: the caller changed something the placer cannot see
   // (the cycle's reservation), so earlier answers may no longer hold.
   void InvalidateCache() { ++epoch_; }
+  // Whether whole-GPU tasks may take idle MIG GPUs back (MigChange::kDisableMig). Off during a
+  // preemption search, whose trial placements are undone by Release, which does not undo a
+  // layout change.
+  void set_reclaim_mig(bool on) {
+    if (reclaim_mig_ != on) ++epoch_;
+    reclaim_mig_ = on;
+  }
   // The snapshot gained a node (the last), or one changed other than by Commit and Release
   // (it became unschedulable, a GPU's health moved).
   void NodeAdded(int32_t node);
@@ -65,6 +72,7 @@ class Placer {
   base::Rng rng_;
   NodeIndex index_;
   std::vector<uint32_t> visited_;
+  bool reclaim_mig_ = true;
   uint32_t stamp_ = 0;
   uint64_t rotor_ = 0;
   uint64_t epoch_ = 0;  // bumped whenever capacity is released

@@ -338,6 +338,32 @@ void Scheduler::Stop(Job& j, double now) {
   running_.erase(std::find(running_.begin(), running_.end(), j.spec.id));
 }
 
+void Scheduler::RedoMigLayout(Placement* p) const {
+  // A stored MIG grant says how its instance was made then; a snapshot built afresh (a restart:
+  // agents register GPUs without their layout) may lack the instance, or MIG mode itself. The
+  // grant is adopted with the change that makes it again on this snapshot.
+  for (DeviceGrant& d : p->devices) {
+    if (d.mig_profile < 0 || d.gpu < 0 || d.gpu >= static_cast<int32_t>(snapshot_.gpus.size())) {
+      continue;
+    }
+    const GpuState& g = snapshot_.gpus[static_cast<size_t>(d.gpu)];
+    const domain::MigProfile& prof = snapshot_.model(g.model).mig_profiles[d.mig_profile];
+    const uint8_t bits = static_cast<uint8_t>(((1u << prof.memory_slices) - 1) << d.mig_start);
+    bool free_instance = false;
+    for (const MigSlot& m : g.mig) {
+      free_instance =
+          free_instance || (!m.allocated && m.profile == d.mig_profile && m.start == d.mig_start);
+    }
+    if (free_instance) {
+      d.mig_change = MigChange::kNone;
+    } else if (g.mig_enabled && (g.mig_used & bits) == 0) {
+      d.mig_change = MigChange::kCreateInstance;
+    } else if (g.Idle()) {
+      d.mig_change = MigChange::kEnableMig;
+    }
+  }
+}
+
 void Scheduler::Restore(Job& j) {
   for (size_t i = 0; i < j.placements.size(); ++i) {
     placer_.Commit(j.spec.tasks[i], j.placements[i], &cycle_);
@@ -371,11 +397,15 @@ base::Status Scheduler::Adopt(JobSpec spec, const std::vector<Placement>& placem
   }
   Job j;
   j.spec = std::move(spec);
-  for (size_t i = 0; i < placements.size(); ++i) {
-    const Placement& p = placements[i];
+  std::vector<Placement> adopted = placements;
+  for (Placement& p : adopted) {
+    if (p.node >= 0 && p.node < static_cast<int32_t>(snapshot_.nodes.size())) RedoMigLayout(&p);
+  }
+  for (size_t i = 0; i < adopted.size(); ++i) {
+    const Placement& p = adopted[i];
     if (p.node < 0 || p.node >= static_cast<int32_t>(snapshot_.nodes.size()) ||
         !placer_.Fits(j.spec.tasks[i], p)) {
-      Rollback(j, std::vector<Placement>(placements.begin(), placements.begin() + i));
+      Rollback(j, std::vector<Placement>(adopted.begin(), adopted.begin() + i));
       return base::Status(base::StatusCode::kFailedPrecondition,
                           "job " + std::to_string(j.spec.id) + ": task " + std::to_string(i) +
                               " no longer fits where it was placed");
@@ -385,7 +415,8 @@ base::Status Scheduler::Adopt(JobSpec spec, const std::vector<Placement>& placem
     j.charged_models.push_back(snapshot_.nodes[p.node].model);
     j.charged_milli.push_back(GrantedMilli(snapshot_, p));
   }
-  j.placements = placements;
+  for (Placement& p : adopted) SettleMig(&p);
+  j.placements = std::move(adopted);
   const int64_t id = j.spec.id;
   auto it = jobs_.emplace(id, std::move(j)).first;
   AdvanceUsage(start_time);
@@ -405,9 +436,11 @@ void Scheduler::Cancel(int64_t id, double now) {
   jobs_.erase(it);
 }
 
-void Scheduler::Evicting(int64_t id) {
+void Scheduler::Evicting(int64_t id, int64_t preempted_for) {
   auto it = jobs_.find(id);
-  if (it != jobs_.end() && it->second.phase == Phase::kRunning) it->second.phase = Phase::kStopping;
+  if (it == jobs_.end() || it->second.phase != Phase::kRunning) return;
+  it->second.phase = Phase::kStopping;
+  it->second.stopping_for = preempted_for;
 }
 
 void Scheduler::Evicted(int64_t id, double now) {
@@ -416,6 +449,7 @@ void Scheduler::Evicted(int64_t id, double now) {
   AdvanceUsage(now);
   Stop(it->second, now);
   it->second.phase = Phase::kPending;
+  it->second.stopping_for = -1;
   it->second.placements.clear();
   pending_.push_back(id);
 }

@@ -130,9 +130,10 @@ class Scheduler {
   // Forgets a job, pending or running (its resources are released); unknown ids are ignored.
   void Cancel(int64_t job, double now);
   void Evicted(int64_t job, double now);
-  // Marks an adopted job as stopping after a preemption decided before the rebuild: it holds
-  // its resources until Evicted, and is not chosen as a victim again.
-  void Evicting(int64_t job);
+  // Marks a job as stopping (cancelled, drained, or preempted before a rebuild, for job
+  // `preempted_for` then): it holds its resources until Evicted, is not chosen as a victim
+  // again, and what it will free counts for the job it was preempted for.
+  void Evicting(int64_t job, int64_t preempted_for = -1);
   CycleResult Cycle(double now);
 
   // The estate changed in place, without a new scheduler: a node joined (its cluster and GPU
@@ -208,6 +209,8 @@ class Scheduler {
   void Start(Job& j, double now, CycleResult* out);
   void Stop(Job& j, double now);  // releases its resources and quota
   void Restore(Job& j);           // re-commits a released running job
+  // Adopt: the MIG change that makes each MIG grant of `p` on the snapshot as it is now.
+  void RedoMigLayout(Placement* p) const;
   // When `j` could start if what runs ends as estimated; the nodes it would use then go to
   // `nodes` when given.
   double EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes = nullptr);

@@ -132,6 +132,12 @@ void Scheduler::Lend(const std::vector<int64_t>& borrowers, double now, CycleRes
 }
 
 bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
+  // Trial placements here are undone by Release, which cannot undo taking a MIG GPU back whole.
+  struct NoMigReclaim {
+    Placer& p;
+    explicit NoMigReclaim(Placer& placer) : p(placer) { p.set_reclaim_mig(false); }
+    ~NoMigReclaim() { p.set_reclaim_mig(true); }
+  } no_mig_reclaim(placer_);
   // What j's earlier victims will free once they have stopped is j's already: counted as free
   // here, so that a job waiting for its victims takes no more (the preemption cascade), and
   // given back to them before returning, since they hold it until Evicted.

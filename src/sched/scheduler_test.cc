@@ -211,6 +211,59 @@ TEST(Scheduler, AJobWaitingForItsVictimsTakesNoMore) {
   }
 }
 
+// After a rebuild, a victim still stopping is told whom it stops for: the preemptor takes no
+// second victim.
+TEST(Scheduler, AVictimAdoptedAsStoppingStillCountsForItsPreemptor) {
+  SchedulerOptions o;
+  o.await_stop_reports = true;
+  Fixture g(2, o);
+  ASSERT_TRUE(g.sched->Submit(Job(1, g.a, 8)).ok());
+  ASSERT_TRUE(g.sched->Submit(Job(2, g.a, 8)).ok());
+  ASSERT_EQ(g.sched->Cycle(0).started.size(), 2u);
+  g.sched->Evicting(1, 9);  // as a rebuild adopts job 1, preempted for job 9
+  ASSERT_TRUE(g.sched->Submit(Job(9, g.b, 8, 1, 10)).ok());
+  for (double t = 10; t < 20; t += 1) {
+    CycleResult r = g.sched->Cycle(t);
+    EXPECT_TRUE(r.preempted.empty()) << "job 9 waits for job 1";
+    EXPECT_EQ(Reason(r, 9), "waits for 1 preempted job(s) to stop");
+  }
+  g.sched->Evicted(1, 20);
+  EXPECT_TRUE(Started(g.sched->Cycle(20), 9));
+}
+
+// A restart builds the snapshot from agents that register GPUs without their MIG layout: running
+// MIG jobs are adopted with the layout made again, instead of being requeued (which freed their
+// slices while they ran).
+TEST(Scheduler, RunningMigJobsAreAdoptedOnAFreshSnapshot) {
+  Fixture f(1);
+  JobSpec a = Job(1, f.a, 0);
+  a.tasks = {testing::Mig("3g.40gb")};
+  JobSpec b = Job(2, f.a, 0);
+  b.tasks = {testing::Mig("3g.40gb")};
+  ASSERT_TRUE(f.sched->Submit(a).ok());
+  ASSERT_TRUE(f.sched->Submit(b).ok());
+  CycleResult r = f.sched->Cycle(0);
+  ASSERT_EQ(r.started.size(), 2u);
+  // As stored: the changes were settled to "none" once made.
+  std::vector<std::vector<Placement>> stored;
+  for (StartDecision d : r.started) {
+    for (Placement& p : d.placements) {
+      for (DeviceGrant& g : p.devices) g.mig_change = MigChange::kNone;
+    }
+    stored.push_back(d.placements);
+  }
+  Fixture fresh(1);
+  for (size_t i = 0; i < r.started.size(); ++i) {
+    JobSpec spec = r.started[i].job == 1 ? a : b;
+    base::Status s = fresh.sched->Adopt(spec, stored[i], 0);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+  const int32_t gpu = stored[0][0].devices[0].gpu;
+  EXPECT_TRUE(fresh.sched->snapshot().gpus[gpu].mig_enabled);
+  EXPECT_EQ(fresh.sched->snapshot().AllocatedGpuMilli(), 1000) << "two 3g.40gb: 8 of 8 slices";
+  EXPECT_EQ(fresh.sched->running(), 2u);
+}
+
 TEST(Scheduler, TheControlPlaneWaitsForAStopEvenWithNoGrace) {
   SchedulerOptions o;
   o.await_stop_reports = true;

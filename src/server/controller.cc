@@ -306,8 +306,12 @@ Status SchedulerController::Rebuild() {
       job.reason = adopted.message();
       lost.push_back(job);
     } else if (job.phase == "Stopping") {
-      // Preempted before the rebuild: it still holds its nodes until its tasks have stopped.
-      scheduler->Evicting(job.id);
+      // Stopping before the rebuild: it still holds its nodes until its tasks have stopped, and
+      // what it will free still counts for the job it was preempted for (no second victim).
+      const int64_t preempted_for = job.status.contains("stop") && job.status["stop"].is_object()
+                                        ? job.status["stop"].value("for", int64_t{-1})
+                                        : -1;
+      scheduler->Evicting(job.id, preempted_for > 0 ? preempted_for : -1);
     }
   }
   if (!carried.empty()) {
@@ -458,6 +462,7 @@ Status SchedulerController::Commit(const sched::CycleResult& result, double now)
     auto stop = domain::lifecycle::RequestStop(*life, domain::StopIntent::kRequeue, reason,
                                                "Preempted", p.stop_at, now);
     if (!stop.ok()) return stop.status();
+    stop->life.preempted_for = p.for_job;  // desired: kept so that a rebuild knows it too
     u.steps.push_back(*stop);
     if (!RunsOnAgents(k.allocation)) {
       auto done = domain::lifecycle::Stopped(stop->life, "no agent runs its nodes", now);

@@ -441,15 +441,18 @@ base::Result<bool> NodeService::ExpireNodes() {
     if (!holding.ok()) return holding.status();
     for (store::JobRecord& j : *holding) {
       std::string where;
+      std::vector<bool> lost_tasks;
       for (const Json& a : j.allocation) {
         const std::string n = a.value("node", "");
-        if (std::find(lost.begin(), lost.end(), n) != lost.end()) where = n;
+        const bool gone = std::find(lost.begin(), lost.end(), n) != lost.end();
+        if (gone) where = n;
+        lost_tasks.push_back(gone);
       }
       auto life = api::LifeOf(j);
       if (!life.ok()) return life.status();
       const domain::RestartPolicy policy{j.spec.value("restartPolicy", "never") == "on-failure",
                                          j.spec.value("maxRestarts", 3)};
-      auto t = domain::lifecycle::NodeLost(*life, where, policy, now);
+      auto t = domain::lifecycle::NodeLost(*life, where, lost_tasks, policy, now);
       if (!t.ok()) return t.status();
       auto e = api::CommitTransition(tx, *t, now, &j);
       if (!e.ok()) return e.status();
