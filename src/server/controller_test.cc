@@ -282,6 +282,38 @@ TEST_F(ControlPlane, ALostNodesJobIsRequeuedElsewhereInPlace) {
   EXPECT_EQ(Get(id).generation, 2);
 }
 
+// Shortening nodeLostTimeout while an agent is cut off must not declare its node lost before the
+// lease that agent was told has run out and its tasks are dead: the job would run twice.
+TEST_F(ControlPlane, AShortenedLostTimeoutWaitsForTheLeaseAgentsWereTold) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  const int64_t id = Submit("p1", {{"gpus", 8}, {"restartPolicy", "on-failure"}});
+  Rounds();
+  Report("n1", "Running");  // told the default lease (266 s) and fence grace (30 s)
+  ASSERT_TRUE(store_
+                  ->Write([&](store::Tx& tx) {
+                    auto v = tx.PutObject(Doc("Policy", "default", {{"nodeLostTimeout", 60}}),
+                                          store::kAnyVersion);
+                    if (!v.ok()) return v.status();
+                    return tx
+                        .AppendEvent({0, clock_.Now(), "Policy", "default", "", "Normal", "Applied",
+                                      "lost timeout 60 s"})
+                        .status();
+                  })
+                  .ok());
+  Round();                        // the rebuild takes the new Policy
+  for (int i = 0; i < 29; ++i) {  // 290 s of silence: past 60 s, within 266 + 30 + 4
+    clock_.Advance(10);
+    Round();
+  }
+  EXPECT_EQ(Phase(id), "Running") << "n1's agent may still run it";
+  EXPECT_TRUE(Events(id, "Requeued").empty());
+  clock_.Advance(20);
+  Round();
+  EXPECT_EQ(Events(id, "Requeued").size(), 1u) << "now it is surely dead";
+}
+
 // A job no node could hold waits, and runs once a node that can joins: in place, without the
 // rebuild that used to submit every job again.
 TEST_F(ControlPlane, AJobNothingCouldHoldRunsWhenANodeThatCanJoins) {

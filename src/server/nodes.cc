@@ -223,6 +223,7 @@ base::Result<Json> NodeService::Register(const std::string& user, const Json& bo
   e.ops = domain::DecodeNodeOps(node->spec);
   // Its tasks are assigned from now on, before the controller follows the registration.
   address_[node->name] = node->spec.value("address", "");
+  e.fenced_within = agent_lease_ + fence_grace_ + 2 * heartbeat_interval_;
   return Json{{"node", node->name},
               {"heartbeatInterval", heartbeat_interval_},
               {"lease", agent_lease_},
@@ -279,6 +280,9 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     if (wake_) wake_();
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = nodes_.find(node); it != nodes_.end()) {
+    it->second.fenced_within = agent_lease_ + fence_grace_ + 2 * heartbeat_interval_;
+  }
   return Json{{"tasks", Assignments(node)},
               {"heartbeatInterval", heartbeat_interval_},
               {"lease", agent_lease_},
@@ -415,7 +419,8 @@ base::Result<bool> NodeService::ExpireNodes() {
     std::lock_guard<std::mutex> lock(mu_);
     if (Status l = Load(); !l.ok()) return l;
     for (const auto& [name, e] : nodes_) {
-      if (e.state == "Ready" && now - e.last_seen > lost_timeout_) lost.push_back(name);
+      const double timeout = std::max(lost_timeout_, e.fenced_within);
+      if (e.state == "Ready" && now - e.last_seen > timeout) lost.push_back(name);
     }
   }
   if (lost.empty()) return false;

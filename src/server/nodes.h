@@ -87,6 +87,10 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
     bool simulated = false;
     Json telemetry = Json::array();
     domain::NodeOps ops;  // what operators asked of it (cordoned, draining)
+    // How long after its last answered heartbeat the agent's tasks are surely dead, by the lease
+    // and fence grace it was last told (plus two heartbeats): never lost sooner, even when the
+    // Policy has since been shortened.
+    double fenced_within = 0;
   };
   base::Status Load();  // the registered nodes, once, seen "now" (a grace after a restart)
   base::Result<int64_t> ApplyReports(const std::string& node, const Json& tasks);
