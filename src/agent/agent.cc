@@ -202,6 +202,17 @@ Status Agent::Run(const std::atomic<bool>& stop) {
   std::error_code ec;
   std::filesystem::create_directories(o_.work_dir + "/tasks", ec);
   if (ec) return Status::Io("--work-dir " + o_.work_dir + ": " + ec.message());
+  // Cgroups are named after the work directory too (its inode, which a restart keeps): two agents
+  // of one machine with the same node name (tests, two dev estates) must not share a task's
+  // cgroup, or one sets the other's limits.
+  struct stat work {};
+  if (stat(o_.work_dir.c_str(), &work) == 0) {
+    char id[24];
+    std::snprintf(id, sizeof id, "%llx", static_cast<unsigned long long>(work.st_ino));
+    cgroup_prefix_ = o_.node + "." + id;
+  } else {
+    cgroup_prefix_ = o_.node;
+  }
   if (Status s = Recover(); !s.ok()) return s;
   double backoff = 0.5;
   auto sleep = [&](double seconds) {
@@ -649,7 +660,8 @@ void Agent::Cleanup() {
 
 // Named after the node too: several agents may share a machine (the dev estate, tests).
 std::string Agent::CgroupName(const Task& t) const {
-  return o_.node + "." + TaskDirName(t.job, t.index, t.generation);
+  return (cgroup_prefix_.empty() ? o_.node : cgroup_prefix_) + "." +
+         TaskDirName(t.job, t.index, t.generation);
 }
 
 // Containers get their limits from their runtime.

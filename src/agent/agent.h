@@ -102,6 +102,7 @@ class Agent {
   std::unique_ptr<GpuDiscovery> gpus_;
   cli::Client client_;
   Cgroups cgroups_;
+  std::string cgroup_prefix_;  // the node and its work directory: see Run
   bool registered_ = false;
   double interval_ = 2.0;
   double lease_ = 15.0;
