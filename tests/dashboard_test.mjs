@@ -86,6 +86,16 @@ try {
     });
     return { status: res.status, body: await res.json() };
   };
+  // On a timeout that waits for a job, says where the job and its nodes stand, so that a failure
+  // tells the page's fault from the server's.
+  const explain = (id) => async (e) => {
+    const job = await api('GET', `/jobs/${id}`, admin);
+    const events = await api('GET', `/jobs/${id}/events`, admin);
+    const nodes = await api('GET', '/nodes', admin);
+    const brief = (nodes.body.items ?? []).map((n) => ({ name: n.name, state: n.state, seen: n.lastHeartbeat,
+      util: (n.gpus ?? []).map((g) => g.utilization) }));
+    throw new Error(`${e.message}\njob ${id}: ${JSON.stringify(job.body.status)}\nevents: ${JSON.stringify(events.body.items)}\nnodes: ${JSON.stringify(brief)}\nnow: ${Date.now() / 1000}`);
+  };
   step(`server at ${url}`);
 
   // ---- a browser ----
@@ -175,12 +185,7 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   const jobId = JSON.parse(submitted).id;
   step(`submitted job ${jobId} from the CLI`);
   const row = `[data-testid=running] tr[data-job="${jobId}"]`;
-  await page.waitForSelector(`${row}:has-text("Running")`, { timeout: 30000 }).catch(async (e) => {
-    // Say where the job stands, so that a failure here tells the page's fault from the server's.
-    const job = await api('GET', `/jobs/${jobId}`, admin);
-    const events = await api('GET', `/jobs/${jobId}/events`, admin);
-    throw new Error(`${e.message}\njob ${jobId}: ${JSON.stringify(job.body.status)}\nevents: ${JSON.stringify(events.body.items)}`);
-  });
+  await page.waitForSelector(`${row}:has-text("Running")`, { timeout: 30000 }).catch(explain(jobId));
   assert.match(await page.textContent(row), /dash-hello.*vision.*2 GPUs.*onprem\//);
   assert.equal(await page.evaluate(() => (window).__notReloaded), true, 'the page must not have reloaded');
   await shot('03-queue-running');
@@ -229,7 +234,7 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   await page.click('nav >> text=Estate');
   await page.waitForSelector('[data-testid=cluster-onprem]');
   // The idle notebook is pointed at; the gang, busy at 90%, is not.
-  await page.waitForSelector(`[data-testid=idle] tr[data-job="${idle}"]:has-text("2%")`, { timeout: 30000 });
+  await page.waitForSelector(`[data-testid=idle] tr[data-job="${idle}"]:has-text("2%")`, { timeout: 30000 }).catch(explain(idle));
   assert.equal(await page.locator(`[data-testid=idle] tr[data-job="${gang}"]`).count(), 0);
   await shot('07-estate');
   await until('the gang to run', async () => (await api('GET', `/jobs/${gang}`, admin)).body.status.phase === 'Running');
