@@ -123,10 +123,12 @@ base::Result<Transition> Place(const JobLife& life, int32_t tasks, const std::st
   return t;
 }
 
-base::Result<Transition> RequestStop(const JobLife& life, StopIntent intent,
-                                     const std::string& reason, const std::string& event_reason,
-                                     double deadline, double now) {
+base::Result<Transition> RequestStop(const JobLife& life, const StopRequest& request, double now) {
   (void)now;
+  const StopIntent intent = request.intent;
+  const std::string& reason = request.reason;
+  const std::string& event_reason = request.event_reason;
+  const double deadline = request.deadline;
   if (intent == StopIntent::kNone) return Status::Invalid("a stop needs an intent");
   if (life.phase == Phase::kStopping) {
     // Already on its way out: the earlier deadline holds, and the stronger intent wins (a
@@ -151,6 +153,7 @@ base::Result<Transition> RequestStop(const JobLife& life, StopIntent intent,
   Transition t = Into(life, Phase::kStopping, reason);
   t.life.stop = intent;
   t.life.stop_deadline = deadline;
+  t.life.preempted_for = request.preempted_for;
   Say(&t, intent == StopIntent::kRequeue, event_reason, reason);
   return t;
 }
@@ -168,7 +171,7 @@ base::Result<Transition> Cancel(const JobLife& life, const std::string& by, doub
     Say(&t, false, "Cancelled", reason);
     return t;
   }
-  return RequestStop(life, StopIntent::kCancel, reason, "Cancelled", now + grace, now);
+  return RequestStop(life, {StopIntent::kCancel, reason, "Cancelled", now + grace, 0}, now);
 }
 
 Transition Report(const JobLife& life, const std::string& node,

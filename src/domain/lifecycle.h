@@ -101,12 +101,19 @@ namespace lifecycle {
 base::Result<Transition> Place(const JobLife& life, int32_t tasks, const std::string& where,
                                double now);
 
-// The control plane wants the job stopped by `deadline`: Placed or Running -> Stopping, to be
-// requeued (preemption, drain) or cancelled once every task has stopped. A job already Stopping
-// keeps the earlier deadline; a cancel overrides a requeue, never the other way round.
-base::Result<Transition> RequestStop(const JobLife& life, StopIntent intent,
-                                     const std::string& reason, const std::string& event_reason,
-                                     double deadline, double now);
+// What the control plane wants when it stops a job.
+struct StopRequest {
+  StopIntent intent = StopIntent::kRequeue;
+  std::string reason;         // the job's reason from now on
+  std::string event_reason;   // the event's: Preempted, Drained, Cancelled
+  double deadline = 0;        // the runner kills what still runs by then
+  int64_t preempted_for = 0;  // a preemption: the job it frees room for
+};
+
+// The control plane wants the job stopped: Placed or Running -> Stopping, to be requeued
+// (preemption, drain) or cancelled once every task has stopped. A job already Stopping keeps the
+// earlier deadline; a cancel overrides a requeue, never the other way round.
+base::Result<Transition> RequestStop(const JobLife& life, const StopRequest& request, double now);
 
 // A user cancels: a pending job ends at once; one that holds resources stops first (through
 // RequestStop, so its devices stay taken until its tasks have stopped). Cancelling a job that

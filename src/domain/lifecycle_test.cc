@@ -48,8 +48,8 @@ TEST(Lifecycle, TransitionTable) {
   auto place = [](const JobLife& l) { return lifecycle::Place(l, 2, "n1, n2", 100); };
   auto cancel = [](const JobLife& l) { return lifecycle::Cancel(l, "alice", 30, 100); };
   auto preempt = [](const JobLife& l) {
-    return lifecycle::RequestStop(l, StopIntent::kRequeue, "preempted for job 9", "Preempted", 130,
-                                  100);
+    return lifecycle::RequestStop(
+        l, {StopIntent::kRequeue, "preempted for job 9", "Preempted", 130, 9}, 100);
   };
   auto lost = [](const JobLife& l) {
     return lifecycle::NodeLost(l, "n1", {}, RestartPolicy{true, 3}, 100);
@@ -147,8 +147,8 @@ TEST(Lifecycle, CancelKeepsTheEarlierDeadlineAndWinsOverRequeue) {
   EXPECT_DOUBLE_EQ(t->life.stop_deadline, 130);
   EXPECT_EQ(t->life.reason, "cancelled by bob");
   // A later preemption of the cancelling job leaves it cancelling.
-  auto p =
-      lifecycle::RequestStop(t->life, StopIntent::kRequeue, "preempted", "Preempted", 110, 105);
+  auto p = lifecycle::RequestStop(t->life, {StopIntent::kRequeue, "preempted", "Preempted", 110, 0},
+                                  105);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->life.stop, StopIntent::kCancel);
   EXPECT_DOUBLE_EQ(p->life.stop_deadline, 110);

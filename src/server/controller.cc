@@ -146,9 +146,8 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
     if (index < 0) return false;
     // Its jobs were requeued, failed or asked to stop in the same write; their events move the
     // scheduler. Ready and not cordoned (NodeOfObject) is schedulable.
+    // The scheduler's snapshot is the one owner of it; the estate's copies keep what was built.
     const bool ready = again.schedulable;
-    estate_->nodes[static_cast<size_t>(index)].schedulable = ready;
-    estate_->snapshot.nodes[static_cast<size_t>(index)].schedulable = ready;
     scheduler_->SetSchedulable(index, ready);
     if (ready) RetryRefused();
     return true;
@@ -459,10 +458,10 @@ Status SchedulerController::Commit(const sched::CycleResult& result, double now)
     if (!life.ok()) return life.status();
     const std::string reason =
         "preempted for job " + std::to_string(p.for_job) + " (" + p.reason + ")";
-    auto stop = domain::lifecycle::RequestStop(*life, domain::StopIntent::kRequeue, reason,
-                                               "Preempted", p.stop_at, now);
+    // The preemptor is kept with the stop, so that a rebuild knows whom the victim frees room for.
+    auto stop = domain::lifecycle::RequestStop(
+        *life, {domain::StopIntent::kRequeue, reason, "Preempted", p.stop_at, p.for_job}, now);
     if (!stop.ok()) return stop.status();
-    stop->life.preempted_for = p.for_job;  // desired: kept so that a rebuild knows it too
     u.steps.push_back(*stop);
     if (!RunsOnAgents(k.allocation)) {
       auto done = domain::lifecycle::Stopped(stop->life, "no agent runs its nodes", now);

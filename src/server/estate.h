@@ -34,6 +34,8 @@ struct PoolTraits {
 // agent runs), the quota tree, the priority classes and the policy.
 struct Estate {
   std::vector<domain::Cluster> clusters;
+  // As built (plus nodes that joined since): names, devices and pools for the API and the
+  // allocations. Whether a node is schedulable now is the scheduler's snapshot's to say.
   std::vector<domain::Node> nodes;
   std::map<std::string, std::string> agent_address;  // registered node -> its agent's address
   std::map<std::string, PoolTraits> pool_traits;     // by pool name

@@ -110,8 +110,8 @@ base::Result<Json> NodeService::Drain(const std::string& node, const std::string
     for (store::JobRecord& j : *jobs) {
       auto life = api::LifeOf(j);
       if (!life.ok()) return life.status();
-      auto t = domain::lifecycle::RequestStop(*life, domain::StopIntent::kRequeue, reason,
-                                              "Drained", deadline, now);
+      auto t = domain::lifecycle::RequestStop(
+          *life, {domain::StopIntent::kRequeue, reason, "Drained", deadline, 0}, now);
       if (!t.ok()) return t.status();
       stopping.push_back(j.id);
       if (t->events.empty()) continue;  // already stopping, for as strong a reason
