@@ -1,6 +1,6 @@
 // libFuzzer target: what the API decodes from a request before anything is stored: the JSON
-// body of a job submission, a user's roles, a bearer token, an agent's registration and task
-// reports.
+// body of a job submission, a user's roles, a bearer token, and the agent protocol (registration,
+// heartbeats and their answers, the shim's files).
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -9,6 +9,7 @@
 #include "api/api.h"
 #include "api/auth.h"
 #include "domain/documents.h"
+#include "protocol/agent_protocol.h"
 #include "server/nodes.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -26,9 +27,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto roles =
       meridian::api::ParseRoles(body.is_object() && body.contains("spec") ? body.at("spec") : body);
   if (roles.ok()) (void)meridian::api::RolesToJson(*roles);
+  // What agents and shims send: every decoder of the protocol.
   (void)meridian::server::NodeFromRegistration(body);
-  if (body.is_object() && body.contains("tasks")) {
-    (void)meridian::server::ParseTaskReports(body.at("tasks"));
+  (void)meridian::protocol::DecodeHeartbeat(body);
+  (void)meridian::protocol::DecodeAssignments(body);
+  (void)meridian::protocol::DecodeAssignment(body);
+  (void)meridian::protocol::DecodeTerms(body);
+  (void)meridian::protocol::DecodeShimSpec(body);
+  (void)meridian::protocol::DecodeShimExit(body);
+  if (body.is_object() && body.contains("devices")) {
+    (void)meridian::protocol::DecodeDevices(body.at("devices"));
   }
   return 0;
 }

@@ -54,6 +54,19 @@ void WriteFile(const std::string& path, const std::string& text) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
+// What the shim wrote when the task ended; none while it runs (or when the file is unreadable).
+std::optional<protocol::ShimExit> ReadExit(const std::string& dir) {
+  const Json j = ReadJson(dir + "/exit.json");
+  if (!j.is_object()) return std::nullopt;
+  auto exit = protocol::DecodeShimExit(j);
+  if (!exit.ok()) {
+    protocol::ShimExit unknown;
+    unknown.reason = exit.status().message();
+    return unknown;
+  }
+  return *exit;
+}
+
 int64_t FileSize(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
@@ -91,11 +104,9 @@ std::string TaskDirName(int64_t job, int32_t task, int64_t generation) {
 }
 
 // The device name a task sees for a grant: the GPU's UUID, or its MIG instance's.
-std::string DeviceName(const Json& d) {
-  const std::string uuid = d.value("uuid", "");
-  if (!d.contains("mig")) return uuid;
-  const Json& m = d.at("mig");
-  return "MIG-" + uuid + "/" + m.value("profile", "") + "/" + std::to_string(m.value("start", 0));
+std::string DeviceName(const protocol::DeviceGrant& d) {
+  if (!d.mig) return d.uuid;
+  return "MIG-" + d.uuid + "/" + d.mig->profile + "/" + std::to_string(d.mig->start);
 }
 
 }  // namespace
@@ -128,29 +139,22 @@ Agent::~Agent() = default;
 Status Agent::Register() {
   auto inventory = gpus_->Inventory();
   if (!inventory.ok()) return inventory.status();
-  Json gpus = Json::array();
+  protocol::Registration reg;
+  reg.node = o_.node;
+  reg.cluster = o_.cluster;
+  reg.pool = o_.pool;
+  reg.rack = o_.rack;
+  reg.address = o_.address;
+  reg.labels = o_.labels;
+  reg.cpu_milli = o_.cpu_milli;
+  reg.memory_mib = o_.memory_mib;
+  reg.simulated = gpus_->simulated();
+  reg.agent_version = "0.5.0";
   for (const GpuInfo& g : *inventory) {
-    gpus.push_back({{"index", g.index},
-                    {"uuid", g.uuid},
-                    {"model", g.model},
-                    {"memoryMib", g.memory_mib},
-                    {"nvlinkDomain", g.nvlink_domain},
-                    {"migCapable", g.mig_capable},
-                    {"migEnabled", g.mig_enabled}});
+    reg.gpus.push_back({g.index, g.uuid, g.model, g.memory_mib, g.nvlink_domain, g.mig_capable,
+                        g.mig_enabled, true});
   }
-  Json labels = Json::object();
-  for (const auto& [k, v] : o_.labels) labels[k] = v;
-  Json body = {{"node", o_.node},
-               {"cluster", o_.cluster},
-               {"pool", o_.pool},
-               {"rack", o_.rack},
-               {"address", o_.address},
-               {"labels", labels},
-               {"cpuMilli", o_.cpu_milli},
-               {"memoryMib", o_.memory_mib},
-               {"simulated", gpus_->simulated()},
-               {"agentVersion", "0.5.0"},
-               {"gpus", gpus}};
+  Json body = protocol::ToJson(reg);
   const double sent = Now();
   auto r = client_.Call("POST", "/api/v1/agents/register", &body);
   if (!r.ok()) return r.status();
@@ -159,10 +163,9 @@ Status Agent::Register() {
                                                        : base::StatusCode::kInvalidArgument,
                   "registration refused: " + cli::ErrorMessage(*r));
   }
-  if (!r->body.is_object()) return Status::Invalid("registration: the answer is not JSON");
-  interval_ = r->body.value("heartbeatInterval", interval_);
-  lease_ = r->body.value("lease", lease_);
-  fence_grace_ = r->body.value("fenceGrace", fence_grace_);
+  auto answer = protocol::DecodeRegistrationAnswer(r->body);
+  if (!answer.ok()) return answer.status();
+  TakeTerms(answer->terms);
   // The server may answer a registration before it has read its policy: the figures in the lease
   // file (from the last heartbeat, which comes only after) stay until a heartbeat's answer.
   RenewLease(sent, LeaseValues::kKeep);
@@ -176,9 +179,15 @@ Status Agent::Register() {
   return Status::Ok();
 }
 
+void Agent::TakeTerms(const protocol::AgentTerms& terms) {
+  interval_ = terms.heartbeat_interval;
+  lease_ = terms.lease;
+  if (terms.fence_grace) fence_grace_ = *terms.fence_grace;
+}
+
 Status Agent::Beat() {
   Poll();
-  Json body = {{"telemetry", Telemetry()}, {"tasks", Reports()}};
+  Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports()});
   const double sent = Now();
   auto r = client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
   if (!r.ok()) return r.status();
@@ -187,12 +196,11 @@ Status Agent::Beat() {
     return Status::NotFound(cli::ErrorMessage(*r));
   }
   if (r->status != 200) return Status::Invalid("heartbeat refused: " + cli::ErrorMessage(*r));
-  if (!r->body.is_object()) return Status::Invalid("heartbeat: the answer is not a JSON object");
-  interval_ = r->body.value("heartbeatInterval", interval_);
-  lease_ = r->body.value("lease", lease_);
-  fence_grace_ = r->body.value("fenceGrace", fence_grace_);
+  auto terms = protocol::DecodeTerms(r->body);
+  if (!terms.ok()) return terms.status();
+  TakeTerms(*terms);
   RenewLease(sent, LeaseValues::kWrite);
-  Reconcile(r->body.value("tasks", Json::array()));
+  Reconcile(r->body);
   UploadLogs();
   Cleanup();
   return Status::Ok();
@@ -251,7 +259,7 @@ Status Agent::Run(const std::atomic<bool>& stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (registered_) {
-    Json body = {{"telemetry", Telemetry()}, {"tasks", Reports()}};
+    Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports()});
     (void)client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
     UploadLogs();
   }
@@ -262,22 +270,25 @@ Status Agent::Recover() {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(o_.work_dir + "/tasks", ec)) {
     const std::string dir = entry.path().string();
-    const Json a = ReadJson(dir + "/assignment.json");
-    if (!a.is_object()) continue;
+    auto a = protocol::DecodeAssignment(ReadJson(dir + "/assignment.json"));
+    if (!a.ok()) {
+      std::fprintf(stderr, "meridian agent: %s: %s (left alone)\n", dir.c_str(),
+                   a.status().message().c_str());
+      continue;
+    }
     Task t;
-    t.job = a.value("job", int64_t{0});
-    t.index = a.value("task", 0);
-    t.generation = a.value("generation", int64_t{0});
+    t.job = a->job;
+    t.index = a->task;
+    t.generation = a->generation;
     t.dir = dir;
-    t.assignment = a;
+    t.assignment = std::move(a.value());
     t.restarts = std::atoi(ReadAll(dir + "/restarts").c_str());
     t.shim_pid = std::atoi(ReadAll(dir + "/shim.pid").c_str());
     t.adopted = true;
-    const Json exit = ReadJson(dir + "/exit.json");
-    if (exit.is_object()) {
+    if (auto exit = ReadExit(dir)) {
       t.state = "Exited";
-      t.exit_code = exit.value("exitCode", Json());
-      t.message = exit.value("reason", "");
+      t.exit_code = exit->exit_code;
+      t.message = exit->reason;
     } else if (ShimAlive(t.shim_pid)) {
       t.state = "Running";
     } else {
@@ -291,32 +302,44 @@ Status Agent::Recover() {
   return Status::Ok();
 }
 
-void Agent::Reconcile(const Json& assigned) {
+void Agent::Reconcile(const Json& answer) {
   std::set<Key> listed;
-  for (const Json& a : assigned) {
-    if (!a.is_object()) continue;
-    const Key key{a.value("job", int64_t{0}), a.value("task", 0),
-                  a.value("generation", int64_t{0})};
+  for (protocol::DecodedAssignment& d : protocol::DecodeAssignments(answer)) {
+    if (!d.assignment.ok()) {
+      // Listed, so not stopped if it runs; if it does not, it is reported as never started.
+      std::fprintf(stderr, "meridian agent: %s\n", d.assignment.status().message().c_str());
+      if (!d.key) continue;
+      listed.insert(*d.key);
+      if (tasks_.count(*d.key)) continue;
+      Task t;
+      std::tie(t.job, t.index, t.generation) = *d.key;
+      t.state = "Exited";
+      t.message = "the agent cannot read its assignment: " + d.assignment.status().message();
+      tasks_[*d.key] = std::move(t);
+      continue;
+    }
+    protocol::Assignment& a = *d.assignment;
+    const Key key{a.job, a.task, a.generation};
     listed.insert(key);
     auto it = tasks_.find(key);
-    if (a.value("stop", false)) {
+    if (a.stop) {
       if (it == tasks_.end()) {
         // Never started here: it counts as stopped at once.
         Task t;
         std::tie(t.job, t.index, t.generation) = key;
-        t.assignment = a;
+        t.assignment = std::move(a);
         t.state = "Exited";
         t.message = "stopped before it started";
         tasks_[key] = std::move(t);
       } else if (it->second.state != "Exited") {
-        RequestStop(it->second, a.value("stopReason", "preempted"));
+        RequestStop(it->second, a.stop_reason.empty() ? "preempted" : a.stop_reason);
       }
       continue;
     }
     if (it != tasks_.end()) continue;  // running, or ended and reported
     Task t;
     std::tie(t.job, t.index, t.generation) = key;
-    t.assignment = a;
+    t.assignment = std::move(a);
     t.dir = o_.work_dir + "/tasks/" + TaskDirName(t.job, t.index, t.generation);
     Task& placed = tasks_[key] = std::move(t);
     Start(placed);
@@ -336,9 +359,9 @@ std::vector<std::string> Agent::TaskArgv(const Task& t,
                                          const std::map<std::string, std::string>& env,
                                          std::string* error,
                                          std::vector<std::string>* cleanup) const {
-  const Json& a = t.assignment;
-  std::vector<std::string> command = a.value("command", std::vector<std::string>{});
-  const std::string image = a.value("image", "");
+  const protocol::TaskRun& run = t.assignment.run;
+  const std::vector<std::string>& command = run.command;
+  const std::string& image = run.image;
   if (image.empty()) {
     if (command.empty()) *error = "spec.command is empty: nothing to run";
     return command;
@@ -360,14 +383,11 @@ std::vector<std::string> Agent::TaskArgv(const Task& t,
   // The task directory is mounted where it is, so that the notice file has the same path.
   argv.insert(argv.end(),
               {"run", "--rm", "--network=host", "--name", name, "-v", t.dir + ":" + t.dir});
-  const int64_t cpu = a.value("cpuMilli", int64_t{0});
-  const int64_t mem = a.value("memoryMib", int64_t{0});
-  if (cpu > 0) argv.push_back("--cpus=" + std::to_string(cpu / 1000.0));
-  if (mem > 0) argv.push_back("--memory=" + std::to_string(mem) + "m");
-  const Json spec_env = a.value("env", Json::object());
+  if (run.cpu_milli > 0) argv.push_back("--cpus=" + std::to_string(run.cpu_milli / 1000.0));
+  if (run.memory_mib > 0) argv.push_back("--memory=" + std::to_string(run.memory_mib) + "m");
   for (const auto& [k, v] : env) {
     if (k.rfind("MERIDIAN_", 0) == 0 || k.find("VISIBLE_DEVICES") != std::string::npos ||
-        spec_env.contains(k)) {
+        run.env.count(k)) {
       argv.insert(argv.end(), {"-e", k + "=" + v});
     }
   }
@@ -377,22 +397,19 @@ std::vector<std::string> Agent::TaskArgv(const Task& t,
 }
 
 std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
-  const Json& a = t.assignment;
+  const protocol::Assignment& a = t.assignment;
   std::map<std::string, std::string> env;
   for (const char* k : {"PATH", "HOME", "LANG", "TZ", "TMPDIR"}) {
     if (const char* v = std::getenv(k)) env[k] = v;
   }
   if (!env.count("PATH")) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
-  const Json spec_env = a.value("env", Json::object());
-  for (const auto& [k, v] : spec_env.items()) {
-    if (v.is_string()) env[k] = v.get<std::string>();
-  }
+  for (const auto& [k, v] : a.run.env) env[k] = v;
   std::string devices;
   int64_t milli = 0, gpu_memory = 0;
-  for (const Json& d : a.value("devices", Json::array())) {
+  for (const protocol::DeviceGrant& d : a.devices) {
     devices += (devices.empty() ? "" : ",") + DeviceName(d);
-    milli += d.value("milli", 0);
-    gpu_memory += d.value("memoryMib", int64_t{0});
+    milli += d.milli;
+    gpu_memory += d.memory_mib;
   }
   env["CUDA_VISIBLE_DEVICES"] = devices;
   env["NVIDIA_VISIBLE_DEVICES"] = devices.empty() ? "void" : devices;
@@ -402,11 +419,11 @@ std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
   }
   if (gpu_memory > 0) env["MERIDIAN_GPU_MEMORY_MIB"] = std::to_string(gpu_memory);
   env["MERIDIAN_JOB_ID"] = std::to_string(t.job);
-  env["MERIDIAN_JOB_NAME"] = a.value("name", "");
-  env["MERIDIAN_PROJECT"] = a.value("project", "");
+  env["MERIDIAN_JOB_NAME"] = a.name;
+  env["MERIDIAN_PROJECT"] = a.project;
   env["MERIDIAN_TASK_INDEX"] = std::to_string(t.index);
-  env["MERIDIAN_WORLD_SIZE"] = std::to_string(a.value("worldSize", 1));
-  env["MERIDIAN_MASTER_ADDR"] = a.value("masterAddr", "");
+  env["MERIDIAN_WORLD_SIZE"] = std::to_string(a.world_size);
+  env["MERIDIAN_MASTER_ADDR"] = a.master_addr;
   env["MERIDIAN_GENERATION"] = std::to_string(t.generation);
   env["MERIDIAN_RESTART"] = std::to_string(t.restarts);
   env["MERIDIAN_NODE"] = o_.node;
@@ -421,14 +438,13 @@ void Agent::Start(Task& t) {
   std::filesystem::remove(t.dir + "/exit.json", ec);
   std::filesystem::remove(t.dir + "/stop", ec);
   std::filesystem::remove(t.dir + "/notice", ec);
-  WriteFile(t.dir + "/assignment.json", t.assignment.dump());
+  WriteFile(t.dir + "/assignment.json", protocol::ToJson(t.assignment).dump());
   WriteFile(t.dir + "/restarts", std::to_string(t.restarts));
   std::string error;
   // MIG grants: the instance is made (or the layout changed) before the task starts.
-  for (const Json& d : t.assignment.value("devices", Json::array())) {
-    if (!d.contains("mig") || !error.empty()) continue;
-    auto made = gpus_->CreateMigInstance(d.value("gpu", -1), d["mig"].value("profile", ""),
-                                         d["mig"].value("start", 0));
+  for (const protocol::DeviceGrant& d : t.assignment.devices) {
+    if (!d.mig || !error.empty()) continue;
+    auto made = gpus_->CreateMigInstance(d.gpu, d.mig->profile, d.mig->start);
     if (!made.ok()) error = made.status().message();
   }
   const std::map<std::string, std::string> task_env = TaskEnv(t);
@@ -438,47 +454,44 @@ void Agent::Start(Task& t) {
   if (!error.empty()) {
     ReleaseDevices(t);
     t.state = "Exited";
-    t.exit_code = nullptr;
+    t.exit_code.reset();
     t.message = error;
     std::ofstream(t.dir + "/output.log", std::ios::app) << "meridian: " << error << "\n";
     return;
   }
-  Json procs = Json::array();
+  const protocol::TaskRun& run = t.assignment.run;
+  protocol::ShimSpec spec;
   const std::string group = CgroupName(t);
   if (Limited(t)) {
-    auto files = cgroups_.Create(group, t.assignment.value("cpuMilli", int64_t{0}),
-                                 t.assignment.value("memoryMib", int64_t{0}));
+    auto files = cgroups_.Create(group, run.cpu_milli, run.memory_mib);
     if (files.ok()) {
-      procs = *files;
+      spec.cgroup_procs = *files;
     } else {
       std::fprintf(stderr, "meridian agent: task %s runs without limits: %s\n", group.c_str(),
                    files.status().message().c_str());
     }
   }
-  Json env = Json::object();
-  for (const auto& [k, v] : task_env) env[k] = v;
+  spec.env = task_env;
   if (!cleanup.empty()) {
     // The container runtime's own configuration comes from the agent's environment.
     for (const char* k :
          {"CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF", "DOCKER_HOST",
           "DOCKER_CONFIG", "XDG_RUNTIME_DIR"}) {
-      if (const char* v = std::getenv(k)) env[k] = v;
+      if (const char* v = std::getenv(k)) spec.env[k] = v;
     }
   }
-  Json spec = {{"argv", argv},
-               {"env", env},
-               {"cwd", t.assignment.value("workingDir", "")},
-               {"output", t.dir + "/output.log"},
-               {"grace", t.assignment.value("gracePeriod", 30.0)},
-               {"noticeSignal", SignalNumber(t.assignment.value("noticeSignal", "none"))},
-               {"noticeFile", t.dir + "/notice"},
-               {"leaseFile", o_.work_dir + "/lease"},
-               {"lease", lease_},
-               {"runtimeLimit", t.assignment.value("runtimeLimit", 0.0)},
-               {"cgroupProcs", procs},
-               {"cleanup", cleanup}};
-  if (fence_grace_ >= 0) spec["fenceGrace"] = fence_grace_;
-  WriteFile(t.dir + "/spec.json", spec.dump());
+  spec.argv = std::move(argv);
+  spec.cwd = run.working_dir;
+  spec.output = t.dir + "/output.log";
+  spec.grace = run.grace_period;
+  spec.notice_signal = SignalNumber(run.notice_signal);
+  spec.notice_file = t.dir + "/notice";
+  spec.lease_file = o_.work_dir + "/lease";
+  spec.lease = lease_;
+  spec.runtime_limit = run.runtime_limit;
+  spec.cleanup = std::move(cleanup);
+  if (fence_grace_ >= 0) spec.fence_grace = fence_grace_;
+  WriteFile(t.dir + "/spec.json", protocol::ToJson(spec).dump());
   const std::string shim = o_.shim;
   const std::string dir = t.dir;
   const pid_t pid = fork();
@@ -495,7 +508,7 @@ void Agent::Start(Task& t) {
   t.shim_pid = pid;
   t.adopted = false;
   t.state = "Running";
-  t.exit_code = nullptr;
+  t.exit_code.reset();
   WriteFile(t.dir + "/shim.pid", std::to_string(pid));
 }
 
@@ -517,27 +530,27 @@ void Agent::Poll() {
   for (auto& [key, t] : tasks_) {
     if (t.state == "BackingOff" && now >= t.restart_at && !t.stop_requested) Start(t);
     if (t.state != "Running") continue;
-    const Json exit = ReadJson(t.dir + "/exit.json");
-    if (!exit.is_object()) {
+    const std::optional<protocol::ShimExit> exit = ReadExit(t.dir);
+    if (!exit) {
       if (!(t.adopted ? ShimAlive(t.shim_pid) : Alive(t.shim_pid))) {
         t.state = "Exited";
         t.message = "its supervisor ended without an exit status";
       }
       continue;
     }
-    t.exit_code = exit.value("exitCode", Json());
-    t.message = exit.value("reason", "");
+    t.exit_code = exit->exit_code;
+    t.message = exit->reason;
     cgroups_.Remove(CgroupName(t));
-    const bool failed = !t.exit_code.is_number_integer() || t.exit_code.get<int64_t>() != 0;
-    const bool may_restart = t.assignment.value("restartPolicy", "never") == "on-failure" &&
-                             t.restarts < t.assignment.value("maxRestarts", int64_t{3});
+    const bool failed = !t.exit_code || *t.exit_code != 0;
+    const domain::RestartPolicy& restart = t.assignment.run.restart;
+    const bool may_restart = restart.on_failure && t.restarts < restart.max_restarts;
     if (failed && may_restart && !t.stop_requested && t.message.empty()) {
       ++t.restarts;
       const double backoff = std::min(kMaxBackoff, std::pow(2.0, t.restarts - 1));
       t.state = "BackingOff";
       t.restart_at = now + backoff;
-      t.message = "exited with code " + t.exit_code.dump() + "; restarting in " +
-                  std::to_string(static_cast<int>(backoff)) + " s";
+      t.message = "exited with code " + (t.exit_code ? std::to_string(*t.exit_code) : "unknown") +
+                  "; restarting in " + std::to_string(static_cast<int>(backoff)) + " s";
       std::ofstream(t.dir + "/output.log", std::ios::app) << "meridian: " << t.message << "\n";
       continue;
     }
@@ -547,25 +560,26 @@ void Agent::Poll() {
 }
 
 void Agent::ReleaseDevices(const Task& t) {
-  for (const Json& d : t.assignment.value("devices", Json::array())) {
-    if (!d.contains("mig")) continue;
-    gpus_->DestroyMigInstance(d.value("gpu", -1), d["mig"].value("profile", ""),
-                              d["mig"].value("start", 0));
+  for (const protocol::DeviceGrant& d : t.assignment.devices) {
+    if (d.mig) gpus_->DestroyMigInstance(d.gpu, d.mig->profile, d.mig->start);
   }
 }
 
-Json Agent::Reports() const {
-  Json out = Json::array();
+std::vector<protocol::TaskReport> Agent::Reports() const {
+  std::vector<protocol::TaskReport> out;
   for (const auto& [key, t] : tasks_) {
     if (t.gone) continue;
-    Json r = {{"job", t.job},
-              {"task", t.index},
-              {"generation", t.generation},
-              {"state", t.state == "Exited" ? "Exited" : "Running"},
-              {"restarts", t.restarts}};
-    if (t.state == "Exited") r["exitCode"] = t.exit_code;
-    if (!t.message.empty()) r["message"] = t.message;
-    out.push_back(r);
+    protocol::TaskReport r;
+    r.job = t.job;
+    r.report.task = t.index;
+    r.report.generation = t.generation;
+    const bool exited = t.state == "Exited";
+    r.report.state =
+        exited ? domain::TaskStatus::State::kExited : domain::TaskStatus::State::kRunning;
+    r.report.restarts = t.restarts;
+    if (exited) r.report.exit_code = t.exit_code;
+    r.report.message = t.message;
+    out.push_back(std::move(r));
   }
   return out;
 }
@@ -577,13 +591,13 @@ Json Agent::Telemetry() {
     std::map<int32_t, std::pair<double, int64_t>> load;
     for (const auto& [key, t] : tasks_) {
       if (t.state != "Running") continue;
-      const double util = t.assignment.value("simulateUtilization", 0.5);
-      for (const Json& d : t.assignment.value("devices", Json::array())) {
-        const int32_t g = d.value("gpu", -1);
+      const double util = t.assignment.run.simulate_utilization;
+      for (const protocol::DeviceGrant& d : t.assignment.devices) {
+        const int32_t g = d.gpu;
         if (g < 0 || !inventory.ok() || g >= static_cast<int32_t>(inventory->size())) continue;
-        const double share = d.value("milli", 1000) / 1000.0;
-        const int64_t mem = d.value("memoryMib", int64_t{0}) > 0
-                                ? d.value("memoryMib", int64_t{0})
+        const double share = d.milli / 1000.0;
+        const int64_t mem = d.memory_mib > 0
+                                ? d.memory_mib
                                 : static_cast<int64_t>((*inventory)[g].memory_mib * share * util);
         load[g].first += util * share;
         load[g].second += mem;
@@ -666,7 +680,7 @@ std::string Agent::CgroupName(const Task& t) const {
 
 // Containers get their limits from their runtime.
 bool Agent::Limited(const Task& t) const {
-  return cgroups_.version() != Cgroups::Version::kNone && t.assignment.value("image", "").empty();
+  return cgroups_.version() != Cgroups::Version::kNone && t.assignment.run.image.empty();
 }
 
 void Agent::RenewLease(double sent_at, LeaseValues values) {
@@ -680,10 +694,10 @@ void Agent::RenewLease(double sent_at, LeaseValues values) {
   const bool changed = lease_written_ != std::make_pair(lease_, fence_grace_);
   if ((values == LeaseValues::kWrite && changed) || ::stat(path.c_str(), &st) != 0) {
     // Written and dated before it replaces the old one: a shim never sees it undated.
-    Json lease = {{"lease", lease_}};
-    if (fence_grace_ >= 0) lease["fenceGrace"] = fence_grace_;
+    protocol::LeaseTerms lease{lease_, std::nullopt};
+    if (fence_grace_ >= 0) lease.fence_grace = fence_grace_;
     const std::string tmp = path + ".tmp";
-    std::ofstream(tmp) << lease.dump() << "\n";
+    std::ofstream(tmp) << protocol::ToJson(lease).dump() << "\n";
     ::utimensat(AT_FDCWD, tmp.c_str(), times, 0);
     std::rename(tmp.c_str(), path.c_str());
     if (values == LeaseValues::kWrite) lease_written_ = {lease_, fence_grace_};

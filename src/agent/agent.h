@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "agent/gpu_discovery.h"
 #include "base/status.h"
 #include "cli/client.h"
+#include "protocol/agent_protocol.h"
 
 namespace meridian::agent {
 
@@ -61,11 +63,11 @@ class Agent {
     int32_t index = 0;
     int64_t generation = 0;
     std::string dir;
-    Json assignment;
+    protocol::Assignment assignment;
     int shim_pid = 0;
-    bool adopted = false;            // its shim was started by an earlier life of the agent
-    std::string state = "Starting";  // Starting | Running | BackingOff | Exited
-    Json exit_code;                  // null: unknown or still running
+    bool adopted = false;              // its shim was started by an earlier life of the agent
+    std::string state = "Starting";    // Starting | Running | BackingOff | Exited
+    std::optional<int64_t> exit_code;  // none: unknown or still running
     int64_t restarts = 0;
     double restart_at = 0;  // BackingOff: when to start again
     std::string message;
@@ -75,15 +77,16 @@ class Agent {
   };
   using Key = std::tuple<int64_t, int32_t, int64_t>;  // job, task, generation
 
-  base::Status Recover();  // tasks from an earlier life of the agent
-  void Reconcile(const Json& assigned);
+  base::Status Recover();              // tasks from an earlier life of the agent
+  void Reconcile(const Json& answer);  // the heartbeat's answer: what should run here
   void Start(Task& t);
   void RequestStop(Task& t, const std::string& reason);
   void ReleaseDevices(const Task& t);  // MIG instances of an ended run
   void Poll();                         // exits, restarts, backoffs
   void UploadLogs();
   void Cleanup();
-  Json Reports() const;
+  std::vector<protocol::TaskReport> Reports() const;
+  void TakeTerms(const protocol::AgentTerms& terms);  // from the server's answer
   Json Telemetry();
   // The command line of a run (through the container runtime for an image, when `cleanup` gets
   // the command that removes its container); `error` says why it cannot run.

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "protocol/agent_protocol.h"
+
 namespace meridian::agent {
 
 namespace {
@@ -83,13 +85,11 @@ class Lease {
     if (dated != dated_) {
       dated_ = dated;
       const Json j = Json::parse(ReadAll(file_), nullptr, false);
-      if (j.is_object()) {
-        if (j.contains("lease") && j.at("lease").is_number() && j.at("lease").get<double>() > 0) {
-          lease_ = j.at("lease").get<double>();
-        }
-        if (j.contains("fenceGrace") && j.at("fenceGrace").is_number()) {
-          fence_grace_ = j.at("fenceGrace").get<double>();
-        }
+      // A file being replaced, or one without figures yet: the last known ones stand.
+      auto terms = protocol::DecodeLeaseTerms(j);
+      if (terms.ok()) {
+        if (terms->lease > 0) lease_ = terms->lease;
+        if (terms->fence_grace) fence_grace_ = *terms->fence_grace;
       }
     }
     return dated + lease_;
@@ -119,37 +119,32 @@ void KillAll(pid_t group, const std::vector<std::string>& procs) {
 }  // namespace
 
 int RunShim(const std::string& dir) {
-  Json spec;
-  try {
-    spec = Json::parse(ReadAll(dir + "/spec.json"));
-  } catch (const Json::exception& e) {
-    std::fprintf(stderr, "meridian-shim: %s/spec.json: %s\n", dir.c_str(), e.what());
+  const Json text = Json::parse(ReadAll(dir + "/spec.json"), nullptr, false);
+  auto decoded = protocol::DecodeShimSpec(text);
+  if (text.is_discarded() || !decoded.ok()) {
+    std::fprintf(stderr, "meridian-shim: %s/spec.json: %s\n", dir.c_str(),
+                 text.is_discarded() ? "not JSON" : decoded.status().message().c_str());
     return 2;
   }
-  std::vector<std::string> args = spec.value("argv", std::vector<std::string>{});
+  const protocol::ShimSpec& spec = *decoded;
+  std::vector<std::string> args = spec.argv;
   std::vector<std::string> env;
-  const Json env_spec = spec.value("env", Json::object());
-  for (const auto& [k, v] : env_spec.items()) {
-    env.push_back(k + "=" + v.get<std::string>());
-  }
-  const std::string output = spec.value("output", dir + "/output.log");
-  const std::string cwd = spec.value("cwd", "");
-  const double grace = spec.value("grace", 30.0);
-  const int notice_signal = spec.value("noticeSignal", 0);
-  const std::string notice_file = spec.value("noticeFile", "");
-  const std::string lease_file = spec.value("leaseFile", "");
-  const double lease = spec.value("lease", 0.0);
+  for (const auto& [k, v] : spec.env) env.push_back(k + "=" + v);
+  const std::string output = spec.output.empty() ? dir + "/output.log" : spec.output;
+  const std::string& cwd = spec.cwd;
+  const double grace = spec.grace;
+  const int notice_signal = spec.notice_signal;
+  const std::string& notice_file = spec.notice_file;
   // From an agent that the server gave none: the task's own grace period.
-  const double fence_grace = spec.contains("fenceGrace") && spec.at("fenceGrace").is_number()
-                                 ? spec.at("fenceGrace").get<double>()
-                                 : grace;
-  const double runtime_limit = spec.value("runtimeLimit", 0.0);
-  const std::vector<std::string> procs = spec.value("cgroupProcs", std::vector<std::string>{});
-  std::vector<std::string> cleanup = spec.value("cleanup", std::vector<std::string>{});
+  const double fence_grace = spec.fence_grace.value_or(grace);
+  const double runtime_limit = spec.runtime_limit;
+  const std::vector<std::string>& procs = spec.cgroup_procs;
+  std::vector<std::string> cleanup = spec.cleanup;
   if (args.empty()) {
-    WriteAtomically(
-        dir + "/exit.json",
-        Json{{"exitCode", nullptr}, {"reason", "nothing to run"}, {"finishedAt", Now()}}.dump());
+    protocol::ShimExit nothing;
+    nothing.reason = "nothing to run";
+    nothing.finished_at = Now();
+    WriteAtomically(dir + "/exit.json", protocol::ToJson(nothing).dump());
     return 1;
   }
 
@@ -208,9 +203,8 @@ int RunShim(const std::string& dir) {
     if (!f && cgroup_error.empty()) cgroup_error = "cannot join " + p;
   }
   const double started = Now();
-  WriteAtomically(
-      dir + "/started.json",
-      Json{{"pid", child}, {"startedAt", started}, {"cgroupError", cgroup_error}}.dump());
+  WriteAtomically(dir + "/started.json",
+                  protocol::ToJson(protocol::ShimStarted{child, started, cgroup_error}).dump());
   (void)!write(gate[1], "x", 1);
   close(gate[1]);
 
@@ -218,7 +212,7 @@ int RunShim(const std::string& dir) {
   // grace period later, SIGKILL at its end. A lost lease: the notice and SIGTERM at once, SIGKILL
   // at most fenceGrace after the lease ran out, so that the task is dead before the server runs
   // it elsewhere (domain/agent_timing.h).
-  Lease watch{lease_file, lease, fence_grace};
+  Lease watch{spec.lease_file, spec.lease, fence_grace};
   double stop_at = 0, term_at = 0, kill_at = 0;  // 0: not yet
   bool lease_lost = false, termed = false, killed = false;
   std::string reason;
@@ -286,15 +280,17 @@ int RunShim(const std::string& dir) {
     }
     if (c > 0) waitpid(c, nullptr, 0);
   }
-  Json exit = {{"finishedAt", Now()}, {"startedAt", started}};
+  protocol::ShimExit exit;
+  exit.started_at = started;
+  exit.finished_at = Now();
   if (WIFEXITED(status)) {
-    exit["exitCode"] = WEXITSTATUS(status);
+    exit.exit_code = WEXITSTATUS(status);
   } else if (WIFSIGNALED(status)) {
-    exit["exitCode"] = 128 + WTERMSIG(status);
-    exit["signal"] = WTERMSIG(status);
+    exit.exit_code = 128 + WTERMSIG(status);
+    exit.signal = WTERMSIG(status);
   }
-  if (!reason.empty()) exit["reason"] = reason;
-  WriteAtomically(dir + "/exit.json", exit.dump());
+  exit.reason = reason;
+  WriteAtomically(dir + "/exit.json", protocol::ToJson(exit).dump());
   return 0;
 }
 

@@ -41,7 +41,7 @@ void Api::SubmitJob(Call& call) {
     return Fail(call, 403, "permission_denied",
                 call.access.user() + " may not submit jobs to project " + doc->project);
   }
-  const std::string priority = doc->spec.value("priorityClass", "");
+  const std::string& priority = doc->typed.priority_class;
   if (!priority.empty()) {
     auto cls = config->priority_classes.find(priority);
     if (cls == config->priority_classes.end()) {
@@ -174,9 +174,11 @@ void Api::CancelJob(Call& call) {
     auto life = LifeOf(*job);
     if (!life.ok()) return life.status();
     // A job that holds devices goes through Stopping: they stay taken until its tasks have
-    // been seen to stop.
-    auto t = domain::lifecycle::Cancel(*life, call.access.user(),
-                                       job->spec.value("gracePeriod", 30.0), call.started);
+    // been seen to stop. A spec that no longer decodes (a damaged row) gets the default grace:
+    // such a job can still be cancelled.
+    auto spec = SpecOf(*job);
+    const double grace = spec.ok() ? spec->grace_period : domain::JobSpec{}.grace_period;
+    auto t = domain::lifecycle::Cancel(*life, call.access.user(), grace, call.started);
     if (!t.ok()) {
       return Status(t.status().code(),
                     "job " + std::to_string(job->id) + ": " + t.status().message());

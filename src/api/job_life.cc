@@ -15,6 +15,14 @@ base::Result<domain::JobLife> LifeOf(const store::JobRecord& job) {
   return life;
 }
 
+base::Result<domain::JobSpec> SpecOf(const store::JobRecord& job) {
+  auto spec = domain::DecodeJobSpec(job.spec);
+  if (!spec.ok()) {
+    return base::Status::Invalid("job " + std::to_string(job.id) + ": " + spec.status().message());
+  }
+  return spec;
+}
+
 std::vector<store::Event> ApplyTransition(const domain::Transition& t, double now,
                                           store::JobRecord* job) {
   job->phase = std::string(domain::PhaseName(t.life.phase));

@@ -14,6 +14,9 @@ namespace meridian::api {
 
 base::Result<domain::JobLife> LifeOf(const store::JobRecord& job);
 
+// The job's spec, decoded from its stored (canonical) form; an error names the job and field.
+base::Result<domain::JobSpec> SpecOf(const store::JobRecord& job);
+
 // Writes the transition into `job` (phase, reason, generation, status; the allocation is
 // dropped when the job goes back to the queue) and returns its events, not yet appended.
 std::vector<store::Event> ApplyTransition(const domain::Transition& t, double now,

@@ -5,6 +5,7 @@
 
 #include "domain/agent_timing.h"
 #include "domain/gpu_model.h"
+#include "domain/job_spec.h"
 
 namespace meridian::domain {
 
@@ -139,61 +140,10 @@ const std::map<std::string, SpecReader>& Readers() {
   return kReaders;
 }
 
-bool KnownMigProfile(const std::string& profile) {
-  for (const GpuModel& m : GpuCatalog::Builtin().models()) {
-    if (m.FindMigProfile(profile)) return true;
-  }
-  return false;
-}
-
-void JobSpecFields(FieldReader& s) {
-  s.Enum("type", {"batch", "training", "inference", "interactive"}, "batch");
-  s.Name("priorityClass", false);
-  const int64_t tasks = s.Int("tasks", 1, 10000, 1);
-  int requests = 0;
-  for (const char* k : {"gpus", "gpuMilli", "migProfile"}) requests += s.Has(k);
-  if (requests > 1) s.Error("gpus", "give only one of gpus, gpuMilli and migProfile");
-  s.Int("gpus", 0, kMaxGpusPerNode, 0);
-  s.Int("gpuMilli", 1, 999, 0);
-  s.Int("gpuMemoryMib", 0, 1LL << 30, 0);
-  if (s.Has("gpuMemoryMib") && !s.Has("gpuMilli")) {
-    s.Error("gpuMemoryMib", "applies only to a fraction of a GPU (gpuMilli)");
-  }
-  const bool mig = s.Has("migProfile");
-  const std::string profile = s.String("migProfile", false);
-  if (mig && !KnownMigProfile(profile)) {
-    s.Error("migProfile", "\"" + profile + "\" is not a MIG profile of any known GPU model");
-  }
-  s.Int("cpuMilli", 1, 1LL << 30, 1000);
-  s.Int("memoryMib", 1, 1LL << 30, 4096);
-  s.StringList("gpuModels");
-  s.StringList("clusters");
-  // Labels every node of the job must carry, and the node taints it tolerates.
-  s.StringMap("nodeSelector");
-  s.ObjectList("tolerations", KeyValueItem);
-  s.Bool("gang", tasks > 1);
-  const double estimate = s.Number("runtimeEstimate", 0, kMaxSeconds, 0);
-  const double limit = s.Number("runtimeLimit", 0, kMaxSeconds, 0);
-  if (limit > 0 && estimate > limit) s.Error("runtimeEstimate", "must not exceed runtimeLimit");
-  s.Bool("preemptible", true);
-  s.Number("minRuntime", 0, kMaxSeconds, 0);
-  s.Number("gracePeriod", 0, 3600, 30);
-  s.StringList("command");
-  s.StringMap("env");
-  s.String("image", false);
-  s.String("workingDir", false);
-  s.Enum("restartPolicy", {"never", "on-failure"}, "never");
-  s.Int("maxRestarts", 0, 100, 3);
-  // Sent with the notice file when the task is to stop (preemption, cancel); the task may
-  // checkpoint before SIGTERM comes, half its grace period later.
-  s.Enum("noticeSignal", {"none", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGINT"}, "none");
-  // On simulated GPUs: the utilisation the task reports while it runs.
-  s.Number("simulateUtilization", 0, 1, 0.5);
-}
-
 // The envelope: kind (checked by the caller), metadata.name, spec. Returns the name.
 std::string Envelope(const SourceDoc& src, ErrorList* errors, const std::string& kind,
-                     Json* spec_out, void (*spec_reader)(FieldReader&), std::string* project) {
+                     Json* spec_out, const std::function<void(FieldReader&)>& spec_reader,
+                     std::string* project) {
   Json envelope = Json::object();
   FieldReader top(src, src.value, "", errors, &envelope);
   top.String("kind", false);
@@ -313,7 +263,9 @@ std::optional<JobDocument> ValidateJobDocument(const SourceDoc& src, ErrorList* 
     return std::nullopt;
   }
   JobDocument job;
-  job.name = Envelope(src, errors, "Job", &job.spec, JobSpecFields, &job.project);
+  job.name = Envelope(
+      src, errors, "Job", &job.spec, [&](FieldReader& s) { job.typed = ReadJobSpec(s); },
+      &job.project);
   if (errors->size() != before) return std::nullopt;
   return job;
 }

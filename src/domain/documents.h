@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "domain/job_spec.h"
 #include "domain/spec.h"
 
 namespace meridian::domain {
@@ -38,7 +39,8 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors);
 struct JobDocument {
   std::string name;
   std::string project;
-  Json spec = Json::object();
+  Json spec = Json::object();  // canonical, as stored
+  JobSpec typed;               // the same, decoded
 };
 std::optional<JobDocument> ValidateJobDocument(const SourceDoc& source, ErrorList* errors);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "domain/job_spec.h"
 
 // A job's life, in one place: its phases, and every transition between them as a pure function
 // of the record, the input and `now`, returning the new record and the events that say why.
@@ -88,11 +89,6 @@ struct TaskReport {
   std::optional<int64_t> exit_code;
   int64_t restarts = 0;
   std::string message;
-};
-
-struct RestartPolicy {
-  bool on_failure = false;  // restartPolicy on-failure; otherwise never
-  int64_t max_restarts = 3;
 };
 
 namespace lifecycle {

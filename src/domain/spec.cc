@@ -462,7 +462,9 @@ const Json* FieldReader::Array(const std::string& key, bool required) {
 FieldReader FieldReader::Object(const std::string& key, Json* out) {
   static const Json kEmpty = Json::object();
   const Json* v = Get(key);
-  return FieldReader(doc_, v ? *v : kEmpty, Path(key), errors_, out);
+  FieldReader child(doc_, v ? *v : kEmpty, Path(key), errors_, out);
+  child.ignore_unknown_ = ignore_unknown_;
+  return child;
 }
 
 size_t FieldReader::ObjectList(const std::string& key,
@@ -473,6 +475,7 @@ size_t FieldReader::ObjectList(const std::string& key,
   for (size_t i = 0; i < v->size(); ++i) {
     Json item_out = Json::object();
     FieldReader r(doc_, (*v)[i], Path(key) + "[" + std::to_string(i) + "]", errors_, &item_out);
+    r.ignore_unknown_ = ignore_unknown_;
     item(r);
     r.Finish();
     out.push_back(std::move(item_out));
@@ -482,7 +485,7 @@ size_t FieldReader::ObjectList(const std::string& key,
 }
 
 void FieldReader::Finish() {
-  if (!object_.is_object()) return;
+  if (!object_.is_object() || ignore_unknown_) return;
   for (const auto& [k, v] : object_.items()) {
     if (std::find(seen_.begin(), seen_.end(), k) == seen_.end()) {
       Error(k, "unknown field");

@@ -84,6 +84,9 @@ class FieldReader {
   // whose unknown fields are reported; the canonical list is written out. Returns the count.
   size_t ObjectList(const std::string& key, const std::function<void(FieldReader&)>& item);
   void Error(const std::string& key, const std::string& message);
+  // Fields never read are ignored at Finish, here and in every nested reader made from this
+  // one: for protocols, where a newer peer may send what this version does not know.
+  void IgnoreUnknown() { ignore_unknown_ = true; }
   // Reports every field present but never read.
   void Finish();
 
@@ -98,6 +101,7 @@ class FieldReader {
   ErrorList* errors_;
   Json* out_;
   std::vector<std::string> seen_;
+  bool ignore_unknown_ = false;
 };
 
 // A DNS-1123 label: lower-case letters, digits and '-', starting and ending with an

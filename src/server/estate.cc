@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "api/job_life.h"
 #include "domain/agent_timing.h"
 #include "domain/gpu_model.h"
 #include "domain/job.h"
@@ -322,50 +323,25 @@ base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const E
   if (tenant == estate.tenant_of_project.end()) {
     return base::Status::NotFound("project \"" + job.project + "\" no longer exists");
   }
-  const Json& s = job.spec;
-  domain::Job dj;
-  dj.name = job.name;
-  dj.project = job.project;
-  domain::TaskGroup g;
-  g.replicas = s.value("tasks", 1);
-  g.request.cpu_milli = s.value("cpuMilli", 1000);
-  g.request.memory_mib = s.value("memoryMib", 4096);
-  if (s.value("gpus", 0) > 0) {
-    g.request.gpu = domain::GpuRequest::Whole(s.value("gpus", 0));
-  } else if (s.value("gpuMilli", 0) > 0) {
-    g.request.gpu =
-        domain::GpuRequest::Fraction(s.value("gpuMilli", 0), s.value("gpuMemoryMib", 0));
-  } else if (!s.value("migProfile", "").empty()) {
-    g.request.gpu = domain::GpuRequest::Mig(s.value("migProfile", ""));
-  }
-  dj.task_groups.push_back(g);
-  if (s.contains("clusters")) dj.constraints.clusters = s.at("clusters");
-  if (s.contains("gpuModels")) dj.constraints.gpu_models = s.at("gpuModels");
-  dj.kind = domain::ParseJobKind(s.value("type", "batch")).value_or(domain::JobKind::kBatch);
-  if (s.contains("nodeSelector")) {
-    for (const auto& [k, v] : s.at("nodeSelector").items()) {
-      dj.constraints.node_labels[k] = v.get<std::string>();
-    }
-  }
-  for (const Json& t : s.value("tolerations", Json::array())) {
-    dj.constraints.tolerations.push_back({t.value("key", ""), t.value("value", "")});
-  }
+  auto decoded = api::SpecOf(job);
+  if (!decoded.ok()) return decoded.status();
+  const domain::JobSpec& s = *decoded;
   sched::JobSpec spec;
   spec.id = job.id;
   spec.tenant = tenant->second;
-  const std::string cls = s.value("priorityClass", "");
-  if (auto p = estate.priority_of_class.find(cls); p != estate.priority_of_class.end()) {
+  if (auto p = estate.priority_of_class.find(s.priority_class);
+      p != estate.priority_of_class.end()) {
     spec.priority = p->second;
-    spec.preempting = estate.preempting_of_class.at(cls);
+    spec.preempting = estate.preempting_of_class.at(s.priority_class);
   }
-  spec.preemptible = s.value("preemptible", true);
-  spec.gang = s.value("gang", false);
+  spec.preemptible = s.preemptible;
+  spec.gang = s.gang;
   spec.submit_time = job.submitted_at;
-  spec.runtime_estimate = s.value("runtimeEstimate", 0.0);
-  spec.runtime_limit = s.value("runtimeLimit", 0.0);
-  spec.min_runtime = s.value("minRuntime", 0.0);
-  spec.grace_period = s.value("gracePeriod", 30.0);  // the documents' default
-  spec.tasks = sched::TasksForJob(dj, estate.snapshot, -1);
+  spec.runtime_estimate = s.runtime_estimate;
+  spec.runtime_limit = s.runtime_limit;
+  spec.min_runtime = s.min_runtime;
+  spec.grace_period = s.grace_period;
+  spec.tasks = sched::TasksForJob(domain::JobOfSpec(job.name, job.project, s), estate.snapshot, -1);
   return spec;
 }
 

@@ -86,7 +86,9 @@ base::Result<Json> NodeService::Drain(const std::string& node, const std::string
     // Without a deadline, the longest grace period of its jobs: each gets at least its own.
     double seconds = 0;
     for (const store::JobRecord& j : *jobs) {
-      seconds = std::max(seconds, j.spec.value("gracePeriod", 30.0));  // the documents' default
+      // A spec that no longer decodes (a damaged row) gets the default: the drain goes on.
+      auto spec = api::SpecOf(j);
+      seconds = std::max(seconds, spec.ok() ? spec->grace_period : domain::JobSpec{}.grace_period);
     }
     if (request.deadline) seconds = *request.deadline;
     const double deadline = now + seconds;

@@ -5,6 +5,7 @@
 #include "api/job_life.h"
 #include "domain/gpu_model.h"
 #include "domain/spec.h"
+#include "protocol/agent_protocol.h"
 
 namespace meridian::server {
 
@@ -16,65 +17,12 @@ bool HasAllocation(const std::string& phase) {
   return phase == "Placed" || phase == "Running" || phase == "Stopping";
 }
 
-// Typed reads of an agent's JSON that fail with the field's name instead of throwing.
-class Fields {
- public:
-  Fields(const Json& j, std::string where) : j_(j), where_(std::move(where)) {}
-  const Status& status() const { return status_; }
-
-  std::string String(const char* key, bool required, const std::string& fallback = "") {
-    if (!j_.contains(key)) {
-      if (required) Error(key, "is required");
-      return fallback;
-    }
-    if (!j_.at(key).is_string()) return Error(key, "must be a string"), fallback;
-    return j_.at(key).get<std::string>();
-  }
-  int64_t Int(const char* key, int64_t min, int64_t max, int64_t fallback) {
-    if (!j_.contains(key)) return fallback;
-    const Json& v = j_.at(key);
-    if (!v.is_number_integer() || v.get<int64_t>() < min || v.get<int64_t>() > max) {
-      Error(key,
-            "must be an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
-      return fallback;
-    }
-    return v.get<int64_t>();
-  }
-  double Number(const char* key, double fallback) {
-    if (!j_.contains(key) || j_.at(key).is_null()) return fallback;
-    if (!j_.at(key).is_number()) return Error(key, "must be a number"), fallback;
-    return j_.at(key).get<double>();
-  }
-  bool Bool(const char* key, bool fallback) {
-    if (!j_.contains(key)) return fallback;
-    if (!j_.at(key).is_boolean()) return Error(key, "must be true or false"), fallback;
-    return j_.at(key).get<bool>();
-  }
-  const Json& Array(const char* key) {
-    static const Json kEmpty = Json::array();
-    if (!j_.contains(key)) return kEmpty;
-    if (!j_.at(key).is_array()) return Error(key, "must be a list"), kEmpty;
-    return j_.at(key);
-  }
-  Json StringMap(const char* key) {
-    Json out = Json::object();
-    if (!j_.contains(key)) return out;
-    if (!j_.at(key).is_object()) return Error(key, "must be a mapping"), out;
-    for (const auto& [k, v] : j_.at(key).items()) {
-      if (!v.is_string()) return Error(key, "values must be strings"), out;
-      out[k] = v;
-    }
-    return out;
-  }
-  void Error(const std::string& key, const std::string& message) {
-    if (status_.ok()) status_ = Status::Invalid(where_ + key + ": " + message);
-  }
-
- private:
-  const Json& j_;
-  std::string where_;
-  Status status_;
-};
+// A spec that no longer decodes (a damaged row) restarts by the defaults: its reports and its
+// node's loss still move the job.
+domain::RestartPolicy RestartOf(const store::JobRecord& job) {
+  auto spec = api::SpecOf(job);
+  return spec.ok() ? spec->restart : domain::RestartPolicy{};
+}
 
 }  // namespace
 
@@ -100,41 +48,12 @@ base::Result<std::vector<store::JobRecord>> JobsHolding(store::Tx& tx,
 }
 
 base::Result<store::Object> NodeFromRegistration(const Json& body) {
-  if (!body.is_object()) return Status::Invalid("registration: must be a JSON object");
-  Fields f(body, "");
-  store::Object o;
-  o.kind = "Node";
-  o.name = f.String("node", true);
-  Json& s = o.spec;
-  s["cluster"] = f.String("cluster", true);
-  s["pool"] = f.String("pool", false);
-  s["rack"] = f.String("rack", false);
-  s["address"] = f.String("address", false);
-  s["labels"] = f.StringMap("labels");
-  s["cpuMilli"] = f.Int("cpuMilli", 1, int64_t{1} << 40, 1000);
-  s["memoryMib"] = f.Int("memoryMib", 1, int64_t{1} << 40, 1024);
-  s["simulated"] = f.Bool("simulated", false);
-  s["agentVersion"] = f.String("agentVersion", false);
-  s["gpus"] = Json::array();
-  const Json& gpus = f.Array("gpus");
+  auto reg = protocol::DecodeRegistration(body);
+  if (!reg.ok()) return reg.status();
   std::string model;
-  for (size_t i = 0; i < gpus.size() && f.status().ok(); ++i) {
+  for (size_t i = 0; i < reg->gpus.size(); ++i) {
     const std::string at = "gpus[" + std::to_string(i) + "].";
-    if (!gpus[i].is_object()) {
-      f.Error("gpus[" + std::to_string(i) + "]", "must be a mapping");
-      break;
-    }
-    Fields g(gpus[i], at);
-    Json gpu = {{"index", g.Int("index", 0, 1023, static_cast<int64_t>(i))},
-                {"uuid", g.String("uuid", true)},
-                {"model", g.String("model", true)},
-                {"memoryMib", g.Int("memoryMib", 0, int64_t{1} << 30, 0)},
-                {"nvlinkDomain", g.Int("nvlinkDomain", 0, 1023, 0)},
-                {"migCapable", g.Bool("migCapable", false)},
-                {"migEnabled", g.Bool("migEnabled", false)},
-                {"healthy", g.Bool("healthy", true)}};
-    if (!g.status().ok()) return g.status();
-    const std::string m = gpu["model"];
+    const std::string& m = reg->gpus[i].model;
     if (!domain::GpuCatalog::Builtin().Find(m)) {
       return Status::Invalid(at + "model: \"" + m + "\" is not a GPU model Meridian knows");
     }
@@ -143,13 +62,16 @@ base::Result<store::Object> NodeFromRegistration(const Json& body) {
                              " and " + m + ")");
     }
     model = m;
-    s["gpus"].push_back(gpu);
   }
-  if (!f.status().ok()) return f.status();
-  if (!domain::IsValidName(o.name)) {
-    return Status::Invalid("node: \"" + o.name + "\" is not a valid name");
+  if (!domain::IsValidName(reg->node)) {
+    return Status::Invalid("node: \"" + reg->node + "\" is not a valid name");
   }
-  s["state"] = "Ready";
+  store::Object o;
+  o.kind = "Node";
+  o.name = reg->node;
+  o.spec = protocol::ToJson(*reg);
+  o.spec.erase("node");
+  o.spec["state"] = "Ready";
   return o;
 }
 
@@ -224,14 +146,12 @@ base::Result<Json> NodeService::Register(const std::string& user, const Json& bo
   // Its tasks are assigned from now on, before the controller follows the registration.
   address_[node->name] = node->spec.value("address", "");
   e.fenced_within = agent_lease_ + fence_grace_ + 2 * heartbeat_interval_;
-  return Json{{"node", node->name},
-              {"heartbeatInterval", heartbeat_interval_},
-              {"lease", agent_lease_},
-              {"fenceGrace", fence_grace_}};
+  return protocol::ToJson(protocol::RegistrationAnswer{node->name, TermsLocked()});
 }
 
 base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& body) {
-  if (!body.is_object()) return Status::Invalid("heartbeat: must be a JSON object");
+  auto beat = protocol::DecodeHeartbeat(body);
+  if (!beat.ok()) return beat.status();
   const double now = clock_->Now();
   bool back = false;
   {
@@ -246,9 +166,7 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
       return Status::NotFound("node \"" + node + "\" is not registered (register first)");
     }
     it->second.last_seen = now;
-    if (body.contains("telemetry") && body.at("telemetry").is_array()) {
-      it->second.telemetry = body.at("telemetry");
-    }
+    if (body.contains("telemetry")) it->second.telemetry = std::move(beat->telemetry);
     back = it->second.state == "Lost";
   }
   int64_t seq = 0;
@@ -270,8 +188,8 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     std::lock_guard<std::mutex> lock(mu_);
     nodes_[node].state = "Ready";
   }
-  if (body.contains("tasks")) {
-    auto applied = ApplyReports(node, body.at("tasks"));
+  if (!beat->tasks.empty()) {
+    auto applied = ApplyReports(node, beat->tasks);
     if (!applied.ok()) return applied.status();
     seq = std::max(seq, *applied);
   }
@@ -283,60 +201,34 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
   if (auto it = nodes_.find(node); it != nodes_.end()) {
     it->second.fenced_within = agent_lease_ + fence_grace_ + 2 * heartbeat_interval_;
   }
-  return Json{{"tasks", Assignments(node)},
-              {"heartbeatInterval", heartbeat_interval_},
-              {"lease", agent_lease_},
-              {"fenceGrace", fence_grace_}};
-}
-
-base::Result<std::map<int64_t, std::vector<domain::TaskReport>>> ParseTaskReports(
-    const Json& tasks) {
-  if (!tasks.is_array()) return Status::Invalid("tasks: must be a list");
-  std::map<int64_t, std::vector<domain::TaskReport>> by_job;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    const std::string at = "tasks[" + std::to_string(i) + "]";
-    if (!tasks[i].is_object()) return Status::Invalid(at + ": must be a mapping");
-    Fields f(tasks[i], at + ".");
-    if (!tasks[i].contains("job")) f.Error("job", "is required");
-    const int64_t job = f.Int("job", 1, INT64_MAX, 0);
-    domain::TaskReport r;
-    r.task = static_cast<int32_t>(f.Int("task", 0, 100000, 0));
-    r.generation = f.Int("generation", 0, INT64_MAX, 0);
-    const std::string state = f.String("state", true);
-    r.restarts = f.Int("restarts", 0, 1000000, 0);
-    r.message = f.String("message", false);
-    if (tasks[i].contains("exitCode") && tasks[i].at("exitCode").is_number_integer()) {
-      r.exit_code = tasks[i].at("exitCode").get<int64_t>();
-    }
-    if (state == "Running") {
-      r.state = domain::TaskStatus::State::kRunning;
-    } else if (state == "Exited") {
-      r.state = domain::TaskStatus::State::kExited;
-    } else {
-      f.Error("state", "must be Running or Exited");
-    }
-    if (!f.status().ok()) return f.status();
-    by_job[job].push_back(r);
+  protocol::HeartbeatAnswer answer;
+  answer.terms = TermsLocked();
+  if (auto a = assigned_.find(node); a != assigned_.end()) {
+    for (const auto& [key, task] : a->second) answer.tasks.push_back(task);
   }
-  return by_job;
+  return protocol::ToJson(answer);
 }
 
-base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const Json& tasks) {
-  auto parsed = ParseTaskReports(tasks);
-  if (!parsed.ok()) return parsed.status();
-  if (parsed->empty()) return int64_t{0};
+protocol::AgentTerms NodeService::TermsLocked() const {
+  return {heartbeat_interval_, agent_lease_, fence_grace_};
+}
+
+base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
+                                                const std::vector<protocol::TaskReport>& tasks) {
+  std::map<int64_t, std::vector<domain::TaskReport>> by_job;
+  for (const protocol::TaskReport& t : tasks) by_job[t.job].push_back(t.report);
   const double now = clock_->Now();
   int64_t seq = 0;
   Status s = store_->Write([&](store::Tx& tx) {
-    for (const auto& [id, reports] : *parsed) {
+    for (const auto& [id, reports] : by_job) {
       auto job = tx.GetJob(id);
       if (!job.ok()) continue;  // reports of a job that does not exist change nothing
       auto life = api::LifeOf(*job);
       if (!life.ok()) return life.status();
       std::vector<std::string> task_nodes;
       for (const Json& a : job->allocation) task_nodes.push_back(a.value("node", ""));
-      const domain::Transition t = domain::lifecycle::Report(
-          *life, node, reports, task_nodes, job->spec.value("maxRestarts", 3), now);
+      const domain::Transition t = domain::lifecycle::Report(*life, node, reports, task_nodes,
+                                                             RestartOf(*job).max_restarts, now);
       if (t.events.empty()) continue;  // stale or unchanged
       auto e = api::CommitTransition(tx, t, now, &*job);
       if (!e.ok()) return e.status();
@@ -346,14 +238,6 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node, const J
   });
   if (!s.ok()) return s;
   return seq;
-}
-
-Json NodeService::Assignments(const std::string& node) {
-  Json out = Json::array();
-  auto it = assigned_.find(node);
-  if (it == assigned_.end()) return out;
-  for (const auto& [key, a] : it->second) out.push_back(a);
-  return out;
 }
 
 void NodeService::Reset(const Estate& estate, const std::vector<store::JobRecord>& jobs) {
@@ -384,30 +268,40 @@ void NodeService::TrackLocked(const store::JobRecord& j) {
   }
   nodes_of_job_.erase(j.id);
   if (!HasAllocation(j.phase) || !j.allocation.is_array() || j.allocation.empty()) return;
-  const Json& s = j.spec;
-  const std::string master =
-      address_.count(j.allocation[0].value("node", "")) ? address_.at(j.allocation[0]["node"]) : "";
+  auto spec = api::SpecOf(j);
+  if (!spec.ok()) {
+    // Listed nowhere, so its agents stop what runs of it; the controller keeps it out of the
+    // scheduler with this reason (ToSchedulerJob).
+    std::fprintf(stderr, "meridian: %s\n", spec.status().message().c_str());
+    return;
+  }
+  const protocol::TaskRun run = protocol::TaskRun::Of(*spec);
+  const std::string first = j.allocation[0].value("node", "");
+  const std::string master = address_.count(first) ? address_.at(first) : "";
   for (size_t t = 0; t < j.allocation.size(); ++t) {
     const Json& alloc = j.allocation[t];
     const std::string node = alloc.value("node", "");
     if (!address_.count(node)) continue;  // declared by a pool: no agent runs it
-    Json a = {{"job", j.id},
-              {"task", t},
-              {"generation", j.generation},
-              {"name", j.name},
-              {"project", j.project},
-              {"user", j.user},
-              {"stop", j.phase == "Stopping"},
-              {"stopReason", j.phase == "Stopping" ? j.reason : ""},
-              {"devices", alloc.value("devices", Json::array())},
-              {"worldSize", j.allocation.size()},
-              {"masterAddr", master}};
-    for (const char* k :
-         {"command", "env", "image", "workingDir", "gracePeriod", "noticeSignal", "restartPolicy",
-          "maxRestarts", "cpuMilli", "memoryMib", "simulateUtilization", "runtimeLimit"}) {
-      if (s.contains(k)) a[k] = s.at(k);
+    auto devices = protocol::DecodeDevices(alloc.value("devices", Json::array()));
+    if (!devices.ok()) {
+      std::fprintf(stderr, "meridian: job %lld task %zu: %s\n", static_cast<long long>(j.id), t,
+                   devices.status().message().c_str());
+      continue;
     }
-    assigned_[node][{j.id, static_cast<int32_t>(t)}] = std::move(a);
+    protocol::Assignment a;
+    a.job = j.id;
+    a.task = static_cast<int32_t>(t);
+    a.generation = j.generation;
+    a.name = j.name;
+    a.project = j.project;
+    a.user = j.user;
+    a.stop = j.phase == "Stopping";
+    a.stop_reason = a.stop ? j.reason : "";
+    a.devices = std::move(devices.value());
+    a.world_size = static_cast<int32_t>(j.allocation.size());
+    a.master_addr = master;
+    a.run = run;
+    assigned_[node][{j.id, a.task}] = std::move(a);
     nodes_of_job_[j.id].insert(node);
   }
 }
@@ -455,9 +349,7 @@ base::Result<bool> NodeService::ExpireNodes() {
       }
       auto life = api::LifeOf(j);
       if (!life.ok()) return life.status();
-      const domain::RestartPolicy policy{j.spec.value("restartPolicy", "never") == "on-failure",
-                                         j.spec.value("maxRestarts", 3)};
-      auto t = domain::lifecycle::NodeLost(*life, where, lost_tasks, policy, now);
+      auto t = domain::lifecycle::NodeLost(*life, where, lost_tasks, RestartOf(j), now);
       if (!t.ok()) return t.status();
       auto e = api::CommitTransition(tx, *t, now, &j);
       if (!e.ok()) return e.status();

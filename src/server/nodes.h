@@ -11,17 +11,16 @@
 #include "base/clock.h"
 #include "domain/lifecycle.h"
 #include "domain/node_ops.h"
+#include "protocol/agent_protocol.h"
 #include "server/backend.h"
 #include "server/estate.h"
 #include "store/store.h"
 
 namespace meridian::server {
 
-// The decoders of what agents send, each failing with the field's name: a registration as the
-// Node object it describes, and a heartbeat's task reports by job.
+// A registration (protocol::Registration) as the Node object it describes, failing with the
+// field's name; the GPUs of one node must be of one known model.
 base::Result<store::Object> NodeFromRegistration(const Json& body);
-base::Result<std::map<int64_t, std::vector<domain::TaskReport>>> ParseTaskReports(
-    const Json& tasks);
 
 // Every job holding resources (Placed, Running, Stopping) with a task on one of `nodes`.
 base::Result<std::vector<store::JobRecord>> JobsHolding(store::Tx& tx,
@@ -93,9 +92,10 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
     double fenced_within = 0;
   };
   base::Status Load();  // the registered nodes, once, seen "now" (a grace after a restart)
-  base::Result<int64_t> ApplyReports(const std::string& node, const Json& tasks);
+  base::Result<int64_t> ApplyReports(const std::string& node,
+                                     const std::vector<protocol::TaskReport>& tasks);
   void TrackLocked(const store::JobRecord& job);
-  Json Assignments(const std::string& node);
+  protocol::AgentTerms TermsLocked() const;  // what agents are told
   Json OperationsLocked(const std::string& node);
   // After a node operation's write: the in-memory entry, watchers and the scheduler.
   void Operated(const std::string& node, const domain::NodeOps& ops, int64_t seq);
@@ -114,7 +114,7 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   double fence_grace_ = domain::AgentTiming{}.fence_grace;
   std::map<std::string, std::string> address_;
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on
-  std::map<std::string, std::map<std::pair<int64_t, int32_t>, Json>> assigned_;
+  std::map<std::string, std::map<std::pair<int64_t, int32_t>, protocol::Assignment>> assigned_;
   std::map<int64_t, std::set<std::string>> nodes_of_job_;
   bool indexed_ = false;  // Reset has run
 };

@@ -1,0 +1,417 @@
+#include "protocol/agent_protocol.h"
+
+#include <limits>
+
+#include "domain/spec.h"
+
+namespace meridian::protocol {
+
+using base::Status;
+using domain::FieldReader;
+
+namespace {
+
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+constexpr double kMaxSeconds = 365.0 * 24 * 3600;
+
+Json StringMap(const std::map<std::string, std::string>& m) {
+  Json out = Json::object();
+  for (const auto& [k, v] : m) out[k] = v;
+  return out;
+}
+
+// Reads one message with a lenient FieldReader: `read` fills `out`; the first errors come back
+// as one status naming their fields.
+template <typename T, typename Read>
+base::Result<T> Decode(const Json& j, const std::string& what, Read read) {
+  if (!j.is_object()) return Status::Invalid(what + ": must be a JSON object");
+  static const domain::SourceDoc kNoPositions{Json(), "", {}};
+  domain::ErrorList errors;
+  Json canonical;
+  FieldReader r(kNoPositions, j, "", &errors, &canonical);
+  r.IgnoreUnknown();
+  T out;
+  read(r, out);
+  if (!errors.empty()) return Status::Invalid(what + ": " + errors.ToString());
+  return out;
+}
+
+std::optional<double> OptionalNumber(FieldReader& r, const char* key, double min, double max) {
+  if (!r.Has(key)) {
+    r.Number(key, min, max, 0);  // marks it read
+    return std::nullopt;
+  }
+  return r.Number(key, min, max, 0);
+}
+
+std::optional<int64_t> OptionalInt(FieldReader& r, const char* key, int64_t min, int64_t max) {
+  if (!r.Has(key)) {
+    r.Int(key, min, max, 0);
+    return std::nullopt;
+  }
+  return r.Int(key, min, max, 0);
+}
+
+void ReadTerms(FieldReader& r, AgentTerms& t) {
+  const AgentTerms d;
+  t.heartbeat_interval = r.Number("heartbeatInterval", 0.001, 3600, d.heartbeat_interval);
+  t.lease = r.Number("lease", 0.001, kMaxSeconds, d.lease);
+  t.fence_grace = OptionalNumber(r, "fenceGrace", 0, kMaxSeconds);
+}
+
+void WriteTerms(const AgentTerms& t, Json* out) {
+  (*out)["heartbeatInterval"] = t.heartbeat_interval;
+  (*out)["lease"] = t.lease;
+  if (t.fence_grace) (*out)["fenceGrace"] = *t.fence_grace;
+}
+
+void ReadDevice(FieldReader& r, DeviceGrant& d) {
+  const DeviceGrant def;
+  d.gpu = static_cast<int32_t>(r.Int("gpu", 0, 1023, 0, true));
+  d.uuid = r.String("uuid", false);
+  d.milli = static_cast<int32_t>(r.Int("milli", 0, 1000, def.milli));
+  d.memory_mib = r.Int("memoryMib", 0, int64_t{1} << 30, 0);
+  d.disable_mig = r.Enum("change", {"none", "disable-mig"}, "none") == "disable-mig";
+  if (!r.Has("mig")) return;
+  Json ignored;
+  FieldReader m = r.Object("mig", &ignored);
+  MigGrant g;
+  g.profile = m.String("profile", true);
+  g.start = static_cast<int32_t>(m.Int("start", 0, 64, 0));
+  g.change = m.Enum("change", {"none", "create-instance", "repartition", "enable-mig"}, "none");
+  d.mig = g;
+}
+
+void ReadDevices(FieldReader& r, std::vector<DeviceGrant>& out) {
+  r.ObjectList("devices", [&](FieldReader& item) {
+    DeviceGrant d;
+    ReadDevice(item, d);
+    out.push_back(std::move(d));
+  });
+}
+
+void ReadRun(FieldReader& r, TaskRun& run) {
+  const TaskRun d;
+  run.command = r.StringList("command");
+  run.env = r.StringMap("env");
+  run.image = r.String("image", false);
+  run.working_dir = r.String("workingDir", false);
+  run.grace_period = r.Number("gracePeriod", 0, 3600, d.grace_period);
+  run.notice_signal = r.String("noticeSignal", false, d.notice_signal);
+  run.restart.on_failure =
+      r.Enum("restartPolicy", {"never", "on-failure"}, "never") == "on-failure";
+  run.restart.max_restarts = r.Int("maxRestarts", 0, 1000000, d.restart.max_restarts);
+  run.cpu_milli = r.Int("cpuMilli", 0, int64_t{1} << 40, d.cpu_milli);
+  run.memory_mib = r.Int("memoryMib", 0, int64_t{1} << 40, d.memory_mib);
+  run.simulate_utilization = r.Number("simulateUtilization", 0, 1, d.simulate_utilization);
+  run.runtime_limit = r.Number("runtimeLimit", 0, kMaxSeconds, d.runtime_limit);
+}
+
+void ReadAssignment(FieldReader& r, Assignment& a) {
+  a.job = r.Int("job", 1, kMaxInt, 0, true);
+  a.task = static_cast<int32_t>(r.Int("task", 0, 100000, 0));
+  a.generation = r.Int("generation", 0, kMaxInt, 0);
+  a.name = r.String("name", false);
+  a.project = r.String("project", false);
+  a.user = r.String("user", false);
+  a.stop = r.Bool("stop", false);
+  a.stop_reason = r.String("stopReason", false);
+  ReadDevices(r, a.devices);
+  a.world_size = static_cast<int32_t>(r.Int("worldSize", 1, 100000, 1));
+  a.master_addr = r.String("masterAddr", false);
+  ReadRun(r, a.run);
+}
+
+void ReadTaskReport(FieldReader& r, TaskReport& t) {
+  t.job = r.Int("job", 1, kMaxInt, 0, true);
+  domain::TaskReport& s = t.report;
+  s.task = static_cast<int32_t>(r.Int("task", 0, 100000, 0));
+  s.generation = r.Int("generation", 0, kMaxInt, 0);
+  const std::string state = r.String("state", true);
+  if (state == "Running") {
+    s.state = domain::TaskStatus::State::kRunning;
+  } else if (state == "Exited") {
+    s.state = domain::TaskStatus::State::kExited;
+  } else if (r.Has("state")) {
+    r.Error("state", "must be Running or Exited");
+  }
+  s.restarts = r.Int("restarts", 0, 1000000, 0);
+  s.message = r.String("message", false);
+  s.exit_code = OptionalInt(r, "exitCode", std::numeric_limits<int64_t>::min(), kMaxInt);
+}
+
+}  // namespace
+
+TaskRun TaskRun::Of(const domain::JobSpec& spec) {
+  TaskRun r;
+  r.command = spec.command;
+  r.env = spec.env;
+  r.image = spec.image;
+  r.working_dir = spec.working_dir;
+  r.grace_period = spec.grace_period;
+  r.notice_signal = spec.notice_signal;
+  r.restart = spec.restart;
+  r.cpu_milli = spec.cpu_milli;
+  r.memory_mib = spec.memory_mib;
+  r.simulate_utilization = spec.simulate_utilization;
+  r.runtime_limit = spec.runtime_limit;
+  return r;
+}
+
+// --- encoders --------------------------------------------------------------------------------
+
+Json ToJson(const Registration& r) {
+  Json gpus = Json::array();
+  for (const GpuInventory& g : r.gpus) {
+    gpus.push_back({{"index", g.index},
+                    {"uuid", g.uuid},
+                    {"model", g.model},
+                    {"memoryMib", g.memory_mib},
+                    {"nvlinkDomain", g.nvlink_domain},
+                    {"migCapable", g.mig_capable},
+                    {"migEnabled", g.mig_enabled},
+                    {"healthy", g.healthy}});
+  }
+  return {{"node", r.node},           {"cluster", r.cluster},
+          {"pool", r.pool},           {"rack", r.rack},
+          {"address", r.address},     {"labels", StringMap(r.labels)},
+          {"cpuMilli", r.cpu_milli},  {"memoryMib", r.memory_mib},
+          {"simulated", r.simulated}, {"agentVersion", r.agent_version},
+          {"gpus", std::move(gpus)}};
+}
+
+Json ToJson(const RegistrationAnswer& a) {
+  Json out = {{"node", a.node}};
+  WriteTerms(a.terms, &out);
+  return out;
+}
+
+Json ToJson(const DeviceGrant& d) {
+  Json out = {{"gpu", d.gpu}, {"uuid", d.uuid}, {"milli", d.milli}};
+  if (d.memory_mib > 0) out["memoryMib"] = d.memory_mib;
+  if (d.disable_mig) out["change"] = "disable-mig";
+  if (d.mig) {
+    out["mig"] = {{"profile", d.mig->profile}, {"start", d.mig->start}, {"change", d.mig->change}};
+  }
+  return out;
+}
+
+Json ToJson(const Assignment& a) {
+  Json devices = Json::array();
+  for (const DeviceGrant& d : a.devices) devices.push_back(ToJson(d));
+  const TaskRun& r = a.run;
+  return {{"job", a.job},
+          {"task", a.task},
+          {"generation", a.generation},
+          {"name", a.name},
+          {"project", a.project},
+          {"user", a.user},
+          {"stop", a.stop},
+          {"stopReason", a.stop_reason},
+          {"devices", std::move(devices)},
+          {"worldSize", a.world_size},
+          {"masterAddr", a.master_addr},
+          {"command", r.command},
+          {"env", StringMap(r.env)},
+          {"image", r.image},
+          {"workingDir", r.working_dir},
+          {"gracePeriod", r.grace_period},
+          {"noticeSignal", r.notice_signal},
+          {"restartPolicy", r.restart.on_failure ? "on-failure" : "never"},
+          {"maxRestarts", r.restart.max_restarts},
+          {"cpuMilli", r.cpu_milli},
+          {"memoryMib", r.memory_mib},
+          {"simulateUtilization", r.simulate_utilization},
+          {"runtimeLimit", r.runtime_limit}};
+}
+
+Json ToJson(const TaskReport& t) {
+  const domain::TaskReport& r = t.report;
+  const bool exited = r.state == domain::TaskStatus::State::kExited;
+  Json out = {{"job", t.job},
+              {"task", r.task},
+              {"generation", r.generation},
+              {"state", exited ? "Exited" : "Running"},
+              {"restarts", r.restarts}};
+  if (exited) out["exitCode"] = r.exit_code ? Json(*r.exit_code) : Json();
+  if (!r.message.empty()) out["message"] = r.message;
+  return out;
+}
+
+Json ToJson(const Heartbeat& h) {
+  Json tasks = Json::array();
+  for (const TaskReport& t : h.tasks) tasks.push_back(ToJson(t));
+  return {{"telemetry", h.telemetry}, {"tasks", std::move(tasks)}};
+}
+
+Json ToJson(const HeartbeatAnswer& a) {
+  Json tasks = Json::array();
+  for (const Assignment& t : a.tasks) tasks.push_back(ToJson(t));
+  Json out = {{"tasks", std::move(tasks)}};
+  WriteTerms(a.terms, &out);
+  return out;
+}
+
+Json ToJson(const ShimSpec& s) {
+  Json out = {{"argv", s.argv},
+              {"env", StringMap(s.env)},
+              {"cwd", s.cwd},
+              {"output", s.output},
+              {"grace", s.grace},
+              {"noticeSignal", s.notice_signal},
+              {"noticeFile", s.notice_file},
+              {"leaseFile", s.lease_file},
+              {"lease", s.lease},
+              {"runtimeLimit", s.runtime_limit},
+              {"cgroupProcs", s.cgroup_procs},
+              {"cleanup", s.cleanup}};
+  if (s.fence_grace) out["fenceGrace"] = *s.fence_grace;
+  return out;
+}
+
+Json ToJson(const ShimStarted& s) {
+  return {{"pid", s.pid}, {"startedAt", s.started_at}, {"cgroupError", s.cgroup_error}};
+}
+
+Json ToJson(const ShimExit& e) {
+  Json out = {{"startedAt", e.started_at}, {"finishedAt", e.finished_at}};
+  out["exitCode"] = e.exit_code ? Json(*e.exit_code) : Json();
+  if (e.signal) out["signal"] = *e.signal;
+  if (!e.reason.empty()) out["reason"] = e.reason;
+  return out;
+}
+
+Json ToJson(const LeaseTerms& l) {
+  Json out = {{"lease", l.lease}};
+  if (l.fence_grace) out["fenceGrace"] = *l.fence_grace;
+  return out;
+}
+
+// --- decoders --------------------------------------------------------------------------------
+
+base::Result<Registration> DecodeRegistration(const Json& j) {
+  return Decode<Registration>(j, "registration", [](FieldReader& r, Registration& out) {
+    const Registration d;
+    out.node = r.String("node", true);
+    out.cluster = r.String("cluster", true);
+    out.pool = r.String("pool", false);
+    out.rack = r.String("rack", false);
+    out.address = r.String("address", false);
+    out.labels = r.StringMap("labels");
+    out.cpu_milli = r.Int("cpuMilli", 1, int64_t{1} << 40, d.cpu_milli);
+    out.memory_mib = r.Int("memoryMib", 1, int64_t{1} << 40, d.memory_mib);
+    out.simulated = r.Bool("simulated", false);
+    out.agent_version = r.String("agentVersion", false);
+    int32_t i = 0;
+    r.ObjectList("gpus", [&](FieldReader& g) {
+      GpuInventory gpu;
+      gpu.index = static_cast<int32_t>(g.Int("index", 0, 1023, i++));
+      gpu.uuid = g.String("uuid", true);
+      gpu.model = g.String("model", true);
+      gpu.memory_mib = g.Int("memoryMib", 0, int64_t{1} << 30, 0);
+      gpu.nvlink_domain = static_cast<int32_t>(g.Int("nvlinkDomain", 0, 1023, 0));
+      gpu.mig_capable = g.Bool("migCapable", false);
+      gpu.mig_enabled = g.Bool("migEnabled", false);
+      gpu.healthy = g.Bool("healthy", true);
+      out.gpus.push_back(std::move(gpu));
+    });
+  });
+}
+
+base::Result<RegistrationAnswer> DecodeRegistrationAnswer(const Json& j) {
+  return Decode<RegistrationAnswer>(j, "registration answer",
+                                    [](FieldReader& r, RegistrationAnswer& out) {
+                                      out.node = r.String("node", false);
+                                      ReadTerms(r, out.terms);
+                                    });
+}
+
+base::Result<AgentTerms> DecodeTerms(const Json& answer) {
+  return Decode<AgentTerms>(answer, "answer",
+                            [](FieldReader& r, AgentTerms& out) { ReadTerms(r, out); });
+}
+
+base::Result<std::vector<DeviceGrant>> DecodeDevices(const Json& devices) {
+  return Decode<std::vector<DeviceGrant>>(
+      Json{{"devices", devices}}, "allocation",
+      [](FieldReader& r, std::vector<DeviceGrant>& out) { ReadDevices(r, out); });
+}
+
+base::Result<Assignment> DecodeAssignment(const Json& j) {
+  return Decode<Assignment>(j, "assignment", ReadAssignment);
+}
+
+std::vector<DecodedAssignment> DecodeAssignments(const Json& answer) {
+  std::vector<DecodedAssignment> out;
+  if (!answer.is_object() || !answer.contains("tasks")) return out;
+  const Json& tasks = answer.at("tasks");
+  if (!tasks.is_array()) {
+    out.push_back({Status::Invalid("answer: tasks: must be a list"), std::nullopt});
+    return out;
+  }
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    DecodedAssignment d{
+        Decode<Assignment>(tasks[i], "tasks[" + std::to_string(i) + "]", ReadAssignment),
+        std::nullopt};
+    const Json& t = tasks[i];
+    if (d.assignment.ok()) {
+      d.key = std::make_tuple(d.assignment->job, d.assignment->task, d.assignment->generation);
+    } else if (t.is_object() && t.contains("job") && t.contains("task") &&
+               t.contains("generation") && t.at("job").is_number_integer() &&
+               t.at("task").is_number_integer() && t.at("generation").is_number_integer()) {
+      d.key = std::make_tuple(t.at("job").get<int64_t>(), t.at("task").get<int32_t>(),
+                              t.at("generation").get<int64_t>());
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+base::Result<Heartbeat> DecodeHeartbeat(const Json& j) {
+  return Decode<Heartbeat>(j, "heartbeat", [](FieldReader& r, Heartbeat& out) {
+    if (const Json* t = r.Array("telemetry", false)) out.telemetry = *t;
+    r.ObjectList("tasks", [&](FieldReader& item) {
+      TaskReport t;
+      ReadTaskReport(item, t);
+      out.tasks.push_back(std::move(t));
+    });
+  });
+}
+
+base::Result<ShimSpec> DecodeShimSpec(const Json& j) {
+  return Decode<ShimSpec>(j, "spec.json", [](FieldReader& r, ShimSpec& s) {
+    const ShimSpec d;
+    s.argv = r.StringList("argv");
+    s.env = r.StringMap("env");
+    s.cwd = r.String("cwd", false);
+    s.output = r.String("output", false);
+    s.grace = r.Number("grace", 0, 3600, d.grace);
+    s.notice_signal = static_cast<int>(r.Int("noticeSignal", 0, 64, 0));
+    s.notice_file = r.String("noticeFile", false);
+    s.lease_file = r.String("leaseFile", false);
+    s.lease = r.Number("lease", 0, kMaxSeconds, 0);
+    s.fence_grace = OptionalNumber(r, "fenceGrace", 0, kMaxSeconds);
+    s.runtime_limit = r.Number("runtimeLimit", 0, kMaxSeconds, 0);
+    s.cgroup_procs = r.StringList("cgroupProcs");
+    s.cleanup = r.StringList("cleanup");
+  });
+}
+
+base::Result<ShimExit> DecodeShimExit(const Json& j) {
+  return Decode<ShimExit>(j, "exit.json", [](FieldReader& r, ShimExit& e) {
+    e.exit_code = OptionalInt(r, "exitCode", std::numeric_limits<int64_t>::min(), kMaxInt);
+    e.signal = OptionalInt(r, "signal", 0, 128);
+    e.reason = r.String("reason", false);
+    e.started_at = r.Number("startedAt", 0, 1e12, 0);
+    e.finished_at = r.Number("finishedAt", 0, 1e12, 0);
+  });
+}
+
+base::Result<LeaseTerms> DecodeLeaseTerms(const Json& j) {
+  return Decode<LeaseTerms>(j, "lease", [](FieldReader& r, LeaseTerms& l) {
+    l.lease = r.Number("lease", 0, kMaxSeconds, 0);
+    l.fence_grace = OptionalNumber(r, "fenceGrace", 0, kMaxSeconds);
+  });
+}
+
+}  // namespace meridian::protocol

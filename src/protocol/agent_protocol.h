@@ -1,0 +1,208 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "domain/job_spec.h"
+#include "domain/lifecycle.h"
+
+// What the server, the node agent and the agent's task supervisor (the shim) say to each other,
+// as types, each with its JSON form in one place. Encoders write every field; decoders read with
+// domain::FieldReader (types and ranges checked, defaults filled in, errors naming the field, as
+// "tasks[2].generation: must be an integer ...") and ignore fields they do not know, so that an
+// agent and a server one version apart still understand each other.
+//
+// Over HTTP (docs/openapi.yaml, /api/v1/agents):
+//   POST /agents/register          Registration       -> RegistrationAnswer
+//   POST /agents/NODE/heartbeat    Heartbeat          -> HeartbeatAnswer (the assignments)
+// In a task's folder on the node (agent/shim.h):
+//   assignment.json  Assignment (the agent's, read again after a restart)
+//   spec.json        ShimSpec    (agent -> shim)
+//   started.json     ShimStarted (shim -> agent)
+//   exit.json        ShimExit    (shim -> agent)
+//   ../../lease      LeaseTerms  (agent -> every shim; its modification time is the renewal)
+namespace meridian::protocol {
+
+using Json = nlohmann::json;
+
+// --- Agent and server ------------------------------------------------------------------------
+
+struct GpuInventory {
+  int32_t index = 0;
+  std::string uuid;
+  std::string model;
+  int64_t memory_mib = 0;
+  int32_t nvlink_domain = 0;
+  bool mig_capable = false;
+  bool mig_enabled = false;
+  bool healthy = true;
+};
+
+// A node as its agent describes it when it registers.
+struct Registration {
+  std::string node;
+  std::string cluster;
+  std::string pool;
+  std::string rack;
+  std::string address;  // how the other tasks of a gang reach this node
+  std::map<std::string, std::string> labels;
+  int64_t cpu_milli = 1000;
+  int64_t memory_mib = 1024;
+  bool simulated = false;
+  std::string agent_version;
+  std::vector<GpuInventory> gpus;
+};
+
+// The timing every answer to an agent carries (domain/agent_timing.h has the rule between them).
+struct AgentTerms {
+  double heartbeat_interval = 2.0;
+  double lease = 15.0;
+  std::optional<double> fence_grace;  // absent: a task's own grace period bounds its kill
+};
+
+struct RegistrationAnswer {
+  std::string node;
+  AgentTerms terms;
+};
+
+// One device of a task's placement: a whole GPU, a share of one, or a MIG instance on it.
+struct MigGrant {
+  std::string profile;
+  int32_t start = 0;
+  std::string change = "none";  // none, create-instance, repartition, enable-mig
+};
+struct DeviceGrant {
+  int32_t gpu = 0;  // the GPU's index on its node
+  std::string uuid;
+  int32_t milli = 1000;
+  int64_t memory_mib = 0;    // a fraction's GPU memory; 0: not limited
+  bool disable_mig = false;  // the GPU leaves MIG mode before the task starts
+  std::optional<MigGrant> mig;
+};
+
+// What a task runs, from its job's spec (defaults: domain::JobSpec's).
+struct TaskRun {
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  std::string image;
+  std::string working_dir;
+  double grace_period = domain::JobSpec().grace_period;
+  std::string notice_signal = domain::JobSpec().notice_signal;
+  domain::RestartPolicy restart;
+  int64_t cpu_milli = domain::JobSpec().cpu_milli;
+  int64_t memory_mib = domain::JobSpec().memory_mib;
+  double simulate_utilization = domain::JobSpec().simulate_utilization;
+  double runtime_limit = 0;
+
+  static TaskRun Of(const domain::JobSpec& spec);
+};
+
+// One task that should be on the node. Level-triggered: the agent runs what is listed, stops
+// what is listed with `stop`, and stops what is not listed at all.
+struct Assignment {
+  int64_t job = 0;
+  int32_t task = 0;
+  int64_t generation = 0;
+  std::string name;
+  std::string project;
+  std::string user;
+  bool stop = false;
+  std::string stop_reason;
+  std::vector<DeviceGrant> devices;
+  int32_t world_size = 1;
+  std::string master_addr;  // the node of task 0
+  TaskRun run;
+};
+
+// What one task did, as its agent reports it.
+struct TaskReport {
+  int64_t job = 0;
+  domain::TaskReport report;
+};
+
+struct Heartbeat {
+  Json telemetry = Json::array();  // per GPU, as the agent's GpuDiscovery measured it
+  std::vector<TaskReport> tasks;
+};
+
+struct HeartbeatAnswer {
+  std::vector<Assignment> tasks;
+  AgentTerms terms;
+};
+
+Json ToJson(const Registration& r);
+Json ToJson(const RegistrationAnswer& a);
+Json ToJson(const DeviceGrant& d);
+Json ToJson(const Assignment& a);
+Json ToJson(const TaskReport& r);
+Json ToJson(const Heartbeat& h);
+Json ToJson(const HeartbeatAnswer& a);
+
+base::Result<Registration> DecodeRegistration(const Json& j);
+base::Result<RegistrationAnswer> DecodeRegistrationAnswer(const Json& j);
+// The devices of one task of a stored allocation (`devices` of store::JobRecord::allocation
+// items, which AllocationToJson writes in this form).
+base::Result<std::vector<DeviceGrant>> DecodeDevices(const Json& devices);
+base::Result<Assignment> DecodeAssignment(const Json& j);
+base::Result<Heartbeat> DecodeHeartbeat(const Json& j);
+// The answer's terms, and its assignments one by one: a bad one comes back as its error (and
+// the key it names, when it could be read), so that one bad item does not hide the rest.
+struct DecodedAssignment {
+  base::Result<Assignment> assignment;
+  std::optional<std::tuple<int64_t, int32_t, int64_t>> key;  // job, task, generation
+};
+base::Result<AgentTerms> DecodeTerms(const Json& answer);
+std::vector<DecodedAssignment> DecodeAssignments(const Json& answer);
+
+// --- Agent and shim --------------------------------------------------------------------------
+
+struct ShimSpec {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  std::string cwd;
+  std::string output;  // the task's output file
+  double grace = domain::JobSpec().grace_period;
+  int notice_signal = 0;  // a signal number; 0: none
+  std::string notice_file;
+  std::string lease_file;
+  double lease = 0;  // 0: no lease
+  std::optional<double> fence_grace;
+  double runtime_limit = 0;
+  std::vector<std::string> cgroup_procs;  // cgroup.procs files the task joins before exec
+  std::vector<std::string> cleanup;       // run once the task has ended (removes a container)
+};
+
+struct ShimStarted {
+  int64_t pid = 0;
+  double started_at = 0;
+  std::string cgroup_error;
+};
+
+struct ShimExit {
+  std::optional<int64_t> exit_code;  // absent: it never ran, or nothing is known
+  std::optional<int64_t> signal;
+  std::string reason;  // why it was stopped, when it was
+  double started_at = 0;
+  double finished_at = 0;
+};
+
+struct LeaseTerms {
+  double lease = 0;
+  std::optional<double> fence_grace;
+};
+
+Json ToJson(const ShimSpec& s);
+Json ToJson(const ShimStarted& s);
+Json ToJson(const ShimExit& e);
+Json ToJson(const LeaseTerms& l);
+
+base::Result<ShimSpec> DecodeShimSpec(const Json& j);
+base::Result<ShimExit> DecodeShimExit(const Json& j);
+base::Result<LeaseTerms> DecodeLeaseTerms(const Json& j);
+
+}  // namespace meridian::protocol
