@@ -897,6 +897,29 @@ TEST_F(AgentTest, DrainingANodeRequeuesItsJobsThroughStoppingWithoutOverlap) {
   Run("cancel " + std::to_string(next));
 }
 
+// A drain's deadline bounds the grace of the jobs it stops: a task that ignores SIGTERM and has
+// a minute of grace is killed by the drain's two seconds, and its job requeued then.
+TEST_F(AgentTest, ADrainsDeadlineShortensTheGraceOfItsJobs) {
+  StartAgent("n1");
+  const int64_t job = Submit(
+      {{"gpus", 2}, {"gracePeriod", 60}, {"command", {"sh", "-c", "trap '' TERM; sleep 300"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; })) << Job(job).dump();
+  const auto asked = std::chrono::steady_clock::now();
+  CliResult drained = Run("drain n1 --timeout 2 --no-wait");
+  ASSERT_EQ(drained.code, 0) << drained.output;
+  EXPECT_EQ(Phase(job), "Stopping");
+  // Killed by the deadline (plus a heartbeat or two to see it), not after its 60 s grace.
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Pending"; }, 20)) << Job(job).dump();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+  EXPECT_LT(took, 15) << "the task was stopped by its grace, not by the drain's deadline";
+  EXPECT_GE(took, 1.0) << "the task was killed before its deadline";
+  const std::vector<Json> events = Events(job);
+  EXPECT_NE(FindEvent(events, "Drained"), nullptr);
+  EXPECT_NE(FindEvent(events, "Stopped"), nullptr);
+  Run("cancel " + std::to_string(job));
+}
+
 // A cordoned node takes no new job, also after its agent registers again; what runs there
 // goes on; uncordon makes it schedulable again.
 TEST_F(AgentTest, ACordonedNodeTakesNoNewJobUntilUncordoned) {

@@ -332,7 +332,7 @@ void Agent::Reconcile(const Json& answer) {
         t.message = "stopped before it started";
         tasks_[key] = std::move(t);
       } else if (it->second.state != "Exited") {
-        RequestStop(it->second, a.stop_reason.empty() ? "preempted" : a.stop_reason);
+        RequestStop(it->second, a.stop_reason.empty() ? "preempted" : a.stop_reason, a.stop_within);
       }
       continue;
     }
@@ -512,7 +512,7 @@ void Agent::Start(Task& t) {
   WriteFile(t.dir + "/shim.pid", std::to_string(pid));
 }
 
-void Agent::RequestStop(Task& t, const std::string& reason) {
+void Agent::RequestStop(Task& t, const std::string& reason, std::optional<double> within) {
   if (t.stop_requested) return;
   t.stop_requested = true;
   if (t.state == "BackingOff" || t.state == "Starting") {
@@ -520,7 +520,7 @@ void Agent::RequestStop(Task& t, const std::string& reason) {
     t.message = reason;
     return;
   }
-  WriteFile(t.dir + "/stop", reason);
+  WriteFile(t.dir + "/stop", protocol::ToJson(protocol::ShimStop{reason, within}).dump());
 }
 
 void Agent::Poll() {

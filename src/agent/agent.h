@@ -80,7 +80,10 @@ class Agent {
   base::Status Recover();              // tasks from an earlier life of the agent
   void Reconcile(const Json& answer);  // the heartbeat's answer: what should run here
   void Start(Task& t);
-  void RequestStop(Task& t, const std::string& reason);
+  // Stops a run: its notice, SIGTERM half its grace later, SIGKILL at the grace's end, or within
+  // `within` seconds when that is sooner (the server's deadline, a drain's).
+  void RequestStop(Task& t, const std::string& reason,
+                   std::optional<double> within = std::nullopt);
   void ReleaseDevices(const Task& t);  // MIG instances of an ended run
   void Poll();                         // exits, restarts, backoffs
   void UploadLogs();

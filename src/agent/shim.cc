@@ -229,15 +229,21 @@ int RunShim(const std::string& dir) {
     const double now = Now();
     if (stop_at == 0) {
       if (g_terminate) reason = "the agent stopped";
+      double within = grace;
       if (Exists(dir + "/stop")) {
-        reason = ReadAll(dir + "/stop");
+        const Json j = Json::parse(ReadAll(dir + "/stop"), nullptr, false);
+        auto stop = protocol::DecodeShimStop(j);
+        if (stop.ok()) {
+          reason = stop->reason;
+          if (stop->within) within = std::min(grace, *stop->within);
+        }
         if (reason.empty()) reason = "stopped by the agent";
       }
       if (runtime_limit > 0 && now - started > runtime_limit) reason = "runtime limit reached";
       if (!reason.empty()) {
         stop_at = now;
-        term_at = now + grace / 2;
-        kill_at = now + grace;
+        term_at = now + within / 2;
+        kill_at = now + within;
         notice(kill_at);
       }
     }

@@ -7,9 +7,9 @@ namespace meridian::agent {
 // The supervisor of one task run: `meridian-shim DIR`, started by the agent in its own
 // session so that it outlives the agent. It reads DIR/spec.json, starts the task in a new
 // process group (output to a file, cgroups joined before exec), and then:
-// - stops it when DIR/stop appears (the agent's request) or its runtime limit is reached: the
-//   notice file and the notice signal first, SIGTERM half the grace period later, SIGKILL at
-//   the end of it;
+// - stops it when DIR/stop appears (the agent's request, protocol::ShimStop) or its runtime limit
+//   is reached: the notice file and the notice signal first, SIGTERM half the grace period later,
+//   SIGKILL at the end of it; the request's `within` shortens that grace (a drain's deadline);
 // - stops it when the lease file has not been renewed for `lease` seconds (the agent lost the
 //   server, or died): the notice, the notice signal and SIGTERM at once, SIGKILL at most
 //   min(grace, fenceGrace) after the lease ran out, even when an ordinary stop was under way.

@@ -116,6 +116,7 @@ void ReadAssignment(FieldReader& r, Assignment& a) {
   a.user = r.String("user", false);
   a.stop = r.Bool("stop", false);
   a.stop_reason = r.String("stopReason", false);
+  a.stop_within = OptionalNumber(r, "stopWithin", 0, kMaxSeconds);
   ReadDevices(r, a.devices);
   a.world_size = static_cast<int32_t>(r.Int("worldSize", 1, 100000, 1));
   a.master_addr = r.String("masterAddr", false);
@@ -200,29 +201,31 @@ Json ToJson(const Assignment& a) {
   Json devices = Json::array();
   for (const DeviceGrant& d : a.devices) devices.push_back(ToJson(d));
   const TaskRun& r = a.run;
-  return {{"job", a.job},
-          {"task", a.task},
-          {"generation", a.generation},
-          {"name", a.name},
-          {"project", a.project},
-          {"user", a.user},
-          {"stop", a.stop},
-          {"stopReason", a.stop_reason},
-          {"devices", std::move(devices)},
-          {"worldSize", a.world_size},
-          {"masterAddr", a.master_addr},
-          {"command", r.command},
-          {"env", StringMap(r.env)},
-          {"image", r.image},
-          {"workingDir", r.working_dir},
-          {"gracePeriod", r.grace_period},
-          {"noticeSignal", r.notice_signal},
-          {"restartPolicy", r.restart.on_failure ? "on-failure" : "never"},
-          {"maxRestarts", r.restart.max_restarts},
-          {"cpuMilli", r.cpu_milli},
-          {"memoryMib", r.memory_mib},
-          {"simulateUtilization", r.simulate_utilization},
-          {"runtimeLimit", r.runtime_limit}};
+  Json out = {{"job", a.job},
+              {"task", a.task},
+              {"generation", a.generation},
+              {"name", a.name},
+              {"project", a.project},
+              {"user", a.user},
+              {"stop", a.stop},
+              {"stopReason", a.stop_reason},
+              {"devices", std::move(devices)},
+              {"worldSize", a.world_size},
+              {"masterAddr", a.master_addr},
+              {"command", r.command},
+              {"env", StringMap(r.env)},
+              {"image", r.image},
+              {"workingDir", r.working_dir},
+              {"gracePeriod", r.grace_period},
+              {"noticeSignal", r.notice_signal},
+              {"restartPolicy", r.restart.on_failure ? "on-failure" : "never"},
+              {"maxRestarts", r.restart.max_restarts},
+              {"cpuMilli", r.cpu_milli},
+              {"memoryMib", r.memory_mib},
+              {"simulateUtilization", r.simulate_utilization},
+              {"runtimeLimit", r.runtime_limit}};
+  if (a.stop_within) out["stopWithin"] = *a.stop_within;
+  return out;
 }
 
 Json ToJson(const TaskReport& t) {
@@ -266,6 +269,12 @@ Json ToJson(const ShimSpec& s) {
               {"cgroupProcs", s.cgroup_procs},
               {"cleanup", s.cleanup}};
   if (s.fence_grace) out["fenceGrace"] = *s.fence_grace;
+  return out;
+}
+
+Json ToJson(const ShimStop& s) {
+  Json out = {{"reason", s.reason}};
+  if (s.within) out["within"] = *s.within;
   return out;
 }
 
@@ -394,6 +403,13 @@ base::Result<ShimSpec> DecodeShimSpec(const Json& j) {
     s.runtime_limit = r.Number("runtimeLimit", 0, kMaxSeconds, 0);
     s.cgroup_procs = r.StringList("cgroupProcs");
     s.cleanup = r.StringList("cleanup");
+  });
+}
+
+base::Result<ShimStop> DecodeShimStop(const Json& j) {
+  return Decode<ShimStop>(j, "stop", [](FieldReader& r, ShimStop& s) {
+    s.reason = r.String("reason", false);
+    s.within = OptionalNumber(r, "within", 0, kMaxSeconds);
   });
 }
 

@@ -113,6 +113,9 @@ struct Assignment {
   std::string user;
   bool stop = false;
   std::string stop_reason;
+  // With stop: the seconds left, from the answer, until what still runs is killed (the stop's
+  // deadline: a drain's, shorter than the task's grace, wins). Absent: the task's grace.
+  std::optional<double> stop_within;
   std::vector<DeviceGrant> devices;
   int32_t world_size = 1;
   std::string master_addr;  // the node of task 0
@@ -177,6 +180,12 @@ struct ShimSpec {
   std::vector<std::string> cleanup;       // run once the task has ended (removes a container)
 };
 
+// The agent's request to stop a run (the `stop` file): why, and how long it may take at most.
+struct ShimStop {
+  std::string reason;
+  std::optional<double> within;  // absent: the spec's grace
+};
+
 struct ShimStarted {
   int64_t pid = 0;
   double started_at = 0;
@@ -197,11 +206,13 @@ struct LeaseTerms {
 };
 
 Json ToJson(const ShimSpec& s);
+Json ToJson(const ShimStop& s);
 Json ToJson(const ShimStarted& s);
 Json ToJson(const ShimExit& e);
 Json ToJson(const LeaseTerms& l);
 
 base::Result<ShimSpec> DecodeShimSpec(const Json& j);
+base::Result<ShimStop> DecodeShimStop(const Json& j);
 base::Result<ShimExit> DecodeShimExit(const Json& j);
 base::Result<LeaseTerms> DecodeLeaseTerms(const Json& j);
 

@@ -15,6 +15,7 @@ Assignment SampleAssignment() {
   a.user = "ana";
   a.stop = true;
   a.stop_reason = "preempted for job 7";
+  a.stop_within = 2.5;
   DeviceGrant whole;
   whole.gpu = 2;
   whole.uuid = "GPU-2";
@@ -55,6 +56,7 @@ TEST(AgentProtocolTest, AnAssignmentSurvivesItsJsonForm) {
   EXPECT_EQ(back->generation, 3);
   EXPECT_TRUE(back->stop);
   EXPECT_EQ(back->stop_reason, a.stop_reason);
+  EXPECT_EQ(back->stop_within, 2.5);
   ASSERT_EQ(back->devices.size(), 3u);
   EXPECT_TRUE(back->devices[0].disable_mig);
   EXPECT_FALSE(back->devices[0].mig);
@@ -250,6 +252,12 @@ TEST(AgentProtocolTest, TheShimsFilesSurviveTheirJsonForm) {
   ShimExit never;
   never.reason = "nothing to run";
   EXPECT_FALSE(DecodeShimExit(ToJson(never))->exit_code);
+
+  auto stop = DecodeShimStop(ToJson(ShimStop{"node n1 drained", 2}));
+  ASSERT_TRUE(stop.ok());
+  EXPECT_EQ(stop->reason, "node n1 drained");
+  EXPECT_EQ(stop->within, 2);
+  EXPECT_FALSE(DecodeShimStop(ToJson(ShimStop{"cancelled", std::nullopt}))->within);
 
   auto lease = DecodeLeaseTerms(ToJson(LeaseTerms{20, 5}));
   ASSERT_TRUE(lease.ok());

@@ -204,7 +204,12 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
   protocol::HeartbeatAnswer answer;
   answer.terms = TermsLocked();
   if (auto a = assigned_.find(node); a != assigned_.end()) {
-    for (const auto& [key, task] : a->second) answer.tasks.push_back(task);
+    for (const auto& [key, task] : a->second) {
+      answer.tasks.push_back(task.assignment);
+      if (task.assignment.stop && task.stop_deadline > 0) {
+        answer.tasks.back().stop_within = std::max(0.0, task.stop_deadline - now);
+      }
+    }
   }
   return protocol::ToJson(answer);
 }
@@ -276,6 +281,9 @@ void NodeService::TrackLocked(const store::JobRecord& j) {
     return;
   }
   const protocol::TaskRun run = protocol::TaskRun::Of(*spec);
+  auto life = api::LifeOf(j);
+  const double stop_deadline =
+      life.ok() && life->stop != domain::StopIntent::kNone ? life->stop_deadline : 0;
   const std::string first = j.allocation[0].value("node", "");
   const std::string master = address_.count(first) ? address_.at(first) : "";
   for (size_t t = 0; t < j.allocation.size(); ++t) {
@@ -301,7 +309,8 @@ void NodeService::TrackLocked(const store::JobRecord& j) {
     a.world_size = static_cast<int32_t>(j.allocation.size());
     a.master_addr = master;
     a.run = run;
-    assigned_[node][{j.id, a.task}] = std::move(a);
+    const int32_t task = a.task;
+    assigned_[node][{j.id, task}] = Assigned{std::move(a), stop_deadline};
     nodes_of_job_[j.id].insert(node);
   }
 }

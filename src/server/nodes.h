@@ -114,7 +114,11 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   double fence_grace_ = domain::AgentTiming{}.fence_grace;
   std::map<std::string, std::string> address_;
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on
-  std::map<std::string, std::map<std::pair<int64_t, int32_t>, protocol::Assignment>> assigned_;
+  struct Assigned {
+    protocol::Assignment assignment;
+    double stop_deadline = 0;  // a Stopping job's, on this server's clock; sent as stopWithin
+  };
+  std::map<std::string, std::map<std::pair<int64_t, int32_t>, Assigned>> assigned_;
   std::map<int64_t, std::set<std::string>> nodes_of_job_;
   bool indexed_ = false;  // Reset has run
 };
