@@ -595,6 +595,21 @@ TEST_F(ServerTest, JobsRunOnlyInPoolsOfTheirTypeAndOnTheNodesTheySelect) {
   // The stored spec keeps what was asked, in canonical form.
   EXPECT_EQ(Job(vip)["spec"]["tolerations"], tolerate);
   EXPECT_EQ(Job(vip)["spec"]["nodeSelector"], premium);
+  // The CLI says the same with flags.
+  CliResult cli =
+      Run("submit -p vision --gpus 1 --type inference --selector gpu-tier=premium "
+          "--toleration dedicated --env MODE=serve --grace-period 5 --name cli-vip -- sleep 60");
+  ASSERT_EQ(cli.code, 0) << cli.output;
+  const int64_t cli_vip = std::stoll(cli.output.substr(cli.output.find("job ") + 4));
+  ASSERT_TRUE(Eventually([&] { return !NodeOf(cli_vip).empty(); })) << Job(cli_vip).dump();
+  EXPECT_EQ(NodeOf(cli_vip), "premium-0");
+  EXPECT_EQ(Job(cli_vip)["spec"]["tolerations"], tolerate);
+  EXPECT_EQ(Job(cli_vip)["spec"]["env"]["MODE"], "serve");
+  EXPECT_EQ(Job(cli_vip)["spec"]["gracePeriod"], 5.0);
+  CliResult bad = Run("submit -p vision --gpus 1 --selector premium -- sleep 1");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.output.find("--selector premium: expected KEY=VALUE"), std::string::npos)
+      << bad.output;
 
   // A node an agent registers into the inference pool gets the pool's purpose and labels, and
   // keeps its own.

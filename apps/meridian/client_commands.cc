@@ -106,6 +106,13 @@ void AddClientCommands(CLI::App& app, int* rc) {
   submit->add_option("--gpu-model", sf.gpu_models, "allowed GPU models (repeatable)");
   submit->add_option("--cluster", sf.clusters, "allowed clusters (repeatable)");
   submit->add_option("--image", sf.image, "container image");
+  submit->add_option("--type", sf.type, "training, inference, interactive or batch (default)");
+  submit->add_option("--selector", sf.selector, "node label KEY=VALUE it needs (repeatable)");
+  submit->add_option("--toleration", sf.tolerations,
+                     "node taint KEY or KEY=VALUE it may run on (repeatable)");
+  submit->add_option("--env", sf.env, "environment variable KEY=VALUE (repeatable)");
+  submit->add_option("--grace-period", sf.grace_period,
+                     "seconds from the stop notice to SIGKILL (default 30)");
   submit->add_option("command", sf.command, "the command, after --");
   submit->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Submit(c, sf); }); });
 

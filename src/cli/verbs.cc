@@ -472,6 +472,35 @@ int Submit(Context& c, const SubmitFlags& f) {
     if (!f.clusters.empty()) spec["clusters"] = f.clusters;
     if (!f.image.empty()) spec["image"] = f.image;
     if (!f.command.empty()) spec["command"] = f.command;
+    if (!f.type.empty()) spec["type"] = f.type;
+    if (f.grace_period >= 0) spec["gracePeriod"] = f.grace_period;
+    // KEY=VALUE flags: a missing '=' is an error for --selector and --env; a toleration may name
+    // a key alone (any value).
+    auto pairs = [&](const std::vector<std::string>& items, const char* flag, bool value_optional,
+                     Json* out) {
+      for (const std::string& item : items) {
+        const size_t eq = item.find('=');
+        if ((eq == std::string::npos && !value_optional) || eq == 0) {
+          c.err << "meridian: " << flag << " " << item << ": expected KEY=VALUE\n";
+          return false;
+        }
+        out->push_back({item.substr(0, eq), eq == std::string::npos ? "" : item.substr(eq + 1)});
+      }
+      return true;
+    };
+    Json selector = Json::array(), tolerations = Json::array(), env = Json::array();
+    if (!pairs(f.selector, "--selector", false, &selector) ||
+        !pairs(f.tolerations, "--toleration", true, &tolerations) ||
+        !pairs(f.env, "--env", false, &env)) {
+      return kExitUsage;
+    }
+    for (const Json& kv : selector) spec["nodeSelector"][kv[0].get<std::string>()] = kv[1];
+    for (const Json& kv : env) spec["env"][kv[0].get<std::string>()] = kv[1];
+    for (const Json& kv : tolerations) {
+      Json t = {{"key", kv[0]}};
+      if (!kv[1].get<std::string>().empty()) t["value"] = kv[1];
+      spec["tolerations"].push_back(t);
+    }
     doc = {{"metadata", {{"name", f.name}, {"project", f.project}}}, {"spec", spec}};
   }
   int code = 0;

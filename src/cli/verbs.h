@@ -44,6 +44,11 @@ struct SubmitFlags {
   std::vector<std::string> gpu_models;
   std::vector<std::string> clusters;
   std::string image;
+  std::string type;                      // training, inference, interactive, batch
+  std::vector<std::string> selector;     // KEY=VALUE
+  std::vector<std::string> tolerations;  // KEY or KEY=VALUE
+  std::vector<std::string> env;          // KEY=VALUE
+  double grace_period = -1;              // < 0: the spec's default
   std::vector<std::string> command;
 };
 
