@@ -157,6 +157,12 @@ try {
   assert.match(await sickCells.getAttribute('aria-label'), /cloud-sick GPU 5 .*UNHEALTHY/);
   await shot('02-cluster-cloud-unhealthy');
   step('an unhealthy GPU shows in the estate and in the heatmap');
+  // Operators cordon it: its card says so (and uncordon takes the badge away).
+  assert.equal((await api('POST', '/nodes/cloud-sick/cordon', admin)).status, 200);
+  await page.waitForSelector('[data-testid=node-cloud-sick] .badge-warn:has-text("cordoned")');
+  assert.equal((await api('POST', '/nodes/cloud-sick/uncordon', admin)).status, 200);
+  await page.waitForSelector('[data-testid=node-cloud-sick] .badge-warn', { state: 'detached' });
+  step('a cordoned node shows as cordoned');
 
   // A gang from the examples keeps 8 GPUs busy at 90% for the rest of the test.
   const gangFile = fileURLToPath(new URL('../examples/jobs/train-gang.yaml', import.meta.url));

@@ -102,6 +102,10 @@ export interface Node {
   gpus: Gpu[];
   source: 'registered' | 'declared';
   state?: string;
+  // What operators asked of it: '' (schedulable), 'cordoned', 'draining' (jobs still hold it) or
+  // 'drained'.
+  scheduling?: string;
+  drain?: { deadline: number; reason: string; by: string; at: number };
   lastHeartbeat?: number;
   simulated?: boolean;
   address?: string;

@@ -93,6 +93,11 @@ export function ClusterView({ name }: { name: string }) {
             <header>
               <h2>{n.name}</h2>
               <Phase phase={n.state ?? (n.schedulable ? 'Ready' : 'Unschedulable')} />
+              {n.scheduling ? (
+                <span class="badge badge-warn" title={n.drain?.reason ? `drain: ${n.drain.reason}` : undefined}>
+                  {n.scheduling}
+                </span>
+              ) : null}
               {n.source === 'declared' ? (
                 <span class="badge">declared by pool</span>
               ) : n.simulated ? (
