@@ -214,7 +214,10 @@ spec:
   const int64_t missing = Submit({{"command", {"/no/such/program"}}});
   EXPECT_TRUE(Eventually([&] { return Phase(failing) == "Failed" && Phase(missing) == "Failed"; }));
   EXPECT_EQ(Job(failing)["status"]["reason"], "task 0 exited with code 3");
-  EXPECT_EQ(Job(missing)["status"]["reason"], "task 0 exited with code 127");
+  EXPECT_EQ(Job(missing)["status"]["reason"],
+            "task 0 exited with code 127 (its command was not found; check spec.command, or the "
+            "image's PATH)");
+  EXPECT_EQ(Job(missing)["status"]["cause"], "command-not-found");
   EXPECT_TRUE(Eventually([&] {
     return Run("logs " + std::to_string(missing)).output.find("cannot run /no/such/program") !=
            std::string::npos;
@@ -895,6 +898,42 @@ TEST_F(AgentTest, DrainingANodeRequeuesItsJobsThroughStoppingWithoutOverlap) {
   EXPECT_EQ(row(first).value("scheduling", "x"), "");
   Run("cancel " + std::to_string(job));
   Run("cancel " + std::to_string(next));
+}
+
+// A failed job says why in words a user acts on: killed for memory (from its cgroup's OOM
+// counter, not only exit 137), a missing command, CUDA out of memory from the end of its output.
+TEST_F(AgentTest, AFailedJobSaysWhyItFailed) {
+  StartAgent("n1");
+  const int64_t hog = Submit(
+      {{"gpus", 1}, {"memoryMib", 64}, {"command", {"sh", "-c", "head -c 400m /dev/zero | tail"}}},
+      "hog");
+  const int64_t typo = Submit({{"gpus", 1}, {"command", {"pyhton3", "train.py"}}}, "typo");
+  const int64_t cuda = Submit(
+      {{"gpus", 1},
+       {"command",
+        {"sh", "-c",
+         "echo 'torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB' >&2; "
+         "exit 1"}}},
+      "cuda");
+  for (int64_t job : {hog, typo, cuda}) {
+    ASSERT_TRUE(Eventually([&] { return Phase(job) == "Failed"; }, 30)) << Job(job).dump();
+  }
+  EXPECT_EQ(Job(hog)["status"]["cause"], "oom-killed") << Job(hog).dump();
+  EXPECT_NE(Job(hog)["status"]["reason"].get<std::string>().find("killed for memory"),
+            std::string::npos)
+      << Job(hog).dump();
+  EXPECT_EQ(Job(typo)["status"]["cause"], "command-not-found") << Job(typo).dump();
+  EXPECT_EQ(Job(cuda)["status"]["cause"], "cuda-out-of-memory") << Job(cuda).dump();
+  const std::vector<Json> events = Events(hog);
+  const Json* failed = FindEvent(events, "Failed");
+  ASSERT_NE(failed, nullptr);
+  EXPECT_NE(failed->value("message", "").find("killed for memory"), std::string::npos)
+      << failed->dump();
+  CliResult described = Run("describe job " + std::to_string(hog));
+  EXPECT_NE(described.output.find("Cause:        oom-killed"), std::string::npos)
+      << described.output;
+  EXPECT_NE(described.output.find("task 0: oom-killed: killed for memory"), std::string::npos)
+      << described.output;
 }
 
 // A drain's deadline bounds the grace of the jobs it stops: a task that ignores SIGTERM and has

@@ -67,6 +67,11 @@ std::optional<protocol::ShimExit> ReadExit(const std::string& dir) {
   return *exit;
 }
 
+// Whether a diagnosis says more than the exit code that the report carries anyway.
+bool Telling(const domain::Diagnosis& why) {
+  return why.cause != domain::FailureCause::kNone && why.cause != domain::FailureCause::kExitCode;
+}
+
 int64_t FileSize(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
@@ -289,11 +294,15 @@ Status Agent::Recover() {
       t.state = "Exited";
       t.exit_code = exit->exit_code;
       t.message = exit->reason;
+      const domain::Diagnosis why = Diagnose(t, *exit);
+      t.cause = why.cause;
+      if (Telling(why)) t.message = why.summary;
     } else if (ShimAlive(t.shim_pid)) {
       t.state = "Running";
     } else {
       t.state = "Exited";
       t.message = "its supervisor ended while the agent was away";
+      t.cause = domain::FailureCause::kNotStarted;
     }
     std::fprintf(stderr, "meridian agent: found task %s (%s)\n", entry.path().filename().c_str(),
                  t.state.c_str());
@@ -315,6 +324,7 @@ void Agent::Reconcile(const Json& answer) {
       std::tie(t.job, t.index, t.generation) = *d.key;
       t.state = "Exited";
       t.message = "the agent cannot read its assignment: " + d.assignment.status().message();
+      t.cause = domain::FailureCause::kNotStarted;
       tasks_[*d.key] = std::move(t);
       continue;
     }
@@ -456,6 +466,7 @@ void Agent::Start(Task& t) {
     t.state = "Exited";
     t.exit_code.reset();
     t.message = error;
+    t.cause = domain::FailureCause::kNotStarted;
     std::ofstream(t.dir + "/output.log", std::ios::app) << "meridian: " << error << "\n";
     return;
   }
@@ -508,6 +519,8 @@ void Agent::Start(Task& t) {
   t.shim_pid = pid;
   t.adopted = false;
   t.state = "Running";
+  t.cause = domain::FailureCause::kNone;
+  t.xids_at_start = XidCounts();
   t.exit_code.reset();
   WriteFile(t.dir + "/shim.pid", std::to_string(pid));
 }
@@ -535,11 +548,13 @@ void Agent::Poll() {
       if (!(t.adopted ? ShimAlive(t.shim_pid) : Alive(t.shim_pid))) {
         t.state = "Exited";
         t.message = "its supervisor ended without an exit status";
+        t.cause = domain::FailureCause::kNotStarted;
       }
       continue;
     }
     t.exit_code = exit->exit_code;
     t.message = exit->reason;
+    const domain::Diagnosis why = Diagnose(t, *exit);
     cgroups_.Remove(CgroupName(t));
     const bool failed = !t.exit_code || *t.exit_code != 0;
     const domain::RestartPolicy& restart = t.assignment.run.restart;
@@ -549,14 +564,63 @@ void Agent::Poll() {
       const double backoff = std::min(kMaxBackoff, std::pow(2.0, t.restarts - 1));
       t.state = "BackingOff";
       t.restart_at = now + backoff;
-      t.message = "exited with code " + (t.exit_code ? std::to_string(*t.exit_code) : "unknown") +
-                  "; restarting in " + std::to_string(static_cast<int>(backoff)) + " s";
+      t.message =
+          (why.summary.empty()
+               ? "exited with code " + (t.exit_code ? std::to_string(*t.exit_code) : "unknown")
+               : why.summary) +
+          "; restarting in " + std::to_string(static_cast<int>(backoff)) + " s";
       std::ofstream(t.dir + "/output.log", std::ios::app) << "meridian: " << t.message << "\n";
       continue;
     }
     t.state = "Exited";
+    t.cause = why.cause;
+    if (Telling(why)) t.message = why.summary;
     ReleaseDevices(t);
   }
+}
+
+std::map<int32_t, int64_t> Agent::XidCounts() {
+  std::map<int32_t, int64_t> out;
+  auto telemetry = gpus_->Telemetry();
+  if (!telemetry.ok()) return out;
+  for (const GpuTelemetry& g : *telemetry) out[g.index] = g.xid_errors;
+  return out;
+}
+
+domain::Diagnosis Agent::Diagnose(const Task& t, const protocol::ShimExit& exit) {
+  domain::ExitFacts f;
+  f.exit_code = exit.exit_code;
+  f.signal = exit.signal;
+  f.stop_reason = exit.reason;
+  f.stop_requested = t.stop_requested;
+  f.image = !t.assignment.run.image.empty();
+  if (Limited(t)) {
+    f.oom_kills = cgroups_.OomKills(CgroupName(t));
+    f.memory_limit_mib = t.assignment.run.memory_mib;
+  }
+  // A new XID on one of its GPUs during the run (an adopted run's start is unknown: none).
+  if (!t.xids_at_start.empty()) {
+    auto telemetry = gpus_->Telemetry();
+    if (telemetry.ok()) {
+      for (const GpuTelemetry& g : *telemetry) {
+        const bool mine =
+            std::any_of(t.assignment.devices.begin(), t.assignment.devices.end(),
+                        [&](const protocol::DeviceGrant& d) { return d.gpu == g.index; });
+        auto before = t.xids_at_start.find(g.index);
+        if (mine && before != t.xids_at_start.end() && g.xid_errors > before->second) {
+          f.xid = g.last_xid;
+        }
+      }
+    }
+  }
+  // The end of its output, where frameworks say what went wrong.
+  constexpr int64_t kTail = 8 * 1024;
+  const std::string path = t.dir + "/output.log";
+  const int64_t size = FileSize(path);
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(std::max<int64_t>(0, size - kTail));
+  f.output_tail.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return domain::Diagnose(f);
 }
 
 void Agent::ReleaseDevices(const Task& t) {
@@ -577,7 +641,10 @@ std::vector<protocol::TaskReport> Agent::Reports() const {
     r.report.state =
         exited ? domain::TaskStatus::State::kExited : domain::TaskStatus::State::kRunning;
     r.report.restarts = t.restarts;
-    if (exited) r.report.exit_code = t.exit_code;
+    if (exited) {
+      r.report.exit_code = t.exit_code;
+      r.report.cause = t.cause;
+    }
     r.report.message = t.message;
     out.push_back(std::move(r));
   }

@@ -13,6 +13,7 @@
 #include "agent/gpu_discovery.h"
 #include "base/status.h"
 #include "cli/client.h"
+#include "domain/failure_cause.h"
 #include "protocol/agent_protocol.h"
 
 namespace meridian::agent {
@@ -71,6 +72,8 @@ class Agent {
     int64_t restarts = 0;
     double restart_at = 0;  // BackingOff: when to start again
     std::string message;
+    domain::FailureCause cause = domain::FailureCause::kNone;  // when it ended badly
+    std::map<int32_t, int64_t> xids_at_start;                  // XID count per GPU it holds
     bool stop_requested = false;
     int64_t uploaded = 0;  // bytes of output the server has
     bool gone = false;     // no longer assigned and ended: removed once its output is uploaded
@@ -82,10 +85,13 @@ class Agent {
   void Start(Task& t);
   // Stops a run: its notice, SIGTERM half its grace later, SIGKILL at the grace's end, or within
   // `within` seconds when that is sooner (the server's deadline, a drain's).
-  void RequestStop(Task& t, const std::string& reason,
-                   std::optional<double> within = std::nullopt);
+  void RequestStop(Task& t, const std::string& reason, std::optional<double> within = std::nullopt);
   void ReleaseDevices(const Task& t);  // MIG instances of an ended run
-  void Poll();                         // exits, restarts, backoffs
+  // Why a run ended (killed for memory, a GPU fault, a missing command, ...), from what the shim
+  // wrote, the task's cgroup (read before it is removed), its GPUs and the end of its output.
+  domain::Diagnosis Diagnose(const Task& t, const protocol::ShimExit& exit);
+  std::map<int32_t, int64_t> XidCounts();
+  void Poll();  // exits, restarts, backoffs
   void UploadLogs();
   void Cleanup();
   std::vector<protocol::TaskReport> Reports() const;

@@ -115,6 +115,21 @@ base::Result<std::vector<std::string>> Cgroups::Create(const std::string& name, 
   return procs;
 }
 
+int64_t Cgroups::OomKills(const std::string& name) const {
+  std::string file;
+  if (version_ == Version::kV2) file = root_ + "/meridian/" + name + "/memory.events";
+  if (version_ == Version::kV1) file = root_ + "/memory/meridian/" + name + "/memory.oom_control";
+  if (file.empty()) return 0;
+  // Lines of "key value"; the count is "oom_kill N" in both versions.
+  std::ifstream in(file);
+  std::string key;
+  int64_t value = 0;
+  while (in >> key >> value) {
+    if (key == "oom_kill") return value;
+  }
+  return 0;
+}
+
 void Cgroups::Remove(const std::string& name) const {
   for (const std::string& dir : Dirs(name)) ::rmdir(dir.c_str());
 }

@@ -25,6 +25,9 @@ class Cgroups {
   // process's pid is written to so that it joins the group.
   base::Result<std::vector<std::string>> Create(const std::string& name, int64_t cpu_milli,
                                                 int64_t memory_mib) const;
+  // How often the kernel's OOM killer killed in the group (memory.events on v2,
+  // memory.oom_control on v1); 0 when unknown. Read before Remove.
+  int64_t OomKills(const std::string& name) const;
   // Removes the group once its processes have gone.
   void Remove(const std::string& name) const;
 

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "domain/failure_cause.h"
 #include "protocol/agent_protocol.h"
 
 namespace meridian::agent {
@@ -239,7 +240,7 @@ int RunShim(const std::string& dir) {
         }
         if (reason.empty()) reason = "stopped by the agent";
       }
-      if (runtime_limit > 0 && now - started > runtime_limit) reason = "runtime limit reached";
+      if (runtime_limit > 0 && now - started > runtime_limit) reason = domain::kRuntimeLimitReason;
       if (!reason.empty()) {
         stop_at = now;
         term_at = now + within / 2;
@@ -254,7 +255,7 @@ int RunShim(const std::string& dir) {
         // Counted from when the lease ran out, not from when this loop saw it.
         const double fence_by = expired_at + std::min(grace, watch.fence_grace());
         if (stop_at == 0) {
-          reason = "the agent lost the server for longer than its lease";
+          reason = domain::kLeaseLostReason;
           stop_at = now;
           notice(fence_by);
         }

@@ -404,6 +404,15 @@ int Describe(Context& c, const std::string& resource_in, const std::string& name
         << "Reason:       " << s.value("reason", "") << "\n"
         << "Request:      " << GpuRequest(job->at("spec")) << " GPU(s)\n"
         << "Submitted:    " << Age(s.value("submittedAt", c.now), c.now) << " ago\n";
+  if (s.contains("cause")) c.out << "Cause:        " << s.value("cause", "") << "\n";
+  // Each task's end, as its agent diagnosed it (killed for memory, a missing command, ...).
+  const Json tasks = s.value("tasks", Json::array());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Json& t = tasks[i];
+    if (!t.is_object() || !t.contains("cause")) continue;
+    c.out << "  task " << i << ": " << t.value("cause", "") << ": " << t.value("message", "")
+          << "\n";
+  }
   if (!s.at("allocation").empty()) {
     c.out << "Allocation:\n";
     for (const Json& t : s.at("allocation")) {

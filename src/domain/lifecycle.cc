@@ -38,7 +38,10 @@ Transition Into(JobLife life, Phase phase, std::string reason) {
   }
   // An ended job keeps what its last run's tasks reported (their exit codes); a requeued one
   // starts its next run with none.
-  if (phase == Phase::kPending) life.tasks.clear();
+  if (phase == Phase::kPending) {
+    life.tasks.clear();
+    life.cause = FailureCause::kNone;
+  }
   t.life = std::move(life);
   return t;
 }
@@ -81,7 +84,7 @@ std::string_view StateName(TaskStatus::State s) {
 
 bool SameTask(const TaskStatus& a, const TaskStatus& b) {
   return a.state == b.state && a.exit_code == b.exit_code && a.restarts == b.restarts &&
-         a.node == b.node && a.message == b.message;
+         a.node == b.node && a.message == b.message && a.cause == b.cause;
 }
 
 }  // namespace
@@ -119,6 +122,7 @@ base::Result<Transition> Place(const JobLife& life, int32_t tasks, const std::st
   t.life.generation = life.generation + 1;
   t.life.tasks.assign(static_cast<size_t>(tasks), TaskStatus{});
   t.life.started_at = 0;
+  t.life.cause = FailureCause::kNone;
   Say(&t, false, "Placed", t.life.reason);
   return t;
 }
@@ -194,7 +198,10 @@ Transition Report(const JobLife& life, const std::string& node,
     s.state = r.state;
     s.node = node;
     s.restarts = r.restarts;
-    if (r.state == TaskStatus::State::kExited) s.exit_code = r.exit_code;
+    if (r.state == TaskStatus::State::kExited) {
+      s.exit_code = r.exit_code;
+      s.cause = r.cause;
+    }
     if (!r.message.empty()) s.message = r.message;
     if (SameTask(s, before)) continue;
     changed = true;
@@ -207,6 +214,7 @@ Transition Report(const JobLife& life, const std::string& node,
   if (!changed) return t;
   size_t running = 0, exited = 0, succeeded = 0;
   std::string failure;
+  FailureCause cause = FailureCause::kNone;
   for (size_t i = 0; i < n; ++i) {
     const TaskStatus& s = l.tasks[i];
     running += s.state == TaskStatus::State::kRunning;
@@ -215,7 +223,11 @@ Transition Report(const JobLife& life, const std::string& node,
     if (s.exit_code && *s.exit_code == 0) {
       ++succeeded;
     } else if (failure.empty()) {
-      // With the runner's word on why, when it stopped the task (runtime limit, lost lease).
+      cause = s.cause != FailureCause::kNone ? s.cause
+              : s.exit_code                  ? FailureCause::kExitCode
+                                             : FailureCause::kNotStarted;
+      // With the runner's word on why: its diagnosis (killed for memory, a GPU fault, ...) or
+      // why it stopped the task (runtime limit, lost lease).
       failure = "task " + std::to_string(i) +
                 (s.exit_code ? " exited with code " + std::to_string(*s.exit_code) +
                                    (s.message.empty() ? "" : " (" + s.message + ")")
@@ -233,10 +245,12 @@ Transition Report(const JobLife& life, const std::string& node,
     t = Into(l, Phase::kStopping, failure);
     t.life.stop = StopIntent::kFail;
     t.life.stop_deadline = now;
+    t.life.cause = cause;
     Say(&t, true, "Stopping", failure + "; stopping the other tasks");
   } else if (!failure.empty()) {
     t = Into(l, Phase::kFailed, failure);
     t.life.finished_at = now;
+    t.life.cause = cause;
     Say(&t, true, "Failed", failure);
   } else if (succeeded == n) {
     t = Into(l, Phase::kSucceeded, "every task exited with code 0");
@@ -272,6 +286,7 @@ base::Result<Transition> NodeLost(const JobLife& life, const std::string& node,
       t.state = TaskStatus::State::kExited;
       t.exit_code.reset();
       t.message = what;
+      t.cause = FailureCause::kNodeLost;
     } else {
       others_run = true;
     }
@@ -292,6 +307,7 @@ base::Result<Transition> NodeLost(const JobLife& life, const std::string& node,
     t.life.stop = again ? StopIntent::kRequeue : StopIntent::kFail;
     t.life.stop_deadline = now;
     if (again) t.life.requeues = life.requeues + 1;
+    if (!again) t.life.cause = FailureCause::kNodeLost;
     Say(&t, true, "TaskLost",
         what + "; stopping the job's other tasks before it is " + (again ? "requeued" : "failed"));
     return t;
@@ -305,6 +321,7 @@ base::Result<Transition> NodeLost(const JobLife& life, const std::string& node,
   }
   Transition t = Into(l, Phase::kFailed, reason);
   t.life.finished_at = now;
+  t.life.cause = FailureCause::kNodeLost;
   Say(&t, true, "Failed", t.life.reason);
   return t;
 }
@@ -341,6 +358,7 @@ base::Result<JobLife> DecodeLife(std::string_view phase, std::string reason, int
   life.requeues = static_cast<int64_t>(number(status, "restarts", 0));
   life.started_at = number(status, "startedAt", 0);
   life.finished_at = number(status, "finishedAt", 0);
+  life.cause = ParseCause(text(status, "cause")).value_or(FailureCause::kNone);
   if (status.contains("stop") && status.at("stop").is_object()) {
     const Json& s = status.at("stop");
     const std::string intent = text(s, "intent");
@@ -371,6 +389,7 @@ base::Result<JobLife> DecodeLife(std::string_view phase, std::string reason, int
       s.restarts = static_cast<int64_t>(number(t, "restarts", 0));
       s.node = text(t, "node");
       s.message = text(t, "message");
+      s.cause = ParseCause(text(t, "cause")).value_or(FailureCause::kNone);
       life.tasks.push_back(std::move(s));
     }
   }
@@ -384,6 +403,8 @@ void EncodeLife(const JobLife& life, Json* status) {
   s.erase("stop");
   s.erase("startedAt");
   s.erase("finishedAt");
+  s.erase("cause");
+  if (life.cause != FailureCause::kNone) s["cause"] = CauseName(life.cause);
   if (life.requeues > 0) {
     s["restarts"] = life.requeues;
   } else {
@@ -412,6 +433,7 @@ void EncodeLife(const JobLife& life, Json* status) {
       j["exitCode"] = t.exit_code ? Json(*t.exit_code) : Json();
     }
     if (!t.message.empty()) j["message"] = t.message;
+    if (t.cause != FailureCause::kNone) j["cause"] = CauseName(t.cause);
     tasks.push_back(std::move(j));
   }
   s["tasks"] = std::move(tasks);

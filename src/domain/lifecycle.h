@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "domain/failure_cause.h"
 #include "domain/job_spec.h"
 
 // A job's life, in one place: its phases, and every transition between them as a pure function
@@ -51,6 +52,7 @@ struct TaskStatus {
   int64_t restarts = 0;              // in-place restarts by the runner (restartPolicy)
   std::string node;
   std::string message;  // the runner's word on why it stopped the task, when it did
+  FailureCause cause = FailureCause::kNone;  // for kExited: why it ended badly, when it did
 };
 
 struct JobLife {
@@ -64,6 +66,8 @@ struct JobLife {
   // Observed, for `generation`: one entry per task while the job holds resources.
   std::vector<TaskStatus> tasks;
   int64_t requeues = 0;  // runs given up after a lost node (counted against maxRestarts)
+  // Why the job failed (its first failed task's cause); kNone unless it failed or is failing.
+  FailureCause cause = FailureCause::kNone;
   double started_at = 0;
   double finished_at = 0;
 };
@@ -89,6 +93,7 @@ struct TaskReport {
   std::optional<int64_t> exit_code;
   int64_t restarts = 0;
   std::string message;
+  FailureCause cause = FailureCause::kNone;  // the runner's diagnosis of an exit (Diagnose)
 };
 
 namespace lifecycle {

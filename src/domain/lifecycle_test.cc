@@ -266,14 +266,59 @@ TEST(Lifecycle, ALostNodeOfAGangStopsTheOthersBeforeReleasing) {
   EXPECT_EQ(failed.life.reason, "node a lost (restartPolicy never)");
 }
 
+// The runner's diagnosis of a failed task becomes the job's cause, in its status and its
+// reason; a lost node is a cause of its own; a new run starts without one.
+TEST(Lifecycle, AFailedJobKeepsTheCauseOfItsFirstFailedTask) {
+  const std::vector<std::string> nodes = {"n1"};
+  JobLife l = Life(Phase::kRunning, 1);
+  TaskReport oom = Rep(0, State::kExited, 137);
+  oom.cause = FailureCause::kOomKilled;
+  oom.message = "killed for memory: its cgroup's OOM killer ran (limit 64 MiB; raise memoryMib)";
+  auto t = lifecycle::Report(l, "n1", {oom}, nodes, 3, 10);
+  EXPECT_EQ(t.life.phase, Phase::kFailed);
+  EXPECT_EQ(t.life.cause, FailureCause::kOomKilled);
+  EXPECT_EQ(t.life.tasks[0].cause, FailureCause::kOomKilled);
+  EXPECT_NE(t.life.reason.find("killed for memory"), std::string::npos) << t.life.reason;
+  Json status;
+  EncodeLife(t.life, &status);
+  EXPECT_EQ(status["cause"], "oom-killed");
+  EXPECT_EQ(status["tasks"][0]["cause"], "oom-killed");
+  auto back = DecodeLife("Failed", t.life.reason, 1, status);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->cause, FailureCause::kOomKilled);
+  EXPECT_EQ(back->tasks[0].cause, FailureCause::kOomKilled);
+  // A failure the runner could not diagnose is still a cause: its exit code.
+  auto plain = lifecycle::Report(l, "n1", {Rep(0, State::kExited, 2)}, nodes, 3, 10);
+  EXPECT_EQ(plain.life.cause, FailureCause::kExitCode);
+  // A lost node that fails the job (restartPolicy never).
+  auto lost = lifecycle::NodeLost(l, "n1", {}, RestartPolicy{false, 3}, 20);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(lost->life.phase, Phase::kFailed);
+  EXPECT_EQ(lost->life.cause, FailureCause::kNodeLost);
+  EXPECT_EQ(lost->life.tasks[0].cause, FailureCause::kNodeLost);
+  // Requeued and placed again: the new run has no cause.
+  auto again = lifecycle::NodeLost(l, "n1", {}, RestartPolicy{true, 3}, 20);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->life.cause, FailureCause::kNone);
+  auto placed = lifecycle::Place(again->life, 1, "n2", 21);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(placed->life.cause, FailureCause::kNone);
+  // Succeeded: no cause.
+  auto ok = lifecycle::Report(l, "n1", {Rep(0, State::kExited, 0)}, nodes, 3, 10);
+  EXPECT_EQ(ok.life.cause, FailureCause::kNone);
+  Json ok_status;
+  EncodeLife(ok.life, &ok_status);
+  EXPECT_FALSE(ok_status.contains("cause"));
+}
+
 TEST(Lifecycle, StoredFormRoundTrips) {
   JobLife l = Life(Phase::kStopping, 2, 7);
   l.stop = StopIntent::kCancel;
   l.stop_deadline = 42.5;
   l.requeues = 1;
   l.started_at = 12;
-  l.tasks[0] = {State::kExited, 0, 2, "n1", "done"};
-  l.tasks[1] = {State::kRunning, std::nullopt, 0, "n2", ""};
+  l.tasks[0] = {State::kExited, 0, 2, "n1", "done", FailureCause::kNone};
+  l.tasks[1] = {State::kRunning, std::nullopt, 0, "n2", "", FailureCause::kNone};
   Json status = {{"other", 1}};
   EncodeLife(l, &status);
   EXPECT_EQ(status["other"], 1);

@@ -139,6 +139,10 @@ void ReadTaskReport(FieldReader& r, TaskReport& t) {
   s.restarts = r.Int("restarts", 0, 1000000, 0);
   s.message = r.String("message", false);
   s.exit_code = OptionalInt(r, "exitCode", std::numeric_limits<int64_t>::min(), kMaxInt);
+  // A cause this version does not know reads as a plain exit (its message still says why).
+  const std::string cause = r.String("cause", false);
+  s.cause = domain::ParseCause(cause).value_or(cause.empty() ? domain::FailureCause::kNone
+                                                             : domain::FailureCause::kExitCode);
 }
 
 }  // namespace
@@ -238,6 +242,7 @@ Json ToJson(const TaskReport& t) {
               {"restarts", r.restarts}};
   if (exited) out["exitCode"] = r.exit_code ? Json(*r.exit_code) : Json();
   if (!r.message.empty()) out["message"] = r.message;
+  if (r.cause != domain::FailureCause::kNone) out["cause"] = domain::CauseName(r.cause);
   return out;
 }
 
