@@ -11,7 +11,9 @@ const std::regex& JobId() {
   return kJobId;
 }
 
-bool Textual(const std::string& key) { return key == "reason" || key == "message"; }
+bool Textual(const std::string& key) {
+  return key == "reason" || key == "message" || key == "quota";
+}
 
 }  // namespace
 

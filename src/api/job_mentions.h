@@ -19,8 +19,8 @@ class JobMentions {
  public:
   JobMentions(const Access& access, store::Store* store) : access_(access), store_(store) {}
 
-  // Rewrites, in place, every string under a "reason" or "message" key of `json` (an answer
-  // about jobs or events, or a list of them), and drops status.stop.for, the id of the job a
+  // Rewrites, in place, every string under a "reason", "message" or "quota" key of `json` (an
+  // answer about jobs or events, or a list of them), and drops status.stop.for, the id of the job a
   // preempted job stops for, when that job is hidden. One store read for the ids not seen yet.
   void Hide(Json* json);
   // The same for one text.
