@@ -582,7 +582,9 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
 
 Status SqliteStore::CheckIntegrity(const std::string& path) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  // Read-write, not read-only: after a crash a read-only connection cannot replay the WAL without
+  // its -shm file, and would take a sound database for a damaged one. quick_check writes nothing.
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
   std::string problems;
   if (rc == SQLITE_OK) {
     sqlite3_stmt* stmt = nullptr;
