@@ -155,7 +155,7 @@ class AgentTest : public ::testing::Test {
   std::vector<Json> Events(int64_t id) { return JobEvents(*server_, admin_, id); }
   // A value of the server's /metrics without labels; -1 when absent.
   double Metric(const std::string& name) {
-    std::istringstream in(Http(*server_, "GET", "/metrics", "").text);
+    std::istringstream in(Http(*server_, "GET", "/metrics", admin_).text);
     for (std::string line; std::getline(in, line);) {
       if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
     }

@@ -430,7 +430,7 @@ TEST_F(ServerTest, ABadObjectIsReportedAndTheRestIsScheduled) {
       {"name", "mixed-0"},
       {"message", "gpus[1].model: a node holds GPUs of one model: not scheduled"}};
   EXPECT_EQ(health.body["problems"], (Json{want_node, want_pool, want_mixed})) << health.text;
-  EXPECT_NE(Http(*server_, "GET", "/metrics", "").text.find("\nmeridian_config_problems 3\n"),
+  EXPECT_NE(Http(*server_, "GET", "/metrics", admin_).text.find("\nmeridian_config_problems 3\n"),
             std::string::npos);
   // The node is left out of /nodes, the 16 GPUs of onprem are all there.
   Json nodes = Http(*server_, "GET", "/api/v1/nodes", admin_).body["items"];
@@ -1102,11 +1102,11 @@ TEST_F(ServerTest, MetricsInThePrometheusTextFormat) {
   ASSERT_EQ(Submit("vision", 1).status, 201);
   ASSERT_TRUE(Eventually([&] {
     // The job's placement shows once the cycle after the submission has run.
-    return Http(*server_, "GET", "/metrics", "")
+    return Http(*server_, "GET", "/metrics", admin_)
                .text.find("meridian_gpus_allocated{cluster=\"onprem\",model=\"H100-80GB\"} 1") !=
            std::string::npos;
   }));
-  const std::string text = Http(*server_, "GET", "/metrics", "").text;
+  const std::string text = Http(*server_, "GET", "/metrics", admin_).text;
   for (const char* want :
        {"# TYPE meridian_api_request_duration_seconds histogram",
         "meridian_api_request_duration_seconds_bucket{route=\"jobs.create\",code=\"201\",le=",

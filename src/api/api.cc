@@ -2,8 +2,10 @@
 #include "api/api.h"
 
 #include <chrono>
+#include <set>
 
 #include "api/api_internal.h"
+#include "base/strings.h"
 
 namespace meridian::api {
 
@@ -136,9 +138,39 @@ base::Result<Json> DecodeJsonBody(const std::string& body) {
   // exhaust the stack of the thread that holds it.
   constexpr int kMaxDepth = 64;
   struct TooDeep {};
+  struct Duplicate {
+    std::string key;
+  };
+  // The keys seen in each object being parsed, innermost last, with the path to it.
+  std::vector<std::set<std::string>> keys;
+  std::vector<std::string> path;
   try {
-    return Json::parse(body, [](int depth, Json::parse_event_t, Json&) {
+    return Json::parse(body, [&](int depth, Json::parse_event_t event, Json& parsed) {
       if (depth > kMaxDepth) throw TooDeep{};
+      switch (event) {
+        case Json::parse_event_t::object_start:
+          keys.emplace_back();
+          path.emplace_back();
+          break;
+        case Json::parse_event_t::key: {
+          const std::string key = parsed.get<std::string>();
+          if (!keys.back().insert(key).second) {
+            std::string at;
+            for (size_t i = 0; i + 1 < path.size(); ++i) {
+              if (!path[i].empty()) at += path[i] + ".";
+            }
+            throw Duplicate{at + key};
+          }
+          path.back() = key;
+          break;
+        }
+        case Json::parse_event_t::object_end:
+          keys.pop_back();
+          path.pop_back();
+          break;
+        default:
+          break;
+      }
       return true;
     });
   } catch (const Json::parse_error& e) {
@@ -148,6 +180,8 @@ base::Result<Json> DecodeJsonBody(const std::string& body) {
     return Status::Invalid(std::string("invalid JSON: ") + e.what());
   } catch (const TooDeep&) {
     return Status::Invalid("JSON nested deeper than " + std::to_string(kMaxDepth) + " levels");
+  } catch (const Duplicate& d) {
+    return Status::Invalid(d.key + ": the key appears twice in one object; give it once");
   }
 }
 
@@ -177,6 +211,14 @@ std::optional<int64_t> IntParam(Api::Call& call, const std::string& name, int64_
     return std::nullopt;
   }
   return v;
+}
+
+std::optional<int64_t> IdArg(Api::Call& call, size_t n, const std::string& what) {
+  const std::string text = call.Arg(n);
+  long long v = 0;
+  if (base::ParseInt64(text, &v) && v >= 0) return v;
+  Fail(call, 404, "not_found", what + " " + text + " not found");
+  return std::nullopt;
 }
 
 std::optional<bool> NewestFirst(Api::Call& call) {
@@ -246,7 +288,13 @@ Api::Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy,
       hooks_(hooks),
       bus_(bus),
       metrics_(metrics),
-      options_(options) {
+      options_(options),
+      audit_(NewAuditState()) {
+  metrics_->Describe("meridian_audit_write_failures_total", "counter",
+                     "Audit log writes the store refused; their entries are held and retried, "
+                     "and logged in full on stderr.");
+  metrics_->Describe("meridian_audit_entries_held", "gauge",
+                     "Audit entries not yet written to the store (0 when the log is whole).");
   metrics_->Describe("meridian_api_requests_total", "counter",
                      "API requests by route (action), method and status code.");
   metrics_->Describe("meridian_api_request_duration_seconds", "histogram",
@@ -256,14 +304,13 @@ Api::Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy,
                      "names them); 0 when the whole configuration is scheduled.");
 }
 
-Api::~Api() = default;
-
 void Api::Register(httplib::Server& server) {
   server.set_payload_max_length(options_.max_body_bytes);
   const std::string v1 = "/api/v1";
   auto bind = [this](void (Api::*fn)(Call&)) { return [this, fn](Call& c) { (this->*fn)(c); }; };
   Route(server, "GET", "/healthz", "health", Kind::kPublic, bind(&Api::Health));
-  Route(server, "GET", "/metrics", "metrics", Kind::kPublic, bind(&Api::ServeMetrics));
+  Route(server, "GET", "/metrics", "metrics", options_.open_metrics ? Kind::kPublic : Kind::kRead,
+        bind(&Api::ServeMetrics));
   Route(server, "GET", v1 + "/whoami", "whoami", Kind::kRead, bind(&Api::WhoAmI));
   Route(server, "POST", v1 + "/jobs", "jobs.create", Kind::kMutate, bind(&Api::SubmitJob));
   Route(server, "GET", v1 + "/jobs", "jobs.list", Kind::kRead, bind(&Api::ListJobs));
@@ -348,7 +395,8 @@ void Api::Route(httplib::Server& server, const char* method, const std::string& 
   auto wrapped = [this, action, kind, handler](const httplib::Request& req,
                                                httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
-    Call call{req, res, action, {}, false, false, "", "", clock_->Now(), nullptr};
+    FlushFailedAuths(false);
+    Call call{req, res, action, {}, false, false, "", "", "", clock_->Now(), nullptr};
     try {
       Status auth = kind == Kind::kPublic ? Status::Ok() : Authenticate(call);
       if (!auth.ok()) {
@@ -360,8 +408,11 @@ void Api::Route(httplib::Server& server, const char* method, const std::string& 
       // Handlers validate their input; this is a bug, reported without taking the server down.
       Fail(call, 500, "internal", std::string("internal error: ") + e.what());
     }
-    if (kind != Kind::kPublic &&
-        ((kind == Kind::kMutate && !call.audited) || res.status == 401 || res.status == 403)) {
+    if (kind != Kind::kPublic && !call.authenticated) {
+      // Counted, not written one by one: a client retrying a bad token must not fill the log.
+      CountFailedAuth(call);
+    } else if (kind != Kind::kPublic && ((kind == Kind::kMutate && !call.audited) ||
+                                         res.status == 401 || res.status == 403)) {
       Audit(call);
     }
     const double seconds =
@@ -378,15 +429,24 @@ void Api::Route(httplib::Server& server, const char* method, const std::string& 
 }
 
 Status Api::Authenticate(Call& call) {
+  // RFC 9110: the scheme is case-insensitive, and whitespace may follow it.
   const std::string header = call.req.get_header_value("Authorization");
-  const std::string prefix = "Bearer ";
-  if (header.compare(0, prefix.size(), prefix) != 0) {
+  const size_t space = header.find(' ');
+  std::string scheme = header.substr(0, space);
+  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (space == std::string::npos || scheme != "bearer") {
+    call.auth_failure = "no bearer token";
     return Status(base::StatusCode::kUnauthenticated,
                   "missing credentials: send \"Authorization: Bearer <token>\"");
   }
+  // Unknown, revoked and expired tokens answer alike: the answer must not tell someone who
+  // holds only a token's id (it is in the audit log and in listings) whether it is still good.
+  const Status invalid(base::StatusCode::kUnauthenticated,
+                       "invalid token: it is unknown, revoked or expired");
   std::string id, secret;
-  if (!ParseToken(header.substr(prefix.size()), &id, &secret)) {
-    return Status(base::StatusCode::kUnauthenticated, "malformed token");
+  if (!ParseToken(std::string(base::Trim(header.substr(space + 1))), &id, &secret)) {
+    call.auth_failure = "malformed token";
+    return invalid;
   }
   store::TokenRecord token;
   std::vector<RoleBinding> roles;
@@ -401,15 +461,24 @@ Status Api::Authenticate(Call& call) {
     roles = *r;
     return Status::Ok();
   });
-  const bool valid = s.ok() && !token.revoked &&
-                     ConstantTimeEquals(Sha256Hex(secret), token.secret_hash) &&
-                     (token.expires_at == 0 || token.expires_at > clock_->Now());
-  if (!valid) {
-    if (s.ok() && token.expires_at != 0 && token.expires_at <= clock_->Now()) {
-      return Status(base::StatusCode::kUnauthenticated, "token expired");
-    }
-    if (s.ok() && token.revoked) return Status(base::StatusCode::kUnauthenticated, "token revoked");
-    return Status(base::StatusCode::kUnauthenticated, "invalid token");
+  if (!s.ok() &&
+      (s.code() == base::StatusCode::kIoError || s.code() == base::StatusCode::kUnavailable ||
+       s.code() == base::StatusCode::kInternal)) {
+    return s;  // the store failed: not the caller's fault
+  }
+  const bool secret_ok = s.ok() && ConstantTimeEquals(Sha256Hex(secret), token.secret_hash);
+  if (!secret_ok) {
+    call.auth_failure = "unknown token";
+    return invalid;
+  }
+  // Whoever holds the secret learns nothing more either; the audit log says why.
+  if (token.revoked) {
+    call.auth_failure = "revoked token " + id + " of " + token.user;
+    return invalid;
+  }
+  if (token.expires_at != 0 && token.expires_at <= clock_->Now()) {
+    call.auth_failure = "expired token " + id + " of " + token.user;
+    return invalid;
   }
   auto config = Config();
   call.access = Access(token.user, std::move(roles), &config->tenancy);
@@ -431,7 +500,7 @@ void Api::Audit(Call& call) {
              : call.res.status < 400                          ? "allowed"
                                                               : "failed";
   a.message = call.audit_message;
-  (void)store_->Write([&](store::Tx& tx) { return tx.AppendAudit(a).status(); });
+  WriteAudit(std::move(a));
 }
 
 std::shared_ptr<const Api::ConfigView> Api::Config() {

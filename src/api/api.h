@@ -26,7 +26,9 @@ struct Response;
 
 namespace meridian::api {
 
-// Decodes a request body: JSON nested at most 64 deep. The one decoder of untrusted JSON.
+// Decodes a request body: JSON nested at most 64 deep, no object with a key twice (a body with
+// two "project" keys means two things; which one wins is a guess, as YAML's rule says). The one
+// decoder of untrusted JSON.
 base::Result<Json> DecodeJsonBody(const std::string& body);
 
 // One sample of the estate, taken every few seconds by the server for the dashboard's charts
@@ -185,6 +187,9 @@ struct DesiredDocuments {
 
 struct ApiOptions {
   size_t max_body_bytes = 1 << 20;
+  // /metrics names every project with its queue and quota use: it needs a token of an admin or
+  // of a user with the metrics role, unless this is set (`server --dev`, which says so).
+  bool open_metrics = false;
   int32_t max_page = 1000;
   double watch_timeout = 30;  // long polls and server-sent event streams end after this long
 };
@@ -212,7 +217,8 @@ class Api {
   // token text, or "" when users existed already.
   base::Result<std::string> Bootstrap();
 
-  struct Call;  // one request being served (api_internal.h)
+  struct Call;        // one request being served (api_internal.h)
+  struct AuditState;  // what the audit log's writer holds (audit_writer.cc)
 
  private:
   using Handler = std::function<void(Call&)>;
@@ -221,6 +227,14 @@ class Api {
              const std::string& action, Kind kind, Handler handler);
   base::Status Authenticate(Call& call);
   void Audit(Call& call);
+  // Writes an audit entry, with any that failed before; one that fails is logged, counted and
+  // kept to be retried with the next (audit_writer.cc).
+  void WriteAudit(store::AuditEntry entry);
+  // Failed authentications are counted per address and minute, and written as one audit entry
+  // each once its minute is over (or all at once with `all`, before the audit log is read).
+  void CountFailedAuth(const Call& call);
+  void FlushFailedAuths(bool all);
+  size_t PendingAudit();
 
   // Jobs and events (api_jobs.cc).
   void SubmitJob(Call& call);
@@ -293,6 +307,8 @@ class Api {
   AgentHooks* agents_ = nullptr;
   LogStore* logs_ = nullptr;
   NodeOperations* node_ops_ = nullptr;
+
+  std::shared_ptr<AuditState> audit_;  // shared_ptr: its type is complete only there
 
   std::mutex config_mu_;
   std::shared_ptr<const ConfigView> config_;

@@ -86,6 +86,7 @@ void Api::PutUser(Call& call) {
     // The roles the caller may not grant stay as they are: a team lead replaces only the
     // roles below it.
     std::vector<RoleBinding> kept;
+    std::string description = spec.value("description", "");
     auto existing = tx.GetObject("User", name);
     if (existing.ok()) {
       auto old = ParseRoles(existing->spec);
@@ -93,11 +94,14 @@ void Api::PutUser(Call& call) {
       for (const RoleBinding& b : *old) {
         if (!call.access.CanGrant(b)) kept.push_back(b);
       }
+      // The description is the whole user's: only who manages every role the user holds may
+      // rewrite it (a team lead may not relabel the admin, or a user of another team).
+      if (!kept.empty()) description = existing->spec.value("description", "");
     } else if (existing.status().code() != base::StatusCode::kNotFound) {
       return existing.status();
     }
     kept.insert(kept.end(), roles->begin(), roles->end());
-    user.spec = {{"roles", RolesToJson(kept)}, {"description", spec.value("description", "")}};
+    user.spec = {{"roles", RolesToJson(kept)}, {"description", description}};
     auto v = tx.PutObject(user, store::kAnyVersion);
     if (!v.ok()) return v.status();
     user.version = *v;
@@ -183,6 +187,8 @@ void Api::ListAudit(Call& call) {
   if (!call.access.IsAdmin()) {
     return Fail(call, 403, "permission_denied", call.access.user() + " may not read the audit log");
   }
+  // Failed authentications still being counted are written first, so that the log is current.
+  FlushFailedAuths(true);
   auto after = IntParam(call, "after", 0, 0, INT64_MAX);
   if (!after) return;
   auto limit = IntParam(call, "limit", 100, 1, options_.max_page);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "api/api_internal.h"
+#include "domain/quota_bounds.h"
 
 namespace meridian::api {
 
@@ -263,6 +264,17 @@ Status CheckDependents(store::Tx& tx, const Json& changes) {
   return Status::Conflict(message);
 }
 
+// Checks the quota bounds (domain/quota_bounds.h) that the desired documents' quotas would break
+// in `all`. Only admins apply, and an admin's quota without a parent quota is bounded by nothing.
+void CheckBounds(const std::vector<domain::Document>& all, const DesiredDocuments& desired,
+                 domain::ErrorList* errors) {
+  std::set<std::string> quotas;
+  for (const domain::Document& d : desired.docs) {
+    if (d.kind == "Quota") quotas.insert(d.name);
+  }
+  if (!quotas.empty()) domain::CheckQuotaBounds(all, quotas, domain::Unbounded::kAllowed, errors);
+}
+
 // Checks that the documents' references (a project's team, a pool's cluster, ...) hold in the
 // state they would make: the documents alone under kPrune; under kMerge, the documents over
 // the live configuration. Only the documents' own errors count: what was wrong in the live
@@ -271,6 +283,7 @@ void CheckReferences(const LiveState& live, const DesiredDocuments& desired,
                      domain::ErrorList* errors) {
   if (desired.mode == ApplyMode::kPrune) {
     domain::ValidateDesiredState(desired.docs, errors);
+    CheckBounds(desired.docs, desired, errors);
     return;
   }
   std::set<Key> given;
@@ -283,6 +296,7 @@ void CheckReferences(const LiveState& live, const DesiredDocuments& desired,
   }
   domain::ErrorList found;
   domain::ValidateDesiredState(all, &found);
+  CheckBounds(all, desired, &found);
   for (const domain::FieldError& e : found.errors()) {
     if (!e.file.empty()) errors->Add(e);
   }
@@ -311,13 +325,72 @@ std::vector<domain::Document> RevisionDocuments(const LiveState& live,
 
 }  // namespace
 
+namespace {
+
+Scope QuotaScope(const Json& spec) {
+  return {spec.value("organization", ""), spec.value("team", ""), spec.value("project", "")};
+}
+
+// Whether the caller may see a configuration object: the tenancy tree (organizations, teams,
+// projects, quotas) as far as the caller's scopes reach; the rest of the configuration (classes,
+// clusters, pools, the policy) is the estate's and seen by everyone who may submit to it.
+bool Sees(const Access& access, const std::string& kind, const std::string& name,
+          const Json& spec) {
+  if (kind == "Organization") return access.SeesScope({name, "", ""});
+  if (kind == "Team") return access.SeesScope({"", name, ""});
+  if (kind == "Project") return access.SeesScope({"", "", name});
+  if (kind == "Quota") return access.SeesScope(QuotaScope(spec));
+  return true;
+}
+
+// Whether the caller may write a configuration object with this spec (stored or new): a Team
+// within an organization the caller manages, a Project within a team it manages, a Quota below a
+// scope it manages; everything else is for admins.
+bool Manages(const Access& access, const std::string& kind, const Json& spec) {
+  if (kind == "Team") return access.ManagesWithin({spec.value("organization", ""), "", ""});
+  if (kind == "Project") return access.ManagesWithin({"", spec.value("team", ""), ""});
+  if (kind == "Quota") return access.CanManageQuota(QuotaScope(spec));
+  return access.IsAdmin();
+}
+
+// Checks a write of `kind` `name` against what is stored (`stored`, null when there is none) and
+// what it becomes (`after`, null for a delete): both must lie within what the caller manages.
+// An object the caller may not see is not found, as jobs are.
+Status CheckWrite(const Access& access, const std::string& kind, const std::string& name,
+                  const Json* stored, const Json* after) {
+  if (stored && !Sees(access, kind, name, *stored)) {
+    return Status::NotFound(kind + " \"" + name + "\" not found");
+  }
+  const std::string verb = after ? "change" : "delete";
+  if (stored && !Manages(access, kind, *stored)) {
+    return Status(base::StatusCode::kPermissionDenied,
+                  access.user() + " may not " + verb + " " + kind + " \"" + name +
+                      "\": it lies outside the scopes " + access.user() + " manages");
+  }
+  if (after && !Manages(access, kind, *after)) {
+    std::string where;
+    if (kind == "Quota") where = " for " + QuotaScope(*after).ToString();
+    if (kind == "Project") where = " in team " + after->value("team", "");
+    if (kind == "Team") where = " in organization " + after->value("organization", "");
+    return Status(base::StatusCode::kPermissionDenied,
+                  access.user() + " may not " + (stored ? "change " : "create ") + kind + " \"" +
+                      name + "\"" + where + ": it lies outside the scopes " + access.user() +
+                      " manages");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 void Api::ListObjects(Call& call, const std::string& kind) {
   auto objects_read =
       store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListObjects(kind); });
   if (!objects_read.ok()) return Fail(call, objects_read.status());
   std::vector<store::Object> objects = std::move(objects_read.value());
   Json items = Json::array();
-  for (const store::Object& o : objects) items.push_back(ObjectToJson(o));
+  for (const store::Object& o : objects) {
+    if (Sees(call.access, kind, o.name, o.spec)) items.push_back(ObjectToJson(o));
+  }
   Respond(call, 200, {{"items", std::move(items)}});
 }
 
@@ -326,6 +399,9 @@ void Api::GetObject(Call& call, const std::string& kind) {
       store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetObject(kind, call.Arg(1)); });
   if (!object_read.ok()) return Fail(call, object_read.status());
   store::Object object = std::move(object_read.value());
+  if (!Sees(call.access, kind, object.name, object.spec)) {
+    return Fail(call, 404, "not_found", kind + " \"" + object.name + "\" not found");
+  }
   Respond(call, 200, ObjectToJson(object));
 }
 
@@ -344,14 +420,6 @@ void Api::PutObject(Call& call, const std::string& kind) {
                     " \"" + name + "\"",
                 doc->kind != kind ? "kind" : "metadata.name");
   }
-  const bool allowed =
-      kind == "Quota"
-          ? call.access.CanManageQuota(doc->spec.value("organization", ""),
-                                       doc->spec.value("team", ""), doc->spec.value("project", ""))
-          : call.access.IsAdmin();
-  if (!allowed) {
-    return Fail(call, 403, "permission_denied", call.access.user() + " may not change " + kind);
-  }
   if (kind == "Project") call.project = name;
   int64_t expected = store::kAnyVersion;
   if (body->contains("metadata") && body->at("metadata").contains("resourceVersion")) {
@@ -366,6 +434,18 @@ void Api::PutObject(Call& call, const std::string& kind) {
   store::Object stored{kind, name, doc->spec, 0, call.started, call.access.user()};
   int64_t seq = 0;
   Status s = store_->Write([&](store::Tx& tx) {
+    // Who may write is decided on what is stored as well as on what it becomes, in the
+    // transaction that writes it: a team lead may not take over another team's object by
+    // naming its own team in the body.
+    auto existing = tx.GetObject(kind, name);
+    if (!existing.ok() && existing.status().code() != base::StatusCode::kNotFound) {
+      return existing.status();
+    }
+    if (Status w = CheckWrite(call.access, kind, name, existing.ok() ? &existing->spec : nullptr,
+                              &doc->spec);
+        !w.ok()) {
+      return w;
+    }
     // The document must fit the rest of the live state (its team exists, ...).
     auto live = tx.ListObjects("");
     if (!live.ok()) return live.status();
@@ -380,6 +460,12 @@ void Api::PutObject(Call& call, const std::string& kind) {
     all.push_back(mine);
     domain::ErrorList refs;
     domain::ValidateDesiredState(all, &refs);
+    if (kind == "Quota") {
+      domain::CheckQuotaBounds(all, {name},
+                               call.access.IsAdmin() ? domain::Unbounded::kAllowed
+                                                     : domain::Unbounded::kGuaranteesNothing,
+                               &refs);
+    }
     for (const domain::FieldError& e : refs.errors()) {
       if (e.file == "request") return Status::Invalid(e.field + ": " + e.message);
     }
@@ -401,23 +487,16 @@ void Api::PutObject(Call& call, const std::string& kind) {
 
 void Api::DeleteObject(Call& call, const std::string& kind) {
   const std::string name = call.Arg(1);
-  auto existing_read =
-      store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetObject(kind, name); });
-  if (!existing_read.ok()) return Fail(call, existing_read.status());
-  store::Object existing = std::move(existing_read.value());
-  const bool allowed = kind == "Quota"
-                           ? call.access.CanManageQuota(existing.spec.value("organization", ""),
-                                                        existing.spec.value("team", ""),
-                                                        existing.spec.value("project", ""))
-                           : call.access.IsAdmin();
-  if (!allowed) {
-    return Fail(call, 403, "permission_denied", call.access.user() + " may not delete " + kind);
-  }
   int64_t seq = 0;
   Status s = store_->Write([&](store::Tx& tx) {
+    auto existing = tx.GetObject(kind, name);
+    if (!existing.ok()) return existing.status();
+    if (Status w = CheckWrite(call.access, kind, name, &existing->spec, nullptr); !w.ok()) {
+      return w;
+    }
     const Json deletion = Json::array({{{"action", "delete"}, {"kind", kind}, {"name", name}}});
     if (Status d = CheckDependents(tx, deletion); !d.ok()) return d;
-    if (Status d = tx.DeleteObject(kind, name, existing.version); !d.ok()) return d;
+    if (Status d = tx.DeleteObject(kind, name, existing->version); !d.ok()) return d;
     auto e = tx.AppendEvent(
         {0, call.started, kind, name, kind == "Project" ? name : "", "Normal", "Deleted",
          kind + " " + name + " deleted through the API by " + call.access.user()});
@@ -578,6 +657,10 @@ void Api::Rollback(Call& call) {
 void Api::Revisions(Call& call) {
   auto limit = IntParam(call, "limit", 50, 1, options_.max_page);
   if (!limit) return;
+  // A revision is the whole estate's desired state, every team's documents in it, and only
+  // admins make them: to anyone else there are none, as there are no jobs of projects it may
+  // not read.
+  if (!call.access.IsAdmin()) return Respond(call, 200, {{"items", Json::array()}});
   auto revisions_read = store::ReadValue(
       *store_, [&](store::Tx& tx) { return tx.ListRevisions(static_cast<int32_t>(*limit)); });
   if (!revisions_read.ok()) return Fail(call, revisions_read.status());
@@ -593,8 +676,12 @@ void Api::Revisions(Call& call) {
 }
 
 void Api::RevisionDetail(Call& call) {
-  auto rev_read = store::ReadValue(
-      *store_, [&](store::Tx& tx) { return tx.GetRevision(std::stoll(call.Arg(1))); });
+  auto number = IdArg(call, 1, "revision");
+  if (!number) return;
+  if (!call.access.IsAdmin()) {
+    return Fail(call, 404, "not_found", "revision " + call.Arg(1) + " not found");
+  }
+  auto rev_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetRevision(*number); });
   if (!rev_read.ok()) return Fail(call, rev_read.status());
   store::Revision rev = std::move(rev_read.value());
   Respond(call, 200,

@@ -75,10 +75,23 @@ void Api::Health(Call& call) {
   for (const ConfigProblem& p : problems) {
     items.push_back({{"kind", p.kind}, {"name", p.name}, {"message", p.message}});
   }
-  Respond(call, 200, {{"status", problems.empty() ? "ok" : "degraded"}, {"problems", items}});
+  if (const size_t held = PendingAudit(); held > 0) {
+    items.push_back({{"kind", "Audit"},
+                     {"name", "audit log"},
+                     {"message", std::to_string(held) +
+                                     " audit entries could not be written to the store; they are "
+                                     "held, retried with the next, and in the server's log"}});
+  }
+  Respond(call, 200, {{"status", items.empty() ? "ok" : "degraded"}, {"problems", items}});
 }
 
 void Api::ServeMetrics(Call& call) {
+  // Routed as a read (a token is needed) unless options_.open_metrics.
+  if (call.authenticated && !call.access.ScrapesMetrics()) {
+    return Fail(
+        call, 403, "permission_denied",
+        call.access.user() + " may not read /metrics: it needs the metrics role (or admin)");
+  }
   metrics_->Set("meridian_config_problems", {},
                 static_cast<double>(hooks_->ConfigProblems().size()));
   call.res.set_content(metrics_->Render(), "text/plain; version=0.0.4");

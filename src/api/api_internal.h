@@ -21,12 +21,15 @@ struct Api::Call {
   bool audited = false;  // the handler wrote the audit entry in its own transaction
   std::string project;   // the project touched, for the audit log
   std::string audit_message;
+  std::string auth_failure;  // why authentication failed, for the audit log only
   double started = 0;
   std::shared_ptr<const void> pinned;  // what `access` points into
 
   // The n-th capture of the route's pattern.
   std::string Arg(size_t n) const { return req.matches.size() > n ? req.matches[n].str() : ""; }
 };
+
+std::shared_ptr<Api::AuditState> NewAuditState();
 
 // The body of an error: {"error": {"code", "message", "field"}}, with every field error in
 // "details" when there are several.
@@ -43,6 +46,9 @@ std::optional<Json> JsonBody(Api::Call& call);
 // An integer query parameter within [min, max]; on a bad value answers 400 and returns nothing.
 std::optional<int64_t> IntParam(Api::Call& call, const std::string& name, int64_t fallback,
                                 int64_t min, int64_t max);
+// The n-th capture of the route's pattern as an id (the pattern takes only digits): one too large
+// for any id names nothing, and answers 404 "<what> N not found" (and returns nothing).
+std::optional<int64_t> IdArg(Api::Call& call, size_t n, const std::string& what);
 // ?order=oldest (the default) or newest; answers 400 itself and returns nullopt otherwise.
 std::optional<bool> NewestFirst(Api::Call& call);
 

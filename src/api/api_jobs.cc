@@ -4,6 +4,7 @@
 
 #include "api/api_internal.h"
 #include "api/job_life.h"
+#include "api/job_mentions.h"
 #include "base/strings.h"
 
 namespace meridian::api {
@@ -124,11 +125,14 @@ void Api::ListJobs(Call& call) {
     }
     items.push_back(JobToJson(std::move(j)));
   }
+  JobMentions(call.access, store_).Hide(&items);
   Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 std::optional<store::JobRecord> ReadableJob(Api::Call& call, store::Store* store) {
-  const int64_t id = std::stoll(call.Arg(1));
+  const auto parsed = IdArg(call, 1, "job");
+  if (!parsed) return std::nullopt;
+  const int64_t id = *parsed;
   store::JobRecord job;
   Status s = store->Read([&](store::Tx& tx) {
     auto r = tx.GetJob(id);
@@ -155,7 +159,9 @@ void Api::GetJob(Call& call) {
     std::string why = hooks_->PendingReason(job->id);
     if (!why.empty()) job->reason = why;
   }
-  Respond(call, 200, JobToJson(*job));
+  Json out = JobToJson(*job);
+  JobMentions(call.access, store_).Hide(&out);
+  Respond(call, 200, out);
 }
 
 void Api::CancelJob(Call& call) {
@@ -202,7 +208,9 @@ void Api::CancelJob(Call& call) {
   if (!s.ok()) return Fail(call, s);
   call.audited = seq > 0;  // a repeated cancel changed nothing and is audited as any call
   Changed(seq, false);
-  Respond(call, 200, JobToJson(*job));
+  Json out = JobToJson(*job);
+  JobMentions(call.access, store_).Hide(&out);
+  Respond(call, 200, out);
 }
 
 void Api::ExplainJob(Call& call) {
@@ -224,6 +232,7 @@ void Api::ExplainJob(Call& call) {
   Json out = *e;
   out["job"] = job->id;
   out["phase"] = job->phase;
+  JobMentions(call.access, store_).Hide(&out);
   Respond(call, 200, out);
 }
 
@@ -239,6 +248,7 @@ void Api::JobEvents(Call& call) {
   std::vector<store::Event> events = std::move(events_read.value());
   Json items = Json::array();
   for (const store::Event& e : events) items.push_back(EventToJson(e));
+  JobMentions(call.access, store_).Hide(&items);
   Respond(call, 200, {{"items", std::move(items)}});
 }
 
@@ -293,6 +303,7 @@ void Api::ListEvents(Call& call) {
   }
   Json items = Json::array();
   for (const store::Event& e : events) items.push_back(EventToJson(e));
+  JobMentions(call.access, store_).Hide(&items);
   const int64_t last = events.empty() ? f.after_seq : events.back().seq;
   Respond(call, 200, {{"items", std::move(items)}, {"last", last}});
 }
@@ -315,9 +326,14 @@ void Api::Watch(Call& call) {
                         std::chrono::milliseconds(static_cast<int>(options_.watch_timeout * 1000));
   store::Store* store = store_;
   EventBus* bus = bus_;
+  // The stream outlives this call: it keeps its own copy of the caller's access, and the view
+  // of the tenancy that the access points into.
+  auto access = std::make_shared<const Access>(call.access);
+  std::shared_ptr<const void> pinned = call.pinned;
   call.res.set_header("Cache-Control", "no-cache");
   call.res.set_chunked_content_provider(
-      "text/event-stream", [store, bus, f, deadline](size_t, httplib::DataSink& sink) mutable {
+      "text/event-stream",
+      [store, bus, f, deadline, access, pinned](size_t, httplib::DataSink& sink) mutable {
         std::vector<store::Event> events;
         const int64_t seen = bus->latest();
         Status s = store->Read([&](store::Tx& tx) {
@@ -328,9 +344,12 @@ void Api::Watch(Call& call) {
         });
         if (!s.ok()) return false;
         std::string out;
+        JobMentions mentions(*access, store);
         for (const store::Event& e : events) {
+          Json data = EventToJson(e);
+          mentions.Hide(&data);
           out += "id: " + std::to_string(e.seq) + "\nevent: " + e.reason +
-                 "\ndata: " + EventToJson(e).dump() + "\n\n";
+                 "\ndata: " + data.dump() + "\n\n";
           f.after_seq = e.seq;
         }
         if (!out.empty() && !sink.write(out.data(), out.size())) return false;

@@ -43,6 +43,8 @@ const char* RoleName(Role r) {
   switch (r) {
     case Role::kAgent:
       return "agent";
+    case Role::kMetrics:
+      return "metrics";
     case Role::kViewer:
       return "viewer";
     case Role::kMember:
@@ -81,6 +83,8 @@ base::Result<std::vector<RoleBinding>> ParseRoles(const Json& spec) {
       b.role = Role::kAdmin;
     } else if (name == "agent") {
       b.role = Role::kAgent;
+    } else if (name == "metrics") {
+      b.role = Role::kMetrics;
     } else if (name == "org-admin") {
       b.role = Role::kOrgAdmin;
       scope_field = "organization";
@@ -95,7 +99,7 @@ base::Result<std::vector<RoleBinding>> ParseRoles(const Json& spec) {
     } else {
       return base::Status::Invalid(
           at + ".role: \"" + name +
-          "\" is not one of admin, org-admin, team-lead, member, viewer, agent");
+          "\" is not one of admin, org-admin, team-lead, member, viewer, agent, metrics");
     }
     int scopes = 0;
     for (const auto& [k, v] : r.items()) {
@@ -109,7 +113,8 @@ base::Result<std::vector<RoleBinding>> ParseRoles(const Json& spec) {
       ++scopes;
       (k == "organization" ? b.organization : k == "team" ? b.team : b.project) = v;
     }
-    if ((b.role == Role::kAdmin || b.role == Role::kAgent) && scopes != 0) {
+    if ((b.role == Role::kAdmin || b.role == Role::kAgent || b.role == Role::kMetrics) &&
+        scopes != 0) {
       return base::Status::Invalid(at + ": " + name + " is global and takes no scope");
     }
     if (!scope_field.empty() && (scopes != 1 || !r.contains(scope_field))) {
@@ -205,6 +210,13 @@ bool Access::RunsNodes() const {
   return false;
 }
 
+bool Access::ScrapesMetrics() const {
+  for (const RoleBinding& b : roles_) {
+    if (b.role == Role::kAdmin || b.role == Role::kMetrics) return true;
+  }
+  return false;
+}
+
 bool Access::Holds(Role at_least, const std::string& project) const {
   const std::string team = tenancy_ ? tenancy_->TeamOf(project) : "";
   const std::string org = tenancy_ ? tenancy_->OrgOfProject(project) : "";
@@ -227,22 +239,67 @@ bool Access::CanManageJob(const std::string& project, const std::string& owner) 
   return owner == user_ && Holds(Role::kMember, project);
 }
 
-bool Access::CanManageQuota(const std::string& organization, const std::string& team,
-                            const std::string& project) const {
+bool Access::ManagesWithin(const Scope& scope) const {
+  // The team and organization the scope lies in, from the live tenancy.
+  std::string team = scope.team;
+  if (!scope.project.empty()) team = tenancy_ ? tenancy_->TeamOf(scope.project) : "";
+  std::string org = scope.organization;
+  if (org.empty() && !team.empty() && tenancy_) {
+    auto it = tenancy_->org_of_team.find(team);
+    if (it != tenancy_->org_of_team.end()) org = it->second;
+  }
   for (const RoleBinding& b : roles_) {
     if (b.role == Role::kAdmin) return true;
-    if (b.role == Role::kOrgAdmin) {
-      std::string org = organization;
-      if (!team.empty() && tenancy_) {
-        auto it = tenancy_->org_of_team.find(team);
-        org = it == tenancy_->org_of_team.end() ? "" : it->second;
-      }
-      if (!project.empty() && tenancy_) org = tenancy_->OrgOfProject(project);
-      if (!org.empty() && org == b.organization) return true;
+    if (b.role == Role::kOrgAdmin && !org.empty() && org == b.organization) return true;
+    if (b.role == Role::kTeamLead && scope.organization.empty() && !team.empty() &&
+        team == b.team) {
+      return true;
     }
-    if (b.role == Role::kTeamLead) {
-      const std::string t = !project.empty() && tenancy_ ? tenancy_->TeamOf(project) : team;
-      if (organization.empty() && !t.empty() && t == b.team) return true;
+  }
+  return false;
+}
+
+bool Access::CanManageQuota(const Scope& scope) const {
+  if (!scope.project.empty()) {
+    const std::string team = tenancy_ ? tenancy_->TeamOf(scope.project) : "";
+    return team.empty() ? IsAdmin() : ManagesWithin({"", team, ""});
+  }
+  if (!scope.team.empty()) {
+    std::string org;
+    if (tenancy_) {
+      auto it = tenancy_->org_of_team.find(scope.team);
+      if (it != tenancy_->org_of_team.end()) org = it->second;
+    }
+    return org.empty() ? IsAdmin() : ManagesWithin({org, "", ""});
+  }
+  return IsAdmin();
+}
+
+bool Access::SeesScope(const Scope& scope) const {
+  if (IsAdmin()) return true;
+  if (!scope.project.empty() && CanRead(scope.project)) return true;
+  if (tenancy_) {
+    for (const auto& [project, team] : tenancy_->team_of_project) {
+      if ((!scope.team.empty() && team == scope.team) ||
+          (!scope.organization.empty() && tenancy_->OrgOfProject(project) == scope.organization)) {
+        if (CanRead(project)) return true;
+      }
+    }
+  }
+  // A scope a role names, or one above it: a team lead's team, a team's organization.
+  std::string team_org;
+  if (!scope.team.empty() && tenancy_) {
+    auto it = tenancy_->org_of_team.find(scope.team);
+    if (it != tenancy_->org_of_team.end()) team_org = it->second;
+  }
+  for (const RoleBinding& b : roles_) {
+    if (b.role < Role::kViewer) continue;
+    if (!scope.team.empty() && b.team == scope.team) return true;
+    if (!scope.team.empty() && !team_org.empty() && b.organization == team_org) return true;
+    if (!scope.organization.empty() && b.organization == scope.organization) return true;
+    if (!scope.organization.empty() && !b.team.empty() && tenancy_) {
+      auto it = tenancy_->org_of_team.find(b.team);
+      if (it != tenancy_->org_of_team.end() && it->second == scope.organization) return true;
     }
   }
   return false;

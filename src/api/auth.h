@@ -28,9 +28,10 @@ std::string Sha256Hex(const std::string& data);
 // Compares in time independent of where the strings differ.
 bool ConstantTimeEquals(const std::string& a, const std::string& b);
 
-// Ordered by what a role may do within the tenancy tree; agent (a node agent's identity) may do
-// nothing there, only register nodes and report on them.
-enum class Role { kAgent, kViewer, kMember, kTeamLead, kOrgAdmin, kAdmin };
+// Ordered by what a role may do within the tenancy tree. Agent (a node agent's identity) and
+// metrics (a Prometheus scraper's) may do nothing there: agents only register nodes and report on
+// them, scrapers only read /metrics.
+enum class Role { kAgent, kMetrics, kViewer, kMember, kTeamLead, kOrgAdmin, kAdmin };
 const char* RoleName(Role r);
 
 // A role in a scope: admin is global; org-admin names an organization; team-lead a team;
@@ -90,6 +91,8 @@ class Access {
   bool IsAdmin() const;
   // Registers nodes and reports what runs on them: agents and admins.
   bool RunsNodes() const;
+  // Reads /metrics, which names every project and its quota use: scrapers and admins.
+  bool ScrapesMetrics() const;
   // Jobs, events, logs and explanations of the project.
   bool CanRead(const std::string& project) const;
   bool CanSubmit(const std::string& project) const;
@@ -98,9 +101,19 @@ class Access {
   std::string ClassRefusal(const ClassUse& use, const std::string& project) const;
   // Cancel: team leads and above in scope for any job, members for their own.
   bool CanManageJob(const std::string& project, const std::string& owner) const;
-  // Quotas of an organization, team or project (exactly one given).
-  bool CanManageQuota(const std::string& organization, const std::string& team,
-                      const std::string& project) const;
+  // Whether this user manages what lies within `scope` of the tenancy tree: admins everything;
+  // an org-admin its organization, its teams and their projects; a team lead its team and the
+  // team's projects. A Team document lies within its organization, a Project within its team.
+  bool ManagesWithin(const Scope& scope) const;
+  // Quotas of an organization, team or project (exactly one given): they are handed out from
+  // above, so they are managed by who manages the scope's parent. A team lead sets the quotas of
+  // its team's projects, not its team's; an org-admin those of its teams, not its organization's;
+  // only admins set an organization's.
+  bool CanManageQuota(const Scope& scope) const;
+  // Whether the scope is one this user may see: it or a scope below it holds a project the user
+  // may read, or a role of the user names it or a scope above it (a team lead sees its team
+  // before it has projects). What is not visible is answered as not found.
+  bool SeesScope(const Scope& scope) const;
   // Whether this user may give or take `binding`: admins any; an org-admin member, viewer and
   // team-lead roles within its organization; a team lead member and viewer roles on its team
   // and its projects ("manages the members below it").

@@ -58,5 +58,53 @@ TEST(ClassUse, AdminsAlwaysOthersWithinTheClassScopes) {
   }
 }
 
+// Who manages and who sees which scope: a row per (caller, scope).
+TEST(Access, QuotasAreManagedFromAboveAndScopesSeenFromWithin) {
+  Tenancy tenancy;
+  tenancy.team_of_project = {{"vision", "product"}, {"language", "product"}, {"research", "lab"}};
+  tenancy.org_of_team = {{"product", "acme"}, {"lab", "acme"}, {"empty", "acme"}};
+  const Access admin("root", {{Role::kAdmin, "", "", ""}}, &tenancy);
+  const Access org("olga", {{Role::kOrgAdmin, "acme", "", ""}}, &tenancy);
+  const Access lead("lena", {{Role::kTeamLead, "", "product", ""}}, &tenancy);
+  const Access empty_lead("emil", {{Role::kTeamLead, "", "empty", ""}}, &tenancy);
+  const Access bob("bob", {{Role::kMember, "", "", "research"}}, &tenancy);
+  const Access scraper("prom", {{Role::kMetrics, "", "", ""}}, &tenancy);
+  struct Case {
+    const Access* who;
+    Scope scope;
+    bool quota;  // CanManageQuota
+    bool sees;   // SeesScope
+  };
+  const Case cases[] = {
+      {&admin, {"acme", "", ""}, true, true},      {&org, {"acme", "", ""}, false, true},
+      {&org, {"", "lab", ""}, true, true},         {&org, {"", "", "vision"}, true, true},
+      {&lead, {"acme", "", ""}, false, true},      {&lead, {"", "product", ""}, false, true},
+      {&lead, {"", "lab", ""}, false, false},      {&lead, {"", "", "vision"}, true, true},
+      {&lead, {"", "", "research"}, false, false}, {&empty_lead, {"", "empty", ""}, false, true},
+      {&bob, {"", "", "research"}, false, true},   {&bob, {"", "lab", ""}, false, true},
+      {&bob, {"", "product", ""}, false, false},   {&bob, {"", "", "vision"}, false, false},
+      {&scraper, {"acme", "", ""}, false, false},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(c.who->CanManageQuota(c.scope), c.quota)
+        << c.who->user() << " " << c.scope.ToString();
+    EXPECT_EQ(c.who->SeesScope(c.scope), c.sees) << c.who->user() << " " << c.scope.ToString();
+  }
+  EXPECT_TRUE(lead.ManagesWithin({"", "product", ""}));
+  EXPECT_FALSE(lead.ManagesWithin({"acme", "", ""}));
+  EXPECT_TRUE(org.ManagesWithin({"acme", "", ""}));
+  EXPECT_TRUE(scraper.ScrapesMetrics());
+  EXPECT_TRUE(admin.ScrapesMetrics());
+  EXPECT_FALSE(org.ScrapesMetrics());
+  EXPECT_FALSE(scraper.CanRead("vision"));
+}
+
+TEST(ParseRoles, MetricsIsGlobal) {
+  auto ok = ParseRoles(Json::parse(R"({"roles": [{"role": "metrics"}]})"));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->at(0).role, Role::kMetrics);
+  EXPECT_FALSE(ParseRoles(Json::parse(R"({"roles": [{"role": "metrics", "team": "x"}]})")).ok());
+}
+
 }  // namespace
 }  // namespace meridian::api

@@ -95,6 +95,8 @@ Status RunDevEstate(DevOptions o) {
     if (!mkdtemp(tmpl)) return Status::Io("cannot create a data dir under /tmp");
     o.server.data_dir = tmpl;
   }
+  // A dev estate is one person's machine: its Prometheus (or curl) reads /metrics as it is.
+  o.server.open_metrics = true;
   const std::string self = "/proc/self/exe";  // the agents are this binary
   const std::string data_dir = o.server.data_dir;
   std::vector<pid_t> agents;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -136,6 +137,62 @@ class DataDirLock {
   int fd_ = -1;
 };
 
+// Creates the data dir open to its owner only, or checks that an existing one is: it holds the
+// database (every token's hash, every job's env) and the admin token. An existing folder's mode
+// is the operator's: it is refused, not changed behind the operator's back.
+Status PrepareDataDir(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    std::error_code ec;
+    const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (ec) return Status::Io("--data-dir " + dir + ": " + ec.message());
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Status::Io("--data-dir " + dir + ": cannot create it: " + std::strerror(errno));
+    }
+    if (::stat(dir.c_str(), &st) != 0) return Status::Io("--data-dir " + dir + ": cannot read it");
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::Invalid("--data-dir " + dir + ": not a directory");
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Status(base::StatusCode::kFailedPrecondition,
+                  "--data-dir " + dir + " has mode " + mode +
+                      ": it holds the database and the admin token, so it must be open to its "
+                      "owner only; run `chmod 700 " +
+                      dir + "` and start again");
+  }
+  return Status::Ok();
+}
+
+// Refuses a database that is damaged, and one that is missing or empty beside an admin.token:
+// such a data dir held a database before, and starting as on a first start would write a new
+// admin token over the one in use and begin an empty estate.
+Status CheckDatabase(const std::string& dir) {
+  const std::string db = dir + "/meridian.db", token = dir + "/admin.token";
+  struct stat st {};
+  const bool has_db = ::stat(db.c_str(), &st) == 0;
+  const bool empty = !has_db || st.st_size == 0;
+  if (empty && ::access(token.c_str(), F_OK) == 0) {
+    return Status(base::StatusCode::kFailedPrecondition,
+                  db + (has_db ? " is empty (0 bytes)" : " is missing") + " but " + token +
+                      " exists: this data dir held a database, and starting afresh would replace "
+                      "its admin token. Restore meridian.db from a backup; or, to start a new "
+                      "estate here, move admin.token away first");
+  }
+  if (empty) return Status::Ok();
+  if (Status s = store::SqliteStore::CheckIntegrity(db); !s.ok()) {
+    return Status(base::StatusCode::kFailedPrecondition,
+                  db + " fails SQLite's integrity check (" + s.message() +
+                      "): the file is damaged, and the server does not start on it. Restore it "
+                      "from a backup (stop the server, copy the backup over meridian.db and "
+                      "remove meridian.db-wal and meridian.db-shm); `sqlite3 meridian.db .recover` "
+                      "may save part of it. To start a new estate instead, move meridian.db and "
+                      "admin.token away");
+  }
+  return Status::Ok();
+}
+
 Status WriteSecret(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return Status::Io("cannot write " + path);
@@ -175,12 +232,10 @@ Status RunServer(const ServerOptions& o) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::error_code ec;
-  std::filesystem::create_directories(o.data_dir, ec);
-  if (ec) return Status::Io("--data-dir " + o.data_dir + ": " + ec.message());
-  chmod(o.data_dir.c_str(), 0700);
+  if (Status s = PrepareDataDir(o.data_dir); !s.ok()) return s;
   DataDirLock lock;
   if (Status s = lock.Acquire(o.data_dir); !s.ok()) return s;
+  if (Status s = CheckDatabase(o.data_dir); !s.ok()) return s;
   auto sqlite = store::SqliteStore::Open(o.data_dir + "/meridian.db");
   if (!sqlite.ok()) return sqlite.status();
 
@@ -194,7 +249,9 @@ Status RunServer(const ServerOptions& o) {
   controller.KeepHistory(o.history_interval, o.history_retention);
   nodes.OnChange([&controller] { controller.Wake(); });
   api::LogStore logs(o.data_dir + "/logs");
-  api::Api api(&store, &clock, &entropy, &controller, &bus, &metrics);
+  api::ApiOptions api_options;
+  api_options.open_metrics = o.open_metrics;
+  api::Api api(&store, &clock, &entropy, &controller, &bus, &metrics, api_options);
   api.ServeAgents(&nodes, &logs);
   api.ServeNodeOperations(&nodes);
   auto token = api.Bootstrap();
@@ -249,6 +306,11 @@ Status RunServer(const ServerOptions& o) {
   }
   std::fprintf(stderr, "meridian: server listening on %s://%s:%d (data in %s)\n",
                o.tls_cert.empty() ? "http" : "https", host.c_str(), bound, o.data_dir.c_str());
+  if (o.open_metrics) {
+    std::fprintf(stderr,
+                 "meridian: dev mode: /metrics answers without a token (without --dev it needs "
+                 "the token of a user with the metrics role)\n");
+  }
   controller.Start();
   std::atomic<bool> signalled{false};
   std::thread waiter([&] {

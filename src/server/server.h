@@ -18,6 +18,9 @@ struct ServerOptions {
   // store for history_retention seconds.
   double history_interval = 10;
   double history_retention = 6 * 3600;
+  // /metrics without a token (`server --dev` only; the start-up log says so). Otherwise it needs
+  // a token of an admin or of a user with the metrics role.
+  bool open_metrics = false;
   // Called on its own thread once the server serves, with its URL and the admin token (empty
   // when the data dir existed before and its token file is gone); used by `server --dev`.
   std::function<void(const std::string& url, const std::string& admin_token)> on_ready;
@@ -26,8 +29,11 @@ struct ServerOptions {
 };
 
 // Runs the control plane until SIGINT or SIGTERM: the store under data_dir, the scheduler loop
-// and the HTTP API. On first start it creates the admin user and writes its token to
-// data_dir/admin.token (mode 0600). Returns an error when it cannot start.
+// and the HTTP API. On first start it creates data_dir (mode 0700), the admin user, and writes
+// its token to data_dir/admin.token (mode 0600). Returns an error, saying what to do, when it
+// cannot start, and refuses a data dir that is open to others than its owner, a database that
+// fails SQLite's quick_check, and a missing or empty database beside an admin.token (a data dir
+// that held a database before: starting afresh would write a new admin token over the old).
 base::Status RunServer(const ServerOptions& options);
 
 }  // namespace meridian::server

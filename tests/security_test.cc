@@ -1,0 +1,498 @@
+// The attacks of issue 13 that the API and the server's start-up must stop, each tried against a
+// real `meridian server` process on loopback with a temporary data dir, and asserted to fail.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+
+#include "base/testing/temp_dir.h"
+#include "tests/server_process.h"
+
+namespace meridian::testing {
+namespace {
+
+const std::string kBinary = MERIDIAN_BINARY;
+
+// A 16-GPU estate: two nodes of 8 H100. The organization is given all 16 GPUs; each team half.
+const char* kEstate = R"(kind: Organization
+metadata: {name: acme}
+---
+kind: Team
+metadata: {name: product}
+spec: {organization: acme}
+---
+kind: Team
+metadata: {name: lab}
+spec: {organization: acme}
+---
+kind: Project
+metadata: {name: vision}
+spec: {team: product}
+---
+kind: Project
+metadata: {name: language}
+spec: {team: product}
+---
+kind: Project
+metadata: {name: research}
+spec: {team: lab}
+---
+kind: PriorityClass
+metadata: {name: high}
+spec: {value: 100}
+---
+kind: Cluster
+metadata: {name: onprem}
+spec: {type: on-prem, region: eu-west}
+---
+kind: NodePool
+metadata: {name: h100}
+spec: {cluster: onprem, nodes: 2, gpusPerNode: 8, gpuModel: H100-80GB, cpuMilli: 128000}
+---
+kind: Quota
+metadata: {name: acme}
+spec: {organization: acme, guaranteedGpus: 16, limitGpus: 16}
+---
+kind: Quota
+metadata: {name: product}
+spec: {team: product, guaranteedGpus: 8, limitGpus: 16}
+---
+kind: Quota
+metadata: {name: lab}
+spec: {team: lab, guaranteedGpus: 8, limitGpus: 16}
+---
+kind: Quota
+metadata: {name: vision}
+spec: {project: vision, guaranteedGpus: 4, limitGpus: 8}
+)";
+
+// The same tree on one 8-GPU node, without quotas: a preemption across projects.
+const char* kSmallEstate = R"(kind: Organization
+metadata: {name: acme}
+---
+kind: Team
+metadata: {name: product}
+spec: {organization: acme}
+---
+kind: Team
+metadata: {name: lab}
+spec: {organization: acme}
+---
+kind: Project
+metadata: {name: vision}
+spec: {team: product}
+---
+kind: Project
+metadata: {name: research}
+spec: {team: lab}
+---
+kind: PriorityClass
+metadata: {name: high}
+spec: {value: 100}
+---
+kind: Cluster
+metadata: {name: onprem}
+spec: {type: on-prem}
+---
+kind: NodePool
+metadata: {name: h100}
+spec: {cluster: onprem, nodes: 1, gpusPerNode: 8, gpuModel: H100-80GB, cpuMilli: 128000}
+)";
+
+// A GET with the Authorization header exactly as given.
+HttpResult GetWithAuthorization(const ServerProcess& s, const std::string& path,
+                                const std::string& authorization) {
+  httplib::Client c("127.0.0.1", s.port());
+  auto r = c.Get(path, httplib::Headers{{"Authorization", authorization}});
+  HttpResult out;
+  if (!r) return out;
+  out.status = r->status;
+  out.text = r->body;
+  out.body = Json::parse(r->body, nullptr, false);
+  return out;
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void Start(const std::string& name, const char* estate = kEstate,
+             std::vector<std::string> flags = {}) {
+    server_ = std::make_unique<ServerProcess>(kBinary, dir_.File(name), std::move(flags));
+    ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File(name + ".log"));
+    admin_ = server_->admin_token();
+    ASSERT_FALSE(admin_.empty());
+    if (estate) {
+      const std::string path = WriteTestFile(dir_.File(name + "-estate.yaml"), estate);
+      CliResult r = Cli(kBinary, "apply -f " + path, server_->url(), admin_);
+      ASSERT_EQ(r.code, 0) << r.output;
+    }
+  }
+  HttpResult Do(const std::string& method, const std::string& path, const std::string& token,
+                const Json& body = nullptr) {
+    return Http(*server_, method, path, token, body.is_null() ? "" : body.dump());
+  }
+  std::string User(const std::string& name, const Json& role) {
+    Json body = {{"spec", {{"roles", Json::array({role})}}}};
+    EXPECT_EQ(Do("PUT", "/api/v1/users/" + name, admin_, body).status, 201);
+    HttpResult t = Do("POST", "/api/v1/tokens", admin_, {{"user", name}});
+    EXPECT_EQ(t.status, 201) << t.text;
+    return t.body.value("token", "");
+  }
+  static Json Quota(const std::string& name, const Json& spec) {
+    return {{"kind", "Quota"}, {"metadata", {{"name", name}}}, {"spec", spec}};
+  }
+  Json Stored(const std::string& plural, const std::string& name) {
+    return Do("GET", "/api/v1/" + plural + "/" + name, admin_).body;
+  }
+
+  base::testing::TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::string admin_;
+};
+
+// Row 1 and row 8 of the issue's table: a team lead overwrote and deleted the quotas of another
+// team and of the organization, and set its own team's guarantee to 100,000 GPUs on 16 GPUs.
+TEST_F(SecurityTest, ATeamLeadWritesOnlyWithinItsTeamAndWithinItsTeamsQuota) {
+  Start("data");
+  const std::string lena = User("lena", {{"role", "team-lead"}, {"team", "product"}});
+  const Json lab_before = Stored("quotas", "lab"), acme_before = Stored("quotas", "acme");
+  // The attack as reported: the body names lena's own team, the stored quota is lab's.
+  HttpResult overwrite = Do("PUT", "/api/v1/quotas/lab", lena,
+                            Quota("lab", {{"team", "product"}, {"guaranteedGpus", 1}}));
+  EXPECT_EQ(overwrite.status, 404) << overwrite.text;  // lab's quota is not lena's to see
+  EXPECT_EQ(Do("DELETE", "/api/v1/quotas/lab", lena).status, 404);
+  HttpResult org = Do("PUT", "/api/v1/quotas/acme", lena,
+                      Quota("acme", {{"team", "product"}, {"guaranteedGpus", 16}}));
+  EXPECT_EQ(org.status, 403) << org.text;
+  EXPECT_EQ(org.body["error"]["message"],
+            "lena may not change Quota \"acme\": it lies outside the scopes lena manages");
+  EXPECT_EQ(Do("DELETE", "/api/v1/quotas/acme", lena).status, 403);
+  // Its own team's quota is handed to it from above: not lena's to raise.
+  HttpResult raise = Do("PUT", "/api/v1/quotas/product", lena,
+                        Quota("product", {{"team", "product"}, {"guaranteedGpus", 100000}}));
+  EXPECT_EQ(raise.status, 403) << raise.text;
+  // A quota for another team's project, or a project moved out of or into its team.
+  EXPECT_EQ(Do("PUT", "/api/v1/quotas/mine", lena,
+               Quota("mine", {{"project", "research"}, {"guaranteedGpus", 1}}))
+                .status,
+            403);
+  HttpResult take = Do(
+      "PUT", "/api/v1/projects/research", lena,
+      {{"kind", "Project"}, {"metadata", {{"name", "research"}}}, {"spec", {{"team", "product"}}}});
+  EXPECT_EQ(take.status, 404) << take.text;
+  HttpResult give =
+      Do("PUT", "/api/v1/projects/vision", lena,
+         {{"kind", "Project"}, {"metadata", {{"name", "vision"}}}, {"spec", {{"team", "lab"}}}});
+  EXPECT_EQ(give.status, 403) << give.text;
+  EXPECT_EQ(Stored("quotas", "lab"), lab_before);
+  EXPECT_EQ(Stored("quotas", "acme"), acme_before);
+  EXPECT_EQ(Stored("projects", "research")["spec"]["team"], "lab");
+  EXPECT_EQ(Stored("projects", "vision")["spec"]["team"], "product");
+
+  // What lena does manage: the projects of product, within product's 8 guaranteed, 16 limit.
+  HttpResult weight = Do("PUT", "/api/v1/projects/vision", lena,
+                         {{"kind", "Project"},
+                          {"metadata", {{"name", "vision"}}},
+                          {"spec", {{"team", "product"}, {"weight", 3}}}});
+  EXPECT_EQ(weight.status, 200) << weight.text;
+  EXPECT_EQ(Do("PUT", "/api/v1/quotas/vision", lena,
+               Quota("vision", {{"project", "vision"}, {"guaranteedGpus", 6}, {"limitGpus", 16}}))
+                .status,
+            200);
+  HttpResult beyond = Do("PUT", "/api/v1/quotas/language", lena,
+                         Quota("language", {{"project", "language"}, {"guaranteedGpus", 4}}));
+  EXPECT_EQ(beyond.status, 400) << beyond.text;
+  EXPECT_NE(beyond.text.find("the guarantees within team product would sum to 10 GPUs"),
+            std::string::npos)
+      << beyond.text;
+  HttpResult over_limit =
+      Do("PUT", "/api/v1/quotas/vision", lena,
+         Quota("vision", {{"project", "vision"}, {"guaranteedGpus", 6}, {"limitGpus", 100}}));
+  EXPECT_EQ(over_limit.status, 400) << over_limit.text;
+  EXPECT_NE(over_limit.text.find("exceeds the limit of team product (16 GPUs"), std::string::npos)
+      << over_limit.text;
+  EXPECT_EQ(Stored("quotas", "vision")["spec"]["guaranteedGpus"], 6);
+  EXPECT_EQ(Do("DELETE", "/api/v1/quotas/vision", lena).status, 200);
+  // Admins too are held to the parent's quota: 100,000 GPUs within an organization given 16.
+  HttpResult admin = Do("PUT", "/api/v1/quotas/product", admin_,
+                        Quota("product", {{"team", "product"}, {"guaranteedGpus", 100000}}));
+  EXPECT_EQ(admin.status, 400) << admin.text;
+  EXPECT_NE(admin.text.find("beyond its own guarantee of 16 GPUs"), std::string::npos)
+      << admin.text;
+
+  // The table's "a team lead rewrote the admin user's description".
+  const Json admin_user = {{"spec", {{"description", "pwned"}, {"roles", Json::array()}}}};
+  EXPECT_EQ(Do("PUT", "/api/v1/users/admin", lena, admin_user).status, 200);
+  const Json users = Do("GET", "/api/v1/users", admin_).body;
+  for (const Json& u : users["items"]) {
+    if (u["metadata"]["name"] != "admin") continue;
+    EXPECT_EQ(u["spec"]["description"], "created at first start") << u.dump();
+    EXPECT_EQ(u["spec"]["roles"][0]["role"], "admin") << u.dump();
+  }
+}
+
+// Item 6: /metrics names every project's queue and quota use; it needs a scraper's token.
+TEST_F(SecurityTest, MetricsNeedTheMetricsRole) {
+  Start("data", nullptr);
+  const std::string scraper = User("prometheus", {{"role", "metrics"}});
+  const std::string bob = User("bob", {{"role", "viewer"}, {"organization", "acme"}});
+  EXPECT_EQ(Do("GET", "/metrics", "").status, 401);
+  HttpResult member = Do("GET", "/metrics", bob);
+  EXPECT_EQ(member.status, 403) << member.text;
+  EXPECT_EQ(member.text.find("meridian_"), std::string::npos);
+  HttpResult scraped = Do("GET", "/metrics", scraper);
+  EXPECT_EQ(scraped.status, 200);
+  EXPECT_NE(scraped.text.find("meridian_api_requests_total"), std::string::npos);
+  EXPECT_EQ(Do("GET", "/metrics", admin_).status, 200);
+  // A scraper reads metrics and nothing of the tenancy.
+  EXPECT_EQ(Do("GET", "/api/v1/jobs", scraper).body["items"].size(), 0u);
+  EXPECT_EQ(Do("GET", "/api/v1/audit", scraper).status, 403);
+}
+
+TEST_F(SecurityTest, DevModeLeavesMetricsOpenAndSaysSo) {
+  server_ =
+      std::make_unique<ServerProcess>(kBinary, dir_.File("dev"), std::vector<std::string>{"--dev"});
+  // The dev estate's agents are stopped by the server's SIGTERM, not by a SIGKILL.
+  struct StopGently {
+    ServerProcess* s;
+    ~StopGently() { s->Stop(SIGTERM); }
+  } stop{server_.get()};
+  ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("dev.log"));
+  HttpResult open = Do("GET", "/metrics", "");
+  EXPECT_EQ(open.status, 200);
+  EXPECT_NE(open.text.find("meridian_api_requests_total"), std::string::npos);
+  EXPECT_NE(ReadFile(dir_.File("dev.log")).find("dev mode: /metrics answers without a token"),
+            std::string::npos)
+      << ReadFile(dir_.File("dev.log"));
+}
+
+// Item 7: a member sees the projects, quotas and revisions within its scopes, and 404 for the
+// rest, as for jobs.
+TEST_F(SecurityTest, AMemberSeesOnlyTheTenancyWithinItsScopes) {
+  Start("data");
+  const std::string bob = User("bob", {{"role", "member"}, {"project", "research"}});
+  auto names = [&](const std::string& plural) {
+    std::set<std::string> out;
+    HttpResult r = Do("GET", "/api/v1/" + plural, bob);
+    EXPECT_EQ(r.status, 200) << r.text;
+    for (const Json& o : r.body["items"]) {
+      out.insert(o["metadata"]["name"].get<std::string>());
+    }
+    return out;
+  };
+  EXPECT_EQ(names("projects"), (std::set<std::string>{"research"}));
+  EXPECT_EQ(names("teams"), (std::set<std::string>{"lab"}));
+  EXPECT_EQ(names("organizations"), (std::set<std::string>{"acme"}));
+  EXPECT_EQ(names("quotas"), (std::set<std::string>{"acme", "lab"}));
+  for (const char* path :
+       {"/api/v1/projects/vision", "/api/v1/teams/product", "/api/v1/quotas/product",
+        "/api/v1/quotas/vision", "/api/v1/config/revisions/1"}) {
+    HttpResult r = Do("GET", path, bob);
+    EXPECT_EQ(r.status, 404) << path << ": " << r.text;
+    EXPECT_EQ(r.text.find("guaranteedGpus"), std::string::npos) << path;
+  }
+  EXPECT_EQ(Do("GET", "/api/v1/projects/research", bob).status, 200);
+  EXPECT_EQ(Do("GET", "/api/v1/config/revisions", bob).body["items"].size(), 0u);
+  EXPECT_EQ(Do("GET", "/api/v1/config/revisions/1", admin_).status, 200);
+  EXPECT_EQ(Do("DELETE", "/api/v1/quotas/product", bob).status, 404);
+  EXPECT_EQ(Do("DELETE", "/api/v1/quotas/lab", bob).status, 403);
+}
+
+// Item 7, the reasons: bob's job is preempted by a job of another project; what bob reads of
+// his job names no other project's job id, while an admin reads it as it is.
+TEST_F(SecurityTest, ReasonsShownToAMemberNameNoOtherProjectsJob) {
+  Start("data", kSmallEstate);
+  const std::string bob = User("bob", {{"role", "member"}, {"project", "research"}});
+  auto submit = [&](const std::string& project, const std::string& token, const Json& extra) {
+    Json spec = {{"gpus", 8}, {"runtimeEstimate", 3600}};
+    spec.update(extra);
+    HttpResult r = Do("POST", "/api/v1/jobs", token,
+                      {{"metadata", {{"name", "j"}, {"project", project}}}, {"spec", spec}});
+    EXPECT_EQ(r.status, 201) << r.text;
+    return r.body.value("id", int64_t{0});
+  };
+  const int64_t mine = submit("research", bob, Json::object());
+  ASSERT_TRUE(Eventually([&] { return JobPhase(*server_, bob, mine) == "Placed"; }, 20));
+  const int64_t theirs = submit("vision", admin_, {{"priorityClass", "high"}});
+  ASSERT_TRUE(Eventually([&] { return JobPhase(*server_, admin_, theirs) == "Placed"; }, 20));
+  const std::regex names_theirs("job " + std::to_string(theirs) + "\\b");
+  // The admin's view names the preemptor: the test exercises the reason that would leak.
+  const std::string admin_events =
+      Do("GET", "/api/v1/jobs/" + std::to_string(mine) + "/events", admin_).text;
+  ASSERT_TRUE(std::regex_search(admin_events, names_theirs)) << admin_events;
+  const std::string id = std::to_string(mine);
+  bool told = false;
+  for (const std::string& path :
+       {"/api/v1/jobs/" + id, "/api/v1/jobs/" + id + "/events",
+        "/api/v1/jobs/" + id + "/explanation", std::string("/api/v1/jobs"),
+        std::string("/api/v1/events?limit=1000")}) {
+    HttpResult r = Do("GET", path, bob);
+    EXPECT_EQ(r.status, 200) << path;
+    EXPECT_FALSE(std::regex_search(r.text, names_theirs)) << path << ": " << r.text;
+    EXPECT_EQ(r.text.find("\"for\":" + std::to_string(theirs)), std::string::npos) << r.text;
+    told = told || r.text.find("a higher-priority job in another project") != std::string::npos;
+  }
+  EXPECT_TRUE(told) << "bob is told why his job stopped";
+}
+
+// Item 8: a damaged database, an empty one beside an admin.token, and a data dir open to others
+// are refused at start-up with what to do; nothing is changed on disk.
+TEST_F(SecurityTest, StartUpRefusesADamagedOrEmptyDatabaseAndAnOpenDataDir) {
+  Start("data");
+  ASSERT_EQ(Do("POST", "/api/v1/jobs", admin_,
+               {{"metadata", {{"name", "j"}, {"project", "vision"}}}, {"spec", {{"gpus", 1}}}})
+                .status,
+            201);
+  const std::string token = server_->admin_token();
+  const std::string data = dir_.File("data"), db = data + "/meridian.db";
+  // A crash that leaves the WAL without its index is no damage: the check must not refuse it.
+  server_->Stop(SIGKILL);
+  std::filesystem::remove(db + "-shm");
+  ASSERT_TRUE(server_->Start()) << ReadFile(data + ".log");
+  EXPECT_EQ(Do("GET", "/api/v1/jobs", admin_).body["items"].size(), 1u);
+  server_->Stop(SIGTERM);
+  auto start = [&](const std::string& dir) {
+    return RunToExit(kBinary, {"server", "--data-dir", dir, "--listen", "127.0.0.1:0"},
+                     dir_.File("refused.log"), 30);
+  };
+  // Random bytes over pages 2 to 4, as the issue's test wrote them.
+  std::filesystem::remove(db + "-wal");
+  std::filesystem::remove(db + "-shm");
+  {
+    ASSERT_GT(std::filesystem::file_size(db), 4u * 4096);
+    std::fstream f(db, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096);
+    std::mt19937 random(13);
+    for (int i = 0; i < 3 * 4096; ++i) f.put(static_cast<char>(random()));
+  }
+  CliResult damaged = start(data);
+  EXPECT_EQ(damaged.code, 1) << damaged.output;
+  EXPECT_NE(damaged.output.find("fails SQLite's integrity check"), std::string::npos)
+      << damaged.output;
+  EXPECT_NE(damaged.output.find("Restore it from a backup"), std::string::npos);
+  // A 0-byte database beside the admin token is not a first start.
+  std::filesystem::resize_file(db, 0);
+  CliResult empty = start(data);
+  EXPECT_EQ(empty.code, 1) << empty.output;
+  EXPECT_NE(empty.output.find("is empty (0 bytes) but"), std::string::npos) << empty.output;
+  EXPECT_EQ(ReadFile(data + "/admin.token"), token);
+  EXPECT_EQ(std::filesystem::file_size(db), 0u);
+  // A data dir others may read: refused, its mode left as it is.
+  const std::string open = dir_.File("open");
+  ASSERT_EQ(mkdir(open.c_str(), 0755), 0);
+  chmod(open.c_str(), 0755);
+  CliResult refused = start(open);
+  EXPECT_EQ(refused.code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("has mode 0755"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("chmod 700"), std::string::npos) << refused.output;
+  struct stat st {};
+  ASSERT_EQ(stat(open.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  EXPECT_FALSE(std::filesystem::exists(open + "/meridian.db"));
+  // A new data dir is made 0700.
+  const std::string fresh = dir_.File("fresh");
+  ServerProcess first(kBinary, fresh);
+  ASSERT_TRUE(first.Start()) << ReadFile(fresh + ".log");
+  ASSERT_EQ(stat(fresh.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
+// Item 8: an audit entry the store refuses is logged, counted, held and written later.
+TEST_F(SecurityTest, AnAuditWriteThatFailsIsHeldAndWrittenLater) {
+  Start("data", nullptr);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir_.File("data/meridian.db").c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 10000);
+  auto exec = [&](const char* sql) {
+    char* error = nullptr;
+    const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
+    const std::string message = error ? error : "";
+    sqlite3_free(error);
+    return rc == SQLITE_OK ? std::string() : message;
+  };
+  // The audit table refuses every insert, as a full disk or a broken file would.
+  ASSERT_EQ(exec("CREATE TRIGGER audit_down BEFORE INSERT ON audit "
+                 "BEGIN SELECT RAISE(ABORT, 'the audit table is down'); END"),
+            "");
+  EXPECT_EQ(Do("PUT", "/api/v1/users/held", admin_, {{"spec", Json::object()}}).status, 201);
+  EXPECT_NE(ReadFile(dir_.File("data.log")).find("meridian: audit: cannot write to the store"),
+            std::string::npos)
+      << ReadFile(dir_.File("data.log"));
+  HttpResult health = Do("GET", "/healthz", "");
+  EXPECT_EQ(health.body["status"], "degraded") << health.text;
+  EXPECT_NE(health.text.find("audit entries could not be written"), std::string::npos);
+  EXPECT_NE(Do("GET", "/metrics", admin_).text.find("meridian_audit_write_failures_total 1"),
+            std::string::npos);
+  ASSERT_EQ(exec("DROP TRIGGER audit_down"), "");
+  sqlite3_close(db);
+  EXPECT_EQ(Do("PUT", "/api/v1/users/after", admin_, {{"spec", Json::object()}}).status, 201);
+  const Json audit = Do("GET", "/api/v1/audit?limit=1000", admin_).body;
+  std::set<std::string> paths;
+  for (const Json& a : audit["items"]) paths.insert(a["path"].get<std::string>());
+  EXPECT_TRUE(paths.count("/api/v1/users/held")) << audit.dump();
+  EXPECT_TRUE(paths.count("/api/v1/users/after")) << audit.dump();
+  EXPECT_EQ(Do("GET", "/healthz", "").body["status"], "ok");
+}
+
+// Item 9: duplicate keys, overflowing ids, the bearer scheme's case, and tokens that do not work
+// answering alike; failed authentications in the audit log a row per address and minute.
+TEST_F(SecurityTest, InputIsDecodedStrictlyAndBadTokensAnswerAlike) {
+  Start("data");
+  const std::string twice =
+      R"({"metadata": {"name": "j", "project": "research", "project": "vision"},
+          "spec": {"gpus": 1}})";
+  HttpResult dup = Http(*server_, "POST", "/api/v1/jobs", admin_, twice);
+  EXPECT_EQ(dup.status, 400) << dup.text;
+  EXPECT_NE(dup.text.find("metadata.project: the key appears twice"), std::string::npos)
+      << dup.text;
+  EXPECT_EQ(Do("GET", "/api/v1/jobs", admin_).body["items"].size(), 0u);
+  for (const char* path :
+       {"/api/v1/jobs/99999999999999999999", "/api/v1/jobs/99999999999999999999/events",
+        "/api/v1/jobs/99999999999999999999/explanation", "/api/v1/jobs/99999999999999999999/logs",
+        "/api/v1/config/revisions/99999999999999999999"}) {
+    HttpResult r = Do("GET", path, admin_);
+    EXPECT_EQ(r.status, 404) << path << ": " << r.text;
+    EXPECT_EQ(r.text.find("stoll"), std::string::npos) << r.text;
+  }
+  EXPECT_EQ(Do("POST", "/api/v1/jobs/99999999999999999999/cancel", admin_).status, 404);
+  // The scheme is case-insensitive.
+  for (const std::string scheme : {"bearer ", "BEARER ", "Bearer  "}) {
+    EXPECT_EQ(GetWithAuthorization(*server_, "/api/v1/whoami", scheme + admin_).status, 200)
+        << scheme;
+  }
+  // Revoked, expired, unknown, and a real id with a wrong secret: one answer.
+  const std::string revoked = User("rita", {{"role", "member"}, {"project", "research"}});
+  const std::string revoked_id = revoked.substr(4, 16);
+  ASSERT_EQ(Do("DELETE", "/api/v1/tokens/" + revoked_id, admin_).status, 200);
+  HttpResult created = Do("POST", "/api/v1/tokens", admin_, {{"user", "rita"}, {"expiresIn", 0.5}});
+  const std::string expired = created.body.value("token", "");
+  ASSERT_TRUE(Eventually([&] { return Do("GET", "/api/v1/whoami", expired).status == 401; }));
+  const std::string unknown = "mrd_0123456789abcdef_" + std::string(48, 'a');
+  const std::string forged = "mrd_" + revoked_id + "_" + std::string(48, 'b');
+  const HttpResult first = Do("GET", "/api/v1/whoami", revoked);
+  EXPECT_EQ(first.status, 401);
+  for (const std::string& t : {expired, unknown, forged}) {
+    HttpResult r = Do("GET", "/api/v1/whoami", t);
+    EXPECT_EQ(r.status, first.status) << t;
+    EXPECT_EQ(r.text, first.text) << t;
+  }
+  // 40 more failures from this address: a row or two (a minute may turn), not 40.
+  for (int i = 0; i < 40; ++i) Do("GET", "/api/v1/jobs", unknown);
+  const Json denied = Do("GET", "/api/v1/audit?result=denied&limit=1000", admin_).body;
+  int64_t rows = 0, counted = 0;
+  for (const Json& a : denied["items"]) {
+    if (a["action"] != "auth.failed") continue;
+    ++rows;
+    const std::string message = a["message"];
+    counted += std::stoll(message);
+    EXPECT_NE(message.find("failed authentications from 127.0.0.1"), std::string::npos) << message;
+  }
+  EXPECT_LE(rows, 2) << denied.dump();
+  EXPECT_EQ(counted, 45) << denied.dump();
+}
+
+}  // namespace
+}  // namespace meridian::testing
