@@ -2,6 +2,7 @@
 // on loopback, with simulated GPUs (a fake: nothing real can run here) and real task processes,
 // cgroups and shims.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -726,16 +727,19 @@ TEST_F(AgentTest, RegistrationAndHeartbeatsRefuseWhatIsWrongAndWhoIsNotAnAgent) 
   HttpResult t = Http(*server_, "POST", "/api/v1/tokens", admin_, Json{{"user", "ann"}}.dump());
   EXPECT_EQ(reg(good, t.body.value("token", "")).status, 403);
   // Heartbeats of a node never registered answer 404, so that its agent registers.
-  r = Http(*server_, "POST", "/api/v1/agents/ghost/heartbeat", agent_token_, "{}");
+  r = Http(*server_, "POST", "/api/v1/agents/ghost/heartbeat", admin_, "{}");
   EXPECT_EQ(r.status, 404);
-  ASSERT_EQ(reg(good, agent_token_).status, 200);
-  r = Http(*server_, "POST", "/api/v1/agents/x1/heartbeat", agent_token_,
+  HttpResult registered = reg(good, agent_token_);
+  ASSERT_EQ(registered.status, 200);
+  const std::string x1 = registered.body.value("credential", "");
+  ASSERT_FALSE(x1.empty()) << registered.text;
+  r = Http(*server_, "POST", "/api/v1/agents/x1/heartbeat", x1,
            R"({"tasks": [{"job": "one", "task": 0}]})");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.text.find("tasks[0].job: must be an integer"), std::string::npos) << r.text;
   // Reports of a job the node does not run change nothing.
   const int64_t id = Submit({{"gpus", 1}, {"command", {"true"}}});
-  r = Http(*server_, "POST", "/api/v1/agents/x1/heartbeat", agent_token_,
+  r = Http(*server_, "POST", "/api/v1/agents/x1/heartbeat", x1,
            Json{{"tasks", Json::array({{{"job", id},
                                         {"task", 0},
                                         {"generation", 7},
@@ -744,6 +748,79 @@ TEST_F(AgentTest, RegistrationAndHeartbeatsRefuseWhatIsWrongAndWhoIsNotAnAgent) 
                .dump());
   EXPECT_EQ(r.status, 200);
   EXPECT_NE(Phase(id), "Succeeded");
+}
+
+// Each node speaks only for itself: the bootstrap token registers nodes and nothing more; a
+// node's credential (returned by its registration) heartbeats, reports and uploads output only
+// for its own node and its own tasks; a live node cannot be registered again under another
+// identity; revoking a node's credential shuts it out and cordons the node.
+TEST_F(AgentTest, AnAgentCredentialActsOnlyForItsOwnNode) {
+  StartAgent("n1");
+  const int64_t job = Submit(
+      {{"gpus", 1}, {"env", {{"API_KEY", "tenant-a-secret"}}}, {"command", {"sleep", "60"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; })) << Job(job).dump();
+  auto reg = [&](const std::string& name, const std::string& token) {
+    Json body = {{"node", name},
+                 {"cluster", "onprem"},
+                 {"pool", "h100"},
+                 {"gpus", Json::array({{{"uuid", "GPU-" + name}, {"model", "H100-80GB"}}})}};
+    return Http(*server_, "POST", "/api/v1/agents/register", token, body.dump());
+  };
+  // An attacker with the bootstrap token: it cannot heartbeat as n1 (receiving its tasks and
+  // their env), nor take n1 over by registering it again while it lives.
+  HttpResult as_n1 = Http(*server_, "POST", "/api/v1/agents/n1/heartbeat", agent_token_, "{}");
+  EXPECT_EQ(as_n1.status, 403);
+  EXPECT_EQ(as_n1.text.find("tenant-a-secret"), std::string::npos);
+  HttpResult takeover = reg("n1", agent_token_);
+  EXPECT_EQ(takeover.status, 409) << takeover.text;
+  // It registers a node of its own and gets that node's credential; with it, it still cannot
+  // act as n1: heartbeat (and so report n1's job exited), register n1, or upload into n1's job.
+  HttpResult fake = reg("evil", agent_token_);
+  ASSERT_EQ(fake.status, 200) << fake.text;
+  const std::string evil = fake.body.value("credential", "");
+  ASSERT_FALSE(evil.empty());
+  const Json exited = {{"tasks", Json::array({{{"job", job},
+                                               {"task", 0},
+                                               {"generation", 1},
+                                               {"state", "Exited"},
+                                               {"exitCode", 0}}})}};
+  EXPECT_EQ(Http(*server_, "POST", "/api/v1/agents/n1/heartbeat", evil, exited.dump()).status, 403);
+  EXPECT_EQ(reg("n1", evil).status, 403);
+  // Its own heartbeat reporting n1's task is ignored: the task is not evil's.
+  EXPECT_EQ(Http(*server_, "POST", "/api/v1/agents/evil/heartbeat", evil, exited.dump()).status,
+            200);
+  EXPECT_EQ(Phase(job), "Running");
+  auto upload = [&](const std::string& node, const std::string& token, int64_t j, int64_t gen) {
+    return Http(*server_, "POST",
+                "/api/v1/agents/" + node + "/logs?job=" + std::to_string(j) +
+                    "&task=0&generation=" + std::to_string(gen) + "&offset=0",
+                token, "forged output\n")
+        .status;
+  };
+  EXPECT_EQ(upload("n1", evil, job, 1), 403);
+  EXPECT_EQ(upload("evil", evil, job, 1), 403) << "job " << job << " does not run on evil";
+  EXPECT_EQ(upload("evil", evil, job, 999), 403) << "a forged generation";
+  EXPECT_EQ(upload("evil", evil, 424242, 1), 404) << "a job that does not exist";
+  // The real agent keeps its credential in its work directory, readable by it alone.
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_.File("agent-n1") + "/credential").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // Revoking evil's credential shuts it out and cordons the node.
+  const Json tokens = Http(*server_, "GET", "/api/v1/tokens?user=node-evil", admin_).body;
+  ASSERT_EQ(tokens.value("items", Json::array()).size(), 1u) << tokens.dump();
+  const std::string id = tokens["items"][0].value("id", "");
+  EXPECT_EQ(Http(*server_, "DELETE", "/api/v1/tokens/" + id, admin_).status, 200);
+  EXPECT_EQ(Http(*server_, "POST", "/api/v1/agents/evil/heartbeat", evil, "{}").status, 401);
+  const Json nodes = Http(*server_, "GET", "/api/v1/nodes", admin_).body;
+  bool cordoned = false;
+  for (const Json& n : nodes.value("items", Json::array())) {
+    if (n.value("name", "") == "evil") cordoned = n.value("cordoned", false);
+  }
+  EXPECT_TRUE(cordoned) << nodes.dump();
+  // n1's own agent went on all along.
+  EXPECT_EQ(Phase(job), "Running");
+  EXPECT_EQ(Job(job)["status"]["generation"], 1);
+  Run("cancel " + std::to_string(job));
 }
 
 // Lines "<name> <time>" that a task appends to `trace` while it lives, as a sh command.
@@ -1045,7 +1122,7 @@ TEST_F(AgentTest, NodeOperationsAreForAdminsAuditedAndDeleteWaitsForTheJobs) {
   cli = Run("delete node n1");
   ASSERT_EQ(cli.code, 0) << cli.output;
   EXPECT_EQ(NodeState("n1"), "");
-  EXPECT_EQ(Http(*server_, "POST", "/api/v1/agents/n1/heartbeat", agent_token_, "{}").status, 404);
+  EXPECT_EQ(Http(*server_, "POST", "/api/v1/agents/n1/heartbeat", admin_, "{}").status, 404);
   // Registered afresh, it is a new node: neither cordoned nor draining; the job runs there.
   StartAgent("n1");
   EXPECT_TRUE(Eventually([&] { return Phase(job) == "Running"; })) << Job(job).dump();

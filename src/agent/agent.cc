@@ -163,6 +163,11 @@ Status Agent::Register() {
   const double sent = Now();
   auto r = client_.Call("POST", "/api/v1/agents/register", &body);
   if (!r.ok()) return r.status();
+  if (r->status == 401 && credentialed_) {
+    ForgetCredential("registration refused the node's credential: " + cli::ErrorMessage(*r));
+    return Status(base::StatusCode::kPermissionDenied,
+                  "registering again with the bootstrap token");
+  }
   if (r->status != 200) {
     return Status(r->status == 401 || r->status == 403 ? base::StatusCode::kPermissionDenied
                                                        : base::StatusCode::kInvalidArgument,
@@ -171,6 +176,7 @@ Status Agent::Register() {
   auto answer = protocol::DecodeRegistrationAnswer(r->body);
   if (!answer.ok()) return answer.status();
   TakeTerms(answer->terms);
+  if (!answer->credential.empty()) UseCredential(answer->credential, true);
   // The server may answer a registration before it has read its policy: the figures in the lease
   // file (from the last heartbeat, which comes only after) stay until a heartbeat's answer.
   RenewLease(sent, LeaseValues::kKeep);
@@ -182,6 +188,33 @@ Status Agent::Register() {
                gpus_->simulated() ? " (simulated)" : "", interval_, lease_, fence_grace_,
                cgroups_.VersionName());
   return Status::Ok();
+}
+
+void Agent::UseCredential(const std::string& credential, bool keep) {
+  if (keep) {
+    const std::string path = o_.work_dir + "/credential";
+    const std::string tmp = path + ".tmp";
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      const std::string line = credential + "\n";
+      const bool written =
+          ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+      ::close(fd);
+      if (written) std::rename(tmp.c_str(), path.c_str());
+    }
+  }
+  cli::ClientConfig c = o_.server;
+  c.token = credential;
+  client_ = cli::Client(c);
+  credentialed_ = true;
+}
+
+void Agent::ForgetCredential(const std::string& why) {
+  std::fprintf(stderr, "meridian agent: %s; using the bootstrap token\n", why.c_str());
+  std::error_code ec;
+  std::filesystem::remove(o_.work_dir + "/credential", ec);
+  client_ = cli::Client(o_.server);
+  credentialed_ = false;
 }
 
 void Agent::TakeTerms(const protocol::AgentTerms& terms) {
@@ -199,6 +232,12 @@ Status Agent::Beat() {
   if (r->status == 404) {
     registered_ = false;  // the server forgot the node (a fresh data dir): register again
     return Status::NotFound(cli::ErrorMessage(*r));
+  }
+  if (r->status == 401 && credentialed_) {
+    // Revoked, or a server that never issued it (a fresh data dir): start again as a new node.
+    ForgetCredential("the server refused the node's credential: " + cli::ErrorMessage(*r));
+    registered_ = false;
+    return Status(base::StatusCode::kPermissionDenied, "registering again");
   }
   if (r->status != 200) return Status::Invalid("heartbeat refused: " + cli::ErrorMessage(*r));
   auto terms = protocol::DecodeTerms(r->body);
@@ -227,6 +266,9 @@ Status Agent::Run(const std::atomic<bool>& stop) {
     cgroup_prefix_ = o_.node;
   }
   if (Status s = Recover(); !s.ok()) return s;
+  // A credential from an earlier life of the agent: the node is this one, registered before.
+  const std::string kept = ReadAll(o_.work_dir + "/credential");
+  if (!kept.empty()) UseCredential(kept.substr(0, kept.find_last_not_of(" \n") + 1), false);
   double backoff = 0.5;
   auto sleep = [&](double seconds) {
     const double until = Now() + seconds;

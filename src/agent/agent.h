@@ -80,7 +80,12 @@ class Agent {
   };
   using Key = std::tuple<int64_t, int32_t, int64_t>;  // job, task, generation
 
-  base::Status Recover();              // tasks from an earlier life of the agent
+  base::Status Recover();  // tasks from an earlier life of the agent
+  // The node's credential, kept in the work directory (mode 0600) once a registration with the
+  // bootstrap token returned it; every call uses it from then on. Forget goes back to the
+  // bootstrap token (the credential was revoked, or the server forgot the node).
+  void UseCredential(const std::string& credential, bool keep);
+  void ForgetCredential(const std::string& why);
   void Reconcile(const Json& answer);  // the heartbeat's answer: what should run here
   void Start(Task& t);
   // Stops a run: its notice, SIGTERM half its grace later, SIGKILL at the grace's end, or within
@@ -116,6 +121,7 @@ class Agent {
   Cgroups cgroups_;
   std::string cgroup_prefix_;  // the node and its work directory: see Run
   bool registered_ = false;
+  bool credentialed_ = false;  // calls use the node's credential, not the bootstrap token
   double interval_ = 2.0;
   double lease_ = 15.0;
   double fence_grace_ = -1;  // < 0: the server gave none; a task's own grace period applies

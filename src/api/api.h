@@ -102,6 +102,10 @@ class AgentHooks {
   // message}]}. Records what the tasks did and answers what should run on the node: {tasks:
   // [...], heartbeatInterval, lease}.
   virtual base::Result<Json> Heartbeat(const std::string& node, const Json& body) = 0;
+  // Whether `node` may upload output of (job, task, generation): the task is the node's at the
+  // job's current generation. NotFound for a job that does not exist, PermissionDenied else.
+  virtual base::Status MayUpload(const std::string& node, int64_t job, int32_t task,
+                                 int64_t generation) = 0;
 };
 
 // What an operator asks of registered nodes (implemented by server::NodeService), through
@@ -253,6 +257,8 @@ class Api {
   void History(Call& call);
   // Node agents and task output (api_agents.cc).
   void RegisterAgent(Call& call);
+  base::Result<bool> LiveUnderCredential(const std::string& node);
+  base::Result<std::string> IssueNodeCredential(const std::string& node, double now);
   void AgentHeartbeat(Call& call);
   void UploadLogs(Call& call);
   void JobLogs(Call& call);

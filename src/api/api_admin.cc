@@ -122,6 +122,10 @@ void Api::CreateToken(Call& call) {
     }
   }
   const std::string user = body->value("user", call.access.user());
+  // A node's credential is issued by its registration only, one at a time.
+  if (!call.access.BoundNode().empty()) {
+    return Fail(call, 403, "permission_denied", "a node's credential may not create tokens");
+  }
   if (user != call.access.user() && !call.access.IsAdmin()) {
     return Fail(call, 403, "permission_denied",
                 call.access.user() + " may not create tokens for " + user);
@@ -167,6 +171,7 @@ void Api::ListTokens(Call& call) {
 void Api::RevokeToken(Call& call) {
   const std::string id = call.Arg(1);
   store::TokenRecord token;
+  std::string node;  // the node whose credential it is, if it is one
   Status s = store_->Write([&](store::Tx& tx) {
     auto t = tx.GetToken(id);
     if (!t.ok()) return t.status();
@@ -176,10 +181,33 @@ void Api::RevokeToken(Call& call) {
       return Status::NotFound("token " + id + " not found");
     }
     token.revoked = true;
-    return tx.PutToken(token);
+    if (Status p = tx.PutToken(token); !p.ok()) return p;
+    // A node's credential: every token of it goes (a node holds one; none may outlive it).
+    auto user = tx.GetObject("User", token.user);
+    auto roles =
+        user.ok() ? ParseRoles(user->spec) : base::Result<std::vector<RoleBinding>>(user.status());
+    if (!roles.ok()) return Status::Ok();
+    for (const RoleBinding& b : *roles) {
+      if (b.role == Role::kNode) node = b.node;
+    }
+    if (node.empty()) return Status::Ok();
+    auto all = tx.ListTokens(token.user);
+    if (!all.ok()) return all.status();
+    for (store::TokenRecord r : *all) {
+      if (r.revoked) continue;
+      r.revoked = true;
+      if (Status p = tx.PutToken(r); !p.ok()) return p;
+    }
+    return Status::Ok();
   });
   if (!s.ok()) return Fail(call, s);
   call.audit_message = "token " + id + " of " + token.user;
+  // A node whose credential is revoked is not trusted to run work: it is cordoned, and stays so
+  // (also after it registers again with a bootstrap token) until an operator uncordons it.
+  if (!node.empty() && node_ops_) {
+    auto cordoned = node_ops_->Cordon(node, call.access.user(), true);
+    if (cordoned.ok()) call.audit_message += "; node " + node + " cordoned";
+  }
   Respond(call, 200, TokenToJson(token));
 }
 

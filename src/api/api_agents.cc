@@ -81,20 +81,115 @@ base::Result<std::string> LogStore::Read(int64_t job, int32_t task, int64_t offs
   return out;
 }
 
+// Whether the node is registered, not lost, and holds a credential that still works: then its
+// agent is live under that identity, and a registration with a bootstrap token would take it
+// over (a second machine of the same name, or a stolen bootstrap token).
+base::Result<bool> Api::LiveUnderCredential(const std::string& node) {
+  return store::ReadValue(*store_, [&](store::Tx& tx) -> base::Result<bool> {
+    auto o = tx.GetObject("Node", node);
+    if (!o.ok()) {
+      if (o.status().code() == base::StatusCode::kNotFound) return false;
+      return o.status();
+    }
+    if (o->spec.value("state", "Ready") == "Lost") return false;
+    auto tokens = tx.ListTokens(NodeUser(node));
+    if (!tokens.ok()) return tokens.status();
+    const double now = clock_->Now();
+    for (const store::TokenRecord& t : *tokens) {
+      if (!t.revoked && (t.expires_at == 0 || t.expires_at > now)) return true;
+    }
+    return false;
+  });
+}
+
+// A new credential for the node, replacing any it had: the user NodeUser(node), bound to the
+// node alone, with one token; earlier tokens of that user are revoked.
+base::Result<std::string> Api::IssueNodeCredential(const std::string& node, double now) {
+  NewToken t = GenerateToken(*entropy_);
+  const std::string user = NodeUser(node);
+  store::Object u{"User", user, Json::object(), 0, now, "registration"};
+  RoleBinding b;
+  b.role = Role::kNode;
+  b.node = node;
+  u.spec = {{"roles", RolesToJson({b})},
+            {"description", "the credential of node " + node + ", issued at its registration"}};
+  Status s = store_->Write([&](store::Tx& tx) {
+    if (auto v = tx.PutObject(u, store::kAnyVersion); !v.ok()) return v.status();
+    auto old = tx.ListTokens(user);
+    if (!old.ok()) return old.status();
+    for (store::TokenRecord r : *old) {
+      if (r.revoked) continue;
+      r.revoked = true;
+      if (Status p = tx.PutToken(r); !p.ok()) return p;
+    }
+    return tx.PutToken({t.id, user, t.secret_hash, "node " + node, now, 0, false});
+  });
+  if (!s.ok()) return s;
+  return t.text;
+}
+
 void Api::RegisterAgent(Call& call) {
   if (!agents_) return Fail(call, 404, "not_found", "this server takes no agents");
   if (!RunsNodes(call)) return;
   auto body = JsonBody(call);
   if (!body) return;
+  const std::string node =
+      body->is_object() && body->contains("node") && body->at("node").is_string()
+          ? body->at("node").get<std::string>()
+          : "";
+  const std::string bound = call.access.BoundNode();
+  if (!bound.empty() && node != bound) {
+    return Fail(call, 403, "permission_denied",
+                "this credential is node " + bound + "'s: it cannot register node " + node);
+  }
+  const bool bootstrap = bound.empty();
+  if (bootstrap && !node.empty()) {
+    auto live = LiveUnderCredential(node);
+    if (!live.ok()) return Fail(call, live.status());
+    if (*live) {
+      return Fail(call, 409, "conflict",
+                  "node " + node +
+                      " is registered and live under its own credential: its agent registers "
+                      "again with that credential (kept in its work directory). To replace the "
+                      "machine, revoke that credential (it cordons the node) or wait until the "
+                      "node is lost",
+                  "node");
+    }
+  }
   auto answer = agents_->Register(call.access.user(), *body);
   if (!answer.ok()) return Fail(call, answer.status());
-  call.audit_message = "node " + answer->value("node", "");
+  if (bootstrap) {
+    // Heartbeats, reports and output uploads of this node need this credential from now on.
+    auto credential = IssueNodeCredential(node, call.started);
+    if (!credential.ok()) return Fail(call, credential.status());
+    (*answer)["credential"] = *credential;
+  }
+  call.audit_message =
+      "node " + answer->value("node", "") + (bootstrap ? " (a new node credential issued)" : "");
   Respond(call, 200, *answer);
 }
+
+namespace {
+
+// Only the node's own credential (or an admin) speaks for a node: a bootstrap token registers
+// nodes and no more, and one node's credential cannot act as another.
+bool ActsFor(Api::Call& call, const std::string& node) {
+  if (call.access.ActsFor(node)) return true;
+  const std::string bound = call.access.BoundNode();
+  Fail(call, 403, "permission_denied",
+       bound.empty()
+           ? call.access.user() + " registers nodes but does not speak for them: node " + node +
+                 " heartbeats and uploads with the credential its registration returned"
+           : "this credential is node " + bound + "'s, not node " + node + "'s");
+  return false;
+}
+
+}  // namespace
 
 void Api::AgentHeartbeat(Call& call) {
   if (!agents_) return Fail(call, 404, "not_found", "this server takes no agents");
   if (!RunsNodes(call)) return;
+  if (!ActsFor(call, call.Arg(1))) return;
   auto body = JsonBody(call);
   if (!body) return;
   auto answer = agents_->Heartbeat(call.Arg(1), *body);
@@ -118,6 +213,14 @@ void Api::UploadLogs(Call& call) {
   if (!generation) return;
   auto offset = IntParam(call, "offset", -1, 0, INT64_MAX);
   if (!offset) return;
+  const std::string node = call.Arg(1);
+  if (!ActsFor(call, node)) return;
+  // Output only of a task that runs (or ran) on this node at the job's current generation: no
+  // uploads into other nodes' tasks, forged generations or jobs that do not exist.
+  if (Status may = agents_->MayUpload(node, *job, static_cast<int32_t>(*task), *generation);
+      !may.ok()) {
+    return Fail(call, may);
+  }
   auto size = logs_->Append(*job, static_cast<int32_t>(*task), *generation, *offset, call.req.body);
   if (!size.ok()) return Fail(call, size.status());
   // `full`: the server keeps no more of this run's output; the agent stops sending it.

@@ -43,6 +43,8 @@ const char* RoleName(Role r) {
   switch (r) {
     case Role::kAgent:
       return "agent";
+    case Role::kNode:
+      return "node";
     case Role::kMetrics:
       return "metrics";
     case Role::kViewer:
@@ -83,6 +85,9 @@ base::Result<std::vector<RoleBinding>> ParseRoles(const Json& spec) {
       b.role = Role::kAdmin;
     } else if (name == "agent") {
       b.role = Role::kAgent;
+    } else if (name == "node") {
+      b.role = Role::kNode;
+      scope_field = "node";
     } else if (name == "metrics") {
       b.role = Role::kMetrics;
     } else if (name == "org-admin") {
@@ -99,19 +104,23 @@ base::Result<std::vector<RoleBinding>> ParseRoles(const Json& spec) {
     } else {
       return base::Status::Invalid(
           at + ".role: \"" + name +
-          "\" is not one of admin, org-admin, team-lead, member, viewer, agent, metrics");
+          "\" is not one of admin, org-admin, team-lead, member, viewer, agent, node, metrics");
     }
     int scopes = 0;
     for (const auto& [k, v] : r.items()) {
       if (k == "role") continue;
-      if (k != "organization" && k != "team" && k != "project") {
+      if (k != "organization" && k != "team" && k != "project" &&
+          !(k == "node" && b.role == Role::kNode)) {
         return base::Status::Invalid(at + "." + k + ": unknown field");
       }
       if (!v.is_string() || v.get<std::string>().empty()) {
         return base::Status::Invalid(at + "." + k + ": must be a name");
       }
       ++scopes;
-      (k == "organization" ? b.organization : k == "team" ? b.team : b.project) = v;
+      (k == "organization" ? b.organization
+       : k == "team"       ? b.team
+       : k == "node"       ? b.node
+                           : b.project) = v;
     }
     if ((b.role == Role::kAdmin || b.role == Role::kAgent || b.role == Role::kMetrics) &&
         scopes != 0) {
@@ -136,6 +145,7 @@ Json RolesToJson(const std::vector<RoleBinding>& roles) {
     if (!b.organization.empty()) r["organization"] = b.organization;
     if (!b.team.empty()) r["team"] = b.team;
     if (!b.project.empty()) r["project"] = b.project;
+    if (!b.node.empty()) r["node"] = b.node;
     out.push_back(r);
   }
   return out;
@@ -205,10 +215,33 @@ bool Access::IsAdmin() const {
 
 bool Access::RunsNodes() const {
   for (const RoleBinding& b : roles_) {
+    if (b.role == Role::kAdmin || b.role == Role::kAgent || b.role == Role::kNode) return true;
+  }
+  return false;
+}
+
+bool Access::Bootstraps() const {
+  for (const RoleBinding& b : roles_) {
     if (b.role == Role::kAdmin || b.role == Role::kAgent) return true;
   }
   return false;
 }
+
+bool Access::ActsFor(const std::string& node) const {
+  for (const RoleBinding& b : roles_) {
+    if (b.role == Role::kAdmin || (b.role == Role::kNode && b.node == node)) return true;
+  }
+  return false;
+}
+
+std::string Access::BoundNode() const {
+  for (const RoleBinding& b : roles_) {
+    if (b.role == Role::kNode) return b.node;
+  }
+  return "";
+}
+
+std::string NodeUser(const std::string& node) { return "node-" + node; }
 
 bool Access::ScrapesMetrics() const {
   for (const RoleBinding& b : roles_) {
@@ -314,7 +347,10 @@ bool Access::ManagesUsers() const {
 
 bool Access::CanGrant(const RoleBinding& b) const {
   if (IsAdmin()) return true;
-  if (b.role == Role::kAdmin || b.role == Role::kOrgAdmin) return false;
+  if (b.role == Role::kAdmin || b.role == Role::kOrgAdmin || b.role == Role::kAgent ||
+      b.role == Role::kNode || b.role == Role::kMetrics) {
+    return false;
+  }
   const std::string team = !b.team.empty() ? b.team : tenancy_ ? tenancy_->TeamOf(b.project) : "";
   std::string org = b.organization;
   if (org.empty() && tenancy_) {

@@ -31,7 +31,9 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b);
 // Ordered by what a role may do within the tenancy tree. Agent (a node agent's identity) and
 // metrics (a Prometheus scraper's) may do nothing there: agents only register nodes and report on
 // them, scrapers only read /metrics.
-enum class Role { kAgent, kMetrics, kViewer, kMember, kTeamLead, kOrgAdmin, kAdmin };
+// agent is a bootstrap identity (what an operator gives a new machine: it registers nodes);
+// node is the credential a registration returns, bound to that one node.
+enum class Role { kAgent, kNode, kMetrics, kViewer, kMember, kTeamLead, kOrgAdmin, kAdmin };
 const char* RoleName(Role r);
 
 // A role in a scope: admin is global; org-admin names an organization; team-lead a team;
@@ -41,7 +43,11 @@ struct RoleBinding {
   std::string organization;
   std::string team;
   std::string project;
+  std::string node;  // kNode: the node it speaks for
 };
+
+// The user that holds a node's credential (a role binding {role: node, node: NAME}).
+std::string NodeUser(const std::string& node);
 
 // Checks a User's spec ({roles: [{role, organization|team|project}]}); returns its bindings or
 // an error naming the field.
@@ -91,6 +97,12 @@ class Access {
   bool IsAdmin() const;
   // Registers nodes and reports what runs on them: agents and admins.
   bool RunsNodes() const;
+  // Registers a new node with a bootstrap identity: agents and admins.
+  bool Bootstraps() const;
+  // Heartbeats, reports and uploads output for `node`: its own credential, or an admin.
+  bool ActsFor(const std::string& node) const;
+  // The node a node credential is bound to; empty for every other identity.
+  std::string BoundNode() const;
   // Reads /metrics, which names every project and its quota use: scrapers and admins.
   bool ScrapesMetrics() const;
   // Jobs, events, logs and explanations of the project.

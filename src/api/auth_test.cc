@@ -10,9 +10,9 @@ TEST(ClassUse, AdminsAlwaysOthersWithinTheClassScopes) {
   Tenancy tenancy;
   tenancy.team_of_project = {{"vision", "product"}, {"language", "product"}, {"research", "lab"}};
   tenancy.org_of_team = {{"product", "acme"}, {"lab", "acme"}};
-  const Access admin("root", {{Role::kAdmin, "", "", ""}}, &tenancy);
-  const Access alice("alice", {{Role::kMember, "", "", "vision"}}, &tenancy);
-  const Access bob("bob", {{Role::kMember, "", "", "research"}}, &tenancy);
+  const Access admin("root", {{Role::kAdmin, "", "", "", ""}}, &tenancy);
+  const Access alice("alice", {{Role::kMember, "", "", "vision", ""}}, &tenancy);
+  const Access bob("bob", {{Role::kMember, "", "", "research", ""}}, &tenancy);
   const ClassUse preempting = ClassUseOf("high", Json::parse(R"({"value": 100})"));
   const ClassUse gentle = ClassUseOf("low", Json::parse(R"({"value": 0, "preempting": false})"));
   const ClassUse product =
@@ -63,12 +63,12 @@ TEST(Access, QuotasAreManagedFromAboveAndScopesSeenFromWithin) {
   Tenancy tenancy;
   tenancy.team_of_project = {{"vision", "product"}, {"language", "product"}, {"research", "lab"}};
   tenancy.org_of_team = {{"product", "acme"}, {"lab", "acme"}, {"empty", "acme"}};
-  const Access admin("root", {{Role::kAdmin, "", "", ""}}, &tenancy);
-  const Access org("olga", {{Role::kOrgAdmin, "acme", "", ""}}, &tenancy);
-  const Access lead("lena", {{Role::kTeamLead, "", "product", ""}}, &tenancy);
-  const Access empty_lead("emil", {{Role::kTeamLead, "", "empty", ""}}, &tenancy);
-  const Access bob("bob", {{Role::kMember, "", "", "research"}}, &tenancy);
-  const Access scraper("prom", {{Role::kMetrics, "", "", ""}}, &tenancy);
+  const Access admin("root", {{Role::kAdmin, "", "", "", ""}}, &tenancy);
+  const Access org("olga", {{Role::kOrgAdmin, "acme", "", "", ""}}, &tenancy);
+  const Access lead("lena", {{Role::kTeamLead, "", "product", "", ""}}, &tenancy);
+  const Access empty_lead("emil", {{Role::kTeamLead, "", "empty", "", ""}}, &tenancy);
+  const Access bob("bob", {{Role::kMember, "", "", "research", ""}}, &tenancy);
+  const Access scraper("prom", {{Role::kMetrics, "", "", "", ""}}, &tenancy);
   struct Case {
     const Access* who;
     Scope scope;

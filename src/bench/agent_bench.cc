@@ -102,6 +102,8 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   const std::string token = Json::parse(t->body).value("token", "");
 
   AgentBenchResult res;
+  // Each node heartbeats with the credential its registration returned, as a real agent does.
+  std::vector<std::string> credentials(static_cast<size_t>(o.agents));
   const auto registering = Clock::now();
   for (int a = 0; a < o.agents; ++a) {
     const std::string node = "bench-" + std::to_string(a);
@@ -118,11 +120,10 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
                  {"gpus", gpus}};
     httplib::Client c("127.0.0.1", port);
     c.set_bearer_token_auth(token);
-    if (auto s = Expect(c.Post("/api/v1/agents/register", body.dump(), "application/json"), 200,
-                        "registering " + node);
-        !s.ok()) {
-      return s;
-    }
+    auto registered = c.Post("/api/v1/agents/register", body.dump(), "application/json");
+    if (auto s = Expect(registered, 200, "registering " + node); !s.ok()) return s;
+    credentials[static_cast<size_t>(a)] =
+        Json::parse(registered->body, nullptr, false).value("credential", "");
   }
   res.register_seconds = std::chrono::duration<double>(Clock::now() - registering).count();
   const Json job = {{"metadata", {{"name", "bench"}, {"project", "bench"}}},
@@ -178,7 +179,7 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
           }
           const Json body = {{"telemetry", telemetry}, {"tasks", tasks}};
           httplib::Client c("127.0.0.1", port);
-          c.set_bearer_token_auth(token);
+          c.set_bearer_token_auth(credentials[static_cast<size_t>(agents[i])]);
           c.set_tcp_nodelay(true);
           const auto t0 = Clock::now();
           auto r = c.Post("/api/v1/agents/bench-" + std::to_string(agents[i]) + "/heartbeat",

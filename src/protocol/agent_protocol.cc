@@ -187,6 +187,7 @@ Json ToJson(const Registration& r) {
 
 Json ToJson(const RegistrationAnswer& a) {
   Json out = {{"node", a.node}};
+  if (!a.credential.empty()) out["credential"] = a.credential;
   WriteTerms(a.terms, &out);
   return out;
 }
@@ -336,6 +337,7 @@ base::Result<RegistrationAnswer> DecodeRegistrationAnswer(const Json& j) {
   return Decode<RegistrationAnswer>(j, "registration answer",
                                     [](FieldReader& r, RegistrationAnswer& out) {
                                       out.node = r.String("node", false);
+                                      out.credential = r.String("credential", false);
                                       ReadTerms(r, out.terms);
                                     });
 }

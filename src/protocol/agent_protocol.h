@@ -68,6 +68,9 @@ struct AgentTerms {
 struct RegistrationAnswer {
   std::string node;
   AgentTerms terms;
+  // To a registration with a bootstrap token: the node's own credential, which every later call
+  // of its agent uses (heartbeats, reports, uploads, registering again). Empty otherwise.
+  std::string credential;
 };
 
 // One device of a task's placement: a whole GPU, a share of one, or a MIG instance on it.

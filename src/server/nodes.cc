@@ -146,7 +146,7 @@ base::Result<Json> NodeService::Register(const std::string& user, const Json& bo
   // Its tasks are assigned from now on, before the controller follows the registration.
   address_[node->name] = node->spec.value("address", "");
   e.fenced_within = agent_lease_ + fence_grace_ + 2 * heartbeat_interval_;
-  return protocol::ToJson(protocol::RegistrationAnswer{node->name, TermsLocked()});
+  return protocol::ToJson(protocol::RegistrationAnswer{node->name, TermsLocked(), ""});
 }
 
 base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& body) {
@@ -212,6 +212,30 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     }
   }
   return protocol::ToJson(answer);
+}
+
+Status NodeService::MayUpload(const std::string& node, int64_t job, int32_t task,
+                              int64_t generation) {
+  auto j = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetJob(job); });
+  if (!j.ok()) return j.status();
+  {
+    // An earlier run given to this node (the job was preempted or requeued since).
+    std::lock_guard<std::mutex> lock(mu_);
+    auto ran = ran_on_.find({job, task, generation});
+    if (ran != ran_on_.end() && ran->second == node && generation <= j->generation) {
+      return Status::Ok();
+    }
+  }
+  const bool ran_here = task >= 0 && j->allocation.is_array() &&
+                        static_cast<size_t>(task) < j->allocation.size() &&
+                        j->allocation[static_cast<size_t>(task)].value("node", "") == node;
+  if (j->generation != generation || !ran_here) {
+    return Status(base::StatusCode::kPermissionDenied,
+                  "job " + std::to_string(job) + " task " + std::to_string(task) + " generation " +
+                      std::to_string(generation) + " is not node " + node +
+                      "'s (the job is at generation " + std::to_string(j->generation) + ")");
+  }
+  return Status::Ok();
 }
 
 protocol::AgentTerms NodeService::TermsLocked() const {
@@ -310,6 +334,15 @@ void NodeService::TrackLocked(const store::JobRecord& j) {
     a.master_addr = master;
     a.run = run;
     const int32_t task = a.task;
+    const auto run = std::make_tuple(j.id, task, j.generation);
+    if (ran_on_.emplace(run, node).second) {
+      ran_order_.push_back(run);
+      constexpr size_t kRunsKept = 200000;
+      if (ran_order_.size() > kRunsKept) {
+        ran_on_.erase(ran_order_.front());
+        ran_order_.pop_front();
+      }
+    }
     assigned_[node][{j.id, task}] = Assigned{std::move(a), stop_deadline};
     nodes_of_job_[j.id].insert(node);
   }

@@ -1,9 +1,11 @@
 #pragma once
 
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -50,6 +52,8 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
 
   base::Result<Json> Register(const std::string& user, const Json& body) override;
   base::Result<Json> Heartbeat(const std::string& node, const Json& body) override;
+  base::Status MayUpload(const std::string& node, int64_t job, int32_t task,
+                         int64_t generation) override;
 
   base::Result<Json> Cordon(const std::string& node, const std::string& by, bool cordoned) override;
   base::Result<Json> Drain(const std::string& node, const std::string& by,
@@ -120,7 +124,11 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   };
   std::map<std::string, std::map<std::pair<int64_t, int32_t>, Assigned>> assigned_;
   std::map<int64_t, std::set<std::string>> nodes_of_job_;
-  bool indexed_ = false;  // Reset has run
+  // Which node each run of a task was given to (job, task, generation), the latest runs only:
+  // the output of a run that was preempted or requeued is still uploaded after the job moved on.
+  std::map<std::tuple<int64_t, int32_t, int64_t>, std::string> ran_on_;
+  std::deque<std::tuple<int64_t, int32_t, int64_t>> ran_order_;  // oldest first, bounded
+  bool indexed_ = false;                                         // Reset has run
 };
 
 }  // namespace meridian::server
