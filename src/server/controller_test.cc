@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "api/job_life.h"
 #include "base/testing/temp_dir.h"
 #include "sim/replay.h"
@@ -47,6 +50,30 @@ std::vector<store::Object> Estate(int pool_nodes) {
   return docs;
 }
 
+// The store as the controller sees it, with a hook that runs once before its next write: what
+// another writer (the API) does between a cycle and its commit.
+class HookedStore final : public store::Store {
+ public:
+  explicit HookedStore(store::Store* inner) : inner_(inner) {}
+  base::Status Write(const std::function<base::Status(store::Tx&)>& fn) override {
+    if (before_next_write) {
+      auto hook = std::move(before_next_write);
+      before_next_write = nullptr;
+      hook();
+    }
+    return inner_->Write(fn);
+  }
+  base::Status Read(const std::function<base::Status(store::Tx&)>& fn) override {
+    return inner_->Read(fn);
+  }
+  int32_t SchemaVersion() const override { return inner_->SchemaVersion(); }
+
+  std::function<void()> before_next_write;
+
+ private:
+  store::Store* inner_;
+};
+
 class ControlPlane : public ::testing::Test {
  protected:
   void Open(const std::vector<store::Object>& docs) {
@@ -64,8 +91,58 @@ class ControlPlane : public ::testing::Test {
                     })
                     .ok());
     nodes_ = std::make_unique<NodeService>(store_.get(), &clock_, &bus_);
-    controller_ = std::make_unique<SchedulerController>(store_.get(), &clock_, &bus_, &metrics_,
+    hooked_ = std::make_unique<HookedStore>(store_.get());
+    controller_ = std::make_unique<SchedulerController>(hooked_.get(), &clock_, &bus_, &metrics_,
                                                         nodes_.get());
+  }
+  // A server restart: a new controller over the same store.
+  void Restart() {
+    controller_ = std::make_unique<SchedulerController>(hooked_.get(), &clock_, &bus_, &metrics_,
+                                                        nodes_.get());
+  }
+  // The counter a platform engineer reads on /metrics.
+  double Rebuilds() {
+    const std::string text = metrics_.Render();
+    const std::string name = "meridian_scheduler_rebuilds_total ";
+    const size_t at = text.find("\n" + name);
+    return at == std::string::npos ? 0 : std::stod(text.substr(at + 1 + name.size()));
+  }
+  // Objects applied as `meridian apply` does: each stored, with its event.
+  void Apply(const std::vector<store::Object>& docs) {
+    ASSERT_TRUE(store_
+                    ->Write([&](store::Tx& tx) {
+                      for (const store::Object& o : docs) {
+                        if (auto v = tx.PutObject(o, store::kAnyVersion); !v.ok()) {
+                          return v.status();
+                        }
+                        auto e = tx.AppendEvent(
+                            {0, clock_.Now(), o.kind, o.name, "", "Normal", "Applied", "applied"});
+                        if (!e.ok()) return e.status();
+                      }
+                      return Status::Ok();
+                    })
+                    .ok());
+  }
+  // As the API cancels: through the lifecycle, with a 30 s grace.
+  void Cancel(int64_t id) {
+    auto cancelled = store_->Write([&](store::Tx& tx) {
+      auto j = tx.GetJob(id);
+      if (!j.ok()) return j.status();
+      auto life = api::LifeOf(*j);
+      if (!life.ok()) return life.status();
+      auto t = domain::lifecycle::Cancel(*life, "alice", 30, clock_.Now());
+      if (!t.ok()) return t.status();
+      return api::CommitTransition(tx, *t, clock_.Now(), &*j).status();
+    });
+    ASSERT_TRUE(cancelled.ok()) << cancelled.message();
+  }
+  // The UUIDs of the GPUs a job holds.
+  std::vector<std::string> Uuids(int64_t id) {
+    std::vector<std::string> out;
+    for (const Json& t : Get(id).allocation) {
+      for (const Json& d : t["devices"]) out.push_back(d.value("uuid", ""));
+    }
+    return out;
   }
   void TearDown() override {
     controller_.reset();  // never started: nothing to join
@@ -112,11 +189,13 @@ class ControlPlane : public ::testing::Test {
     Round();
   }
 
-  // An agent with 8 simulated H100s registers `name`.
-  void Register(const std::string& name) {
+  // An agent with 8 simulated H100s registers `name`, less the GPUs named in `without`.
+  void Register(const std::string& name, const std::vector<std::string>& without = {}) {
     Json gpus = Json::array();
     for (int i = 0; i < 8; ++i) {
-      gpus.push_back({{"uuid", "GPU-" + name + "-" + std::to_string(i)}, {"model", "H100-80GB"}});
+      const std::string uuid = "GPU-" + name + "-" + std::to_string(i);
+      if (std::find(without.begin(), without.end(), uuid) != without.end()) continue;
+      gpus.push_back({{"uuid", uuid}, {"model", "H100-80GB"}});
     }
     auto r = nodes_->Register("agents", {{"node", name},
                                          {"cluster", "onprem"},
@@ -136,6 +215,20 @@ class ControlPlane : public ::testing::Test {
   void Report(const std::string& node, const std::string& state, int code = 0) {
     Json reports = Json::array();
     for (const Json& a : Heartbeat(node)) {
+      Json r = {{"job", a["job"]},
+                {"task", a["task"]},
+                {"generation", a["generation"]},
+                {"state", state}};
+      if (state == "Exited") r["exitCode"] = code;
+      reports.push_back(r);
+    }
+    Heartbeat(node, reports);
+  }
+  // Reports one job's tasks on `node` (the others listed there are left as they are).
+  void ReportJob(const std::string& node, int64_t job, const std::string& state, int code = 0) {
+    Json reports = Json::array();
+    for (const Json& a : Heartbeat(node)) {
+      if (a["job"].get<int64_t>() != job) continue;
       Json r = {{"job", a["job"]},
                 {"task", a["task"]},
                 {"generation", a["generation"]},
@@ -165,6 +258,7 @@ class ControlPlane : public ::testing::Test {
   api::EventBus bus_;
   api::Metrics metrics_;
   std::unique_ptr<store::SqliteStore> store_;
+  std::unique_ptr<HookedStore> hooked_;
   std::unique_ptr<NodeService> nodes_;
   std::unique_ptr<SchedulerController> controller_;
 };
@@ -359,6 +453,215 @@ TEST_F(ControlPlane, PreemptionWithTheDefaultGraceTakesOneVictim) {
   EXPECT_EQ(Phase(victim), "Pending");
   Rounds();
   EXPECT_EQ(Phase(high), "Placed");
+}
+
+// A Quota applied while jobs run and a gang waits with the backfill reservation is taken in
+// place: no rebuild, the reservation and fair share stay, and the new limit holds at once.
+TEST_F(ControlPlane, AQuotaChangeIsTakenInPlaceKeepingTheReservationAndFairShare) {
+  std::vector<store::Object> docs = Estate(0);
+  docs.push_back(Doc("Policy", "default", {{"reserveAfter", 0}}));
+  Open(docs);
+  Register("n1");
+  Register("n2");
+  Round();
+  Submit("p1", {{"gpus", 8}, {"runtimeEstimate", 7200}});
+  Submit("p1", {{"gpus", 8}, {"runtimeEstimate", 7200}});
+  Rounds();
+  Report("n1", "Running");
+  Report("n2", "Running");
+  const int64_t gang = Submit("p2", {{"gpus", 8}, {"tasks", 2}, {"gang", true}});
+  const int64_t small = Submit("p2", {{"gpus", 1}});
+  for (int i = 0; i < 12; ++i) {  // two minutes of use for p1's fair share
+    clock_.Advance(10);
+    Heartbeat("n1");
+    Heartbeat("n2");
+    Round();
+  }
+  const std::string behind = "waits behind the reservation of job " + std::to_string(gang);
+  ASSERT_EQ(controller_->PendingReason(small), behind);
+  auto row = [&](const std::string& scope) {
+    for (const Json& r : controller_->Usage()) {
+      if (r["name"] == scope) return r;
+    }
+    return Json();
+  };
+  const double share = row("p1")["fairShare"].get<double>();
+  ASSERT_GT(share, 0);
+  Apply({Doc("Quota", "p1-cap", {{"project", "p1"}, {"limitGpus", 16}})});
+  Round();
+  const int64_t more = Submit("p1", {{"gpus", 1}});
+  Round();
+  EXPECT_NE(controller_->PendingReason(more).find("quota of p1: limit 16"), std::string::npos)
+      << controller_->PendingReason(more);
+  EXPECT_EQ(row("p1")["limitGpus"], 16.0);
+  EXPECT_EQ(row("p1")["usedGpus"], 16.0) << "the running jobs are charged to the new tree";
+  EXPECT_NEAR(row("p1")["fairShare"].get<double>(), share, share * 1e-9);
+  EXPECT_EQ(controller_->PendingReason(small), behind);
+  EXPECT_EQ(Rebuilds(), 1);
+}
+
+// A priority class's new value and a pool's new taint are taken in place: the bumped job goes
+// first, and only work that tolerates the taint lands on the pool's node.
+TEST_F(ControlPlane, PriorityClassAndPoolChangesAreTakenInPlace) {
+  std::vector<store::Object> docs = Estate(1);  // one declared node: no agent runs it
+  docs.push_back(Doc("PriorityClass", "bump", {{"value", 0}}));
+  Open(docs);
+  Round();
+  const int64_t filler = Submit("p1", {{"gpus", 8}, {"preemptible", false}});
+  Round();
+  ASSERT_EQ(Phase(filler), "Placed");
+  clock_.Advance(1);
+  const int64_t first = Submit("p1", {{"gpus", 8}});
+  clock_.Advance(1);
+  const int64_t bumped = Submit("p1", {{"gpus", 8}, {"priorityClass", "bump"}});
+  Round();
+  Apply({Doc("PriorityClass", "bump", {{"value", 200}, {"preempting", false}})});
+  Round();
+  Cancel(filler);
+  Rounds();
+  EXPECT_EQ(Phase(filler), "Cancelled");
+  EXPECT_EQ(Phase(bumped), "Placed") << "its class outranks the older job's now";
+  EXPECT_EQ(Phase(first), "Pending");
+  store::Object pool = Estate(1).back();
+  ASSERT_EQ(pool.kind, "NodePool");
+  pool.spec["taints"] = {{{"key", "dedicated"}, {"value", "infra"}}};
+  Apply({pool});
+  Cancel(bumped);
+  const int64_t tolerant =
+      Submit("p2", {{"gpus", 8}, {"tolerations", {{{"key", "dedicated"}, {"value", "infra"}}}}});
+  Rounds();
+  EXPECT_EQ(Phase(tolerant), "Placed");
+  EXPECT_EQ(Phase(first), "Pending") << "it does not tolerate the pool's new taint";
+  EXPECT_EQ(Rebuilds(), 1);
+}
+
+// A job cancelled between the cycle that placed it and the commit: the other decisions of the
+// cycle are written, its start is undone in the scheduler (its GPUs go to the next job), and
+// the scheduler is not rebuilt.
+TEST_F(ControlPlane, AJobCancelledBeforeItsStartIsWrittenLeavesTheRestOfTheCommit) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  const int64_t cancelled = Submit("p1", {{"gpus", 4}});
+  const int64_t placed = Submit("p2", {{"gpus", 4}});
+  hooked_->before_next_write = [&] { Cancel(cancelled); };
+  Round();
+  EXPECT_EQ(Phase(cancelled), "Cancelled");
+  EXPECT_EQ(Phase(placed), "Placed");
+  const int64_t next = Submit("p1", {{"gpus", 4}});
+  Rounds();
+  EXPECT_EQ(Phase(next), "Placed") << "the undone start's GPUs are free";
+  EXPECT_EQ(Rebuilds(), 1);
+}
+
+// A victim cancelled by its user between the cycle that preempted it and the commit: the start
+// decided in the same cycle is written; the victim stops as cancelled, still counts as freeing
+// room for its preemptor (no second victim), and its GPUs go to the preemptor only once its
+// task has stopped.
+TEST_F(ControlPlane, AVictimCancelledBeforeItsPreemptionIsWrittenHoldsItsGpusUntilItStops) {
+  Open(Estate(0));
+  Register("n1");
+  Register("n2");
+  Round();
+  // Two jobs a preemption could take; the one that lost the least work goes first.
+  const int64_t other = Submit("p1", {{"gpus", 8}, {"priorityClass", "low"}});
+  Rounds();
+  clock_.Advance(30);
+  const int64_t victim = Submit("p1", {{"gpus", 8}, {"priorityClass", "low"}});
+  Rounds();
+  Report("n1", "Running");
+  Report("n2", "Running");
+  clock_.Advance(60);
+  const int64_t high = Submit("p2", {{"gpus", 8}, {"priorityClass", "high"}});
+  const int64_t cpu = Submit("p2", {{"cpuMilli", 2000}});
+  hooked_->before_next_write = [&] { Cancel(victim); };
+  Round();
+  EXPECT_EQ(Phase(cpu), "Placed") << "the rest of the cycle's decisions are written";
+  EXPECT_EQ(Phase(victim), "Stopping");
+  EXPECT_TRUE(Events(victim, "Preempted").empty());
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(2);
+    Round();
+    Heartbeat("n1");
+    Heartbeat("n2");
+    EXPECT_EQ(Phase(high), "Pending") << "the cancelled victim's task may still run";
+  }
+  EXPECT_TRUE(Events(other, "Preempted").empty()) << "the stopping victim frees enough";
+  EXPECT_EQ(Phase(other), "Running");
+  const std::string node = NodeOf(victim);
+  ReportJob(node, victim, "Exited", 143);
+  EXPECT_EQ(Phase(victim), "Cancelled");
+  Rounds();
+  EXPECT_EQ(Phase(high), "Placed");
+  EXPECT_EQ(NodeOf(high), node);
+  EXPECT_EQ(Rebuilds(), 1);
+}
+
+// An agent registers again with one GPU fewer: the node is changed in place, the job on the
+// missing GPU is stopped through Stopping (its other GPUs stay taken until its task stops), the
+// job beside it runs on, and nothing is placed on the missing GPU.
+TEST_F(ControlPlane, ANodeBackWithAGpuFewerStopsOnlyTheJobOnItInPlace) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  const int64_t hit = Submit("p1", {{"gpus", 4}});
+  const int64_t spared = Submit("p2", {{"gpus", 4}});
+  Rounds();
+  Report("n1", "Running");
+  ASSERT_EQ(Uuids(hit).size(), 4u);
+  const std::string missing = Uuids(hit)[0];
+  Register("n1", {missing});
+  Round();
+  EXPECT_EQ(Phase(hit), "Stopping");
+  EXPECT_EQ(Events(hit, "DeviceLost").size(), 1u);
+  EXPECT_EQ(Phase(spared), "Running");
+  const int64_t next = Submit("p1", {{"gpus", 3}});
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(2);
+    Rounds();
+    Heartbeat("n1");
+    EXPECT_EQ(Phase(next), "Pending") << "the stopping job's task may still run on its GPUs";
+  }
+  ReportJob("n1", hit, "Exited", 143);
+  EXPECT_EQ(Phase(hit), "Pending") << "requeued";
+  Rounds();
+  EXPECT_EQ(Phase(next), "Placed");
+  for (const std::string& uuid : Uuids(next)) EXPECT_NE(uuid, missing);
+  EXPECT_EQ(Phase(hit), "Pending") << "four healthy GPUs are not free any more";
+  EXPECT_EQ(Phase(spared), "Running");
+  for (const Json& n : controller_->Nodes()) {
+    for (const Json& g : n["gpus"]) {
+      EXPECT_EQ(g["healthy"].get<bool>(), g["uuid"] != missing) << g.dump();
+    }
+  }
+  EXPECT_EQ(Rebuilds(), 1);
+}
+
+// A restart whose rebuild cannot adopt a running job whole (its node came back with a GPU
+// fewer meanwhile) stops the job through Stopping; it does not requeue it at once, which would
+// free its GPUs while its task still runs.
+TEST_F(ControlPlane, ARebuildThatCannotAdoptAJobStopsItBeforeFreeingItsGpus) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  const int64_t id = Submit("p1", {{"gpus", 8}});
+  Rounds();
+  Report("n1", "Running");
+  Restart();
+  Register("n1", {"GPU-n1-7"});
+  const int64_t next = Submit("p2", {{"gpus", 4}});
+  Rounds();
+  EXPECT_EQ(Phase(id), "Stopping");
+  EXPECT_TRUE(Events(id, "Requeued").empty());
+  EXPECT_EQ(Events(id, "PlacementLost").size(), 1u);
+  EXPECT_EQ(Phase(next), "Pending") << "its task may still run on the seven GPUs left";
+  Json listed = Heartbeat("n1");
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(listed[0]["stop"].get<bool>()) << "the agent is told to stop it";
+  ReportJob("n1", id, "Exited", 143);
+  EXPECT_EQ(Phase(id), "Pending");
+  Rounds();
+  EXPECT_EQ(Phase(next), "Placed");
 }
 
 }  // namespace
