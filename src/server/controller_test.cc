@@ -396,7 +396,7 @@ TEST_F(ControlPlane, AShortenedLostTimeoutWaitsForTheLeaseAgentsWereTold) {
                         .status();
                   })
                   .ok());
-  Round();                        // the rebuild takes the new Policy
+  Round();  // the new Policy is taken in place, and the agents' timing with it
   for (int i = 0; i < 29; ++i) {  // 290 s of silence: past 60 s, within 266 + 30 + 4
     clock_.Advance(10);
     Round();
@@ -406,6 +406,7 @@ TEST_F(ControlPlane, AShortenedLostTimeoutWaitsForTheLeaseAgentsWereTold) {
   clock_.Advance(20);
   Round();
   EXPECT_EQ(Events(id, "Requeued").size(), 1u) << "now it is surely dead";
+  EXPECT_EQ(Rebuilds(), 1);
 }
 
 // A job no node could hold waits, and runs once a node that can joins: in place, without the
@@ -662,6 +663,104 @@ TEST_F(ControlPlane, ARebuildThatCannotAdoptAJobStopsItBeforeFreeingItsGpus) {
   EXPECT_EQ(Phase(id), "Pending");
   Rounds();
   EXPECT_EQ(Phase(next), "Placed");
+}
+
+// A change the scheduler cannot absorb (a new placement policy) rebuilds it, and the rebuild
+// keeps what the cycles knew: the victim's claim (no second victim), the refused job, the
+// reservation and fair share.
+TEST_F(ControlPlane, AStructuralChangeRebuildsKeepingClaimsRefusalsTheReservationAndFairShare) {
+  std::vector<store::Object> docs = Estate(0);
+  docs.push_back(Doc("Policy", "default", {{"reserveAfter", 0}}));
+  Open(docs);
+  Register("n1");
+  Register("n2");
+  Round();
+  const int64_t a =
+      Submit("p1", {{"gpus", 8}, {"priorityClass", "low"}, {"runtimeEstimate", 7200}});
+  const int64_t b =
+      Submit("p1", {{"gpus", 8}, {"priorityClass", "low"}, {"runtimeEstimate", 7200}});
+  Rounds();
+  Report("n1", "Running");
+  Report("n2", "Running");
+  clock_.Advance(60);
+  const int64_t high = Submit("p2", {{"gpus", 8}, {"priorityClass", "high"}});
+  const int64_t gang = Submit("p2", {{"gpus", 8}, {"tasks", 2}, {"gang", true}});
+  const int64_t refused = Submit("p1", {{"gpus", 16}});
+  const int64_t small = Submit("p2", {{"gpus", 1}});
+  Rounds();
+  ASSERT_EQ(Events(a, "Preempted").size() + Events(b, "Preempted").size(), 1u);
+  const int64_t victim = Events(a, "Preempted").empty() ? b : a;
+  const int64_t other = victim == a ? b : a;
+  const std::string behind = "waits behind the reservation of job " + std::to_string(gang);
+  ASSERT_EQ(controller_->PendingReason(small), behind);
+  auto share = [&] {
+    for (const Json& r : controller_->Usage()) {
+      if (r["name"] == "p1") return r["fairShare"].get<double>();
+    }
+    return -1.0;
+  };
+  const double before = share();
+  ASSERT_GT(before, 0);
+  Apply({Doc("Policy", "default", {{"reserveAfter", 0}, {"placement", "best-fit"}})});
+  Round();
+  EXPECT_EQ(Rebuilds(), 2) << "a new placement policy is a new scheduler";
+  EXPECT_NEAR(share(), before, before * 1e-9);
+  EXPECT_EQ(controller_->PendingReason(small), behind);
+  EXPECT_NE(controller_->PendingReason(refused).find("can never run here"), std::string::npos)
+      << controller_->PendingReason(refused);
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(2);
+    Round();
+    Heartbeat("n1");
+    Heartbeat("n2");
+  }
+  EXPECT_TRUE(Events(other, "Preempted").empty()) << "the stopping victim still counts for it";
+  EXPECT_EQ(Phase(victim), "Stopping");
+  EXPECT_EQ(Phase(high), "Pending");
+  ReportJob(NodeOf(victim), victim, "Exited", 143);
+  Rounds();
+  EXPECT_EQ(Phase(high), "Placed");
+  EXPECT_EQ(Rebuilds(), 2);
+}
+
+// A deleted node leaves the estate in place (an unschedulable slot, not listed), and comes back
+// when its agent registers again.
+TEST_F(ControlPlane, ADeletedNodeLeavesAndComesBackInPlace) {
+  Open(Estate(0));
+  Register("n1");
+  Register("n2");
+  Round();
+  ASSERT_TRUE(nodes_->Delete("n2", "ops", false).ok());
+  Round();
+  for (const Json& n : controller_->Nodes()) EXPECT_NE(n["name"], "n2");
+  const int64_t first = Submit("p1", {{"gpus", 8}});
+  const int64_t second = Submit("p2", {{"gpus", 8}});
+  Rounds();
+  EXPECT_EQ(NodeOf(first) == "n1" ? Phase(second) : Phase(first), "Pending");
+  Register("n2");
+  Rounds();
+  EXPECT_EQ(Phase(first), "Placed");
+  EXPECT_EQ(Phase(second), "Placed");
+  EXPECT_NE(NodeOf(first), NodeOf(second));
+  EXPECT_EQ(Rebuilds(), 1);
+}
+
+// A project made by an apply takes its jobs at once, in place: one submitted in the same batch
+// of events, and one that waited because its project did not exist yet.
+TEST_F(ControlPlane, ANewProjectTakesItsJobsInPlace) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  const int64_t early = Submit("p3", {{"gpus", 2}});
+  Round();
+  EXPECT_NE(controller_->PendingReason(early).find("no longer exists"), std::string::npos)
+      << controller_->PendingReason(early);
+  Apply({Doc("Project", "p3", {{"team", "lab"}})});
+  const int64_t same_batch = Submit("p3", {{"gpus", 2}});
+  Rounds();
+  EXPECT_EQ(Phase(early), "Placed");
+  EXPECT_EQ(Phase(same_batch), "Placed");
+  EXPECT_EQ(Rebuilds(), 1);
 }
 
 }  // namespace
