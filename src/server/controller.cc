@@ -286,7 +286,10 @@ Status SchedulerController::Rebuild() {
   dirty_ = false;
   // Jobs whose placement no longer fits: their tasks may still run, so they stop through the
   // lifecycle, holding what is left of their devices until they are seen to stop.
-  return unplaced.empty() ? Status::Ok() : StopJobs(unplaced, "PlacementLost", now);
+  if (unplaced.empty()) return Status::Ok();
+  Status stopped = StopJobs(unplaced, "PlacementLost", now);
+  if (!stopped.ok()) dirty_ = true;  // asked again by the next rebuild
+  return stopped;
 }
 
 std::vector<std::pair<int64_t, std::string>> SchedulerController::TakeIn(

@@ -87,13 +87,17 @@ class SchedulerController final : public api::SchedulerHooks {
   // ApplyConfig's parts: the estate's nodes and clusters as the live scheduler has them, with
   // what changed in place (traits, prices, nodes the estate gained); false: only a rebuild can.
   bool MergeEstate(Estate* next);
+  // Gives every job the scheduler holds its tenant in `next`'s quota tree and its priority,
+  // queues pending jobs that `next` can convert and the old estate could not, and replaces the
+  // scheduler's quota tree.
   base::Status RetenantJobs(Estate* next, const std::vector<store::JobRecord>& jobs, double now);
   base::Status CatchUp();
   void Track(const store::JobRecord& job);
   // Brings the scheduler, known_ and the agents' assignments in line with a job as stored now.
   void Follow(const store::JobRecord& job, double now);
-  // Applies a node's event in place (lost, ready, newly registered); false when only a
-  // rebuild can (a changed node, a model the snapshot lacks).
+  // Applies a node's event in place (registered, lost, ready, cordoned, draining, deleted,
+  // registered again: ChangeNode); false when only a rebuild can (a model or cluster the
+  // snapshot lacks, a node that moved cluster or pool).
   bool FollowNode(const std::string& reason, const store::Object& node);
   // A node registered again with other capacity or GPU health (controller_nodes.cc): updated in
   // place, and the jobs on GPUs it no longer has or that turned unhealthy are stopped through
