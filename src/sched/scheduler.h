@@ -146,6 +146,7 @@ class Scheduler {
   // turned unhealthy keep it until the caller reports how they ended.
   base::Status UpdateNode(int32_t node, const domain::Node& n);
   void UpdateCluster(int32_t cluster, const domain::Cluster& c);
+  base::Result<int32_t> AddCluster(const domain::Cluster& c);
 
   // The configuration changed in place (scheduler_change.cc), so that what the cycles learnt
   // (the queue, the reservation, the claims of stopping victims, fair share) stays.
@@ -160,6 +161,9 @@ class Scheduler {
   void SetOptions(const SchedulerOptions& options, double now);
   // A job's priority class changed (its value, or whether it may preempt).
   void SetPriority(int64_t job, int32_t priority, bool preempting);
+  // The clusters and models a job's tasks may use changed (a cluster was added, or changed its
+  // region or kind): each task's masks are replaced by those of `tasks`, one per task.
+  void Retarget(int64_t job, const std::vector<TaskSpec>& tasks);
   // The job's spec as the scheduler holds it; null when it holds no such job.
   const JobSpec* Find(int64_t job) const;
 

@@ -39,6 +39,22 @@ void Scheduler::UpdateCluster(int32_t cluster, const domain::Cluster& c) {
   placer_.InvalidateCache();  // scores (cost, data locality) read what changed
 }
 
+base::Result<int32_t> Scheduler::AddCluster(const domain::Cluster& c) {
+  auto index = snapshot_.AddCluster(c);
+  if (index.ok()) placer_.InvalidateCache();
+  return index;
+}
+
+void Scheduler::Retarget(int64_t id, const std::vector<TaskSpec>& tasks) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  std::vector<TaskSpec>& mine = it->second.spec.tasks;
+  for (size_t i = 0; i < mine.size() && i < tasks.size(); ++i) {
+    mine[i].allowed_clusters = tasks[i].allowed_clusters;
+    mine[i].allowed_models = tasks[i].allowed_models;
+  }
+}
+
 base::Status Scheduler::ReplaceQuotas(QuotaTree quotas, const std::vector<int32_t>& node_of,
                                       const std::unordered_map<int64_t, int32_t>& tenant_of_job,
                                       double now) {

@@ -215,6 +215,19 @@ void Snapshot::UpdateCluster(int32_t cluster, const domain::Cluster& c) {
   }
 }
 
+base::Result<int32_t> Snapshot::AddCluster(const domain::Cluster& c) {
+  if (clusters.size() >= kMaxMaskBits) {
+    return Status(base::StatusCode::kFailedPrecondition,
+                  "cluster " + c.name + ": at most 64 clusters per snapshot");
+  }
+  ClusterState cs;
+  cs.name = c.name;
+  clusters.push_back(std::move(cs));
+  const int32_t index = static_cast<int32_t>(clusters.size() - 1);
+  UpdateCluster(index, c);
+  return index;
+}
+
 base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clusters,
                                        const std::vector<domain::Node>& nodes,
                                        const domain::GpuCatalog& catalog) {

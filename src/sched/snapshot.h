@@ -100,6 +100,9 @@ class Snapshot {
   base::Status UpdateNode(int32_t node, const domain::Node& n);
   // A cluster's kind, region, prices and datasets changed; its name and index stay.
   void UpdateCluster(int32_t cluster, const domain::Cluster& c);
+  // Appends a cluster (kFailedPrecondition past 64: clusters are bits of masks). Returns its
+  // index. Clusters are never removed in place: a task's mask names them by index.
+  base::Result<int32_t> AddCluster(const domain::Cluster& c);
 
   ModelId FindModel(std::string_view name) const;
   int32_t FindCluster(std::string_view name) const;

@@ -66,8 +66,8 @@ SchedulerController::SchedulerController(store::Store* store, const base::Clock*
   metrics_->Describe("meridian_jobs", "gauge", "Active jobs by phase.");
   metrics_->Describe("meridian_scheduler_rebuilds_total", "counter",
                      "Times the scheduler was built from the store: at start, and after changes "
-                     "it cannot follow in place (a new placement policy, clusters added or "
-                     "removed, a pool's declared nodes changed).");
+                     "it cannot follow in place (a new placement policy, a cluster removed, a "
+                     "pool's declared nodes changed).");
 }
 
 SchedulerController::~SchedulerController() { Stop(); }

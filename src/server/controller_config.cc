@@ -3,6 +3,7 @@
 // from the objects, and the live scheduler is given what changed, so that the queue, the
 // reservation, the victims' claims and fair share stay as the cycles left them. Only what the
 // scheduler cannot absorb (StructuralChange) rebuilds it. The loop is in controller.cc.
+#include <algorithm>
 #include <cstdio>
 #include <unordered_map>
 
@@ -45,6 +46,17 @@ bool SameTraits(const domain::Node& a, const domain::Node& b) {
 bool SameCluster(const domain::Cluster& a, const domain::Cluster& b) {
   return a.name == b.name && a.kind == b.kind && a.region == b.region && a.backend == b.backend &&
          a.price_per_gpu_hour == b.price_per_gpu_hour && a.datasets == b.datasets;
+}
+
+bool SameTargets(const std::vector<sched::TaskSpec>& a, const std::vector<sched::TaskSpec>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].allowed_clusters != b[i].allowed_clusters ||
+        a[i].allowed_models != b[i].allowed_models) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool SameTiming(const Estate& a, const Estate& b) {
@@ -90,12 +102,13 @@ std::string SchedulerController::StructuralChange(const Estate& next) const {
   if (next.placement != estate_->placement) {
     return "the placement policy changed from " + estate_->placement + " to " + next.placement;
   }
-  // Clusters are bits in every task's masks, and a snapshot's indexes cannot shrink.
-  bool same_clusters = next.clusters.size() == estate_->clusters.size();
-  for (size_t i = 0; same_clusters && i < next.clusters.size(); ++i) {
-    same_clusters = next.clusters[i].name == estate_->clusters[i].name;
+  // Clusters are bits in every task's masks: one may be added (a new bit), none removed.
+  for (const domain::Cluster& c : estate_->clusters) {
+    if (std::none_of(next.clusters.begin(), next.clusters.end(),
+                     [&](const domain::Cluster& n) { return n.name == c.name; })) {
+      return "cluster " + c.name + " was removed";
+    }
   }
-  if (!same_clusters) return "clusters were added or removed";
   std::map<std::string, const domain::Node*> now;
   for (const domain::Node& n : next.nodes) now[n.name] = &n;
   for (const domain::Node& n : estate_->nodes) {
@@ -112,12 +125,12 @@ std::string SchedulerController::StructuralChange(const Estate& next) const {
 }
 
 bool SchedulerController::MergeEstate(Estate* next) {
-  // Checked before anything changes: every node the estate gains can join in place.
+  // Checked before anything changes: every node the estate gains can join in place (its
+  // cluster is known or joins now, its GPUs' model is known).
   std::map<std::string, size_t> live;
   for (size_t i = 0; i < estate_->nodes.size(); ++i) live[estate_->nodes[i].name] = i;
   for (const domain::Node& n : next->nodes) {
     if (live.count(n.name)) continue;
-    if (estate_->snapshot.FindCluster(n.cluster) < 0) return false;
     for (const domain::GpuDevice& g : n.gpus) {
       if (estate_->snapshot.FindModel(g.model) == sched::kNoModel) return false;
     }
@@ -129,15 +142,25 @@ bool SchedulerController::MergeEstate(Estate* next) {
         estate_->snapshot.FindModel(next->snapshot.model(static_cast<sched::ModelId>(m)).name);
   }
   next->quotas.RemapModels(model_of);
-  for (size_t c = 0; c < next->clusters.size(); ++c) {
-    if (SameCluster(next->clusters[c], estate_->clusters[c])) continue;
-    scheduler_->UpdateCluster(static_cast<int32_t>(c), next->clusters[c]);
-    estate_->snapshot.UpdateCluster(static_cast<int32_t>(c), next->clusters[c]);
+  // Clusters keep their indexes, new ones come last; their attributes change in place.
+  sched::Snapshot snapshot = estate_->snapshot;
+  std::vector<domain::Cluster> clusters = estate_->clusters;
+  for (const domain::Cluster& c : next->clusters) {
+    const int32_t index = snapshot.FindCluster(c.name);
+    if (index < 0) {
+      auto added = scheduler_->AddCluster(c);
+      auto mirrored = snapshot.AddCluster(c);
+      if (!added.ok() || !mirrored.ok() || *added != *mirrored) return false;
+      clusters.push_back(c);
+    } else if (!SameCluster(c, clusters[static_cast<size_t>(index)])) {
+      scheduler_->UpdateCluster(index, c);
+      snapshot.UpdateCluster(index, c);
+      clusters[static_cast<size_t>(index)] = c;
+    }
   }
   // The live nodes keep their hardware (a registered node's own events change it) and take
   // their pools' traits as they are now.
   std::vector<domain::Node> nodes = estate_->nodes;
-  sched::Snapshot snapshot = estate_->snapshot;
   std::map<std::string, std::string> address = estate_->agent_address;
   for (const domain::Node& n : next->nodes) {
     auto at = live.find(n.name);
@@ -159,6 +182,7 @@ bool SchedulerController::MergeEstate(Estate* next) {
       return false;
     }
   }
+  next->clusters = std::move(clusters);
   next->nodes = std::move(nodes);
   next->snapshot = std::move(snapshot);
   next->agent_address = std::move(address);
@@ -203,6 +227,8 @@ Status SchedulerController::RetenantJobs(Estate* next, const std::vector<store::
       if (held->priority != spec->priority || held->preempting != spec->preempting) {
         scheduler_->SetPriority(id, spec->priority, spec->preempting);
       }
+      // A cluster was added, or changed its region or kind.
+      if (!SameTargets(held->tasks, spec->tasks)) scheduler_->Retarget(id, spec->tasks);
     } else if (auto r = refused_.find(id); r != refused_.end()) {
       r->second = std::move(spec.value());
     } else if (k.phase == "Pending") {

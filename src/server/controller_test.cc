@@ -190,7 +190,8 @@ class ControlPlane : public ::testing::Test {
   }
 
   // An agent with 8 simulated H100s registers `name`, less the GPUs named in `without`.
-  void Register(const std::string& name, const std::vector<std::string>& without = {}) {
+  void Register(const std::string& name, const std::vector<std::string>& without = {},
+                const std::string& cluster = "onprem") {
     Json gpus = Json::array();
     for (int i = 0; i < 8; ++i) {
       const std::string uuid = "GPU-" + name + "-" + std::to_string(i);
@@ -198,7 +199,7 @@ class ControlPlane : public ::testing::Test {
       gpus.push_back({{"uuid", uuid}, {"model", "H100-80GB"}});
     }
     auto r = nodes_->Register("agents", {{"node", name},
-                                         {"cluster", "onprem"},
+                                         {"cluster", cluster},
                                          {"address", "10.0.0.1"},
                                          {"cpuMilli", 128000},
                                          {"memoryMib", 1024 * 1024},
@@ -760,6 +761,31 @@ TEST_F(ControlPlane, ANewProjectTakesItsJobsInPlace) {
   Rounds();
   EXPECT_EQ(Phase(early), "Placed");
   EXPECT_EQ(Phase(same_batch), "Placed");
+  EXPECT_EQ(Rebuilds(), 1);
+}
+
+// A cluster added by an apply joins in place: its nodes register, a job that asked for it (and
+// could run nowhere until then) runs there, and so does a job that may run anywhere.
+TEST_F(ControlPlane, ANewClusterJoinsInPlace) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  const int64_t filler = Submit("p1", {{"gpus", 8}});
+  Rounds();
+  ASSERT_EQ(Phase(filler), "Placed");
+  const int64_t there = Submit("p1", {{"gpus", 4}, {"clusters", {"cloud"}}});
+  const int64_t anywhere = Submit("p2", {{"gpus", 4}});
+  Round();
+  EXPECT_NE(controller_->PendingReason(there).find("can never run here"), std::string::npos)
+      << controller_->PendingReason(there);
+  Apply({Doc("Cluster", "cloud", {{"type", "cloud"}, {"region", "us"}})});
+  Round();
+  Register("c1", {}, "cloud");
+  Rounds();
+  EXPECT_EQ(Phase(there), "Placed");
+  EXPECT_EQ(NodeOf(there), "c1");
+  EXPECT_EQ(Phase(anywhere), "Placed");
+  EXPECT_EQ(NodeOf(anywhere), "c1");
   EXPECT_EQ(Rebuilds(), 1);
 }
 
