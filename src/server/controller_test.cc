@@ -534,6 +534,15 @@ TEST_F(ControlPlane, PriorityClassAndPoolChangesAreTakenInPlace) {
   Rounds();
   EXPECT_EQ(Phase(tolerant), "Placed");
   EXPECT_EQ(Phase(first), "Pending") << "it does not tolerate the pool's new taint";
+  // The pool declares a second node: it joins in place, with the pool's taint.
+  pool.spec["nodes"] = 2;
+  Apply({pool});
+  const int64_t second =
+      Submit("p2", {{"gpus", 8}, {"tolerations", {{{"key", "dedicated"}, {"value", "infra"}}}}});
+  Rounds();
+  EXPECT_EQ(Phase(second), "Placed");
+  EXPECT_EQ(NodeOf(second), "h100-1");
+  EXPECT_EQ(Phase(first), "Pending");
   EXPECT_EQ(Rebuilds(), 1);
 }
 
