@@ -60,7 +60,9 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
   const bool operated =
       reason == "NodeCordoned" || reason == "NodeUncordoned" || reason == "NodeDraining";
   if (reason == "NodeLost" || reason == "NodeReady" || registered_again || operated) {
-    if (index < 0) return false;
+    // A node the estate left out (its cluster does not exist, its GPUs are refused: a problem
+    // of the estate) has nothing to follow; a rebuild would leave it out again.
+    if (index < 0) return true;
     if (registered_again) {
       estate_->agent_address[node.name] = node.spec.value("address", "");
       deleted_nodes_.erase(node.name);
@@ -73,9 +75,11 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
     if (ready) RetryRefused();
     return true;
   }
-  if (reason != "Registered") return false;
+  if (reason != "Registered" && reason != "Reregistered") return false;
+  // In a cluster the estate does not have, it is left out, as the estate's build leaves it out.
+  if (estate_->snapshot.FindCluster(again.cluster) < 0) return true;
   auto added = scheduler_->AddNode(again);
-  if (!added.ok()) return false;  // a model or cluster the snapshot lacks: rebuild
+  if (!added.ok()) return false;  // a GPU model the snapshot lacks: rebuild
   // The estate's copy of the snapshot names nodes for allocations; it grows alike.
   auto mirrored = estate_->snapshot.AddNode(again);
   if (!mirrored.ok() || *mirrored != *added) return false;

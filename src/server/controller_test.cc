@@ -798,5 +798,43 @@ TEST_F(ControlPlane, ANewClusterJoinsInPlace) {
   EXPECT_EQ(Rebuilds(), 1);
 }
 
+// A cluster deleted while a node of it is registered rebuilds the scheduler once (clusters are
+// bits of masks); from then on that node is outside the estate, and its events (lost, back)
+// rebuild nothing.
+TEST_F(ControlPlane, ANodeOutsideTheEstateRebuildsNothing) {
+  std::vector<store::Object> docs = Estate(0);
+  docs.push_back(Doc("Cluster", "cloud", {{"type", "cloud"}, {"region", "us"}}));
+  Open(docs);
+  Register("n1");
+  Register("c1", {}, "cloud");
+  Round();
+  ASSERT_TRUE(store_
+                  ->Write([&](store::Tx& tx) {
+                    auto c = tx.GetObject("Cluster", "cloud");
+                    if (!c.ok()) return c.status();
+                    if (Status d = tx.DeleteObject("Cluster", "cloud", c->version); !d.ok()) {
+                      return d;
+                    }
+                    return tx
+                        .AppendEvent({0, clock_.Now(), "Cluster", "cloud", "", "Normal", "Deleted",
+                                      "deleted"})
+                        .status();
+                  })
+                  .ok());
+  Round();
+  ASSERT_EQ(Rebuilds(), 2) << "a cluster removed is a new scheduler";
+  for (int i = 0; i < 40; ++i) {  // c1 is silent past its lost timeout
+    clock_.Advance(10);
+    Heartbeat("n1");
+    Round();
+  }
+  Heartbeat("c1");  // and back
+  Round();
+  const int64_t id = Submit("p1", {{"gpus", 8}});
+  Rounds();
+  EXPECT_EQ(NodeOf(id), "n1");
+  EXPECT_EQ(Rebuilds(), 2);
+}
+
 }  // namespace
 }  // namespace meridian::server
