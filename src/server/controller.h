@@ -127,7 +127,8 @@ class SchedulerController final : public api::SchedulerHooks {
     bool written = false;
   };
   base::Status Commit(const sched::CycleResult& result, double now);
-  base::Result<std::vector<Decision>> Decide(const sched::CycleResult& result, double now);
+  std::vector<Decision> Decide(const sched::CycleResult& result, double now);
+  base::Status PreemptSteps(const sched::PreemptDecision& p, double now, Decision* d);
   // Writes the decisions whose jobs have not moved, in one transaction; returns the last
   // event's sequence number.
   base::Result<int64_t> WriteDecisions(std::vector<Decision>* decisions, double now);

@@ -2,6 +2,7 @@
 // plan in part. A decision whose job moved underneath (cancelled meanwhile, or its agent
 // reported) is left out and undone in the scheduler, and the next CatchUp follows the job's new
 // record; the other decisions of the cycle are written. The loop is in controller.cc.
+#include <cstdio>
 #include <optional>
 
 #include "api/job_life.h"
@@ -46,9 +47,7 @@ std::string Where(const Json& allocation, const sched::StartDecision& d) {
 Status SchedulerController::Commit(const sched::CycleResult& result, double now) {
   claims_.clear();  // the last commit's: CatchUp has followed those victims since
   if (result.started.empty() && result.preempted.empty()) return Status::Ok();
-  auto decided = Decide(result, now);
-  if (!decided.ok()) return decided.status();
-  std::vector<Decision>& decisions = *decided;
+  std::vector<Decision> decisions = Decide(result, now);
   auto seq = WriteDecisions(&decisions, now);
   for (const Decision& d : decisions) {
     if (d.written) {
@@ -68,7 +67,7 @@ Status SchedulerController::Commit(const sched::CycleResult& result, double now)
   return Status::Ok();
 }
 
-base::Result<std::vector<SchedulerController::Decision>> SchedulerController::Decide(
+std::vector<SchedulerController::Decision> SchedulerController::Decide(
     const sched::CycleResult& result, double now) {
   std::vector<Decision> out;
   auto known = [&](int64_t id) {
@@ -76,39 +75,55 @@ base::Result<std::vector<SchedulerController::Decision>> SchedulerController::De
     return RecordOf(id, k.project, k.version, k.generation, k.phase, k.reason, k.allocation,
                     k.status);
   };
+  // A decision the lifecycle refuses (the record is not what the scheduler thought) is not
+  // written, and so is undone like one whose job moved; the rest of the cycle stands.
+  auto refused = [&](Decision* d, const Status& why) {
+    std::fprintf(stderr, "meridian: scheduler: job %lld: %s\n",
+                 static_cast<long long>(d->record.id), why.message().c_str());
+    d->steps.clear();
+  };
   for (const sched::PreemptDecision& p : result.preempted) {
     Decision d{known(p.job), {}};
     d.for_job = p.for_job;
+    if (Status s = PreemptSteps(p, now, &d); !s.ok()) refused(&d, s);
+    out.push_back(std::move(d));
+  }
+  for (const sched::StartDecision& start : result.started) {
+    Decision d{known(start.job), {}};
+    d.start = true;
     auto life = api::LifeOf(d.record);
-    if (!life.ok()) return life.status();
-    const std::string reason =
-        "preempted for job " + std::to_string(p.for_job) + " (" + p.reason + ")";
-    // The preemptor is kept with the stop, so that a rebuild knows whom the victim frees room for.
-    auto stop = domain::lifecycle::RequestStop(
-        *life, {domain::StopIntent::kRequeue, reason, "Preempted", p.stop_at, p.for_job}, now);
-    if (!stop.ok()) return stop.status();
-    d.steps.push_back(*stop);
-    if (!RunsOnAgents(d.record.allocation)) {  // nothing to wait for
-      auto done = domain::lifecycle::Stopped(stop->life, "no agent runs its nodes", now);
-      if (!done.ok()) return done.status();
-      d.steps.push_back(*done);
-      d.settled = true;
+    d.record.allocation = AllocationToJson(start.placements, *estate_);
+    auto placed = life.ok() ? domain::lifecycle::Place(
+                                  *life, static_cast<int32_t>(d.record.allocation.size()),
+                                  Where(d.record.allocation, start), now)
+                            : base::Result<domain::Transition>(life.status());
+    if (placed.ok()) {
+      d.steps.push_back(*placed);
+    } else {
+      refused(&d, placed.status());
     }
     out.push_back(std::move(d));
   }
-  for (const sched::StartDecision& s : result.started) {
-    Decision d{known(s.job), {}};
-    d.start = true;
-    auto life = api::LifeOf(d.record);
-    if (!life.ok()) return life.status();
-    d.record.allocation = AllocationToJson(s.placements, *estate_);
-    auto placed = domain::lifecycle::Place(*life, static_cast<int32_t>(d.record.allocation.size()),
-                                           Where(d.record.allocation, s), now);
-    if (!placed.ok()) return placed.status();
-    d.steps.push_back(*placed);
-    out.push_back(std::move(d));
-  }
   return out;
+}
+
+Status SchedulerController::PreemptSteps(const sched::PreemptDecision& p, double now, Decision* d) {
+  auto life = api::LifeOf(d->record);
+  if (!life.ok()) return life.status();
+  const std::string reason =
+      "preempted for job " + std::to_string(p.for_job) + " (" + p.reason + ")";
+  // The preemptor is kept with the stop, so that a rebuild knows whom the victim frees room for.
+  auto stop = domain::lifecycle::RequestStop(
+      *life, {domain::StopIntent::kRequeue, reason, "Preempted", p.stop_at, p.for_job}, now);
+  if (!stop.ok()) return stop.status();
+  d->steps.push_back(*stop);
+  if (!RunsOnAgents(d->record.allocation)) {  // nothing to wait for
+    auto done = domain::lifecycle::Stopped(stop->life, "no agent runs its nodes", now);
+    if (!done.ok()) return done.status();
+    d->steps.push_back(*done);
+    d->settled = true;
+  }
+  return Status::Ok();
 }
 
 base::Result<int64_t> SchedulerController::WriteDecisions(std::vector<Decision>* decisions,
@@ -119,6 +134,7 @@ base::Result<int64_t> SchedulerController::WriteDecisions(std::vector<Decision>*
     written.assign(decisions->size(), std::nullopt);  // a transaction run again starts again
     for (size_t i = 0; i < decisions->size(); ++i) {
       const Decision& d = (*decisions)[i];
+      if (d.steps.empty()) continue;  // refused by the lifecycle: undone
       auto stored = tx.GetJob(d.record.id);
       if (!stored.ok() && stored.status().code() != base::StatusCode::kNotFound) {
         return stored.status();
