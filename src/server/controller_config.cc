@@ -81,6 +81,9 @@ Status SchedulerController::ApplyConfig() {
     return Status::Ok();
   }
   if (!MergeEstate(next.get())) {
+    std::fprintf(stderr,
+                 "meridian: scheduler: rebuilding it, as the estate gained a node or cluster it "
+                 "cannot take in place (a GPU model it never had, or past 64 clusters)\n");
     dirty_ = true;
     return Status::Ok();
   }
