@@ -38,6 +38,19 @@ std::vector<sched::Placement> PlacementsLeft(const Json& allocation, const Estat
   return out;
 }
 
+// A project deleted under its placed jobs: they are charged to a root of the tenancy tree named
+// after it, with no quota, until they end (as ApplyConfig does in place), so that what they hold
+// stays counted. Returns the projects given such a root.
+std::vector<std::string> AddOrphans(const std::vector<store::JobRecord>& jobs, Estate* estate) {
+  std::vector<std::string> orphans;
+  for (const store::JobRecord& j : jobs) {
+    if (j.phase == "Pending" || estate->tenant_of_project.count(j.project)) continue;
+    estate->tenant_of_project[j.project] = estate->quotas.AddNode(j.project, -1);
+    orphans.push_back(j.project);
+  }
+  return orphans;
+}
+
 bool Active(const std::string& phase) {
   return phase == "Pending" || phase == "Placed" || phase == "Running" || phase == "Stopping";
 }
@@ -186,6 +199,12 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
   if (before != "Pending" && job.phase == "Pending") {
     scheduler_->Evicting(id);
     scheduler_->Evicted(id, now);
+    // Its project was deleted while it ran: it waits, out of the queue, until the project
+    // exists again (ApplyConfig queues it then).
+    if (!estate_->tenant_of_project.count(job.project)) {
+      scheduler_->Cancel(id, now);
+      reasons_[id] = "project \"" + job.project + "\" no longer exists";
+    }
   }
   // Cancelled, or one task failed: it holds its devices until its tasks have stopped, and is
   // nobody's victim meanwhile.
@@ -230,16 +249,23 @@ Status SchedulerController::Rebuild() {
   if (Status s = ReadState(&objects, &jobs, &latest); !s.ok()) return s;
   auto estate = BuildEstate(objects);
   if (!estate.ok()) return estate.status();
+  const std::vector<std::string> orphans = AddOrphans(jobs, estate->get());
   // The fragmentation model learns the workload's shapes from the jobs there are now.
   std::vector<sched::TaskSpec> shapes;
   std::vector<std::pair<store::JobRecord, base::Result<sched::JobSpec>>> converted;
   for (store::JobRecord& j : jobs) {
-    auto spec = ToSchedulerJob(j, **estate);
+    // New jobs of a deleted project are not taken.
+    const bool orphan = j.phase == "Pending" &&
+                        std::find(orphans.begin(), orphans.end(), j.project) != orphans.end();
+    auto spec = orphan ? base::Result<sched::JobSpec>(
+                             Status::NotFound("project \"" + j.project + "\" no longer exists"))
+                       : ToSchedulerJob(j, **estate);
     if (spec.ok() && shapes.size() < 100000) {
       shapes.insert(shapes.end(), spec->tasks.begin(), spec->tasks.end());
     }
     converted.emplace_back(std::move(j), std::move(spec));
   }
+  for (const std::string& p : orphans) (*estate)->tenant_of_project.erase(p);
   auto built =
       sched::BuildScheduler(AssemblyOf(**estate), (*estate)->snapshot, (*estate)->quotas, shapes);
   if (!built.ok()) return built.status();

@@ -198,11 +198,13 @@ Status SchedulerController::RetenantJobs(Estate* next, const std::vector<store::
   for (const store::JobRecord& j : jobs) stored[j.id] = &j;
   // A project deleted while its jobs hold devices: they are charged to a root of its own name
   // (with no quota) until they end, so that what they hold stays counted.
+  std::map<std::string, int32_t> orphans;
   auto tenant_of_project = [&](const std::string& project) {
     auto t = next->tenant_of_project.find(project);
     if (t != next->tenant_of_project.end()) return t->second;
-    const int32_t found = next->quotas.Find(project);
-    return found >= 0 ? found : next->quotas.AddNode(project, -1);
+    auto [orphan, added] = orphans.emplace(project, -1);
+    if (added) orphan->second = next->quotas.AddNode(project, -1);
+    return orphan->second;
   };
   std::unordered_map<int64_t, int32_t> tenant_of_job;
   std::vector<sched::JobSpec> queue;  // pending jobs the old estate could not convert

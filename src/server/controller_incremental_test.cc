@@ -365,19 +365,7 @@ TEST_F(ControlPlane, ANodeOutsideTheEstateRebuildsNothing) {
   Register("n1");
   Register("c1", {}, "cloud");
   Round();
-  ASSERT_TRUE(store_
-                  ->Write([&](store::Tx& tx) {
-                    auto c = tx.GetObject("Cluster", "cloud");
-                    if (!c.ok()) return c.status();
-                    if (Status d = tx.DeleteObject("Cluster", "cloud", c->version); !d.ok()) {
-                      return d;
-                    }
-                    return tx
-                        .AppendEvent({0, clock_.Now(), "Cluster", "cloud", "", "Normal", "Deleted",
-                                      "deleted"})
-                        .status();
-                  })
-                  .ok());
+  Delete("Cluster", "cloud");
   Round();
   ASSERT_EQ(Rebuilds(), 2) << "a cluster removed is a new scheduler";
   for (int i = 0; i < 40; ++i) {  // c1 is silent past its lost timeout
@@ -391,6 +379,45 @@ TEST_F(ControlPlane, ANodeOutsideTheEstateRebuildsNothing) {
   Rounds();
   EXPECT_EQ(NodeOf(id), "n1");
   EXPECT_EQ(Rebuilds(), 2);
+}
+
+// A project deleted under its jobs (through the API; a plan would refuse it) is taken in place:
+// its running job's GPUs stay counted until it ends, so nothing else starts on them, and its
+// waiting job leaves the queue saying why. A rebuild forgot the running job's GPUs; it counts
+// them too now.
+TEST_F(ControlPlane, AProjectDeletedUnderItsJobsKeepsWhatTheyHoldCounted) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  const int64_t running = Submit("p1", {{"gpus", 8}});
+  Rounds();
+  Report("n1", "Running");
+  const int64_t waiting = Submit("p1", {{"gpus", 8}});
+  Round();
+  Delete("Project", "p1");
+  Round();
+  EXPECT_NE(controller_->PendingReason(waiting).find("no longer exists"), std::string::npos)
+      << controller_->PendingReason(waiting);
+  const int64_t other = Submit("p2", {{"gpus", 8}});
+  Rounds();
+  EXPECT_EQ(Phase(running), "Running");
+  EXPECT_EQ(Phase(other), "Pending") << "p1's running job still holds n1's GPUs";
+  EXPECT_EQ(Rebuilds(), 1);
+  Restart();  // and a rebuild from the store counts them too
+  Rounds();
+  EXPECT_EQ(Phase(running), "Running");
+  EXPECT_EQ(Phase(other), "Pending") << "p1's running job still holds n1's GPUs";
+  // Drained, it stops and goes back to the queue, where nothing of a deleted project runs.
+  ASSERT_TRUE(nodes_->Drain("n1", "ops", {}).ok());
+  ReportJob("n1", running, "Exited", 143);
+  EXPECT_EQ(Phase(running), "Pending");
+  ASSERT_TRUE(nodes_->Cordon("n1", "ops", false).ok());
+  Rounds();
+  EXPECT_EQ(Phase(other), "Placed");
+  EXPECT_EQ(Phase(waiting), "Pending");
+  EXPECT_EQ(Phase(running), "Pending");
+  EXPECT_NE(controller_->PendingReason(running).find("no longer exists"), std::string::npos)
+      << controller_->PendingReason(running);
 }
 
 }  // namespace

@@ -127,6 +127,20 @@ class ControlPlane : public ::testing::Test {
                     })
                     .ok());
   }
+  // An object deleted as the API deletes it: with its event.
+  void Delete(const std::string& kind, const std::string& name) {
+    ASSERT_TRUE(store_
+                    ->Write([&](store::Tx& tx) {
+                      auto o = tx.GetObject(kind, name);
+                      if (!o.ok()) return o.status();
+                      if (Status d = tx.DeleteObject(kind, name, o->version); !d.ok()) return d;
+                      return tx
+                          .AppendEvent(
+                              {0, clock_.Now(), kind, name, "", "Normal", "Deleted", "deleted"})
+                          .status();
+                    })
+                    .ok());
+  }
   // As the API cancels: through the lifecycle, with a 30 s grace.
   void Cancel(int64_t id) {
     auto cancelled = store_->Write([&](store::Tx& tx) {
