@@ -328,6 +328,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
 }
 
 void Placer::Commit(const TaskSpec& task, const Placement& p, CycleState* cycle) {
+  if (p.node < 0) return;  // holds nothing (a task whose node left the estate while it stops)
   NodeState& node = s_->nodes[p.node];
   node.cpu_free -= task.cpu_milli;
   node.memory_free -= task.memory_mib;
@@ -384,6 +385,7 @@ void Placer::Commit(const TaskSpec& task, const Placement& p, CycleState* cycle)
 }
 
 bool Placer::Fits(const TaskSpec& task, const Placement& p) const {
+  if (p.node < 0) return true;  // holds nothing
   const NodeState& node = s_->nodes[p.node];
   if (node.cpu_free < task.cpu_milli || node.memory_free < task.memory_mib) return false;
   for (const DeviceGrant& d : p.devices) {
@@ -428,6 +430,7 @@ bool Placer::Fits(const TaskSpec& task, const Placement& p) const {
 }
 
 void Placer::Release(const TaskSpec& task, const Placement& p) {
+  if (p.node < 0) return;  // held nothing
   NodeState& node = s_->nodes[p.node];
   node.cpu_free += task.cpu_milli;
   node.memory_free += task.memory_mib;

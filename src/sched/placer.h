@@ -28,7 +28,9 @@ class Placer {
 
   // Where `task` would go now; nothing is changed.
   PlaceOutcome Place(const TaskSpec& task, const CycleState& cycle);
-  // Applies a placement returned by Place (for the same task) to the snapshot.
+  // Applies a placement returned by Place (for the same task) to the snapshot. A placement with
+  // no node (-1) holds nothing: Commit, Release and Fits pass over it (Scheduler::AdoptStopping
+  // gives one to a stopping task whose node left the estate).
   void Commit(const TaskSpec& task, const Placement& placement, CycleState* cycle);
   // Gives a committed placement's resources back.
   void Release(const TaskSpec& task, const Placement& placement);

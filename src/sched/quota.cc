@@ -12,6 +12,18 @@ int32_t QuotaTree::AddNode(const std::string& name, int32_t parent, double weigh
   return static_cast<int32_t>(nodes_.size() - 1);
 }
 
+void QuotaTree::RemapModels(const std::vector<ModelId>& model_of) {
+  for (Node& n : nodes_) {
+    std::erase_if(n.entries, [&](Entry& e) {
+      if (e.model == kNoModel) return false;  // entries[0], for any model, stays first
+      const bool known = e.model >= 0 && static_cast<size_t>(e.model) < model_of.size() &&
+                         model_of[static_cast<size_t>(e.model)] != kNoModel;
+      if (known) e.model = model_of[static_cast<size_t>(e.model)];
+      return !known;
+    });
+  }
+}
+
 int32_t QuotaTree::Find(const std::string& name) const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i].name == name) return static_cast<int32_t>(i);

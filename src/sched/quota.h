@@ -22,6 +22,10 @@ class QuotaTree {
   // Sets the guarantee and limit of `node` for `model` (kNoModel: all models together).
   void SetQuota(int32_t node, ModelId model, int64_t guaranteed_milli, int64_t limit_milli);
 
+  // Renumbers GPU models (`model_of[old]`, kNoModel: no longer known, its quotas dropped), so
+  // that a tree built against one snapshot holds for another of the same models.
+  void RemapModels(const std::vector<ModelId>& model_of);
+
   int32_t Find(const std::string& name) const;
   int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
   const std::string& name(int32_t node) const { return nodes_[node].name; }

@@ -424,6 +424,42 @@ base::Status Scheduler::Adopt(JobSpec spec, const std::vector<Placement>& placem
   return base::Status::Ok();
 }
 
+void Scheduler::AdoptStopping(JobSpec spec, std::vector<Placement> placements, double start_time,
+                              int64_t preempted_for) {
+  if (jobs_.count(spec.id) || spec.tenant < 0 || spec.tenant >= quotas_.size()) return;
+  Job j;
+  j.spec = std::move(spec);
+  placements.resize(j.spec.tasks.size());  // a task with no placement holds nothing
+  for (size_t i = 0; i < placements.size(); ++i) {
+    Placement& p = placements[i];
+    if (p.node >= static_cast<int32_t>(snapshot_.nodes.size())) p.node = -1;
+    if (p.node >= 0) {
+      // A GPU gone or unhealthy is nobody's to take; what else the task held, it holds still.
+      const NodeState& n = snapshot_.nodes[static_cast<size_t>(p.node)];
+      std::erase_if(p.devices, [&](const DeviceGrant& d) {
+        return d.gpu < n.gpu_begin || d.gpu >= n.gpu_begin + n.gpu_count ||
+               !snapshot_.gpus[static_cast<size_t>(d.gpu)].healthy;
+      });
+      RedoMigLayout(&p);
+      // Taken by a job adopted before it (the stored state disagreed with itself): that job
+      // holds it, and this one cannot hold it twice.
+      if (!placer_.Fits(j.spec.tasks[i], p)) p = Placement{};
+    }
+    placer_.Commit(j.spec.tasks[i], p, &cycle_);
+    j.milli += j.spec.tasks[i].GpuMilliTotal();
+    j.charged_models.push_back(p.node >= 0 ? snapshot_.nodes[p.node].model : kNoModel);
+    j.charged_milli.push_back(GrantedMilli(snapshot_, p));
+  }
+  for (Placement& p : placements) SettleMig(&p);
+  j.placements = std::move(placements);
+  const int64_t id = j.spec.id;
+  auto it = jobs_.emplace(id, std::move(j)).first;
+  AdvanceUsage(start_time);
+  Start(it->second, start_time, nullptr);
+  it->second.phase = Phase::kStopping;
+  it->second.stopping_for = preempted_for;
+}
+
 void Scheduler::Cancel(int64_t id, double now) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;

@@ -142,6 +142,48 @@ class Scheduler {
   // caller reports how they ended (Cancel, Evicted).
   base::Result<int32_t> AddNode(const domain::Node& node);
   void SetSchedulable(int32_t node, bool schedulable);
+  // A node changed in place (Snapshot::UpdateNode says what may change). Jobs on a GPU that
+  // turned unhealthy keep it until the caller reports how they ended.
+  base::Status UpdateNode(int32_t node, const domain::Node& n);
+  void UpdateCluster(int32_t cluster, const domain::Cluster& c);
+  base::Result<int32_t> AddCluster(const domain::Cluster& c);
+
+  // The configuration changed in place (scheduler_change.cc), so that what the cycles learnt
+  // (the queue, the reservation, the claims of stopping victims, fair share) stays.
+  //
+  // Replaces the quota tree. `tenant_of_job` gives every job the scheduler holds its tenant (a
+  // leaf) in the new tree; `node_of` maps each node of the old tree to the new one (-1: gone),
+  // for fair-share usage. Running jobs are charged to the new tree as they hold now. Fails,
+  // changing nothing, when a job has no tenant in the new tree.
+  base::Status ReplaceQuotas(QuotaTree quotas, const std::vector<int32_t>& node_of,
+                             const std::unordered_map<int64_t, int32_t>& tenant_of_job, double now);
+  // New options (a Policy changed); usage decays at the old half-life up to `now`.
+  void SetOptions(const SchedulerOptions& options, double now);
+  // A job's priority class changed (its value, or whether it may preempt).
+  void SetPriority(int64_t job, int32_t priority, bool preempting);
+  // The clusters and models a job's tasks may use changed (a cluster was added, or changed its
+  // region or kind): each task's masks are replaced by those of `tasks`, one per task.
+  void Retarget(int64_t job, const std::vector<TaskSpec>& tasks);
+  // The job's spec as the scheduler holds it; null when it holds no such job.
+  const JobSpec* Find(int64_t job) const;
+
+  // Undoing decisions of the last cycle that the caller could not carry out (the job moved
+  // underneath before the decisions were written): a start is taken back (what it took is
+  // free, the job waits again, and gets back the reservation it used up); a preemption is
+  // withdrawn (the victim runs on, claimed by nobody).
+  void Unstart(int64_t job, double now);
+  void Unevict(int64_t job);
+
+  // The backfill reservation's job (-1: none), and giving it to a job again after a rebuild.
+  int64_t reserved_job() const { return reserved_job_; }
+  void Reserve(int64_t job);
+
+  // Takes in a job being stopped whose placement no longer fits whole (a rebuild found a GPU of
+  // it gone or unhealthy, or one of its nodes gone): it holds, in Stopping, what of its
+  // placement still exists and is free, until Evicted. `placements[i].node` -1: that task's
+  // node left the estate, so nothing there can be given to anyone else anyway.
+  void AdoptStopping(JobSpec job, std::vector<Placement> placements, double start_time,
+                     int64_t preempted_for);
   Explanation Explain(int64_t job, double now);
 
   const Snapshot& snapshot() const { return snapshot_; }
@@ -228,8 +270,9 @@ class Scheduler {
   std::vector<int64_t> running_;
   std::vector<Usage> usage_;
   double usage_time_ = 0;
-  int64_t allocated_milli_ = 0;  // GPU milli held by running jobs
-  int64_t reserved_job_ = -1;    // the job holding the backfill reservation, until it starts
+  int64_t allocated_milli_ = 0;       // GPU milli held by running jobs
+  int64_t reserved_job_ = -1;         // the job holding the backfill reservation, until it starts
+  int64_t reservation_used_by_ = -1;  // the job whose start in the last cycle used it up
   int64_t gpu_capacity_ = 1, cpu_capacity_ = 1, mem_capacity_ = 1;
 };
 

@@ -21,6 +21,7 @@ CycleResult Scheduler::Cycle(double now) {
   // A pass looks at the first queue_depth jobs; when it started some and more wait beyond the
   // depth, another pass follows at once, so the depth bounds work per pass, not throughput.
   CycleResult out;
+  reservation_used_by_ = -1;
   size_t started = 0;
   do {
     started = out.started.size();
@@ -75,7 +76,8 @@ void Scheduler::Pass(double now, CycleResult* result) {
     std::string why;
     if (TryPlace(j, &why)) {
       Start(j, now, &out);
-      if (id == reserved_job_) {  // the reservation is used up
+      if (id == reserved_job_) {    // the reservation is used up
+        reservation_used_by_ = id;  // unless the start is taken back (Unstart)
         reserved_job_ = -1;
         reservation = kNever;
         out.reserved_job = -1;

@@ -151,6 +151,83 @@ base::Result<int32_t> Snapshot::AddNode(const domain::Node& node) {
   return static_cast<int32_t>(nodes.size() - 1);
 }
 
+Status Snapshot::UpdateNode(int32_t node, const domain::Node& n) {
+  if (node < 0 || node >= static_cast<int32_t>(nodes.size())) {
+    return Status::NotFound("node " + std::to_string(node) + " is not in the snapshot");
+  }
+  NodeState& ns = nodes[static_cast<size_t>(node)];
+  const std::string where = "node " + n.name;
+  if (FindCluster(n.cluster) != ns.cluster || static_cast<int32_t>(n.gpus.size()) != ns.gpu_count) {
+    return Status(base::StatusCode::kFailedPrecondition,
+                  where + ": its cluster or its number of GPUs changed");
+  }
+  for (size_t gi = 0; gi < n.gpus.size(); ++gi) {
+    if (FindModel(n.gpus[gi].model) != gpus[static_cast<size_t>(ns.gpu_begin) + gi].model) {
+      return Status(base::StatusCode::kFailedPrecondition, where + ": a GPU's model changed");
+    }
+  }
+  if (n.cpu_milli < 0 || n.memory_mib < 0) {
+    return Status::Invalid(where + ": CPU and memory must not be negative");
+  }
+  int32_t rack = -1;
+  for (size_t r = 0; r < racks.size() && rack < 0; ++r) {
+    if (racks[r] == n.rack) rack = static_cast<int32_t>(r);
+  }
+  if (rack < 0) {
+    racks.push_back(n.rack);
+    rack = static_cast<int32_t>(racks.size() - 1);
+  }
+  ns.rack = rack;
+  ns.cpu_free += n.cpu_milli - ns.cpu_capacity;
+  ns.cpu_capacity = n.cpu_milli;
+  ns.memory_free += n.memory_mib - ns.memory_capacity;
+  ns.memory_capacity = n.memory_mib;
+  ns.purpose = n.purpose;
+  ns.labels.assign(n.labels.begin(), n.labels.end());
+  ns.taints = n.taints;
+  for (size_t gi = 0; gi < n.gpus.size(); ++gi) {
+    GpuState& g = gpus[static_cast<size_t>(ns.gpu_begin) + gi];
+    g.nvlink_domain = static_cast<int16_t>(n.gpus[gi].nvlink_domain);
+    if (n.gpus[gi].healthy && !g.healthy && g.sharers == 0 && !g.mig_enabled) {
+      // Unhealthy since it was built (free_milli 0 then) or idle since: whole again.
+      g.free_milli = 1000;
+      g.free_memory_mib = g.memory_mib;
+    }
+    g.healthy = n.gpus[gi].healthy;
+  }
+  return Status::Ok();
+}
+
+void Snapshot::UpdateCluster(int32_t cluster, const domain::Cluster& c) {
+  ClusterState& cs = clusters[static_cast<size_t>(cluster)];
+  cs.kind = c.kind;
+  cs.region = c.region;
+  cs.datasets = c.datasets;
+  cs.price_by_model.assign(models_.size(), 0.0);
+  for (const auto& [model, price] : c.price_per_gpu_hour) {
+    if (ModelId id = FindModel(model); id != kNoModel) cs.price_by_model[id] = price;
+  }
+  max_price_per_gpu_hour = 0;
+  for (const ClusterState& other : clusters) {
+    for (double price : other.price_by_model) {
+      max_price_per_gpu_hour = std::max(max_price_per_gpu_hour, price);
+    }
+  }
+}
+
+base::Result<int32_t> Snapshot::AddCluster(const domain::Cluster& c) {
+  if (clusters.size() >= kMaxMaskBits) {
+    return Status(base::StatusCode::kFailedPrecondition,
+                  "cluster " + c.name + ": at most 64 clusters per snapshot");
+  }
+  ClusterState cs;
+  cs.name = c.name;
+  clusters.push_back(std::move(cs));
+  const int32_t index = static_cast<int32_t>(clusters.size() - 1);
+  UpdateCluster(index, c);
+  return index;
+}
+
 base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clusters,
                                        const std::vector<domain::Node>& nodes,
                                        const domain::GpuCatalog& catalog) {

@@ -91,6 +91,19 @@ class Snapshot {
   // snapshot already (kFailedPrecondition otherwise: build a new one). Returns its index.
   base::Result<int32_t> AddNode(const domain::Node& node);
 
+  // Changes a node in place, as when its agent registers again or its pool's traits change: its
+  // rack, CPU and memory, purpose, labels and taints, and each GPU's health and NVLink domain.
+  // Its cluster and the number and models of its GPUs stay (kFailedPrecondition otherwise:
+  // GPUs are indexed estate-wide, so a node cannot grow or shrink in place). What is allocated
+  // stays allocated: free CPU and memory move by the change of capacity, and a GPU that turns
+  // unhealthy keeps its tasks' grants until they are released (the placer never chooses it).
+  base::Status UpdateNode(int32_t node, const domain::Node& n);
+  // A cluster's kind, region, prices and datasets changed; its name and index stay.
+  void UpdateCluster(int32_t cluster, const domain::Cluster& c);
+  // Appends a cluster (kFailedPrecondition past 64: clusters are bits of masks). Returns its
+  // index. Clusters are never removed in place: a task's mask names them by index.
+  base::Result<int32_t> AddCluster(const domain::Cluster& c);
+
   ModelId FindModel(std::string_view name) const;
   int32_t FindCluster(std::string_view name) const;
   const domain::GpuModel& model(ModelId id) const { return models_[id]; }

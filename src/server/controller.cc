@@ -15,23 +15,40 @@ namespace {
 
 constexpr int32_t kPage = 1000;
 
-// Whether a re-registered node offers what it did (a lost node's agent back), so that only its
-// schedulability moves.
-bool SameCapacity(const domain::Node& a, const domain::Node& b) {
-  if (a.cluster != b.cluster || a.pool != b.pool || a.rack != b.rack ||
-      a.cpu_milli != b.cpu_milli || a.memory_mib != b.memory_mib || a.labels != b.labels ||
-      a.gpus.size() != b.gpus.size()) {
-    return false;
-  }
-  for (size_t i = 0; i < a.gpus.size(); ++i) {
-    const domain::GpuDevice& x = a.gpus[i];
-    const domain::GpuDevice& y = b.gpus[i];
-    if (x.uuid != y.uuid || x.model != y.model || x.nvlink_domain != y.nvlink_domain ||
-        x.healthy != y.healthy || x.mig_enabled != y.mig_enabled) {
-      return false;
+// What of a stored allocation the estate still has: per task, its placement on the GPUs its
+// node still has; a task whose node is gone has no placement (node -1).
+std::vector<sched::Placement> PlacementsLeft(const Json& allocation, const Estate& estate) {
+  std::vector<sched::Placement> out;
+  if (!allocation.is_array()) return out;
+  for (const Json& task : allocation) {
+    const std::string name = task.value("node", "");
+    auto node = std::find_if(estate.snapshot.nodes.begin(), estate.snapshot.nodes.end(),
+                             [&](const sched::NodeState& n) { return n.name == name; });
+    Json one = task;
+    one["devices"] = Json::array();
+    for (const Json& d : task.value("devices", Json::array())) {
+      const int64_t gpu = d.value("gpu", int64_t{-1});
+      if (node != estate.snapshot.nodes.end() && gpu >= 0 && gpu < node->gpu_count) {
+        one["devices"].push_back(d);
+      }
     }
+    auto p = AllocationFromJson(Json::array({one}), estate);
+    out.push_back(p.ok() && p->size() == 1 ? (*p)[0] : sched::Placement{});
   }
-  return true;
+  return out;
+}
+
+// A project deleted under its placed jobs: they are charged to a root of the tenancy tree named
+// after it, with no quota, until they end (as ApplyConfig does in place), so that what they hold
+// stays counted. Returns the projects given such a root.
+std::vector<std::string> AddOrphans(const std::vector<store::JobRecord>& jobs, Estate* estate) {
+  std::vector<std::string> orphans;
+  for (const store::JobRecord& j : jobs) {
+    if (j.phase == "Pending" || estate->tenant_of_project.count(j.project)) continue;
+    estate->tenant_of_project[j.project] = estate->quotas.AddNode(j.project, -1);
+    orphans.push_back(j.project);
+  }
+  return orphans;
 }
 
 bool Active(const std::string& phase) {
@@ -62,7 +79,8 @@ SchedulerController::SchedulerController(store::Store* store, const base::Clock*
   metrics_->Describe("meridian_jobs", "gauge", "Active jobs by phase.");
   metrics_->Describe("meridian_scheduler_rebuilds_total", "counter",
                      "Times the scheduler was built from the store: at start, and after changes "
-                     "it cannot follow in place (configuration, a changed node).");
+                     "it cannot follow in place (a new placement policy, a cluster removed, a "
+                     "pool's declared nodes changed).");
 }
 
 SchedulerController::~SchedulerController() { Stop(); }
@@ -131,41 +149,6 @@ void SchedulerController::Track(const store::JobRecord& job) {
                     job.reason,  job.submitted_at, job.allocation, job.status};
 }
 
-bool SchedulerController::FollowNode(const std::string& reason, const store::Object& node) {
-  int32_t index = -1;
-  for (size_t i = 0; i < estate_->nodes.size() && index < 0; ++i) {
-    if (estate_->nodes[i].name == node.name) index = static_cast<int32_t>(i);
-  }
-  domain::Node again = NodeOfObject(node);
-  ApplyPoolTraits(*estate_, &again);
-  const bool back = reason == "Reregistered" && index >= 0 &&
-                    SameCapacity(again, estate_->nodes[static_cast<size_t>(index)]);
-  const bool operated =
-      reason == "NodeCordoned" || reason == "NodeUncordoned" || reason == "NodeDraining";
-  if (reason == "NodeLost" || reason == "NodeReady" || back || operated) {
-    if (index < 0) return false;
-    // Its jobs were requeued, failed or asked to stop in the same write; their events move the
-    // scheduler. Ready and not cordoned (NodeOfObject) is schedulable.
-    // The scheduler's snapshot is the one owner of it; the estate's copies keep what was built.
-    const bool ready = again.schedulable;
-    scheduler_->SetSchedulable(index, ready);
-    if (ready) RetryRefused();
-    return true;
-  }
-  if (reason != "Registered" || index >= 0) return false;  // a changed node: rebuild
-  domain::Node n = NodeOfObject(node);
-  ApplyPoolTraits(*estate_, &n);
-  auto added = scheduler_->AddNode(n);
-  if (!added.ok()) return false;  // a model or cluster the snapshot lacks: rebuild
-  // The estate's copy of the snapshot names nodes for allocations; it grows alike.
-  auto mirrored = estate_->snapshot.AddNode(n);
-  if (!mirrored.ok() || *mirrored != *added) return false;
-  estate_->nodes.push_back(n);
-  estate_->agent_address[n.name] = node.spec.value("address", "");
-  RetryRefused();
-  return true;
-}
-
 void SchedulerController::Queue(sched::JobSpec spec) {
   const int64_t id = spec.id;
   Status queued = scheduler_->Submit(spec);
@@ -216,52 +199,73 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
   if (before != "Pending" && job.phase == "Pending") {
     scheduler_->Evicting(id);
     scheduler_->Evicted(id, now);
+    // Its project was deleted while it ran: it waits, out of the queue, until the project
+    // exists again (ApplyConfig queues it then).
+    if (!estate_->tenant_of_project.count(job.project)) {
+      scheduler_->Cancel(id, now);
+      reasons_[id] = "project \"" + job.project + "\" no longer exists";
+    }
   }
   // Cancelled, or one task failed: it holds its devices until its tasks have stopped, and is
   // nobody's victim meanwhile.
   if ((before == "Running" || before == "Placed") && job.phase == "Stopping") {
-    scheduler_->Evicting(id);
+    auto claim = claims_.find(id);
+    scheduler_->Evicting(id, claim == claims_.end() ? -1 : claim->second);
   }
   Track(job);
   backend_->Track(job);
 }
 
-Status SchedulerController::Rebuild() {
-  std::vector<store::Object> objects;
-  std::vector<store::JobRecord> jobs;
-  int64_t latest = 0;
-  Status s = store_->Read([&](store::Tx& tx) {
+Status SchedulerController::ReadState(std::vector<store::Object>* objects,
+                                      std::vector<store::JobRecord>* jobs, int64_t* latest) {
+  return store_->Read([&](store::Tx& tx) {
     auto o = tx.ListObjects("");
     if (!o.ok()) return o.status();
-    objects = std::move(o.value());
+    *objects = std::move(o.value());
     store::JobFilter f;
     f.phases = {"Pending", "Placed", "Running", "Stopping"};
     f.limit = kPage;
     for (;;) {
       auto page = tx.ListJobs(f);
       if (!page.ok()) return page.status();
-      for (store::JobRecord& j : *page) jobs.push_back(std::move(j));
+      for (store::JobRecord& j : *page) jobs->push_back(std::move(j));
       if (page->size() < static_cast<size_t>(kPage)) break;
-      f.after_id = jobs.back().id;
+      f.after_id = jobs->back().id;
     }
     auto seq = tx.LatestEventSeq();
     if (!seq.ok()) return seq.status();
-    latest = *seq;
+    *latest = *seq;
     return Status::Ok();
   });
-  if (!s.ok()) return s;
+}
+
+// Builds the scheduler from the store. It runs at start, and for what cannot be followed in
+// place (StructuralChange); it keeps what the scheduler it replaces knew that the store does not
+// say: the backfill reservation and fair share (and the victims' claims, which the store keeps).
+Status SchedulerController::Rebuild() {
+  std::vector<store::Object> objects;
+  std::vector<store::JobRecord> jobs;
+  int64_t latest = 0;
+  if (Status s = ReadState(&objects, &jobs, &latest); !s.ok()) return s;
   auto estate = BuildEstate(objects);
   if (!estate.ok()) return estate.status();
+  const std::vector<std::string> orphans = AddOrphans(jobs, estate->get());
   // The fragmentation model learns the workload's shapes from the jobs there are now.
   std::vector<sched::TaskSpec> shapes;
   std::vector<std::pair<store::JobRecord, base::Result<sched::JobSpec>>> converted;
   for (store::JobRecord& j : jobs) {
-    auto spec = ToSchedulerJob(j, **estate);
+    // New jobs of a deleted project are not taken.
+    const bool orphan = j.phase == "Pending" &&
+                        std::find(orphans.begin(), orphans.end(), j.project) != orphans.end();
+    auto spec = orphan ? base::Result<sched::JobSpec>(
+                             Status::NotFound("project \"" + j.project + "\" no longer exists"))
+                       : ToSchedulerJob(j, **estate);
     if (spec.ok() && shapes.size() < 100000) {
       shapes.insert(shapes.end(), spec->tasks.begin(), spec->tasks.end());
     }
     converted.emplace_back(std::move(j), std::move(spec));
   }
+  for (const std::string& p : orphans) (*estate)->tenant_of_project.erase(p);
   auto built =
       sched::BuildScheduler(AssemblyOf(**estate), (*estate)->snapshot, (*estate)->quotas, shapes);
   if (!built.ok()) return built.status();
@@ -282,7 +286,42 @@ Status SchedulerController::Rebuild() {
   known_.clear();
   reasons_.clear();
   refused_.clear();
-  std::vector<store::JobRecord> lost;  // placed where the estate no longer has room
+  claims_.clear();
+  deleted_nodes_.clear();
+  const std::vector<std::pair<int64_t, std::string>> unplaced =
+      TakeIn(converted, **estate, scheduler.get());
+  if (!carried.empty()) {
+    // Saved at one time (the last sample) when read from the store; now when carried over.
+    std::vector<sched::Scheduler::TenantUsage> usage;
+    for (const store::FairShareUsage& u : carried) {
+      const int32_t n = scheduler->quotas().Find(u.scope);
+      if (n >= 0) usage.push_back({n, u.gpu, u.cpu, u.mem});
+    }
+    scheduler->RestoreUsage(usage, carried.front().at, now);
+  }
+  // The job the reservation was for keeps it: a new one would hold other nodes idle.
+  if (scheduler_) scheduler->Reserve(scheduler_->reserved_job());
+  // What each agent should run, replaced at once.
+  std::vector<store::JobRecord> assigned;
+  for (const auto& entry : converted) assigned.push_back(entry.first);
+  backend_->Reset(**estate, assigned);
+  estate_ = std::move(estate.value());
+  scheduler_ = std::move(scheduler);
+  metrics_->Add("meridian_scheduler_rebuilds_total", {}, 1);
+  last_seq_ = latest;
+  dirty_ = false;
+  // Jobs whose placement no longer fits: their tasks may still run, so they stop through the
+  // lifecycle, holding what is left of their devices until they are seen to stop.
+  if (unplaced.empty()) return Status::Ok();
+  Status stopped = StopJobs(unplaced, "PlacementLost", now);
+  if (!stopped.ok()) dirty_ = true;  // asked again by the next rebuild
+  return stopped;
+}
+
+std::vector<std::pair<int64_t, std::string>> SchedulerController::TakeIn(
+    std::vector<std::pair<store::JobRecord, base::Result<sched::JobSpec>>>& converted,
+    const Estate& estate, sched::Scheduler* scheduler) {
+  std::vector<std::pair<int64_t, std::string>> unplaced;
   for (auto& [job, spec] : converted) {
     Track(job);
     if (!spec.ok()) {
@@ -297,63 +336,25 @@ Status SchedulerController::Rebuild() {
       }
       continue;
     }
-    auto placements = AllocationFromJson(job.allocation, **estate);
-    Status adopted = placements.ok()
-                         ? scheduler->Adopt(std::move(spec.value()), *placements, job.updated_at)
-                         : placements.status();
+    // A stopping job's preemptor keeps its claim on what the job will free (no second victim).
+    const int64_t preempted_for = job.status.contains("stop") && job.status["stop"].is_object()
+                                      ? job.status["stop"].value("for", int64_t{-1})
+                                      : -1;
+    auto placements = AllocationFromJson(job.allocation, estate);
+    Status adopted = placements.ok() ? scheduler->Adopt(spec.value(), *placements, job.updated_at)
+                                     : placements.status();
     if (!adopted.ok()) {
-      job.reason = adopted.message();
-      lost.push_back(job);
+      // Its node re-registered smaller, a GPU of it is unhealthy, or a node of it left.
+      scheduler->AdoptStopping(std::move(spec.value()), PlacementsLeft(job.allocation, estate),
+                               job.updated_at, preempted_for > 0 ? preempted_for : -1);
+      if (job.phase != "Stopping") {
+        unplaced.emplace_back(job.id, adopted.message() + ": stopped, to be requeued");
+      }
     } else if (job.phase == "Stopping") {
-      // Stopping before the rebuild: it still holds its nodes until its tasks have stopped, and
-      // what it will free still counts for the job it was preempted for (no second victim).
-      const int64_t preempted_for = job.status.contains("stop") && job.status["stop"].is_object()
-                                        ? job.status["stop"].value("for", int64_t{-1})
-                                        : -1;
       scheduler->Evicting(job.id, preempted_for > 0 ? preempted_for : -1);
     }
   }
-  if (!carried.empty()) {
-    // Saved at one time (the last sample) when read from the store; now when carried over.
-    std::vector<sched::Scheduler::TenantUsage> usage;
-    for (const store::FairShareUsage& u : carried) {
-      const int32_t n = scheduler->quotas().Find(u.scope);
-      if (n >= 0) usage.push_back({n, u.gpu, u.cpu, u.mem});
-    }
-    scheduler->RestoreUsage(usage, carried.front().at, now);
-  }
-  // What each agent should run, replaced at once (jobs being requeued below are not assigned).
-  std::vector<store::JobRecord> assigned;
-  for (const auto& entry : converted) {
-    const store::JobRecord& job = entry.first;
-    if (std::none_of(lost.begin(), lost.end(), [&](const auto& l) { return l.id == job.id; })) {
-      assigned.push_back(job);
-    }
-  }
-  backend_->Reset(**estate, assigned);
-  estate_ = std::move(estate.value());
-  scheduler_ = std::move(scheduler);
-  metrics_->Add("meridian_scheduler_rebuilds_total", {}, 1);
-  last_seq_ = latest;
-  dirty_ = false;
-  if (lost.empty()) return Status::Ok();
-  // Jobs whose nodes went away go back to the queue, where the next rebuild picks them up.
-  int64_t seq = 0;
-  s = store_->Write([&](store::Tx& tx) {
-    for (store::JobRecord& j : lost) {
-      auto life = api::LifeOf(j);
-      if (!life.ok()) return life.status();
-      auto t = domain::lifecycle::Requeue(*life, j.reason, now);
-      if (!t.ok()) return t.status();
-      auto e = api::CommitTransition(tx, *t, now, &j);
-      if (!e.ok()) return e.status();
-      seq = std::max(seq, *e);
-    }
-    return Status::Ok();
-  });
-  dirty_ = true;
-  if (s.ok()) bus_->Notify(seq);
-  return s;
+  return unplaced;
 }
 
 Status SchedulerController::CatchUp() {
@@ -382,15 +383,34 @@ Status SchedulerController::CatchUp() {
     });
     if (!s.ok()) return s;
     const double now = clock_->Now();
+    // Configuration events come in runs (one apply writes many objects): the run is taken in
+    // once, from the objects as stored now, before the next job or node event is followed (a
+    // job may name a project that the run made).
+    bool config = false;
+    auto apply_config = [&]() -> Status {
+      if (!config || dirty_) return Status::Ok();
+      config = false;
+      Status c = ApplyConfig();
+      if (!c.ok()) dirty_ = true;  // a rebuild reads it all again, and says what fails
+      return c;
+    };
     for (const store::Event& e : events) {
+      if (e.object_kind != "Job" && e.object_kind != "Node") {
+        last_seq_ = e.seq;
+        config = config || e.object_kind != "User";
+        continue;
+      }
+      if (Status c = apply_config(); !c.ok()) return c;
       last_seq_ = e.seq;
       if (e.object_kind == "Node") {
         auto n = nodes.find(e.object_name);
-        if (n == nodes.end() || !FollowNode(e.reason, n->second)) dirty_ = true;
-        continue;
-      }
-      if (e.object_kind != "Job") {
-        if (e.object_kind != "User") dirty_ = true;  // the estate or tenancy moved: rebuild
+        store::Object gone;  // a deleted node's object is no longer stored
+        gone.kind = "Node";
+        gone.name = e.object_name;
+        const store::Object* o = n != nodes.end()            ? &n->second
+                                 : e.reason == "NodeDeleted" ? &gone
+                                                             : nullptr;
+        if (!o || !FollowNode(e.reason, *o)) dirty_ = true;
         continue;
       }
       const int64_t id = std::stoll(e.object_name);
@@ -401,6 +421,7 @@ Status SchedulerController::CatchUp() {
       if (!known_.count(id) && e.reason != "Submitted") continue;
       Follow(it->second, now);
     }
+    if (Status c = apply_config(); !c.ok()) return c;
     if (dirty_ || events.size() < static_cast<size_t>(kPage)) return Status::Ok();
   }
 }
@@ -426,105 +447,6 @@ Status SchedulerController::RunOnce() {
   Status s = Commit(result, now);
   Publish(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return s;
-}
-
-Status SchedulerController::Commit(const sched::CycleResult& result, double now) {
-  if (result.started.empty() && result.preempted.empty()) return Status::Ok();
-  // Each decision is a lifecycle transition of the job as the controller last saw it; the
-  // write checks that version, so a job that moved underneath (cancelled meanwhile) drops the
-  // whole commit and the controller starts again from the store.
-  struct Update {
-    store::JobRecord record;
-    std::vector<domain::Transition> steps;
-  };
-  std::vector<Update> updates;
-  std::vector<int64_t> evicted_now;  // preempted on nodes no agent runs: nothing to wait for
-  auto record_of = [](int64_t id, const Known& k) {
-    store::JobRecord r;
-    r.id = id;
-    r.project = k.project;
-    r.version = k.version;
-    r.generation = k.generation;
-    r.phase = k.phase;
-    r.reason = k.reason;
-    r.allocation = k.allocation;
-    r.status = k.status;
-    return r;
-  };
-  for (const sched::PreemptDecision& p : result.preempted) {
-    const Known& k = known_.at(p.job);
-    Update u{record_of(p.job, k), {}};
-    auto life = api::LifeOf(u.record);
-    if (!life.ok()) return life.status();
-    const std::string reason =
-        "preempted for job " + std::to_string(p.for_job) + " (" + p.reason + ")";
-    // The preemptor is kept with the stop, so that a rebuild knows whom the victim frees room for.
-    auto stop = domain::lifecycle::RequestStop(
-        *life, {domain::StopIntent::kRequeue, reason, "Preempted", p.stop_at, p.for_job}, now);
-    if (!stop.ok()) return stop.status();
-    u.steps.push_back(*stop);
-    if (!RunsOnAgents(k.allocation)) {
-      auto done = domain::lifecycle::Stopped(stop->life, "no agent runs its nodes", now);
-      if (!done.ok()) return done.status();
-      u.steps.push_back(*done);
-      evicted_now.push_back(p.job);
-    }
-    updates.push_back(std::move(u));
-  }
-  for (const sched::StartDecision& d : result.started) {
-    const Known& k = known_.at(d.job);
-    Update u{record_of(d.job, k), {}};
-    auto life = api::LifeOf(u.record);
-    if (!life.ok()) return life.status();
-    u.record.allocation = AllocationToJson(d.placements, *estate_);
-    std::string where;
-    for (const Json& t : u.record.allocation) {
-      const std::string node = t.at("node");
-      if (where.find(node) == std::string::npos) where += (where.empty() ? "" : ", ") + node;
-    }
-    where +=
-        std::string(d.borrowed ? " (borrowing idle quota)" : "") +
-        (d.on_loan_from >= 0 ? " (on nodes reserved for job " + std::to_string(d.on_loan_from) + ")"
-                             : "");
-    auto placed = domain::lifecycle::Place(*life, static_cast<int32_t>(u.record.allocation.size()),
-                                           where, now);
-    if (!placed.ok()) return placed.status();
-    u.steps.push_back(*placed);
-    updates.push_back(std::move(u));
-  }
-  int64_t seq = 0;
-  Status s = store_->Write([&](store::Tx& tx) {
-    for (Update& u : updates) {
-      store::JobRecord r = u.record;
-      std::vector<store::Event> events;
-      for (const domain::Transition& t : u.steps) {
-        for (store::Event& e : api::ApplyTransition(t, now, &r)) events.push_back(std::move(e));
-      }
-      auto v = tx.UpdateJob(r, r.version);
-      if (!v.ok()) return v.status();
-      r.version = *v;
-      for (const store::Event& e : events) {
-        auto appended = tx.AppendEvent(e);
-        if (!appended.ok()) return appended.status();
-        seq = *appended;
-      }
-      u.record = std::move(r);
-    }
-    return Status::Ok();
-  });
-  if (!s.ok()) {
-    // A job moved underneath (cancelled meanwhile): nothing was written; start again from
-    // what the store says.
-    dirty_ = true;
-    Wake();
-    return s.code() == base::StatusCode::kConflict ? Status::Ok() : s;
-  }
-  for (const Update& u : updates) Track(u.record);
-  for (int64_t id : evicted_now) scheduler_->Evicted(id, now);
-  // The next round reads the decisions back from the log and hands them to the agents.
-  Wake();
-  bus_->Notify(seq);
-  return Status::Ok();
 }
 
 bool SchedulerController::RunsOnAgents(const Json& allocation) const {

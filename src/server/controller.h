@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -21,11 +22,13 @@ namespace meridian::server {
 // The scheduler loop: runs the pure scheduler on the live state and commits its decisions.
 //
 // It follows the store's event log, which every change to jobs and configuration appends to:
-// a submitted job is queued, a cancelled one forgotten, and a configuration change rebuilds the
-// scheduler from the store (the estate, the quota tree, every pending and placed job). A cycle
-// runs when woken by the API and at least every `cycleInterval` seconds. Decisions are committed
-// in one transaction with optimistic concurrency on each job's resource version; when a job
-// moved underneath (cancelled meanwhile), the decision is dropped and the scheduler rebuilt.
+// a submitted job is queued, a cancelled one forgotten, and nodes and configuration changes
+// update the scheduler in place (a new quota tree, priorities, options, node traits and health);
+// only what it cannot absorb (the placement policy, the estate's shape) rebuilds it from the
+// store, and a rebuild keeps the reservation, the victims' claims and fair share. A cycle runs
+// when woken by the API and at least every `cycleInterval` seconds. Decisions are committed in
+// one transaction, each checked against its job's resource version: a decision whose job moved
+// underneath (cancelled meanwhile) is left out and undone in the scheduler, the rest written.
 // What agents report moves placed jobs on (NodeService); the controller follows those changes
 // through the same log and keeps NodeService's assignments current. A preempted job on agents'
 // nodes is Stopping until its tasks have stopped; on nodes no agent runs (declared by a pool)
@@ -67,14 +70,44 @@ class SchedulerController final : public api::SchedulerHooks {
     Json allocation;
     Json status;
   };
+  // Reads every object and every active job, and the latest event's sequence number.
+  base::Status ReadState(std::vector<store::Object>* objects, std::vector<store::JobRecord>* jobs,
+                         int64_t* latest);
   base::Status Rebuild();
+  // Rebuild's part: takes every active job into `scheduler` (pending ones queued, placed ones
+  // adopted, or held as stopping where their placement no longer fits) and returns those of the
+  // last that must now be asked to stop, each with why.
+  std::vector<std::pair<int64_t, std::string>> TakeIn(
+      std::vector<std::pair<store::JobRecord, base::Result<sched::JobSpec>>>& converted,
+      const Estate& estate, sched::Scheduler* scheduler);
+  // Takes in what the configuration objects say now, in place (controller_config.cc); sets
+  // dirty_ only for what the scheduler cannot absorb, named by StructuralChange.
+  base::Status ApplyConfig();
+  std::string StructuralChange(const Estate& next) const;
+  // ApplyConfig's parts: the estate's nodes and clusters as the live scheduler has them, with
+  // what changed in place (traits, prices, nodes the estate gained); false: only a rebuild can.
+  bool MergeEstate(Estate* next);
+  // Gives every job the scheduler holds its tenant in `next`'s quota tree and its priority,
+  // queues pending jobs that `next` can convert and the old estate could not, and replaces the
+  // scheduler's quota tree.
+  base::Status RetenantJobs(Estate* next, const std::vector<store::JobRecord>& jobs, double now);
   base::Status CatchUp();
   void Track(const store::JobRecord& job);
   // Brings the scheduler, known_ and the agents' assignments in line with a job as stored now.
   void Follow(const store::JobRecord& job, double now);
-  // Applies a node's event in place (lost, ready, newly registered); false when only a
-  // rebuild can (a changed node, a model the snapshot lacks).
+  // Applies a node's event in place (registered, lost, ready, cordoned, draining, deleted,
+  // registered again: ChangeNode); false when only a rebuild can (a model or cluster the
+  // snapshot lacks, a node that moved cluster or pool).
   bool FollowNode(const std::string& reason, const store::Object& node);
+  // A node registered again with other capacity or GPU health (controller_nodes.cc): updated in
+  // place, and the jobs on GPUs it no longer has or that turned unhealthy are stopped through
+  // the lifecycle. False: only a rebuild can follow (its cluster, pool or GPUs' models moved, or
+  // it has a GPU it never had).
+  bool ChangeNode(int32_t index, const store::Object& node);
+  // Asks the lifecycle to stop these jobs (each with its reason), to be requeued, and follows
+  // what it wrote: they hold their devices until they are seen to stop.
+  base::Status StopJobs(const std::vector<std::pair<int64_t, std::string>>& jobs,
+                        const std::string& event_reason, double now);
   // Submits a job to the scheduler; one that nothing in the estate could hold is kept in
   // refused_ and asked again (RetryRefused) when a node joins or comes back.
   void Queue(sched::JobSpec spec);
@@ -82,7 +115,23 @@ class SchedulerController final : public api::SchedulerHooks {
   // Completes the stops that no runner will report (jobs on nodes no agent runs).
   base::Status SettleStops(double now);
   bool RunsOnAgents(const Json& allocation) const;
+  // A cycle's decisions (controller_commit.cc): each a lifecycle transition of its job as the
+  // controller last saw it, written only where the job has not moved since; the others are
+  // undone in the scheduler.
+  struct Decision {
+    store::JobRecord record;  // as known; as written once `written`
+    std::vector<domain::Transition> steps;
+    bool start = false;    // a start; otherwise a preemption
+    int64_t for_job = -1;  // a preemption's preemptor
+    bool settled = false;  // a preemption on nodes no agent runs: stopped at once
+    bool written = false;
+  };
   base::Status Commit(const sched::CycleResult& result, double now);
+  std::vector<Decision> Decide(const sched::CycleResult& result, double now);
+  base::Status PreemptSteps(const sched::PreemptDecision& p, double now, Decision* d);
+  // Writes the decisions whose jobs have not moved, in one transaction; returns the last
+  // event's sequence number.
+  base::Result<int64_t> WriteDecisions(std::vector<Decision>* decisions, double now);
   void Publish(double cycle_seconds);
   void Sample(double now);
   void Loop();
@@ -100,6 +149,13 @@ class SchedulerController final : public api::SchedulerHooks {
   std::map<int64_t, Known> known_;             // pending and placed jobs
   std::map<int64_t, std::string> reasons_;     // why each pending job waits, from the last cycle
   std::map<int64_t, sched::JobSpec> refused_;  // pending jobs no node could ever hold, so far
+  // Victims whose preemption was left out of the last commit (they moved underneath), with the
+  // job it was for: one that is being stopped anyway (its user cancelled it) still frees room
+  // for that job, which then takes no other victim.
+  std::map<int64_t, int64_t> claims_;
+  // Registered nodes deleted since the last rebuild: unschedulable in the snapshot (whose
+  // indexes cannot shrink) until they register again.
+  std::set<std::string> deleted_nodes_;
   int64_t last_seq_ = 0;
   bool dirty_ = true;  // rebuild before the next cycle
 

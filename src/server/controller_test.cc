@@ -1,173 +1,20 @@
-// The control plane without processes: the scheduler controller and the node service over a real
-// SQLite store in a temporary folder, driven with a fake clock, agents played by calls to
-// Register and Heartbeat. No sleeps: time moves when a test says so.
+// The controller's tests over the control plane without processes (server/testing/
+// control_plane.h): lifecycle guarantees and the golden comparison with the replay. The
+// incremental scheduler state has its own file, controller_incremental_test.cc.
 #include "server/controller.h"
 
 #include <gtest/gtest.h>
 
-#include "api/job_life.h"
-#include "base/testing/temp_dir.h"
+#include "server/testing/control_plane.h"
 #include "sim/replay.h"
-#include "store/sqlite/sqlite_store.h"
 
 namespace meridian::server {
 namespace {
 
 using base::Status;
-
-store::Object Doc(const std::string& kind, const std::string& name, Json spec) {
-  store::Object o;
-  o.kind = kind;
-  o.name = name;
-  o.spec = std::move(spec);
-  return o;
-}
-
-// An organization with two projects in one team; one on-prem cluster; `pool_nodes` declared
-// 8-GPU H100 nodes (no agent runs them; more register as agents).
-std::vector<store::Object> Estate(int pool_nodes) {
-  std::vector<store::Object> docs = {
-      Doc("Organization", "acme", Json::object()),
-      Doc("Team", "lab", {{"organization", "acme"}}),
-      Doc("Project", "p1", {{"team", "lab"}}),
-      Doc("Project", "p2", {{"team", "lab"}, {"weight", 2.0}}),
-      Doc("PriorityClass", "high", {{"value", 100}}),
-      Doc("PriorityClass", "low", {{"value", 0}}),
-      Doc("Cluster", "onprem", {{"type", "on-prem"}, {"region", "eu"}})};
-  if (pool_nodes > 0) {
-    docs.push_back(Doc("NodePool", "h100",
-                       {{"cluster", "onprem"},
-                        {"nodes", pool_nodes},
-                        {"gpusPerNode", 8},
-                        {"gpuModel", "H100-80GB"},
-                        {"cpuMilli", 128000},
-                        {"memoryMib", 1024 * 1024},
-                        {"rackSize", 2}}));
-  }
-  return docs;
-}
-
-class ControlPlane : public ::testing::Test {
- protected:
-  void Open(const std::vector<store::Object>& docs) {
-    auto s = store::SqliteStore::Open(dir_.File("meridian.db"));
-    ASSERT_TRUE(s.ok()) << s.status().message();
-    store_ = std::move(s.value());
-    ASSERT_TRUE(store_
-                    ->Write([&](store::Tx& tx) {
-                      for (const store::Object& o : docs) {
-                        if (auto v = tx.PutObject(o, store::kAnyVersion); !v.ok()) {
-                          return v.status();
-                        }
-                      }
-                      return Status::Ok();
-                    })
-                    .ok());
-    nodes_ = std::make_unique<NodeService>(store_.get(), &clock_, &bus_);
-    controller_ = std::make_unique<SchedulerController>(store_.get(), &clock_, &bus_, &metrics_,
-                                                        nodes_.get());
-  }
-  void TearDown() override {
-    controller_.reset();  // never started: nothing to join
-  }
-
-  // As the API does: the record and its Submitted event, in one transaction.
-  int64_t Submit(const std::string& project, Json spec) {
-    store::JobRecord j;
-    j.name = "job";
-    j.project = project;
-    j.user = "alice";
-    j.spec = std::move(spec);
-    j.submitted_at = j.updated_at = clock_.Now();
-    j.version = 1;
-    int64_t id = 0;
-    EXPECT_TRUE(store_
-                    ->Write([&](store::Tx& tx) {
-                      auto inserted = tx.InsertJob(j);
-                      if (!inserted.ok()) return inserted.status();
-                      id = *inserted;
-                      return tx
-                          .AppendEvent({0, clock_.Now(), "Job", std::to_string(id), project,
-                                        "Normal", "Submitted", "submitted"})
-                          .status();
-                    })
-                    .ok());
-    return id;
-  }
-  store::JobRecord Get(int64_t id) {
-    auto j = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetJob(id); });
-    EXPECT_TRUE(j.ok());
-    return j.ok() ? *j : store::JobRecord{};
-  }
-  std::string Phase(int64_t id) { return Get(id).phase; }
-  std::string NodeOf(int64_t id) {
-    const store::JobRecord j = Get(id);
-    return j.allocation.empty() ? "" : j.allocation[0].value("node", "");
-  }
-  void Round() { ASSERT_TRUE(controller_->RunOnce().ok()); }
-  // A round that decides, and the next, which follows the decisions to the agents' lists (the
-  // controller wakes itself for it at once).
-  void Rounds() {
-    Round();
-    Round();
-  }
-
-  // An agent with 8 simulated H100s registers `name`.
-  void Register(const std::string& name) {
-    Json gpus = Json::array();
-    for (int i = 0; i < 8; ++i) {
-      gpus.push_back({{"uuid", "GPU-" + name + "-" + std::to_string(i)}, {"model", "H100-80GB"}});
-    }
-    auto r = nodes_->Register("agents", {{"node", name},
-                                         {"cluster", "onprem"},
-                                         {"address", "10.0.0.1"},
-                                         {"cpuMilli", 128000},
-                                         {"memoryMib", 1024 * 1024},
-                                         {"gpus", gpus}});
-    ASSERT_TRUE(r.ok()) << r.status().message();
-  }
-  // A heartbeat from `node` saying how its tasks are; returns what it should run.
-  Json Heartbeat(const std::string& node, Json tasks = Json::array()) {
-    auto r = nodes_->Heartbeat(node, {{"tasks", std::move(tasks)}});
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? (*r)["tasks"] : Json::array();
-  }
-  // Reports every task listed for `node` as running (or exited with `code`).
-  void Report(const std::string& node, const std::string& state, int code = 0) {
-    Json reports = Json::array();
-    for (const Json& a : Heartbeat(node)) {
-      Json r = {{"job", a["job"]},
-                {"task", a["task"]},
-                {"generation", a["generation"]},
-                {"state", state}};
-      if (state == "Exited") r["exitCode"] = code;
-      reports.push_back(r);
-    }
-    Heartbeat(node, reports);
-  }
-  std::vector<std::string> Events(int64_t id, const std::string& reason) {
-    auto events = store::ReadValue(*store_, [&](store::Tx& tx) {
-      store::EventFilter f;
-      f.object_kind = "Job";
-      f.object_name = std::to_string(id);
-      f.limit = 1000;
-      return tx.ListEvents(f);
-    });
-    std::vector<std::string> out;
-    for (const store::Event& e : *events) {
-      if (e.reason == reason) out.push_back(e.message);
-    }
-    return out;
-  }
-
-  base::testing::TempDir dir_;
-  base::FakeClock clock_;
-  api::EventBus bus_;
-  api::Metrics metrics_;
-  std::unique_ptr<store::SqliteStore> store_;
-  std::unique_ptr<NodeService> nodes_;
-  std::unique_ptr<SchedulerController> controller_;
-};
+using testing::ControlPlane;
+using testing::Doc;
+using testing::Estate;
 
 // One assembly: the server's path (documents in a store, the controller's rebuild, jobs
 // decoded from their stored specs) and the replay's path (sim::ReplayFirstCycle) place the same
@@ -302,7 +149,7 @@ TEST_F(ControlPlane, AShortenedLostTimeoutWaitsForTheLeaseAgentsWereTold) {
                         .status();
                   })
                   .ok());
-  Round();                        // the rebuild takes the new Policy
+  Round();  // the new Policy is taken in place, and the agents' timing with it
   for (int i = 0; i < 29; ++i) {  // 290 s of silence: past 60 s, within 266 + 30 + 4
     clock_.Advance(10);
     Round();
@@ -312,6 +159,7 @@ TEST_F(ControlPlane, AShortenedLostTimeoutWaitsForTheLeaseAgentsWereTold) {
   clock_.Advance(20);
   Round();
   EXPECT_EQ(Events(id, "Requeued").size(), 1u) << "now it is surely dead";
+  EXPECT_EQ(Rebuilds(), 1);
 }
 
 // A job no node could hold waits, and runs once a node that can joins: in place, without the

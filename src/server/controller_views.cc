@@ -216,9 +216,10 @@ Json SchedulerController::Nodes() {
   Json out = Json::array();
   if (!scheduler_ || !estate_) return out;
   const sched::Snapshot& snap = scheduler_->snapshot();
-  for (size_t i = 0; i < snap.nodes.size(); ++i) {
+  for (size_t i = 0; i < snap.nodes.size() && i < estate_->nodes.size(); ++i) {
     const sched::NodeState& n = snap.nodes[i];
     const domain::Node& d = estate_->nodes[i];
+    if (deleted_nodes_.count(d.name)) continue;  // a slot the snapshot cannot give back
     Json gpus = Json::array();
     for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
       const sched::GpuState& gpu = snap.gpus[g];
