@@ -82,15 +82,14 @@ class Agent {
   void Start(Task& t);
   // Stops a run: its notice, SIGTERM half its grace later, SIGKILL at the grace's end, or within
   // `within` seconds when that is sooner (the server's deadline, a drain's).
-  void RequestStop(Task& t, const std::string& reason,
-                   std::optional<double> within = std::nullopt);
+  void RequestStop(Task& t, const std::string& reason, std::optional<double> within = std::nullopt);
   void ReleaseDevices(const Task& t);  // MIG instances of an ended run
   void Poll();                         // exits, restarts, backoffs
   void UploadLogs();
   void Cleanup();
   std::vector<protocol::TaskReport> Reports() const;
   void TakeTerms(const protocol::AgentTerms& terms);  // from the server's answer
-  Json Telemetry();
+  std::vector<GpuTelemetry> Telemetry();
   // The command line of a run (through the container runtime for an image, when `cleanup` gets
   // the command that removes its container); `error` says why it cannot run.
   std::vector<std::string> TaskArgv(const Task& t, const std::map<std::string, std::string>& env,

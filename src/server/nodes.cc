@@ -381,10 +381,38 @@ Json NodeService::NodeStatus(const std::string& node) {
   (void)Load();
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return nullptr;
+  Json telemetry = Json::array();
+  for (const protocol::GpuSample& g : it->second.telemetry)
+    telemetry.push_back(protocol::ToJson(g));
   return {{"state", it->second.state},
           {"lastHeartbeat", it->second.last_seen},
           {"simulated", it->second.simulated},
-          {"telemetry", it->second.telemetry}};
+          {"telemetry", std::move(telemetry)}};
+}
+
+std::map<std::string, NodeService::NodeReport> NodeService::Reports() {
+  std::lock_guard<std::mutex> lock(mu_);
+  (void)Load();
+  std::map<std::string, NodeReport> out;
+  for (const auto& [name, e] : nodes_) {
+    NodeReport& r = out[name];
+    r.state = e.state;
+    r.ops = e.ops;
+    r.gpus = e.telemetry;
+    auto a = assigned_.find(name);
+    // As OperationsLocked: before the scheduler's first account nothing says it is drained.
+    r.held = !indexed_ || (a != assigned_.end() && !a->second.empty());
+    if (a == assigned_.end()) continue;
+    for (const auto& [key, task] : a->second) {
+      for (const protocol::DeviceGrant& d : task.assignment.devices) {
+        std::vector<GpuHolder>& holders = r.holders[d.gpu];
+        if (holders.empty() || holders.back().job != key.first) {
+          holders.push_back({key.first, task.assignment.project});
+        }
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace meridian::server
