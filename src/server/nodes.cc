@@ -1,6 +1,7 @@
 #include "server/nodes.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "api/job_life.h"
 #include "domain/gpu_model.h"
@@ -167,6 +168,15 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     }
     it->second.last_seen = now;
     if (body.contains("telemetry")) it->second.telemetry = std::move(beat->telemetry);
+    if (!beat->telemetry_errors.empty()) {
+      // Said once per node, then counted (meridian_node_telemetry_rejected_samples_total): an
+      // agent that sends a bad figure sends it with every heartbeat.
+      if (it->second.rejected_samples == 0) {
+        std::fprintf(stderr, "meridian: node %s: GPU sample dropped: %s\n", node.c_str(),
+                     beat->telemetry_errors[0].c_str());
+      }
+      it->second.rejected_samples += static_cast<int64_t>(beat->telemetry_errors.size());
+    }
     back = it->second.state == "Lost";
   }
   int64_t seq = 0;
@@ -399,6 +409,7 @@ std::map<std::string, NodeService::NodeReport> NodeService::Reports() {
     r.state = e.state;
     r.ops = e.ops;
     r.gpus = e.telemetry;
+    r.rejected_samples = e.rejected_samples;
     auto a = assigned_.find(name);
     // As OperationsLocked: before the scheduler's first account nothing says it is drained.
     r.held = !indexed_ || (a != assigned_.end() && !a->second.empty());

@@ -89,6 +89,7 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
     bool held = false;  // a job holds resources on it (what tells draining from drained)
     std::vector<protocol::GpuSample> gpus;
     std::map<int32_t, std::vector<GpuHolder>> holders;  // GPU index -> jobs, by job id
+    int64_t rejected_samples = 0;  // GPU samples dropped because they did not decode
   };
   std::map<std::string, NodeReport> Reports();
 
@@ -101,7 +102,8 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
     double last_seen = 0;
     bool simulated = false;
     std::vector<protocol::GpuSample> telemetry;
-    domain::NodeOps ops;  // what operators asked of it (cordoned, draining)
+    int64_t rejected_samples = 0;  // GPU samples of its heartbeats that did not decode
+    domain::NodeOps ops;           // what operators asked of it (cordoned, draining)
     // How long after its last answered heartbeat the agent's tasks are surely dead, by the lease
     // and fence grace it was last told (plus two heartbeats): never lost sooner, even when the
     // Policy has since been shortened.

@@ -19,7 +19,7 @@ struct Family {
   const char* type;
   const char* help;
 };
-constexpr std::array<Family, 24> kFamilies = {{
+constexpr std::array<Family, 25> kFamilies = {{
     {"meridian_gpu_healthy", "gauge",
      "1 when the GPU is healthy as the scheduler takes it (what its agent registered), 0 when "
      "not."},
@@ -62,6 +62,9 @@ constexpr std::array<Family, 24> kFamilies = {{
     {"meridian_node_memory_allocated_bytes", "gauge", "Memory of the node allocated to jobs."},
     {"meridian_node_last_heartbeat_timestamp_seconds", "gauge",
      "When the node's agent last heartbeated (Unix seconds); registered nodes only."},
+    {"meridian_node_telemetry_rejected_samples_total", "counter",
+     "GPU samples of the node's heartbeats that did not decode and were dropped (the server's "
+     "log says why, once)."},
 }};
 
 constexpr std::array<const char*, 5> kNodeStates = {"ready", "cordoned", "draining", "drained",
@@ -160,6 +163,10 @@ void RenderNode(const Json& node, const NodeService::NodeReport* report, api::Me
   out->Set("meridian_node_cpu_allocated_cores", l, (cpu - cpu_free) / 1000);
   out->Set("meridian_node_memory_capacity_bytes", l, mem * kMib);
   out->Set("meridian_node_memory_allocated_bytes", l, (mem - mem_free) * kMib);
+  if (report) {
+    out->Set("meridian_node_telemetry_rejected_samples_total", l,
+             static_cast<double>(report->rejected_samples));
+  }
   if (node.contains("lastHeartbeat")) {
     out->Set("meridian_node_last_heartbeat_timestamp_seconds", l, Number(node, "lastHeartbeat"));
   }

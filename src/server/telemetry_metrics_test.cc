@@ -149,6 +149,7 @@ TEST(TelemetryMetrics, NodesHaveOneStateSeriesPerStateAndTheirAllocation) {
            R"(meridian_node_memory_allocated_bytes{node="n1",cluster="onprem"} 34359738368)",
            R"(meridian_node_memory_allocated_bytes{node="n2",cluster="onprem"} 0)",
            "meridian_node_last_heartbeat_timestamp_seconds" + n1 + " 1700000000.5",
+           "meridian_node_telemetry_rejected_samples_total" + n1 + " 0",
        }) {
     EXPECT_TRUE(Has(text, want)) << want << "\n" << text;
   }
@@ -241,6 +242,25 @@ TEST(TelemetryMetrics, JobOutcomesAreCountedFromEventsWithEverySeriesAtZeroFirst
        }) {
     EXPECT_TRUE(Has(text, want)) << want << "\n" << text;
   }
+}
+
+// The registry's own families first, then what its collectors render at scrape time.
+TEST(TelemetryMetrics, CollectorsAreRenderedAfterTheRegistrysFamilies) {
+  api::Metrics m;
+  m.Describe("meridian_build_info", "gauge", "1, with the version.");
+  m.Set("meridian_build_info", {{"version", "0.1.0"}}, 1);
+  int scrapes = 0;
+  m.AddCollector([&] {
+    ++scrapes;
+    api::Metrics estate;
+    RenderEstateMetrics(Nodes(), Reports(), &estate);
+    return estate.Render();
+  });
+  const std::string text = m.Render();
+  EXPECT_EQ(scrapes, 1);
+  EXPECT_TRUE(Has(text, R"(meridian_build_info{version="0.1.0"} 1)"));
+  EXPECT_TRUE(Has(text, "meridian_gpu_healthy" + kGpu0 + " 1"));
+  EXPECT_LT(text.find("meridian_build_info"), text.find("meridian_gpu_healthy"));
 }
 
 TEST(TelemetryMetrics, FailureCausesFromTheirMessages) {
