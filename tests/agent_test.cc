@@ -161,6 +161,13 @@ class AgentTest : public ::testing::Test {
     }
     return -1;
   }
+  // Whether /metrics holds `series` (name and labels) with `value`, soon.
+  bool MetricSoon(const std::string& series, const std::string& value) {
+    return Eventually([&] {
+      return Http(*server_, "GET", "/metrics", "").text.find(series + " " + value + "\n") !=
+             std::string::npos;
+    });
+  }
   const Json* FindEvent(const std::vector<Json>& events, const std::string& reason) {
     for (const Json& e : events) {
       if (e.value("reason", "") == reason) return &e;
@@ -481,6 +488,13 @@ TEST_F(AgentTest, PreemptedJobGetsItsNoticeStopsWithinItsGracePeriodAndRequeues)
   EXPECT_NE(first_run.find("preempted for job"), std::string::npos) << first_run;
   EXPECT_NE(first_run.find("terminated"), std::string::npos) << first_run;
   EXPECT_LT(first_run.find("notice:"), first_run.find("terminated")) << first_run;
+  // The outcomes, counted from these events.
+  EXPECT_TRUE(MetricSoon(R"(meridian_jobs_preempted_total{project="research"})", "1"));
+  EXPECT_TRUE(
+      MetricSoon(R"(meridian_jobs_requeued_total{project="research",reason="preempted"})", "1"));
+  EXPECT_TRUE(MetricSoon(R"(meridian_jobs_succeeded_total{project="research"})", "1"));
+  EXPECT_TRUE(
+      MetricSoon(R"(meridian_jobs_failed_total{project="research",cause="exit_code"})", "0"));
 }
 
 TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNoneTwice) {
@@ -918,6 +932,10 @@ TEST_F(AgentTest, DrainingANodeRequeuesItsJobsThroughStoppingWithoutOverlap) {
   EXPECT_EQ(row(first)["drain"]["reason"], "disk swap");
   EXPECT_NE(Run("get nodes").output.find("Ready,Drained"), std::string::npos)
       << Run("get nodes").output;
+  EXPECT_TRUE(MetricSoon(
+      "meridian_node_state{node=\"" + first + "\",cluster=\"onprem\",state=\"drained\"}", "1"));
+  EXPECT_TRUE(
+      MetricSoon(R"(meridian_jobs_requeued_total{project="research",reason="drained"})", "1"));
   // Drained, it takes no new job: this one waits (the other node is full) until uncordon.
   const int64_t next = Submit({{"gpus", 4}, {"command", {"sleep", "30"}}}, "next");
   EXPECT_FALSE(Eventually([&] { return Phase(next) != "Pending"; }, 1.5)) << Job(next).dump();
