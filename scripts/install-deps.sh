@@ -14,6 +14,9 @@ packages=(
   # The dashboard: built with Node.js and npm packages (web/package-lock.json), tested in
   # Debian's Chromium.
   nodejs chromium
+  # GPU telemetry as metrics: the end-to-end test scrapes a real server with Debian's
+  # Prometheus (promtool comes with it and checks the rules in deploy/prometheus/).
+  prometheus
 )
 # npm comes with some builds of nodejs (NodeSource's) and as its own package with Debian's.
 if ! command -v npm > /dev/null; then

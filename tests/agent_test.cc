@@ -162,6 +162,13 @@ class AgentTest : public ::testing::Test {
     }
     return -1;
   }
+  // Whether /metrics holds `series` (name and labels) with `value`, soon.
+  bool MetricSoon(const std::string& series, const std::string& value) {
+    return Eventually([&] {
+      return Http(*server_, "GET", "/metrics", "").text.find(series + " " + value + "\n") !=
+             std::string::npos;
+    });
+  }
   const Json* FindEvent(const std::vector<Json>& events, const std::string& reason) {
     for (const Json& e : events) {
       if (e.value("reason", "") == reason) return &e;
@@ -485,6 +492,13 @@ TEST_F(AgentTest, PreemptedJobGetsItsNoticeStopsWithinItsGracePeriodAndRequeues)
   EXPECT_NE(first_run.find("preempted for job"), std::string::npos) << first_run;
   EXPECT_NE(first_run.find("terminated"), std::string::npos) << first_run;
   EXPECT_LT(first_run.find("notice:"), first_run.find("terminated")) << first_run;
+  // The outcomes, counted from these events.
+  EXPECT_TRUE(MetricSoon(R"(meridian_jobs_preempted_total{project="research"})", "1"));
+  EXPECT_TRUE(
+      MetricSoon(R"(meridian_jobs_requeued_total{project="research",reason="preempted"})", "1"));
+  EXPECT_TRUE(MetricSoon(R"(meridian_jobs_succeeded_total{project="research"})", "1"));
+  EXPECT_TRUE(
+      MetricSoon(R"(meridian_jobs_failed_total{project="research",cause="exit_code"})", "0"));
 }
 
 TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNoneTwice) {
@@ -574,7 +588,29 @@ TEST_F(AgentTest, AgentOnNvmlRegistersTheGpusItReadsWithTheirTelemetry) {
   EXPECT_EQ(node["gpus"][0]["uuid"], "GPU-fake-0000-0000");
   EXPECT_DOUBLE_EQ(node["gpus"][2]["utilization"].get<double>(), 0.3);
   EXPECT_EQ(node["gpus"][1]["eccErrors"], 2);
+  EXPECT_EQ(node["gpus"][1]["eccSingleBit"], 5);
+  EXPECT_EQ(node["gpus"][0]["smClockMhz"], 1980);
+  EXPECT_EQ(node["gpus"][1]["rowRemapPending"], true);
+  EXPECT_FALSE(node["gpus"][0].contains("retiredPagesDoubleBit"));
   EXPECT_EQ(node["gpus"][2]["lastXid"], 79);
+  // The same figures on /metrics, in base units, labelled as dcgm-exporter labels them; what
+  // the fake H100s do not keep (retired pages) is not exported at all.
+  const std::string metrics = Http(*server_, "GET", "/metrics", "").text;
+  const std::string gpu1 =
+      R"({gpu="1",UUID="GPU-fake-0000-0001",device="nvidia1",modelName="H100-80GB",)"
+      R"(Hostname="real1",node="real1",cluster="onprem",job_id="",project=""})";
+  for (const std::string& want : std::vector<std::string>{
+           "meridian_gpu_ecc_single_bit_errors_total" + gpu1 + " 5",
+           "meridian_gpu_ecc_double_bit_errors_total" + gpu1 + " 2",
+           "meridian_gpu_sm_clock_hertz" + gpu1 + " 1970000000",
+           "meridian_gpu_memory_total_bytes" + gpu1 + " 85520809984",
+           "meridian_gpu_row_remap_pending" + gpu1 + " 1",
+           "meridian_gpu_utilization_ratio" + gpu1 + " 0.2",
+       }) {
+    EXPECT_NE(metrics.find(want + "\n"), std::string::npos) << want;
+  }
+  EXPECT_NE(metrics.find("meridian_gpu_last_xid{gpu=\"2\""), std::string::npos);
+  EXPECT_EQ(metrics.find("meridian_gpu_retired_pages{"), std::string::npos);
   const std::string table = Run("get nodes").output;
   const size_t row = table.find("real1");
   ASSERT_NE(row, std::string::npos) << table;
@@ -748,6 +784,16 @@ TEST_F(AgentTest, RegistrationAndHeartbeatsRefuseWhatIsWrongAndWhoIsNotAnAgent) 
                .dump());
   EXPECT_EQ(r.status, 200);
   EXPECT_NE(Phase(id), "Succeeded");
+  // A GPU sample out of range is dropped and counted; the heartbeat is taken.
+  r = Http(*server_, "POST", "/api/v1/agents/x1/heartbeat", agent_token_,
+           R"({"telemetry": [{"index": 0, "utilization": 3}], "tasks": []})");
+  EXPECT_EQ(r.status, 200) << r.text;
+  EXPECT_TRUE(Eventually([&] {
+    return Http(*server_, "GET", "/metrics", "")
+               .text.find(
+                   "meridian_node_telemetry_rejected_samples_total{node=\"x1\","
+                   "cluster=\"onprem\"} 1\n") != std::string::npos;
+  }));
 }
 
 // Each node speaks only for itself: the bootstrap token registers nodes and nothing more; a
@@ -966,6 +1012,10 @@ TEST_F(AgentTest, DrainingANodeRequeuesItsJobsThroughStoppingWithoutOverlap) {
   EXPECT_EQ(row(first)["drain"]["reason"], "disk swap");
   EXPECT_NE(Run("get nodes").output.find("Ready,Drained"), std::string::npos)
       << Run("get nodes").output;
+  EXPECT_TRUE(MetricSoon(
+      "meridian_node_state{node=\"" + first + "\",cluster=\"onprem\",state=\"drained\"}", "1"));
+  EXPECT_TRUE(
+      MetricSoon(R"(meridian_jobs_requeued_total{project="research",reason="drained"})", "1"));
   // Drained, it takes no new job: this one waits (the other node is full) until uncordon.
   const int64_t next = Submit({{"gpus", 4}, {"command", {"sleep", "30"}}}, "next");
   EXPECT_FALSE(Eventually([&] { return Phase(next) != "Pending"; }, 1.5)) << Job(next).dump();

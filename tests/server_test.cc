@@ -1114,7 +1114,8 @@ TEST_F(ServerTest, MetricsInThePrometheusTextFormat) {
         "# TYPE meridian_store_operation_duration_seconds histogram",
         "meridian_gpus_allocated{cluster=\"onprem\",model=\"H100-80GB\"} 1",
         "meridian_gpus_free{cluster=\"onprem\",model=\"H100-80GB\"} 15",
-        "# TYPE meridian_queue_depth gauge", "meridian_quota_used_gpus{scope=\"vision\"} 1",
+        "# TYPE meridian_queue_depth gauge",
+        "meridian_quota_used_gpus{level=\"project\",scope=\"vision\"} 1",
         "meridian_api_requests_total{route=\"jobs.create\",code=\"201\"} 1"}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << "\n" << text.substr(0, 3000);
   }

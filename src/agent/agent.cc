@@ -225,7 +225,7 @@ void Agent::TakeTerms(const protocol::AgentTerms& terms) {
 
 Status Agent::Beat() {
   Poll();
-  Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports()});
+  Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports(), {}});
   const double sent = Now();
   auto r = client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
   if (!r.ok()) return r.status();
@@ -306,7 +306,7 @@ Status Agent::Run(const std::atomic<bool>& stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (registered_) {
-    Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports()});
+    Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports(), {}});
     (void)client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
     UploadLogs();
   }
@@ -693,7 +693,7 @@ std::vector<protocol::TaskReport> Agent::Reports() const {
   return out;
 }
 
-Json Agent::Telemetry() {
+std::vector<GpuTelemetry> Agent::Telemetry() {
   if (auto* sim = dynamic_cast<SimulatedGpus*>(gpus_.get())) {
     // Simulated GPUs are as busy as what runs on them says.
     auto inventory = sim->Inventory();
@@ -720,21 +720,8 @@ Json Agent::Telemetry() {
       }
     }
   }
-  Json out = Json::array();
   auto telemetry = gpus_->Telemetry();
-  if (!telemetry.ok()) return out;
-  for (const GpuTelemetry& g : *telemetry) {
-    out.push_back({{"index", g.index},
-                   {"utilization", g.utilization},
-                   {"memoryUsedMib", g.memory_used_mib},
-                   {"temperatureC", g.temperature_c},
-                   {"powerW", g.power_w},
-                   {"eccErrors", g.ecc_errors},
-                   {"xidErrors", g.xid_errors},
-                   {"lastXid", g.last_xid}});
-    if (!g.mig_instances.empty()) out.back()["migInstances"] = g.mig_instances;
-  }
-  return out;
+  return telemetry.ok() ? std::move(*telemetry) : std::vector<GpuTelemetry>{};
 }
 
 void Agent::UploadLogs() {

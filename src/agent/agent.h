@@ -101,7 +101,7 @@ class Agent {
   void Cleanup();
   std::vector<protocol::TaskReport> Reports() const;
   void TakeTerms(const protocol::AgentTerms& terms);  // from the server's answer
-  Json Telemetry();
+  std::vector<GpuTelemetry> Telemetry();
   // The command line of a run (through the container runtime for an image, when `cleanup` gets
   // the command that removes its container); `error` says why it cannot run.
   std::vector<std::string> TaskArgv(const Task& t, const std::map<std::string, std::string>& env,

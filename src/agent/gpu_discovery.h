@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "protocol/agent_protocol.h"
 
 namespace meridian::agent {
 
@@ -19,18 +20,9 @@ struct GpuInfo {
   bool mig_enabled = false;
 };
 
-// What a GPU is doing now.
-struct GpuTelemetry {
-  int32_t index = 0;
-  double utilization = 0;  // 0..1, compute
-  int64_t memory_used_mib = 0;
-  double temperature_c = 0;
-  double power_w = 0;
-  int64_t ecc_errors = 0;  // volatile double-bit errors since the driver loaded
-  int64_t xid_errors = 0;  // critical XID events seen since the agent started
-  int32_t last_xid = 0;    // the latest one's code (0: none), e.g. 79 "fallen off the bus"
-  std::vector<std::string> mig_instances;  // the MIG layout, "profile@start" ("1g.10gb@0")
-};
+// What a GPU is doing now: the sample as it travels in the heartbeat (protocol::GpuSample),
+// so that a new measurement is one field, read here and encoded there, with no copy between.
+using GpuTelemetry = protocol::GpuSample;
 
 // The agent's view of its GPUs. Two implementations share this interface: NvmlGpus (NVML
 // loaded at run time with dlopen, on machines with NVIDIA GPUs) and SimulatedGpus on machines

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 namespace meridian::agent {
 
@@ -34,8 +35,14 @@ struct EventData {
 
 constexpr int kSuccess = 0;
 constexpr unsigned int kTemperatureGpu = 0;
-constexpr int kEccUncorrected = 1;
-constexpr int kEccVolatile = 0;
+constexpr int kInsufficientSize = 7;
+constexpr unsigned int kClockSm = 1;    // NVML_CLOCK_SM
+constexpr int kEccCorrected = 0;        // NVML_MEMORY_ERROR_TYPE_CORRECTED: single-bit
+constexpr int kEccUncorrected = 1;      // NVML_MEMORY_ERROR_TYPE_UNCORRECTED: double-bit
+constexpr int kEccVolatile = 0;         // NVML_VOLATILE_ECC: since the driver loaded
+constexpr int kRetiredSingleBit = 0;    // NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+constexpr int kRetiredDoubleBit = 1;    // NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+constexpr unsigned int kMaxPages = 64;  // what one call lists; the count comes back regardless
 constexpr unsigned long long kEventXidCritical = 0x8;
 constexpr unsigned int kMaxNvLinks = 18;
 constexpr unsigned int kBufferSize = 96;
@@ -56,6 +63,10 @@ struct NvmlGpus::Api {
   int (*power)(Device, unsigned int*) = nullptr;
   int (*mig_mode)(Device, unsigned int*, unsigned int*) = nullptr;
   int (*ecc)(Device, int, int, unsigned long long*) = nullptr;
+  int (*clock)(Device, unsigned int, unsigned int*) = nullptr;
+  int (*retired_pages)(Device, int, unsigned int*, unsigned long long*) = nullptr;
+  int (*remapped_rows)(Device, unsigned int*, unsigned int*, unsigned int*,
+                       unsigned int*) = nullptr;
   int (*pci_info)(Device, PciInfo*) = nullptr;
   int (*nvlink_state)(Device, unsigned int, int*) = nullptr;
   int (*nvlink_remote_pci)(Device, unsigned int, PciInfo*) = nullptr;
@@ -98,6 +109,9 @@ base::Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& librar
   want(a.power, "nvmlDeviceGetPowerUsage");
   want(a.mig_mode, "nvmlDeviceGetMigMode");
   want(a.ecc, "nvmlDeviceGetTotalEccErrors");
+  want(a.clock, "nvmlDeviceGetClockInfo");
+  want(a.retired_pages, "nvmlDeviceGetRetiredPages");
+  want(a.remapped_rows, "nvmlDeviceGetRemappedRows");
   want(a.pci_info, "nvmlDeviceGetPciInfo_v3");
   want(a.nvlink_state, "nvmlDeviceGetNvLinkState");
   want(a.nvlink_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
@@ -251,14 +265,43 @@ base::Result<std::vector<GpuTelemetry>> NvmlGpus::Telemetry() {
     Utilization u{};
     if (a.utilization(d, &u) == kSuccess) t.utilization = u.gpu / 100.0;
     Memory mem{};
-    if (a.memory(d, &mem) == kSuccess) t.memory_used_mib = static_cast<int64_t>(mem.used >> 20);
+    if (a.memory(d, &mem) == kSuccess) {
+      t.memory_used_mib = static_cast<int64_t>(mem.used >> 20);
+      t.memory_total_mib = static_cast<int64_t>(mem.total >> 20);
+    }
     unsigned int temp = 0;
     if (a.temperature(d, kTemperatureGpu, &temp) == kSuccess) t.temperature_c = temp;
     unsigned int milliwatts = 0;
     if (a.power && a.power(d, &milliwatts) == kSuccess) t.power_w = milliwatts / 1000.0;
+    unsigned int clock = 0;
+    if (a.clock && a.clock(d, kClockSm, &clock) == kSuccess) t.sm_clock_mhz = clock;
+    // Each of these is absent where the device does not keep it (ECC off, a consumer board,
+    // page retirement on Ampere and later, row remapping before): NVML says NOT_SUPPORTED.
     unsigned long long ecc = 0;
+    if (a.ecc && a.ecc(d, kEccCorrected, kEccVolatile, &ecc) == kSuccess) {
+      t.ecc_single_bit = static_cast<int64_t>(ecc);
+    }
     if (a.ecc && a.ecc(d, kEccUncorrected, kEccVolatile, &ecc) == kSuccess) {
-      t.ecc_errors = static_cast<int64_t>(ecc);
+      t.ecc_double_bit = static_cast<int64_t>(ecc);
+    }
+    if (a.retired_pages) {
+      auto retired = [&](int cause) -> std::optional<int64_t> {
+        unsigned long long addresses[kMaxPages];
+        unsigned int count = kMaxPages;
+        const int rc = a.retired_pages(d, cause, &count, addresses);
+        if (rc != kSuccess && rc != kInsufficientSize) return std::nullopt;
+        return count;
+      };
+      t.retired_pages_single_bit = retired(kRetiredSingleBit);
+      t.retired_pages_double_bit = retired(kRetiredDoubleBit);
+    }
+    unsigned int correctable = 0, uncorrectable = 0, pending = 0, failed = 0;
+    if (a.remapped_rows &&
+        a.remapped_rows(d, &correctable, &uncorrectable, &pending, &failed) == kSuccess) {
+      t.remapped_rows_correctable = correctable;
+      t.remapped_rows_uncorrectable = uncorrectable;
+      t.row_remap_pending = pending != 0;
+      t.row_remap_failed = failed != 0;
     }
     if (auto x = xids_.find(t.index); x != xids_.end()) {
       t.xid_errors = x->second.first;

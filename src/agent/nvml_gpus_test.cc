@@ -38,7 +38,19 @@ TEST(NvmlGpus, ReadsInventoryTopologyAndTelemetryThroughDlopen) {
   EXPECT_EQ((*t)[1].memory_used_mib, 2000);
   EXPECT_DOUBLE_EQ((*t)[2].temperature_c, 42);
   EXPECT_DOUBLE_EQ((*t)[0].power_w, 300);
-  EXPECT_EQ((*t)[1].ecc_errors, 2);
+  EXPECT_EQ((*t)[1].memory_total_mib, 81559);
+  EXPECT_EQ((*t)[0].sm_clock_mhz, 1980);
+  EXPECT_EQ((*t)[2].sm_clock_mhz, 1960);
+  EXPECT_EQ((*t)[1].ecc_single_bit, 5);
+  EXPECT_EQ((*t)[1].ecc_double_bit, 2);
+  EXPECT_EQ((*t)[0].ecc_double_bit, 0);
+  EXPECT_EQ((*t)[0].remapped_rows_correctable, 1);
+  EXPECT_EQ((*t)[1].remapped_rows_uncorrectable, 1);
+  EXPECT_EQ((*t)[1].row_remap_pending, true);
+  EXPECT_EQ((*t)[0].row_remap_failed, false);
+  // NOT_SUPPORTED reads as absent, not as zero.
+  EXPECT_FALSE((*t)[0].retired_pages_single_bit);
+  EXPECT_FALSE((*t)[0].retired_pages_double_bit);
   EXPECT_EQ((*t)[2].xid_errors, 1);
   EXPECT_EQ((*t)[2].last_xid, 79);
   EXPECT_EQ((*t)[0].xid_errors, 0);

@@ -17,6 +17,22 @@ double MaxPower(const std::string& model) {
   return 300;
 }
 
+// The SM clock at full boost, in MHz (public specifications); an idle board runs at a quarter.
+int64_t MaxSmClock(const std::string& model) {
+  if (model.rfind("H200", 0) == 0 || model.rfind("H100", 0) == 0) return 1980;
+  if (model.rfind("A100", 0) == 0) return 1410;
+  return 1530;
+}
+
+// GPUs before Ampere retire pages for memory errors; Ampere and later remap rows instead, and
+// NVML reads only the one the board does.
+bool RemapsRows(const std::string& model) {
+  for (const char* old : {"V100", "P100", "T4"}) {
+    if (model.rfind(old, 0) == 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 base::Result<std::unique_ptr<SimulatedGpus>> SimulatedGpus::FromSpec(const std::string& spec,
@@ -75,6 +91,20 @@ base::Result<std::vector<GpuTelemetry>> SimulatedGpus::Telemetry() {
     // Idle boards sit near 30 C and a tenth of their power; both rise with the load.
     t.temperature_c = 30 + 45 * l.utilization;
     t.power_w = MaxPower(g.model) * (0.1 + 0.9 * l.utilization);
+    t.memory_total_mib = g.memory_mib;
+    t.sm_clock_mhz = static_cast<int64_t>(MaxSmClock(g.model) * (0.25 + 0.75 * l.utilization));
+    // Healthy simulated boards: every error counter reads, at zero.
+    t.ecc_single_bit = 0;
+    t.ecc_double_bit = 0;
+    if (RemapsRows(g.model)) {
+      t.remapped_rows_correctable = 0;
+      t.remapped_rows_uncorrectable = 0;
+      t.row_remap_pending = false;
+      t.row_remap_failed = false;
+    } else {
+      t.retired_pages_single_bit = 0;
+      t.retired_pages_double_bit = 0;
+    }
     if (auto m = mig_.find(g.index); m != mig_.end()) t.mig_instances = m->second;
     out.push_back(t);
   }

@@ -54,7 +54,15 @@ TEST(SimulatedGpus, TelemetryFollowsTheLoad) {
   EXPECT_EQ((*busy)[1].memory_used_mib, 40000);
   EXPECT_GT((*busy)[1].temperature_c, (*idle)[1].temperature_c);
   EXPECT_GT((*busy)[1].power_w, (*idle)[1].power_w);
+  EXPECT_GT(*(*busy)[1].sm_clock_mhz, *(*idle)[1].sm_clock_mhz);
+  EXPECT_EQ((*busy)[1].memory_total_mib, 81920);
   EXPECT_EQ((*busy)[0].utilization, 0);  // the other GPU is untouched
+  // A healthy Hopper: every error counter it has reads zero; it remaps rows, retires no pages.
+  EXPECT_EQ((*idle)[0].ecc_single_bit, 0);
+  EXPECT_EQ((*idle)[0].ecc_double_bit, 0);
+  EXPECT_EQ((*idle)[0].remapped_rows_uncorrectable, 0);
+  EXPECT_EQ((*idle)[0].row_remap_pending, false);
+  EXPECT_FALSE((*idle)[0].retired_pages_double_bit);
   EXPECT_FALSE((*gpus)->SetLoad(2, 0.5, 0).ok());
   EXPECT_FALSE((*gpus)->SetLoad(0, 1.5, 0).ok());
   EXPECT_FALSE((*gpus)->SetLoad(0, 0.5, 100000).ok());

@@ -30,7 +30,12 @@ std::string LabelText(const Metrics::Labels& labels, const std::string& extra = 
 std::string Number(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
+  // Whole numbers exactly (a GPU's 85899345920 bytes of memory; counters), others to 15 digits.
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.15g", v);
+  }
   return buf;
 }
 
@@ -82,8 +87,21 @@ void Metrics::Observe(const std::string& name, const Labels& labels, double valu
   count += 1;
 }
 
-std::string Metrics::Render() const {
+void Metrics::AddCollector(std::function<std::string()> collect) {
   std::lock_guard<std::mutex> lock(mu_);
+  collectors_.push_back(std::move(collect));
+}
+
+std::string Metrics::Render() const {
+  std::vector<std::function<std::string()>> collectors;
+  std::string out = RenderFamilies(&collectors);
+  for (const auto& collect : collectors) out += collect();
+  return out;
+}
+
+std::string Metrics::RenderFamilies(std::vector<std::function<std::string()>>* collectors) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  *collectors = collectors_;
   std::string out;
   for (const auto& [name, f] : families_) {
     out += "# HELP " + name + " " + f.help + "\n# TYPE " + name + " " + f.type + "\n";

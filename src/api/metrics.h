@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -22,9 +23,16 @@ class Metrics {
   void SetAll(const std::string& name, const std::vector<std::pair<Labels, double>>& series);
   void Observe(const std::string& name, const Labels& labels, double value);
 
+  // Families computed when scraped (the estate's GPUs and nodes, server/telemetry_metrics.h):
+  // `collect` returns them in the text format, appended to what Render writes. It is called on
+  // the scraping thread without this registry's lock, and must not name a family of it.
+  void AddCollector(std::function<std::string()> collect);
+
   std::string Render() const;
 
  private:
+  // The registry's own families; `collectors` gets a copy of the collectors, to call unlocked.
+  std::string RenderFamilies(std::vector<std::function<std::string()>>* collectors) const;
   struct Family {
     std::string type;
     std::string help;
@@ -34,6 +42,7 @@ class Metrics {
   };
   mutable std::mutex mu_;
   std::map<std::string, Family> families_;
+  std::vector<std::function<std::string()>> collectors_;
 };
 
 // Upper bounds of the latency histograms, in seconds (100 us to 10 s).

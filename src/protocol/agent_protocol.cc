@@ -145,6 +145,28 @@ void ReadTaskReport(FieldReader& r, TaskReport& t) {
                                                              : domain::FailureCause::kExitCode);
 }
 
+void ReadGpuSample(FieldReader& r, GpuSample& g) {
+  constexpr int64_t kMaxMib = int64_t{1} << 30;
+  g.index = static_cast<int32_t>(r.Int("index", 0, 1023, 0, true));
+  g.utilization = r.Number("utilization", 0, 1, 0);
+  g.memory_used_mib = r.Int("memoryUsedMib", 0, kMaxMib, 0);
+  g.memory_total_mib = OptionalInt(r, "memoryTotalMib", 0, kMaxMib);
+  g.temperature_c = r.Number("temperatureC", -273, 1000, 0);
+  g.power_w = r.Number("powerW", 0, 1e6, 0);
+  g.sm_clock_mhz = OptionalInt(r, "smClockMhz", 0, 1000000);
+  g.ecc_single_bit = OptionalInt(r, "eccSingleBit", 0, kMaxInt);
+  g.ecc_double_bit = OptionalInt(r, "eccErrors", 0, kMaxInt);
+  g.retired_pages_single_bit = OptionalInt(r, "retiredPagesSingleBit", 0, kMaxInt);
+  g.retired_pages_double_bit = OptionalInt(r, "retiredPagesDoubleBit", 0, kMaxInt);
+  g.remapped_rows_correctable = OptionalInt(r, "remappedRowsCorrectable", 0, kMaxInt);
+  g.remapped_rows_uncorrectable = OptionalInt(r, "remappedRowsUncorrectable", 0, kMaxInt);
+  if (r.Has("rowRemapPending")) g.row_remap_pending = r.Bool("rowRemapPending", false);
+  if (r.Has("rowRemapFailed")) g.row_remap_failed = r.Bool("rowRemapFailed", false);
+  g.xid_errors = r.Int("xidErrors", 0, kMaxInt, 0);
+  g.last_xid = static_cast<int32_t>(r.Int("lastXid", 0, 1000000, 0));
+  g.mig_instances = r.StringList("migInstances");
+}
+
 }  // namespace
 
 TaskRun TaskRun::Of(const domain::JobSpec& spec) {
@@ -247,10 +269,37 @@ Json ToJson(const TaskReport& t) {
   return out;
 }
 
+Json ToJson(const GpuSample& g) {
+  Json out = {{"index", g.index},
+              {"utilization", g.utilization},
+              {"memoryUsedMib", g.memory_used_mib},
+              {"temperatureC", g.temperature_c},
+              {"powerW", g.power_w},
+              {"xidErrors", g.xid_errors},
+              {"lastXid", g.last_xid}};
+  auto optional = [&](const char* key, const auto& v) {
+    if (v) out[key] = *v;
+  };
+  optional("memoryTotalMib", g.memory_total_mib);
+  optional("smClockMhz", g.sm_clock_mhz);
+  optional("eccSingleBit", g.ecc_single_bit);
+  optional("eccErrors", g.ecc_double_bit);
+  optional("retiredPagesSingleBit", g.retired_pages_single_bit);
+  optional("retiredPagesDoubleBit", g.retired_pages_double_bit);
+  optional("remappedRowsCorrectable", g.remapped_rows_correctable);
+  optional("remappedRowsUncorrectable", g.remapped_rows_uncorrectable);
+  optional("rowRemapPending", g.row_remap_pending);
+  optional("rowRemapFailed", g.row_remap_failed);
+  if (!g.mig_instances.empty()) out["migInstances"] = g.mig_instances;
+  return out;
+}
+
 Json ToJson(const Heartbeat& h) {
+  Json telemetry = Json::array();
+  for (const GpuSample& g : h.telemetry) telemetry.push_back(ToJson(g));
   Json tasks = Json::array();
   for (const TaskReport& t : h.tasks) tasks.push_back(ToJson(t));
-  return {{"telemetry", h.telemetry}, {"tasks", std::move(tasks)}};
+  return {{"telemetry", std::move(telemetry)}, {"tasks", std::move(tasks)}};
 }
 
 Json ToJson(const HeartbeatAnswer& a) {
@@ -385,13 +434,27 @@ std::vector<DecodedAssignment> DecodeAssignments(const Json& answer) {
 
 base::Result<Heartbeat> DecodeHeartbeat(const Json& j) {
   return Decode<Heartbeat>(j, "heartbeat", [](FieldReader& r, Heartbeat& out) {
-    if (const Json* t = r.Array("telemetry", false)) out.telemetry = *t;
+    // Each sample alone: a GPU's bad figure must not cost the node its task reports.
+    if (const Json* t = r.Array("telemetry", false)) {
+      for (size_t i = 0; i < t->size(); ++i) {
+        auto g = Decode<GpuSample>((*t)[i], "telemetry[" + std::to_string(i) + "]", ReadGpuSample);
+        if (g.ok()) {
+          out.telemetry.push_back(std::move(*g));
+        } else {
+          out.telemetry_errors.push_back(g.status().message());
+        }
+      }
+    }
     r.ObjectList("tasks", [&](FieldReader& item) {
       TaskReport t;
       ReadTaskReport(item, t);
       out.tasks.push_back(std::move(t));
     });
   });
+}
+
+base::Result<GpuSample> DecodeGpuSample(const Json& j) {
+  return Decode<GpuSample>(j, "telemetry", ReadGpuSample);
 }
 
 base::Result<ShimSpec> DecodeShimSpec(const Json& j) {

@@ -131,9 +131,41 @@ struct TaskReport {
   domain::TaskReport report;
 };
 
+// What one GPU is doing, as the agent's GpuDiscovery measured it (NVML, or the simulation).
+// Counters that NVML cannot read on a device (ECC off, no row remapping before Ampere, no page
+// retirement after it) are absent rather than zero, so that /metrics exports no made-up value.
+struct GpuSample {
+  int32_t index = 0;
+  double utilization = 0;  // 0..1, compute
+  int64_t memory_used_mib = 0;
+  std::optional<int64_t> memory_total_mib;
+  double temperature_c = 0;
+  double power_w = 0;
+  std::optional<int64_t> sm_clock_mhz;
+  // ECC errors since the driver loaded (NVML's volatile counters): single-bit (corrected) and
+  // double-bit (uncorrected; `eccErrors` on the wire, as agents before these fields sent it).
+  std::optional<int64_t> ecc_single_bit;
+  std::optional<int64_t> ecc_double_bit;
+  // Pages retired for repeated single-bit and for double-bit errors (before Ampere), and rows
+  // remapped for correctable and uncorrectable errors (Ampere and after), with whether a remap
+  // waits for a GPU reset and whether one ever failed.
+  std::optional<int64_t> retired_pages_single_bit;
+  std::optional<int64_t> retired_pages_double_bit;
+  std::optional<int64_t> remapped_rows_correctable;
+  std::optional<int64_t> remapped_rows_uncorrectable;
+  std::optional<bool> row_remap_pending;
+  std::optional<bool> row_remap_failed;
+  int64_t xid_errors = 0;  // critical XID events seen since the agent started
+  int32_t last_xid = 0;    // the latest one's code (0: none), e.g. 79 "fallen off the bus"
+  std::vector<std::string> mig_instances;  // the MIG layout, "profile@start" ("1g.10gb@0")
+};
+
 struct Heartbeat {
-  Json telemetry = Json::array();  // per GPU, as the agent's GpuDiscovery measured it
+  std::vector<GpuSample> telemetry;
   std::vector<TaskReport> tasks;
+  // Samples that did not decode, each as its error ("telemetry[1].utilization: ..."): they are
+  // dropped, and the rest of the heartbeat (task reports above all) is taken as usual.
+  std::vector<std::string> telemetry_errors;
 };
 
 struct HeartbeatAnswer {
@@ -146,6 +178,7 @@ Json ToJson(const RegistrationAnswer& a);
 Json ToJson(const DeviceGrant& d);
 Json ToJson(const Assignment& a);
 Json ToJson(const TaskReport& r);
+Json ToJson(const GpuSample& g);
 Json ToJson(const Heartbeat& h);
 Json ToJson(const HeartbeatAnswer& a);
 
@@ -156,6 +189,7 @@ base::Result<RegistrationAnswer> DecodeRegistrationAnswer(const Json& j);
 base::Result<std::vector<DeviceGrant>> DecodeDevices(const Json& devices);
 base::Result<Assignment> DecodeAssignment(const Json& j);
 base::Result<Heartbeat> DecodeHeartbeat(const Json& j);
+base::Result<GpuSample> DecodeGpuSample(const Json& j);
 // The answer's terms, and its assignments one by one: a bad one comes back as its error (and
 // the key it names, when it could be read), so that one bad item does not hide the rest.
 struct DecodedAssignment {

@@ -102,7 +102,20 @@ TEST(AgentProtocolTest, WhatATaskRunsHasTheJobSpecsDefaults) {
 
 TEST(AgentProtocolTest, AHeartbeatAndItsAnswerSurviveTheirJsonForm) {
   Heartbeat h;
-  h.telemetry = Json::array({{{"index", 0}, {"utilization", 0.5}}});
+  GpuSample g;
+  g.index = 3;
+  g.utilization = 0.5;
+  g.memory_used_mib = 1024;
+  g.memory_total_mib = 81559;
+  g.sm_clock_mhz = 1980;
+  g.ecc_single_bit = 4;
+  g.ecc_double_bit = 1;
+  g.remapped_rows_correctable = 2;
+  g.row_remap_pending = true;
+  g.xid_errors = 2;
+  g.last_xid = 48;
+  g.mig_instances = {"1g.10gb@0"};
+  h.telemetry = {g, GpuSample{}};
   TaskReport running{7, {}};
   running.report.task = 1;
   running.report.generation = 2;
@@ -116,7 +129,24 @@ TEST(AgentProtocolTest, AHeartbeatAndItsAnswerSurviveTheirJsonForm) {
   h.tasks = {running, exited, unknown};
   auto back = DecodeHeartbeat(ToJson(h));
   ASSERT_TRUE(back.ok()) << back.status().message();
-  EXPECT_EQ(back->telemetry, h.telemetry);
+  ASSERT_EQ(back->telemetry.size(), 2u);
+  const GpuSample& s = back->telemetry[0];
+  EXPECT_EQ(s.index, 3);
+  EXPECT_EQ(s.utilization, 0.5);
+  EXPECT_EQ(s.memory_total_mib, 81559);
+  EXPECT_EQ(s.sm_clock_mhz, 1980);
+  EXPECT_EQ(s.ecc_single_bit, 4);
+  EXPECT_EQ(s.ecc_double_bit, 1);
+  EXPECT_EQ(s.remapped_rows_correctable, 2);
+  EXPECT_FALSE(s.remapped_rows_uncorrectable);
+  EXPECT_EQ(s.row_remap_pending, true);
+  EXPECT_FALSE(s.row_remap_failed);
+  EXPECT_EQ(s.last_xid, 48);
+  EXPECT_EQ(s.mig_instances, g.mig_instances);
+  // What a device cannot read stays absent on the wire and after it.
+  EXPECT_FALSE(back->telemetry[1].sm_clock_mhz);
+  EXPECT_FALSE(ToJson(GpuSample{}).contains("smClockMhz"));
+  EXPECT_TRUE(back->telemetry_errors.empty());
   ASSERT_EQ(back->tasks.size(), 3u);
   EXPECT_EQ(back->tasks[0].job, 7);
   EXPECT_EQ(back->tasks[0].report.state, domain::TaskStatus::State::kRunning);
@@ -164,6 +194,27 @@ TEST(AgentProtocolTest, BadReportsAreRefusedNamingTheField) {
     EXPECT_NE(r.status().message().find(c.error), std::string::npos)
         << c.heartbeat.dump() << " -> " << r.status().message();
   }
+}
+
+// A GPU's bad figure drops that sample, not the heartbeat: its task reports still count.
+TEST(AgentProtocolTest, ABadGpuSampleIsDroppedAndTheRestOfTheHeartbeatKept) {
+  const Json beat = {{"telemetry",
+                      {{{"index", 0}, {"utilization", 0.25}},
+                       {{"index", 1}, {"utilization", 7}},
+                       {{"utilization", 0.5}},
+                       "hot"}},
+                     {"tasks", {{{"job", 1}, {"state", "Running"}}}}};
+  auto h = DecodeHeartbeat(beat);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  ASSERT_EQ(h->telemetry.size(), 1u);
+  EXPECT_EQ(h->telemetry[0].utilization, 0.25);
+  EXPECT_EQ(h->tasks.size(), 1u);
+  ASSERT_EQ(h->telemetry_errors.size(), 3u);
+  EXPECT_NE(h->telemetry_errors[0].find("telemetry[1]: utilization"), std::string::npos)
+      << h->telemetry_errors[0];
+  EXPECT_NE(h->telemetry_errors[1].find("index: is required"), std::string::npos)
+      << h->telemetry_errors[1];
+  EXPECT_NE(h->telemetry_errors[2].find("must be a JSON object"), std::string::npos);
 }
 
 TEST(AgentProtocolTest, FieldsFromANewerPeerAreIgnored) {

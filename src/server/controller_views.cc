@@ -55,8 +55,15 @@ void SchedulerController::Publish(double cycle_seconds) {
   const sched::QuotaTree& q = scheduler_->quotas();
   std::vector<std::pair<api::Metrics::Labels, double>> used, guaranteed;
   for (int32_t n = 0; n < q.size(); ++n) {
-    used.push_back({{{"scope", q.name(n)}}, q.Used(n, sched::kNoModel) / 1000.0});
-    guaranteed.push_back({{{"scope", q.name(n)}}, q.Guaranteed(n, sched::kNoModel) / 1000.0});
+    // The level (organization > team > project) lets a query sum one level without knowing
+    // the names. Projects are the leaves the estate knows; a team whose organization does not
+    // exist is a root, and reads as one.
+    const char* level = estate_ && estate_->tenant_of_project.count(q.name(n)) ? "project"
+                        : q.parent(n) < 0                                      ? "organization"
+                                                                               : "team";
+    const api::Metrics::Labels l = {{"level", level}, {"scope", q.name(n)}};
+    used.push_back({l, q.Used(n, sched::kNoModel) / 1000.0});
+    guaranteed.push_back({l, q.Guaranteed(n, sched::kNoModel) / 1000.0});
   }
   metrics_->SetAll("meridian_quota_used_gpus", used);
   metrics_->SetAll("meridian_quota_guaranteed_gpus", guaranteed);
@@ -255,9 +262,8 @@ Json SchedulerController::Nodes() {
       const int64_t index = indexed ? t["index"].get<int64_t>() : -1;
       if (index < 0 || index >= static_cast<int64_t>(row["gpus"].size())) continue;
       // Only telemetry: an agent's report cannot overwrite what the scheduler says.
-      for (const char* k : {"utilization", "memoryUsedMib", "temperatureC", "powerW", "eccErrors",
-                            "xidErrors", "lastXid", "migInstances"}) {
-        if (t.contains(k)) row["gpus"][index][k] = t[k];
+      for (const auto& [k, v] : t.items()) {
+        if (k != "index") row["gpus"][index][k] = v;
       }
     }
   }

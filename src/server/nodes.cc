@@ -1,6 +1,7 @@
 #include "server/nodes.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "api/job_life.h"
 #include "domain/gpu_model.h"
@@ -167,6 +168,15 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     }
     it->second.last_seen = now;
     if (body.contains("telemetry")) it->second.telemetry = std::move(beat->telemetry);
+    if (!beat->telemetry_errors.empty()) {
+      // Said once per node, then counted (meridian_node_telemetry_rejected_samples_total): an
+      // agent that sends a bad figure sends it with every heartbeat.
+      if (it->second.rejected_samples == 0) {
+        std::fprintf(stderr, "meridian: node %s: GPU sample dropped: %s\n", node.c_str(),
+                     beat->telemetry_errors[0].c_str());
+      }
+      it->second.rejected_samples += static_cast<int64_t>(beat->telemetry_errors.size());
+    }
     back = it->second.state == "Lost";
   }
   int64_t seq = 0;
@@ -414,10 +424,39 @@ Json NodeService::NodeStatus(const std::string& node) {
   (void)Load();
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return nullptr;
+  Json telemetry = Json::array();
+  for (const protocol::GpuSample& g : it->second.telemetry)
+    telemetry.push_back(protocol::ToJson(g));
   return {{"state", it->second.state},
           {"lastHeartbeat", it->second.last_seen},
           {"simulated", it->second.simulated},
-          {"telemetry", it->second.telemetry}};
+          {"telemetry", std::move(telemetry)}};
+}
+
+std::map<std::string, NodeService::NodeReport> NodeService::Reports() {
+  std::lock_guard<std::mutex> lock(mu_);
+  (void)Load();
+  std::map<std::string, NodeReport> out;
+  for (const auto& [name, e] : nodes_) {
+    NodeReport& r = out[name];
+    r.state = e.state;
+    r.ops = e.ops;
+    r.gpus = e.telemetry;
+    r.rejected_samples = e.rejected_samples;
+    auto a = assigned_.find(name);
+    // As OperationsLocked: before the scheduler's first account nothing says it is drained.
+    r.held = !indexed_ || (a != assigned_.end() && !a->second.empty());
+    if (a == assigned_.end()) continue;
+    for (const auto& [key, task] : a->second) {
+      for (const protocol::DeviceGrant& d : task.assignment.devices) {
+        std::vector<GpuHolder>& holders = r.holders[d.gpu];
+        if (holders.empty() || holders.back().job != key.first) {
+          holders.push_back({key.first, task.assignment.project});
+        }
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace meridian::server

@@ -80,6 +80,23 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   // simulated, gpus: [{index, utilization, ...}]}; null when the node is not registered.
   Json NodeStatus(const std::string& node);
 
+  // What /metrics exports of a registered node (server/telemetry_metrics.h): liveness, the
+  // operator's intent, the last GPU samples, and the jobs holding each GPU as the assignments
+  // list them (the tasks on the node, until each has stopped).
+  struct GpuHolder {
+    int64_t job = 0;
+    std::string project;
+  };
+  struct NodeReport {
+    std::string state;  // Ready | Lost
+    domain::NodeOps ops;
+    bool held = false;  // a job holds resources on it (what tells draining from drained)
+    std::vector<protocol::GpuSample> gpus;
+    std::map<int32_t, std::vector<GpuHolder>> holders;  // GPU index -> jobs, by job id
+    int64_t rejected_samples = 0;  // GPU samples dropped because they did not decode
+  };
+  std::map<std::string, NodeReport> Reports();
+
   // Called whenever a job changed here, so the scheduler looks soon.
   void OnChange(std::function<void()> wake) { wake_ = std::move(wake); }
 
@@ -88,8 +105,9 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
     std::string state = "Ready";  // Ready | Lost
     double last_seen = 0;
     bool simulated = false;
-    Json telemetry = Json::array();
-    domain::NodeOps ops;  // what operators asked of it (cordoned, draining)
+    std::vector<protocol::GpuSample> telemetry;
+    int64_t rejected_samples = 0;  // GPU samples of its heartbeats that did not decode
+    domain::NodeOps ops;           // what operators asked of it (cordoned, draining)
     // How long after its last answered heartbeat the agent's tasks are surely dead, by the lease
     // and fence grace it was last told (plus two heartbeats): never lost sooner, even when the
     // Policy has since been shortened.

@@ -23,6 +23,7 @@
 #include "api/dashboard.h"
 #include "base/strings.h"
 #include "server/controller.h"
+#include "server/telemetry_metrics.h"
 #include "store/sqlite/sqlite_store.h"
 
 namespace meridian::server {
@@ -252,6 +253,11 @@ Status RunServer(const ServerOptions& o) {
   api::ApiOptions api_options;
   api_options.open_metrics = o.open_metrics;
   api::Api api(&store, &clock, &entropy, &controller, &bus, &metrics, api_options);
+  // The estate's GPUs, nodes and job outcomes, computed when /metrics is scraped.
+  TelemetryMetrics telemetry(&store, &controller, &nodes);
+  metrics.AddCollector([&telemetry] { return telemetry.Render(); });
+  metrics.Describe("meridian_build_info", "gauge", "1, with the version of this server.");
+  metrics.Set("meridian_build_info", {{"version", MERIDIAN_VERSION}}, 1);
   api.ServeAgents(&nodes, &logs);
   api.ServeNodeOperations(&nodes);
   auto token = api.Bootstrap();

@@ -1,7 +1,10 @@
 // A FAKE of NVML (libnvidia-ml.so) for tests on machines without NVIDIA GPUs: the few functions
 // Meridian's agent calls, answering for four made-up H100s. GPUs 0 and 1 share a direct NVLink;
-// GPUs 2 and 3 reach each other through one NVSwitch; GPU 3 is in MIG mode; GPU 1 has two
-// uncorrected ECC errors; one critical XID event (79) is pending on GPU 2. Never shipped.
+// GPUs 2 and 3 reach each other through one NVSwitch; GPU 3 is in MIG mode; GPU 1 has five
+// corrected and two uncorrected ECC errors and one row remapped for an uncorrectable error,
+// pending a reset; GPU 0 has a row remapped for correctable errors; one critical XID event (79) is
+// pending on GPU 2. Like the H100s they stand for, they retire no pages (Ampere and later remap
+// rows instead: NOT_SUPPORTED). Never shipped.
 #include <cstdio>
 #include <cstring>
 
@@ -89,8 +92,26 @@ int nvmlDeviceGetMigMode(void* d, unsigned int* current, unsigned int* pending) 
   *current = *pending = Index(d) == 3 ? 1 : 0;
   return 0;
 }
-int nvmlDeviceGetTotalEccErrors(void* d, int, int, unsigned long long* count) {
-  *count = Index(d) == 1 ? 2 : 0;
+// errorType 0: corrected (single-bit), 1: uncorrected (double-bit); counterType 0: volatile.
+int nvmlDeviceGetTotalEccErrors(void* d, int error_type, int, unsigned long long* count) {
+  *count = Index(d) == 1 ? (error_type == 0 ? 5 : 2) : 0;
+  return 0;
+}
+// NVML_CLOCK_SM (1): 1980 MHz on GPU 0, 10 MHz less on each next one.
+int nvmlDeviceGetClockInfo(void* d, unsigned int type, unsigned int* mhz) {
+  if (type != 1) return 3;  // NOT_SUPPORTED for the clocks the agent does not read
+  *mhz = 1980 - 10 * static_cast<unsigned int>(Index(d));
+  return 0;
+}
+int nvmlDeviceGetRetiredPages(void*, int, unsigned int*, unsigned long long*) {
+  return 3;  // NVML_ERROR_NOT_SUPPORTED
+}
+int nvmlDeviceGetRemappedRows(void* d, unsigned int* corr, unsigned int* unc, unsigned int* pending,
+                              unsigned int* failed) {
+  *corr = Index(d) == 0 ? 1 : 0;
+  *unc = Index(d) == 1 ? 1 : 0;
+  *pending = Index(d) == 1 ? 1 : 0;
+  *failed = 0;
   return 0;
 }
 int nvmlDeviceGetPciInfo_v3(void* d, PciInfo* pci) {
