@@ -165,7 +165,7 @@ class AgentTest : public ::testing::Test {
   // Whether /metrics holds `series` (name and labels) with `value`, soon.
   bool MetricSoon(const std::string& series, const std::string& value) {
     return Eventually([&] {
-      return Http(*server_, "GET", "/metrics", "").text.find(series + " " + value + "\n") !=
+      return Http(*server_, "GET", "/metrics", admin_).text.find(series + " " + value + "\n") !=
              std::string::npos;
     });
   }
@@ -595,7 +595,7 @@ TEST_F(AgentTest, AgentOnNvmlRegistersTheGpusItReadsWithTheirTelemetry) {
   EXPECT_EQ(node["gpus"][2]["lastXid"], 79);
   // The same figures on /metrics, in base units, labelled as dcgm-exporter labels them; what
   // the fake H100s do not keep (retired pages) is not exported at all.
-  const std::string metrics = Http(*server_, "GET", "/metrics", "").text;
+  const std::string metrics = Http(*server_, "GET", "/metrics", admin_).text;
   const std::string gpu1 =
       R"({gpu="1",UUID="GPU-fake-0000-0001",device="nvidia1",modelName="H100-80GB",)"
       R"(Hostname="real1",node="real1",cluster="onprem",job_id="",project=""})";
@@ -785,11 +785,11 @@ TEST_F(AgentTest, RegistrationAndHeartbeatsRefuseWhatIsWrongAndWhoIsNotAnAgent) 
   EXPECT_EQ(r.status, 200);
   EXPECT_NE(Phase(id), "Succeeded");
   // A GPU sample out of range is dropped and counted; the heartbeat is taken.
-  r = Http(*server_, "POST", "/api/v1/agents/x1/heartbeat", agent_token_,
+  r = Http(*server_, "POST", "/api/v1/agents/x1/heartbeat", x1,
            R"({"telemetry": [{"index": 0, "utilization": 3}], "tasks": []})");
   EXPECT_EQ(r.status, 200) << r.text;
   EXPECT_TRUE(Eventually([&] {
-    return Http(*server_, "GET", "/metrics", "")
+    return Http(*server_, "GET", "/metrics", admin_)
                .text.find(
                    "meridian_node_telemetry_rejected_samples_total{node=\"x1\","
                    "cluster=\"onprem\"} 1\n") != std::string::npos;
@@ -1051,6 +1051,12 @@ TEST_F(AgentTest, AFailedJobSaysWhyItFailed) {
       << Job(hog).dump();
   EXPECT_EQ(Job(typo)["status"]["cause"], "command-not-found") << Job(typo).dump();
   EXPECT_EQ(Job(cuda)["status"]["cause"], "cuda-out-of-memory") << Job(cuda).dump();
+  // And /metrics counts failures by those causes.
+  for (const char* cause : {"oom_killed", "command_not_found", "cuda_out_of_memory"}) {
+    const std::string series =
+        std::string("meridian_jobs_failed_total{project=\"research\",cause=\"") + cause + "\"}";
+    EXPECT_TRUE(MetricSoon(series, "1")) << series;
+  }
   const std::vector<Json> events = Events(hog);
   const Json* failed = FindEvent(events, "Failed");
   ASSERT_NE(failed, nullptr);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <set>
 
@@ -222,7 +223,7 @@ void JobOutcomes::Start(int64_t after_seq) {
   after_ = after_seq;
 }
 
-void JobOutcomes::Count(const store::Event& e) {
+void JobOutcomes::Count(const store::Event& e, const std::string& cause) {
   if (e.object_kind != "Job") return;
   std::lock_guard<std::mutex> lock(mu_);
   after_ = std::max(after_, e.seq);
@@ -231,7 +232,11 @@ void JobOutcomes::Count(const store::Event& e) {
   if (r == "Succeeded") {
     succeeded_[p] += 1;
   } else if (r == "Failed") {
-    failed_[{p, FailureCause(e.message)}] += 1;
+    std::string c = cause;
+    std::replace(c.begin(), c.end(), '-', '_');
+    const bool known = std::any_of(std::begin(kFailureCauses), std::end(kFailureCauses),
+                                   [&](const char* k) { return c == k; });
+    failed_[{p, known && !c.empty() ? c : FailureCause(e.message)}] += 1;
   } else if (r == "Cancelled") {
     cancelled_[p] += 1;
   } else if (r == "Preempted") {
@@ -267,9 +272,24 @@ base::Status JobOutcomes::Follow(store::Store& store) {
       std::lock_guard<std::mutex> lock(mu_);
       f.after_seq = after_;
     }
-    auto page = store::ReadValue(store, [&](store::Tx& tx) { return tx.ListEvents(f); });
+    // A failure's cause is the job's (status.cause, the lifecycle's typed diagnosis).
+    std::map<int64_t, std::string> causes;  // event seq -> cause
+    auto page =
+        store::ReadValue(store, [&](store::Tx& tx) -> base::Result<std::vector<store::Event>> {
+          auto events = tx.ListEvents(f);
+          if (!events.ok()) return events.status();
+          for (const store::Event& e : *events) {
+            if (e.reason != "Failed") continue;
+            int64_t id = 0;
+            const char* end = e.object_name.data() + e.object_name.size();
+            if (std::from_chars(e.object_name.data(), end, id).ptr != end) continue;
+            auto job = tx.GetJob(id);
+            if (job.ok() && job->status.is_object()) causes[e.seq] = job->status.value("cause", "");
+          }
+          return events;
+        });
     if (!page.ok()) return page.status();
-    for (const store::Event& e : *page) Count(e);
+    for (const store::Event& e : *page) Count(e, causes.count(e.seq) ? causes[e.seq] : "");
     if (page->size() < static_cast<size_t>(f.limit)) return base::Status::Ok();
   }
 }
@@ -278,8 +298,8 @@ void JobOutcomes::Render(const std::set<std::string>& projects, api::Metrics* ou
   out->Describe("meridian_jobs_succeeded_total", "counter",
                 "Jobs that ended with every task exiting 0, by project.");
   out->Describe("meridian_jobs_failed_total", "counter",
-                "Jobs that failed, by project and cause: exit_code, node_lost, lease_lost, "
-                "runtime_limit, other.");
+                "Jobs that failed, by project and cause: the job's status.cause (exit_code, "
+                "oom_killed, gpu_fault, node_lost, ...; other when unknown).");
   out->Describe("meridian_jobs_cancelled_total", "counter", "Jobs cancelled, by project.");
   out->Describe("meridian_jobs_preempted_total", "counter",
                 "Jobs asked to stop to make room for another, by project.");

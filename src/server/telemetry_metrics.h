@@ -34,12 +34,27 @@ void RenderEstateMetrics(const Json& nodes,
 // Thread-safe; Follow is called from the scraping thread.
 class JobOutcomes {
  public:
-  static constexpr const char* kFailureCauses[] = {"exit_code", "node_lost", "lease_lost",
-                                                   "runtime_limit", "other"};
+  // domain::FailureCause's names, with '_' for '-' (Prometheus label values, as the rest).
+  static constexpr const char* kFailureCauses[] = {"exit_code",
+                                                   "oom_killed",
+                                                   "signal",
+                                                   "command_not_found",
+                                                   "permission_denied",
+                                                   "image_missing",
+                                                   "runtime_limit",
+                                                   "lease_lost",
+                                                   "node_lost",
+                                                   "gpu_fault",
+                                                   "cuda_out_of_memory",
+                                                   "nccl_error",
+                                                   "not_started",
+                                                   "other"};
   static constexpr const char* kRequeueReasons[] = {"preempted", "drained", "node_lost", "other"};
 
   // Counts one event (events of other kinds than Job are ignored). In order of sequence.
-  void Count(const store::Event& e);
+  // `cause`: a failed job's status.cause (domain::CauseName), when known; else the event's
+  // message says.
+  void Count(const store::Event& e, const std::string& cause = "");
   // Reads the events after the last one counted (after `start` the first time) and counts them.
   base::Status Follow(store::Store& store);
   void Start(int64_t after_seq);
