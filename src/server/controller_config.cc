@@ -15,24 +15,6 @@ using base::Status;
 
 namespace {
 
-// Everything of a node but its traits (purpose, labels, taints) and its schedulability.
-bool SameHardware(const domain::Node& a, const domain::Node& b) {
-  if (a.cluster != b.cluster || a.pool != b.pool || a.rack != b.rack ||
-      a.cpu_milli != b.cpu_milli || a.memory_mib != b.memory_mib ||
-      a.gpus.size() != b.gpus.size()) {
-    return false;
-  }
-  for (size_t i = 0; i < a.gpus.size(); ++i) {
-    const domain::GpuDevice& x = a.gpus[i];
-    const domain::GpuDevice& y = b.gpus[i];
-    if (x.uuid != y.uuid || x.model != y.model || x.nvlink_domain != y.nvlink_domain ||
-        x.healthy != y.healthy || x.mig_enabled != y.mig_enabled) {
-      return false;
-    }
-  }
-  return true;
-}
-
 bool SameTraits(const domain::Node& a, const domain::Node& b) {
   if (a.purpose != b.purpose || a.labels != b.labels || a.taints.size() != b.taints.size()) {
     return false;

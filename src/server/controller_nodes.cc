@@ -16,20 +16,7 @@ namespace {
 // Whether a re-registered node offers what it did (a lost node's agent back), so that only its
 // schedulability moves.
 bool SameCapacity(const domain::Node& a, const domain::Node& b) {
-  if (a.cluster != b.cluster || a.pool != b.pool || a.rack != b.rack ||
-      a.cpu_milli != b.cpu_milli || a.memory_mib != b.memory_mib || a.labels != b.labels ||
-      a.gpus.size() != b.gpus.size()) {
-    return false;
-  }
-  for (size_t i = 0; i < a.gpus.size(); ++i) {
-    const domain::GpuDevice& x = a.gpus[i];
-    const domain::GpuDevice& y = b.gpus[i];
-    if (x.uuid != y.uuid || x.model != y.model || x.nvlink_domain != y.nvlink_domain ||
-        x.healthy != y.healthy || x.mig_enabled != y.mig_enabled) {
-      return false;
-    }
-  }
-  return true;
+  return SameHardware(a, b) && a.labels == b.labels;
 }
 
 bool HoldsDevices(const std::string& phase) { return phase == "Placed" || phase == "Running"; }

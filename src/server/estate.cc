@@ -300,6 +300,23 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
   return e;
 }
 
+bool SameHardware(const domain::Node& a, const domain::Node& b) {
+  if (a.cluster != b.cluster || a.pool != b.pool || a.rack != b.rack ||
+      a.cpu_milli != b.cpu_milli || a.memory_mib != b.memory_mib ||
+      a.gpus.size() != b.gpus.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.gpus.size(); ++i) {
+    const domain::GpuDevice& x = a.gpus[i];
+    const domain::GpuDevice& y = b.gpus[i];
+    if (x.uuid != y.uuid || x.model != y.model || x.nvlink_domain != y.nvlink_domain ||
+        x.healthy != y.healthy || x.mig_enabled != y.mig_enabled) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void ApplyPoolTraits(const Estate& estate, domain::Node* node) {
   // A node's own labels (an agent's) win over its pool's; a node in no known pool runs any work.
   auto pool = estate.pool_traits.find(node->pool);

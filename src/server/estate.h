@@ -73,6 +73,9 @@ sched::Assembly AssemblyOf(const Estate& estate);
 
 // A node an agent registered (server/nodes.cc writes the spec); not schedulable unless Ready.
 domain::Node NodeOfObject(const store::Object& o);
+// Whether two versions of a node have the same hardware: everything but its traits (purpose,
+// labels, taints) and its schedulability.
+bool SameHardware(const domain::Node& a, const domain::Node& b);
 // Gives a node its pool's purpose, labels and taints (the node's own labels win).
 void ApplyPoolTraits(const Estate& estate, domain::Node* node);
 
