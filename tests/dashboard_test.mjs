@@ -225,6 +225,11 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   await page.waitForSelector(`[data-testid=failures] tr[data-job="${failing}"]:has-text("exited with code 3")`, { timeout: 30000 });
   await shot('05-queue-pending-and-failed');
   step('a failed job shows among the recent failures');
+  // A job whose command is not there: its page says why it failed, as the agent diagnosed it.
+  const typo = JSON.parse(await cli('submit', '-p', 'research', '--name', 'typo', '--gpus', '1', '-o', 'json', '--', 'pyhton3', 'train.py')).id;
+  await page.goto(`${url}/#/jobs/${typo}`);
+  await page.waitForSelector('[data-testid=job-cause]:has-text("command-not-found")', { timeout: 30000 });
+  step('a failed job shows its cause');
 
   // ---- charts over time ----
   await page.click('nav >> text=Estate');

@@ -153,7 +153,9 @@ export interface Job {
     startedAt?: number;
     finishedAt?: number;
     restarts?: number;
-    tasks?: { state: string; node?: string; exitCode?: number; restarts?: number; message?: string }[];
+    // Why it failed (oom-killed, gpu-fault, command-not-found, ...), when it did.
+    cause?: string;
+    tasks?: { state: string; node?: string; exitCode?: number; restarts?: number; message?: string; cause?: string }[];
   };
 }
 export interface JobPage {

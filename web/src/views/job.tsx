@@ -18,6 +18,7 @@ function taskState(s: TaskStatus | undefined): string {
   if (!s) return 'Placed';
   let out = s.state;
   if (s.exitCode !== undefined) out += `, exit ${s.exitCode}`;
+  if (s.cause) out += `, ${s.cause}`;
   if (s.restarts) out += `, ${s.restarts} restarts`;
   if (s.message) out += ` (${s.message})`;
   return out;
@@ -140,6 +141,14 @@ export function JobView({ id }: { id: number }) {
         <dd>{dateTime(j.status.submittedAt)}</dd>
         <dt>Reason</dt>
         <dd data-testid="job-reason">{j.status.reason || '–'}</dd>
+        {j.status.cause && (
+          <>
+            <dt>Cause</dt>
+            <dd data-testid="job-cause">
+              <span class="badge badge-warn">{j.status.cause}</span>
+            </dd>
+          </>
+        )}
         {j.spec.command && (
           <>
             <dt>Command</dt>
