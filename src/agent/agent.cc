@@ -741,6 +741,17 @@ void Agent::UploadLogs() {
           "&task=" + std::to_string(t.index) + "&generation=" + std::to_string(t.generation) +
           "&offset=" + std::to_string(t.uploaded);
       auto r = client_.Raw("POST", target, chunk, "application/octet-stream");
+      if (r.ok() && (r->status == 403 || r->status == 404)) {
+        // The server will never take it (the job is gone, or the run is no longer known as this
+        // node's, after a server restart): drop it, so that the task's folder can go.
+        std::fprintf(
+            stderr, "meridian agent: output of %s not kept by the server: %s\n",
+            TaskDirName(t.job, t.index, t.generation).c_str(),
+            cli::ErrorMessage(cli::Response{r->status, Json::parse(r->body, nullptr, false)})
+                .c_str());
+        t.uploaded = size;
+        break;
+      }
       if (!r.ok() || r->status != 200) break;
       const Json answer = Json::parse(r->body, nullptr, false);
       if (!answer.is_object() || !answer.contains("size")) break;
