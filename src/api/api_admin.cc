@@ -168,6 +168,17 @@ void Api::ListTokens(Call& call) {
   Respond(call, 200, {{"items", std::move(items)}});
 }
 
+Status RevokeTokensOf(store::Tx& tx, const std::string& user) {
+  auto all = tx.ListTokens(user);
+  if (!all.ok()) return all.status();
+  for (store::TokenRecord r : *all) {
+    if (r.revoked) continue;
+    r.revoked = true;
+    if (Status p = tx.PutToken(r); !p.ok()) return p;
+  }
+  return Status::Ok();
+}
+
 void Api::RevokeToken(Call& call) {
   const std::string id = call.Arg(1);
   store::TokenRecord token;
@@ -191,14 +202,7 @@ void Api::RevokeToken(Call& call) {
       if (b.role == Role::kNode) node = b.node;
     }
     if (node.empty()) return Status::Ok();
-    auto all = tx.ListTokens(token.user);
-    if (!all.ok()) return all.status();
-    for (store::TokenRecord r : *all) {
-      if (r.revoked) continue;
-      r.revoked = true;
-      if (Status p = tx.PutToken(r); !p.ok()) return p;
-    }
-    return Status::Ok();
+    return RevokeTokensOf(tx, token.user);
   });
   if (!s.ok()) return Fail(call, s);
   call.audit_message = "token " + id + " of " + token.user;

@@ -115,13 +115,7 @@ base::Result<std::string> Api::IssueNodeCredential(const std::string& node, doub
             {"description", "the credential of node " + node + ", issued at its registration"}};
   Status s = store_->Write([&](store::Tx& tx) {
     if (auto v = tx.PutObject(u, store::kAnyVersion); !v.ok()) return v.status();
-    auto old = tx.ListTokens(user);
-    if (!old.ok()) return old.status();
-    for (store::TokenRecord r : *old) {
-      if (r.revoked) continue;
-      r.revoked = true;
-      if (Status p = tx.PutToken(r); !p.ok()) return p;
-    }
+    if (Status r = RevokeTokensOf(tx, user); !r.ok()) return r;
     return tx.PutToken({t.id, user, t.secret_hash, "node " + node, now, 0, false});
   });
   if (!s.ok()) return s;

@@ -59,6 +59,8 @@ std::optional<store::JobRecord> ReadableJob(Api::Call& call, store::Store* store
 // Takes the record by value: a caller done with it moves it in, and its JSON is not copied.
 Json JobToJson(store::JobRecord job);
 Json ObjectToJson(const store::Object& object);
+// Revokes every token of `user` not yet revoked (a node's credential: none may outlive another).
+base::Status RevokeTokensOf(store::Tx& tx, const std::string& user);
 Json EventToJson(const store::Event& event);
 
 // The plural path segment of a configuration kind ("NodePool" -> "nodepools").

@@ -36,19 +36,14 @@ base::Result<T> Decode(const Json& j, const std::string& what, Read read) {
   return out;
 }
 
+// Absent (or null) reads as none; the readers ignore unknown fields, so nothing need be marked.
 std::optional<double> OptionalNumber(FieldReader& r, const char* key, double min, double max) {
-  if (!r.Has(key)) {
-    r.Number(key, min, max, 0);  // marks it read
-    return std::nullopt;
-  }
+  if (!r.Has(key)) return std::nullopt;
   return r.Number(key, min, max, 0);
 }
 
 std::optional<int64_t> OptionalInt(FieldReader& r, const char* key, int64_t min, int64_t max) {
-  if (!r.Has(key)) {
-    r.Int(key, min, max, 0);
-    return std::nullopt;
-  }
+  if (!r.Has(key)) return std::nullopt;
   return r.Int(key, min, max, 0);
 }
 

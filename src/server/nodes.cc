@@ -266,8 +266,14 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
       if (!life.ok()) return life.status();
       std::vector<std::string> task_nodes;
       for (const Json& a : job->allocation) task_nodes.push_back(a.value("node", ""));
-      const domain::Transition t = domain::lifecycle::Report(*life, node, reports, task_nodes,
-                                                             RestartOf(*job).max_restarts, now);
+      // maxRestarts is only said in a restart's event: most heartbeats report none, and need
+      // not decode the spec.
+      const bool restarted =
+          std::any_of(reports.begin(), reports.end(),
+                      [](const domain::TaskReport& r) { return r.restarts > 0; });
+      const int64_t max_restarts = restarted ? RestartOf(*job).max_restarts : 0;
+      const domain::Transition t =
+          domain::lifecycle::Report(*life, node, reports, task_nodes, max_restarts, now);
       if (t.events.empty()) continue;  // stale or unchanged
       auto e = api::CommitTransition(tx, t, now, &*job);
       if (!e.ok()) return e.status();
