@@ -94,7 +94,13 @@ try {
     const nodes = await api('GET', '/nodes', admin);
     const brief = (nodes.body.items ?? []).map((n) => ({ name: n.name, state: n.state, seen: n.lastHeartbeat,
       util: (n.gpus ?? []).map((g) => g.utilization) }));
-    throw new Error(`${e.message}\njob ${id}: ${JSON.stringify(job.body.status)}\nevents: ${JSON.stringify(events.body.items)}\nnodes: ${JSON.stringify(brief)}\nnow: ${Date.now() / 1000}`);
+    // And what the agents of its nodes said (the end of their logs).
+    const logs = [...new Set((job.body.status?.allocation ?? []).map((a) => a.node))].map((n) => {
+      let text;
+      try { text = readFileSync(join(dataDir, 'agents', `${n}.log`), 'utf8'); } catch (err) { text = String(err); }
+      return `--- agent ${n} ---\n${text.split('\n').slice(-15).join('\n')}`;
+    });
+    throw new Error(`${e.message}\njob ${id}: ${JSON.stringify(job.body.status)}\nevents: ${JSON.stringify(events.body.items)}\nnodes: ${JSON.stringify(brief)}\nnow: ${Date.now() / 1000}\n${logs.join('\n')}`);
   };
   step(`server at ${url}`);
 

@@ -312,6 +312,27 @@ TEST_F(ControlPlane, ADeletedNodeLeavesAndComesBackInPlace) {
   EXPECT_EQ(Rebuilds(), 1);
 }
 
+// A node that registers while the controller builds its state (after it read the store, before
+// it told the agents' side what to run) is followed in place, and its agent is given what is
+// placed there: the build's older list of nodes must not make the node one no agent runs (the
+// dev estate's job that stayed Placed for ever).
+TEST_F(ControlPlane, ANodeRegisteredDuringARebuildIsGivenItsTasks) {
+  Open(Estate(0));
+  Register("n1");
+  ASSERT_TRUE(nodes_->Cordon("n1", "ops", true).ok());
+  hooked_->after_next_read = [&] { Register("n2"); };
+  Round();
+  ASSERT_EQ(hooked_->after_next_read, nullptr);
+  const int64_t id = Submit("p1", {{"gpus", 8}});
+  Rounds();
+  ASSERT_EQ(NodeOf(id), "n2");
+  const Json listed = Heartbeat("n2");
+  ASSERT_EQ(listed.size(), 1u) << listed.dump();
+  EXPECT_EQ(listed[0]["job"], id);
+  Report("n2", "Running");
+  EXPECT_EQ(Phase(id), "Running");
+}
+
 // A project made by an apply takes its jobs at once, in place: one submitted in the same batch
 // of events, and one that waited because its project did not exist yet.
 TEST_F(ControlPlane, ANewProjectTakesItsJobsInPlace) {

@@ -90,6 +90,7 @@ Status NodeService::Load() {
     e.simulated = o.spec.value("simulated", false);
     e.ops = domain::DecodeNodeOps(o.spec);
     e.last_seen = now;
+    address_[o.name] = o.spec.value("address", "");
   }
   loaded_ = true;
   return Status::Ok();
@@ -289,7 +290,10 @@ void NodeService::Reset(const Estate& estate, const std::vector<store::JobRecord
   std::lock_guard<std::mutex> lock(mu_);
   assigned_.clear();
   nodes_of_job_.clear();
-  address_ = estate.agent_address;
+  // Which nodes an agent runs is this service's to know (registrations and deletions come
+  // through it). The estate was built from a read that may be older than a registration since:
+  // its addresses are added, never taken as the whole list.
+  for (const auto& [node, address] : estate.agent_address) address_[node] = address;
   heartbeat_interval_ = estate.heartbeat_interval;
   lost_timeout_ = estate.node_lost_timeout;
   agent_lease_ = estate.agent_lease;

@@ -134,6 +134,7 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   double lost_timeout_ = 30.0;
   double agent_lease_ = domain::AgentTiming{}.agent_lease;  // what agents are told
   double fence_grace_ = domain::AgentTiming{}.fence_grace;
+  // registered node -> its agent's address: set by registrations (and Load), erased by deletions
   std::map<std::string, std::string> address_;
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on
   struct Assigned {

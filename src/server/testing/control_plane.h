@@ -54,8 +54,9 @@ inline std::vector<store::Object> Estate(int pool_nodes) {
   return docs;
 }
 
-// The store as the controller sees it, with a hook that runs once before its next write: what
-// another writer (the API) does between a cycle and its commit.
+// The store as the controller sees it, with hooks that run once: before its next write (what
+// another writer, the API, does between a cycle and its commit), and after its next read (what
+// another writer does between the controller's reading of the state and its use of it).
 class HookedStore final : public store::Store {
  public:
   explicit HookedStore(store::Store* inner) : inner_(inner) {}
@@ -68,11 +69,18 @@ class HookedStore final : public store::Store {
     return inner_->Write(fn);
   }
   base::Status Read(const std::function<base::Status(store::Tx&)>& fn) override {
-    return inner_->Read(fn);
+    base::Status s = inner_->Read(fn);
+    if (after_next_read) {
+      auto hook = std::move(after_next_read);
+      after_next_read = nullptr;
+      hook();
+    }
+    return s;
   }
   int32_t SchemaVersion() const override { return inner_->SchemaVersion(); }
 
   std::function<void()> before_next_write;
+  std::function<void()> after_next_read;
 
  private:
   store::Store* inner_;
