@@ -99,6 +99,7 @@ class ServerProcess {
     return false;
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string url() const {
     return std::string(tls() ? "https" : "http") + "://127.0.0.1:" + std::to_string(port_);
   }

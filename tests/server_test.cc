@@ -888,11 +888,18 @@ TEST_F(ServerTest, HistoryAndUsageShowOnlyWhatTheCallerMaySee) {
   EXPECT_TRUE(Http(*server_, "GET", "/api/v1/history?since=9999999999", admin_).body["at"].empty());
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/history?since=soon", admin_).body["error"]["field"],
             "since");
-  // The newest first, in one page; an unknown order is an error.
+  // The newest first, continuing with older ones; an unknown order is an error.
   Json newest = Http(*server_, "GET", "/api/v1/jobs?order=newest&limit=1", admin_).body;
   ASSERT_EQ(newest["items"].size(), 1u);
   EXPECT_EQ(newest["items"][0]["id"], research_id);
-  EXPECT_TRUE(newest["continue"].is_null());
+  EXPECT_EQ(newest["continue"], research_id);
+  Json older = Http(*server_, "GET",
+                    "/api/v1/jobs?order=newest&limit=1000&continue=" + newest["continue"].dump(),
+                    admin_)
+                   .body;
+  ASSERT_FALSE(older["items"].empty()) << older.dump();
+  for (const Json& j : older["items"]) EXPECT_LT(j["id"].get<int64_t>(), research_id);
+  EXPECT_TRUE(older["continue"].is_null());
   HttpResult sideways = Http(*server_, "GET", "/api/v1/jobs?order=sideways", admin_);
   EXPECT_EQ(sideways.status, 400);
   EXPECT_EQ(sideways.body["error"]["field"], "order");

@@ -25,6 +25,17 @@ void AddServerCommands(CLI::App& app, int* rc) {
   server->add_option("--history-retention", o.history_retention,
                      "seconds of samples kept (in the store)")
       ->capture_default_str();
+  server->add_option("--write-rate", o.write_rate,
+                     "writes a second per token after the burst; then 429 (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  server->add_option("--write-burst", o.write_burst, "writes at once per token")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  server->add_option("--failed-auth-limit", o.failed_auths_per_minute,
+                     "failed authentications a minute per client address; then 429 (0: no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   static bool dev = false;
   server->add_flag("--dev", dev,
                    "a whole hybrid estate on this machine: the example configuration and local "

@@ -222,7 +222,10 @@ int RunBenchApi(ApiBenchFlags f) {
   }
   std::printf(
       "api benchmark: %d clients for %.0f s against %s\n", f.options.clients, f.options.seconds,
-      f.options.server.empty() ? "a server on a fresh SQLite data dir" : f.options.server.c_str());
+      f.options.server.empty()
+          ? "a server on a fresh SQLite data dir (its per-token write limit off: one token drives "
+            "every client)"
+          : f.options.server.c_str());
   std::printf("  durable submissions   %lld (%lld errors)\n",
               static_cast<long long>(r->submissions), static_cast<long long>(r->errors));
   std::printf("  submissions/s         %.0f\n", r->submissions_per_second);

@@ -1,7 +1,9 @@
 // The API's core: routing, authentication, audit, errors, and the cached view of the tenancy.
 #include "api/api.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <set>
 
 #include "api/api_internal.h"
@@ -289,7 +291,12 @@ Api::Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy,
       bus_(bus),
       metrics_(metrics),
       options_(options),
-      audit_(NewAuditState()) {
+      audit_(NewAuditState()),
+      writes_(options.write_rate, options.write_burst),
+      failed_auths_(options.failed_auths_per_minute / 60, options.failed_auths_per_minute) {
+  metrics_->Describe("meridian_api_rate_limited_total", "counter",
+                     "Requests answered 429 by limit: writes (per token) or failed_auth (per "
+                     "client address).");
   metrics_->Describe("meridian_audit_write_failures_total", "counter",
                      "Audit log writes the store refused; their entries are held and retried, "
                      "and logged in full on stderr.");
@@ -396,11 +403,27 @@ void Api::Route(httplib::Server& server, const char* method, const std::string& 
                                                httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
     FlushFailedAuths(false);
-    Call call{req, res, action, {}, false, false, "", "", "", clock_->Now(), nullptr};
+    Call call{req, res, action, {}, false, false, "", "", "", "", clock_->Now(), nullptr};
     try {
-      Status auth = kind == Kind::kPublic ? Status::Ok() : Authenticate(call);
-      if (!auth.ok()) {
+      // An address that keeps failing to authenticate is held off before its tokens are
+      // looked up (a guess costs the store a read and the audit log a count).
+      const double held = kind == Kind::kPublic ? 0 : failed_auths_.Wait(req.remote_addr, call.started);
+      Status auth = kind == Kind::kPublic || held > 0 ? Status::Ok() : Authenticate(call);
+      double wait = 0;
+      if (held > 0) {
+        call.auth_failure = "held off: too many failed authentications";
+        RateLimited(call, "failed_auth", held,
+                    "too many failed authentications from " + req.remote_addr + " (at most " +
+                        base::Decimal(failed_auths_.burst()) + " a minute)");
+      } else if (!auth.ok()) {
+        if (kind != Kind::kPublic) failed_auths_.Take(req.remote_addr, call.started);
         Fail(call, auth);
+      } else if (kind == Kind::kMutate && !call.access.OnlyRunsNodes() &&
+                 (wait = writes_.Take(call.token_id, call.started)) > 0) {
+        RateLimited(call, "writes", wait,
+                    "too many writes with token " + call.token_id + ": at most " +
+                        base::Decimal(writes_.rate()) + " a second after a burst of " +
+                        base::Decimal(writes_.burst()));
       } else {
         handler(call);
       }
@@ -411,8 +434,9 @@ void Api::Route(httplib::Server& server, const char* method, const std::string& 
     if (kind != Kind::kPublic && !call.authenticated) {
       // Counted, not written one by one: a client retrying a bad token must not fill the log.
       CountFailedAuth(call);
-    } else if (kind != Kind::kPublic && ((kind == Kind::kMutate && !call.audited) ||
-                                         res.status == 401 || res.status == 403)) {
+    } else if (kind != Kind::kPublic && res.status != 429 &&
+               ((kind == Kind::kMutate && !call.audited) || res.status == 401 ||
+                res.status == 403)) {
       Audit(call);
     }
     const double seconds =
@@ -426,6 +450,19 @@ void Api::Route(httplib::Server& server, const char* method, const std::string& 
   if (m == "POST") server.Post(pattern, wrapped);
   if (m == "PUT") server.Put(pattern, wrapped);
   if (m == "DELETE") server.Delete(pattern, wrapped);
+}
+
+void Api::RateLimited(Call& call, const std::string& limit, double wait,
+                      const std::string& why) {
+  const int64_t seconds = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(wait)));
+  call.res.set_header("Retry-After", std::to_string(seconds));
+  Fail(call, 429, "rate_limited", why + "; retry in " + std::to_string(seconds) + " s");
+  metrics_->Add("meridian_api_rate_limited_total", {{"limit", limit}}, 1);
+  // A write refused for its rate is audited once a minute per token, not once per refusal.
+  if (limit == "writes" && NoteLimitedOnce(call.token_id, call.started)) {
+    call.audit_message = why;
+    Audit(call);
+  }
 }
 
 Status Api::Authenticate(Call& call) {
@@ -481,6 +518,7 @@ Status Api::Authenticate(Call& call) {
     return invalid;
   }
   auto config = Config();
+  call.token_id = id;
   call.access = Access(token.user, std::move(roles), &config->tenancy);
   call.authenticated = true;
   call.pinned = config;  // the Access points into the view: keep it alive for the call

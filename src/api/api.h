@@ -12,6 +12,7 @@
 
 #include "api/auth.h"
 #include "api/metrics.h"
+#include "api/rate_limit.h"
 #include "base/clock.h"
 #include "base/entropy.h"
 #include "domain/documents.h"
@@ -195,7 +196,17 @@ struct ApiOptions {
   // of a user with the metrics role, unless this is set (`server --dev`, which says so).
   bool open_metrics = false;
   int32_t max_page = 1000;
+  // One listing's answer stops at the item that takes it past this many bytes (of its records'
+  // JSON), and says where to continue: a page of large specs costs bounded memory.
+  size_t max_answer_bytes = 8 << 20;
   double watch_timeout = 30;  // long polls and server-sent event streams end after this long
+  // Writes per token: `write_burst` at once, then `write_rate` a second (0: no limit); node
+  // agents' identities are not limited. Failed authentications per client address: past
+  // `failed_auths_per_minute` at once, one a second (0: no limit). Both answer 429 with
+  // Retry-After.
+  double write_rate = 50;
+  double write_burst = 500;
+  double failed_auths_per_minute = 60;
 };
 
 // The JSON API under /api/v1, plus /healthz and /metrics. Every /api/v1 call is authenticated
@@ -230,6 +241,10 @@ class Api {
   void Route(httplib::Server& server, const char* method, const std::string& pattern,
              const std::string& action, Kind kind, Handler handler);
   base::Status Authenticate(Call& call);
+  // Answers 429 with Retry-After (`limit` names the limit in the metric).
+  void RateLimited(Call& call, const std::string& limit, double wait, const std::string& why);
+  // Whether this is the first refusal of `token` in the minute of `now` (audit_writer.cc).
+  bool NoteLimitedOnce(const std::string& token, double now);
   void Audit(Call& call);
   // Writes an audit entry, with any that failed before; one that fails is logged, counted and
   // kept to be retried with the next (audit_writer.cc).
@@ -315,6 +330,8 @@ class Api {
   NodeOperations* node_ops_ = nullptr;
 
   std::shared_ptr<AuditState> audit_;  // shared_ptr: its type is complete only there
+  RateLimiter writes_;        // by token id
+  RateLimiter failed_auths_;  // by client address
 
   std::mutex config_mu_;
   std::shared_ptr<const ConfigView> config_;

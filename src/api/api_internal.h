@@ -22,6 +22,7 @@ struct Api::Call {
   std::string project;   // the project touched, for the audit log
   std::string audit_message;
   std::string auth_failure;  // why authentication failed, for the audit log only
+  std::string token_id;      // the id of the token it authenticated with
   double started = 0;
   std::shared_ptr<const void> pinned;  // what `access` points into
 

@@ -90,12 +90,16 @@ void Api::ListJobs(Call& call) {
   auto after = IntParam(call, "continue", 0, 0, INT64_MAX);
   if (!after) return;
   filter.limit = static_cast<int32_t>(*limit);
-  filter.after_id = *after;
   filter.phases = CommaList(call.req.get_param_value("phase"));
   filter.user = call.req.get_param_value("user");
   auto newest = NewestFirst(call);
   if (!newest) return;
   filter.newest_first = *newest;
+  // Oldest first, a page continues after the last id it listed; newest first, before it.
+  (filter.newest_first ? filter.before_id : filter.after_id) = *after;
+  bool ended_by_bytes = false;
+  filter.max_bytes = options_.max_answer_bytes;
+  filter.ended_by_bytes = &ended_by_bytes;
   auto config = Config();
   std::vector<std::string> wanted = CommaList(call.req.get_param_value("project"));
   for (const std::string& p : wanted) {
@@ -113,8 +117,8 @@ void Api::ListJobs(Call& call) {
   auto jobs_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListJobs(filter); });
   if (!jobs_read.ok()) return Fail(call, jobs_read.status());
   std::vector<store::JobRecord> jobs = std::move(jobs_read.value());
-  // Pages continue in id order; the newest first is one page.
-  Json next = jobs.size() == static_cast<size_t>(filter.limit) && !filter.newest_first
+  // A full page, or one the byte bound ended, continues from its last job.
+  Json next = !jobs.empty() && (jobs.size() == static_cast<size_t>(filter.limit) || ended_by_bytes)
                   ? Json(jobs.back().id)
                   : Json();
   Json items = Json::array();

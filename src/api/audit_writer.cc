@@ -47,6 +47,7 @@ struct Api::AuditState {
   std::mutex auth_mu;
   std::map<std::pair<int64_t, std::string>, Failures> failed;  // by (minute, address)
   std::atomic<int64_t> oldest_minute{INT64_MAX};
+  std::map<std::string, int64_t> limited;  // token id -> the last minute a refusal was audited
 };
 
 std::shared_ptr<Api::AuditState> NewAuditState() { return std::make_shared<Api::AuditState>(); }
@@ -89,6 +90,17 @@ void Api::WriteAudit(store::AuditEntry entry) {
 }
 
 size_t Api::PendingAudit() { return audit_->held_count.load(); }
+
+bool Api::NoteLimitedOnce(const std::string& token, double now) {
+  AuditState& st = *audit_;
+  const int64_t minute = static_cast<int64_t>(now / 60);
+  std::lock_guard<std::mutex> lock(st.auth_mu);
+  if (st.limited.size() >= kMaxAddresses) st.limited.clear();  // tokens are few; a bound anyway
+  auto [it, fresh] = st.limited.emplace(token, minute);
+  if (!fresh && it->second == minute) return false;
+  it->second = minute;
+  return true;
+}
 
 void Api::CountFailedAuth(const Call& call) {
   AuditState& st = *audit_;

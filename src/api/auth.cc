@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
+
 namespace meridian::api {
 
 NewToken GenerateToken(base::Entropy& entropy) {
@@ -225,6 +227,12 @@ bool Access::Bootstraps() const {
     if (b.role == Role::kAdmin || b.role == Role::kAgent) return true;
   }
   return false;
+}
+
+bool Access::OnlyRunsNodes() const {
+  return !roles_.empty() && std::all_of(roles_.begin(), roles_.end(), [](const RoleBinding& b) {
+    return b.role == Role::kAgent || b.role == Role::kNode;
+  });
 }
 
 bool Access::ActsFor(const std::string& node) const {

@@ -99,6 +99,9 @@ class Access {
   bool RunsNodes() const;
   // Registers a new node with a bootstrap identity: agents and admins.
   bool Bootstraps() const;
+  // A node agent's identity (a bootstrap token or a node's credential) and nothing more: what
+  // agents do is bounded by the protocol, not by the per-token write rate.
+  bool OnlyRunsNodes() const;
   // Heartbeats, reports and uploads output for `node`: its own credential, or an admin.
   bool ActsFor(const std::string& node) const;
   // The node a node credential is bound to; empty for every other identity.

@@ -1,6 +1,7 @@
 #include "base/strings.h"
 
 #include <charconv>
+#include <cstdio>
 
 namespace meridian::base {
 
@@ -35,6 +36,12 @@ bool ParseInt64(std::string_view text, long long* out) {
   if (*first == '+') ++first;
   auto [ptr, ec] = std::from_chars(first, text.data() + text.size(), *out);
   return ec == std::errc() && ptr == text.data() + text.size();
+}
+
+std::string Decimal(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
 }
 
 }  // namespace meridian::base

@@ -56,7 +56,8 @@ base::Result<ApiBenchResult> RunApiBench(const ApiBenchOptions& o,
   std::string token = o.token;
   std::string project = o.project;
   if (o.server.empty()) {
-    auto s = StartServer(o.binary);
+    // One token drives every client: the per-token write limit would be what is measured.
+    auto s = StartServer(o.binary, {"--write-rate", "0"});
     if (!s.ok()) return s.status();
     owned = std::move(s.value());
     port = owned->port;

@@ -60,7 +60,8 @@ void OwnedServer::Usage(double* cpu_seconds, double* rss_mib) const {
   }
 }
 
-base::Result<std::unique_ptr<OwnedServer>> StartServer(const std::string& binary) {
+base::Result<std::unique_ptr<OwnedServer>> StartServer(const std::string& binary,
+                                                       const std::vector<std::string>& flags) {
   auto s = std::make_unique<OwnedServer>();
   const char* tmp = std::getenv("TMPDIR");
   std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/meridian-bench-XXXXXX";
@@ -73,8 +74,13 @@ base::Result<std::unique_ptr<OwnedServer>> StartServer(const std::string& binary
     const std::string data = s->dir + "/data";
     const std::string log = s->dir + "/server.log";
     std::freopen(log.c_str(), "w", stderr);
-    execl(binary.c_str(), binary.c_str(), "server", "--data-dir", data.c_str(), "--listen",
-          "127.0.0.1:0", "--port-file", port_file.c_str(), static_cast<char*>(nullptr));
+    std::vector<std::string> args = {binary,        "server",      "--data-dir", data,
+                                     "--listen",    "127.0.0.1:0", "--port-file", port_file};
+    args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
     _exit(127);
   }
   const auto deadline = Clock::now() + std::chrono::seconds(20);

@@ -43,8 +43,10 @@ metadata: {name: onprem}
 spec: {type: on-prem}
 )";
 
-// Starts `binary server` on a free loopback port and waits until it has bound it.
-base::Result<std::unique_ptr<OwnedServer>> StartServer(const std::string& binary);
+// Starts `binary server` on a free loopback port, with `flags` after its own, and waits until
+// it has bound it.
+base::Result<std::unique_ptr<OwnedServer>> StartServer(const std::string& binary,
+                                                       const std::vector<std::string>& flags = {});
 
 // The q-quantile (0..1) of `v`, reordering it; 0 when empty.
 double Percentile(std::vector<double>& v, double q);

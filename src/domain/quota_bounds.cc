@@ -1,7 +1,8 @@
 #include "domain/quota_bounds.h"
 
-#include <cstdio>
 #include <map>
+
+#include "base/strings.h"
 
 namespace meridian::domain {
 
@@ -17,11 +18,7 @@ struct Entry {
   double limit = -1;  // < 0: none
 };
 
-std::string Gpus(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return std::string(buf) + (v == 1 ? " GPU" : " GPUs");
-}
+std::string Gpus(double v) { return base::Decimal(v) + (v == 1 ? " GPU" : " GPUs"); }
 
 std::string ModelText(const std::string& model) { return model.empty() ? "any model" : model; }
 

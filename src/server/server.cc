@@ -252,6 +252,9 @@ Status RunServer(const ServerOptions& o) {
   api::LogStore logs(o.data_dir + "/logs");
   api::ApiOptions api_options;
   api_options.open_metrics = o.open_metrics;
+  api_options.write_rate = o.write_rate;
+  api_options.write_burst = o.write_burst;
+  api_options.failed_auths_per_minute = o.failed_auths_per_minute;
   api::Api api(&store, &clock, &entropy, &controller, &bus, &metrics, api_options);
   // The estate's GPUs, nodes and job outcomes, computed when /metrics is scraped.
   TelemetryMetrics telemetry(&store, &controller, &nodes);

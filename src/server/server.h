@@ -21,6 +21,11 @@ struct ServerOptions {
   // /metrics without a token (`server --dev` only; the start-up log says so). Otherwise it needs
   // a token of an admin or of a user with the metrics role.
   bool open_metrics = false;
+  // Per-token writes (a burst, then a rate a second) and failed authentications per client
+  // address a minute, past which requests answer 429 (api::ApiOptions; 0 turns a limit off).
+  double write_rate = 50;
+  double write_burst = 500;
+  double failed_auths_per_minute = 60;
   // Called on its own thread once the server serves, with its URL and the admin token (empty
   // when the data dir existed before and its token file is gone); used by `server --dev`.
   std::function<void(const std::string& url, const std::string& admin_token)> on_ready;

@@ -53,8 +53,14 @@ struct JobFilter {
   std::vector<std::string> phases;    // empty: every phase
   std::string user;                   // empty: every user
   int64_t after_id = 0;               // pagination: ids greater than this
+  int64_t before_id = 0;              // and, when not 0, less than this (newest first)
   int32_t limit = 100;
   bool newest_first = false;  // the newest `limit` jobs, newest first
+  // When not 0, the list ends with the job that brings the bytes of the jobs' specs,
+  // allocations and statuses to this many or more (at least one job is listed): fewer than
+  // `limit` jobs, then, while more match.
+  size_t max_bytes = 0;
+  bool* ended_by_bytes = nullptr;  // when given: set to whether max_bytes ended the list
 };
 
 struct Event {

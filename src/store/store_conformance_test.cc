@@ -229,6 +229,20 @@ TEST_P(StoreConformance, JobsFilterPaginateAndUpdateWithVersions) {
                     EXPECT_EQ(newest->size(), 2u);
                     EXPECT_EQ(newest->front().id, 5);
                     EXPECT_EQ(newest->back().id, 4);
+                    f.before_id = newest->back().id;  // the next page, newest first
+                    auto older = tx.ListJobs(f);
+                    EXPECT_EQ(older->size(), 2u);
+                    EXPECT_EQ(older->empty() ? 0 : older->front().id, 3);
+                    // A byte bound ends the list at the job that reaches it, and says so.
+                    f = {};
+                    bool ended = false;
+                    f.ended_by_bytes = &ended;
+                    f.max_bytes = 1;
+                    EXPECT_EQ(tx.ListJobs(f)->size(), 1u);
+                    EXPECT_TRUE(ended);
+                    f.max_bytes = 1 << 20;
+                    EXPECT_EQ(tx.ListJobs(f)->size(), 5u);
+                    EXPECT_FALSE(ended);
                     return Status::Ok();
                   })
                   .ok());

@@ -177,6 +177,7 @@ class Query {
              : std::string();
   }
   int64_t Int(int i) const { return sqlite3_column_int64(stmt_, i); }
+  size_t Bytes(int i) const { return static_cast<size_t>(sqlite3_column_bytes(stmt_, i)); }
   double Real(int i) const { return sqlite3_column_double(stmt_, i); }
   Json JsonAt(int i) const { return Json::parse(Text(i), nullptr, false); }
 
@@ -274,18 +275,29 @@ class SqliteTx final : public Tx {
 
   Result<std::vector<JobRecord>> ListJobs(const JobFilter& f) override {
     std::string sql = std::string(kJobColumns) + " WHERE id > ?";
+    if (f.before_id > 0) sql += " AND id < ?";
     if (!f.projects.empty()) sql += " AND project IN (" + Placeholders(f.projects.size()) + ")";
     if (!f.phases.empty()) sql += " AND phase IN (" + Placeholders(f.phases.size()) + ")";
     if (!f.user.empty()) sql += " AND user = ?";
     sql += f.newest_first ? " ORDER BY id DESC LIMIT ?" : " ORDER BY id LIMIT ?";
     Query q(c_, sql);
     q.Bind(f.after_id);
+    if (f.before_id > 0) q.Bind(f.before_id);
     for (const std::string& p : f.projects) q.Bind(p);
     for (const std::string& p : f.phases) q.Bind(p);
     if (!f.user.empty()) q.Bind(f.user);
     q.Bind(static_cast<int64_t>(f.limit));
     std::vector<JobRecord> out;
-    while (q.Next()) out.push_back(JobAt(q));
+    size_t bytes = 0;
+    while (q.Next()) {
+      for (int column : {4, 7, 12}) bytes += q.Bytes(column);  // spec, allocation, status
+      out.push_back(JobAt(q));
+      if (f.max_bytes > 0 && bytes >= f.max_bytes) break;
+    }
+    if (f.ended_by_bytes) {
+      *f.ended_by_bytes = f.max_bytes > 0 && bytes >= f.max_bytes &&
+                          out.size() < static_cast<size_t>(f.limit);
+    }
     if (!q.status().ok()) return q.status();
     return out;
   }

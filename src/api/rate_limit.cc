@@ -1,0 +1,69 @@
+#include "api/rate_limit.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace meridian::api {
+
+namespace {
+// A bucket that holds one request, but for the rounding of its refills.
+constexpr double kOne = 1 - 1e-9;
+}  // namespace
+
+RateLimiter::RateLimiter(double rate, double burst, size_t max_keys)
+    : rate_(std::max(0.0, rate)),
+      burst_(std::max(1.0, burst)),
+      max_keys_(std::max<size_t>(1, max_keys)) {}
+
+RateLimiter::Bucket& RateLimiter::Refilled(const std::string& key, double now) {
+  auto it = buckets_.find(key);
+  if (it == buckets_.end()) {
+    if (buckets_.size() >= max_keys_) Forget(now);
+    it = buckets_.emplace(key, Bucket{burst_, now}).first;
+  }
+  Bucket& b = it->second;
+  if (now > b.at) {
+    b.level = std::min(burst_, b.level + (now - b.at) * rate_);
+    b.at = now;
+  }
+  return b;
+}
+
+void RateLimiter::Forget(double now) {
+  for (auto it = buckets_.begin(); it != buckets_.end();) {
+    const Bucket& b = it->second;
+    const bool full = b.level + (now - b.at) * rate_ >= burst_;
+    it = full ? buckets_.erase(it) : std::next(it);
+  }
+  if (buckets_.size() < max_keys_) return;
+  // Still full of live buckets: the least recently touched half goes (they may come back with
+  // a fresh bucket; an attacker with that many keys is held by the per-address limit).
+  std::vector<std::pair<double, std::string>> by_age;
+  by_age.reserve(buckets_.size());
+  for (const auto& [key, b] : buckets_) by_age.emplace_back(b.at, key);
+  std::sort(by_age.begin(), by_age.end());
+  for (size_t i = 0; i < by_age.size() / 2 + 1 && i < by_age.size(); ++i) {
+    buckets_.erase(by_age[i].second);
+  }
+}
+
+double RateLimiter::Take(const std::string& key, double now) {
+  if (!on()) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  Bucket& b = Refilled(key, now);
+  if (b.level >= kOne) {
+    b.level = std::max(0.0, b.level - 1);
+    return 0;
+  }
+  return (1 - b.level) / rate_;
+}
+
+double RateLimiter::Wait(const std::string& key, double now) {
+  if (!on()) return 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!buckets_.count(key)) return 0;
+  const Bucket& b = Refilled(key, now);
+  return b.level >= kOne ? 0 : (1 - b.level) / rate_;
+}
+
+}  // namespace meridian::api

@@ -1,0 +1,43 @@
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace meridian::api {
+
+// Token buckets by key (a token's id, a client's address): each holds up to `burst` requests
+// and refills at `rate` per second. A rate of 0 turns the limiter off. At most `max_keys` are
+// remembered: past that, the buckets that have refilled (as good as new) are forgotten first,
+// then the ones touched longest ago. Thread-safe.
+class RateLimiter {
+ public:
+  RateLimiter(double rate, double burst, size_t max_keys = 100000);
+
+  // Takes one request from `key`'s bucket at time `now` (seconds). Returns 0 when it was
+  // allowed; otherwise the seconds until the bucket holds one again (nothing is taken).
+  double Take(const std::string& key, double now);
+  // The same answer as Take, taking nothing: whether `key` is out of requests now.
+  double Wait(const std::string& key, double now);
+
+  bool on() const { return rate_ > 0; }
+  double rate() const { return rate_; }
+  double burst() const { return burst_; }
+
+ private:
+  struct Bucket {
+    double level = 0;  // requests it holds
+    double at = 0;     // when `level` was last brought up to date
+  };
+  Bucket& Refilled(const std::string& key, double now);
+  void Forget(double now);
+
+  const double rate_;
+  const double burst_;
+  const size_t max_keys_;
+  std::mutex mu_;
+  std::map<std::string, Bucket> buckets_;
+};
+
+}  // namespace meridian::api
