@@ -55,10 +55,13 @@ base::Result<std::vector<TraceNode>> ParseAlibabaNodes(std::string_view text,
 base::Result<std::vector<TraceTask>> ParseAlibabaTasks(std::string_view text,
                                                        std::string_view file) {
   CsvTable t(text, file);
-  base::Status s =
-      t.ReadHeader({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos",
-                    "pod_phase", "creation_time", "deletion_time", "scheduled_time"});
+  // The task lists come in two schemas: the full one, and one of only the first five columns.
+  // What the short one lacks takes the defaults of TraceTask (any GPU model, no times).
+  base::Status s = t.ReadHeader({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"});
   if (!s.ok()) return s;
+  auto text_of = [&t](const std::string& column) {
+    return t.Has(column) ? t.Field(column) : std::string_view();
+  };
   std::vector<TraceTask> out;
   const long long kUnset = -1;
   while (t.NextLine()) {
@@ -86,20 +89,26 @@ base::Result<std::vector<TraceTask>> ParseAlibabaTasks(std::string_view text,
       return t.Error(t.line_no(), t.Column("gpu_milli"),
                      "gpu_milli: a task with GPUs must take a share of them");
     }
-    std::string_view spec = t.Field("gpu_spec");
+    std::string_view spec = text_of("gpu_spec");
     if (!spec.empty()) {
       for (std::string_view m : base::Split(spec, '|')) {
         if (!m.empty()) k.gpu_spec.emplace_back(m);
       }
     }
-    k.qos = std::string(t.Field("qos"));
-    k.phase = std::string(t.Field("pod_phase"));
-    if (s = t.Int("creation_time", 0, kMaxInt, &v); !s.ok()) return s;
-    k.creation_time = v;
-    if (s = t.Int("deletion_time", 0, kMaxInt, &v, &kUnset); !s.ok()) return s;
-    k.deletion_time = v;
-    if (s = t.Int("scheduled_time", 0, kMaxInt, &v, &kUnset); !s.ok()) return s;
-    k.scheduled_time = v;
+    k.qos = std::string(text_of("qos"));
+    k.phase = std::string(text_of("pod_phase"));
+    if (t.Has("creation_time")) {
+      if (s = t.Int("creation_time", 0, kMaxInt, &v); !s.ok()) return s;
+      k.creation_time = v;
+    }
+    if (t.Has("deletion_time")) {
+      if (s = t.Int("deletion_time", 0, kMaxInt, &v, &kUnset); !s.ok()) return s;
+      k.deletion_time = v;
+    }
+    if (t.Has("scheduled_time")) {
+      if (s = t.Int("scheduled_time", 0, kMaxInt, &v, &kUnset); !s.ok()) return s;
+      k.scheduled_time = v;
+    }
     out.push_back(std::move(k));
   }
   if (out.empty()) return t.Error(t.line_no() + 1, 1, "no tasks after the header");

@@ -45,6 +45,39 @@ TEST(AlibabaTrace, ParsesNodesAndTasks) {
   EXPECT_EQ(specs[2].gpu_kind, sched::GpuKind::kNone);
 }
 
+// The short schema of the same family: the first five columns only. The rest take their
+// defaults (any model, no QoS, no times), and the FGD protocol runs on it.
+TEST(AlibabaTrace, ReadsTheFiveColumnSchema) {
+  const char* short_tasks =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+      "t0,4000,8192,1,500\n"
+      "t1,8000,16384,2,1000\n"
+      "t2,2000,4096,0,0\n";
+  auto tasks = ParseAlibabaTasks(short_tasks, "short.csv");
+  ASSERT_TRUE(tasks.ok()) << tasks.status().message();
+  ASSERT_EQ(tasks->size(), 3u);
+  EXPECT_TRUE((*tasks)[1].gpu_spec.empty());
+  EXPECT_EQ((*tasks)[1].num_gpu, 2);
+  EXPECT_EQ((*tasks)[0].creation_time, 0);
+  EXPECT_EQ((*tasks)[0].deletion_time, -1);
+  EXPECT_EQ((*tasks)[2].qos, "");
+  auto nodes = ParseAlibabaNodes(kNodes, "nodes.csv");
+  ASSERT_TRUE(nodes.ok());
+  auto snap = SnapshotFromTrace(*nodes);
+  ASSERT_TRUE(snap.ok());
+  auto specs = TasksFromTrace(*tasks, *snap);
+  EXPECT_EQ(specs[1].gpu_kind, sched::GpuKind::kWhole);
+  EXPECT_EQ(specs[1].allowed_models, sched::kAll);
+  // Errors still name file, line and column, in either schema.
+  auto bad = ParseAlibabaTasks("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nt0,4000,8192,x,0\n",
+                               "short.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "short.csv:2:14: num_gpu: expected an integer, found \"x\"");
+  auto missing = ParseAlibabaTasks("name,cpu_milli,memory_mib,num_gpu\nt0,4000,8192,1\n", "x.csv");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(), "x.csv:1:1: missing column \"gpu_milli\"");
+}
+
 TEST(AlibabaTrace, ErrorsNameFileLineAndColumn) {
   struct Case {
     const char* text;
