@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include "base/testing/temp_dir.h"
 #include "store/sqlite/sqlite_store.h"
@@ -55,19 +56,36 @@ spec: {project: research, guaranteedGpus: 4, limitGpus: 8}
 
 // The paths of docs/openapi.yaml, with their parameters filled in ({id}: `job`), except the
 // watch stream (30 s; WatchStreamsEventsAsTheyHappen has it).
+// Every path of docs/openapi.yaml, its parameters filled in; a `{kind}` path once for each kind
+// the document's enum of kinds lists (the plural the API serves).
 std::vector<std::string> DocumentedPaths(const std::string& job) {
   std::ifstream in(std::string(MERIDIAN_SOURCE_DIR) + "/docs/openapi.yaml");
   std::string line;
-  std::vector<std::string> paths;
+  std::vector<std::string> templates, kinds;
   bool in_paths = false;
   while (std::getline(in, line)) {
     if (line == "paths:") in_paths = true;
     if (line == "components:") in_paths = false;
     if (in_paths && line.size() > 3 && line.rfind("  /", 0) == 0 && line.back() == ':') {
-      std::string p = line.substr(2, line.size() - 3);
-      if (p == "/api/v1/watch") continue;
+      templates.push_back(line.substr(2, line.size() - 3));
+    }
+    const std::string kEnum = "enum: [organizations";
+    if (size_t at = line.find(kEnum); at != std::string::npos && kinds.empty()) {
+      std::stringstream list(line.substr(at + 7, line.find(']', at) - at - 7));
+      for (std::string k; std::getline(list, k, ',');) {
+        kinds.push_back(k.substr(k.find_first_not_of(' ')));
+      }
+    }
+  }
+  EXPECT_GE(kinds.size(), 8u) << "the enum of kinds in docs/openapi.yaml";
+  std::vector<std::string> paths;
+  for (const std::string& t : templates) {
+    if (t == "/api/v1/watch") continue;
+    const bool of_kinds = t.find("{kind}") != std::string::npos;
+    for (const std::string& kind : of_kinds ? kinds : std::vector<std::string>{""}) {
+      std::string p = t;
       for (const auto& [param, value] : std::vector<std::pair<std::string, std::string>>{
-               {"{id}", job}, {"{number}", "1"}, {"{kind}", "projects"}, {"{name}", "x"}}) {
+               {"{id}", job}, {"{number}", "1"}, {"{kind}", kind}, {"{name}", "x"}}) {
         if (size_t at = p.find(param); at != std::string::npos) p.replace(at, param.size(), value);
       }
       paths.push_back(p);
@@ -1144,6 +1162,61 @@ TEST_F(ServerTest, CliExitCodesAndMessages) {
   EXPECT_EQ(file.code, 2);
   EXPECT_NE(file.output.find("job.yaml:4:3: spec.gpuz: unknown field"), std::string::npos)
       << file.output;
+}
+
+// Issue 19's wrong answers, each asked as a kubectl user would: the CLI answers what was asked
+// or says why not, with the documented exit code.
+TEST_F(ServerTest, TheCliAnswersWhatWasAsked) {
+  ApplyEstate();
+  CliResult classes = Run("get priorityclasses");
+  EXPECT_EQ(classes.code, 0) << classes.output;
+  EXPECT_NE(classes.output.find("high"), std::string::npos) << classes.output;
+  // The node named, not the first one listed.
+  const Json nodes = Http(*server_, "GET", "/api/v1/nodes", admin_).body["items"];
+  ASSERT_GE(nodes.size(), 2u);
+  const std::string second = nodes[1]["name"];
+  CliResult node = Run("get node " + second + " -o json");
+  ASSERT_EQ(node.code, 0) << node.output;
+  EXPECT_EQ(Json::parse(node.output, nullptr, false).value("name", ""), second) << node.output;
+  CliResult described = Run("describe node " + second);
+  EXPECT_EQ(described.code, 0) << described.output;
+  EXPECT_NE(described.output.find(second), std::string::npos) << described.output;
+  EXPECT_EQ(Run("get node no-such-node").code, 5);
+  EXPECT_EQ(Run("get user nobody").code, 5);
+  CliResult admin_user = Run("get user admin -o json");
+  EXPECT_EQ(admin_user.code, 0) << admin_user.output;
+  // A job is named by its number.
+  CliResult word = Run("get job abc");
+  EXPECT_EQ(word.code, 2);
+  EXPECT_NE(word.output.find("a job is named by its id"), std::string::npos) << word.output;
+  // Times in YAML keep their digits.
+  const int64_t older = Submit("vision", 1).body["id"];
+  const int64_t newer = Submit("vision", 1).body["id"];
+  CliResult yaml = Run("get job " + std::to_string(newer) + " -o yaml");
+  ASSERT_EQ(yaml.code, 0) << yaml.output;
+  EXPECT_EQ(yaml.output.find("e+09"), std::string::npos) << yaml.output;
+  const double submitted = Job(newer)["status"]["submittedAt"];
+  EXPECT_NE(yaml.output.find("submittedAt: " + std::to_string(static_cast<int64_t>(submitted))),
+            std::string::npos)
+      << yaml.output;
+  // A query value is one value, and a phase that does not exist is an error, not an empty list.
+  CliResult injected = Run("get jobs --user 'admin&phase=Failed' -o json");
+  ASSERT_EQ(injected.code, 0) << injected.output;
+  EXPECT_TRUE(Json::parse(injected.output)["items"].empty()) << injected.output;
+  CliResult typo = Run("get jobs --phase Runing");
+  EXPECT_EQ(typo.code, 2);
+  EXPECT_NE(typo.output.find("phase: \"Runing\" is not a phase"), std::string::npos) << typo.output;
+  // The newest first.
+  CliResult listed = Run("get jobs -o json");
+  ASSERT_EQ(listed.code, 0) << listed.output;
+  const Json items = Json::parse(listed.output)["items"];
+  ASSERT_GE(items.size(), 2u);
+  EXPECT_EQ(items[0]["id"], newer);
+  EXPECT_EQ(items[1]["id"], older);
+  // Bad flags exit 2, as documented, and --help 0.
+  EXPECT_EQ(Run("get jobs --no-such-flag").code, 2);
+  EXPECT_EQ(Run("get jobs --limit many").code, 2);
+  EXPECT_EQ(Run("--help").code, 0);
 }
 
 TEST_F(ServerTest, EveryPathOfTheOpenApiDocumentIsServed) {

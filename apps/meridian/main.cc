@@ -16,7 +16,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; any other bad command line 2, as the user guide says (CLI11
+    // numbers its errors from 100).
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   }
   return rc;
 }

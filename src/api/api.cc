@@ -279,7 +279,9 @@ Json EventToJson(const store::Event& e) {
 std::string Plural(const std::string& kind) {
   std::string p;
   for (char c : kind) p.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  return p == "policy" ? "policies" : p + "s";
+  if (!p.empty() && p.back() == 'y') return p.substr(0, p.size() - 1) + "ies";  // policies
+  if (!p.empty() && p.back() == 's') return p + "es";                            // priorityclasses
+  return p + "s";
 }
 
 Api::Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy,
@@ -331,6 +333,7 @@ void Api::Register(httplib::Server& server) {
   Route(server, "GET", v1 + "/events", "events.list", Kind::kRead, bind(&Api::ListEvents));
   Route(server, "GET", v1 + "/watch", "events.watch", Kind::kRead, bind(&Api::Watch));
   Route(server, "GET", v1 + "/nodes", "nodes.list", Kind::kRead, bind(&Api::Nodes));
+  Route(server, "GET", v1 + "/nodes/([^/]+)", "nodes.get", Kind::kRead, bind(&Api::GetNode));
   Route(server, "POST", v1 + "/nodes/([^/]+)/cordon", "nodes.cordon", Kind::kMutate,
         [this](Call& c) { CordonNode(c, true); });
   Route(server, "POST", v1 + "/nodes/([^/]+)/uncordon", "nodes.uncordon", Kind::kMutate,

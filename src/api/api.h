@@ -265,6 +265,8 @@ class Api {
   void ListEvents(Call& call);
   void Watch(Call& call);
   void Nodes(Call& call);
+  void GetNode(Call& call);
+  Json NodeRows();  // every node of the estate, with what operators asked of it
   // /healthz and /metrics (api_estate.cc).
   void Health(Call& call);
   void ServeMetrics(Call& call);

@@ -97,7 +97,7 @@ void Api::ServeMetrics(Call& call) {
   call.res.set_content(metrics_->Render(), "text/plain; version=0.0.4");
 }
 
-void Api::Nodes(Call& call) {
+Json Api::NodeRows() {
   Json items = hooks_->Nodes();
   // What operators asked of each registered node: cordoned, draining or drained.
   for (Json& row : items) {
@@ -106,7 +106,17 @@ void Api::Nodes(Call& call) {
     if (!ops.is_object()) continue;
     for (const char* k : {"cordoned", "drain", "scheduling"}) row[k] = ops[k];
   }
-  Respond(call, 200, {{"items", std::move(items)}});
+  return items;
+}
+
+void Api::Nodes(Call& call) { Respond(call, 200, {{"items", NodeRows()}}); }
+
+void Api::GetNode(Call& call) {
+  const std::string name = call.Arg(1);
+  for (Json& row : NodeRows()) {
+    if (row.value("name", "") == name) return Respond(call, 200, row);
+  }
+  Fail(call, 404, "not_found", "node \"" + name + "\" not found");
 }
 
 void Api::Usage(Call& call) {

@@ -6,6 +6,7 @@
 #include "api/job_life.h"
 #include "api/job_mentions.h"
 #include "base/strings.h"
+#include "domain/lifecycle.h"
 
 namespace meridian::api {
 
@@ -91,6 +92,15 @@ void Api::ListJobs(Call& call) {
   if (!after) return;
   filter.limit = static_cast<int32_t>(*limit);
   filter.phases = CommaList(call.req.get_param_value("phase"));
+  for (const std::string& phase : filter.phases) {
+    if (!domain::ParsePhase(phase)) {
+      return Fail(call, 400, "invalid_argument",
+                  "phase: \"" + phase +
+                      "\" is not a phase (Pending, Placed, Running, Stopping, Succeeded, Failed, "
+                      "Cancelled)",
+                  "phase");
+    }
+  }
   filter.user = call.req.get_param_value("user");
   auto newest = NewestFirst(call);
   if (!newest) return;
@@ -247,6 +257,9 @@ void Api::JobEvents(Call& call) {
   f.object_kind = "Job";
   f.object_name = std::to_string(job->id);
   f.limit = options_.max_page;
+  auto newest = NewestFirst(call);
+  if (!newest) return;
+  f.newest_first = *newest;
   auto events_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListEvents(f); });
   if (!events_read.ok()) return Fail(call, events_read.status());
   std::vector<store::Event> events = std::move(events_read.value());
@@ -278,9 +291,12 @@ void Api::ListEvents(Call& call) {
   if (!limit) return;
   auto wait = IntParam(call, "wait", 0, 0, static_cast<int64_t>(options_.watch_timeout));
   if (!wait) return;
+  auto newest = NewestFirst(call);
+  if (!newest) return;
   store::EventFilter f = VisibleEvents(call.access, Config()->projects);
   f.after_seq = *after;
   f.limit = static_cast<int32_t>(*limit);
+  f.newest_first = *newest;
   if (latest) {
     auto seq = store::ReadValue(*store_, [](store::Tx& tx) { return tx.LatestEventSeq(); });
     if (!seq.ok()) return Fail(call, seq.status());
@@ -308,7 +324,8 @@ void Api::ListEvents(Call& call) {
   Json items = Json::array();
   for (const store::Event& e : events) items.push_back(EventToJson(e));
   JobMentions(call.access, store_).Hide(&items);
-  const int64_t last = events.empty() ? f.after_seq : events.back().seq;
+  const int64_t last =
+      events.empty() ? f.after_seq : std::max(events.front().seq, events.back().seq);
   Respond(call, 200, {{"items", std::move(items)}, {"last", last}});
 }
 

@@ -21,6 +21,8 @@ YAML::Node ToNode(const Json& v) {
     n = v.get<std::string>();
   } else if (v.is_null()) {
     n = YAML::Node(YAML::NodeType::Null);
+  } else if (v.is_number_float()) {
+    n = v.dump();  // every digit, as JSON has it: a time is not 1.79611e+09
   } else {
     n = Num(v);
   }

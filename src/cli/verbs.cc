@@ -9,6 +9,9 @@
 #include <sstream>
 #include <thread>
 
+#include <httplib.h>
+
+#include "base/strings.h"
 #include "cli/output.h"
 #include "domain/documents.h"
 
@@ -44,13 +47,24 @@ void PrintStructured(Context& c, const Json& value) {
   }
 }
 
-std::string Query(const std::vector<std::pair<std::string, std::string>>& params) {
-  std::string q;
+// `path` with the non-empty parameters as its query, each value encoded (a user named
+// "a&phase=Failed" is one value).
+std::string WithQuery(const std::string& path,
+                      const std::vector<std::pair<std::string, std::string>>& params) {
+  httplib::Params given;
   for (const auto& [k, v] : params) {
-    if (v.empty()) continue;
-    q += (q.empty() ? "?" : "&") + k + "=" + v;
+    if (!v.empty()) given.emplace(k, v);
   }
-  return q;
+  return httplib::append_query_params(path, given);
+}
+
+// Whether `text` is a job id; says so and returns false otherwise (job ids are numbers).
+bool JobId(Context& c, const std::string& text) {
+  long long id = 0;
+  if (base::ParseInt64(text, &id) && id > 0) return true;
+  c.err << "meridian: job \"" << text << "\": a job is named by its id, a number (meridian get "
+        << "jobs lists them)\n";
+  return false;
 }
 
 // The canonical resource name for what people type: "job", "jobs", "pc", ...
@@ -321,19 +335,28 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
   const bool wide = c.output == "wide";
   int code = 0;
   std::string path;
+  if ((resource == "jobs" && !name.empty() && !JobId(c, name)) ||
+      (!f.job.empty() && !JobId(c, f.job))) {
+    return kExitUsage;
+  }
+  // Listings show the newest first: the jobs and events people ask about are the recent ones.
   if (resource == "jobs") {
     if (!name.empty()) {
       path = "/api/v1/jobs/" + name;
     } else {
-      path = "/api/v1/jobs" + Query({{"project", f.project},
-                                     {"phase", f.phase},
-                                     {"user", f.user},
-                                     {"limit", std::to_string(f.limit)}});
+      path = WithQuery("/api/v1/jobs", {{"project", f.project},
+                                        {"phase", f.phase},
+                                        {"user", f.user},
+                                        {"limit", std::to_string(f.limit)},
+                                        {"order", "newest"}});
     }
   } else if (resource == "events") {
-    path = f.job.empty() ? "/api/v1/events" + Query({{"limit", std::to_string(f.limit)}})
-                         : "/api/v1/jobs/" + f.job + "/events";
-  } else if (resource == "nodes" || resource == "users" || resource == "tokens") {
+    path = f.job.empty() ? WithQuery("/api/v1/events",
+                                     {{"limit", std::to_string(f.limit)}, {"order", "newest"}})
+                         : WithQuery("/api/v1/jobs/" + f.job + "/events", {{"order", "newest"}});
+  } else if (resource == "nodes") {
+    path = "/api/v1/nodes" + (name.empty() ? "" : "/" + httplib::detail::encode_query_param(name));
+  } else if (resource == "users" || resource == "tokens") {
     path = "/api/v1/" + resource;
   } else if (std::count(ConfigResources().begin(), ConfigResources().end(), resource)) {
     path = "/api/v1/" + resource + (name.empty() ? "" : "/" + name);
@@ -346,6 +369,25 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
   auto body = Do(c, "GET", path, nullptr, &code);
   if (!body) return code;
   Json items = body->contains("items") ? body->at("items") : Json::array({*body});
+  if (!name.empty() && (resource == "users" || resource == "tokens")) {
+    // Listed whole by the API: the one named, or none.
+    Json named = Json::array();
+    for (const Json& item : items) {
+      const std::string key = resource == "tokens" ? item.value("id", "")
+                              : item.contains("metadata")
+                                  ? item["metadata"].value("name", "")
+                                  : item.value("name", "");
+      if (key == name) named.push_back(item);
+    }
+    if (named.empty()) {
+      c.err << "meridian: " << resource.substr(0, resource.size() - 1) << " \"" << name
+            << "\" not found\n";
+      return kExitNotFound;
+    }
+    items = std::move(named);
+  }
+  // Events read in the order they happened: the newest `limit` of them, oldest first.
+  if (resource == "events") std::reverse(items.begin(), items.end());
   // --all pages through jobs with the continue token.
   while (resource == "jobs" && name.empty() && f.all && body->contains("continue") &&
          !body->at("continue").is_null()) {
@@ -790,8 +832,8 @@ int Audit(Context& c, const AuditFlags& f) {
   int code = 0;
   auto r =
       Do(c, "GET",
-         "/api/v1/audit" +
-             Query({{"user", f.user}, {"result", f.result}, {"limit", std::to_string(f.limit)}}),
+         WithQuery("/api/v1/audit",
+                   {{"user", f.user}, {"result", f.result}, {"limit", std::to_string(f.limit)}}),
          nullptr, &code);
   if (!r) return code;
   if (Structured(c)) {
@@ -855,7 +897,7 @@ int TokenCreate(Context& c, const TokenFlags& f) {
 
 int TokenList(Context& c, const std::string& user) {
   int code = 0;
-  auto r = Do(c, "GET", "/api/v1/tokens" + Query({{"user", user}}), nullptr, &code);
+  auto r = Do(c, "GET", WithQuery("/api/v1/tokens", {{"user", user}}), nullptr, &code);
   if (!r) return code;
   if (Structured(c)) {
     PrintStructured(c, *r);

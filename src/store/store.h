@@ -81,6 +81,7 @@ struct EventFilter {
   std::vector<std::string> projects;  // visible projects; ignored when all_projects
   bool all_projects = true;           // false: only events of `projects` (none estate-wide)
   int32_t limit = 100;
+  bool newest_first = false;  // the newest `limit` events, newest first
 };
 
 struct TokenRecord {

@@ -343,7 +343,7 @@ class SqliteTx final : public Tx {
     if (!f.object_kind.empty()) sql += " AND object_kind = ?";
     if (!f.object_name.empty()) sql += " AND object_name = ?";
     if (!f.all_projects) sql += " AND project IN (" + Placeholders(f.projects.size()) + ")";
-    sql += " ORDER BY seq LIMIT ?";
+    sql += f.newest_first ? " ORDER BY seq DESC LIMIT ?" : " ORDER BY seq LIMIT ?";
     if (!f.all_projects && f.projects.empty()) return std::vector<Event>{};
     Query q(c_, sql);
     q.Bind(f.after_seq);
