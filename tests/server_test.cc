@@ -480,8 +480,9 @@ TEST_F(ServerTest, JobsThroughTheCli) {
   ASSERT_EQ(list.code, 0) << list.output;
   Json jobs = Json::parse(list.output);
   ASSERT_EQ(jobs["items"].size(), 2u);
-  EXPECT_EQ(jobs["items"][0]["status"]["allocation"].size(), 2u);
-  EXPECT_EQ(jobs["items"][0]["status"]["generation"], 1);
+  ASSERT_EQ(jobs["items"][1]["id"], 1);  // the newest first
+  EXPECT_EQ(jobs["items"][1]["status"]["allocation"].size(), 2u);
+  EXPECT_EQ(jobs["items"][1]["status"]["generation"], 1);
   // The second job waits for the first, and says so, with an estimated start from job 1's
   // runtime estimate.
   ASSERT_TRUE(Eventually([&] {
