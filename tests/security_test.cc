@@ -311,7 +311,7 @@ TEST_F(SecurityTest, ReasonsShownToAMemberNameNoOtherProjectsJob) {
   Start("data", kSmallEstate);
   const std::string bob = User("bob", {{"role", "member"}, {"project", "research"}});
   auto submit = [&](const std::string& project, const std::string& token, const Json& extra) {
-    Json spec = {{"gpus", 8}, {"runtimeEstimate", 3600}};
+    Json spec = {{"gpus", 8}, {"runtimeEstimate", 3600}, {"command", {"true"}}};
     spec.update(extra);
     HttpResult r = Do("POST", "/api/v1/jobs", token,
                       {{"metadata", {{"name", "j"}, {"project", project}}}, {"spec", spec}});
@@ -347,7 +347,8 @@ TEST_F(SecurityTest, ReasonsShownToAMemberNameNoOtherProjectsJob) {
 TEST_F(SecurityTest, StartUpRefusesADamagedOrEmptyDatabaseAndAnOpenDataDir) {
   Start("data");
   ASSERT_EQ(Do("POST", "/api/v1/jobs", admin_,
-               {{"metadata", {{"name", "j"}, {"project", "vision"}}}, {"spec", {{"gpus", 1}}}})
+               {{"metadata", {{"name", "j"}, {"project", "vision"}}},
+                {"spec", {{"gpus", 1}, {"command", {"true"}}}}})
                 .status,
             201);
   const std::string token = server_->admin_token();

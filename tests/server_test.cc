@@ -116,8 +116,9 @@ class ServerTest : public ::testing::Test {
   HttpResult Submit(const std::string& project, int gpus, const std::string& token = "") {
     return SubmitSpec(project, {{"gpus", gpus}, {"runtimeEstimate", 3600}}, token);
   }
-  HttpResult SubmitSpec(const std::string& project, const Json& spec,
-                        const std::string& token = "") {
+  // A job with the spec given; one that names neither a command nor an image runs `true`.
+  HttpResult SubmitSpec(const std::string& project, Json spec, const std::string& token = "") {
+    if (!spec.contains("command") && !spec.contains("image")) spec["command"] = {"true"};
     Json job = {{"metadata", {{"name", "job"}, {"project", project}}}, {"spec", spec}};
     return Http(*server_, "POST", "/api/v1/jobs", token.empty() ? admin_ : token, job.dump());
   }
@@ -470,10 +471,10 @@ TEST_F(ServerTest, InvalidDocumentsApplyNothingAndSayWhere) {
 
 TEST_F(ServerTest, JobsThroughTheCli) {
   ApplyEstate();
-  CliResult sub = Run("submit -p vision --gpus 8 --tasks 2 --name train --estimate 600");
+  CliResult sub = Run("submit -p vision --gpus 8 --tasks 2 --name train --estimate 600 -- python train.py");
   ASSERT_EQ(sub.code, 0) << sub.output;
   EXPECT_NE(sub.output.find("job 1 submitted"), std::string::npos) << sub.output;
-  CliResult big = Run("submit -p vision --gpus 8 --tasks 2 --name big");
+  CliResult big = Run("submit -p vision --gpus 8 --tasks 2 --name big -- python big.py");
   ASSERT_EQ(big.code, 0) << big.output;
   ASSERT_TRUE(Eventually([&] { return Phase(1) == "Placed"; })) << Phase(1);
   CliResult list = Run("get jobs -o json");
@@ -721,10 +722,11 @@ TEST_F(ServerTest, BadRequestsGetAClearErrorAndTheServerKeepsServing) {
        "spec.gpus"},
       {"POST", "/api/v1/jobs", R"({"metadata": {"name": "Bad Name", "project": "vision"}})", 400,
        "metadata.name"},
-      {"POST", "/api/v1/jobs", R"({"metadata": {"name": "x", "project": "nowhere"}, "spec": {}})",
+      {"POST", "/api/v1/jobs", R"({"metadata": {"name": "x", "project": "nowhere"}, "spec": {"command": ["true"]}})",
        404, "metadata.project"},
       {"POST", "/api/v1/jobs",
-       R"({"metadata": {"name": "x", "project": "vision"}, "spec": {"priorityClass": "vip"}})", 400,
+       R"({"metadata": {"name": "x", "project": "vision"}, "spec": {"priorityClass": "vip", "command": ["true"]}})",
+       400,
        "spec.priorityClass"},
       {"PUT", "/api/v1/projects/speech",
        R"({"metadata": {"name": "speech"}, "spec": {"team": "none"}})", 400, "spec.team"},

@@ -266,6 +266,12 @@ std::optional<JobDocument> ValidateJobDocument(const SourceDoc& src, ErrorList* 
   job.name = Envelope(
       src, errors, "Job", &job.spec, [&](FieldReader& s) { job.typed = ReadJobSpec(s); },
       &job.project);
+  // Without an image (whose entrypoint runs) there is nothing to run: said at submission, not
+  // by the agent after the job waited for its GPUs. (Only here: a stored spec decodes as before.)
+  if (errors->size() == before && job.typed.command.empty() && job.typed.image.empty()) {
+    errors->Add(src, "spec.command",
+                "is required: the program to run and its arguments (or an image to run)");
+  }
   if (errors->size() != before) return std::nullopt;
   return job;
 }

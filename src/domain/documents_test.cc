@@ -311,6 +311,7 @@ TEST(Documents, JobsSelectNodesAndTolerateTaints) {
   std::vector<FieldError> syntax;
   auto src = ParseYamlDocuments(
       "metadata: {name: serve, project: vision}\nspec:\n  type: inference\n  gpus: 1\n"
+      "  command: [./serve]\n"
       "  nodeSelector: {gpu-tier: premium, zone: 3}\n"
       "  tolerations: [{key: dedicated, value: serving}, {key: spot}]\n",
       "job.yaml", &syntax);

@@ -7,14 +7,27 @@
 namespace meridian::domain {
 namespace {
 
-// Validates a job document with `spec`; the errors, one per line, when it does not validate.
-std::optional<JobDocument> Submit(const Json& spec, std::string* errors = nullptr) {
+// Validates a job document with `spec` (running `true` unless it names a command or an image);
+// the errors, one per line, when it does not validate.
+std::optional<JobDocument> Submit(Json spec, std::string* errors = nullptr) {
+  if (!spec.contains("command") && !spec.contains("image")) spec["command"] = {"true"};
   const Json body = {{"metadata", {{"name", "j"}, {"project", "p"}}}, {"spec", spec}};
   const SourceDoc src{body, "", {}};
   ErrorList list;
   auto doc = ValidateJobDocument(src, &list);
   if (errors) *errors = list.ToString();
   return doc;
+}
+
+// A job with nothing to run is refused when it is submitted, naming the field, rather than
+// placed and failed by its agent; an image's entrypoint is something to run.
+TEST(JobSpecTest, NothingToRunIsRefusedAtSubmission) {
+  std::string errors;
+  EXPECT_FALSE(Submit({{"gpus", 1}, {"command", Json::array()}}, &errors));
+  EXPECT_NE(errors.find("spec.command: is required"), std::string::npos) << errors;
+  EXPECT_TRUE(Submit({{"gpus", 1}, {"image", "docker.io/library/busybox"}}, &errors)) << errors;
+  // A spec stored before this rule decodes as it was (the rule is the submission's).
+  EXPECT_TRUE(DecodeJobSpec({{"gpus", 1}}).ok());
 }
 
 TEST(JobSpecTest, AnEmptySpecHasTheDefaultsOfTheType) {
