@@ -17,7 +17,9 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/gpu_devices.h"
 #include "agent/simulated_gpus.h"
+#include "agent/task_isolation.h"
 #include "base/strings.h"
 
 namespace meridian::agent {
@@ -45,13 +47,9 @@ Json ReadJson(const std::string& path) {
   return j.is_discarded() ? Json() : j;
 }
 
+// The agent's bookkeeping files in a task's folder: root's alone (an assignment holds its env).
 void WriteFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-  }
-  std::rename(tmp.c_str(), path.c_str());
+  (void)WritePrivateFile(path, text, 0600);
 }
 
 // What the shim wrote when the task ended; none while it runs (or when the file is unreadable).
@@ -254,6 +252,7 @@ Status Agent::Run(const std::atomic<bool>& stop) {
   std::error_code ec;
   std::filesystem::create_directories(o_.work_dir + "/tasks", ec);
   if (ec) return Status::Io("--work-dir " + o_.work_dir + ": " + ec.message());
+  if (Status s = SetUpIsolation(); !s.ok()) return s;
   // Cgroups are named after the work directory too (its inode, which a restart keeps): two agents
   // of one machine with the same node name (tests, two dev estates) must not share a task's
   // cgroup, or one sets the other's limits.
@@ -331,6 +330,13 @@ Status Agent::Recover() {
     t.assignment = std::move(a.value());
     t.restarts = std::atoi(ReadAll(dir + "/restarts").c_str());
     t.shim_pid = std::atoi(ReadAll(dir + "/shim.pid").c_str());
+    // Its uid (an agent that cannot switch uids now has no use for it). The claim is kept since
+    // the last life; it is made again after a reboot.
+    if (const std::string uid = ReadAll(dir + "/uid"); !uid.empty() && isolated_) {
+      t.uid = static_cast<uint32_t>(std::strtoul(uid.c_str(), nullptr, 10));
+      std::string error;
+      (void)claims_.Claim(*t.uid, claim_owner_, t.job, &error);
+    }
     t.adopted = true;
     if (auto exit = ReadExit(dir)) {
       t.state = "Exited";
@@ -437,10 +443,14 @@ std::vector<std::string> Agent::TaskArgv(const Task& t,
               {"run", "--rm", "--network=host", "--name", name, "-v", t.dir + ":" + t.dir});
   if (run.cpu_milli > 0) argv.push_back("--cpus=" + std::to_string(run.cpu_milli / 1000.0));
   if (run.memory_mib > 0) argv.push_back("--memory=" + std::to_string(run.memory_mib) + "m");
+  // The runtime runs as root; the container's processes run as the task's uid.
+  if (t.uid) argv.push_back("--user=" + std::to_string(*t.uid) + ":" + std::to_string(*t.uid));
+  // Names only: the runtime takes each value from its own environment (root's to read), where a
+  // value on its command line would be in /proc/PID/cmdline for every process of the machine.
   for (const auto& [k, v] : env) {
     if (k.rfind("MERIDIAN_", 0) == 0 || k.find("VISIBLE_DEVICES") != std::string::npos ||
         run.env.count(k)) {
-      argv.insert(argv.end(), {"-e", k + "=" + v});
+      argv.insert(argv.end(), {"-e", k});
     }
   }
   argv.push_back(image);
@@ -451,10 +461,14 @@ std::vector<std::string> Agent::TaskArgv(const Task& t,
 std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
   const protocol::Assignment& a = t.assignment;
   std::map<std::string, std::string> env;
-  for (const char* k : {"PATH", "HOME", "LANG", "TZ", "TMPDIR"}) {
+  for (const char* k : {"PATH", "LANG", "TZ"}) {
     if (const char* v = std::getenv(k)) env[k] = v;
   }
   if (!env.count("PATH")) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+  // Its own home and temporary folder, which no other task can enter (the agent's are not the
+  // task's to write, and a shared /tmp is where tasks would meet).
+  env["HOME"] = t.dir + "/work";
+  env["TMPDIR"] = t.dir + "/work";
   for (const auto& [k, v] : a.run.env) env[k] = v;
   std::string devices;
   int64_t milli = 0, gpu_memory = 0;
@@ -485,14 +499,8 @@ std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
 }
 
 void Agent::Start(Task& t) {
-  std::error_code ec;
-  std::filesystem::create_directories(t.dir, ec);
-  std::filesystem::remove(t.dir + "/exit.json", ec);
-  std::filesystem::remove(t.dir + "/stop", ec);
-  std::filesystem::remove(t.dir + "/notice", ec);
-  WriteFile(t.dir + "/assignment.json", protocol::ToJson(t.assignment).dump());
-  WriteFile(t.dir + "/restarts", std::to_string(t.restarts));
   std::string error;
+  if (Status s = PrepareFolder(t); !s.ok()) error = s.message();
   // MIG grants: the instance is made (or the layout changed) before the task starts.
   for (const protocol::DeviceGrant& d : t.assignment.devices) {
     if (!d.mig || !error.empty()) continue;
@@ -503,6 +511,7 @@ void Agent::Start(Task& t) {
   std::vector<std::string> cleanup;
   std::vector<std::string> argv =
       error.empty() ? TaskArgv(t, task_env, &error, &cleanup) : std::vector<std::string>{};
+  const protocol::TaskRun& run = t.assignment.run;
   if (!error.empty()) {
     ReleaseDevices(t);
     t.state = "Exited";
@@ -512,7 +521,6 @@ void Agent::Start(Task& t) {
     std::ofstream(t.dir + "/output.log", std::ios::app) << "meridian: " << error << "\n";
     return;
   }
-  const protocol::TaskRun& run = t.assignment.run;
   protocol::ShimSpec spec;
   const std::string group = CgroupName(t);
   if (Limited(t)) {
@@ -534,7 +542,15 @@ void Agent::Start(Task& t) {
     }
   }
   spec.argv = std::move(argv);
-  spec.cwd = run.working_dir;
+  // A container's user is the runtime's to set (--user): the runtime itself needs root.
+  if (t.uid && cleanup.empty()) {
+    spec.uid = spec.gid = *t.uid;
+    // Only its own GPUs: CUDA_VISIBLE_DEVICES is advice a task may ignore.
+    std::set<std::string> granted;
+    for (const protocol::DeviceGrant& d : t.assignment.devices) granted.insert(d.uuid);
+    spec.hide_devices = DevicesToHide(GpuDeviceNodes(), granted);
+  }
+  spec.cwd = run.working_dir.empty() ? t.dir + "/work" : run.working_dir;
   spec.output = t.dir + "/output.log";
   spec.grace = run.grace_period;
   spec.notice_signal = SignalNumber(run.notice_signal);
@@ -549,7 +565,8 @@ void Agent::Start(Task& t) {
   const std::string dir = t.dir;
   const pid_t pid = fork();
   if (pid == 0) {
-    setsid();  // outlives the agent, and the agent's signals
+    setsid();         // outlives the agent, and the agent's signals
+    CloseFdsFrom(3);  // the agent's connections are not the shim's, nor its task's
     execl(shim.c_str(), shim.c_str(), dir.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -770,8 +787,7 @@ void Agent::Cleanup() {
   for (auto it = tasks_.begin(); it != tasks_.end();) {
     Task& t = it->second;
     if (t.gone && (t.dir.empty() || FileSize(t.dir + "/output.log") <= t.uploaded)) {
-      std::error_code ec;
-      if (!t.dir.empty()) std::filesystem::remove_all(t.dir, ec);
+      RemoveFolder(t);
       it = tasks_.erase(it);
     } else {
       ++it;
