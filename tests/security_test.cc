@@ -692,6 +692,10 @@ try output.log cat $V/output.log
 try its-home cat $V/work/secret
 try the-task-list ls $TASKS
 try environ cat /proc/$VPID/environ
+try its-cwd ls /proc/$VPID/cwd/
+try its-stdout cat /proc/$VPID/fd/1
+try shim-environ cat /proc/$SHIM/environ
+try node-credential cat $WORK/credential
 try probe kill -0 $VPID
 try SIGTERM kill -TERM $VPID
 try SIGKILL-daemon kill -KILL $DAEMON
@@ -702,6 +706,7 @@ echo attack-done
                                   {{"env",
                                     {{"V", vdir},
                                      {"TASKS", tasks},
+                                     {"WORK", work},
                                      {"VPID", vpid},
                                      {"SHIM", shim},
                                      {"DAEMON", std::to_string(daemon)}}},
@@ -713,10 +718,10 @@ echo attack-done
     attack_output = logs(bob, attacker);
     return attack_output.find("attack-done") != std::string::npos;
   }));
-  const std::vector<std::string> attempts = {"spec.json",      "assignment.json", "the-folder",
-                                             "output.log",     "its-home",        "the-task-list",
-                                             "environ",        "probe",           "SIGTERM",
-                                             "SIGKILL-daemon", "SIGKILL-shim"};
+  const std::vector<std::string> attempts = {
+      "spec.json",       "assignment.json", "the-folder", "output.log",     "its-home",
+      "the-task-list",   "environ",         "its-cwd",    "its-stdout",     "shim-environ",
+      "node-credential", "probe",           "SIGTERM",    "SIGKILL-daemon", "SIGKILL-shim"};
   for (const std::string& a : attempts) {
     EXPECT_NE(attack_output.find("ATTEMPT " + a + ": denied"), std::string::npos) << a << "\n"
                                                                                   << attack_output;
