@@ -91,9 +91,10 @@ Status Agent::PrepareFolder(Task& t) {
       if (claims_.Claim(*uid, claim_owner_, t.job, &error)) t.uid = uid;
       if (!error.empty()) return Status::Io(error);
     }
-    if (!t.uid)
+    if (!t.uid) {
       return Status(base::StatusCode::kUnavailable,
                     "the task uids of this machine are being claimed");
+    }
   }
   // root:GID 0710 — only root and the task's own group enter; 0700 without a uid of its own.
   const uid_t uid = t.uid ? *t.uid : ::geteuid();
