@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -256,16 +257,32 @@ void KillProcessesOf(uint32_t uid, int rounds) {
 
 void RemoveFilesOf(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths,
                    SharedFiles shared) {
-  AsUser(uid, gid, [&] {
-    std::error_code ec;
-    for (const std::string& p : paths) std::filesystem::remove_all(p, ec);
-    if (shared == SharedFiles::kKeep) return;
-    for (const char* shared : {"/tmp", "/var/tmp", "/dev/shm"}) {
-      for (const auto& e : std::filesystem::directory_iterator(shared, ec)) {
+  // Found as root (looking changes nothing), removed as the uid; no child process when there is
+  // nothing to remove, as for most jobs (an empty work dir, nothing in /tmp).
+  std::vector<std::string> doomed;
+  std::error_code ec;
+  for (const std::string& p : paths) {
+    if (std::filesystem::exists(p, ec) && !std::filesystem::is_empty(p, ec)) doomed.push_back(p);
+  }
+  if (shared == SharedFiles::kRemove) {
+    for (const char* top : {"/tmp", "/var/tmp", "/dev/shm"}) {
+      for (const auto& e : std::filesystem::directory_iterator(top, ec)) {
         struct stat st {};
-        if (::lstat(e.path().c_str(), &st) == 0 && st.st_uid == uid) {
-          std::filesystem::remove_all(e.path(), ec);
+        if (::lstat(e.path().c_str(), &st) == 0 && st.st_uid == uid) doomed.push_back(e.path());
+      }
+    }
+  }
+  if (doomed.empty()) return;
+  AsUser(uid, gid, [&] {
+    std::error_code ignored;
+    for (const std::string& p : doomed) {
+      // A work dir is emptied (its folder is in root's, which root removes), the rest removed.
+      if (std::find(paths.begin(), paths.end(), p) != paths.end()) {
+        for (const auto& e : std::filesystem::directory_iterator(p, ignored)) {
+          std::filesystem::remove_all(e.path(), ignored);
         }
+      } else {
+        std::filesystem::remove_all(p, ignored);
       }
     }
   });

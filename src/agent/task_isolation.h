@@ -68,9 +68,10 @@ base::Status CheckReachableByTasks(const std::string& dir);
 // process can be hit), again until none is left or `rounds` have passed.
 void KillProcessesOf(uint32_t uid, int rounds = 10);
 
-// Removes `paths` and, with kRemove, what `uid` owns at the top of /tmp, /var/tmp and /dev/shm,
-// as `uid` (in a child that has become it): a link the task planted there leads nowhere it could
-// not delete itself. What it cannot remove is left for root to remove afterwards.
+// Empties the folders `paths` (a task's work dir) and, with kRemove, removes what `uid` owns at
+// the top of /tmp, /var/tmp and /dev/shm, as `uid` (in a child that has become it, only when
+// there is something to remove): a link the task planted there leads nowhere it could not
+// delete itself. What it cannot remove, and the folders themselves, are left for root.
 enum class SharedFiles { kKeep, kRemove };
 void RemoveFilesOf(uint32_t uid, uint32_t gid, const std::vector<std::string>& paths,
                    SharedFiles shared);
