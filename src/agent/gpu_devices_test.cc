@@ -29,7 +29,7 @@ TEST(GpuDevices, ATaskSeesTheDeviceNodesOfItsOwnGpusOnly) {
 }
 
 TEST(GpuDevices, ReadsTheDriversInformationFile) {
-  // As /proc/driver/nvidia/gpus/0000:3b:00.0/information reads (driver 550).
+  // In the layout of /proc/driver/nvidia/gpus/0000:3b:00.0/information.
   const DriverGpu gpu = ParseDriverInformation(
       "Model: \t\t NVIDIA H200\nIRQ:   \t\t 160\n"
       "GPU UUID: \t GPU-4a1b2c3d-0000-1111-2222-333344445555\n"
