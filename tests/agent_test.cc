@@ -100,6 +100,8 @@ class AgentTest : public ::testing::Test {
   }
 
   void StartServer(const std::string& policy) {
+    // Tasks run under uids of their own: they pass through the test's folder to theirs.
+    ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
     server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("data"));
     ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
     admin_ = server_->admin_token();
@@ -142,6 +144,20 @@ class AgentTest : public ::testing::Test {
 
   std::string WriteFile(const std::string& name, const std::string& text) {
     return WriteTestFile(dir_.File(name), text);
+  }
+  // Where tasks write what the test reads while they run (each job runs under a uid of its own):
+  // a folder anyone may write in, and in it a file that tasks of several jobs append to.
+  std::string SharedPath(const std::string& name) {
+    const std::string shared = dir_.File("shared");
+    ::mkdir(shared.c_str(), 0777);
+    EXPECT_EQ(::chmod(shared.c_str(), 0777), 0);
+    return shared + "/" + name;
+  }
+  std::string SharedFile(const std::string& name) {
+    const std::string path = SharedPath(name);
+    std::ofstream{path, std::ios::app};
+    EXPECT_EQ(::chmod(path.c_str(), 0666), 0);
+    return path;
   }
   CliResult Run(const std::string& args) { return Cli(kBinary, args, server_->url(), admin_); }
 
@@ -298,11 +314,11 @@ TEST_F(AgentTest, KilledAgentsNodeIsLostAndItsJobRunsElsewhereButNeverTwiceAtOnc
   StartAgent("n2");
   // Every run of the task writes "<generation> <time>" lines to a shared file while it lives,
   // and ignores SIGTERM: only the SIGKILL at lease + fenceGrace (1.4 + 0.2 s) ends it in time.
-  const std::string trace = dir_.File("alive.log");
+  const std::string trace = SharedFile("alive.log");
   const int64_t id = Submit({{"gpus", 4},
                              {"restartPolicy", "on-failure"},
                              {"gracePeriod", 0.4},
-                             {"command", {"sh", "-c", StubbornTask(trace, dir_.File("pid-"))}}});
+                             {"command", {"sh", "-c", StubbornTask(trace, SharedPath("pid-"))}}});
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }));
   const std::string first = Job(id)["status"]["allocation"][0]["node"];
   const std::string other = first == "n1" ? "n2" : "n1";
@@ -347,15 +363,15 @@ TEST_F(AgentTest, PartitionedAgentsTaskThatIgnoresSigtermIsDeadBeforeItsJobRunsE
   RestartWithPolicy("{heartbeatInterval: 0.2, agentLease: 1.5, fenceGrace: 1, nodeLostTimeout: 3}");
   StartAgent("n1");
   StartAgent("n2");
-  const std::string trace = dir_.File("alive.log");
+  const std::string trace = SharedFile("alive.log");
   const int64_t id = Submit({{"gpus", 4},
                              {"restartPolicy", "on-failure"},
                              {"gracePeriod", 30},
-                             {"command", {"sh", "-c", StubbornTask(trace, dir_.File("pid-"))}}});
+                             {"command", {"sh", "-c", StubbornTask(trace, SharedPath("pid-"))}}});
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }));
   int pid = 0;
   ASSERT_TRUE(Eventually([&] {
-    pid = std::atoi(ReadFile(dir_.File("pid-1")).c_str());
+    pid = std::atoi(ReadFile(SharedPath("pid-1")).c_str());
     return pid > 0 && Alive(pid);
   }));
   const std::string first = Job(id)["status"]["allocation"][0]["node"];
@@ -409,13 +425,13 @@ TEST_F(AgentTest, PartitionedAgentsTaskThatIgnoresSigtermIsDeadBeforeItsJobRunsE
 TEST_F(AgentTest, ServerOutageShorterThanTheLeaseStopsNoTask) {
   RestartWithPolicy("{heartbeatInterval: 0.2, agentLease: 8, fenceGrace: 1, nodeLostTimeout: 10}");
   StartAgent("n1");
-  const std::string trace = dir_.File("alive.log");
+  const std::string trace = SharedFile("alive.log");
   const int64_t id =
-      Submit({{"gpus", 1}, {"command", {"sh", "-c", StubbornTask(trace, dir_.File("pid-"))}}});
+      Submit({{"gpus", 1}, {"command", {"sh", "-c", StubbornTask(trace, SharedPath("pid-"))}}});
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }));
   int pid = 0;
   ASSERT_TRUE(Eventually([&] {
-    pid = std::atoi(ReadFile(dir_.File("pid-1")).c_str());
+    pid = std::atoi(ReadFile(SharedPath("pid-1")).c_str());
     return pid > 0 && Alive(pid);
   }));
   const double start = WallNow();
@@ -505,7 +521,7 @@ TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNone
   // A longer lost timeout (lease 5 s): the server's restart must not look like a lost node.
   RestartWithPolicy("{heartbeatInterval: 0.2, nodeLostTimeout: 6}");
   StartAgent("n1");
-  const std::string runs = dir_.File("runs.log");
+  const std::string runs = SharedFile("runs.log");
   constexpr int kJobs = 500, kClients = 8;
   std::atomic<int> next{0}, acked{0};
   std::mutex mu;
@@ -629,7 +645,7 @@ TEST_F(AgentTest, JobWithAnImageRunsInAContainerOrSaysWhyNot) {
   WriteFile("podman-setup.sh", "set -e\nP=" + p + R"SH(
 mkdir -p $P/rootfs/bin $P/rootfs/proc $P/rootfs/sys $P/rootfs/dev $P/rootfs/tmp $P/rootfs/etc $P/tmp
 cp /bin/busybox $P/rootfs/bin/
-for a in sh echo cat sleep test; do ln -sf busybox $P/rootfs/bin/$a; done
+for a in sh echo cat sleep test id; do ln -sf busybox $P/rootfs/bin/$a; done
 echo from-the-image > $P/rootfs/etc/meridian-image
 cat > $P/containers.conf <<CONF
 [containers]
@@ -670,7 +686,7 @@ tar -C $P/rootfs -c . | podman import - localhost/meridian-test > /dev/null
        {"gpus", 1},
        {"command",
         {"sh", "-c",
-         "echo \"in a container: job $MERIDIAN_JOB_ID on $CUDA_VISIBLE_DEVICES\"; "
+         "echo \"in a container: job $MERIDIAN_JOB_ID on $CUDA_VISIBLE_DEVICES as uid $(id -u)\"; "
          "cat /etc/meridian-image; cat /sys/fs/cgroup/memory/memory.limit_in_bytes "
          "/sys/fs/cgroup/memory.max 2>/dev/null; test -d $(dirname $MERIDIAN_NOTICE_FILE) && "
          "echo task-dir-mounted"}}});
@@ -681,7 +697,9 @@ tar -C $P/rootfs -c . | podman import - localhost/meridian-test > /dev/null
     out = Run("logs " + std::to_string(id)).output;
     return out.find("task-dir-mounted") != std::string::npos;
   }));
-  EXPECT_NE(out.find("in a container: job " + std::to_string(id) + " on GPU-sim-c1-0"),
+  // As its job's uid (the agent is root here), not as root.
+  EXPECT_NE(out.find("in a container: job " + std::to_string(id) + " on GPU-sim-c1-0 as uid " +
+                     std::to_string(200000 + id)),
             std::string::npos)
       << out;
   EXPECT_NE(out.find("from-the-image"), std::string::npos) << out;
@@ -893,7 +911,7 @@ std::map<std::string, std::pair<double, double>> Spans(const std::string& text) 
 // those GPUs never writes while it still does.
 TEST_F(AgentTest, ACancelledJobsGpusAreGivenAwayOnlyOnceItsTaskHasStopped) {
   StartAgent("n1");
-  const std::string trace = dir_.File("trace.log");
+  const std::string trace = SharedFile("trace.log");
   const int64_t first =
       Submit({{"gpus", 4},
               {"gracePeriod", 2},
@@ -923,7 +941,7 @@ TEST_F(AgentTest, ACancelledJobsGpusAreGivenAwayOnlyOnceItsTaskHasStopped) {
 TEST_F(AgentTest, PreemptionWithTheDefaultGraceStopsOneJob) {
   StartAgent("n1");
   StartAgent("n2");
-  const std::string trace = dir_.File("trace.log");
+  const std::string trace = SharedFile("trace.log");
   std::vector<int64_t> low;
   for (const char* name : {"l1", "l2"}) {
     // The notice signal ends the task at once: the stop takes a moment, not the grace.
@@ -970,7 +988,7 @@ std::string NodeOf(const Json& job) {
 TEST_F(AgentTest, DrainingANodeRequeuesItsJobsThroughStoppingWithoutOverlap) {
   StartAgent("n1");
   StartAgent("n2");
-  const std::string trace = dir_.File("trace.log");
+  const std::string trace = SharedFile("trace.log");
   const int64_t job =
       Submit({{"gpus", 4},
               {"gracePeriod", 2},

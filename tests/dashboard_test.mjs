@@ -8,7 +8,7 @@
 // Screenshots of every view are kept in ARTIFACTS_DIR.
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -43,6 +43,8 @@ async function until(what, fn, timeoutMs = 30000) {
 
 // ---- the estate under test ----
 const work = mkdtempSync(join(tmpdir(), 'meridian-dashboard-'));
+// The agents' tasks run under uids of their own (as root): they pass through to their folders.
+chmodSync(work, 0o711);
 const dataDir = join(work, 'data');
 const portFile = join(work, 'port');
 rmSync(artifacts, { recursive: true, force: true }); // this run's screenshots only

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
@@ -128,6 +129,8 @@ class PrometheusTest : public ::testing::Test {
 
   void StartAgent(const std::string& node, const std::string& cluster, const std::string& pool,
                   const std::string& gpus) {
+    // Tasks run under uids of their own: they pass through the test's folder to theirs.
+    ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
     auto a = std::make_unique<AgentProcess>(
         kBinary,
         std::vector<std::string>{"--cluster", cluster, "--pool", pool, "--node", node,

@@ -1,14 +1,21 @@
 // The attacks of issue 13 that the API and the server's start-up must stop, each tried against a
 // real `meridian server` process on loopback with a temporary data dir, and asserted to fail.
+#include <grp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sqlite3.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <regex>
 #include <set>
@@ -497,6 +504,347 @@ TEST_F(SecurityTest, InputIsDecodedStrictlyAndBadTokensAnswerAlike) {
   }
   EXPECT_LE(rows, 2) << denied.dump();
   EXPECT_EQ(counted, 45) << denied.dump();
+}
+
+// Two projects of different teams on one node whose only agent runs with its default settings.
+const char* kOneNodeEstate = R"(kind: Organization
+metadata: {name: acme}
+---
+kind: Team
+metadata: {name: product}
+spec: {organization: acme}
+---
+kind: Team
+metadata: {name: lab}
+spec: {organization: acme}
+---
+kind: Project
+metadata: {name: vision}
+spec: {team: product}
+---
+kind: Project
+metadata: {name: research}
+spec: {team: lab}
+---
+kind: Cluster
+metadata: {name: onprem}
+spec: {type: on-prem}
+---
+kind: NodePool
+metadata: {name: gpu}
+spec: {cluster: onprem, gpusPerNode: 4, gpuModel: H100-80GB}
+)";
+
+struct FileFacts {
+  bool exists = false;
+  uint32_t uid = 0, gid = 0, mode = 0;
+};
+FileFacts Facts(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return {};
+  return {true, st.st_uid, st.st_gid, static_cast<uint32_t>(st.st_mode & 07777)};
+}
+
+// The uids that own a live process now (a zombie waits only to be reaped).
+std::set<uint32_t> ProcessUids() {
+  std::set<uint32_t> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream status(e.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("State:", 0) == 0 && line.find('Z') != std::string::npos) break;
+      if (line.rfind("Uid:", 0) == 0) out.insert(std::stoul(line.substr(4)));
+    }
+  }
+  return out;
+}
+
+// Whether a process runs (a zombie has ended; it waits only to be reaped).
+bool Lives(int pid) {
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+// "uid=U gid=G groups=..." as a task printed it: U, or -1.
+int64_t PrintedUid(const std::string& output, std::string* line) {
+  std::smatch m;
+  if (!std::regex_search(output, m, std::regex("uid=(\\d+) gid=(\\d+) groups=([0-9 ]+)"))) {
+    return -1;
+  }
+  *line = m[0];
+  return std::stoll(m[1]);
+}
+
+// Row 4 of the issue's table: a task read the spec.json (with env) of a co-located task of
+// another tenant, and a job printed that tenant's secret. Two jobs of different projects on one
+// node, one holding a secret in its env; the other tries every way to it that the issue and an
+// attacker would think of. Each attempt must be denied, and the secret must appear nowhere in its
+// output. Needs root, as CI and production agents run: only root can switch uids.
+TEST_F(SecurityTest, ATaskCannotReadOrSignalAnotherTenantsTask) {
+  ASSERT_EQ(::geteuid(), 0u)
+      << "this test runs the agent as root (as CI and production do): only root can run tasks "
+         "under uids of their own, which is what it checks";
+  Start("data", kOneNodeEstate);
+  const std::string agents = User("agents", {{"role", "agent"}});
+  const std::string alice = User("alice", {{"role", "member"}, {"project", "vision"}});
+  const std::string bob = User("bob", {{"role", "member"}, {"project", "research"}});
+  const std::vector<std::string> node = {"--cluster", "onprem", "--pool",          "gpu",
+                                         "--node",    "n1",     "--simulate-gpus", "4xH100-80GB"};
+
+  // Tasks must pass through the folders above the work dir: an agent refuses one they cannot.
+  std::vector<std::string> closed = {
+      "--config", "/nonexistent/config.json", "--server", server_->url(), "--token", agents,
+      "agent"};
+  closed.insert(closed.end(), node.begin(), node.end());
+  closed.insert(closed.end(), {"--work-dir", dir_.File("closed/agent")});
+  CliResult refused = RunToExit(kBinary, closed, dir_.File("closed.log"), 30);
+  EXPECT_EQ(refused.code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("but " + dir_.path() +
+                                " has mode 0700: let others through it "
+                                "(chmod o+x " +
+                                dir_.path() + ")"),
+            std::string::npos)
+      << refused.output;
+
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
+  const std::string work = dir_.File("agent-n1");
+  std::vector<std::string> args = node;
+  args.insert(args.end(), {"--work-dir", work});
+  AgentProcess agent(kBinary, args, dir_.File("agent-n1.log"));
+  agent.Start(server_->url(), agents);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return ReadFile(dir_.File("agent-n1.log")).find("registered in cluster") !=
+               std::string::npos;
+      },
+      20))
+      << ReadFile(dir_.File("agent-n1.log"));
+  EXPECT_NE(ReadFile(dir_.File("agent-n1.log"))
+                .find("meridian agent: task isolation on: each job's tasks run as a uid of their "
+                      "own from 200000-265535 (its gid the same, no supplementary groups)"),
+            std::string::npos)
+      << ReadFile(dir_.File("agent-n1.log"));
+
+  auto submit = [&](const std::string& token, const std::string& project, const Json& spec) {
+    HttpResult r = Do("POST", "/api/v1/jobs", token,
+                      {{"metadata", {{"name", project}, {"project", project}}}, {"spec", spec}});
+    EXPECT_EQ(r.status, 201) << r.text;
+    return r.body.value("id", int64_t{0});
+  };
+  auto logs = [&](const std::string& token, int64_t id) {
+    return Do("GET", "/api/v1/jobs/" + std::to_string(id) + "/logs", token).text;
+  };
+  // The victim: its secret in its env, its output, its home; a daemon that leaves its process
+  // group, and a file in /tmp, both to be gone once the job is.
+  const std::string secret = "API_KEY-" + std::to_string(::getpid()) + "-s3cr3t";
+  const int64_t victim = submit(
+      alice, "vision",
+      {{"gpus", 1},
+       {"gracePeriod", 2},
+       {"env", {{"API_KEY", secret}}},
+       {"command",
+        {"sh", "-c",
+         "echo \"uid=$(id -u) gid=$(id -g) groups=$(id -G)\"; echo $$ > $HOME/pid; "
+         "echo \"$API_KEY\" > $HOME/secret; echo \"key $API_KEY\"; "
+         "setsid sleep 600 < /dev/null > /dev/null 2>&1 & echo $! > $HOME/daemon; "
+         "echo left > /tmp/meridian-left-by-$MERIDIAN_JOB_ID; echo victim-ready; sleep 600"}}});
+  const std::string tasks = work + "/tasks";
+  const std::string vdir = tasks + "/" + std::to_string(victim) + "-0-g1";
+  ASSERT_TRUE(
+      Eventually([&] { return logs(alice, victim).find("victim-ready") != std::string::npos; }, 30))
+      << ReadFile(dir_.File("agent-n1.log"));
+  const std::string victim_output = logs(alice, victim);
+  std::string victim_ids;
+  const int64_t victim_uid = PrintedUid(victim_output, &victim_ids);
+  const std::string vpid = ReadFile(vdir + "/work/pid"), shim = ReadFile(vdir + "/shim.pid");
+  const int daemon = std::atoi(ReadFile(vdir + "/work/daemon").c_str());
+  ASSERT_FALSE(vpid.empty());
+  ASSERT_GT(daemon, 0);
+
+  // What the folder looks like to root: the task's group alone may enter; the bookkeeping with
+  // its env is root's; its output and work dir are its own.
+  const FileFacts folder = Facts(vdir), spec = Facts(vdir + "/spec.json"),
+                  assignment = Facts(vdir + "/assignment.json"), out = Facts(vdir + "/output.log"),
+                  home = Facts(vdir + "/work"), tasks_dir = Facts(tasks);
+  EXPECT_EQ(tasks_dir.mode, 0711u);
+  EXPECT_EQ(folder.uid, 0u);
+  EXPECT_EQ(folder.gid, victim_uid);
+  EXPECT_EQ(folder.mode, 0710u);
+  for (const FileFacts& f : {spec, assignment}) {
+    EXPECT_TRUE(f.exists);
+    EXPECT_EQ(f.uid, 0u);
+    EXPECT_EQ(f.mode, 0600u);
+  }
+  EXPECT_EQ(out.uid, victim_uid);
+  EXPECT_EQ(out.mode, 0600u);
+  EXPECT_EQ(home.uid, victim_uid);
+  EXPECT_EQ(home.mode, 0700u);
+  EXPECT_NE(ReadFile(vdir + "/spec.json").find(secret), std::string::npos)
+      << "the attack is on the file that holds the secret";
+
+  // The attacker, in another project: each attempt says denied or ALLOWED, with what it read.
+  const std::string attack = R"SH(
+try() { name=$1; shift; if out=$("$@" 2>&1); then echo "ATTEMPT $name: ALLOWED: $out"; else echo "ATTEMPT $name: denied: $out"; fi; }
+echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"
+try spec.json cat $V/spec.json
+try assignment.json cat $V/assignment.json
+try the-folder ls $V
+try output.log cat $V/output.log
+try its-home cat $V/work/secret
+try the-task-list ls $TASKS
+try environ cat /proc/$VPID/environ
+try its-cwd ls /proc/$VPID/cwd/
+try its-stdout cat /proc/$VPID/fd/1
+try shim-environ cat /proc/$SHIM/environ
+try node-credential cat $WORK/credential
+try probe kill -0 $VPID
+try SIGTERM kill -TERM $VPID
+try SIGKILL-daemon kill -KILL $DAEMON
+try SIGKILL-shim kill -KILL $SHIM
+echo attack-done
+)SH";
+  const int64_t attacker = submit(bob, "research",
+                                  {{"env",
+                                    {{"V", vdir},
+                                     {"TASKS", tasks},
+                                     {"WORK", work},
+                                     {"VPID", vpid},
+                                     {"SHIM", shim},
+                                     {"DAEMON", std::to_string(daemon)}}},
+                                   {"command", {"sh", "-c", attack}}});
+  ASSERT_TRUE(Eventually([&] { return JobPhase(*server_, bob, attacker) == "Succeeded"; }, 30))
+      << GetJob(*server_, bob, attacker).dump();
+  std::string attack_output;
+  ASSERT_TRUE(Eventually([&] {
+    attack_output = logs(bob, attacker);
+    return attack_output.find("attack-done") != std::string::npos;
+  }));
+  const std::vector<std::string> attempts = {
+      "spec.json",       "assignment.json", "the-folder", "output.log",     "its-home",
+      "the-task-list",   "environ",         "its-cwd",    "its-stdout",     "shim-environ",
+      "node-credential", "probe",           "SIGTERM",    "SIGKILL-daemon", "SIGKILL-shim"};
+  for (const std::string& a : attempts) {
+    EXPECT_NE(attack_output.find("ATTEMPT " + a + ": denied"), std::string::npos) << a << "\n"
+                                                                                  << attack_output;
+  }
+  EXPECT_EQ(attack_output.find("ALLOWED"), std::string::npos) << attack_output;
+  EXPECT_EQ(attack_output.find(secret), std::string::npos) << attack_output;
+  EXPECT_EQ(attack_output.find("API_KEY"), std::string::npos) << attack_output;
+  std::cout << "victim: " << victim_ids << "\n" << attack_output << "\n";
+
+  // Two uids of the range, neither root, each with its own gid and no other group.
+  std::string attacker_ids;
+  const int64_t attacker_uid = PrintedUid(attack_output, &attacker_ids);
+  for (const auto& [uid, ids] : {std::pair{victim_uid, victim_ids}, {attacker_uid, attacker_ids}}) {
+    EXPECT_GE(uid, 200000) << ids;
+    EXPECT_LE(uid, 265535) << ids;
+    EXPECT_EQ(ids, "uid=" + std::to_string(uid) + " gid=" + std::to_string(uid) +
+                       " groups=" + std::to_string(uid))
+        << ids;
+  }
+  EXPECT_NE(victim_uid, attacker_uid);
+  EXPECT_NE(victim_output.find("key " + secret), std::string::npos) << "its own output is its own";
+
+  // The victim ran on, untouched.
+  EXPECT_EQ(JobPhase(*server_, alice, victim), "Running");
+  EXPECT_TRUE(Lives(std::stoi(vpid)));
+  EXPECT_TRUE(Lives(daemon));
+
+  // Once the victim's job is gone: its folder, its daemon and its file in /tmp are too, and no
+  // process of its uid is left for the next job that gets the uid.
+  ASSERT_EQ(Do("POST", "/api/v1/jobs/" + std::to_string(victim) + "/cancel", alice).status, 200);
+  EXPECT_TRUE(Eventually([&] { return !Facts(vdir).exists; }, 60))
+      << ReadFile(dir_.File("agent-n1.log"));
+  EXPECT_TRUE(Eventually([&] { return !ProcessUids().count(victim_uid); }, 10));
+  EXPECT_FALSE(Lives(daemon)) << "the daemon it left lives on";
+  EXPECT_FALSE(Facts("/tmp/meridian-left-by-" + std::to_string(victim)).exists);
+}
+
+// An agent that is not root cannot switch uids: it says so in one line and runs its tasks as
+// itself, in folders of 0700; asked for a range explicitly, it refuses to start. Run as uid
+// 65534 (nobody), which needs the test to be root.
+TEST_F(SecurityTest, AnAgentThatIsNotRootSaysTaskIsolationIsOffOrRefusesWhenAskedFor) {
+  ASSERT_EQ(::geteuid(), 0u) << "this test starts an agent as uid 65534, which needs root";
+  Start("data", kOneNodeEstate);
+  const std::string agents = User("agents", {{"role", "agent"}});
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
+  const std::string work = dir_.File("nobody");
+  ASSERT_EQ(::mkdir(work.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(work.c_str(), 65534, 65534), 0);
+  // `meridian ... agent EXTRA` as uid 65534, its output in `log`; returns its pid.
+  auto start = [&](const std::vector<std::string>& extra, const std::string& log) {
+    std::vector<std::string> args = {kBinary,       "--config",     "/nonexistent/config.json",
+                                     "--server",    server_->url(), "--token",
+                                     agents,        "agent",        "--cluster",
+                                     "onprem",      "--pool",       "gpu",
+                                     "--node",      "lowly",        "--simulate-gpus",
+                                     "1xH100-80GB", "--work-dir",   work};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      std::freopen(log.c_str(), "w", stdout);
+      std::freopen(log.c_str(), "a", stderr);
+      if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+          setresuid(65534, 65534, 65534) != 0) {
+        _exit(125);
+      }
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(kBinary.c_str(), argv.data());
+      _exit(127);
+    }
+    return pid;
+  };
+  const std::string refused_log = dir_.File("refused.log");
+  const pid_t refused = start({"--task-uids", "200000-265535"}, refused_log);
+  int status = 0;
+  ASSERT_TRUE(Eventually([&] { return waitpid(refused, &status, WNOHANG) == refused; }, 30));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << ReadFile(refused_log);
+  EXPECT_NE(ReadFile(refused_log)
+                .find("--task-uids 200000-265535: the agent runs as uid 65534, not root, and "
+                      "cannot switch uids"),
+            std::string::npos)
+      << ReadFile(refused_log);
+
+  const std::string log = dir_.File("lowly.log");
+  const pid_t agent = start({}, log);
+  struct Stop {
+    pid_t pid;
+    ~Stop() {
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+    }
+  } stop{agent};
+  ASSERT_TRUE(Eventually(
+      [&] { return ReadFile(log).find("registered in cluster") != std::string::npos; }, 20))
+      << ReadFile(log);
+  EXPECT_NE(ReadFile(log).find("meridian agent: task isolation is off: the agent runs as uid "
+                               "65534, not root, so it cannot switch uids and every task runs as "
+                               "uid 65534 (task folders are 0700)"),
+            std::string::npos)
+      << ReadFile(log);
+  HttpResult r = Do(
+      "POST", "/api/v1/jobs", admin_,
+      {{"metadata", {{"name", "j"}, {"project", "research"}}},
+       {"spec", {{"gpus", 1}, {"gracePeriod", 1}, {"command", {"sh", "-c", "id -u; sleep 30"}}}}});
+  ASSERT_EQ(r.status, 201) << r.text;
+  const std::string id = std::to_string(r.body.value("id", int64_t{0}));
+  const std::string folder = work + "/tasks/" + id + "-0-g1";
+  ASSERT_TRUE(Eventually(
+      [&] { return ReadFile(folder + "/output.log").find("65534") != std::string::npos; }, 30))
+      << ReadFile(log);
+  for (const std::string& f : {work + "/tasks", folder, folder + "/work"}) {
+    EXPECT_EQ(Facts(f).mode, 0700u) << f;
+  }
+  for (const char* f : {"/spec.json", "/assignment.json", "/output.log"}) {
+    EXPECT_EQ(Facts(folder + f).mode, 0600u) << f;
+  }
+  EXPECT_EQ(Do("POST", "/api/v1/jobs/" + id + "/cancel", admin_).status, 200);
 }
 
 }  // namespace

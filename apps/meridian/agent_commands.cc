@@ -22,6 +22,7 @@ struct AgentFlags {
   int nvlink_domain_size = 0;
   std::vector<std::string> labels;
   bool no_cgroups = false;
+  std::string task_uids = meridian::agent::kDefaultTaskUids.ToString();
   std::string gpu_discovery = "auto";
   std::string nvml_library = "libnvidia-ml.so.1";
 };
@@ -61,6 +62,13 @@ int RunAgent(AgentFlags& f) {
         Status::Invalid("cannot find " + f.o.shim + " (it is built and installed with meridian)"));
   }
   f.o.cgroups = !f.no_cgroups;
+  if (f.task_uids == "off") {
+    f.o.task_uids.reset();
+  } else {
+    auto range = meridian::agent::ParseUidRange(f.task_uids);
+    if (!range.ok()) return Fail(range.status());
+    f.o.task_uids = *range;
+  }
   std::unique_ptr<meridian::agent::GpuDiscovery> gpus;
   std::string discovery = f.gpu_discovery;
   if (discovery == "auto") discovery = f.simulate_gpus.empty() ? "nvml" : "simulated";
@@ -129,5 +137,13 @@ void AddAgentCommands(CLI::App& app, int* rc) {
                     "command that runs images, e.g. \"podman --runtime runc\" (default: podman or "
                     "docker, when installed)");
   agent->add_flag("--no-cgroups", f.no_cgroups, "do not limit tasks' CPU and memory");
-  agent->callback([rc] { *rc = RunAgent(f); });
+  CLI::Option* task_uids = agent->add_option(
+      "--task-uids", f.task_uids,
+      "uids (FIRST-LAST) that tasks run under, one per job, each with the gid of the same number; "
+      "off: tasks run as the agent's uid (the default range needs the agent to run as root)");
+  task_uids->capture_default_str();
+  agent->callback([rc, task_uids] {
+    f.o.task_uids_asked = task_uids->count() > 0;
+    *rc = RunAgent(f);
+  });
 }

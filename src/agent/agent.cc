@@ -17,7 +17,9 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/gpu_devices.h"
 #include "agent/simulated_gpus.h"
+#include "agent/task_isolation.h"
 #include "base/strings.h"
 
 namespace meridian::agent {
@@ -45,13 +47,9 @@ Json ReadJson(const std::string& path) {
   return j.is_discarded() ? Json() : j;
 }
 
+// The agent's bookkeeping files in a task's folder: root's alone (an assignment holds its env).
 void WriteFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-  }
-  std::rename(tmp.c_str(), path.c_str());
+  (void)WritePrivateFile(path, text, 0600);
 }
 
 // What the shim wrote when the task ended; none while it runs (or when the file is unreadable).
@@ -87,15 +85,6 @@ bool ShimAlive(int pid) {
                            std::string::npos;
 }
 
-bool OnPath(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  for (std::string_view dir : base::Split(path ? path : "/usr/bin:/bin", ':')) {
-    const std::string candidate = std::string(dir) + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
 int SignalNumber(const std::string& name) {
   if (name == "SIGUSR1") return SIGUSR1;
   if (name == "SIGUSR2") return SIGUSR2;
@@ -106,12 +95,6 @@ int SignalNumber(const std::string& name) {
 
 std::string TaskDirName(int64_t job, int32_t task, int64_t generation) {
   return std::to_string(job) + "-" + std::to_string(task) + "-g" + std::to_string(generation);
-}
-
-// The device name a task sees for a grant: the GPU's UUID, or its MIG instance's.
-std::string DeviceName(const protocol::DeviceGrant& d) {
-  if (!d.mig) return d.uuid;
-  return "MIG-" + d.uuid + "/" + d.mig->profile + "/" + std::to_string(d.mig->start);
 }
 
 }  // namespace
@@ -254,6 +237,7 @@ Status Agent::Run(const std::atomic<bool>& stop) {
   std::error_code ec;
   std::filesystem::create_directories(o_.work_dir + "/tasks", ec);
   if (ec) return Status::Io("--work-dir " + o_.work_dir + ": " + ec.message());
+  if (Status s = SetUpIsolation(); !s.ok()) return s;
   // Cgroups are named after the work directory too (its inode, which a restart keeps): two agents
   // of one machine with the same node name (tests, two dev estates) must not share a task's
   // cgroup, or one sets the other's limits.
@@ -331,6 +315,13 @@ Status Agent::Recover() {
     t.assignment = std::move(a.value());
     t.restarts = std::atoi(ReadAll(dir + "/restarts").c_str());
     t.shim_pid = std::atoi(ReadAll(dir + "/shim.pid").c_str());
+    // Its uid (an agent that cannot switch uids now has no use for it). The claim is kept since
+    // the last life; it is made again after a reboot.
+    if (const std::string uid = ReadAll(dir + "/uid"); !uid.empty() && isolated_) {
+      t.uid = static_cast<uint32_t>(std::strtoul(uid.c_str(), nullptr, 10));
+      std::string error;
+      (void)claims_.Claim(*t.uid, claim_owner_, t.job, &error);
+    }
     t.adopted = true;
     if (auto exit = ReadExit(dir)) {
       t.state = "Exited";
@@ -407,92 +398,9 @@ void Agent::Reconcile(const Json& answer) {
   }
 }
 
-std::vector<std::string> Agent::TaskArgv(const Task& t,
-                                         const std::map<std::string, std::string>& env,
-                                         std::string* error,
-                                         std::vector<std::string>* cleanup) const {
-  const protocol::TaskRun& run = t.assignment.run;
-  const std::vector<std::string>& command = run.command;
-  const std::string& image = run.image;
-  if (image.empty()) {
-    if (command.empty()) *error = "spec.command is empty: nothing to run";
-    return command;
-  }
-  std::string runtime = o_.container_runtime;
-  if (runtime.empty()) runtime = OnPath("podman") ? "podman" : OnPath("docker") ? "docker" : "";
-  if (runtime.empty()) {
-    *error = "the job runs image " + image +
-             ", but neither podman nor docker is installed on node " + o_.node;
-    return {};
-  }
-  std::vector<std::string> argv;
-  std::istringstream words(runtime);
-  for (std::string w; words >> w;) argv.push_back(w);
-  const std::string name = "meridian-" + CgroupName(t);
-  // Once the run has ended, however it ended (a SIGKILL leaves the container behind).
-  *cleanup = argv;
-  cleanup->insert(cleanup->end(), {"rm", "-f", "-t", "0", name});
-  // The task directory is mounted where it is, so that the notice file has the same path.
-  argv.insert(argv.end(),
-              {"run", "--rm", "--network=host", "--name", name, "-v", t.dir + ":" + t.dir});
-  if (run.cpu_milli > 0) argv.push_back("--cpus=" + std::to_string(run.cpu_milli / 1000.0));
-  if (run.memory_mib > 0) argv.push_back("--memory=" + std::to_string(run.memory_mib) + "m");
-  for (const auto& [k, v] : env) {
-    if (k.rfind("MERIDIAN_", 0) == 0 || k.find("VISIBLE_DEVICES") != std::string::npos ||
-        run.env.count(k)) {
-      argv.insert(argv.end(), {"-e", k + "=" + v});
-    }
-  }
-  argv.push_back(image);
-  argv.insert(argv.end(), command.begin(), command.end());
-  return argv;
-}
-
-std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
-  const protocol::Assignment& a = t.assignment;
-  std::map<std::string, std::string> env;
-  for (const char* k : {"PATH", "HOME", "LANG", "TZ", "TMPDIR"}) {
-    if (const char* v = std::getenv(k)) env[k] = v;
-  }
-  if (!env.count("PATH")) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
-  for (const auto& [k, v] : a.run.env) env[k] = v;
-  std::string devices;
-  int64_t milli = 0, gpu_memory = 0;
-  for (const protocol::DeviceGrant& d : a.devices) {
-    devices += (devices.empty() ? "" : ",") + DeviceName(d);
-    milli += d.milli;
-    gpu_memory += d.memory_mib;
-  }
-  env["CUDA_VISIBLE_DEVICES"] = devices;
-  env["NVIDIA_VISIBLE_DEVICES"] = devices.empty() ? "void" : devices;
-  if (milli > 0 && milli < 1000) {
-    env["MERIDIAN_GPU_MILLI"] = std::to_string(milli);
-    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::max<int64_t>(1, milli / 10));
-  }
-  if (gpu_memory > 0) env["MERIDIAN_GPU_MEMORY_MIB"] = std::to_string(gpu_memory);
-  env["MERIDIAN_JOB_ID"] = std::to_string(t.job);
-  env["MERIDIAN_JOB_NAME"] = a.name;
-  env["MERIDIAN_PROJECT"] = a.project;
-  env["MERIDIAN_TASK_INDEX"] = std::to_string(t.index);
-  env["MERIDIAN_WORLD_SIZE"] = std::to_string(a.world_size);
-  env["MERIDIAN_MASTER_ADDR"] = a.master_addr;
-  env["MERIDIAN_GENERATION"] = std::to_string(t.generation);
-  env["MERIDIAN_RESTART"] = std::to_string(t.restarts);
-  env["MERIDIAN_NODE"] = o_.node;
-  env["MERIDIAN_NOTICE_FILE"] = t.dir + "/notice";
-  if (Limited(t)) env["MERIDIAN_CGROUP"] = "meridian/" + CgroupName(t);
-  return env;
-}
-
 void Agent::Start(Task& t) {
-  std::error_code ec;
-  std::filesystem::create_directories(t.dir, ec);
-  std::filesystem::remove(t.dir + "/exit.json", ec);
-  std::filesystem::remove(t.dir + "/stop", ec);
-  std::filesystem::remove(t.dir + "/notice", ec);
-  WriteFile(t.dir + "/assignment.json", protocol::ToJson(t.assignment).dump());
-  WriteFile(t.dir + "/restarts", std::to_string(t.restarts));
   std::string error;
+  if (Status s = PrepareFolder(t); !s.ok()) error = s.message();
   // MIG grants: the instance is made (or the layout changed) before the task starts.
   for (const protocol::DeviceGrant& d : t.assignment.devices) {
     if (!d.mig || !error.empty()) continue;
@@ -503,6 +411,7 @@ void Agent::Start(Task& t) {
   std::vector<std::string> cleanup;
   std::vector<std::string> argv =
       error.empty() ? TaskArgv(t, task_env, &error, &cleanup) : std::vector<std::string>{};
+  const protocol::TaskRun& run = t.assignment.run;
   if (!error.empty()) {
     ReleaseDevices(t);
     t.state = "Exited";
@@ -512,7 +421,6 @@ void Agent::Start(Task& t) {
     std::ofstream(t.dir + "/output.log", std::ios::app) << "meridian: " << error << "\n";
     return;
   }
-  const protocol::TaskRun& run = t.assignment.run;
   protocol::ShimSpec spec;
   const std::string group = CgroupName(t);
   if (Limited(t)) {
@@ -534,7 +442,15 @@ void Agent::Start(Task& t) {
     }
   }
   spec.argv = std::move(argv);
-  spec.cwd = run.working_dir;
+  // A container's user is the runtime's to set (--user): the runtime itself needs root.
+  if (t.uid && cleanup.empty()) {
+    spec.uid = spec.gid = *t.uid;
+    // Only its own GPUs: CUDA_VISIBLE_DEVICES is advice a task may ignore.
+    std::set<std::string> granted;
+    for (const protocol::DeviceGrant& d : t.assignment.devices) granted.insert(d.uuid);
+    spec.hide_devices = DevicesToHide(GpuDeviceNodes(), granted);
+  }
+  spec.cwd = run.working_dir.empty() ? t.dir + "/work" : run.working_dir;
   spec.output = t.dir + "/output.log";
   spec.grace = run.grace_period;
   spec.notice_signal = SignalNumber(run.notice_signal);
@@ -549,7 +465,8 @@ void Agent::Start(Task& t) {
   const std::string dir = t.dir;
   const pid_t pid = fork();
   if (pid == 0) {
-    setsid();  // outlives the agent, and the agent's signals
+    setsid();         // outlives the agent, and the agent's signals
+    CloseFdsFrom(3);  // the agent's connections are not the shim's, nor its task's
     execl(shim.c_str(), shim.c_str(), dir.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -770,8 +687,7 @@ void Agent::Cleanup() {
   for (auto it = tasks_.begin(); it != tasks_.end();) {
     Task& t = it->second;
     if (t.gone && (t.dir.empty() || FileSize(t.dir + "/output.log") <= t.uploaded)) {
-      std::error_code ec;
-      if (!t.dir.empty()) std::filesystem::remove_all(t.dir, ec);
+      RemoveFolder(t);
       it = tasks_.erase(it);
     } else {
       ++it;

@@ -11,6 +11,8 @@
 
 #include "agent/cgroups.h"
 #include "agent/gpu_discovery.h"
+#include "agent/task_isolation.h"
+#include "agent/task_uids.h"
 #include "base/status.h"
 #include "cli/client.h"
 #include "domain/failure_cause.h"
@@ -36,6 +38,12 @@ struct AgentOptions {
   // empty: podman, else docker, when installed.
   std::string container_runtime;
   bool cgroups = true;  // limit CPU and memory of tasks
+  // The uids tasks run under, one per job (docs/adr/0016-task-isolation.md); none: the agent's
+  // own (`--task-uids off`). An agent that is not root cannot switch uids: it says so at start-up
+  // and runs its tasks as itself, unless the range was asked for (`task_uids_asked`), when it
+  // refuses to start.
+  std::optional<UidRange> task_uids = kDefaultTaskUids;
+  bool task_uids_asked = false;
 };
 
 // The node agent: registers its node, heartbeats inventory, telemetry and what its tasks did,
@@ -44,7 +52,9 @@ struct AgentOptions {
 // that outlives the agent, so an agent restart loses no task; the agent finds them again in
 // its work directory. It survives server restarts and network loss by retrying with backoff;
 // while it cannot reach the server it stops renewing its lease, and the shims stop their tasks
-// when the lease runs out. Single-threaded: Run() is its loop.
+// when the lease runs out. Run as root, it runs each job's tasks under a uid of their own, in
+// folders only they and root enter (docs/adr/0016-task-isolation.md). Single-threaded: Run() is
+// its loop.
 class Agent {
  public:
   Agent(AgentOptions options, std::unique_ptr<GpuDiscovery> gpus);
@@ -77,10 +87,21 @@ class Agent {
     bool stop_requested = false;
     int64_t uploaded = 0;  // bytes of output the server has
     bool gone = false;     // no longer assigned and ended: removed once its output is uploaded
+    // The uid (and gid) it runs under, its job's on this node; held until its folder is removed,
+    // so that no other job gets the uid while files of this one are left. None: the agent's.
+    std::optional<uint32_t> uid;
   };
   using Key = std::tuple<int64_t, int32_t, int64_t>;  // job, task, generation
 
   base::Status Recover();  // tasks from an earlier life of the agent
+  // Whether tasks run under uids of their own (root, and a range): checks the range and the
+  // work directory, and says at start-up, in one line, which it is and why.
+  base::Status SetUpIsolation();
+  // The task's folder, before each run: the folder (root's, entered by the task's group only),
+  // the bookkeeping files (root's, 0600), its output and its work directory (the task's own,
+  // 0600 and 0700). Chooses the task's uid on its first run. Says why when it cannot.
+  base::Status PrepareFolder(Task& t);
+  void RemoveFolder(const Task& t);  // with what its uid left, when no other task holds the uid
   // The node's credential, kept in the work directory (mode 0600) once a registration with the
   // bootstrap token returned it; every call uses it from then on. Forget goes back to the
   // bootstrap token (the credential was revoked, or the server forgot the node).
@@ -120,6 +141,9 @@ class Agent {
   cli::Client client_;
   Cgroups cgroups_;
   std::string cgroup_prefix_;  // the node and its work directory: see Run
+  bool isolated_ = false;      // tasks run under uids of the range (SetUpIsolation)
+  UidClaims claims_;           // the machine's, shared with other agents on it
+  std::string claim_owner_;    // this agent's name in the claims: its work directory
   bool registered_ = false;
   bool credentialed_ = false;  // calls use the node's credential, not the bootstrap token
   double interval_ = 2.0;

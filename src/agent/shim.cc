@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/task_isolation.h"
 #include "domain/failure_cause.h"
 #include "protocol/agent_protocol.h"
 
@@ -50,19 +51,39 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-// Written whole or not at all: the agent may read at any moment.
-void WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-  }
-  std::rename(tmp.c_str(), path.c_str());
+// Written whole or not at all: the agent may read at any moment. Root's, read by root (the
+// notice: by the task too, which alone may enter the folder besides root).
+void WriteAtomically(const std::string& path, const std::string& text, int mode = 0600) {
+  (void)WritePrivateFile(path, text, mode);
 }
 
-// Replaces this process with `args` (looked up on PATH) in environment `env`; returns only
-// when that fails, with errno set.
+// Whether `name` is a file in a folder of `path` (":"-separated) that this process can reach.
+bool OnPath(const std::string& name, const std::string& path) {
+  size_t from = 0;
+  for (;;) {
+    const size_t colon = path.find(':', from);
+    const std::string dir = path.substr(from, colon == std::string::npos ? colon : colon - from);
+    struct stat st;
+    if (::stat(((dir.empty() ? "." : dir) + "/" + name).c_str(), &st) == 0) return true;
+    if (colon == std::string::npos) return false;
+    from = colon + 1;
+  }
+}
+
+// Replaces this process with `args` (looked up on the PATH of `env`) in environment `env`;
+// returns only when that fails, with errno set. A command in no folder of the PATH that this
+// process can enter is not found (ENOENT), although execvpe says EACCES when a folder of the PATH
+// is closed to it (a task's uid and the agent's /root/... entries).
 void Exec(std::vector<std::string>& args, std::vector<std::string>& env) {
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (const std::string& e : env) {
+    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
+  }
+  if (args[0].find('/') == std::string::npos && !OnPath(args[0], path)) {
+    errno = ENOENT;
+    return;
+  }
+  setenv("PATH", path.c_str(), 1);  // execvpe searches the caller's PATH: the task's
   std::vector<char*> argv, envp;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -174,7 +195,9 @@ int RunShim(const std::string& dir) {
     char go = 0;
     (void)!read(gate[0], &go, 1);  // until the parent has put us in our cgroups
     close(gate[0]);
-    const int out = open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    // The output file is the task's alone (the agent made it, owned by the task's uid); a link
+    // put in its place is not followed.
+    const int out = open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
     const int in = open("/dev/null", O_RDONLY);
     if (out >= 0) {
       dup2(out, 1);
@@ -185,6 +208,21 @@ int RunShim(const std::string& dir) {
       dup2(in, 0);
       close(in);
     }
+    // Nothing of the shim's or the agent's reaches the task: no descriptor but 0, 1 and 2, and,
+    // where the spec names a uid, no root (checked: a task never runs as root by mistake).
+    CloseFdsFrom(3);
+    if (spec.uid && spec.gid) {
+      // Only its own GPUs, then no root: neither can be undone without root.
+      base::Status ready = HideDevices(spec.hide_devices);
+      if (ready.ok()) {
+        ready = DropPrivileges(static_cast<uint32_t>(*spec.uid), static_cast<uint32_t>(*spec.gid));
+      }
+      if (!ready.ok()) {
+        std::fprintf(stderr, "meridian: the task was not started: %s\n", ready.message().c_str());
+        _exit(126);
+      }
+    }
+    // Entered as the task's user: a folder it may not enter is refused here.
     if (!cwd.empty() && chdir(cwd.c_str()) != 0) {
       std::fprintf(stderr, "meridian: cannot enter working directory %s: %s\n", cwd.c_str(),
                    std::strerror(errno));
@@ -220,7 +258,8 @@ int RunShim(const std::string& dir) {
   int status = 0;
   auto notice = [&](double deadline) {
     if (!notice_file.empty()) {
-      WriteAtomically(notice_file, Json{{"reason", reason}, {"deadline", deadline}}.dump() + "\n");
+      WriteAtomically(notice_file, Json{{"reason", reason}, {"deadline", deadline}}.dump() + "\n",
+                      0644);
     }
     if (notice_signal > 0) kill(-child, notice_signal);
   };

@@ -39,8 +39,11 @@ Status Check(const base::Result<cli::Response>& r, const char* what) {
 
 pid_t StartAgent(const std::string& self, const std::string& url, const std::string& data_dir,
                  const AgentSpec& a) {
-  const std::string work = data_dir + "/agents/" + a.node;
+  // Beside the data dir, not in it: the data dir is 0700, and tasks run under uids of their own
+  // (when the estate runs as root) must pass through to their folders.
+  const std::string work = data_dir + "-agents/" + a.node;
   std::filesystem::create_directories(work);
+  std::filesystem::create_directories(data_dir + "/agents");
   const std::string log = data_dir + "/agents/" + a.node + ".log";
   std::vector<std::string> args = {self,
                                    "--server",
@@ -158,7 +161,8 @@ Status RunDevEstate(DevOptions o) {
         "  dashboard     %s/  (sign in with the admin token)\n"
         "  API           %s/api/v1\n"
         "  admin token   %s\n"
-        "  data dir      %s (agents' logs in agents/)\n\n"
+        "  data dir      %s (agents' logs in agents/)\n"
+        "  task folders  %s-agents\n\n"
         "Try:\n"
         "  export MERIDIAN_SERVER=%s MERIDIAN_TOKEN=%s\n"
         "  ./build/meridian submit -f examples/jobs/train-gang.yaml   # an 8-GPU gang on-prem\n"
@@ -166,7 +170,7 @@ Status RunDevEstate(DevOptions o) {
         "  ./build/meridian top\n\n"
         "Ctrl-C stops everything.\n",
         ready, specs.size(), o.onprem_nodes, o.cloud_nodes, url.c_str(), url.c_str(), admin.c_str(),
-        data_dir.c_str(), url.c_str(), admin.c_str());
+        data_dir.c_str(), data_dir.c_str(), url.c_str(), admin.c_str());
     std::fflush(stdout);
   };
   o.server.on_stop = [&] {

@@ -317,8 +317,11 @@ Json ToJson(const ShimSpec& s) {
               {"lease", s.lease},
               {"runtimeLimit", s.runtime_limit},
               {"cgroupProcs", s.cgroup_procs},
-              {"cleanup", s.cleanup}};
+              {"cleanup", s.cleanup},
+              {"hideDevices", s.hide_devices}};
   if (s.fence_grace) out["fenceGrace"] = *s.fence_grace;
+  if (s.uid) out["uid"] = *s.uid;
+  if (s.gid) out["gid"] = *s.gid;
   return out;
 }
 
@@ -468,6 +471,10 @@ base::Result<ShimSpec> DecodeShimSpec(const Json& j) {
     s.runtime_limit = r.Number("runtimeLimit", 0, kMaxSeconds, 0);
     s.cgroup_procs = r.StringList("cgroupProcs");
     s.cleanup = r.StringList("cleanup");
+    s.hide_devices = r.StringList("hideDevices");
+    // Never root, and never an id that reads as -1 ("leave unchanged") to setresuid.
+    s.uid = OptionalInt(r, "uid", 1, std::numeric_limits<int32_t>::max() - 1);
+    s.gid = OptionalInt(r, "gid", 1, std::numeric_limits<int32_t>::max() - 1);
   });
 }
 

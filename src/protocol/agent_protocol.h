@@ -215,6 +215,13 @@ struct ShimSpec {
   double runtime_limit = 0;
   std::vector<std::string> cgroup_procs;  // cgroup.procs files the task joins before exec
   std::vector<std::string> cleanup;       // run once the task has ended (removes a container)
+  // The uid and gid the task runs under (the shim leaves root for them just before exec);
+  // absent: the shim's own, when the agent cannot switch uids or a container runtime does it.
+  std::optional<int64_t> uid;
+  std::optional<int64_t> gid;
+  // GPU device nodes of GPUs the task was not given: the shim puts /dev/null over each, in a
+  // mount namespace of the task's own, before it leaves root.
+  std::vector<std::string> hide_devices;
 };
 
 // The agent's request to stop a run (the `stop` file): why, and how long it may take at most.

@@ -280,6 +280,9 @@ TEST(AgentProtocolTest, TheShimsFilesSurviveTheirJsonForm) {
   s.lease = 15;
   s.fence_grace = 3;
   s.cgroup_procs = {"/sys/fs/cgroup/x/cgroup.procs"};
+  s.uid = 200007;
+  s.gid = 200007;
+  s.hide_devices = {"/dev/nvidia1"};
   auto spec = DecodeShimSpec(ToJson(s));
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(spec->argv, s.argv);
@@ -288,8 +291,18 @@ TEST(AgentProtocolTest, TheShimsFilesSurviveTheirJsonForm) {
   EXPECT_EQ(spec->notice_signal, 10);
   EXPECT_EQ(spec->fence_grace, 3);
   EXPECT_EQ(spec->cgroup_procs, s.cgroup_procs);
+  EXPECT_EQ(spec->uid, 200007);
+  EXPECT_EQ(spec->gid, 200007);
+  EXPECT_EQ(spec->hide_devices, s.hide_devices);
   ShimSpec no_fence;
   EXPECT_FALSE(DecodeShimSpec(ToJson(no_fence))->fence_grace);
+  EXPECT_FALSE(DecodeShimSpec(ToJson(no_fence))->uid);
+  // A task never runs as root, nor as the id that setresuid reads as "unchanged".
+  for (int64_t bad : {int64_t{0}, int64_t{-1}, int64_t{4294967295}}) {
+    Json j = ToJson(s);
+    j["uid"] = bad;
+    EXPECT_FALSE(DecodeShimSpec(j).ok()) << bad;
+  }
 
   ShimExit killed;
   killed.exit_code = 137;

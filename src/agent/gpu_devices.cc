@@ -1,0 +1,71 @@
+#include "agent/gpu_devices.h"
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace meridian::agent {
+
+namespace {
+
+// "Key:   value" -> value, for one key of an information file.
+std::string Field(const std::string& line, const std::string& key) {
+  if (line.rfind(key + ":", 0) != 0) return "";
+  const size_t start = line.find_first_not_of(" \t", key.size() + 1);
+  return start == std::string::npos ? "" : line.substr(start);
+}
+
+}  // namespace
+
+DriverGpu ParseDriverInformation(const std::string& text) {
+  DriverGpu gpu;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (std::string v = Field(line, "Device Minor");
+        !v.empty() && v.size() < 10 && v.find_first_not_of("0123456789") == std::string::npos) {
+      gpu.minor = std::stoll(v);
+    }
+    if (std::string v = Field(line, "GPU UUID"); !v.empty()) gpu.uuid = v;
+  }
+  return gpu;
+}
+
+std::vector<GpuDeviceNode> GpuDeviceNodes(const std::string& dev, const std::string& driver) {
+  std::map<int64_t, std::string> uuid_of_minor;
+  std::error_code ec;
+  for (const auto& gpu : std::filesystem::directory_iterator(driver, ec)) {
+    std::ifstream in(gpu.path() / "information");
+    std::stringstream text;
+    text << in.rdbuf();
+    const DriverGpu parsed = ParseDriverInformation(text.str());
+    if (parsed.minor >= 0) uuid_of_minor[parsed.minor] = parsed.uuid;
+  }
+  std::vector<GpuDeviceNode> out;
+  for (const auto& e : std::filesystem::directory_iterator(dev, ec)) {
+    const std::string name = e.path().filename();
+    if (name.rfind("nvidia", 0) != 0 || name.size() == 6 ||
+        name.find_first_not_of("0123456789", 6) != std::string::npos) {
+      continue;  // nvidiactl, nvidia-uvm, nvidia-caps, ...
+    }
+    struct stat st {};
+    if (::stat(e.path().c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) continue;
+    auto it = uuid_of_minor.find(static_cast<int64_t>(minor(st.st_rdev)));
+    out.push_back({e.path().string(), it == uuid_of_minor.end() ? "" : it->second});
+  }
+  return out;
+}
+
+std::vector<std::string> DevicesToHide(const std::vector<GpuDeviceNode>& nodes,
+                                       const std::set<std::string>& granted) {
+  std::vector<std::string> hide;
+  for (const GpuDeviceNode& n : nodes) {
+    if (n.uuid.empty() || !granted.count(n.uuid)) hide.push_back(n.path);
+  }
+  return hide;
+}
+
+}  // namespace meridian::agent

@@ -1,0 +1,117 @@
+// What a task runs: its command line (directly, or through a container runtime for an image)
+// and its environment. Part of Agent (agent.h); the agent's loop is in agent.cc.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "agent/agent.h"
+#include "base/strings.h"
+
+namespace meridian::agent {
+
+namespace {
+
+bool OnPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  for (std::string_view dir : base::Split(path ? path : "/usr/bin:/bin", ':')) {
+    const std::string candidate = std::string(dir) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+// The device name a task sees for a grant: the GPU's UUID, or its MIG instance's.
+std::string DeviceName(const protocol::DeviceGrant& d) {
+  if (!d.mig) return d.uuid;
+  return "MIG-" + d.uuid + "/" + d.mig->profile + "/" + std::to_string(d.mig->start);
+}
+
+}  // namespace
+
+std::vector<std::string> Agent::TaskArgv(const Task& t,
+                                         const std::map<std::string, std::string>& env,
+                                         std::string* error,
+                                         std::vector<std::string>* cleanup) const {
+  const protocol::TaskRun& run = t.assignment.run;
+  const std::vector<std::string>& command = run.command;
+  const std::string& image = run.image;
+  if (image.empty()) {
+    if (command.empty()) *error = "spec.command is empty: nothing to run";
+    return command;
+  }
+  std::string runtime = o_.container_runtime;
+  if (runtime.empty()) runtime = OnPath("podman") ? "podman" : OnPath("docker") ? "docker" : "";
+  if (runtime.empty()) {
+    *error = "the job runs image " + image +
+             ", but neither podman nor docker is installed on node " + o_.node;
+    return {};
+  }
+  std::vector<std::string> argv;
+  std::istringstream words(runtime);
+  for (std::string w; words >> w;) argv.push_back(w);
+  const std::string name = "meridian-" + CgroupName(t);
+  // Once the run has ended, however it ended (a SIGKILL leaves the container behind).
+  *cleanup = argv;
+  cleanup->insert(cleanup->end(), {"rm", "-f", "-t", "0", name});
+  // The task directory is mounted where it is, so that the notice file has the same path.
+  argv.insert(argv.end(),
+              {"run", "--rm", "--network=host", "--name", name, "-v", t.dir + ":" + t.dir});
+  if (run.cpu_milli > 0) argv.push_back("--cpus=" + std::to_string(run.cpu_milli / 1000.0));
+  if (run.memory_mib > 0) argv.push_back("--memory=" + std::to_string(run.memory_mib) + "m");
+  // The runtime runs as root; the container's processes run as the task's uid.
+  if (t.uid) argv.push_back("--user=" + std::to_string(*t.uid) + ":" + std::to_string(*t.uid));
+  // Names only: the runtime takes each value from its own environment (root's to read), where a
+  // value on its command line would be in /proc/PID/cmdline for every process of the machine.
+  for (const auto& [k, v] : env) {
+    if (k.rfind("MERIDIAN_", 0) == 0 || k.find("VISIBLE_DEVICES") != std::string::npos ||
+        run.env.count(k)) {
+      argv.insert(argv.end(), {"-e", k});
+    }
+  }
+  argv.push_back(image);
+  argv.insert(argv.end(), command.begin(), command.end());
+  return argv;
+}
+
+std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
+  const protocol::Assignment& a = t.assignment;
+  std::map<std::string, std::string> env;
+  for (const char* k : {"PATH", "LANG", "TZ"}) {
+    if (const char* v = std::getenv(k)) env[k] = v;
+  }
+  if (!env.count("PATH")) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+  // Its own home and temporary folder, which no other task can enter (the agent's are not the
+  // task's to write, and a shared /tmp is where tasks would meet).
+  env["HOME"] = t.dir + "/work";
+  env["TMPDIR"] = t.dir + "/work";
+  for (const auto& [k, v] : a.run.env) env[k] = v;
+  std::string devices;
+  int64_t milli = 0, gpu_memory = 0;
+  for (const protocol::DeviceGrant& d : a.devices) {
+    devices += (devices.empty() ? "" : ",") + DeviceName(d);
+    milli += d.milli;
+    gpu_memory += d.memory_mib;
+  }
+  env["CUDA_VISIBLE_DEVICES"] = devices;
+  env["NVIDIA_VISIBLE_DEVICES"] = devices.empty() ? "void" : devices;
+  if (milli > 0 && milli < 1000) {
+    env["MERIDIAN_GPU_MILLI"] = std::to_string(milli);
+    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::max<int64_t>(1, milli / 10));
+  }
+  if (gpu_memory > 0) env["MERIDIAN_GPU_MEMORY_MIB"] = std::to_string(gpu_memory);
+  env["MERIDIAN_JOB_ID"] = std::to_string(t.job);
+  env["MERIDIAN_JOB_NAME"] = a.name;
+  env["MERIDIAN_PROJECT"] = a.project;
+  env["MERIDIAN_TASK_INDEX"] = std::to_string(t.index);
+  env["MERIDIAN_WORLD_SIZE"] = std::to_string(a.world_size);
+  env["MERIDIAN_MASTER_ADDR"] = a.master_addr;
+  env["MERIDIAN_GENERATION"] = std::to_string(t.generation);
+  env["MERIDIAN_RESTART"] = std::to_string(t.restarts);
+  env["MERIDIAN_NODE"] = o_.node;
+  env["MERIDIAN_NOTICE_FILE"] = t.dir + "/notice";
+  if (Limited(t)) env["MERIDIAN_CGROUP"] = "meridian/" + CgroupName(t);
+  return env;
+}
+
+}  // namespace meridian::agent
