@@ -1,0 +1,106 @@
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/api.h"
+#include "base/clock.h"
+#include "server/alert_eval.h"
+#include "server/controller.h"
+#include "server/nodes.h"
+#include "server/telemetry_metrics.h"
+#include "store/store.h"
+
+// The server's alerting (docs/adr/0017-alerting.md): a loop on the server's clock evaluates the
+// rules in force (the built-ins as AlertRule documents override them) and tells the receivers
+// that AlertReceiver documents configure.
+namespace meridian::server {
+
+// Sends one JSON body to a receiver. Implementations: HttpAlertNotifier; tests record instead.
+// Called from the alert loop's thread only.
+class AlertNotifier {
+ public:
+  virtual ~AlertNotifier() = default;
+  // POSTs `body` (application/json) to `url`; Ok on a 2xx answer.
+  virtual base::Status Post(const std::string& url, const std::string& body) = 0;
+};
+
+// httplib, with short timeouts: a receiver that hangs delays the next evaluation by seconds, not
+// minutes.
+class HttpAlertNotifier final : public AlertNotifier {
+ public:
+  base::Status Post(const std::string& url, const std::string& body) override;
+};
+
+struct AlertServiceOptions {
+  double interval = 2;        // seconds between evaluations
+  std::string generator_url;  // the server's URL; alerts link to {it}/api/v1/alerts
+};
+
+// Evaluates the alert rules every `interval` seconds and notifies:
+//  - Alertmanager receivers get every firing alert (endsAt four resend intervals ahead, so that
+//    Alertmanager resolves it by itself if this server stops) and every alert resolved in the
+//    last 15 minutes (endsAt its resolution), whenever an alert changes and at least every
+//    resendInterval, as Prometheus does;
+//  - webhook receivers get one POST per evaluation that changed something: {receiver, status,
+//    alerts}, retried at the next evaluations while it fails (100 at most are kept).
+// Silences, grouping and routing are Alertmanager's. Thread-safe: Alerts is called from the
+// API's threads.
+class AlertService final : public api::AlertHooks {
+ public:
+  AlertService(store::Store* store, const base::Clock* clock, SchedulerController* scheduler,
+               NodeService* nodes, AlertNotifier* notifier, AlertServiceOptions options = {});
+  ~AlertService() override;
+
+  // Set before Start.
+  void SetGeneratorUrl(const std::string& url) { options_.generator_url = url; }
+  void Start();
+  void Stop();
+
+  // One evaluation and its notifications; Start's thread calls it, tests may instead.
+  base::Status RunOnce();
+
+  domain::Json Alerts() override;
+
+ private:
+  struct Batch {
+    std::string url;
+    std::string body;
+  };
+  base::Status Gather(AlertInputs* inputs, std::vector<domain::AlertRule>* rules,
+                      std::vector<domain::AlertReceiver>* receivers);
+  void Notify(const std::vector<domain::AlertReceiver>& receivers,
+              const std::vector<Alert>& changed, const std::vector<Alert>& firing,
+              const std::vector<Alert>& resolved, double now);
+  domain::Json AlertmanagerAlert(const Alert& a, double ends_at) const;
+  void LogOnce(const std::string& receiver, const std::string& message);
+  void Loop();
+
+  store::Store* store_;
+  const base::Clock* clock_;
+  SchedulerController* scheduler_;
+  NodeService* nodes_;
+  AlertNotifier* notifier_;
+  AlertServiceOptions options_;
+  JobOutcomes outcomes_;  // jobs ended per project, for the failure rate
+
+  std::mutex mu_;  // guards evaluator_
+  AlertEvaluator evaluator_;
+
+  // The loop's thread only.
+  std::map<std::string, double> last_sent_;            // Alertmanager receiver -> when last told
+  std::map<std::string, std::string> last_error_;      // receiver -> the last failure logged
+  std::deque<std::pair<std::string, Batch>> retries_;  // webhook batches not yet delivered
+
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace meridian::server
