@@ -27,6 +27,78 @@ bool ForProject(const domain::AlertRule& rule, const std::string& project) {
   return rule.project.empty() || rule.project == project;
 }
 
+using Candidates = std::vector<AlertEvaluator::Candidate>;
+
+void NodeLost(const AlertInputs& in, Candidates* found) {
+  auto& out = *found;
+  for (const AlertInputs::Node& n : in.nodes) {
+    if (!n.registered || !n.lost) continue;
+    out.push_back({{{"node", n.name}, {"cluster", n.cluster}},
+                   {{"summary", "Node " + n.name + " of cluster " + n.cluster + " is lost"},
+                    {"description",
+                     "Its agent has not heartbeated for longer than the policy's "
+                     "nodeLostTimeout; its jobs were requeued or failed."}},
+                   1});
+  }
+}
+
+void GpuUnhealthy(const AlertInputs& in, Candidates* found) {
+  auto& out = *found;
+  for (const AlertInputs::Node& n : in.nodes) {
+    for (const AlertInputs::Gpu& g : n.gpus) {
+      if (g.healthy) continue;
+      out.push_back(
+          {GpuLabels(n, g),
+           {{"summary", "GPU " + std::to_string(g.index) + " of node " + n.name + " is unhealthy"}},
+           1});
+    }
+  }
+}
+
+void PendingJobAge(const domain::AlertRule& rule, const AlertInputs& in, Candidates* found) {
+  auto& out = *found;
+  for (const auto& [project, age] : in.oldest_pending) {
+    if (!ForProject(rule, project) || age <= rule.threshold) continue;
+    out.push_back({{{"project", project}},
+                   {{"summary", "The oldest pending job of project " + project + " has waited " +
+                                    Figure(age) + " s"}},
+                   age});
+  }
+}
+
+void QuotaNearLimit(const domain::AlertRule& rule, const AlertInputs& in, Candidates* found) {
+  auto& out = *found;
+  for (const AlertInputs::Quota& q : in.quotas) {
+    if (!(q.limit > 0) || q.used < rule.threshold * q.limit) continue;
+    out.push_back({{{"scope", q.scope}, {"level", q.level}},
+                   {{"summary", "The " + q.level + " " + q.scope + " uses " + Figure(q.used) +
+                                    " of its limit of " + Figure(q.limit) + " GPUs"}},
+                   q.used / q.limit});
+  }
+}
+
+void GpuIdle(const domain::AlertRule& rule, const AlertInputs& in, Candidates* found) {
+  auto& out = *found;
+  for (const AlertInputs::Node& n : in.nodes) {
+    if (n.lost) continue;
+    for (const AlertInputs::Gpu& g : n.gpus) {
+      if (!g.utilization || *g.utilization >= rule.threshold) continue;
+      // One alert per job holding the GPU: each is its project's to act on.
+      for (const AlertInputs::Holder& h : g.holders) {
+        if (!ForProject(rule, h.project)) continue;
+        Labels l = GpuLabels(n, g);
+        l["job_id"] = std::to_string(h.job);
+        l["project"] = h.project;
+        out.push_back({std::move(l),
+                       {{"summary", "Job " + std::to_string(h.job) + " holds GPU " +
+                                        std::to_string(g.index) + " of node " + n.name + " at " +
+                                        Figure(*g.utilization * 100) + "% use"}},
+                       *g.utilization});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 const char* AlertStateName(Alert::State s) {
@@ -70,116 +142,86 @@ double AlertEvaluator::Increase(const std::string& key, double value, double now
   return value >= base ? value - base : value;
 }
 
+void AlertEvaluator::GpuXid(const domain::AlertRule& rule, const AlertInputs& in, double now,
+                            std::vector<Candidate>* found) {
+  auto& out = *found;
+  for (const AlertInputs::Node& n : in.nodes) {
+    for (const AlertInputs::Gpu& g : n.gpus) {
+      const std::string id = g.uuid.empty() ? n.name + "/" + std::to_string(g.index) : g.uuid;
+      auto seen = xid_seen_.try_emplace(id, 0, 0.0).first;
+      if (g.xid_errors > seen->second.first) seen->second.second = now;
+      // A lower count: the agent restarted. Only a rise is an event.
+      seen->second.first = g.xid_errors;
+      if (seen->second.second <= 0 || now - seen->second.second > rule.window) continue;
+      out.push_back({GpuLabels(n, g),
+                     {{"summary", "GPU " + std::to_string(g.index) + " of node " + n.name +
+                                      " reported XID " + std::to_string(g.last_xid)},
+                      {"xid", std::to_string(g.last_xid)}},
+                     static_cast<double>(g.last_xid)});
+    }
+  }
+}
+
+void AlertEvaluator::JobFailureRate(const domain::AlertRule& rule, const AlertInputs& in,
+                                    double now, std::vector<Candidate>* found) {
+  auto& out = *found;
+  for (const auto& [project, counts] : in.ended) {
+    if (!ForProject(rule, project)) continue;
+    const double ok = Increase(rule.name + "/ok/" + project, counts.first, now, rule.window);
+    const double failed =
+        Increase(rule.name + "/failed/" + project, counts.second, now, rule.window);
+    const double ended = ok + failed;
+    if (ended < static_cast<double>(rule.min_jobs) || ended <= 0) continue;
+    const double rate = failed / ended;
+    if (rate <= rule.threshold) continue;
+    out.push_back(
+        {{{"project", project}},
+         {{"summary", "Project " + project + ": " + Figure(failed) + " of " + Figure(ended) +
+                          " jobs ended in the last " + Figure(rule.window) + " s failed"}},
+         rate});
+  }
+}
+
+void AlertEvaluator::SchedulerErrors(const domain::AlertRule& rule, const AlertInputs& in,
+                                     double now, std::vector<Candidate>* found) {
+  auto& out = *found;
+  const double errors = Increase(rule.name + "/scheduler", in.scheduler_errors, now, rule.window);
+  if (errors >= rule.threshold) {
+    out.push_back({{},
+                   {{"summary", Figure(errors) + " scheduler cycles failed in the last " +
+                                    Figure(rule.window) + " s (the server's log says why)"}},
+                   errors});
+  }
+}
+
 std::vector<AlertEvaluator::Candidate> AlertEvaluator::Check(const domain::AlertRule& rule,
                                                              const AlertInputs& in, double now) {
   std::vector<Candidate> out;
   switch (rule.condition) {
     case AlertCondition::kNodeLost:
-      for (const AlertInputs::Node& n : in.nodes) {
-        if (!n.registered || !n.lost) continue;
-        out.push_back({{{"node", n.name}, {"cluster", n.cluster}},
-                       {{"summary", "Node " + n.name + " of cluster " + n.cluster + " is lost"},
-                        {"description",
-                         "Its agent has not heartbeated for longer than the policy's "
-                         "nodeLostTimeout; its jobs were requeued or failed."}},
-                       1});
-      }
+      NodeLost(in, &out);
       break;
     case AlertCondition::kGpuUnhealthy:
-      for (const AlertInputs::Node& n : in.nodes) {
-        for (const AlertInputs::Gpu& g : n.gpus) {
-          if (g.healthy) continue;
-          out.push_back({GpuLabels(n, g),
-                         {{"summary", "GPU " + std::to_string(g.index) + " of node " + n.name +
-                                          " is unhealthy"}},
-                         1});
-        }
-      }
+      GpuUnhealthy(in, &out);
       break;
     case AlertCondition::kGpuXid:
-      for (const AlertInputs::Node& n : in.nodes) {
-        for (const AlertInputs::Gpu& g : n.gpus) {
-          const std::string id = g.uuid.empty() ? n.name + "/" + std::to_string(g.index) : g.uuid;
-          auto [seen, first] = xid_seen_.try_emplace(id, 0, 0.0);
-          if (g.xid_errors > seen->second.first) seen->second.second = now;
-          // A lower count: the agent restarted. Only a rise is an event.
-          seen->second.first = g.xid_errors;
-          (void)first;
-          if (seen->second.second <= 0 || now - seen->second.second > rule.window) continue;
-          out.push_back({GpuLabels(n, g),
-                         {{"summary", "GPU " + std::to_string(g.index) + " of node " + n.name +
-                                          " reported XID " + std::to_string(g.last_xid)},
-                          {"xid", std::to_string(g.last_xid)}},
-                         static_cast<double>(g.last_xid)});
-        }
-      }
+      GpuXid(rule, in, now, &out);
       break;
     case AlertCondition::kPendingJobAge:
-      for (const auto& [project, age] : in.oldest_pending) {
-        if (!ForProject(rule, project) || age <= rule.threshold) continue;
-        out.push_back({{{"project", project}},
-                       {{"summary", "The oldest pending job of project " + project +
-                                        " has waited " + Figure(age) + " s"}},
-                       age});
-      }
+      PendingJobAge(rule, in, &out);
       break;
     case AlertCondition::kQuotaNearLimit:
-      for (const AlertInputs::Quota& q : in.quotas) {
-        if (!(q.limit > 0) || q.used < rule.threshold * q.limit) continue;
-        out.push_back({{{"scope", q.scope}, {"level", q.level}},
-                       {{"summary", "The " + q.level + " " + q.scope + " uses " + Figure(q.used) +
-                                        " of its limit of " + Figure(q.limit) + " GPUs"}},
-                       q.used / q.limit});
-      }
+      QuotaNearLimit(rule, in, &out);
       break;
     case AlertCondition::kGpuIdle:
-      for (const AlertInputs::Node& n : in.nodes) {
-        if (n.lost) continue;
-        for (const AlertInputs::Gpu& g : n.gpus) {
-          if (!g.utilization || *g.utilization >= rule.threshold) continue;
-          // One alert per job holding the GPU: each is its project's to act on.
-          for (const AlertInputs::Holder& h : g.holders) {
-            if (!ForProject(rule, h.project)) continue;
-            Labels l = GpuLabels(n, g);
-            l["job_id"] = std::to_string(h.job);
-            l["project"] = h.project;
-            out.push_back({std::move(l),
-                           {{"summary", "Job " + std::to_string(h.job) + " holds GPU " +
-                                            std::to_string(g.index) + " of node " + n.name +
-                                            " at " + Figure(*g.utilization * 100) + "% use"}},
-                           *g.utilization});
-          }
-        }
-      }
+      GpuIdle(rule, in, &out);
       break;
     case AlertCondition::kJobFailureRate:
-      for (const auto& [project, counts] : in.ended) {
-        if (!ForProject(rule, project)) continue;
-        const double ok = Increase(rule.name + "/ok/" + project, counts.first, now, rule.window);
-        const double failed =
-            Increase(rule.name + "/failed/" + project, counts.second, now, rule.window);
-        const double ended = ok + failed;
-        if (ended < static_cast<double>(rule.min_jobs) || ended <= 0) continue;
-        const double rate = failed / ended;
-        if (rate <= rule.threshold) continue;
-        out.push_back(
-            {{{"project", project}},
-             {{"summary", "Project " + project + ": " + Figure(failed) + " of " + Figure(ended) +
-                              " jobs ended in the last " + Figure(rule.window) + " s failed"}},
-             rate});
-      }
+      JobFailureRate(rule, in, now, &out);
       break;
-    case AlertCondition::kSchedulerErrors: {
-      const double errors =
-          Increase(rule.name + "/scheduler", in.scheduler_errors, now, rule.window);
-      if (errors >= rule.threshold) {
-        out.push_back({{},
-                       {{"summary", Figure(errors) + " scheduler cycles failed in the last " +
-                                        Figure(rule.window) + " s (the server's log says why)"}},
-                       errors});
-      }
+    case AlertCondition::kSchedulerErrors:
+      SchedulerErrors(rule, in, now, &out);
       break;
-    }
   }
   return out;
 }

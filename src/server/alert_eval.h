@@ -86,14 +86,23 @@ class AlertEvaluator {
   // that a resolution lost on the way still arrives).
   std::vector<Alert> Resolved(double now, double keep) const;
 
- private:
+  // What a condition found holding: one future alert, before the rule's labels are added.
   struct Candidate {
     std::map<std::string, std::string> labels;  // the condition's own
     std::map<std::string, std::string> annotations;
     double value = 0;
   };
+
+ private:
   std::vector<Candidate> Check(const domain::AlertRule& rule, const AlertInputs& inputs,
                                double now);
+  // The conditions that keep state between evaluations (the others are pure functions).
+  void GpuXid(const domain::AlertRule& rule, const AlertInputs& in, double now,
+              std::vector<Candidate>* out);
+  void JobFailureRate(const domain::AlertRule& rule, const AlertInputs& in, double now,
+                      std::vector<Candidate>* out);
+  void SchedulerErrors(const domain::AlertRule& rule, const AlertInputs& in, double now,
+                       std::vector<Candidate>* out);
   // The increase of a counter over the last `window` seconds, from the samples kept of it (the
   // first sample of a key counts from zero: it came since the server started).
   double Increase(const std::string& key, double value, double now, double window);

@@ -48,6 +48,46 @@ Json WebhookAlert(const Alert& a, const std::string& generator) {
   return j;
 }
 
+// The nodes as the rules see them: the scheduler's node list (every GPU, its health) with the
+// node service's reports of registered nodes (liveness, the last samples, who holds each GPU).
+std::vector<AlertInputs::Node> NodeInputs(
+    const Json& nodes, const std::map<std::string, NodeService::NodeReport>& reports) {
+  std::vector<AlertInputs::Node> out;
+  for (const Json& n : nodes.is_array() ? nodes : Json::array()) {
+    if (!n.is_object()) continue;
+    AlertInputs::Node node;
+    node.name = Text(n, "name");
+    node.cluster = Text(n, "cluster");
+    auto r = reports.find(node.name);
+    const NodeService::NodeReport* report = r == reports.end() ? nullptr : &r->second;
+    node.registered = report != nullptr;
+    node.lost = report && report->state == "Lost";
+    for (const Json& g : n.contains("gpus") && n["gpus"].is_array() ? n["gpus"] : Json::array()) {
+      AlertInputs::Gpu gpu;
+      gpu.index = g.value("index", 0);
+      gpu.uuid = Text(g, "uuid");
+      gpu.healthy = g.value("healthy", true);
+      if (report && !node.lost) {
+        for (const protocol::GpuSample& s : report->gpus) {
+          if (s.index != gpu.index) continue;
+          gpu.utilization = s.utilization;
+          gpu.xid_errors = s.xid_errors;
+          gpu.last_xid = s.last_xid;
+        }
+        auto h = report->holders.find(gpu.index);
+        if (h != report->holders.end()) {
+          for (const NodeService::GpuHolder& holder : h->second) {
+            gpu.holders.push_back({holder.job, holder.project});
+          }
+        }
+      }
+      node.gpus.push_back(std::move(gpu));
+    }
+    out.push_back(std::move(node));
+  }
+  return out;
+}
+
 }  // namespace
 
 Status HttpAlertNotifier::Post(const std::string& url, const std::string& body) {
@@ -131,40 +171,7 @@ Status AlertService::Gather(AlertInputs* in, std::vector<domain::AlertRule>* rul
     receivers->push_back(domain::AlertReceiverFromSpec(o.name, o.spec));
   }
 
-  const Json nodes = scheduler_->Nodes();
-  const std::map<std::string, NodeService::NodeReport> reports = nodes_->Reports();
-  for (const Json& n : nodes.is_array() ? nodes : Json::array()) {
-    if (!n.is_object()) continue;
-    AlertInputs::Node node;
-    node.name = Text(n, "name");
-    node.cluster = Text(n, "cluster");
-    auto r = reports.find(node.name);
-    const NodeService::NodeReport* report = r == reports.end() ? nullptr : &r->second;
-    node.registered = report != nullptr;
-    node.lost = report && report->state == "Lost";
-    for (const Json& g : n.contains("gpus") && n["gpus"].is_array() ? n["gpus"] : Json::array()) {
-      AlertInputs::Gpu gpu;
-      gpu.index = g.value("index", 0);
-      gpu.uuid = Text(g, "uuid");
-      gpu.healthy = g.value("healthy", true);
-      if (report && !node.lost) {
-        for (const protocol::GpuSample& s : report->gpus) {
-          if (s.index != gpu.index) continue;
-          gpu.utilization = s.utilization;
-          gpu.xid_errors = s.xid_errors;
-          gpu.last_xid = s.last_xid;
-        }
-        auto h = report->holders.find(gpu.index);
-        if (h != report->holders.end()) {
-          for (const NodeService::GpuHolder& holder : h->second) {
-            gpu.holders.push_back({holder.job, holder.project});
-          }
-        }
-      }
-      node.gpus.push_back(std::move(gpu));
-    }
-    in->nodes.push_back(std::move(node));
-  }
+  in->nodes = NodeInputs(scheduler_->Nodes(), nodes_->Reports());
   in->oldest_pending = scheduler_->OldestPending();
   for (const Json& q : scheduler_->Usage()) {
     AlertInputs::Quota quota;
