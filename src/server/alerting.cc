@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -114,8 +115,8 @@ AlertService::AlertService(store::Store* store, const base::Clock* clock,
       clock_(clock),
       scheduler_(scheduler),
       nodes_(nodes),
-      notifier_(notifier),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      dispatcher_(notifier) {
   auto latest = store::ReadValue(*store_, [](store::Tx& tx) { return tx.LatestEventSeq(); });
   outcomes_.Start(latest.ok() ? *latest : 0);
 }
@@ -215,81 +216,96 @@ Status AlertService::RunOnce() {
   for (Alert& a : active) {
     if (a.state == Alert::State::kFiring) firing.push_back(std::move(a));
   }
-  Notify(receivers, changed, firing, resolved, now);
+  dispatcher_.Dispatch(receivers, changed, firing, resolved, now);
   return Status::Ok();
 }
 
-Json AlertService::AlertmanagerAlert(const Alert& a, double ends_at) const {
+Json AlertDispatcher::AlertmanagerAlert(const Alert& a, double ends_at) const {
   return {{"labels", a.labels},
           {"annotations", a.annotations},
           {"startsAt", Rfc3339(a.active_since)},
           {"endsAt", Rfc3339(ends_at)},
-          {"generatorURL", options_.generator_url + "/api/v1/alerts"}};
+          {"generatorURL", generator_url_ + "/api/v1/alerts"}};
 }
 
-void AlertService::LogOnce(const std::string& receiver, const std::string& message) {
+void AlertDispatcher::LogOnce(const std::string& receiver, const Status& status) {
+  const std::string message = status.ok() ? "" : status.message();
   std::string& last = last_error_[receiver];
   if (last == message) return;
   last = message;
-  if (!message.empty()) {
-    std::fprintf(stderr, "meridian: alerts: receiver %s: %s\n", receiver.c_str(), message.c_str());
-  }
+  std::fprintf(stderr, "meridian: alerts: receiver %s: %s\n", receiver.c_str(),
+               message.empty() ? "delivers again" : message.c_str());
 }
 
-void AlertService::Notify(const std::vector<domain::AlertReceiver>& receivers,
-                          const std::vector<Alert>& changed, const std::vector<Alert>& firing,
-                          const std::vector<Alert>& resolved, double now) {
-  const std::string generator = options_.generator_url + "/api/v1/alerts";
-  // Webhook batches that failed before go first, in order, while they still fail no more.
-  for (auto it = retries_.begin(); it != retries_.end();) {
-    Status s = notifier_->Post(it->second.url, it->second.body);
-    LogOnce(it->first, s.ok() ? "" : s.message());
+void AlertDispatcher::Dispatch(const std::vector<domain::AlertReceiver>& receivers,
+                               const std::vector<Alert>& changed, const std::vector<Alert>& firing,
+                               const std::vector<Alert>& resolved, double now) {
+  // Webhook batches that failed before go first, in order, until one fails again.
+  while (!retries_.empty()) {
+    const Batch& b = retries_.front();
+    Status s = notifier_->Post(b.url, b.body);
+    LogOnce(b.receiver, s);
     if (!s.ok()) break;
-    it = retries_.erase(it);
+    retries_.pop_front();
   }
   for (const domain::AlertReceiver& r : receivers) {
     if (r.type == domain::AlertReceiver::Type::kWebhook) {
-      if (changed.empty()) continue;
-      Json alerts = Json::array();
-      bool any_firing = false;
-      for (const Alert& a : changed) {
-        alerts.push_back(WebhookAlert(a, generator));
-        any_firing = any_firing || a.state == Alert::State::kFiring;
-      }
-      const Json body = {{"version", "1"},
-                         {"receiver", r.name},
-                         {"status", any_firing ? "firing" : "resolved"},
-                         {"alerts", alerts}};
-      Batch batch{r.url, body.dump()};
-      Status s = notifier_->Post(batch.url, batch.body);
-      LogOnce(r.name, s.ok() ? "" : s.message());
-      if (!s.ok()) {
-        retries_.emplace_back(r.name, std::move(batch));
-        while (retries_.size() > 100) retries_.pop_front();
-      }
-      continue;
+      Webhook(r, changed);
+    } else {
+      Alertmanager(r, !changed.empty(), firing, resolved, now);
     }
-    // Alertmanager: everything it should know, whenever something changed and at least every
-    // resendInterval; it deduplicates by labels.
-    auto last = last_sent_.find(r.name);
-    const bool due = last == last_sent_.end() || now - last->second >= r.resend_interval;
-    if (changed.empty() && !due) continue;
-    if (firing.empty() && resolved.empty()) {
-      last_sent_[r.name] = now;
-      continue;
-    }
-    Json alerts = Json::array();
-    for (const Alert& a : firing)
-      alerts.push_back(AlertmanagerAlert(a, now + 4 * r.resend_interval));
-    for (const Alert& a : resolved) alerts.push_back(AlertmanagerAlert(a, a.resolved_at));
-    std::string origin, path;
-    SplitUrl(r.url, &origin, &path);
-    if (!path.empty() && path.back() == '/') path.pop_back();
-    Status s = notifier_->Post(origin + path + "/api/v2/alerts", alerts.dump());
-    LogOnce(r.name, s.ok() ? "" : s.message());
-    // A failed send is tried again at the next evaluation, not a resend interval later.
-    if (s.ok()) last_sent_[r.name] = now;
   }
+}
+
+void AlertDispatcher::Webhook(const domain::AlertReceiver& r, const std::vector<Alert>& changed) {
+  if (changed.empty()) return;
+  const std::string generator = generator_url_ + "/api/v1/alerts";
+  Json alerts = Json::array();
+  bool any_firing = false;
+  for (const Alert& a : changed) {
+    alerts.push_back(WebhookAlert(a, generator));
+    any_firing = any_firing || a.state == Alert::State::kFiring;
+  }
+  const Json body = {{"version", "1"},
+                     {"receiver", r.name},
+                     {"status", any_firing ? "firing" : "resolved"},
+                     {"alerts", alerts}};
+  Batch batch{r.name, r.url, body.dump()};
+  // Behind an undelivered batch of the same receiver, it waits its turn: a receiver sees a
+  // resolution after its firing.
+  const bool queued = std::any_of(retries_.begin(), retries_.end(),
+                                  [&](const Batch& b) { return b.receiver == r.name; });
+  if (!queued) {
+    Status s = notifier_->Post(batch.url, batch.body);
+    LogOnce(r.name, s);
+    if (s.ok()) return;
+  }
+  retries_.push_back(std::move(batch));
+  while (retries_.size() > 100) retries_.pop_front();
+}
+
+void AlertDispatcher::Alertmanager(const domain::AlertReceiver& r, bool changed,
+                                   const std::vector<Alert>& firing,
+                                   const std::vector<Alert>& resolved, double now) {
+  // Everything it should know, whenever something changed and at least every resendInterval;
+  // it deduplicates by labels.
+  auto last = last_sent_.find(r.name);
+  const bool due = last == last_sent_.end() || now - last->second >= r.resend_interval;
+  if (!changed && !due) return;
+  if (firing.empty() && resolved.empty()) {
+    last_sent_[r.name] = now;
+    return;
+  }
+  Json alerts = Json::array();
+  for (const Alert& a : firing) alerts.push_back(AlertmanagerAlert(a, now + 4 * r.resend_interval));
+  for (const Alert& a : resolved) alerts.push_back(AlertmanagerAlert(a, a.resolved_at));
+  std::string origin, path;
+  SplitUrl(r.url, &origin, &path);
+  if (!path.empty() && path.back() == '/') path.pop_back();
+  Status s = notifier_->Post(origin + path + "/api/v2/alerts", alerts.dump());
+  LogOnce(r.name, s);
+  // A failed send is tried again at the next evaluation, not a resend interval later.
+  if (s.ok()) last_sent_[r.name] = now;
 }
 
 Json AlertService::Alerts() {

@@ -37,9 +37,41 @@ class HttpAlertNotifier final : public AlertNotifier {
   base::Status Post(const std::string& url, const std::string& body) override;
 };
 
+// Tells receivers about alerts, as AlertService describes; the sending half of it, apart so
+// that its timing (resends, retries) is tested with a fake notifier and clock. Not thread-safe:
+// the alert loop's thread only.
+class AlertDispatcher {
+ public:
+  explicit AlertDispatcher(AlertNotifier* notifier) : notifier_(notifier) {}
+  // Alerts link to {url}/api/v1/alerts.
+  void SetGeneratorUrl(const std::string& url) { generator_url_ = url; }
+  // `changed`: what this evaluation fired or resolved; `firing`: every firing alert; `resolved`:
+  // those resolved lately (told to Alertmanager again, in case a resolution was lost).
+  void Dispatch(const std::vector<domain::AlertReceiver>& receivers,
+                const std::vector<Alert>& changed, const std::vector<Alert>& firing,
+                const std::vector<Alert>& resolved, double now);
+
+ private:
+  struct Batch {
+    std::string receiver;
+    std::string url;
+    std::string body;
+  };
+  void Webhook(const domain::AlertReceiver& r, const std::vector<Alert>& changed);
+  void Alertmanager(const domain::AlertReceiver& r, bool changed, const std::vector<Alert>& firing,
+                    const std::vector<Alert>& resolved, double now);
+  domain::Json AlertmanagerAlert(const Alert& a, double ends_at) const;
+  void LogOnce(const std::string& receiver, const base::Status& status);
+
+  AlertNotifier* notifier_;
+  std::string generator_url_;
+  std::map<std::string, double> last_sent_;        // Alertmanager receiver -> when last told
+  std::map<std::string, std::string> last_error_;  // receiver -> the last failure logged
+  std::deque<Batch> retries_;                      // webhook batches not yet delivered, in order
+};
+
 struct AlertServiceOptions {
-  double interval = 2;        // seconds between evaluations
-  std::string generator_url;  // the server's URL; alerts link to {it}/api/v1/alerts
+  double interval = 2;  // seconds between evaluations
 };
 
 // Evaluates the alert rules every `interval` seconds and notifies:
@@ -48,7 +80,7 @@ struct AlertServiceOptions {
 //    last 15 minutes (endsAt its resolution), whenever an alert changes and at least every
 //    resendInterval, as Prometheus does;
 //  - webhook receivers get one POST per evaluation that changed something: {receiver, status,
-//    alerts}, retried at the next evaluations while it fails (100 at most are kept).
+//    alerts}, retried in order at the next evaluations while it fails (100 at most are kept).
 // Silences, grouping and routing are Alertmanager's. Thread-safe: Alerts is called from the
 // API's threads.
 class AlertService final : public api::AlertHooks {
@@ -58,7 +90,7 @@ class AlertService final : public api::AlertHooks {
   ~AlertService() override;
 
   // Set before Start.
-  void SetGeneratorUrl(const std::string& url) { options_.generator_url = url; }
+  void SetGeneratorUrl(const std::string& url) { dispatcher_.SetGeneratorUrl(url); }
   void Start();
   void Stop();
 
@@ -68,34 +100,20 @@ class AlertService final : public api::AlertHooks {
   domain::Json Alerts() override;
 
  private:
-  struct Batch {
-    std::string url;
-    std::string body;
-  };
   base::Status Gather(AlertInputs* inputs, std::vector<domain::AlertRule>* rules,
                       std::vector<domain::AlertReceiver>* receivers);
-  void Notify(const std::vector<domain::AlertReceiver>& receivers,
-              const std::vector<Alert>& changed, const std::vector<Alert>& firing,
-              const std::vector<Alert>& resolved, double now);
-  domain::Json AlertmanagerAlert(const Alert& a, double ends_at) const;
-  void LogOnce(const std::string& receiver, const std::string& message);
   void Loop();
 
   store::Store* store_;
   const base::Clock* clock_;
   SchedulerController* scheduler_;
   NodeService* nodes_;
-  AlertNotifier* notifier_;
   AlertServiceOptions options_;
-  JobOutcomes outcomes_;  // jobs ended per project, for the failure rate
+  JobOutcomes outcomes_;        // jobs ended per project, for the failure rate
+  AlertDispatcher dispatcher_;  // the loop's thread only
 
   std::mutex mu_;  // guards evaluator_
   AlertEvaluator evaluator_;
-
-  // The loop's thread only.
-  std::map<std::string, double> last_sent_;            // Alertmanager receiver -> when last told
-  std::map<std::string, std::string> last_error_;      // receiver -> the last failure logged
-  std::deque<std::pair<std::string, Batch>> retries_;  // webhook batches not yet delivered
 
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
