@@ -393,6 +393,11 @@ TEST_F(AlertingTest, RuleDocumentsAreValidatedPlannedAppliedAndRolledBack) {
   ASSERT_EQ(rule.status, 200) << rule.text;
   EXPECT_EQ(rule.body["spec"].value("threshold", 0.0), 0.8);
   EXPECT_EQ(rule.body["spec"].value("condition", ""), "quota-near-limit");
+  // The shipped example applies to this estate (it names project vision).
+  CliResult example =
+      Cli(kBinary, "plan -f " + kSource + "/examples/alerts.yaml", server_->url(), admin_);
+  EXPECT_EQ(example.code, 0) << example.output;
+  EXPECT_NE(example.output.find("vision-queue"), std::string::npos) << example.output;
   // Revision 1 is the estate without it: rolling back removes the override.
   CliResult back = Cli(kBinary, "rollback --to 1", server_->url(), admin_);
   ASSERT_EQ(back.code, 0) << back.output;
