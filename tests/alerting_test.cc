@@ -299,7 +299,9 @@ TEST_F(AlertingTest, AMemberSeesTheAlertsOfItsProjectsOnly) {
   StartServer(
       "---\nkind: AlertRule\nmetadata: {name: pending-job-too-old}\nspec: {threshold: 1}\n"
       "---\nkind: AlertRule\nmetadata: {name: node-lost}\nspec: {severity: warning}\n"
-      "---\nkind: AlertRule\nmetadata: {name: gpu-held-idle}\nspec: {for: 0}\n");
+      "---\nkind: AlertRule\nmetadata: {name: gpu-held-idle}\nspec: {for: 0}\n"
+      "---\nkind: AlertReceiver\nmetadata: {name: hook}\n"
+      "spec: {type: webhook, url: 'http://127.0.0.1:9/secret-token'}\n");
   auto agent = StartAgent("n1");
   ASSERT_TRUE(Eventually([&] { return NodeReporting("n1"); }, 30))
       << ReadFile(dir_.File("agent-n1.log")) << Http(*server_, "GET", "/api/v1/nodes", admin_).text
@@ -348,6 +350,16 @@ TEST_F(AlertingTest, AMemberSeesTheAlertsOfItsProjectsOnly) {
   EXPECT_EQ(what,
             (std::multiset<std::string>{"MeridianNodeLost:", "MeridianPendingJobTooOld:vision"}))
       << Http(*server_, "GET", "/api/v1/alerts", vera).text;
+  // Rules are the estate's; receivers are admins' (a webhook's URL is often its secret).
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/alertrules", vera).body["items"].size(), 3u);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/alertreceivers", vera).body["items"].size(), 0u);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/alertreceivers/hook", vera).status, 404);
+  EXPECT_EQ(Http(*server_, "GET", "/api/v1/alertreceivers/hook", admin_).status, 200);
+  // Its failure is logged once, by name and origin, without the URL's path.
+  const std::string log = ReadFile(dir_.File("data.log"));
+  EXPECT_NE(log.find("meridian: alerts: receiver hook: http://127.0.0.1:9"), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("secret-token"), std::string::npos) << log;
   const std::string rita = MemberToken("rita", "research");
   for (const auto& [name, labels] : Alerts(rita)) {
     EXPECT_NE(labels.value("project", ""), "vision") << name;

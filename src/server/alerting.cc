@@ -95,14 +95,15 @@ Status HttpAlertNotifier::Post(const std::string& url, const std::string& body) 
   std::string origin, path;
   SplitUrl(url, &origin, &path);
   httplib::Client client(origin);
-  if (!client.is_valid()) return Status::Invalid("cannot reach " + url + ": not a valid URL");
+  if (!client.is_valid()) return Status::Invalid("cannot reach " + origin + ": not a valid URL");
   client.set_connection_timeout(2);
   client.set_read_timeout(5);
   client.set_write_timeout(5);
   auto res = client.Post(path, body, "application/json");
-  if (!res) return Status::Io(url + ": " + httplib::to_string(res.error()));
+  // The origin only: a webhook's path is often its secret, and this goes to the log.
+  if (!res) return Status::Io(origin + ": " + httplib::to_string(res.error()));
   if (res->status < 200 || res->status >= 300) {
-    return Status::Io(url + " answered " + std::to_string(res->status) + ": " +
+    return Status::Io(origin + " answered " + std::to_string(res->status) + ": " +
                       res->body.substr(0, 200));
   }
   return Status::Ok();
