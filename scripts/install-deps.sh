@@ -17,6 +17,9 @@ packages=(
   # GPU telemetry as metrics: the end-to-end test scrapes a real server with Debian's
   # Prometheus (promtool comes with it and checks the rules in deploy/prometheus/).
   prometheus
+  # Alerting: the end-to-end test sends the server's alerts to Debian's Alertmanager, which
+  # routes them to a webhook the test runs.
+  prometheus-alertmanager
 )
 # npm comes with some builds of nodejs (NodeSource's) and as its own package with Debian's.
 if ! command -v npm > /dev/null; then

@@ -165,6 +165,14 @@ try {
   assert.match(await sickCells.getAttribute('aria-label'), /cloud-sick GPU 5 .*UNHEALTHY/);
   await shot('02-cluster-cloud-unhealthy');
   step('an unhealthy GPU shows in the estate and in the heatmap');
+  // The built-in gpu-unhealthy rule fires for it, and the estate's alerts panel lists it.
+  await page.click('nav >> text=Estate');
+  await page.waitForSelector('[data-testid=alerts] tr[data-alert=MeridianGpuUnhealthy]:has-text("cloud-sick")', { timeout: 20000 });
+  assert.match(await page.textContent('[data-testid=alerts] tr[data-alert=MeridianGpuUnhealthy]'), /critical.*node cloud-sick · gpu 5/s);
+  await shot('02b-estate-alerts');
+  step('the firing alert for the unhealthy GPU shows in the estate');
+  await page.click('[data-testid=cluster-cloud] h3 a');
+  await page.waitForSelector('[data-testid=node-cloud-sick]');
   // Operators cordon it: its card says so (and uncordon takes the badge away).
   assert.equal((await api('POST', '/nodes/cloud-sick/cordon', admin)).status, 200);
   await page.waitForSelector('[data-testid=node-cloud-sick] .badge-warn:has-text("cordoned")');

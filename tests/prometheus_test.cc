@@ -3,8 +3,6 @@
 // no NVIDIA GPU here) is scraped, and the test asks Prometheus's HTTP API what it stored. Every
 // GPU of /api/v1/nodes must be there with its labels, and queries over the series must answer.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -31,48 +29,6 @@ std::string PrometheusBinary() {
   }
   return "";
 }
-
-// A free loopback port: bound to port 0, read, and closed (Prometheus takes no port file).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-// A child process that dies with the test, its output in `log`.
-class Child {
- public:
-  Child(std::vector<std::string> argv, const std::string& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::vector<char*> args;
-      for (std::string& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      std::freopen(log.c_str(), "a", stdout);
-      std::freopen(log.c_str(), "a", stderr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  ~Child() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
-  }
-
- private:
-  pid_t pid_ = -1;
-};
 
 const char* kEstate = R"(kind: Organization
 metadata: {name: acme}
@@ -174,7 +130,7 @@ class PrometheusTest : public ::testing::Test {
                           "'}\n"
                           "    static_configs: [{targets: ['127.0.0.1:" +
                           std::to_string(server_->port()) + "']}]\n");
-    prom_ = std::make_unique<Child>(
+    prom_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{prometheus_, "--config.file=" + config,
                                  "--storage.tsdb.path=" + dir_.File("tsdb"),
                                  "--web.listen-address=127.0.0.1:" + std::to_string(port_)},
@@ -223,7 +179,7 @@ class PrometheusTest : public ::testing::Test {
   std::string prometheus_;
   std::unique_ptr<ServerProcess> server_;
   std::vector<std::unique_ptr<AgentProcess>> agents_;
-  std::unique_ptr<Child> prom_;
+  std::unique_ptr<ChildProcess> prom_;
   std::string admin_, agent_token_;
   int port_ = 0;
 };

@@ -4,8 +4,10 @@
 // talks to them over HTTP and through the real CLI.
 
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -263,5 +265,47 @@ inline std::string WriteTestFile(const std::string& path, const std::string& tex
   std::ofstream(path) << text;
   return path;
 }
+
+// A free loopback port: bound to port 0, read, and closed (Prometheus takes no port file).
+inline int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// A child process that dies with the test, its output in `log`.
+class ChildProcess {
+ public:
+  ChildProcess(std::vector<std::string> argv, const std::string& log) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      std::vector<char*> args;
+      for (std::string& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      std::freopen(log.c_str(), "a", stdout);
+      std::freopen(log.c_str(), "a", stderr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~ChildProcess() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
 
 }  // namespace meridian::testing

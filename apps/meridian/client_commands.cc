@@ -67,9 +67,9 @@ void AddClientCommands(CLI::App& app, int* rc) {
   static meridian::cli::GetFlags gf;
   CLI::App* get = app.add_subcommand("get", "List or show resources (jobs, nodes, events, ...)");
   get->add_option("resource", resource,
-                  "jobs, nodes, events, clusters, nodepools, projects, "
+                  "jobs, nodes, events, alerts, clusters, nodepools, projects, "
                   "teams, organizations, quotas, priorityclasses, "
-                  "policies, users, tokens")
+                  "policies, alertrules, alertreceivers, users, tokens")
       ->required();
   get->add_option("name", name, "one of them (a job's id, a project's name)");
   get->add_option("-p,--project", gf.project, "jobs of these projects (comma-separated)");

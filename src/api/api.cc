@@ -344,6 +344,7 @@ void Api::Register(httplib::Server& server) {
         bind(&Api::DeleteNode));
   Route(server, "GET", v1 + "/usage", "usage.get", Kind::kRead, bind(&Api::Usage));
   Route(server, "GET", v1 + "/history", "history.get", Kind::kRead, bind(&Api::History));
+  Route(server, "GET", v1 + "/alerts", "alerts.list", Kind::kRead, bind(&Api::ListAlerts));
   Route(server, "POST", v1 + "/agents/register", "agents.register", Kind::kMutate,
         bind(&Api::RegisterAgent));
   // Heartbeats come every few seconds from every node: audited only when refused.

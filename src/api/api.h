@@ -135,6 +135,16 @@ class NodeOperations {
   virtual Json Operations(const std::string& node) = 0;
 };
 
+// What the API asks of the server's alerting (implemented by server::AlertService): the alerts
+// the rules hold now. Thread-safe.
+class AlertHooks {
+ public:
+  virtual ~AlertHooks() = default;
+  // Pending and firing alerts, ordered by their labels: [{rule, state, labels, annotations,
+  // activeSince, firedAt, resolvedAt, value}]. The API filters them per caller.
+  virtual Json Alerts() = 0;
+};
+
 // Task output as agents upload it: one file per job, task and generation, appended at known
 // offsets so that a retried upload never duplicates or loses bytes. Thread-safe.
 class LogStore {
@@ -224,6 +234,8 @@ class Api {
   }
   // Serves cordon, uncordon, drain and delete of nodes; without it those answer 404.
   void ServeNodeOperations(NodeOperations* nodes) { node_ops_ = nodes; }
+  // Serves GET /api/v1/alerts; without it the list is empty.
+  void ServeAlerts(AlertHooks* alerts) { alerts_ = alerts; }
   ~Api();
 
   void Register(httplib::Server& server);
@@ -272,6 +284,7 @@ class Api {
   void ServeMetrics(Call& call);
   void Usage(Call& call);
   void History(Call& call);
+  void ListAlerts(Call& call);
   // Node agents and task output (api_agents.cc).
   void RegisterAgent(Call& call);
   base::Result<bool> LiveUnderCredential(const std::string& node);
@@ -330,6 +343,7 @@ class Api {
   AgentHooks* agents_ = nullptr;
   LogStore* logs_ = nullptr;
   NodeOperations* node_ops_ = nullptr;
+  AlertHooks* alerts_ = nullptr;
 
   std::shared_ptr<AuditState> audit_;  // shared_ptr: its type is complete only there
   RateLimiter writes_;        // by token id

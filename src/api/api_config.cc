@@ -333,13 +333,16 @@ Scope QuotaScope(const Json& spec) {
 
 // Whether the caller may see a configuration object: the tenancy tree (organizations, teams,
 // projects, quotas) as far as the caller's scopes reach; the rest of the configuration (classes,
-// clusters, pools, the policy) is the estate's and seen by everyone who may submit to it.
+// clusters, pools, the policy, alert rules) is the estate's and seen by everyone who may submit to
+// it, except alert receivers, whose URLs may hold secrets.
 bool Sees(const Access& access, const std::string& kind, const std::string& name,
           const Json& spec) {
   if (kind == "Organization") return access.SeesScope({name, "", ""});
   if (kind == "Team") return access.SeesScope({"", name, ""});
   if (kind == "Project") return access.SeesScope({"", "", name});
   if (kind == "Quota") return access.SeesScope(QuotaScope(spec));
+  // A receiver's URL is often its credential (a chat webhook's path is its secret): admins only.
+  if (kind == "AlertReceiver") return access.IsAdmin();
   return true;
 }
 

@@ -187,4 +187,31 @@ void Api::History(Call& call) {
            {"quota", quotas}});
 }
 
+void Api::ListAlerts(Call& call) {
+  const std::string state = call.req.has_param("state") ? call.req.get_param_value("state") : "";
+  if (!state.empty() && state != "firing" && state != "pending") {
+    return Fail(call, 400, "invalid_argument", "state: must be firing or pending", "state");
+  }
+  auto config = Config();
+  auto visible = VisibleTenancy(call.access, config->tenancy, config->projects);
+  // One rule for every alert, by what it is about (docs/adr/0017-alerting.md): a project's
+  // alert is seen by who reads the project; a quota's as /usage shows it; a node's or GPU's by
+  // everyone, as /api/v1/nodes is; the rest (the scheduler's own) by admins.
+  auto sees = [&](const Json& labels) {
+    if (!labels.is_object()) return call.access.IsAdmin();
+    if (labels.contains("project")) return call.access.CanRead(labels.value("project", ""));
+    if (labels.contains("scope")) return visible(labels.value("scope", ""));
+    if (labels.contains("node")) return true;
+    return call.access.IsAdmin();
+  };
+  Json items = Json::array();
+  if (alerts_) {
+    for (Json& a : alerts_->Alerts()) {
+      if (!state.empty() && a.value("state", "") != state) continue;
+      if (sees(a.value("labels", Json::object()))) items.push_back(std::move(a));
+    }
+  }
+  Respond(call, 200, {{"items", std::move(items)}});
+}
+
 }  // namespace meridian::api

@@ -89,6 +89,13 @@ std::string Resource(std::string r) {
       {"user", "users"},
       {"token", "tokens"},
       {"revision", "revisions"},
+      {"alert", "alerts"},
+      {"alertrule", "alertrules"},
+      {"rule", "alertrules"},
+      {"rules", "alertrules"},
+      {"alertreceiver", "alertreceivers"},
+      {"receiver", "alertreceivers"},
+      {"receivers", "alertreceivers"},
   };
   std::transform(r.begin(), r.end(), r.begin(), [](unsigned char ch) { return std::tolower(ch); });
   auto it = kAliases.find(r);
@@ -97,8 +104,8 @@ std::string Resource(std::string r) {
 
 const std::vector<std::string>& ConfigResources() {
   static const std::vector<std::string> kResources = {
-      "organizations",   "teams",    "projects",  "quotas",
-      "priorityclasses", "clusters", "nodepools", "policies"};
+      "organizations", "teams",     "projects", "quotas",     "priorityclasses",
+      "clusters",      "nodepools", "policies", "alertrules", "alertreceivers"};
   return kResources;
 }
 
@@ -172,6 +179,24 @@ Table NodesTable(const Json& items, bool wide) {
   return t;
 }
 
+// Firing and pending alerts: what they are about is in their labels.
+Table AlertsTable(const Json& items, double now) {
+  Table t;
+  t.headers = {"alert", "severity", "state", "about", "since", "summary"};
+  for (const Json& a : items) {
+    const Json labels = a.value("labels", Json::object());
+    std::string about;
+    for (const char* k : {"node", "gpu", "job_id", "project", "level", "scope"}) {
+      if (!labels.contains(k)) continue;
+      about += (about.empty() ? "" : " ") + std::string(k) + "=" + labels.value(k, "");
+    }
+    t.rows.push_back({labels.value("alertname", ""), labels.value("severity", ""),
+                      a.value("state", ""), about, Age(a.value("activeSince", now), now),
+                      a.value("annotations", Json::object()).value("summary", "")});
+  }
+  return t;
+}
+
 // Columns of each configuration kind: its name, then the spec fields people look for.
 Table ObjectsTable(const std::string& resource, const Json& items, bool wide, double now) {
   static const std::map<std::string, std::vector<std::string>> kColumns = {
@@ -183,6 +208,8 @@ Table ObjectsTable(const std::string& resource, const Json& items, bool wide, do
       {"clusters", {"type", "region", "backend"}},
       {"nodepools", {"cluster", "nodes", "gpusPerNode", "gpuModel", "purpose"}},
       {"policies", {"placement", "queueOrder", "preemption", "backfill"}},
+      {"alertrules", {"condition", "enabled", "severity", "for", "threshold"}},
+      {"alertreceivers", {"type", "url"}},
       {"users", {"roles"}},
   };
   Table t;
@@ -358,12 +385,15 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
     path = "/api/v1/nodes" + (name.empty() ? "" : "/" + httplib::detail::encode_query_param(name));
   } else if (resource == "users" || resource == "tokens") {
     path = "/api/v1/" + resource;
+  } else if (resource == "alerts") {
+    path = "/api/v1/alerts";
   } else if (std::count(ConfigResources().begin(), ConfigResources().end(), resource)) {
     path = "/api/v1/" + resource + (name.empty() ? "" : "/" + name);
   } else {
     c.err << "meridian: unknown resource \"" << resource_in
-          << "\" (jobs, nodes, events, clusters, nodepools, projects, teams, organizations, "
-             "quotas, priorityclasses, policies, users, tokens)\n";
+          << "\" (jobs, nodes, events, alerts, clusters, nodepools, projects, teams, "
+             "organizations, quotas, priorityclasses, policies, alertrules, alertreceivers, "
+             "users, tokens)\n";
     return kExitUsage;
   }
   auto body = Do(c, "GET", path, nullptr, &code);
@@ -408,6 +438,8 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
     EventsTable(items, c.now).Print(c.out);
   } else if (resource == "tokens") {
     TokensTable(items, c.now).Print(c.out);
+  } else if (resource == "alerts") {
+    AlertsTable(items, c.now).Print(c.out);
   } else {
     ObjectsTable(resource, items, wide, c.now).Print(c.out);
   }

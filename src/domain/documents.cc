@@ -4,6 +4,7 @@
 #include <set>
 
 #include "domain/agent_timing.h"
+#include "domain/alert_rules.h"
 #include "domain/gpu_model.h"
 #include "domain/job_spec.h"
 
@@ -136,6 +137,10 @@ const std::map<std::string, SpecReader>& Readers() {
       {"Cluster", ClusterSpec},
       {"NodePool", NodePoolSpec},
       {"Policy", PolicySpec},
+      {"AlertReceiver", ReadAlertReceiverSpec},
+      // AlertRule's reader takes the document's name (ValidateDocument): a built-in's name
+      // gives its defaults.
+      {"AlertRule", nullptr},
   };
   return kReaders;
 }
@@ -169,7 +174,8 @@ std::string Envelope(const SourceDoc& src, ErrorList* errors, const std::string&
 
 const std::vector<std::string>& ConfigKinds() {
   static const std::vector<std::string> kKinds = {
-      "Organization", "Team", "Project", "PriorityClass", "Cluster", "NodePool", "Quota", "Policy",
+      "Organization", "Team",  "Project", "PriorityClass", "Cluster",
+      "NodePool",     "Quota", "Policy",  "AlertReceiver", "AlertRule",
   };
   return kKinds;
 }
@@ -184,7 +190,7 @@ std::optional<Document> ValidateDocument(const SourceDoc& src, ErrorList* errors
   if (!kind || !kind->is_string()) {
     errors->Add(src, "kind",
                 "is required (one of Organization, Team, Project, Quota, "
-                "PriorityClass, Cluster, NodePool, Policy)");
+                "PriorityClass, Cluster, NodePool, Policy, AlertRule, AlertReceiver)");
     return std::nullopt;
   }
   auto reader = Readers().find(kind->get<std::string>());
@@ -197,7 +203,20 @@ std::optional<Document> ValidateDocument(const SourceDoc& src, ErrorList* errors
   doc.file = src.file;
   auto mark = src.marks.find("");
   if (mark != src.marks.end()) doc.line = mark->second.first;
-  doc.name = Envelope(src, errors, doc.kind, &doc.spec, reader->second, nullptr);
+  if (doc.kind == "AlertRule") {
+    // The name is read from the document as it is (the envelope checks it): a bad one only
+    // means no built-in's defaults.
+    std::string name;
+    const Json& meta = src.value.contains("metadata") ? src.value.at("metadata") : Json();
+    if (meta.is_object() && meta.contains("name") && meta.at("name").is_string()) {
+      name = meta.at("name").get<std::string>();
+    }
+    doc.name = Envelope(
+        src, errors, doc.kind, &doc.spec, [&](FieldReader& s) { ReadAlertRuleSpec(s, name); },
+        nullptr);
+  } else {
+    doc.name = Envelope(src, errors, doc.kind, &doc.spec, reader->second, nullptr);
+  }
   if (errors->size() != before) return std::nullopt;
   return doc;
 }
@@ -222,6 +241,7 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors) 
     if (d.kind == "Team") refers(d, "organization", "Organization");
     if (d.kind == "Project") refers(d, "team", "Team");
     if (d.kind == "NodePool") refers(d, "cluster", "Cluster");
+    if (d.kind == "AlertRule") refers(d, "project", "Project");
     if (d.kind == "Quota") {
       refers(d, "organization", "Organization");
       refers(d, "team", "Team");

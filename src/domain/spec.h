@@ -84,6 +84,9 @@ class FieldReader {
   // whose unknown fields are reported; the canonical list is written out. Returns the count.
   size_t ObjectList(const std::string& key, const std::function<void(FieldReader&)>& item);
   void Error(const std::string& key, const std::string& message);
+  // Takes the field as read without reading it: one already reported with a better message than
+  // "unknown field" (a field the document's other choices leave unused).
+  void Skip(const std::string& key) { seen_.push_back(key); }
   // Fields never read are ignored at Finish, here and in every nested reader made from this
   // one: for protocols, where a newer peer may send what this version does not know.
   void IgnoreUnknown() { ignore_unknown_ = true; }

@@ -77,6 +77,12 @@ SchedulerController::SchedulerController(store::Store* store, const base::Clock*
   metrics_->Describe("meridian_quota_guaranteed_gpus", "gauge",
                      "GPUs guaranteed to each node of the tenancy tree, for all models.");
   metrics_->Describe("meridian_jobs", "gauge", "Active jobs by phase.");
+  metrics_->Describe("meridian_scheduler_errors_total", "counter",
+                     "Scheduler rounds that failed (the server's log says why, once per "
+                     "message).");
+  metrics_->Add("meridian_scheduler_errors_total", {}, 0);
+  metrics_->Describe("meridian_quota_limit_gpus", "gauge",
+                     "GPU limit of each node of the tenancy tree that has one, for all models.");
   metrics_->Describe("meridian_scheduler_rebuilds_total", "counter",
                      "Times the scheduler was built from the store: at start, and after changes "
                      "it cannot follow in place (a new placement policy, a cluster removed, a "
@@ -120,6 +126,10 @@ void SchedulerController::Loop() {
   std::string last_error;
   for (;;) {
     Status s = RunOnce();
+    if (!s.ok()) {
+      cycle_errors_.fetch_add(1);
+      metrics_->Add("meridian_scheduler_errors_total", {}, 1);
+    }
     if (!s.ok() && s.message() != last_error) {
       std::fprintf(stderr, "meridian: scheduler: %s\n", s.message().c_str());
     }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -50,6 +51,11 @@ class SchedulerController final : public api::SchedulerHooks {
   Json Usage() override;
   std::vector<api::HistorySample> History(double since, double* interval) override;
   std::vector<api::ConfigProblem> ConfigProblems() override;
+
+  // For the alert rules (server/alerting.h): each project's longest wait of a pending job, in
+  // seconds; and how many of the loop's rounds failed since the start.
+  std::map<std::string, double> OldestPending();
+  int64_t CycleErrors() const { return cycle_errors_.load(); }
 
   // A sample of the estate every `interval` seconds, kept for `retention` seconds in the store
   // (and in memory, for reading); Start loads what the store kept. Call before Start.
@@ -165,6 +171,8 @@ class SchedulerController final : public api::SchedulerHooks {
   double history_retention_ = 6 * 3600;
   size_t history_capacity_ = 2160;
   double last_sample_ = 0;  // the loop's thread only
+
+  std::atomic<int64_t> cycle_errors_{0};
 
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;

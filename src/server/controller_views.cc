@@ -53,7 +53,7 @@ void SchedulerController::Publish(double cycle_seconds) {
   metrics_->SetAll("meridian_gpus_allocated", allocated);
   metrics_->SetAll("meridian_gpus_free", free);
   const sched::QuotaTree& q = scheduler_->quotas();
-  std::vector<std::pair<api::Metrics::Labels, double>> used, guaranteed;
+  std::vector<std::pair<api::Metrics::Labels, double>> used, guaranteed, limits;
   for (int32_t n = 0; n < q.size(); ++n) {
     // The level (organization > team > project) lets a query sum one level without knowing
     // the names. Projects are the leaves the estate knows; a team whose organization does not
@@ -64,7 +64,10 @@ void SchedulerController::Publish(double cycle_seconds) {
     const api::Metrics::Labels l = {{"level", level}, {"scope", q.name(n)}};
     used.push_back({l, q.Used(n, sched::kNoModel) / 1000.0});
     guaranteed.push_back({l, q.Guaranteed(n, sched::kNoModel) / 1000.0});
+    const int64_t limit = q.Limit(n, sched::kNoModel);
+    if (limit != sched::kUnlimited) limits.push_back({l, limit / 1000.0});
   }
+  metrics_->SetAll("meridian_quota_limit_gpus", limits);
   metrics_->SetAll("meridian_quota_used_gpus", used);
   metrics_->SetAll("meridian_quota_guaranteed_gpus", guaranteed);
 }
@@ -85,6 +88,18 @@ base::Result<Json> SchedulerController::Explain(int64_t job) {
               {"quota", e.quota.empty() ? Json() : Json(e.quota)},
               {"clusters", clusters},
               {"estimatedStart", e.estimated_start < 0 ? Json() : Json(e.estimated_start)}};
+}
+
+std::map<std::string, double> SchedulerController::OldestPending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const double now = clock_->Now();
+  std::map<std::string, double> out;
+  for (const auto& [id, k] : known_) {
+    if (k.phase != "Pending") continue;
+    double& oldest = out[k.project];
+    oldest = std::max(oldest, now - k.submitted_at);
+  }
+  return out;
 }
 
 Json SchedulerController::Usage() {
@@ -109,7 +124,11 @@ Json SchedulerController::Usage() {
   }
   for (int32_t n = 0; n < q.size(); ++n) {
     const int64_t limit = q.Limit(n, sched::kNoModel);
+    const char* level = estate_ && estate_->tenant_of_project.count(q.name(n)) ? "project"
+                        : q.parent(n) < 0                                      ? "organization"
+                                                                               : "team";
     Json row = {{"name", q.name(n)},
+                {"level", level},
                 {"parent", q.parent(n) < 0 ? Json() : Json(q.name(q.parent(n)))},
                 {"weight", q.weight(n)},
                 {"guaranteedGpus", q.Guaranteed(n, sched::kNoModel) / 1000.0},

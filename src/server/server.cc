@@ -22,6 +22,7 @@
 #include "api/api.h"
 #include "api/dashboard.h"
 #include "base/strings.h"
+#include "server/alerting.h"
 #include "server/controller.h"
 #include "server/telemetry_metrics.h"
 #include "store/sqlite/sqlite_store.h"
@@ -263,6 +264,10 @@ Status RunServer(const ServerOptions& o) {
   metrics.Set("meridian_build_info", {{"version", MERIDIAN_VERSION}}, 1);
   api.ServeAgents(&nodes, &logs);
   api.ServeNodeOperations(&nodes);
+  // Alert rules evaluated on the server's clock, sent to the configured receivers.
+  HttpAlertNotifier notifier;
+  AlertService alerts(&store, &clock, &controller, &nodes, &notifier);
+  api.ServeAlerts(&alerts);
   auto token = api.Bootstrap();
   if (!token.ok()) return token.status();
   const std::string token_path = o.data_dir + "/admin.token";
@@ -321,6 +326,9 @@ Status RunServer(const ServerOptions& o) {
                  "the token of a user with the metrics role)\n");
   }
   controller.Start();
+  alerts.SetGeneratorUrl(std::string(o.tls_cert.empty() ? "http" : "https") + "://" + host + ":" +
+                         std::to_string(bound));
+  alerts.Start();
   std::atomic<bool> signalled{false};
   std::thread waiter([&] {
     int sig = 0;
@@ -347,6 +355,7 @@ Status RunServer(const ServerOptions& o) {
   waiter.join();
   if (ready.joinable()) ready.join();
   if (o.on_stop) o.on_stop();
+  alerts.Stop();
   controller.Stop();
   return Status::Ok();
 }

@@ -294,6 +294,14 @@ base::Status JobOutcomes::Follow(store::Store& store) {
   }
 }
 
+std::map<std::string, std::pair<double, double>> JobOutcomes::EndedTotals() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, std::pair<double, double>> out;
+  for (const auto& [p, n] : succeeded_) out[p].first += n;
+  for (const auto& [key, n] : failed_) out[key.first].second += n;
+  return out;
+}
+
 void JobOutcomes::Render(const std::set<std::string>& projects, api::Metrics* out) const {
   out->Describe("meridian_jobs_succeeded_total", "counter",
                 "Jobs that ended with every task exiting 0, by project.");

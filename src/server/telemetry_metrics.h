@@ -61,6 +61,9 @@ class JobOutcomes {
   // Every outcome family, with a zero series for each of `projects` not yet seen.
   void Render(const std::set<std::string>& projects, api::Metrics* out) const;
 
+  // Jobs ended per project since the start: (succeeded, failed), for the alert rules.
+  std::map<std::string, std::pair<double, double>> EndedTotals() const;
+
   // The cause of a failure, from its event's message (what the lifecycle and the runners say).
   static std::string FailureCause(const std::string& message);
 

@@ -216,3 +216,14 @@ export interface AuditEntry {
   result: string;
   message: string;
 }
+
+// GET /alerts: what the server's alert rules hold now (docs/adr/0017-alerting.md).
+export interface Alert {
+  rule: string;
+  state: 'pending' | 'firing';
+  labels: Record<string, string>; // alertname, rule, severity, and what it is about
+  annotations: Record<string, string>; // summary, description, ...
+  activeSince: number;
+  firedAt: number | null;
+  value: number;
+}

@@ -1,5 +1,5 @@
 // Estate: every cluster, on-prem and cloud, at a glance, and how the estate moved over time.
-import type { ClusterSpec, ConfigObject, Job, JobPage, Node } from '../api';
+import type { Alert, ClusterSpec, ConfigObject, Job, JobPage, Node } from '../api';
 import { Chart } from '../chart';
 import { idleJobs, summarise, totals, type ClusterSum, IDLE_BELOW } from '../estate';
 import { ago, money, num, pct, placement } from '../format';
@@ -37,6 +37,7 @@ export function EstateView() {
         <Stat label="Pending jobs" value={String(pending)} />
         <Stat label="Unhealthy GPUs" value={String(t.unhealthy)} warn={t.unhealthy > 0} />
       </div>
+      <FiringAlerts />
       <div class="sites">
       {sites.map(([site, list]) =>
         list.length ? (
@@ -117,6 +118,50 @@ function ClusterCard({ c }: { c: ClusterSum }) {
         ]}
       />
     </article>
+  );
+}
+
+// What the alert rules hold now, most severe first. The list is the caller's: a member sees the
+// alerts of its projects and the estate's nodes (the API filters).
+const SEVERITY_ORDER: Record<string, number> = { critical: 0, warning: 1, info: 2 };
+const ABOUT = ['node', 'gpu', 'job_id', 'project', 'level', 'scope'];
+
+function FiringAlerts() {
+  const alerts = useApi<{ items: Alert[] }>('/alerts?state=firing');
+  if (alerts.error) return <Problem message={alerts.error} />;
+  const items = [...(alerts.data?.items ?? [])].sort(
+    (a, b) =>
+      (SEVERITY_ORDER[a.labels.severity] ?? 3) - (SEVERITY_ORDER[b.labels.severity] ?? 3) ||
+      a.activeSince - b.activeSince,
+  );
+  return (
+    <Section title="Firing alerts" id="alerts" count={items.length}>
+      <Table
+        testId="alerts"
+        stack
+        caption={<span class="sr-only">Alerts firing now, most severe first</span>}
+        rows={items}
+        rowKey={(a) => Object.entries(a.labels).map(([k, v]) => `${k}=${v}`).join(',')}
+        rowAttrs={(a) => ({ 'data-alert': a.labels.alertname ?? a.rule })}
+        empty="None: no alert rule holds."
+        columns={[
+          { label: 'Alert', rowHeader: true, cell: (a) => a.labels.alertname ?? a.rule },
+          {
+            label: 'Severity',
+            cell: (a) => <span class={a.labels.severity === 'critical' ? 'bad' : undefined}>{a.labels.severity}</span>,
+          },
+          {
+            label: 'About',
+            cell: (a) =>
+              ABOUT.filter((k) => a.labels[k] !== undefined)
+                .map((k) => `${k} ${a.labels[k]}`)
+                .join(' · '),
+          },
+          { label: 'Summary', cell: (a) => a.annotations.summary ?? '' },
+          { label: 'Since', cell: (a) => ago(a.activeSince) },
+        ]}
+      />
+    </Section>
   );
 }
 

@@ -1,0 +1,222 @@
+// The alert rules' evaluation on a fake clock: pending, firing after `for`, resolved when the
+// condition clears, and each condition's figures.
+#include "server/alert_eval.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "base/clock.h"
+
+namespace meridian::server {
+namespace {
+
+using domain::AlertCondition;
+using domain::AlertRule;
+
+AlertRule MakeRule(const char* name, AlertCondition c, double for_seconds, double threshold = 0,
+                   double window = 0, int64_t min_jobs = 0) {
+  AlertRule r;
+  r.name = name;
+  r.condition = c;
+  r.for_seconds = for_seconds;
+  r.threshold = threshold;
+  r.window = window;
+  r.min_jobs = min_jobs;
+  return r;
+}
+
+AlertInputs OneNode(bool lost) {
+  AlertInputs in;
+  AlertInputs::Node n;
+  n.name = "n1";
+  n.cluster = "east";
+  n.registered = true;
+  n.lost = lost;
+  AlertInputs::Gpu g;
+  g.index = 0;
+  g.uuid = "GPU-0";
+  g.utilization = 0.5;
+  n.gpus.push_back(g);
+  in.nodes.push_back(n);
+  return in;
+}
+
+TEST(AlertEvaluator, PendingThenFiringAfterForThenResolved) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  const std::vector<AlertRule> rules = {MakeRule("node-lost", AlertCondition::kNodeLost, 30)};
+  EXPECT_TRUE(e.Evaluate(rules, OneNode(false), clock.Now()).empty());
+  EXPECT_TRUE(e.Active().empty());
+
+  clock.Advance(5);
+  const double lost_at = clock.Now();
+  EXPECT_TRUE(e.Evaluate(rules, OneNode(true), clock.Now()).empty());
+  ASSERT_EQ(e.Active().size(), 1u);
+  EXPECT_EQ(e.Active()[0].state, Alert::State::kPending);
+
+  clock.Advance(29);  // 29 s of the 30 s
+  EXPECT_TRUE(e.Evaluate(rules, OneNode(true), clock.Now()).empty());
+  clock.Advance(1);
+  auto fired = e.Evaluate(rules, OneNode(true), clock.Now());
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].state, Alert::State::kFiring);
+  EXPECT_EQ(fired[0].active_since, lost_at);
+  EXPECT_EQ(fired[0].fired_at, clock.Now());
+  EXPECT_EQ(fired[0].labels.at("alertname"), "MeridianNodeLost");
+  EXPECT_EQ(fired[0].labels.at("node"), "n1");
+  EXPECT_EQ(fired[0].labels.at("cluster"), "east");
+  EXPECT_EQ(fired[0].labels.at("severity"), "warning");
+  // Firing goes on without a second notification.
+  clock.Advance(10);
+  EXPECT_TRUE(e.Evaluate(rules, OneNode(true), clock.Now()).empty());
+
+  clock.Advance(10);
+  auto resolved = e.Evaluate(rules, OneNode(false), clock.Now());
+  ASSERT_EQ(resolved.size(), 1u);
+  EXPECT_EQ(resolved[0].state, Alert::State::kResolved);
+  EXPECT_EQ(resolved[0].resolved_at, clock.Now());
+  EXPECT_TRUE(e.Active().empty());
+  EXPECT_EQ(e.Resolved(clock.Now(), 900).size(), 1u);
+  EXPECT_TRUE(e.Resolved(clock.Now() + 901, 900).empty());
+}
+
+TEST(AlertEvaluator, APendingAlertThatClearsIsDroppedUntold) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  const std::vector<AlertRule> rules = {MakeRule("node-lost", AlertCondition::kNodeLost, 30)};
+  e.Evaluate(rules, OneNode(true), clock.Now());
+  clock.Advance(10);
+  EXPECT_TRUE(e.Evaluate(rules, OneNode(false), clock.Now()).empty());
+  EXPECT_TRUE(e.Active().empty());
+  EXPECT_TRUE(e.Resolved(clock.Now(), 900).empty());
+}
+
+TEST(AlertEvaluator, ARuleRemovedResolvesItsAlerts) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  const std::vector<AlertRule> rules = {MakeRule("node-lost", AlertCondition::kNodeLost, 0)};
+  ASSERT_EQ(e.Evaluate(rules, OneNode(true), clock.Now()).size(), 1u);
+  clock.Advance(2);
+  auto changed = e.Evaluate({}, OneNode(true), clock.Now());
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0].state, Alert::State::kResolved);
+}
+
+TEST(AlertEvaluator, IdleGpusAlertPerHoldingJobAfterTheDuration) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  const std::vector<AlertRule> rules = {
+      MakeRule("gpu-held-idle", AlertCondition::kGpuIdle, 1800, 0.05)};
+  AlertInputs in = OneNode(false);
+  in.nodes[0].gpus[0].utilization = 0.01;
+  // Idle but held by nobody: nothing to reclaim.
+  e.Evaluate(rules, in, clock.Now());
+  EXPECT_TRUE(e.Active().empty());
+  in.nodes[0].gpus[0].holders = {{7, "vision"}};
+  e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(e.Active().size(), 1u);
+  clock.Advance(1799);
+  EXPECT_TRUE(e.Evaluate(rules, in, clock.Now()).empty());
+  clock.Advance(1);
+  auto fired = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].labels.at("job_id"), "7");
+  EXPECT_EQ(fired[0].labels.at("project"), "vision");
+  EXPECT_DOUBLE_EQ(fired[0].value, 0.01);
+  // Busy again: resolved.
+  in.nodes[0].gpus[0].utilization = 0.9;
+  clock.Advance(2);
+  auto resolved = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(resolved.size(), 1u);
+  EXPECT_EQ(resolved[0].state, Alert::State::kResolved);
+}
+
+TEST(AlertEvaluator, XidFiresForTheWindowAfterTheCountRises) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  const std::vector<AlertRule> rules = {MakeRule("gpu-xid", AlertCondition::kGpuXid, 0, 0, 600)};
+  AlertInputs in = OneNode(false);
+  EXPECT_TRUE(e.Evaluate(rules, in, clock.Now()).empty());
+  clock.Advance(5);
+  in.nodes[0].gpus[0].xid_errors = 1;
+  in.nodes[0].gpus[0].last_xid = 79;
+  auto fired = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].annotations.at("xid"), "79");
+  EXPECT_EQ(fired[0].labels.at("UUID"), "GPU-0");
+  clock.Advance(600);
+  EXPECT_TRUE(e.Evaluate(rules, in, clock.Now()).empty());  // still within the window
+  clock.Advance(1);
+  auto resolved = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(resolved.size(), 1u);
+  EXPECT_EQ(resolved[0].state, Alert::State::kResolved);
+}
+
+TEST(AlertEvaluator, PendingAgeQuotaAndHealthThresholds) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  AlertRule vision = MakeRule("vision-queue", AlertCondition::kPendingJobAge, 0, 600);
+  vision.project = "vision";
+  const std::vector<AlertRule> rules = {
+      MakeRule("pending-job-too-old", AlertCondition::kPendingJobAge, 0, 3600), vision,
+      MakeRule("quota-near-limit", AlertCondition::kQuotaNearLimit, 0, 0.9),
+      MakeRule("gpu-unhealthy", AlertCondition::kGpuUnhealthy, 0)};
+  AlertInputs in = OneNode(false);
+  in.nodes[0].gpus[0].healthy = false;
+  in.oldest_pending = {{"vision", 700}, {"nlp", 3601}, {"ads", 10}};
+  in.quotas = {
+      {"lab", "team", 9, 10}, {"acme", "organization", 8.9, 10}, {"free", "project", 99, -1}};
+  auto fired = e.Evaluate(rules, in, clock.Now());
+  std::multiset<std::string> got;
+  for (const Alert& a : fired) {
+    std::string what = a.rule;
+    for (const char* k : {"project", "scope", "node"}) {
+      if (a.labels.count(k)) what += ":" + a.labels.at(k);
+    }
+    got.insert(what);
+  }
+  EXPECT_EQ(got, (std::multiset<std::string>{"pending-job-too-old:nlp", "vision-queue:vision",
+                                             "quota-near-limit:lab", "gpu-unhealthy:n1"}));
+}
+
+TEST(AlertEvaluator, FailureRateOverTheWindowWithEnoughJobs) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  const std::vector<AlertRule> rules = {
+      MakeRule("job-failure-rate", AlertCondition::kJobFailureRate, 0, 0.5, 3600, 4)};
+  AlertInputs in;
+  in.ended = {{"vision", {1, 2}}};  // 3 ended: too few to say
+  EXPECT_TRUE(e.Evaluate(rules, in, clock.Now()).empty());
+  clock.Advance(60);
+  in.ended = {{"vision", {1, 4}}};  // 4 of 5 failed
+  auto fired = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_DOUBLE_EQ(fired[0].value, 0.8);
+  // An hour later the failures are out of the window; the successes since are in it.
+  clock.Advance(3600);
+  in.ended = {{"vision", {7, 4}}};
+  auto resolved = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(resolved.size(), 1u);
+  EXPECT_EQ(resolved[0].state, Alert::State::kResolved);
+}
+
+TEST(AlertEvaluator, SchedulerErrorsCountInTheWindow) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  const std::vector<AlertRule> rules = {
+      MakeRule("scheduler-errors", AlertCondition::kSchedulerErrors, 0, 3, 300)};
+  AlertInputs in;
+  in.scheduler_errors = 2;
+  EXPECT_TRUE(e.Evaluate(rules, in, clock.Now()).empty());
+  clock.Advance(10);
+  in.scheduler_errors = 3;
+  ASSERT_EQ(e.Evaluate(rules, in, clock.Now()).size(), 1u);
+  clock.Advance(400);  // no new error for longer than the window
+  auto resolved = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(resolved.size(), 1u);
+  EXPECT_EQ(resolved[0].state, Alert::State::kResolved);
+}
+
+}  // namespace
+}  // namespace meridian::server
