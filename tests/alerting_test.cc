@@ -4,6 +4,7 @@
 // receiver that the test itself runs (an httplib server). The server's alert for a lost node
 // reaches the webhook directly and through Alertmanager's routing, and so does its resolution.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <map>
@@ -139,6 +140,8 @@ class AlertingTest : public ::testing::Test {
   }
 
   std::unique_ptr<AgentProcess> StartAgent(const std::string& node) {
+    // Tasks run under uids of their own: they pass through the test's folder to theirs.
+    EXPECT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
     auto a = std::make_unique<AgentProcess>(
         kBinary,
         std::vector<std::string>{"--cluster", "east", "--pool", "east-h100", "--node", node,
