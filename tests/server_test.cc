@@ -53,8 +53,8 @@ metadata: {name: research}
 spec: {project: research, guaranteedGpus: 4, limitGpus: 8}
 )";
 
-// The paths of docs/openapi.yaml, with their parameters filled in ({id}: `job`), except the
-// watch stream (30 s; WatchStreamsEventsAsTheyHappen has it).
+// The paths of docs/openapi.yaml, with their parameters filled in ({id}: `job`, {index}: 0),
+// except the watch stream (30 s; WatchStreamsEventsAsTheyHappen has it).
 std::vector<std::string> DocumentedPaths(const std::string& job) {
   std::ifstream in(std::string(MERIDIAN_SOURCE_DIR) + "/docs/openapi.yaml");
   std::string line;
@@ -67,7 +67,8 @@ std::vector<std::string> DocumentedPaths(const std::string& job) {
       std::string p = line.substr(2, line.size() - 3);
       if (p == "/api/v1/watch") continue;
       for (const auto& [param, value] : std::vector<std::pair<std::string, std::string>>{
-               {"{id}", job}, {"{number}", "1"}, {"{kind}", "projects"}, {"{name}", "x"}}) {
+               {"{id}", job}, {"{number}", "1"}, {"{kind}", "projects"}, {"{name}", "x"},
+               {"{index}", "0"}}) {
         if (size_t at = p.find(param); at != std::string::npos) p.replace(at, param.size(), value);
       }
       paths.push_back(p);
