@@ -169,6 +169,7 @@ TEST_F(GpuHealthTest, AResetClassXidCordonsTheGpuRequeuesTheGangAndTheGpuHeals) 
       << cli.output;
   ASSERT_TRUE(Eventually([&] { return Cordoned(node, 2); }, 10));
   const double to_cordon = Seconds(injected);
+  EXPECT_EQ(GpuRecord(node, 2).value("xid", 0), 48);
   // Shown while it waits: its job's tasks still stop on it.
   const std::string listed = Run("get nodes").output;
   EXPECT_NE(listed.find("Ready,GPU 2 cordoned"), std::string::npos) << listed;
@@ -187,7 +188,6 @@ TEST_F(GpuHealthTest, AResetClassXidCordonsTheGpuRequeuesTheGangAndTheGpuHeals) 
   EXPECT_LT(to_requeue, 10.0);
   EXPECT_TRUE(HasEvent(gang, "GpuFault", "XID 48 (double-bit ECC error)"));
   EXPECT_TRUE(HasEvent(gang, "Stopped", "back in the queue"));
-  EXPECT_EQ(GpuRecord(node, 2).value("xid", 0), 48);
 
   // Placed again whole, never on the GPU pending its reset.
   ASSERT_TRUE(Eventually([&] { return Phase(gang) == "Running"; }, 30)) << Job(gang).dump();
