@@ -66,9 +66,12 @@ std::vector<std::string> DocumentedPaths(const std::string& job) {
     if (in_paths && line.size() > 3 && line.rfind("  /", 0) == 0 && line.back() == ':') {
       std::string p = line.substr(2, line.size() - 3);
       if (p == "/api/v1/watch") continue;
-      for (const auto& [param, value] : std::vector<std::pair<std::string, std::string>>{
-               {"{id}", job}, {"{number}", "1"}, {"{kind}", "projects"}, {"{name}", "x"},
-               {"{index}", "0"}}) {
+      for (const auto& [param, value] :
+           std::vector<std::pair<std::string, std::string>>{{"{id}", job},
+                                                            {"{number}", "1"},
+                                                            {"{kind}", "projects"},
+                                                            {"{name}", "x"},
+                                                            {"{index}", "0"}}) {
         if (size_t at = p.find(param); at != std::string::npos) p.replace(at, param.size(), value);
       }
       paths.push_back(p);

@@ -126,6 +126,26 @@ TEST_F(GpuHealthTest, AResetClassXidCordonsTheGpuRequeuesTheGangAndHealsAfterRem
   EXPECT_EQ(Rebuilds(), 1) << "cordon and uncordon are followed in place";
 }
 
+// A cordon is stored with the node: a restarted server's scheduler keeps the GPU out, and the
+// agent registering again (which rewrites the rest of the Node's spec) does not clear it.
+TEST_F(GpuHealthTest, ACordonOutlivesARestartAndTheAgentRegisteringAgain) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  Beat("n1", {{6, {1, 63}}});
+  Round();
+  ASSERT_FALSE(Healthy("GPU-n1-6"));
+  Restart();
+  Register("n1");
+  Round();
+  EXPECT_TRUE(domain::GpuCordoned(Ops("n1").gpus, 6));
+  EXPECT_FALSE(Healthy("GPU-n1-6"));
+  EXPECT_TRUE(Healthy("GPU-n1-5"));
+  const int64_t all = Submit("p1", {{"gpus", 8}, {"command", {"x"}}});
+  Rounds();
+  EXPECT_EQ(Phase(all), "Pending") << "seven healthy GPUs do not fit 8";
+}
+
 // The third fault within 24 h keeps the GPU cordoned, without remediation, and says so; an
 // operator's uncordon releases it.
 TEST_F(GpuHealthTest, AGpuThatFaultsThreeTimesInADayStaysCordoned) {
