@@ -211,7 +211,7 @@ TEST_F(GpuHealthTest, AResetClassXidCordonsTheGpuRequeuesTheGangAndTheGpuHeals) 
 TEST_F(GpuHealthTest, ARepeatingFaultKeepsTheGpuOutUntilAnOperatorUncordonsIt) {
   StartAgent("n1");
   for (int n = 1; n <= 3; ++n) {
-    ASSERT_EQ(Run("fault inject n1 --gpu 1 --xid 94").code, 0);
+    ASSERT_EQ(Run("fault inject n1 --gpu 1 --xid 48").code, 0);
     ASSERT_TRUE(Eventually(
         [&] {
           return GpuRecord("n1", 1).value("faults", Json::array()).size() == static_cast<size_t>(n);

@@ -15,6 +15,8 @@ namespace {
 
 // Who the health loop's writes are by, in events and in a drain's record.
 constexpr const char* kHealth = "gpu-health";
+// The XID that announces a row remap (or page retirement) waiting for a reset.
+constexpr int32_t kRowRemapXid = 63;
 
 struct GpuSlot {
   int32_t index = 0;
@@ -79,9 +81,17 @@ std::vector<NodeService::XidSeen> NodeService::NewXidsLocked(
     auto seen = e.xids_seen.find(s.index);
     const int64_t before =
         seen != e.xids_seen.end() ? seen->second : (e.xids_from_zero ? 0 : s.xid_errors);
-    // Several XIDs between two samples are seen as their last one: the sample keeps no more.
-    if (s.xid_errors > before && s.last_xid > 0) out.push_back({s.index, s.last_xid});
     e.xids_seen[s.index] = s.xid_errors;
+    // Several XIDs between two samples are seen as their last one: the sample keeps no more.
+    if (s.xid_errors > before && s.last_xid > 0) {
+      out.push_back({s.index, s.last_xid});
+      continue;
+    }
+    // A row remap that waits for a reset, without its XID (63) seen: the GPU is taken as having
+    // reported it, so that nothing is placed on memory pending a remap.
+    if (s.row_remap_pending.value_or(false) && !domain::GpuCordoned(e.ops.gpus, s.index)) {
+      out.push_back({s.index, kRowRemapXid});
+    }
   }
   return out;
 }
@@ -334,6 +344,22 @@ base::Result<Json> NodeService::InjectFault(const std::string& node, const std::
 
 base::Result<Json> NodeService::UncordonGpu(const std::string& node, const std::string& by,
                                             int32_t gpu) {
+  {
+    // Memory whose row remap waits for a reset would be cordoned again by the next sample, after
+    // work may have been placed on it: the reset comes first.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(node);
+    if (it != nodes_.end()) {
+      for (const protocol::GpuSample& s : it->second.telemetry) {
+        if (s.index == gpu && s.row_remap_pending.value_or(false)) {
+          return Status::Conflict("GPU " + std::to_string(gpu) + " of node " + node +
+                                  " has a row remap pending: reset it first (nvidia-smi "
+                                  "--gpu-reset -i " +
+                                  std::to_string(gpu) + ")");
+        }
+      }
+    }
+  }
   const double now = clock_->Now();
   domain::NodeOps ops;
   int64_t seq = 0;

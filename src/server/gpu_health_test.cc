@@ -146,6 +146,29 @@ TEST_F(GpuHealthTest, ACordonOutlivesARestartAndTheAgentRegisteringAgain) {
   EXPECT_EQ(Phase(all), "Pending") << "seven healthy GPUs do not fit 8";
 }
 
+// A row remap pending in a sample (NVML's remapping state) cordons the GPU as its XID 63 would,
+// once: it is not counted again while the GPU waits.
+TEST_F(GpuHealthTest, ARowRemapPendingCordonsTheGpuLikeItsXid) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  Json telemetry = Json::array();
+  for (int i = 0; i < 8; ++i) telemetry.push_back({{"index", i}, {"rowRemapPending", i == 4}});
+  for (int beat = 0; beat < 3; ++beat) {
+    ASSERT_TRUE(nodes_->Heartbeat("n1", {{"telemetry", telemetry}}).ok());
+  }
+  const domain::NodeOps ops = Ops("n1");
+  ASSERT_EQ(ops.gpus.size(), 1u);
+  EXPECT_TRUE(domain::GpuCordoned(ops.gpus, 4));
+  EXPECT_EQ(ops.gpus[0].xid, 63);
+  EXPECT_EQ(ops.gpus[0].faults.size(), 1u);
+  // Until its reset, an operator cannot put it back: work would land on memory pending a remap.
+  auto refused = nodes_->UncordonGpu("n1", "admin", 4);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), base::StatusCode::kConflict);
+  EXPECT_NE(refused.status().message().find("row remap pending"), std::string::npos);
+}
+
 // The third fault within 24 h keeps the GPU cordoned, without remediation, and says so; an
 // operator's uncordon releases it.
 TEST_F(GpuHealthTest, AGpuThatFaultsThreeTimesInADayStaysCordoned) {
