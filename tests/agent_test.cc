@@ -892,13 +892,16 @@ std::string Heartbeats(const std::string& name, const std::string& trace) {
   return "while true; do echo \"" + name + " $(date +%s.%N)\" >> " + trace + "; sleep 0.02; done";
 }
 
-// The first and last time each name wrote to a trace.
+// The first and last time each name wrote to a trace. A line without its time is skipped: the
+// notice signal goes to the task's process group, and a `date` it kills prints nothing.
 std::map<std::string, std::pair<double, double>> Spans(const std::string& text) {
   std::map<std::string, std::pair<double, double>> out;
-  std::istringstream in(text);
-  std::string name;
-  double at = 0;
-  while (in >> name >> at) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream in(line);
+    std::string name;
+    double at = 0;
+    if (!(in >> name >> at)) continue;
     auto [it, added] = out.emplace(name, std::pair(at, at));
     it->second.first = std::min(it->second.first, at);
     it->second.second = std::max(it->second.second, at);

@@ -54,10 +54,9 @@ metadata: {name: research}
 spec: {project: research, guaranteedGpus: 4, limitGpus: 8}
 )";
 
-// The paths of docs/openapi.yaml, with their parameters filled in ({id}: `job`), except the
-// watch stream (30 s; WatchStreamsEventsAsTheyHappen has it).
-// Every path of docs/openapi.yaml, its parameters filled in; a `{kind}` path once for each kind
-// the document's enum of kinds lists (the plural the API serves).
+// Every path of docs/openapi.yaml, its parameters filled in ({id}: `job`, {index}: 0), except
+// the watch stream (30 s; WatchStreamsEventsAsTheyHappen has it); a `{kind}` path once for each
+// kind the document's enum of kinds lists (the plural the API serves).
 std::vector<std::string> DocumentedPaths(const std::string& job) {
   std::ifstream in(std::string(MERIDIAN_SOURCE_DIR) + "/docs/openapi.yaml");
   std::string line;
@@ -85,7 +84,8 @@ std::vector<std::string> DocumentedPaths(const std::string& job) {
     for (const std::string& kind : of_kinds ? kinds : std::vector<std::string>{""}) {
       std::string p = t;
       for (const auto& [param, value] : std::vector<std::pair<std::string, std::string>>{
-               {"{id}", job}, {"{number}", "1"}, {"{kind}", kind}, {"{name}", "x"}}) {
+               {"{id}", job}, {"{number}", "1"}, {"{kind}", kind}, {"{name}", "x"},
+               {"{index}", "0"}}) {
         if (size_t at = p.find(param); at != std::string::npos) p.replace(at, param.size(), value);
       }
       paths.push_back(p);

@@ -130,10 +130,30 @@ void AddClientCommands(CLI::App& app, int* rc) {
   for (CLI::App* verb : {cordon, uncordon}) {
     verb->add_option("node", node_name, "node name")->required();
   }
+  static int gpu_index = -1;
+  uncordon->add_option("--gpu", gpu_index,
+                       "uncordon only this GPU (cordoned for a fault), forgetting its faults");
   cordon->callback(
       [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Cordon(c, node_name, true); }); });
-  uncordon->callback(
-      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Cordon(c, node_name, false); }); });
+  uncordon->callback([rc] {
+    Run(g, rc, [](Context& c) {
+      return gpu_index >= 0 ? meridian::cli::UncordonGpu(c, node_name, gpu_index)
+                            : meridian::cli::Cordon(c, node_name, false);
+    });
+  });
+  // Fault injection into simulated GPUs (dev estates, tests): the XID as NVML would report it.
+  static int fault_xid = 0;
+  CLI::App* fault = app.add_subcommand("fault", "Fault injection into simulated GPUs (admins)");
+  CLI::App* inject =
+      fault->add_subcommand("inject", "Make a simulated GPU report an XID, as NVML would");
+  fault->require_subcommand(1);
+  inject->add_option("node", node_name, "node name")->required();
+  inject->add_option("--gpu", gpu_index, "the GPU's index on the node")->required();
+  inject->add_option("--xid", fault_xid, "the XID to report (e.g. 13, 48, 74, 79)")->required();
+  inject->callback([rc] {
+    Run(g, rc,
+        [](Context& c) { return meridian::cli::InjectFault(c, node_name, gpu_index, fault_xid); });
+  });
   static meridian::cli::DrainFlags df;
   static bool no_wait = false;
   CLI::App* drain = app.add_subcommand(

@@ -208,7 +208,10 @@ void Agent::TakeTerms(const protocol::AgentTerms& terms) {
 
 Status Agent::Beat() {
   Poll();
-  Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports(), {}});
+  beat_soon_ = false;
+  protocol::Heartbeat beat{Telemetry(), Reports(), {}, {}};
+  beat.remediations = remediated_;
+  Json body = protocol::ToJson(beat);
   const double sent = Now();
   auto r = client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
   if (!r.ok()) return r.status();
@@ -227,7 +230,9 @@ Status Agent::Beat() {
   if (!terms.ok()) return terms.status();
   TakeTerms(*terms);
   RenewLease(sent, LeaseValues::kWrite);
+  remediated_.clear();  // the server has them
   Reconcile(r->body);
+  TakeHealthOrders(r->body);
   UploadLogs();
   Cleanup();
   return Status::Ok();
@@ -256,7 +261,9 @@ Status Agent::Run(const std::atomic<bool>& stop) {
   double backoff = 0.5;
   auto sleep = [&](double seconds) {
     const double until = Now() + seconds;
-    while (!stop && Now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (!stop && !beat_soon_ && Now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   };
   while (!stop) {
     Status s = registered_ ? Beat() : Register();
@@ -290,7 +297,7 @@ Status Agent::Run(const std::atomic<bool>& stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (registered_) {
-    Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports(), {}});
+    Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports(), {}, {}});
     (void)client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
     UploadLogs();
   }
@@ -536,6 +543,86 @@ void Agent::Poll() {
     if (Telling(why)) t.message = why.summary;
     ReleaseDevices(t);
   }
+}
+
+void Agent::TakeHealthOrders(const Json& answer) {
+  auto orders = protocol::DecodeHealthOrders(answer);
+  if (!orders.ok()) {
+    std::fprintf(stderr, "meridian agent: %s\n", orders.status().message().c_str());
+    return;
+  }
+  for (const protocol::InjectedFault& f : orders->faults) {
+    const Status s = gpus_->InjectXid(f.gpu, f.xid);
+    std::fprintf(stderr, "meridian agent: fault injection: XID %d on GPU %d%s\n", f.xid, f.gpu,
+                 s.ok() ? "" : (": " + s.message()).c_str());
+    beat_soon_ = beat_soon_ || s.ok();
+  }
+  for (const protocol::Remediation& order : orders->remediations) {
+    // A task of this node still on it (the server's account is a heartbeat behind): not yet; the
+    // order comes again with the next answer.
+    bool busy = false;
+    for (const auto& [key, t] : tasks_) {
+      if (t.state == "Exited") continue;
+      for (const protocol::DeviceGrant& d : t.assignment.devices) busy = busy || d.gpu == order.gpu;
+    }
+    if (!busy) {
+      remediated_.push_back(Remediate(order));
+      beat_soon_ = true;
+    }
+  }
+}
+
+namespace {
+
+// Runs `argv` to its end, for at most `timeout` seconds; ok when it exits 0.
+Status RunToEnd(const std::vector<std::string>& argv, double timeout) {
+  if (argv.empty()) return Status::Invalid("the remediation command is empty");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  if (pid < 0) return Status::Io("cannot start " + argv[0]);
+  const double deadline = Now() + timeout;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (Now() > deadline) {
+      ::kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return Status::Io(argv[0] + " did not finish within " +
+                        std::to_string(static_cast<int>(timeout)) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
+  return Status::Io(argv[0] + (WIFEXITED(status)
+                                   ? " exited with code " + std::to_string(WEXITSTATUS(status))
+                                   : std::string(" was killed by a signal")));
+}
+
+}  // namespace
+
+protocol::RemediationResult Agent::Remediate(const protocol::Remediation& order) {
+  // A GPU reset takes seconds. The loop waits for it, so it must end well inside the lease, or
+  // every task of the node would be stopped by its shim for a lease run out.
+  const double timeout = std::max(1.0, lease_ / 2);
+  protocol::RemediationResult out;
+  out.gpu = order.gpu;
+  Status s =
+      gpus_->ResetsItself() ? gpus_->ClearFault(order.gpu) : RunToEnd(order.command, timeout);
+  std::string done;
+  if (s.ok()) {
+    done = gpus_->ResetsItself() ? "simulated reset" : order.command.front();
+    s = gpus_->Probe(order.gpu);
+  }
+  out.healthy = s.ok();
+  out.message = s.ok() ? done : s.message();
+  std::fprintf(stderr, "meridian agent: GPU %d remediated: %s\n", order.gpu,
+               s.ok() ? ("healthy after " + done).c_str() : s.message().c_str());
+  return out;
 }
 
 std::map<int32_t, int64_t> Agent::XidCounts() {

@@ -122,6 +122,11 @@ class Agent {
   void Cleanup();
   std::vector<protocol::TaskReport> Reports() const;
   void TakeTerms(const protocol::AgentTerms& terms);  // from the server's answer
+  // The answer's GPU health orders: faults to inject (simulated GPUs), remediations to run. A
+  // remediation runs the Policy's command (simulated GPUs clear their fault instead), then probes
+  // the GPU; its result goes with the next heartbeat.
+  void TakeHealthOrders(const Json& answer);
+  protocol::RemediationResult Remediate(const protocol::Remediation& order);
   std::vector<GpuTelemetry> Telemetry();
   // The command line of a run (through the container runtime for an image, when `cleanup` gets
   // the command that removes its container); `error` says why it cannot run.
@@ -152,6 +157,10 @@ class Agent {
   double lease_renewed_at_ = 0;
   std::pair<double, double> lease_written_{-1, -1};  // lease and fence grace in the lease file
   std::map<Key, Task> tasks_;
+  std::vector<protocol::RemediationResult> remediated_;  // until a heartbeat has carried them
+  // News the server acts on at once (an injected fault the GPU now reports, a remediation's
+  // result): the next heartbeat goes now rather than an interval later.
+  bool beat_soon_ = false;
   std::string last_error_;
 };
 

@@ -40,6 +40,26 @@ class GpuDiscovery {
                                                       int32_t start) = 0;
   // Gives the instance back when its task has ended.
   virtual void DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) = 0;
+
+  // Fault injection, for simulated GPUs only (the server refuses it for the others): GPU `gpu`
+  // reports `xid` from the next Telemetry on, as NVML reports an XID event, with the state that
+  // goes with it (a double-bit error counted, a row remap pending).
+  virtual base::Status InjectXid(int32_t gpu, int32_t xid) {
+    (void)gpu;
+    (void)xid;
+    return base::Status(base::StatusCode::kFailedPrecondition,
+                        "faults are injected only into simulated GPUs");
+  }
+  // The remediation of simulated GPUs: the fault is cleared, as a GPU reset clears it. Real GPUs
+  // are reset by the Policy's command, which the agent runs; this says so.
+  virtual bool ResetsItself() const { return false; }
+  virtual base::Status ClearFault(int32_t gpu) {
+    (void)gpu;
+    return base::Status(base::StatusCode::kFailedPrecondition, "not a simulated GPU");
+  }
+  // The health probe after a remediation: the GPU answers, and waits for no reset (no row remap
+  // pending). Ok when healthy, else why not.
+  virtual base::Status Probe(int32_t gpu) = 0;
 };
 
 // A node without GPUs (CPU work only).
@@ -54,6 +74,7 @@ class NoGpus final : public GpuDiscovery {
     return base::Status::Invalid("this node has no GPUs");
   }
   void DestroyMigInstance(int32_t, const std::string&, int32_t) override {}
+  base::Status Probe(int32_t) override { return base::Status::Invalid("this node has no GPUs"); }
 };
 
 }  // namespace meridian::agent

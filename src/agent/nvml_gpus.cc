@@ -312,4 +312,21 @@ base::Result<std::vector<GpuTelemetry>> NvmlGpus::Telemetry() {
   return out;
 }
 
+base::Status NvmlGpus::Probe(int32_t gpu) {
+  if (gpu < 0 || gpu >= static_cast<int32_t>(devices_.size())) {
+    return base::Status::Invalid("no GPU " + std::to_string(gpu));
+  }
+  const Api& a = *api_;
+  Device d = devices_[static_cast<size_t>(gpu)];
+  char buf[kBufferSize] = {0};
+  if (base::Status s = Check(a.uuid(d, buf, kBufferSize), "nvmlDeviceGetUUID"); !s.ok()) return s;
+  unsigned int correctable = 0, uncorrectable = 0, pending = 0, failed = 0;
+  if (a.remapped_rows &&
+      a.remapped_rows(d, &correctable, &uncorrectable, &pending, &failed) == kSuccess) {
+    if (failed) return base::Status::Io("a row remap failed: the GPU needs replacing");
+    if (pending) return base::Status::Io("a row remap still waits for a GPU reset");
+  }
+  return base::Status::Ok();
+}
+
 }  // namespace meridian::agent

@@ -32,6 +32,8 @@ class NvmlGpus final : public GpuDiscovery {
   base::Result<std::string> CreateMigInstance(int32_t gpu, const std::string& profile,
                                               int32_t start) override;
   void DestroyMigInstance(int32_t, const std::string&, int32_t) override {}
+  // The device answers NVML (its UUID reads) and no row remap waits for a reset.
+  base::Status Probe(int32_t gpu) override;
 
   // Meridian's name for an NVML product name ("NVIDIA H100 80GB HBM3" -> "H100-80GB"); the
   // product name itself when the catalogue has no such model.

@@ -75,6 +75,7 @@ base::Result<std::unique_ptr<SimulatedGpus>> SimulatedGpus::FromSpec(const std::
   }
   if (out->gpus_.empty()) return base::Status::Invalid("--simulate-gpus: no GPUs given");
   out->load_.assign(out->gpus_.size(), Load{});
+  out->faults_.assign(out->gpus_.size(), Faults{});
   return out;
 }
 
@@ -93,18 +94,21 @@ base::Result<std::vector<GpuTelemetry>> SimulatedGpus::Telemetry() {
     t.power_w = MaxPower(g.model) * (0.1 + 0.9 * l.utilization);
     t.memory_total_mib = g.memory_mib;
     t.sm_clock_mhz = static_cast<int64_t>(MaxSmClock(g.model) * (0.25 + 0.75 * l.utilization));
-    // Healthy simulated boards: every error counter reads, at zero.
+    // Every error counter reads, at zero unless a fault was injected.
+    const Faults& f = faults_[static_cast<size_t>(g.index)];
     t.ecc_single_bit = 0;
-    t.ecc_double_bit = 0;
+    t.ecc_double_bit = f.double_bit;
     if (RemapsRows(g.model)) {
       t.remapped_rows_correctable = 0;
-      t.remapped_rows_uncorrectable = 0;
-      t.row_remap_pending = false;
-      t.row_remap_failed = false;
+      t.remapped_rows_uncorrectable = f.remap_pending || f.remap_failed ? 1 : 0;
+      t.row_remap_pending = f.remap_pending;
+      t.row_remap_failed = f.remap_failed;
     } else {
       t.retired_pages_single_bit = 0;
-      t.retired_pages_double_bit = 0;
+      t.retired_pages_double_bit = f.double_bit;
     }
+    t.xid_errors = f.xids;
+    t.last_xid = f.last_xid;
     if (auto m = mig_.find(g.index); m != mig_.end()) t.mig_instances = m->second;
     out.push_back(t);
   }
@@ -134,6 +138,45 @@ void SimulatedGpus::DestroyMigInstance(int32_t gpu, const std::string& profile, 
   auto it = mig_.find(gpu);
   if (it == mig_.end()) return;
   std::erase(it->second, profile + "@" + std::to_string(start));
+}
+
+base::Status SimulatedGpus::InjectXid(int32_t gpu, int32_t xid) {
+  if (gpu < 0 || gpu >= static_cast<int32_t>(gpus_.size())) {
+    return base::Status::Invalid("no simulated GPU " + std::to_string(gpu));
+  }
+  if (xid < 1 || xid > 999)
+    return base::Status::Invalid("xid: " + std::to_string(xid) + " is not 1..999");
+  Faults& f = faults_[static_cast<size_t>(gpu)];
+  ++f.xids;
+  f.last_xid = xid;
+  f.faulted = true;
+  // What the board's memory says alongside the XID, as NVML would read it.
+  const bool remaps = RemapsRows(gpus_[static_cast<size_t>(gpu)].model);
+  if (xid == 48 || xid == 95) ++f.double_bit;
+  if (remaps && (xid == 63 || xid == 94 || xid == 95)) f.remap_pending = true;
+  if (remaps && xid == 64) f.remap_failed = true;
+  return base::Status::Ok();
+}
+
+base::Status SimulatedGpus::ClearFault(int32_t gpu) {
+  if (gpu < 0 || gpu >= static_cast<int32_t>(gpus_.size())) {
+    return base::Status::Invalid("no simulated GPU " + std::to_string(gpu));
+  }
+  Faults& f = faults_[static_cast<size_t>(gpu)];
+  f.faulted = false;
+  f.remap_pending = false;  // the reset carries the remap out; a failed one stays failed
+  f.double_bit = 0;         // volatile counters start again with the reset
+  return base::Status::Ok();
+}
+
+base::Status SimulatedGpus::Probe(int32_t gpu) {
+  if (gpu < 0 || gpu >= static_cast<int32_t>(gpus_.size())) {
+    return base::Status::Invalid("no simulated GPU " + std::to_string(gpu));
+  }
+  const Faults& f = faults_[static_cast<size_t>(gpu)];
+  if (f.remap_failed) return base::Status::Io("a row remap failed: the GPU needs replacing");
+  if (f.faulted) return base::Status::Io("XID " + std::to_string(f.last_xid) + " not cleared");
+  return base::Status::Ok();
 }
 
 base::Status SimulatedGpus::SetLoad(int32_t index, double utilization, int64_t memory_mib) {

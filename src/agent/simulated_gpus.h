@@ -27,6 +27,10 @@ class SimulatedGpus final : public GpuDiscovery {
   base::Result<std::string> CreateMigInstance(int32_t gpu, const std::string& profile,
                                               int32_t start) override;
   void DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) override;
+  base::Status InjectXid(int32_t gpu, int32_t xid) override;
+  bool ResetsItself() const override { return true; }
+  base::Status ClearFault(int32_t gpu) override;
+  base::Status Probe(int32_t gpu) override;
 
   // What runs on GPU `index` now: the share of compute it uses and the memory it holds.
   base::Status SetLoad(int32_t index, double utilization, int64_t memory_mib);
@@ -36,8 +40,19 @@ class SimulatedGpus final : public GpuDiscovery {
     double utilization = 0;
     int64_t memory_mib = 0;
   };
+  // What injected faults left on a GPU: the XID events so far (kept across resets, as NVML's
+  // count is), and what a reset clears.
+  struct Faults {
+    int64_t xids = 0;
+    int32_t last_xid = 0;
+    int64_t double_bit = 0;
+    bool faulted = false;        // until a reset: the probe fails
+    bool remap_pending = false;  // a row remap waits for the reset
+    bool remap_failed = false;
+  };
   std::vector<GpuInfo> gpus_;
   std::vector<Load> load_;
+  std::vector<Faults> faults_;
   std::map<int32_t, std::vector<std::string>> mig_;  // gpu -> "profile@start"
 };
 

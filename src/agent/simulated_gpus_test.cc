@@ -68,5 +68,35 @@ TEST(SimulatedGpus, TelemetryFollowsTheLoad) {
   EXPECT_FALSE((*gpus)->SetLoad(0, 0.5, 100000).ok());
 }
 
+// Fault injection: the XID is counted as NVML counts XID events, with what goes with it on the
+// board (a double-bit error and a remap pending for 95); the probe fails until the simulated
+// reset clears the fault, and the XID count stays, as NVML's does.
+TEST(SimulatedGpus, InjectedFaultsReadAsNvmlReadsThemUntilAReset) {
+  auto gpus = SimulatedGpus::FromSpec("2xH100-80GB", "n1");
+  ASSERT_TRUE(gpus.ok());
+  SimulatedGpus& g = **gpus;
+  ASSERT_TRUE(g.Probe(1).ok());
+  ASSERT_TRUE(g.InjectXid(1, 95).ok());
+  auto t = g.Telemetry();
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)[1].xid_errors, 1);
+  EXPECT_EQ((*t)[1].last_xid, 95);
+  EXPECT_EQ((*t)[1].ecc_double_bit, 1);
+  EXPECT_EQ((*t)[1].row_remap_pending, true);
+  EXPECT_EQ((*t)[0].xid_errors, 0) << "only the GPU it was injected into";
+  EXPECT_FALSE(g.Probe(1).ok());
+  ASSERT_TRUE(g.ResetsItself());
+  ASSERT_TRUE(g.ClearFault(1).ok());
+  EXPECT_TRUE(g.Probe(1).ok()) << g.Probe(1).message();
+  EXPECT_EQ((*g.Telemetry())[1].xid_errors, 1);
+  EXPECT_EQ((*g.Telemetry())[1].row_remap_pending, false);
+  // A failed remap does not heal with a reset.
+  ASSERT_TRUE(g.InjectXid(0, 64).ok());
+  ASSERT_TRUE(g.ClearFault(0).ok());
+  EXPECT_NE(g.Probe(0).message().find("row remap failed"), std::string::npos);
+  EXPECT_FALSE(g.InjectXid(2, 48).ok());
+  EXPECT_FALSE(g.InjectXid(0, 0).ok());
+}
+
 }  // namespace
 }  // namespace meridian::agent

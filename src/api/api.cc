@@ -340,6 +340,10 @@ void Api::Register(httplib::Server& server) {
         [this](Call& c) { CordonNode(c, false); });
   Route(server, "POST", v1 + "/nodes/([^/]+)/drain", "nodes.drain", Kind::kMutate,
         bind(&Api::DrainNode));
+  Route(server, "POST", v1 + R"(/nodes/([^/]+)/gpus/(\d+)/faults)", "nodes.gpus.faults",
+        Kind::kMutate, bind(&Api::InjectGpuFault));
+  Route(server, "POST", v1 + R"(/nodes/([^/]+)/gpus/(\d+)/uncordon)", "nodes.gpus.uncordon",
+        Kind::kMutate, bind(&Api::UncordonGpu));
   Route(server, "DELETE", v1 + "/nodes/([^/]+)", "nodes.delete", Kind::kMutate,
         bind(&Api::DeleteNode));
   Route(server, "GET", v1 + "/usage", "usage.get", Kind::kRead, bind(&Api::Usage));

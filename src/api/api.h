@@ -131,8 +131,19 @@ class NodeOperations {
   // (its tasks have been fenced off; those jobs go back to the queue).
   virtual base::Result<Json> Delete(const std::string& node, const std::string& by, bool force) = 0;
   // {cordoned, drain: {deadline, reason, by, at} | null, scheduling: "" | cordoned | draining |
-  // drained} of a registered node; null when it is not registered.
+  // drained, gpuHealth: [{index, cordoned, xid, reason, since, held, faults}]} of a registered
+  // node; null when it is not registered.
   virtual Json Operations(const std::string& node) = 0;
+  // Fault injection: GPU `gpu` of a node whose GPUs are simulated reports `xid` as an XID event
+  // (its agent is told with its next heartbeat's answer), and the server acts on it as on any
+  // XID. FailedPrecondition for a node with real GPUs, InvalidArgument for a GPU it lacks.
+  // Answers {node, gpu, xid, class, scope}.
+  virtual base::Result<Json> InjectFault(const std::string& node, const std::string& by,
+                                         int32_t gpu, int32_t xid) = 0;
+  // Puts a GPU cordoned for a fault back into service and forgets its faults (the operator
+  // repaired or vouched for it); a held GPU is released only so. Answers Operations.
+  virtual base::Result<Json> UncordonGpu(const std::string& node, const std::string& by,
+                                         int32_t gpu) = 0;
 };
 
 // What the API asks of the server's alerting (implemented by server::AlertService): the alerts
@@ -295,6 +306,8 @@ class Api {
   // Operators' node operations (api_nodes.cc).
   void CordonNode(Call& call, bool cordoned);
   void DrainNode(Call& call);
+  void InjectGpuFault(Call& call);
+  void UncordonGpu(Call& call);
   void DeleteNode(Call& call);
   // Configuration (api_config.cc).
   void ListObjects(Call& call, const std::string& kind);

@@ -104,7 +104,7 @@ Json Api::NodeRows() {
     if (!node_ops_ || row.value("source", "") != "registered") continue;
     Json ops = node_ops_->Operations(row.value("name", ""));
     if (!ops.is_object()) continue;
-    for (const char* k : {"cordoned", "drain", "scheduling"}) row[k] = ops[k];
+    for (const char* k : {"cordoned", "drain", "scheduling", "gpuHealth"}) row[k] = ops[k];
   }
   return items;
 }

@@ -45,6 +45,56 @@ void Api::DrainNode(Call& call) {
   Respond(call, 200, *state);
 }
 
+namespace {
+
+// The GPU index of /nodes/{node}/gpus/{index}/...: digits (the route's), within a node's range.
+std::optional<int32_t> GpuArg(Api::Call& call) {
+  const std::string text = call.Arg(2);
+  if (text.empty() || text.size() > 4) {
+    Fail(call, 400, "invalid_argument", "gpu index: \"" + text + "\" is not 0..1023", "index");
+    return std::nullopt;
+  }
+  const int value = std::stoi(text);
+  if (value > 1023) {
+    Fail(call, 400, "invalid_argument", "gpu index: " + text + " is not 0..1023", "index");
+    return std::nullopt;
+  }
+  return value;
+}
+
+}  // namespace
+
+void Api::InjectGpuFault(Call& call) {
+  if (!node_ops_) return Fail(call, 404, "not_found", "this server has no registered nodes");
+  if (!MayOperateNodes(call, "inject faults into")) return;
+  const std::optional<int32_t> gpu = GpuArg(call);
+  if (!gpu) return;
+  std::optional<Json> body = JsonBody(call);
+  if (!body) return;
+  auto fault = domain::DecodeFaultInjection(*body);
+  if (!fault.ok()) return Fail(call, fault.status());
+  const std::string node = call.Arg(1);
+  auto injected = node_ops_->InjectFault(node, call.access.user(), *gpu, fault->xid);
+  if (!injected.ok()) return Fail(call, injected.status());
+  call.audit_message = "fault injected: " + domain::DescribeXid(fault->xid) + " on GPU " +
+                       std::to_string(*gpu) + " of node " + node;
+  hooks_->Wake();
+  Respond(call, 202, *injected);
+}
+
+void Api::UncordonGpu(Call& call) {
+  if (!node_ops_) return Fail(call, 404, "not_found", "this server has no registered nodes");
+  if (!MayOperateNodes(call, "uncordon GPUs of")) return;
+  const std::optional<int32_t> gpu = GpuArg(call);
+  if (!gpu) return;
+  const std::string node = call.Arg(1);
+  auto state = node_ops_->UncordonGpu(node, call.access.user(), *gpu);
+  if (!state.ok()) return Fail(call, state.status());
+  call.audit_message = "GPU " + std::to_string(*gpu) + " of node " + node + " uncordoned";
+  hooks_->Wake();
+  Respond(call, 200, *state);
+}
+
 void Api::DeleteNode(Call& call) {
   if (!node_ops_) return Fail(call, 404, "not_found", "this server has no registered nodes");
   if (!MayOperateNodes(call, "delete")) return;

@@ -153,9 +153,23 @@ std::string NodeState(const Json& n) {
   std::string scheduling = n.contains("scheduling") && n.at("scheduling").is_string()
                                ? n.at("scheduling").get<std::string>()
                                : "";
-  if (scheduling.empty()) return state;
-  scheduling[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(scheduling[0])));
-  return state + "," + scheduling;
+  if (!scheduling.empty()) {
+    scheduling[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(scheduling[0])));
+    state += "," + scheduling;
+  }
+  // GPUs cordoned for a fault: "Ready,GPU 2 cordoned", "Ready,GPUs 0 1 cordoned,GPU 3 held".
+  std::vector<std::string> cordoned, held;
+  for (const Json& g : n.value("gpuHealth", Json::array())) {
+    if (!g.is_object() || !g.value("cordoned", false)) continue;
+    (g.value("held", false) ? held : cordoned).push_back(std::to_string(g.value("index", 0)));
+  }
+  for (auto [list, word] : {std::pair{&cordoned, " cordoned"}, std::pair{&held, " held"}}) {
+    if (list->empty()) continue;
+    state += list->size() == 1 ? ",GPU " : ",GPUs ";
+    for (size_t i = 0; i < list->size(); ++i) state += (i ? " " : "") + (*list)[i];
+    state += word;
+  }
+  return state;
 }
 
 Table NodesTable(const Json& items, bool wide) {
@@ -454,9 +468,14 @@ int Describe(Context& c, const std::string& resource_in, const std::string& name
       c.err << "meridian: describe needs a name\n";
       return kExitUsage;
     }
+    // One node is its row of the node list (with its operator state and GPU health).
     auto body = Do(c, "GET", "/api/v1/" + resource + "/" + name, nullptr, &code);
     if (!body) return code;
-    c.out << ToYaml(*body);
+    if (Structured(c)) {
+      PrintStructured(c, *body);
+    } else {
+      c.out << ToYaml(*body);
+    }
     return kExitOk;
   }
   auto job = Do(c, "GET", "/api/v1/jobs/" + name, nullptr, &code);
@@ -612,6 +631,26 @@ int Cordon(Context& c, const std::string& node, bool cordoned) {
       Do(c, "POST", "/api/v1/nodes/" + node + (cordoned ? "/cordon" : "/uncordon"), nullptr, &code);
   if (!r) return code;
   c.out << "node " << node << (cordoned ? " cordoned" : " uncordoned") << "\n";
+  return kExitOk;
+}
+
+int UncordonGpu(Context& c, const std::string& node, int gpu) {
+  int code = 0;
+  auto r = Do(c, "POST", "/api/v1/nodes/" + node + "/gpus/" + std::to_string(gpu) + "/uncordon",
+              nullptr, &code);
+  if (!r) return code;
+  c.out << "GPU " << gpu << " of node " << node << " uncordoned\n";
+  return kExitOk;
+}
+
+int InjectFault(Context& c, const std::string& node, int gpu, int xid) {
+  Json body = {{"xid", xid}};
+  int code = 0;
+  auto r = Do(c, "POST", "/api/v1/nodes/" + node + "/gpus/" + std::to_string(gpu) + "/faults",
+              &body, &code);
+  if (!r) return code;
+  c.out << "XID " << xid << " (" << r->value("meaning", "") << ") injected into GPU " << gpu
+        << " of node " << node << "; its scope: " << r->value("scope", "") << "\n";
   return kExitOk;
 }
 

@@ -99,6 +99,10 @@ int TokenList(Context& c, const std::string& user);
 int TokenRevoke(Context& c, const std::string& id);
 // Node operations, as kubectl names them: cordon, uncordon, drain NAME, delete node NAME.
 int Cordon(Context& c, const std::string& node, bool cordoned);
+// A GPU cordoned for a fault back in service (its faults forgotten): uncordon NODE --gpu I.
+int UncordonGpu(Context& c, const std::string& node, int gpu);
+// Fault injection into a simulated GPU: fault inject NODE --gpu I --xid N.
+int InjectFault(Context& c, const std::string& node, int gpu, int xid);
 int Drain(Context& c, const std::string& node, const DrainFlags& f);
 // Deletes a node (`force`: a Lost node that jobs still hold) or a configuration object.
 int Delete(Context& c, const std::string& resource, const std::string& name, bool force);

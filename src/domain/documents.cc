@@ -5,6 +5,7 @@
 
 #include "domain/agent_timing.h"
 #include "domain/alert_rules.h"
+#include "domain/gpu_health.h"
 #include "domain/gpu_model.h"
 #include "domain/job_spec.h"
 
@@ -123,6 +124,15 @@ void PolicySpec(FieldReader& s) {
   t.agent_lease =
       s.Number("agentLease", 0.05, kMaxTimeout, DefaultAgentLease(lost, t.fence_grace, heartbeat));
   for (const TimingProblem& p : CheckAgentTiming(t, given)) s.Error(p.field, p.message);
+  // What the agent runs on a GPU cordoned for a fault before probing it and putting it back
+  // (domain/gpu_health.h), and how many faults in a window keep a GPU out.
+  if (!s.Has("gpuHealth")) return;
+  FieldReader health = s.Nested("gpuHealth");
+  const std::vector<std::string> remediation = health.StringList("remediation");
+  if (remediation.size() > 64) health.Error("remediation", "must have at most 64 words");
+  health.Int("maxFaults", 1, 1000, GpuHealthPolicy{}.max_faults);
+  health.Number("faultWindow", 60, 30 * 24 * 3600.0, GpuHealthPolicy{}.fault_window);
+  health.Finish();
 }
 
 using SpecReader = void (*)(FieldReader&);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "domain/agent_timing.h"
+#include "domain/gpu_health.h"
 
 namespace meridian::domain {
 namespace {
@@ -188,6 +189,31 @@ TEST(Documents, PolicyTimingMustKillALostNodesTasksBeforeItsJobsRunElsewhere) {
   const AgentTiming none = AgentTimingOf(Json::object());
   EXPECT_DOUBLE_EQ(none.node_lost_timeout, 300);
   EXPECT_DOUBLE_EQ(none.agent_lease, 266);
+}
+
+// The Policy's gpuHealth: read into the stored spec as written (the server reads it from
+// there), checked field by field.
+TEST(Documents, PolicyGpuHealthIsCheckedAndKept) {
+  ErrorList errors;
+  auto docs = Parse(
+      "kind: Policy\nmetadata: {name: default}\nspec:\n  gpuHealth:\n    remediation: "
+      "[/usr/local/bin/reset-gpu, \"{gpu}\"]\n    maxFaults: 2\n",
+      &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ASSERT_EQ(docs.size(), 1u);
+  const GpuHealthPolicy p = GpuHealthPolicyOf(docs[0].spec);
+  EXPECT_EQ(p.remediation, (std::vector<std::string>{"/usr/local/bin/reset-gpu", "{gpu}"}));
+  EXPECT_EQ(p.max_faults, 2);
+  EXPECT_EQ(p.fault_window, 24 * 3600.0);
+  for (const auto& [spec, error] : std::vector<std::pair<std::string, std::string>>{
+           {"{gpuHealth: {maxFaults: 0}}", "spec.gpuHealth.maxFaults"},
+           {"{gpuHealth: {faultWindow: 1}}", "spec.gpuHealth.faultWindow"},
+           {"{gpuHealth: {remediation: reset}}", "spec.gpuHealth.remediation"},
+           {"{gpuHealth: {reset: true}}", "spec.gpuHealth.reset"}}) {
+    ErrorList e;
+    Parse("kind: Policy\nmetadata: {name: default}\nspec: " + spec + "\n", &e);
+    EXPECT_NE(e.ToString().find(error), std::string::npos) << spec << ": " << e.ToString();
+  }
 }
 
 TEST(Documents, JobDocuments) {

@@ -326,6 +326,23 @@ base::Result<Transition> NodeLost(const JobLife& life, const std::string& node,
   return t;
 }
 
+base::Result<Transition> GpuFault(const JobLife& life, const std::string& what,
+                                  const RestartPolicy& policy, double deadline, double now) {
+  if (!HoldsResources(life.phase)) return NotFrom(life, "stop for a GPU fault");
+  const bool again = policy.on_failure && life.requeues < policy.max_restarts;
+  const std::string reason =
+      again ? "requeued: " + what
+            : what + (policy.on_failure ? " (no restarts left)" : " (restartPolicy never)");
+  auto t = RequestStop(
+      life, {again ? StopIntent::kRequeue : StopIntent::kFail, reason, "GpuFault", deadline, 0},
+      now);
+  if (!t.ok() || t->events.empty()) return t;  // stopping already, for as strong a reason
+  if (again && life.phase != Phase::kStopping) t->life.requeues = life.requeues + 1;
+  if (!again) t->life.cause = FailureCause::kGpuFault;
+  t->events.back().warning = true;
+  return t;
+}
+
 base::Result<Transition> Requeue(const JobLife& life, const std::string& why, double now) {
   (void)now;
   if (!HoldsResources(life.phase)) return NotFrom(life, "requeue");

@@ -146,6 +146,14 @@ base::Result<Transition> NodeLost(const JobLife& life, const std::string& node,
                                   const std::vector<bool>& lost, const RestartPolicy& policy,
                                   double now);
 
+// A GPU fault took the job's run: an XID on a GPU it holds (`what` names it), or its node
+// drained for one. The whole job stops (a gang's every task) and, once its tasks are seen to
+// stop, is requeued by its restart policy (on-failure within maxRestarts, counted with the
+// requeues of lost nodes) or fails with cause gpu-fault. Its devices stay taken meanwhile; what
+// still runs is killed by `deadline`. Event `GpuFault`.
+base::Result<Transition> GpuFault(const JobLife& life, const std::string& what,
+                                  const RestartPolicy& policy, double deadline, double now);
+
 // The placement is no longer valid (its nodes left the estate): back to the queue.
 base::Result<Transition> Requeue(const JobLife& life, const std::string& why, double now);
 

@@ -342,5 +342,48 @@ TEST(Lifecycle, StoredFormRoundTrips) {
   EXPECT_EQ(old->stop, StopIntent::kRequeue);
 }
 
+// A GPU fault stops the whole job through Stopping; its restart policy decides requeue or
+// failure (gpu-fault), counted with the requeues of lost nodes; a stronger stop already under
+// way is not weakened.
+TEST(Lifecycle, AGpuFaultStopsTheJobAndItsRestartPolicyDecides) {
+  const std::string what = "GPU 2 of node n1: XID 48 (double-bit ECC error)";
+  JobLife running = Life(Phase::kRunning, 2);
+  auto again = lifecycle::GpuFault(running, what, RestartPolicy{true, 3}, 130, 100);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->life.phase, Phase::kStopping);
+  EXPECT_EQ(again->life.stop, StopIntent::kRequeue);
+  EXPECT_EQ(again->life.stop_deadline, 130);
+  EXPECT_EQ(again->life.requeues, 1);
+  EXPECT_FALSE(again->released) << "its tasks may still run";
+  ASSERT_EQ(again->events.size(), 1u);
+  EXPECT_EQ(again->events[0].reason, "GpuFault");
+  EXPECT_EQ(again->events[0].message, "requeued: " + what);
+  EXPECT_TRUE(again->events[0].warning);
+  auto done = lifecycle::Report(again->life, "n1",
+                                {Rep(0, State::kExited, 143), Rep(1, State::kExited, 143)},
+                                {"n1", "n1"}, 3, 110);
+  EXPECT_EQ(done.life.phase, Phase::kPending);
+  EXPECT_TRUE(done.released);
+
+  auto never = lifecycle::GpuFault(running, what, RestartPolicy{false, 3}, 130, 100);
+  ASSERT_TRUE(never.ok());
+  EXPECT_EQ(never->life.stop, StopIntent::kFail);
+  EXPECT_EQ(never->life.cause, FailureCause::kGpuFault);
+  EXPECT_EQ(never->life.reason, what + " (restartPolicy never)");
+  JobLife spent = running;
+  spent.requeues = 3;
+  auto none_left = lifecycle::GpuFault(spent, what, RestartPolicy{true, 3}, 130, 100);
+  EXPECT_EQ(none_left->life.reason, what + " (no restarts left)");
+
+  // Already being cancelled: a requeue would be weaker, nothing changes.
+  JobLife cancelling = Life(Phase::kStopping, 1);
+  cancelling.stop = StopIntent::kCancel;
+  auto kept = lifecycle::GpuFault(cancelling, what, RestartPolicy{true, 3}, 130, 100);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept->events.empty());
+  EXPECT_EQ(kept->life.stop, StopIntent::kCancel);
+  EXPECT_FALSE(lifecycle::GpuFault(Life(Phase::kPending), what, {}, 130, 100).ok());
+}
+
 }  // namespace
 }  // namespace meridian::domain

@@ -22,6 +22,7 @@ NodeOps DecodeNodeOps(const Json& spec) {
     ops.drain = drain;
     ops.cordoned = true;  // draining implies it, whatever the stored flag says
   }
+  if (auto g = spec.find("gpuHealth"); g != spec.end()) ops.gpus = GpuHealthOf(*g);
   return ops;
 }
 
@@ -39,6 +40,11 @@ void EncodeNodeOps(const NodeOps& ops, Json* spec) {
                         {"at", ops.drain->at}};
   } else {
     spec->erase("drain");
+  }
+  if (ops.gpus.empty()) {
+    spec->erase("gpuHealth");
+  } else {
+    (*spec)["gpuHealth"] = GpuHealthToJson(ops.gpus);
   }
 }
 

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "domain/gpu_health.h"
 
 // What an operator wants of a registered node, apart from what its agent reports: cordoned
 // (it takes no new job), draining (its jobs are being stopped and requeued by a deadline). The
@@ -27,6 +28,10 @@ struct NodeDrain {
 struct NodeOps {
   bool cordoned = false;
   std::optional<NodeDrain> drain;  // a draining node is cordoned too
+  // GPUs that faulted: cordoned ones take no new work until remediated (gpu_health.h). Kept
+  // here, with the node's own cordon, because it is the same kind of state: the control plane's
+  // intent, which the agent's registration must not overwrite.
+  std::vector<GpuHealth> gpus;
 };
 
 // Reads the operator fields of a Node spec. Fields of the wrong shape (a store written by hand)

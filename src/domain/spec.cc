@@ -467,6 +467,12 @@ FieldReader FieldReader::Object(const std::string& key, Json* out) {
   return child;
 }
 
+FieldReader FieldReader::Nested(const std::string& key) {
+  Json& slot = (*out_)[key];
+  slot = Json::object();
+  return Object(key, &slot);
+}
+
 size_t FieldReader::ObjectList(const std::string& key,
                                const std::function<void(FieldReader&)>& item) {
   const Json* v = Array(key, false);

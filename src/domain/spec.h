@@ -80,6 +80,8 @@ class FieldReader {
   const Json* Array(const std::string& key, bool required);
   // A nested object (empty when absent); the child reports its own unknown fields.
   FieldReader Object(const std::string& key, Json* out);
+  // A nested object whose canonical form is written into this reader's own under `key`.
+  FieldReader Nested(const std::string& key);
   // A list of mappings: `item` reads each one through its own reader (paths "key[i].field"),
   // whose unknown fields are reported; the canonical list is written out. Returns the count.
   size_t ObjectList(const std::string& key, const std::function<void(FieldReader&)>& item);

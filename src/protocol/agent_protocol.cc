@@ -294,7 +294,15 @@ Json ToJson(const Heartbeat& h) {
   for (const GpuSample& g : h.telemetry) telemetry.push_back(ToJson(g));
   Json tasks = Json::array();
   for (const TaskReport& t : h.tasks) tasks.push_back(ToJson(t));
-  return {{"telemetry", std::move(telemetry)}, {"tasks", std::move(tasks)}};
+  Json out = {{"telemetry", std::move(telemetry)}, {"tasks", std::move(tasks)}};
+  if (!h.remediations.empty()) {
+    Json results = Json::array();
+    for (const RemediationResult& r : h.remediations) {
+      results.push_back({{"gpu", r.gpu}, {"healthy", r.healthy}, {"message", r.message}});
+    }
+    out["remediations"] = std::move(results);
+  }
+  return out;
 }
 
 Json ToJson(const HeartbeatAnswer& a) {
@@ -302,6 +310,18 @@ Json ToJson(const HeartbeatAnswer& a) {
   for (const Assignment& t : a.tasks) tasks.push_back(ToJson(t));
   Json out = {{"tasks", std::move(tasks)}};
   WriteTerms(a.terms, &out);
+  if (!a.faults.empty()) {
+    Json faults = Json::array();
+    for (const InjectedFault& f : a.faults) faults.push_back({{"gpu", f.gpu}, {"xid", f.xid}});
+    out["faults"] = std::move(faults);
+  }
+  if (!a.remediations.empty()) {
+    Json orders = Json::array();
+    for (const Remediation& r : a.remediations) {
+      orders.push_back({{"gpu", r.gpu}, {"command", r.command}});
+    }
+    out["remediations"] = std::move(orders);
+  }
   return out;
 }
 
@@ -447,6 +467,30 @@ base::Result<Heartbeat> DecodeHeartbeat(const Json& j) {
       TaskReport t;
       ReadTaskReport(item, t);
       out.tasks.push_back(std::move(t));
+    });
+    r.ObjectList("remediations", [&](FieldReader& item) {
+      RemediationResult x;
+      x.gpu = static_cast<int32_t>(item.Int("gpu", 0, 1023, 0, true));
+      x.healthy = item.Bool("healthy", false);
+      x.message = item.String("message", false);
+      out.remediations.push_back(std::move(x));
+    });
+  });
+}
+
+base::Result<HealthOrders> DecodeHealthOrders(const Json& answer) {
+  return Decode<HealthOrders>(answer, "answer", [](FieldReader& r, HealthOrders& out) {
+    r.ObjectList("faults", [&](FieldReader& item) {
+      InjectedFault f;
+      f.gpu = static_cast<int32_t>(item.Int("gpu", 0, 1023, 0, true));
+      f.xid = static_cast<int32_t>(item.Int("xid", 1, 999, 0, true));
+      out.faults.push_back(f);
+    });
+    r.ObjectList("remediations", [&](FieldReader& item) {
+      Remediation x;
+      x.gpu = static_cast<int32_t>(item.Int("gpu", 0, 1023, 0, true));
+      x.command = item.StringList("command");
+      out.remediations.push_back(std::move(x));
     });
   });
 }

@@ -160,17 +160,40 @@ struct GpuSample {
   std::vector<std::string> mig_instances;  // the MIG layout, "profile@start" ("1g.10gb@0")
 };
 
+// GPU health (domain/gpu_health.h). Fault injection, for simulated GPUs only: the server asks the
+// agent to make GPU `gpu` report `xid`, which it then reports as NVML reports an XID event.
+struct InjectedFault {
+  int32_t gpu = 0;
+  int32_t xid = 0;
+};
+// The server asks the agent to remediate a GPU cordoned for a fault that no task holds any more:
+// run `command` (the Policy's, "{gpu}" already replaced; simulated GPUs clear their fault
+// instead), then probe the GPU's health.
+struct Remediation {
+  int32_t gpu = 0;
+  std::vector<std::string> command;
+};
+// What came of a remediation, in the next heartbeat: the probe passed (`healthy`), or why not.
+struct RemediationResult {
+  int32_t gpu = 0;
+  bool healthy = false;
+  std::string message;
+};
+
 struct Heartbeat {
   std::vector<GpuSample> telemetry;
   std::vector<TaskReport> tasks;
   // Samples that did not decode, each as its error ("telemetry[1].utilization: ..."): they are
   // dropped, and the rest of the heartbeat (task reports above all) is taken as usual.
   std::vector<std::string> telemetry_errors;
+  std::vector<RemediationResult> remediations;
 };
 
 struct HeartbeatAnswer {
   std::vector<Assignment> tasks;
   AgentTerms terms;
+  std::vector<InjectedFault> faults;      // each sent once
+  std::vector<Remediation> remediations;  // each sent until its result comes back
 };
 
 Json ToJson(const Registration& r);
@@ -197,6 +220,12 @@ struct DecodedAssignment {
   std::optional<std::tuple<int64_t, int32_t, int64_t>> key;  // job, task, generation
 };
 base::Result<AgentTerms> DecodeTerms(const Json& answer);
+// The answer's GPU health orders: faults to inject and remediations to run.
+struct HealthOrders {
+  std::vector<InjectedFault> faults;
+  std::vector<Remediation> remediations;
+};
+base::Result<HealthOrders> DecodeHealthOrders(const Json& answer);
 std::vector<DecodedAssignment> DecodeAssignments(const Json& answer);
 
 // --- Agent and shim --------------------------------------------------------------------------

@@ -171,6 +171,38 @@ TEST(AgentProtocolTest, AHeartbeatAndItsAnswerSurviveTheirJsonForm) {
   EXPECT_EQ(tasks[0].key, std::make_tuple(int64_t{42}, int32_t{1}, int64_t{3}));
 }
 
+// GPU health travels both ways: faults to inject and remediations to run in the answer, the
+// remediations' results in the next heartbeat; an answer without them has none.
+TEST(AgentProtocolTest, GpuHealthOrdersAndResultsSurviveTheirJsonForm) {
+  HeartbeatAnswer answer;
+  answer.faults = {{2, 79}};
+  answer.remediations = {{1, {"nvidia-smi", "--gpu-reset", "-i", "1"}}};
+  auto orders = DecodeHealthOrders(ToJson(answer));
+  ASSERT_TRUE(orders.ok()) << orders.status().message();
+  ASSERT_EQ(orders->faults.size(), 1u);
+  EXPECT_EQ(orders->faults[0].gpu, 2);
+  EXPECT_EQ(orders->faults[0].xid, 79);
+  ASSERT_EQ(orders->remediations.size(), 1u);
+  EXPECT_EQ(orders->remediations[0].command.back(), "1");
+  auto none = DecodeHealthOrders(ToJson(HeartbeatAnswer{}));
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->faults.empty());
+  EXPECT_FALSE(ToJson(HeartbeatAnswer{}).contains("faults"));
+  auto bad = DecodeHealthOrders(Json{{"faults", {{{"gpu", 0}, {"xid", 0}}}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("faults[0].xid"), std::string::npos)
+      << bad.status().message();
+
+  Heartbeat beat;
+  beat.remediations = {{1, true, "simulated reset"}, {3, false, "a row remap failed"}};
+  auto back = DecodeHeartbeat(ToJson(beat));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->remediations.size(), 2u);
+  EXPECT_TRUE(back->remediations[0].healthy);
+  EXPECT_EQ(back->remediations[1].gpu, 3);
+  EXPECT_EQ(back->remediations[1].message, "a row remap failed");
+}
+
 TEST(AgentProtocolTest, BadReportsAreRefusedNamingTheField) {
   struct Case {
     Json heartbeat;

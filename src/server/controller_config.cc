@@ -44,7 +44,7 @@ bool SameTargets(const std::vector<sched::TaskSpec>& a, const std::vector<sched:
 bool SameTiming(const Estate& a, const Estate& b) {
   return a.heartbeat_interval == b.heartbeat_interval &&
          a.node_lost_timeout == b.node_lost_timeout && a.agent_lease == b.agent_lease &&
-         a.fence_grace == b.fence_grace;
+         a.fence_grace == b.fence_grace && a.gpu_health == b.gpu_health;
 }
 
 }  // namespace
@@ -74,8 +74,9 @@ Status SchedulerController::ApplyConfig() {
   scheduler_->SetOptions(AssemblyOf(*next).options, now);
   const bool timing = !SameTiming(*estate_, *next);
   estate_ = std::move(next);
-  // The agents' timing (lease, fence grace, lost timeout) lives in the back end, which is told
-  // again only when it moved: telling it replaces what it was told, level-triggered.
+  // The agents' timing (lease, fence grace, lost timeout) and the GPU health policy live in the
+  // back end, which is told again only when they moved: telling it replaces what it was told,
+  // level-triggered.
   if (timing) backend_->Reset(*estate_, jobs);
   RetryRefused();
   return Status::Ok();

@@ -37,6 +37,16 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
     deleted_nodes_.insert(node.name);
     return true;
   }
+  if (reason == "GpuCordoned" || reason == "GpuUncordoned") {
+    // A GPU cordoned for a fault is an unhealthy slot (NodeOfObject), changed in place; the
+    // jobs on it were asked to stop in the same write as the cordon.
+    if (index < 0) return true;
+    return ChangeNode(index, node);
+  }
+  if (reason == "GpuFault" || reason == "GpuHeld" || reason == "GpuRemediationFailed" ||
+      reason == "FaultInjected") {
+    return true;  // nothing the scheduler sees: the jobs' own events move them
+  }
   domain::Node again = NodeOfObject(node);
   ApplyPoolTraits(*estate_, &again);
   // A deleted node that registers afresh ("Registered") is known to the snapshot still.

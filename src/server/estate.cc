@@ -21,7 +21,8 @@ domain::Node NodeOfObject(const store::Object& o) {
   n.rack = s.value("rack", "");
   n.cpu_milli = s.value("cpuMilli", 0);
   n.memory_mib = s.value("memoryMib", 0);
-  n.schedulable = domain::NodeSchedulable(s.value("state", "Ready"), domain::DecodeNodeOps(s));
+  const domain::NodeOps ops = domain::DecodeNodeOps(s);
+  n.schedulable = domain::NodeSchedulable(s.value("state", "Ready"), ops);
   if (s.contains("labels")) {
     for (const auto& [k, v] : s.at("labels").items()) n.labels[k] = v.get<std::string>();
   }
@@ -30,7 +31,10 @@ domain::Node NodeOfObject(const store::Object& o) {
     d.uuid = g.value("uuid", "");
     d.model = g.value("model", "");
     d.nvlink_domain = g.value("nvlinkDomain", 0);
-    d.healthy = g.value("healthy", true);
+    // A GPU cordoned for a fault (pending a reset) is an unhealthy slot: nothing is placed there.
+    d.healthy =
+        g.value("healthy", true) &&
+        !domain::GpuCordoned(ops.gpus, g.value("index", static_cast<int32_t>(n.gpus.size())));
     n.gpus.push_back(d);
   }
   return n;
@@ -137,6 +141,7 @@ void ApplyPolicy(const store::Object& o, Estate* e) {
   e->node_lost_timeout = timing.node_lost_timeout;
   e->agent_lease = timing.agent_lease;
   e->fence_grace = timing.fence_grace;
+  e->gpu_health = domain::GpuHealthPolicyOf(o.spec);
 }
 
 // Leaves out each node that the scheduler's snapshot refuses on its own (GPUs of two models,

@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "domain/agent_timing.h"
 #include "domain/cluster.h"
+#include "domain/gpu_health.h"
 #include "domain/workload.h"
 #include "sched/assembly.h"
 #include "sched/quota.h"
@@ -54,6 +55,8 @@ struct Estate {
   // a task gets between SIGTERM and SIGKILL once that lease has run out (domain/agent_timing.h).
   double agent_lease = domain::AgentTiming{}.agent_lease;
   double fence_grace = domain::AgentTiming{}.fence_grace;
+  // The Policy's gpuHealth: the remediation agents run on faulted GPUs, and the repeat limit.
+  domain::GpuHealthPolicy gpu_health;
   // Objects left out (a node of an unknown cluster) or taken in part (a project of an unknown
   // team, a root of the quota tree then), each with why: one bad object never stops the rest.
   std::vector<api::ConfigProblem> problems;

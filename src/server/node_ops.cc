@@ -52,6 +52,13 @@ base::Result<Json> NodeService::Cordon(const std::string& node, const std::strin
     if (ops.cordoned == cordoned && (cordoned || !ops.drain)) return Status::Ok();
     ops.cordoned = cordoned;
     if (!cordoned) ops.drain.reset();
+    // Uncordoning a node drained for a GPU fallen off the bus says it was rebooted: those GPUs
+    // are back too. GPUs pending a reset stay cordoned until their remediation.
+    if (!cordoned) {
+      std::erase_if(ops.gpus, [](const domain::GpuHealth& g) {
+        return g.cordoned && domain::ClassifyXid(g.xid).scope == domain::XidScope::kNode;
+      });
+    }
     domain::EncodeNodeOps(ops, &o->spec);
     o->updated_at = now;
     o->updated_by = by;
@@ -193,7 +200,8 @@ Json NodeService::OperationsLocked(const std::string& node) {
   return {{"node", node},
           {"cordoned", ops.cordoned},
           {"drain", drain},
-          {"scheduling", std::string(domain::NodeScheduling(ops, held))}};
+          {"scheduling", std::string(domain::NodeScheduling(ops, held))},
+          {"gpuHealth", domain::GpuHealthToJson(ops.gpus)}};
 }
 
 }  // namespace meridian::server

@@ -18,14 +18,12 @@ bool HasAllocation(const std::string& phase) {
   return phase == "Placed" || phase == "Running" || phase == "Stopping";
 }
 
-// A spec that no longer decodes (a damaged row) restarts by the defaults: its reports and its
-// node's loss still move the job.
+}  // namespace
+
 domain::RestartPolicy RestartOf(const store::JobRecord& job) {
   auto spec = api::SpecOf(job);
   return spec.ok() ? spec->restart : domain::RestartPolicy{};
 }
-
-}  // namespace
 
 base::Result<std::vector<store::JobRecord>> JobsHolding(store::Tx& tx,
                                                         const std::set<std::string>& nodes) {
@@ -148,6 +146,9 @@ base::Result<Json> NodeService::Register(const std::string& user, const Json& bo
   // Its tasks are assigned from now on, before the controller follows the registration.
   address_[node->name] = node->spec.value("address", "");
   e.fenced_within = agent_lease_ + fence_grace_ + 2 * heartbeat_interval_;
+  // A registering agent counts XIDs from zero (it started, or its GPUs were found again).
+  e.xids_seen.clear();
+  e.xids_from_zero = true;
   return protocol::ToJson(protocol::RegistrationAnswer{node->name, TermsLocked(), ""});
 }
 
@@ -156,6 +157,7 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
   if (!beat.ok()) return beat.status();
   const double now = clock_->Now();
   bool back = false;
+  std::vector<XidSeen> xids;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (Status l = Load(); !l.ok()) return l;
@@ -168,7 +170,10 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
       return Status::NotFound("node \"" + node + "\" is not registered (register first)");
     }
     it->second.last_seen = now;
-    if (body.contains("telemetry")) it->second.telemetry = std::move(beat->telemetry);
+    if (body.contains("telemetry")) {
+      xids = NewXidsLocked(it->second, beat->telemetry);
+      it->second.telemetry = std::move(beat->telemetry);
+    }
     if (!beat->telemetry_errors.empty()) {
       // Said once per node, then counted (meridian_node_telemetry_rejected_samples_total): an
       // agent that sends a bad figure sends it with every heartbeat.
@@ -204,16 +209,27 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     if (!applied.ok()) return applied.status();
     seq = std::max(seq, *applied);
   }
+  if (!xids.empty()) {
+    auto acted = ApplyXids(node, xids);
+    if (!acted.ok()) return acted.status();
+    seq = std::max(seq, *acted);
+  }
+  if (!beat->remediations.empty()) {
+    auto healed = ApplyRemediations(node, beat->remediations);
+    if (!healed.ok()) return healed.status();
+    seq = std::max(seq, *healed);
+  }
   if (seq > 0) {
     bus_->Notify(seq);
     if (wake_) wake_();
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = nodes_.find(node); it != nodes_.end()) {
-    it->second.fenced_within = agent_lease_ + fence_grace_ + 2 * heartbeat_interval_;
-  }
   protocol::HeartbeatAnswer answer;
   answer.terms = TermsLocked();
+  if (auto it = nodes_.find(node); it != nodes_.end()) {
+    it->second.fenced_within = agent_lease_ + fence_grace_ + 2 * heartbeat_interval_;
+    HealthOrdersLocked(node, it->second, &answer);
+  }
   if (auto a = assigned_.find(node); a != assigned_.end()) {
     for (const auto& [key, task] : a->second) {
       answer.tasks.push_back(task.assignment);
@@ -298,6 +314,7 @@ void NodeService::Reset(const Estate& estate, const std::vector<store::JobRecord
   lost_timeout_ = estate.node_lost_timeout;
   agent_lease_ = estate.agent_lease;
   fence_grace_ = estate.fence_grace;
+  gpu_health_ = estate.gpu_health;
   for (const store::JobRecord& j : jobs) TrackLocked(j);
   indexed_ = true;
 }

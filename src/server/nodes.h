@@ -24,6 +24,10 @@ namespace meridian::server {
 // field's name; the GPUs of one node must be of one known model.
 base::Result<store::Object> NodeFromRegistration(const Json& body);
 
+// A job's restart policy; a spec that no longer decodes (a damaged row) restarts by the
+// defaults, so that its reports, its node's loss and its GPU's faults still move the job.
+domain::RestartPolicy RestartOf(const store::JobRecord& job);
+
 // Every job holding resources (Placed, Running, Stopping) with a task on one of `nodes`.
 base::Result<std::vector<store::JobRecord>> JobsHolding(store::Tx& tx,
                                                         const std::set<std::string>& nodes);
@@ -43,6 +47,13 @@ base::Result<std::vector<store::JobRecord>> JobsHolding(store::Tx& tx,
 // failed. Its agent stops its tasks on its own after half that time without the server, so a
 // task never runs in two places.
 //
+// A heartbeat whose GPU samples count a new XID is acted on by NVIDIA's resolution for it
+// (gpu_health.cc, domain/gpu_health.h): the job on the GPU is stopped; a GPU that needs a reset
+// (or its NVLink domain) is cordoned in the Node's ops, and its jobs stopped; a GPU fallen off
+// the bus drains the node. A cordoned GPU that no task holds any more is remediated by its
+// agent (the Policy's gpuHealth.remediation, then a health probe) and uncordoned when the probe
+// passes; one that faulted too often stays cordoned.
+//
 // Operators cordon, drain and delete registered nodes through it (api::NodeOperations; the
 // implementation is in node_ops.cc): their intent is kept in the Node object's spec apart from
 // what the agent registers, and a drain stops jobs only through the lifecycle. Thread-safe.
@@ -60,6 +71,12 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
                            const domain::DrainRequest& request) override;
   base::Result<Json> Delete(const std::string& node, const std::string& by, bool force) override;
   Json Operations(const std::string& node) override;
+  // GPU health (gpu_health.cc): fault injection into simulated GPUs, and an operator's uncordon
+  // of a GPU cordoned for a fault.
+  base::Result<Json> InjectFault(const std::string& node, const std::string& by, int32_t gpu,
+                                 int32_t xid) override;
+  base::Result<Json> UncordonGpu(const std::string& node, const std::string& by,
+                                 int32_t gpu) override;
 
   // Called by the scheduler controller, which follows every change to jobs: what each node
   // should run. `Reset` starts over from every active job (after a rebuild), replacing the
@@ -112,7 +129,29 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
     // and fence grace it was last told (plus two heartbeats): never lost sooner, even when the
     // Policy has since been shortened.
     double fenced_within = 0;
+    // XID events counted so far per GPU, as its samples say; a count that grows is a new fault.
+    // After a server restart the first sample is taken as it is (the faults it counts were seen
+    // before); after a registration counts start from zero.
+    std::map<int32_t, int64_t> xids_seen;
+    bool xids_from_zero = false;
+    std::vector<protocol::InjectedFault> faults_to_send;  // fault injection, sent once
   };
+  // A new XID on one GPU, from its samples.
+  struct XidSeen {
+    int32_t gpu = 0;
+    int32_t xid = 0;
+  };
+  std::vector<XidSeen> NewXidsLocked(NodeEntry& e, const std::vector<protocol::GpuSample>& samples);
+  // Acts on new XIDs by their class, in one transaction: the GPUs' records and the node's drain
+  // (Node events first, so that the scheduler follows them before the jobs requeue), then each
+  // affected job's stop. Returns the last event's sequence (0: nothing written).
+  base::Result<int64_t> ApplyXids(const std::string& node, const std::vector<XidSeen>& xids);
+  // Remediations the agent ran: a GPU whose probe passed is uncordoned; one that failed is held.
+  base::Result<int64_t> ApplyRemediations(const std::string& node,
+                                          const std::vector<protocol::RemediationResult>& results);
+  // What the answer to a heartbeat orders of the node's GPUs: injected faults and remediations
+  // of cordoned GPUs that no task holds any more.
+  void HealthOrdersLocked(const std::string& node, NodeEntry& e, protocol::HeartbeatAnswer* answer);
   base::Status Load();  // the registered nodes, once, seen "now" (a grace after a restart)
   base::Result<int64_t> ApplyReports(const std::string& node,
                                      const std::vector<protocol::TaskReport>& tasks);
@@ -134,6 +173,7 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   double lost_timeout_ = 30.0;
   double agent_lease_ = domain::AgentTiming{}.agent_lease;  // what agents are told
   double fence_grace_ = domain::AgentTiming{}.fence_grace;
+  domain::GpuHealthPolicy gpu_health_;
   // registered node -> its agent's address: set by registrations (and Load), erased by deletions
   std::map<std::string, std::string> address_;
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on

@@ -246,6 +246,8 @@ void JobOutcomes::Count(const store::Event& e, const std::string& cause) {
     stopping_for_[e.object_name] = "drained";
   } else if (r == "TaskLost") {
     stopping_for_[e.object_name] = "node_lost";
+  } else if (r == "GpuFault") {
+    stopping_for_[e.object_name] = "gpu_fault";
   } else if (r == "Requeued") {
     // Straight back to the queue (nothing left to stop): the message says why.
     const bool lost = e.message.find("node ") != std::string::npos &&

@@ -49,7 +49,8 @@ class JobOutcomes {
                                                    "nccl_error",
                                                    "not_started",
                                                    "other"};
-  static constexpr const char* kRequeueReasons[] = {"preempted", "drained", "node_lost", "other"};
+  static constexpr const char* kRequeueReasons[] = {"preempted", "drained", "node_lost",
+                                                    "gpu_fault", "other"};
 
   // Counts one event (events of other kinds than Job are ignored). In order of sequence.
   // `cause`: a failed job's status.cause (domain::CauseName), when known; else the event's

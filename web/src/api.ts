@@ -88,6 +88,15 @@ export interface Gpu {
   lastXid?: number;
   migInstances?: string[];
 }
+export interface GpuHealth {
+  index: number;
+  cordoned: boolean;
+  xid: number;
+  reason: string;
+  since: number;
+  held: boolean;
+  faults: number[];
+}
 export interface Node {
   name: string;
   cluster: string;
@@ -106,6 +115,8 @@ export interface Node {
   // 'drained'.
   scheduling?: string;
   drain?: { deadline: number; reason: string; by: string; at: number };
+  // GPUs that faulted: a cordoned one waits for its reset (held: for an operator).
+  gpuHealth?: GpuHealth[];
   lastHeartbeat?: number;
   simulated?: boolean;
   address?: string;

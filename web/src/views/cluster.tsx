@@ -30,6 +30,8 @@ function gpuLabel(n: Node, g: Gpu): string {
   if (g.powerW !== undefined) parts.push(`${Math.round(g.powerW)} W`);
   if (g.mig) parts.push(`MIG ${g.migInstances?.length ? g.migInstances.join(' ') : 'enabled, no instances'}`);
   if (!g.healthy) parts.push('UNHEALTHY');
+  const record = n.gpuHealth?.find((h) => h.index === g.index && h.cordoned);
+  if (record) parts.push(`${record.held ? 'held' : 'cordoned pending a reset'}: ${record.reason}`);
   if (g.xidErrors) parts.push(`${g.xidErrors} XID errors (last ${g.lastXid})`);
   if (g.eccErrors) parts.push(`${g.eccErrors} ECC errors`);
   return parts.join(' · ');
