@@ -3,6 +3,7 @@
 // here) and take injected faults through the API and the CLI. Default Policy settings: a
 // heartbeat every 2 s, jobs with their default 30 s grace, NVIDIA's reset as the remediation.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -65,6 +66,8 @@ class GpuHealthTest : public ::testing::Test {
 
   // An agent for `name` with 4 simulated H100s (one NVLink domain), registered and Ready.
   void StartAgent(const std::string& name) {
+    // Tasks run under uids of their own: they pass through the test's folder to theirs.
+    ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
     auto& a = agents_[name];
     a = std::make_unique<AgentProcess>(
         kBinary,
