@@ -313,10 +313,12 @@ TEST_F(PrometheusTest, EveryGpuOfTheNodeListIsInPrometheusWithItsLabelsAndQuerie
   const Json dcgm = Query(dcgm_util);
   EXPECT_NEAR(Value(dcgm[0]), 60, 1e-9);
   EXPECT_EQ(dcgm[0]["metric"].value("modelName", ""), "H100-80GB");
-  const Json fb = Query("DCGM_FI_DEV_FB_TOTAL{Hostname=\"w1\",gpu=\"0\"}");
-  ASSERT_EQ(fb.size(), 1u);
-  EXPECT_EQ(Value(fb[0]), 81920);
-  EXPECT_EQ(Query("DCGM_FI_DEV_SM_CLOCK").size(), 6u);
+  // Each rule group is evaluated on its own tick: every recorded series is waited for.
+  const std::string fb_total = "DCGM_FI_DEV_FB_TOTAL{Hostname=\"w1\",gpu=\"0\"}";
+  ASSERT_TRUE(Eventually([&] { return Query(fb_total).size() == 1; }, 30)) << Query(fb_total);
+  EXPECT_EQ(Value(Query(fb_total)[0]), 81920);
+  EXPECT_TRUE(Eventually([&] { return Query("DCGM_FI_DEV_SM_CLOCK").size() == 6; }, 30))
+      << Query("DCGM_FI_DEV_SM_CLOCK");
 
   // An outcome counted: the job cancelled, the counter moves from 0 to 1 in Prometheus.
   EXPECT_EQ(Query("meridian_jobs_cancelled_total{project=\"research\"}").size(), 1u);
