@@ -68,6 +68,23 @@ std::string Hours(double seconds) {
                                       : std::to_string(h).substr(0, 4);
 }
 
+// Stores what operators (or GPU health, `by`) now ask of the node, then appends `events` in
+// order; `seq` is the last one's.
+Status PutOps(store::Tx& tx, store::Object* node, const domain::NodeOps& ops,
+              const std::string& by, double now, const std::vector<store::Event>& events,
+              int64_t* seq) {
+  domain::EncodeNodeOps(ops, &node->spec);
+  node->updated_at = now;
+  node->updated_by = by;
+  if (auto v = tx.PutObject(*node, node->version); !v.ok()) return v.status();
+  for (const store::Event& e : events) {
+    auto appended = tx.AppendEvent(e);
+    if (!appended.ok()) return appended.status();
+    *seq = *appended;
+  }
+  return Status::Ok();
+}
+
 Status NotRegistered(const std::string& node) {
   return Status::NotFound("node \"" + node + "\" is not registered");
 }
@@ -175,16 +192,8 @@ base::Result<int64_t> NodeService::ApplyXids(const std::string& node,
           "drained by " + std::string(kHealth) + " (" + drain_why +
               "): its jobs are stopped and requeued; reboot the node, then uncordon it");
     }
-    domain::EncodeNodeOps(ops, &o->spec);
-    o->updated_at = now;
-    o->updated_by = kHealth;
-    if (auto v = tx.PutObject(*o, o->version); !v.ok()) return v.status();
     // The node's events first: the scheduler follows the cordons before the jobs requeue.
-    for (const store::Event& e : node_events) {
-      auto appended = tx.AppendEvent(e);
-      if (!appended.ok()) return appended.status();
-      seq = *appended;
-    }
+    if (Status put = PutOps(tx, &*o, ops, kHealth, now, node_events, &seq); !put.ok()) return put;
     for (store::JobRecord& j : *jobs) {
       auto stop = std::find_if(stops.begin(), stops.end(),
                                [&](const Stop& st) { return Holds(j, node, st.gpus, st.whole); });
@@ -246,16 +255,7 @@ base::Result<int64_t> NodeService::ApplyRemediations(
                             "): it stays cordoned until an operator uncordons it"});
     }
     if (events.empty()) return Status::Ok();
-    domain::EncodeNodeOps(ops, &o->spec);
-    o->updated_at = now;
-    o->updated_by = kHealth;
-    if (auto v = tx.PutObject(*o, o->version); !v.ok()) return v.status();
-    for (const store::Event& e : events) {
-      auto appended = tx.AppendEvent(e);
-      if (!appended.ok()) return appended.status();
-      seq = *appended;
-    }
-    return Status::Ok();
+    return PutOps(tx, &*o, ops, kHealth, now, events, &seq);
   });
   if (!s.ok()) return s;
   if (seq > 0) {
@@ -376,16 +376,11 @@ base::Result<Json> NodeService::UncordonGpu(const std::string& node, const std::
       if (auto v = tx.PutObject(*o, o->version); !v.ok()) return v.status();
       return Status::Ok();
     }
-    domain::EncodeNodeOps(ops, &o->spec);
-    o->updated_at = now;
-    o->updated_by = by;
-    if (auto v = tx.PutObject(*o, o->version); !v.ok()) return v.status();
-    auto e = tx.AppendEvent({0, now, "Node", node, "", "Normal", "GpuUncordoned",
-                             "GPU " + std::to_string(gpu) + " uncordoned by " + by +
-                                 ": back in service, its faults forgotten"});
-    if (!e.ok()) return e.status();
-    seq = *e;
-    return Status::Ok();
+    return PutOps(tx, &*o, ops, by, now,
+                  {{0, now, "Node", node, "", "Normal", "GpuUncordoned",
+                    "GPU " + std::to_string(gpu) + " uncordoned by " + by +
+                        ": back in service, its faults forgotten"}},
+                  &seq);
   });
   if (!s.ok()) return s;
   Operated(node, ops, seq);
