@@ -194,10 +194,7 @@ base::Result<FaultInjection> DecodeFaultInjection(const Json& body) {
   if (!f.Has("xid")) f.Error("xid", "is required (the XID to inject, e.g. 79)");
   r.xid = static_cast<int32_t>(f.Int("xid", 1, 999, 0));
   f.Finish();
-  if (!errors.empty()) {
-    const FieldError& e = errors.errors().front();
-    return base::Status::Invalid(e.field + ": " + e.message);
-  }
+  if (!errors.empty()) return errors.First();
   return r;
 }
 

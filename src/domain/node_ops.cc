@@ -70,10 +70,7 @@ base::Result<DrainRequest> DecodeDrainRequest(const Json& body) {
   r.reason = f.String("reason", false);
   if (r.reason.size() > 500) f.Error("reason", "must be at most 500 characters");
   f.Finish();
-  if (!errors.empty()) {
-    const FieldError& e = errors.errors().front();
-    return base::Status::Invalid(e.field + ": " + e.message);
-  }
+  if (!errors.empty()) return errors.First();
   return r;
 }
 

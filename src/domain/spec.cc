@@ -251,6 +251,11 @@ std::string ErrorList::ToString() const {
   return s;
 }
 
+base::Status ErrorList::First() const {
+  if (errors_.empty()) return base::Status::Ok();
+  return base::Status::Invalid(errors_.front().field + ": " + errors_.front().message);
+}
+
 bool IsValidName(const std::string& name) {
   if (name.empty() || name.size() > 63) return false;
   for (char c : name) {

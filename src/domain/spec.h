@@ -50,6 +50,9 @@ class ErrorList {
   size_t size() const { return errors_.size(); }
   const std::vector<FieldError>& errors() const { return errors_; }
   std::string ToString() const;  // one error per line
+  // Ok when empty; otherwise the first error as "field: message" (kInvalidArgument), for a
+  // request body whose answer names one field.
+  base::Status First() const;
 
  private:
   std::vector<FieldError> errors_;

@@ -39,18 +39,7 @@ class GpuHealthTest : public ControlPlane {
     return o.ok() ? domain::DecodeNodeOps(o->spec) : domain::NodeOps{};
   }
   std::vector<std::string> NodeEvents(const std::string& node, const std::string& reason) {
-    auto events = store::ReadValue(*store_, [&](store::Tx& tx) {
-      store::EventFilter f;
-      f.object_kind = "Node";
-      f.object_name = node;
-      f.limit = 1000;
-      return tx.ListEvents(f);
-    });
-    std::vector<std::string> out;
-    for (const store::Event& e : *events) {
-      if (e.reason == reason) out.push_back(e.message);
-    }
-    return out;
+    return EventsOf("Node", node, reason);
   }
   // Whether the scheduler's view of `uuid` is healthy.
   bool Healthy(const std::string& uuid) {

@@ -266,10 +266,15 @@ class ControlPlane : public ::testing::Test {
     Heartbeat(node, reports);
   }
   std::vector<std::string> Events(int64_t id, const std::string& reason) {
+    return EventsOf("Job", std::to_string(id), reason);
+  }
+  // The messages of the events of one object (a job, a node) with `reason`, oldest first.
+  std::vector<std::string> EventsOf(const std::string& kind, const std::string& name,
+                                    const std::string& reason) {
     auto events = store::ReadValue(*store_, [&](store::Tx& tx) {
       store::EventFilter f;
-      f.object_kind = "Job";
-      f.object_name = std::to_string(id);
+      f.object_kind = kind;
+      f.object_name = name;
       f.limit = 1000;
       return tx.ListEvents(f);
     });
