@@ -289,7 +289,7 @@ class Api {
   void Watch(Call& call);
   void Nodes(Call& call);
   void GetNode(Call& call);
-  Json NodeRows();  // every node of the estate, with what operators asked of it
+  void AddOperations(Json* row);  // to a node's row: what operators asked of the node
   // /healthz and /metrics (api_estate.cc).
   void Health(Call& call);
   void ServeMetrics(Call& call);

@@ -97,24 +97,26 @@ void Api::ServeMetrics(Call& call) {
   call.res.set_content(metrics_->Render(), "text/plain; version=0.0.4");
 }
 
-Json Api::NodeRows() {
-  Json items = hooks_->Nodes();
-  // What operators asked of each registered node: cordoned, draining or drained.
-  for (Json& row : items) {
-    if (!node_ops_ || row.value("source", "") != "registered") continue;
-    Json ops = node_ops_->Operations(row.value("name", ""));
-    if (!ops.is_object()) continue;
-    for (const char* k : {"cordoned", "drain", "scheduling", "gpuHealth"}) row[k] = ops[k];
-  }
-  return items;
+void Api::AddOperations(Json* row) {
+  // What operators asked of a registered node: cordoned, draining or drained, GPUs held.
+  if (!node_ops_ || row->value("source", "") != "registered") return;
+  Json ops = node_ops_->Operations(row->value("name", ""));
+  if (!ops.is_object()) return;
+  for (const char* k : {"cordoned", "drain", "scheduling", "gpuHealth"}) (*row)[k] = ops[k];
 }
 
-void Api::Nodes(Call& call) { Respond(call, 200, {{"items", NodeRows()}}); }
+void Api::Nodes(Call& call) {
+  Json items = hooks_->Nodes();
+  for (Json& row : items) AddOperations(&row);
+  Respond(call, 200, {{"items", std::move(items)}});
+}
 
 void Api::GetNode(Call& call) {
   const std::string name = call.Arg(1);
-  for (Json& row : NodeRows()) {
-    if (row.value("name", "") == name) return Respond(call, 200, row);
+  for (Json& row : hooks_->Nodes()) {
+    if (row.value("name", "") != name) continue;
+    AddOperations(&row);
+    return Respond(call, 200, row);
   }
   Fail(call, 404, "not_found", "node \"" + name + "\" not found");
 }

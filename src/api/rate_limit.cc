@@ -20,6 +20,7 @@ RateLimiter::Bucket& RateLimiter::Refilled(const std::string& key, double now) {
   if (it == buckets_.end()) {
     if (buckets_.size() >= max_keys_) Forget(now);
     it = buckets_.emplace(key, Bucket{burst_, now}).first;
+    remembered_ = buckets_.size();
   }
   Bucket& b = it->second;
   if (now > b.at) {
@@ -45,6 +46,7 @@ void RateLimiter::Forget(double now) {
   for (size_t i = 0; i < by_age.size() / 2 + 1 && i < by_age.size(); ++i) {
     buckets_.erase(by_age[i].second);
   }
+  remembered_ = buckets_.size();
 }
 
 double RateLimiter::Take(const std::string& key, double now) {
@@ -59,11 +61,17 @@ double RateLimiter::Take(const std::string& key, double now) {
 }
 
 double RateLimiter::Wait(const std::string& key, double now) {
-  if (!on()) return 0;
+  if (!on() || remembered_.load() == 0) return 0;
   std::lock_guard<std::mutex> lock(mu_);
-  if (!buckets_.count(key)) return 0;
+  auto it = buckets_.find(key);
+  if (it == buckets_.end()) return 0;
   const Bucket& b = Refilled(key, now);
-  return b.level >= kOne ? 0 : (1 - b.level) / rate_;
+  if (b.level < kOne) return (1 - b.level) / rate_;
+  if (b.level >= burst_) {
+    buckets_.erase(it);  // as good as new
+    remembered_ = buckets_.size();
+  }
+  return 0;
 }
 
 }  // namespace meridian::api

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <map>
 #include <mutex>
@@ -18,7 +19,9 @@ class RateLimiter {
   // Takes one request from `key`'s bucket at time `now` (seconds). Returns 0 when it was
   // allowed; otherwise the seconds until the bucket holds one again (nothing is taken).
   double Take(const std::string& key, double now);
-  // The same answer as Take, taking nothing: whether `key` is out of requests now.
+  // The same answer as Take, taking nothing: whether `key` is out of requests now. A bucket
+  // found refilled is forgotten; with none remembered this takes no lock (it is asked of every
+  // request, and most keys never fail).
   double Wait(const std::string& key, double now);
 
   bool on() const { return rate_ > 0; }
@@ -38,6 +41,7 @@ class RateLimiter {
   const size_t max_keys_;
   std::mutex mu_;
   std::map<std::string, Bucket> buckets_;
+  std::atomic<size_t> remembered_{0};  // buckets_.size(), read without the lock
 };
 
 }  // namespace meridian::api

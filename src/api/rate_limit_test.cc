@@ -30,6 +30,11 @@ TEST(RateLimiterTest, WaitTakesNothing) {
   EXPECT_NEAR(l.Wait("a", 0), 1, 1e-9);
   EXPECT_NEAR(l.Wait("a", 0.5), 0.5, 1e-9);
   EXPECT_EQ(l.Take("a", 1), 0);
+  // Refilled, the bucket is forgotten, and a fresh one holds the whole burst again.
+  EXPECT_EQ(l.Wait("a", 100), 0);
+  EXPECT_EQ(l.Take("a", 100), 0);
+  EXPECT_EQ(l.Take("a", 100), 0);
+  EXPECT_GT(l.Take("a", 100), 0);
 }
 
 TEST(RateLimiterTest, ARateOfZeroIsOff) {

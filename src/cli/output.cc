@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/strings.h"
+
 namespace meridian::cli {
 
 namespace {
@@ -81,11 +83,7 @@ std::string Age(double then, double now) {
 
 std::string Num(const Json& v) {
   if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
-  if (v.is_number()) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%g", v.get<double>());
-    return buf;
-  }
+  if (v.is_number()) return base::Decimal(v.get<double>());
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
   if (v.is_null()) return "";
   if (v.is_string()) return v.get<std::string>();
