@@ -9,7 +9,7 @@ FUZZ_TIME ?= 0
 JOBS ?= $(shell nproc)
 TRACES ?= ../shared/traces/alibaba-gpu-2023
 
-.PHONY: all deps build build-asan run test test-release test-asan fuzz bench bench-api fgd format clean
+.PHONY: all deps build build-asan run test test-release test-asan fuzz bench bench-api fgd format clean package
 
 all: build
 
@@ -36,9 +36,17 @@ run: build
 test-release: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# Under ASan every test runs but these, whose worth is a figure at scale or a browser's view,
+# and whose code paths smaller tests run under ASan: the dashboard in Chromium (its server is the
+# API the api-document and server tests drive), 50,000 array elements (ArraysTest's other tests),
+# 10,000 idle connections, listings of large specs, and kill -9 during a stream of submissions
+# (ServerOnPostgres' kill -9 and the agents' outage tests restart servers under ASan). About four
+# minutes of test time, two of wall time, on 2 cores. ASAN_EXCLUDE= runs them all.
+ASAN_EXCLUDE ?= ^(DashboardTest|DashboardSsoTest|ArraysTest\.FiftyThousandElementsInOneRequestListedAsOneLine|StarvationTest\.TenThousandIdleConnectionsLeaveRoomForEveryoneElse|SecurityTest\.AListingOfLargeSpecsIsBoundedInBytesAndContinues|AgentTest\.ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNoneTwice)$$
+
 test-asan: build-asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --output-on-failure -j $(JOBS)
+	  ctest --output-on-failure -j $(JOBS) $(if $(ASAN_EXCLUDE),-E '$(ASAN_EXCLUDE)')
 
 test: test-release test-asan fuzz
 
@@ -51,8 +59,8 @@ $(FUZZ_BUILD)/build.ninja:
 # make fuzz FUZZ_RUNS=-1 FUZZ_SEED=0 FUZZ_TIME=600. New inputs stay in $(FUZZ_BUILD)/corpus; the
 # seeds, and inputs that once failed, are in fuzz/corpus.
 fuzz: deps $(FUZZ_BUILD)/build.ninja
-	ninja -C $(FUZZ_BUILD) -j $(JOBS) spec_fuzzer request_fuzzer
-	@for t in spec request; do \
+	ninja -C $(FUZZ_BUILD) -j $(JOBS) spec_fuzzer request_fuzzer oidc_fuzzer
+	@for t in spec request oidc; do \
 	  mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
 	  echo "fuzz: $${t}_fuzzer, $(FUZZ_RUNS) runs, seed $(FUZZ_SEED)"; \
 	  ./$(FUZZ_BUILD)/$${t}_fuzzer -runs=$(FUZZ_RUNS) -seed=$(FUZZ_SEED) \
@@ -73,6 +81,10 @@ bench: build
 
 bench-api: build
 	./$(BUILD)/meridian bench api --clients 16 --seconds 10
+
+# The Debian package (CPack): $(BUILD)/meridian_VERSION_ARCH.deb. See docs/operations.md.
+package: build
+	cd $(BUILD) && cpack -G DEB
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

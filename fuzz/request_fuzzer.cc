@@ -10,7 +10,6 @@
 #include "api/auth.h"
 #include "domain/documents.h"
 #include "protocol/agent_protocol.h"
-#include "server/nodes.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
@@ -28,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       meridian::api::ParseRoles(body.is_object() && body.contains("spec") ? body.at("spec") : body);
   if (roles.ok()) (void)meridian::api::RolesToJson(*roles);
   // What agents and shims send: every decoder of the protocol.
-  (void)meridian::server::NodeFromRegistration(body);
+  (void)meridian::protocol::DecodeRegistration(body);
   (void)meridian::protocol::DecodeHeartbeat(body);
   (void)meridian::protocol::DecodeAssignments(body);
   (void)meridian::protocol::DecodeAssignment(body);

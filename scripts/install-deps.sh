@@ -8,6 +8,8 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libyaml-dev
   libsqlite3-dev libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev pkg-config openssl
+  # The server's HTTP: Boost.Beast on Asio (header-only).
+  libboost-dev
   # The agent's container path, tested with a local image (no registry): podman with runc,
   # and busybox for the image's userland.
   podman runc busybox-static
@@ -20,6 +22,15 @@ packages=(
   # Alerting: the end-to-end test sends the server's alerts to Debian's Alertmanager, which
   # routes them to a webhook the test runs.
   prometheus-alertmanager
+  # Single sign-on: libjwt parses and verifies ID tokens; the test issuer the end-to-end test
+  # starts (tests/oidc_test_issuer.py) signs them with python3-jwt on python3-cryptography.
+  libjwt-dev python3 python3-jwt python3-cryptography
+  # The server's and agents' logs: spdlog (on Debian's fmt), text or JSON lines.
+  libspdlog-dev
+  # The PostgreSQL store: libpq, and the server the store's conformance suite starts.
+  libpq-dev postgresql
+  # The Debian package (`make package`, CPack): dpkg-shlibdeps derives its Depends.
+  dpkg-dev
 )
 # npm comes with some builds of nodejs (NodeSource's) and as its own package with Debian's.
 if ! command -v npm > /dev/null; then

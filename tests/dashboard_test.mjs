@@ -56,6 +56,7 @@ let serverOutput = '';
 server.stdout.on('data', (d) => (serverOutput += d));
 server.stderr.on('data', (d) => (serverOutput += d));
 let browser;
+let failurePage; // for a screenshot and the page's errors when a step fails
 
 async function cleanup() {
   if (browser) await browser.close().catch(() => {});
@@ -118,9 +119,13 @@ try {
     env: { ...process.env, HOME: profile, XDG_CONFIG_HOME: join(profile, '.config'), XDG_CACHE_HOME: join(profile, '.cache') },
   });
   const page = browser.pages()[0] ?? (await browser.newPage());
+  failurePage = page;
   const pageErrors = [];
+  page.errors = pageErrors;
   page.on('pageerror', (e) => pageErrors.push(e.message));
-  page.on('console', (m) => m.type() === 'error' && !/status of 40[134]/.test(m.text()) && pageErrors.push(m.text()));
+  // 400, 401, 403 and 404 are answers the test asks for (refused submissions and sign-ins, a
+  // member's view of another project), which the browser logs.
+  page.on('console', (m) => m.type() === 'error' && !/status of 40[0134]/.test(m.text()) && pageErrors.push(m.text()));
   const shot = async (name) => page.screenshot({ path: join(artifacts, `${name}.png`), fullPage: true });
   step(`chromium ${browser.browser()?.version() ?? ''} launched`);
 
@@ -226,7 +231,7 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   step('its logs and events show, and it succeeded');
 
   // ---- a pending job says why it waits ----
-  const big = JSON.parse(await cli('submit', '-p', 'research', '--name', 'too-big', '--gpus', '16', '-o', 'json', '--', 'true')).id;
+  const big = JSON.parse(await cli('submit', '-p', 'research', '--name', 'no-such-zone', '--gpus', '1', '--selector', 'zone=none', '-o', 'json', '--', 'true')).id;
   const reason = await until('a reason for the pending job', async () => {
     const j = (await api('GET', `/jobs/${big}`, admin)).body;
     return j.status.phase === 'Pending' && j.status.reason && j.status.reason !== 'submitted' ? j.status.reason : null;
@@ -246,6 +251,117 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   await page.goto(`${url}/#/jobs/${typo}`);
   await page.waitForSelector('[data-testid=job-cause]:has-text("command-not-found")', { timeout: 30000 });
   step('a failed job shows its cause');
+  // Its command is shown as a shell reads it.
+  assert.equal(await page.textContent('[data-testid=command]'), 'pyhton3 train.py');
+
+  // ---- submit from the form: accepted, it runs, and its multi-line command is kept ----
+  const script = 'echo "from the form: $((6 * 7))"\necho second line';
+  await page.click('nav >> text=Submit');
+  await page.waitForSelector('form[aria-label=Job]');
+  await page.selectOption('#job-project', 'research');
+  await page.fill('#job-name', 'form-hello');
+  await page.fill('#job-command', script);
+  await page.fill('#job-gpus', '1');
+  await page.selectOption('#job-model', 'H100-80GB');
+  await shot('13-submit-form');
+  await page.click('form[aria-label=Job] button[type=submit]');
+  await page.waitForURL(/#\/jobs\/\d+$/);
+  const formJob = Number(new URL(page.url()).hash.split('/')[2]);
+  await page.waitForSelector('[data-testid=logs]:has-text("from the form: 42")', { timeout: 30000 }).catch(explain(formJob));
+  await page.waitForSelector('[data-testid=logs]:has-text("second line")', { timeout: 30000 });
+  assert.equal(await page.textContent('[data-testid=command] pre'), script);
+  const formSpec = (await api('GET', `/jobs/${formJob}`, admin)).body.spec;
+  assert.deepEqual(formSpec.command, ['sh', '-c', script]);
+  assert.equal(formSpec.gpus, 1);
+  assert.deepEqual(formSpec.gpuModels, ['H100-80GB']);
+  step(`job ${formJob} submitted from the form ran its script`);
+
+  // A request no node could ever hold: the server's refusal shows at its field, nothing is made.
+  const jobsBefore = (await api('GET', '/jobs?limit=1&order=newest', admin)).body.items[0].id;
+  await page.click('nav >> text=Submit');
+  await page.fill('#job-name', 'too-big');
+  await page.fill('#job-command', "python3 train.py --note 'two words'");
+  await page.fill('#job-gpus', '16');
+  await page.click('form[aria-label=Job] button[type=submit]');
+  await page.waitForSelector('[data-field=gpus] .field-error');
+  assert.match(await page.textContent('[data-field=gpus] .field-error'), /16/);
+  assert.equal(await page.getAttribute('#job-gpus', 'aria-invalid'), 'true');
+  assert.equal((await api('GET', '/jobs?limit=1&order=newest', admin)).body.items[0].id, jobsBefore);
+  await shot('14-submit-refused');
+  // The same in YAML: at its line. Then a YAML job that is accepted, its argv shown quoted.
+  await page.click('[role=tab]:has-text("YAML")');
+  await page.fill('#job-yaml', 'kind: Job\nmetadata:\n  name: yaml-too-big\n  project: research\nspec:\n  command: ["true"]\n  gpus: 16\n');
+  await page.click('form[aria-label="Job as YAML"] button[type=submit]');
+  await page.waitForSelector('[data-testid=yaml-errors] li[data-line="7"]');
+  assert.match(await page.textContent('[data-testid=yaml-errors]'), /^Line 7: .*16/);
+  await page.fill('#job-yaml', 'kind: Job\nmetadata: {name: yaml-echo, project: research}\nspec:\n  gpus: 0\n  command: [echo, "it\'s quoted", "a b"]\n  bad: [\n');
+  await page.click('form[aria-label="Job as YAML"] button[type=submit]');
+  await page.waitForSelector('[data-testid=yaml-errors] li[data-line]');
+  assert.match(await page.textContent('[data-testid=yaml-errors]'), /^Line [67]: /);
+  await page.fill('#job-yaml', 'kind: Job\nmetadata: {name: yaml-echo, project: research}\nspec:\n  gpus: 0\n  command: [echo, "it\'s quoted", "a b"]\n');
+  await page.click('form[aria-label="Job as YAML"] button[type=submit]');
+  await page.waitForURL(/#\/jobs\/\d+$/);
+  await page.waitForSelector('[data-testid=command]');
+  assert.equal(await page.textContent('[data-testid=command]'), "echo 'it'\\''s quoted' 'a b'");
+  step('refusals show at their field and line; YAML is accepted; argv is quoted as a shell would');
+
+  // ---- the Jobs view: history, search, filters and sorting, by the server ----
+  await page.click('nav >> text=Jobs');
+  await page.waitForSelector(`[data-testid=jobs] tr[data-job="${jobId}"]`);
+  await page.fill('input[name=name]', 'DASH-hel');
+  await page.press('input[name=name]', 'Enter');
+  await until('the name search', async () => (await page.locator('[data-testid=jobs] tbody tr[data-job]').count()) === 1);
+  assert.match(await page.textContent(`[data-testid=jobs] tr[data-job="${jobId}"]`), /dash-hello.*vision.*admin.*Succeeded/);
+  assert.match(new URL(page.url()).hash, /name=DASH-hel/);
+  await page.click('button:has-text("Clear")');
+  await page.selectOption('select[name=phase]', 'Failed');
+  await page.selectOption('select[name=project]', 'research');
+  const failedOn = (await api('GET', `/jobs/${failing}`, admin)).body.status.allocation[0].cluster;
+  await page.selectOption('select[name=cluster]', failedOn);
+  await page.waitForSelector(`[data-testid=jobs] tr[data-job="${failing}"]`);
+  const failedRows = await page.$$eval('[data-testid=jobs] tbody tr[data-job]', (rows) => rows.map((r) => r.getAttribute('data-job')));
+  const expectedFailed = (await api('GET', `/jobs?phase=Failed&project=research&cluster=${failedOn}&order=newest`, admin)).body.items;
+  assert.deepEqual(failedRows, expectedFailed.map((j) => String(j.id)));
+  assert.ok(expectedFailed.every((j) => j.status.phase === 'Failed' && j.metadata.project === 'research' &&
+    j.status.allocation.some((a) => a.cluster === failedOn)));
+  assert.equal(await page.locator(`[data-testid=jobs] tr[data-job="${jobId}"]`).count(), 0);
+  await page.selectOption('select[name=phase]', '');
+  await page.selectOption('select[name=cluster]', '');
+  await page.waitForSelector(`[data-testid=jobs] tr[data-job="${big}"]`);
+  await page.click('[data-testid=jobs] button[data-sort=name]');
+  await page.waitForSelector('[data-testid=jobs] th[aria-sort=ascending] button[data-sort=name]');
+  const names = await page.$$eval('[data-testid=jobs] tbody tr[data-job] th', (cells) => cells.map((c) => c.textContent.replace(/ \(#\d+\)$/, '')));
+  assert.ok(names.length >= 5, names.join(', '));
+  assert.deepEqual(names, [...names].sort((a, b) => a.toLowerCase().localeCompare(b.toLowerCase())));
+  await page.click('[data-testid=jobs] button[data-sort=name]');
+  await page.waitForSelector('[data-testid=jobs] th[aria-sort=descending] button[data-sort=name]');
+  await shot('15-jobs');
+  step('the Jobs view searches, filters (on the server) and sorts');
+
+  // ---- the pending job's page: its estimated start is unknown, not "now" ----
+  await page.goto(`${url}/#/jobs/${big}`);
+  await page.waitForSelector('[data-testid=estimated-start]');
+  assert.equal((await api('GET', `/jobs/${big}/explanation`, admin)).body.estimatedStart, null);
+  assert.match(await page.textContent('[data-testid=estimated-start]'), /Estimated start: unknown/);
+
+  // ---- a node's page, from the job it ran: its GPUs over time, and a cordon ----
+  await page.goto(`${url}/#/jobs/${jobId}`);
+  await page.click('[data-testid=placement] a[href^="#/nodes/"]');
+  const nodeName = decodeURIComponent(new URL(page.url()).hash.split('/')[2]);
+  await page.waitForSelector('[data-testid=node-gpus] tr[data-gpu]');
+  assert.equal(await page.locator('[data-testid=node-gpus] tr[data-gpu]').count(), 8);
+  await page.waitForSelector('[data-testid=chart-node-util] .uplot');
+  await until('samples in the node chart', async () => !(await page.isVisible('[data-testid=chart-node-util] >> text=Collecting samples')));
+  assert.match(await page.textContent('[data-testid=chart-node-util]'), /GPU 0.*GPU 7/s);
+  await page.click('[data-testid=node-actions] button:has-text("Cordon")');
+  await page.waitForSelector('[data-testid=node-scheduling]:has-text("cordoned")');
+  assert.equal((await api('GET', `/nodes/${nodeName}`, admin)).body.scheduling, 'cordoned');
+  await page.waitForSelector('[data-testid=node-events] >> text=NodeCordoned');
+  await shot('16-node');
+  await page.click('[data-testid=node-actions] button:has-text("Uncordon")');
+  await page.waitForSelector('[data-testid=node-scheduling]', { state: 'detached' });
+  assert.equal((await api('GET', `/nodes/${nodeName}`, admin)).body.scheduling ?? '', '');
+  step(`node ${nodeName}: its GPUs over time, cordoned and uncordoned from its page`);
 
   // ---- charts over time ----
   await page.click('nav >> text=Estate');
@@ -291,6 +407,10 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   await shot('08-cluster-heatmap');
   // Cancel the gang from its page, in two steps (it stops within its grace period meanwhile).
   await page.click('.node-jobs a:has-text("train-resnet")');
+  // Its GPUs' utilisation over time, from its nodes' kept telemetry: 8 GPUs near 90%.
+  await page.waitForSelector('[data-testid=chart-job-util] .uplot');
+  await until('samples in the job chart', async () => !(await page.isVisible('[data-testid=chart-job-util] >> text=Collecting samples')));
+  assert.equal((await page.textContent('[data-testid=chart-job-util]')).match(/task \d: [^ ]+ GPU \d/g).length, 8);
   await page.click('button:has-text("Cancel job")');
   await page.click('button:has-text("Yes, cancel it")');
   await page.waitForSelector('h1 .phase:has-text("Cancelled")');
@@ -310,9 +430,8 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   assert.equal(await page.evaluate(() => document.activeElement?.id), 'main', 'the skip link moves to the content');
   await page.keyboard.press('Shift+Tab');
   assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Sign out');
-  await page.keyboard.press('Shift+Tab');
-  await page.keyboard.press('Shift+Tab');
-  await page.keyboard.press('Shift+Tab');
+  // Back through Audit, Teams, Submit and Jobs to Queue.
+  for (let i = 0; i < 5; i++) await page.keyboard.press('Shift+Tab');
   assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Queue');
   await page.keyboard.press('Enter');
   await page.waitForSelector('[data-testid=pending]');
@@ -320,7 +439,7 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   step('the keyboard reaches and follows the navigation');
 
   // ---- readable contrast: every piece of text against what lies behind it ----
-  for (const view of ['#/estate', '#/queue', `#/jobs/${jobId}`, `#/jobs/${idle}`, '#/clusters/onprem', '#/teams']) {
+  for (const view of ['#/estate', '#/queue', `#/jobs/${jobId}`, `#/jobs/${idle}`, '#/clusters/onprem', '#/teams', '#/jobs', '#/submit', `#/nodes/${nodeName}`]) {
     await page.goto(`${url}/${view}`);
     await page.waitForSelector('main h1');
     await sleep(300);
@@ -330,17 +449,17 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
     const low = await page.evaluate(contrastFailures);
     assert.deepEqual(low, [], `text below 4.5:1 contrast on ${view}`);
   }
-  step('every text on six views has a contrast of at least 4.5:1');
+  step('every text on nine views has a contrast of at least 4.5:1');
 
   // ---- a narrow screen: nothing wider than the viewport ----
   await page.setViewportSize({ width: 390, height: 844 });
-  for (const view of ['#/estate', '#/queue', `#/jobs/${jobId}`, '#/clusters/onprem']) {
+  for (const view of ['#/estate', '#/queue', `#/jobs/${jobId}`, '#/clusters/onprem', '#/jobs', '#/submit', `#/nodes/${nodeName}`]) {
     await page.goto(`${url}/${view}`);
     await page.waitForSelector('main h1');
     await sleep(300);
     const width = await page.evaluate(() => document.documentElement.scrollWidth);
     assert.ok(width <= 390, `${view} is ${width} px wide on a 390 px screen`);
-    await shot(`10-narrow-${view.split('/')[1]}`);
+    await shot(`10-narrow-${view.split('/').slice(1).join('-')}`);
   }
   await page.setViewportSize({ width: 1280, height: 900 });
   step('the views fit a 390 px screen');
@@ -369,12 +488,36 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   await page.waitForSelector('[role=alert]');
   assert.match(await page.textContent('[role=alert]'), /not found/);
   await shot('12-member-other-project');
+  // A member sees a node's operations disabled, and why.
+  await page.goto(`${url}/#/nodes/${nodeName}`);
+  await page.waitForSelector('[data-testid=node-actions]');
+  assert.equal(await page.isDisabled('[data-testid=node-actions] button:has-text("Cordon")'), true);
+  assert.match(await page.textContent('[data-testid=node-actions]'), /Only admins may cordon/);
   step("a member sees only research: no vision job, quota or audit view");
+
+  // ---- a viewer may read research but not submit: the server's 403, shown plainly ----
+  assert.equal((await api('PUT', '/users/vic', admin, { spec: { roles: [{ role: 'viewer', project: 'research' }] } })).status, 201);
+  const viewer = (await api('POST', '/tokens', admin, { user: 'vic', description: 'dashboard test' })).body.token;
+  await page.click('text=Sign out');
+  await page.fill('#token', viewer);
+  await page.click('button[type=submit]');
+  await page.waitForSelector('[data-testid=who]:has-text("vic")');
+  await page.click('nav >> text=Submit');
+  await page.fill('#job-name', 'not-allowed');
+  await page.fill('#job-command', 'true');
+  await page.click('form[aria-label=Job] button[type=submit]');
+  await page.waitForSelector('[role=alert]:has-text("Not allowed to submit")');
+  await shot('17-viewer-refused');
+  step('a viewer is refused with the server\'s 403');
 
   assert.deepEqual(pageErrors, [], 'the page logged errors');
   step(`passed; screenshots in ${artifacts}`);
 } catch (e) {
   console.error(e);
+  if (failurePage) {
+    console.error(`--- the page at ${failurePage.url()}; its errors: ${JSON.stringify(failurePage.errors)}`);
+    await failurePage.screenshot({ path: join(artifacts, 'failure.png'), fullPage: true }).catch(() => {});
+  }
   console.error(`--- server output ---\n${serverOutput.slice(-4000)}`);
   process.exitCode = 1;
 } finally {

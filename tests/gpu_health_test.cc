@@ -236,6 +236,24 @@ TEST_F(GpuHealthTest, ARepeatingFaultKeepsTheGpuOutUntilAnOperatorUncordonsIt) {
       << Run("get nodes").output;
   EXPECT_NE(Run("describe node n1").output.find("held: true"), std::string::npos)
       << Run("describe node n1").output;
+  // And it alerts (rule gpu-held), saying how to put it back; the operator's uncordon resolves it.
+  auto held_alert = [&] {
+    for (const Json& a :
+         Http(*server_, "GET", "/api/v1/alerts", admin_).body.value("items", Json::array())) {
+      if (a["labels"].value("alertname", "") == "MeridianGpuHeld" &&
+          a["labels"].value("gpu", "") == "1" && a.value("state", "") == "firing") {
+        return a;
+      }
+    }
+    return Json();
+  };
+  ASSERT_TRUE(Eventually([&] { return !held_alert().is_null(); }, 10))
+      << Http(*server_, "GET", "/api/v1/alerts", admin_).text;
+  EXPECT_EQ(held_alert()["labels"].value("severity", ""), "critical");
+  EXPECT_NE(
+      held_alert()["annotations"].value("description", "").find("meridian uncordon n1 --gpu 1"),
+      std::string::npos)
+      << held_alert().dump();
   const int64_t job = Submit({{"gpus", 4}, {"command", kTrainer}});
   std::this_thread::sleep_for(std::chrono::seconds(3));
   EXPECT_EQ(Phase(job), "Pending") << "three healthy GPUs do not fit 4";
@@ -243,6 +261,7 @@ TEST_F(GpuHealthTest, ARepeatingFaultKeepsTheGpuOutUntilAnOperatorUncordonsIt) {
   ASSERT_EQ(uncordon.code, 0) << uncordon.output;
   EXPECT_NE(uncordon.output.find("GPU 1 of node n1 uncordoned"), std::string::npos);
   EXPECT_TRUE(Eventually([&] { return Phase(job) == "Running"; }, 20)) << Job(job).dump();
+  EXPECT_TRUE(Eventually([&] { return held_alert().is_null(); }, 10));
 }
 
 // The other classes: an application's XID (13) fails only the job on the GPU (restartPolicy

@@ -11,6 +11,7 @@
 #include "agent/nvml_gpus.h"
 #include "agent/simulated_gpus.h"
 #include "apps/meridian/commands.h"
+#include "apps/meridian/config_file.h"
 #include "base/strings.h"
 
 namespace {
@@ -35,6 +36,7 @@ std::string SelfPath() {
 
 int RunAgent(AgentFlags& f) {
   using meridian::base::Status;
+  if (f.o.cluster.empty()) return Fail(Status::Invalid("--cluster is required"));
   auto config = GlobalClientConfig();
   if (!config.ok()) return Fail(config.status());
   f.o.server = *config;
@@ -45,7 +47,6 @@ int RunAgent(AgentFlags& f) {
       return Fail(Status::Invalid("--token-file " + f.token_file + ": cannot read"));
     f.o.server.token = token;
   }
-  if (f.o.cluster.empty()) return Fail(Status::Invalid("--cluster is required"));
   for (const std::string& l : f.labels) {
     const size_t eq = l.find('=');
     if (eq == std::string::npos)
@@ -112,7 +113,8 @@ void AddAgentCommands(CLI::App& app, int* rc) {
   static AgentFlags f;
   CLI::App* agent = app.add_subcommand("agent", "Run a node agent: register this node, run tasks");
   agent->add_option("--node", f.o.node, "node name (default: the host name)");
-  agent->add_option("--cluster", f.o.cluster, "the cluster it belongs to")->required();
+  // Required, but may come from --config: RunAgent checks it.
+  agent->add_option("--cluster", f.o.cluster, "the cluster it belongs to (required)");
   agent->add_option("--pool", f.o.pool, "its node pool");
   agent->add_option("--rack", f.o.rack, "its rack (for topology-aware placement)");
   agent->add_option("--address", f.o.address,
@@ -142,7 +144,16 @@ void AddAgentCommands(CLI::App& app, int* rc) {
       "uids (FIRST-LAST) that tasks run under, one per job, each with the gid of the same number; "
       "off: tasks run as the agent's uid (the default range needs the agent to run as root)");
   task_uids->capture_default_str();
-  agent->callback([rc, task_uids] {
+  static LogFlags log_flags;
+  AddLogFlags(agent, &log_flags);
+  static std::string config;
+  AddConfigFlag(agent, &config);
+  agent->callback([rc, agent, task_uids] {
+    if (meridian::base::Status s = ApplyConfigFile(agent, config); !s.ok()) {
+      *rc = Fail(s);
+      return;
+    }
+    InitLog(log_flags, "meridian agent");
     f.o.task_uids_asked = task_uids->count() > 0;
     *rc = RunAgent(f);
   });

@@ -1,7 +1,10 @@
 // Client verbs in kubectl's style: flags, and calls into the cli module.
 #include <chrono>
+#include <cstdio>
 
 #include "apps/meridian/commands.h"
+#include "apps/meridian/completion.h"
+#include "base/version.h"
 #include "cli/verbs.h"
 
 namespace {
@@ -48,7 +51,13 @@ meridian::base::Result<meridian::cli::ClientConfig> GlobalClientConfig() {
 void AddClientCommands(CLI::App& app, int* rc) {
   static Global& g = Globals();
   app.fallthrough();
-  app.add_option("--server", g.flags.server, "API server URL (or MERIDIAN_SERVER)");
+  // Several servers (replicas on one PostgreSQL): comma-separated or the flag repeated; a call
+  // moves on to the next when one cannot be reached, and follows a follower's redirect.
+  app.add_option("--server", g.flags.server,
+                 "API server URL, or several: URL1,URL2 or --server repeated (or "
+                 "MERIDIAN_SERVER)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::Join);
   app.add_option("--token", g.flags.token, "API token (or MERIDIAN_TOKEN)");
   app.add_option("--ca-cert", g.flags.ca_cert, "CA certificate to trust (or MERIDIAN_CA_CERT)");
   app.add_flag("--insecure-skip-verify", g.flags.insecure,
@@ -58,26 +67,48 @@ void AddClientCommands(CLI::App& app, int* rc) {
   app.add_option("--config", g.config, "client configuration file (or MERIDIAN_CONFIG)");
 
   static bool no_save = false;
+  static bool sso = false;
+  static std::string provider;
   CLI::App* login = app.add_subcommand("login", "Check the server and token, and remember them");
   login->add_flag("--no-save", no_save, "check only; do not write the configuration file");
-  login->callback(
-      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Login(c, !no_save); }); });
+  login->add_flag("--sso", sso,
+                  "sign in with the server's identity provider (OpenID Connect device flow)");
+  login->add_option("--provider", provider, "with --sso: which identity provider, by name");
+  login->callback([rc] {
+    Run(g, rc, [](Context& c) {
+      if (!sso && !provider.empty()) {
+        c.err << "meridian: --provider: only with --sso\n";
+        return static_cast<int>(meridian::cli::kExitUsage);
+      }
+      if (sso) return meridian::cli::LoginSso(c, {provider, !no_save});
+      return meridian::cli::Login(c, !no_save);
+    });
+  });
 
   static std::string resource, name;
   static meridian::cli::GetFlags gf;
   CLI::App* get = app.add_subcommand("get", "List or show resources (jobs, nodes, events, ...)");
-  get->add_option("resource", resource,
-                  "jobs, nodes, events, alerts, clusters, nodepools, projects, "
-                  "teams, organizations, quotas, priorityclasses, "
-                  "policies, alertrules, alertreceivers, users, tokens")
+  get->add_option(
+         "resource", resource,
+         "jobs, nodes, events, alerts, idle, clusters, nodepools, projects, "
+         "teams, organizations, quotas, priorityclasses, "
+         "policies, alertrules, alertreceivers, identityproviders, idlepolicies, users, tokens")
       ->required();
   get->add_option("name", name, "one of them (a job's id, a project's name)");
   get->add_option("-p,--project", gf.project, "jobs of these projects (comma-separated)");
   get->add_option("--phase", gf.phase, "jobs in these phases (Pending, Placed, ...)");
   get->add_option("--user", gf.user, "jobs of this user");
   get->add_option("--job", gf.job, "events of this job");
+  get->add_option("-l,--selector", gf.selector,
+                  "jobs, nodes: by label (team=nlp,tier!=batch,key,!key)");
   get->add_option("--limit", gf.limit, "at most this many (per page with --all)");
-  get->add_flag("--all", gf.all, "every page");
+  get->add_flag("--all", gf.all,
+                "jobs: every phase and every page (without it: Pending, Placed, Running, "
+                "Stopping); with -o wide, as sacct lists them");
+  get->add_flag("-w,--watch", gf.watch,
+                "jobs, nodes, events: after the list, a line per change until interrupted");
+  get->add_option("--array", gf.array, "jobs: the elements of this array (its id)");
+  get->add_flag("--elements", gf.elements, "one job that is an array: its elements too");
   get->callback(
       [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Get(c, resource, name, gf); }); });
 
@@ -85,9 +116,11 @@ void AddClientCommands(CLI::App& app, int* rc) {
                                           "Show one resource in detail (a job: "
                                           "placement, why it waits, events)");
   describe->add_option("resource", resource, "job, project, cluster, ...")->required();
-  describe->add_option("name", name, "its id or name")->required();
-  describe->callback(
-      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Describe(c, resource, name); }); });
+  describe->add_option("name", name, "its id or name (an array's element: ID_INDEX)")->required();
+  describe->add_flag("--elements", gf.elements, "a job array: list its elements");
+  describe->callback([rc] {
+    Run(g, rc, [](Context& c) { return meridian::cli::Describe(c, resource, name, gf); });
+  });
 
   static meridian::cli::SubmitFlags sf;
   CLI::App* submit = app.add_subcommand("submit", "Submit a job from a YAML file or from flags");
@@ -101,8 +134,12 @@ void AddClientCommands(CLI::App& app, int* rc) {
   submit->add_option("--mig", sf.mig_profile, "a MIG profile per task (e.g. 3g.40gb)");
   submit->add_option("--cpu-milli", sf.cpu_milli, "CPU per task, in 1/1000 cores");
   submit->add_option("--memory-mib", sf.memory_mib, "memory per task, MiB");
-  submit->add_option("--estimate", sf.runtime_estimate, "expected runtime, seconds");
-  submit->add_option("--limit", sf.runtime_limit, "runtime limit, seconds");
+  submit
+      ->add_option("--estimate", sf.runtime_estimate, "expected runtime (45m, 2h, 1h30m, seconds)")
+      ->transform(DurationFlag());
+  submit
+      ->add_option("--limit", sf.runtime_limit, "runtime limit (45m, 2h, 1h30m, HH:MM:SS, seconds)")
+      ->transform(DurationFlag());
   submit->add_option("--gpu-model", sf.gpu_models, "allowed GPU models (repeatable)");
   submit->add_option("--cluster", sf.clusters, "allowed clusters (repeatable)");
   submit->add_option("--image", sf.image, "container image");
@@ -111,14 +148,22 @@ void AddClientCommands(CLI::App& app, int* rc) {
   submit->add_option("--toleration", sf.tolerations,
                      "node taint KEY or KEY=VALUE it may run on (repeatable)");
   submit->add_option("--env", sf.env, "environment variable KEY=VALUE (repeatable)");
-  submit->add_option("--grace-period", sf.grace_period,
-                     "seconds from the stop notice to SIGKILL (default 30)");
+  submit
+      ->add_option("--grace-period", sf.grace_period,
+                   "from the stop notice to SIGKILL (default 30s)")
+      ->transform(DurationFlag());
+  submit->add_option("--array", sf.array,
+                     "a job array, as Slurm's: 0-15, 1,3,5-7, 0-999:2, with %N at most N at once");
+  submit->add_option("--dependency", sf.dependency,
+                     "as Slurm's: afterok:12:13,afterany:14 (afterok, afterany, afternotok, "
+                     "aftercorr)");
   submit->add_option("command", sf.command, "the command, after --");
   submit->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Submit(c, sf); }); });
 
   static std::string job_id;
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel a job");
-  cancel->add_option("job", job_id, "job id")->required();
+  cancel->add_option("job", job_id, "job id (an array: all its elements; ID_INDEX: one)")
+      ->required();
   cancel->callback(
       [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Cancel(c, job_id); }); });
 
@@ -143,37 +188,80 @@ void AddClientCommands(CLI::App& app, int* rc) {
   });
   // Fault injection into simulated GPUs (dev estates, tests): the XID as NVML would report it.
   static int fault_xid = 0;
+  static std::string fault_warning;
   CLI::App* fault = app.add_subcommand("fault", "Fault injection into simulated GPUs (admins)");
   CLI::App* inject =
       fault->add_subcommand("inject", "Make a simulated GPU report an XID, as NVML would");
   fault->require_subcommand(1);
   inject->add_option("node", node_name, "node name")->required();
   inject->add_option("--gpu", gpu_index, "the GPU's index on the node")->required();
-  inject->add_option("--xid", fault_xid, "the XID to report (e.g. 13, 48, 74, 79)")->required();
-  inject->callback([rc] {
-    Run(g, rc,
-        [](Context& c) { return meridian::cli::InjectFault(c, node_name, gpu_index, fault_xid); });
+  CLI::Option* xid_option =
+      inject->add_option("--xid", fault_xid, "the XID to report (e.g. 13, 48, 74, 79)");
+  CLI::Option* warning_option = inject->add_option(
+      "--warning", fault_warning,
+      "a warning before failure instead: ecc-corrected, temperature, power-cap, nvlink-crc, or "
+      "clear (temperature and power back to normal)");
+  xid_option->excludes(warning_option);
+  inject->callback([rc, xid_option, warning_option] {
+    if (xid_option->count() == 0 && warning_option->count() == 0) {
+      std::fprintf(stderr, "fault inject: give --xid N or --warning KIND\n");
+      *rc = 2;
+      return;
+    }
+    Run(g, rc, [](Context& c) {
+      return meridian::cli::InjectFault(c, node_name, gpu_index, fault_xid, fault_warning);
+    });
   });
   static meridian::cli::DrainFlags df;
   static bool no_wait = false;
   CLI::App* drain = app.add_subcommand(
       "drain", "Cordon a node and requeue its jobs, stopped by a deadline (admins)");
   drain->add_option("node", node_name, "node name")->required();
-  drain->add_option("--timeout", df.timeout,
-                    "seconds its jobs have to stop (default: their longest grace period)");
+  drain
+      ->add_option("--timeout", df.timeout,
+                   "how long its jobs have to stop (default: their longest grace period)")
+      ->transform(DurationFlag());
   drain->add_option("--reason", df.reason, "why, for the events and the audit log");
   drain->add_flag("--no-wait", no_wait, "return once asked; do not wait until it is drained");
   drain->callback([rc] {
     df.wait = !no_wait;
     Run(g, rc, [](Context& c) { return meridian::cli::Drain(c, node_name, df); });
   });
-  static bool force = false;
-  CLI::App* del = app.add_subcommand("delete", "Delete a node or a configuration object (admins)");
-  del->add_option("resource", resource, "node, cluster, nodepool, project, ...")->required();
-  del->add_option("name", name, "its name")->required();
-  del->add_flag("--force", force, "a Lost node that jobs still hold: delete it anyway");
-  del->callback([rc] {
-    Run(g, rc, [](Context& c) { return meridian::cli::Delete(c, resource, name, force); });
+  static meridian::cli::DeleteFlags delf;
+  CLI::App* del = app.add_subcommand(
+      "delete", "Delete a job (cancelling it), a node or a configuration object");
+  del->add_option("resource", delf.resource, "job, node, cluster, nodepool, project, ...");
+  del->add_option("name", delf.name, "its name (a job's id)");
+  del->add_option("-f,--filename", delf.files,
+                  "delete what the documents of a YAML file (or folder) name");
+  del->add_flag("--force", delf.force, "a Lost node that jobs still hold: delete it anyway");
+  del->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Delete(c, delf); }); });
+
+  CLI::App* version = app.add_subcommand("version", "Print the client's and the server's version");
+  version->callback([rc] {
+    Run(g, rc, [](Context& c) { return meridian::cli::Version(c, meridian::base::Version()); });
+  });
+
+  static std::string shell;
+  CLI::App* completion = app.add_subcommand(
+      "completion", "Print a shell completion script: source <(meridian completion bash)");
+  completion->add_option("shell", shell, "bash or zsh")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh"}));
+  CLI::App* root = &app;
+  completion->callback([rc, root] {
+    // What positional arguments take: the kinds of resource.
+    const std::vector<std::string> kinds = {
+        "jobs",         "nodes",         "events",         "alerts",
+        "idle",         "clusters",      "nodepools",      "projects",
+        "teams",        "organizations", "quotas",         "priorityclasses",
+        "policies",     "alertrules",    "alertreceivers", "identityproviders",
+        "idlepolicies", "users",         "tokens"};
+    const std::map<std::string, std::vector<std::string>> words = {
+        {"meridian get", kinds}, {"meridian describe", kinds}, {"meridian delete", kinds}};
+    std::fputs((shell == "zsh" ? ZshCompletion(root, words) : BashCompletion(root, words)).c_str(),
+               stdout);
+    *rc = 0;
   });
 
   static int log_task = 0;
@@ -228,7 +316,8 @@ void AddClientCommands(CLI::App& app, int* rc) {
   CLI::App* create = token->add_subcommand("create", "Create a token (printed once)");
   create->add_option("--user", tf.user, "for this user (admins; default: yourself)");
   create->add_option("--description", tf.description, "what it is for");
-  create->add_option("--expires-in", tf.expires_in, "lifetime: 30d, 12h, 90m");
+  create->add_option("--expires-in", tf.expires_in, "lifetime: 30d, 12h, 90m, seconds")
+      ->transform(DurationFlag());
   create->callback(
       [rc] { Run(g, rc, [](Context& c) { return meridian::cli::TokenCreate(c, tf); }); });
   CLI::App* list = token->add_subcommand("list", "List tokens (yours; admins: any user's)");

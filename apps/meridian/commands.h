@@ -13,9 +13,23 @@ void AddBenchCommands(CLI::App& app, int* rc);
 void AddServerCommands(CLI::App& app, int* rc);
 void AddClientCommands(CLI::App& app, int* rc);
 void AddAgentCommands(CLI::App& app, int* rc);
+void AddStoreCommands(CLI::App& app, int* rc);
 
 // The server and token from the global flags, the environment and the client's config file.
 meridian::base::Result<meridian::cli::ClientConfig> GlobalClientConfig();
 
 // Prints "meridian: <message>" to stderr; returns 2 for invalid input, 1 otherwise.
 int Fail(const meridian::base::Status& s);
+
+// Turns a duration flag's text ("90s", "1h30m", "01:30:00", seconds: base/duration.h) into its
+// seconds before CLI11 stores it; bad text fails the parse with "--flag: ... (use ...)", exit 2.
+CLI::Validator DurationFlag();
+
+// --log-level and --log-format of the long-running commands (server, agent).
+struct LogFlags {
+  std::string level = "info";
+  std::string format = "text";
+};
+void AddLogFlags(CLI::App* command, LogFlags* flags);
+// Sends this process's log lines (base/log.h) to stderr as the flags say, as `program`.
+void InitLog(const LogFlags& flags, const std::string& program);

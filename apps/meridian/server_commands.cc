@@ -1,7 +1,11 @@
 // `meridian server`: flags, and the call into the server module.
+#include <cstdio>
 #include <iostream>
 
 #include "apps/meridian/commands.h"
+#include "apps/meridian/config_file.h"
+#include "base/duration.h"
+#include "base/log.h"
 #include "dev/dev_estate.h"
 #include "server/server.h"
 
@@ -10,42 +14,123 @@ int Fail(const meridian::base::Status& s) {
   return s.code() == meridian::base::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+CLI::Validator DurationFlag() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        auto seconds = meridian::base::ParseDuration(text);
+        if (!seconds.ok()) return seconds.status().message();
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.17g", *seconds);
+        text = buf;
+        return "";
+      },
+      "DURATION", "duration");
+}
+
+void AddLogFlags(CLI::App* command, LogFlags* flags) {
+  command->add_option("--log-level", flags->level, "lines below it are left out")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+  command->add_option("--log-format", flags->format, "text, or json: one JSON object a line")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json"}));
+}
+
+void InitLog(const LogFlags& flags, const std::string& program) {
+  namespace log = meridian::base::log;
+  log::LogOptions o;
+  o.program = program;
+  // The flags' checks allow only names that parse.
+  if (auto level = log::ParseLevel(flags.level); level.ok()) o.level = *level;
+  if (auto format = log::ParseFormat(flags.format); format.ok()) o.format = *format;
+  log::Init(o);
+}
+
 void AddServerCommands(CLI::App& app, int* rc) {
   static meridian::server::ServerOptions o;
   CLI::App* server = app.add_subcommand("server", "Run the control plane (API, store, scheduler)");
   server->add_option("--data-dir", o.data_dir, "where the state lives (SQLite, admin token)");
+  server->add_option("--store", o.store,
+                     "postgresql://... : keep the state in PostgreSQL instead of SQLite in "
+                     "--data-dir (which still holds the admin token and job logs)");
   server->add_option("--listen", o.listen, "HOST:PORT to serve on (port 0: any free port)");
+  server->add_option("--advertise", o.advertise,
+                     "URL clients reach this server at, where the other servers on its "
+                     "PostgreSQL redirect writes while it leads (default: from --listen)");
   server->add_option("--tls-cert", o.tls_cert, "PEM certificate: serve HTTPS");
   server->add_option("--tls-key", o.tls_key, "PEM private key of --tls-cert");
-  server->add_option("--threads", o.threads, "HTTP worker threads");
+  server->add_option("--threads", o.threads, "HTTP worker threads (they run handlers)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  server
+      ->add_option("--header-timeout", o.header_timeout,
+                   "how long a client has to send a request's headers")
+      ->transform(DurationFlag())
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  server
+      ->add_option("--idle-timeout", o.idle_timeout,
+                   "how long an idle keep-alive connection stays open")
+      ->transform(DurationFlag())
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  server->add_option("--max-connections", o.max_connections, "client connections open at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  server
+      ->add_option("--max-connections-per-address", o.max_connections_per_address,
+                   "client connections open at once from one address")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  server
+      ->add_option("--max-waits-per-token", o.max_waits_per_token,
+                   "long polls and watches open at once with one token; then 429")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   server->add_option("--port-file", o.port_file, "write the bound port to this file");
-  server->add_option("--history-interval", o.history_interval,
-                     "seconds between samples of the estate for the dashboard's charts")
+  server
+      ->add_option("--history-interval", o.history_interval,
+                   "time between samples of the estate for the dashboard's charts")
+      ->transform(DurationFlag())
       ->capture_default_str();
-  server->add_option("--history-retention", o.history_retention,
-                     "seconds of samples kept (in the store)")
+  server
+      ->add_option("--history-retention", o.history_retention,
+                   "how long samples are kept (in the store)")
+      ->transform(DurationFlag())
       ->capture_default_str();
-  server->add_option("--write-rate", o.write_rate,
-                     "writes a second per token after the burst; then 429 (0: no limit)")
+  server
+      ->add_option("--write-rate", o.write_rate,
+                   "writes a second per token after the burst; then 429 (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   server->add_option("--write-burst", o.write_burst, "writes at once per token")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  server->add_option("--failed-auth-limit", o.failed_auths_per_minute,
-                     "failed authentications a minute per client address; then 429 (0: no limit)")
+  server
+      ->add_option("--failed-auth-limit", o.failed_auths_per_minute,
+                   "failed authentications a minute per client address; then 429 (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  static LogFlags log_flags;
+  AddLogFlags(server, &log_flags);
   static bool dev = false;
   server->add_flag("--dev", dev,
                    "a whole hybrid estate on this machine: the example configuration and local "
                    "agents with simulated GPUs (a fresh data dir unless --data-dir is given)");
+  static std::string config;
+  AddConfigFlag(server, &config);
   server->callback([rc, server] {
+    if (meridian::base::Status s = ApplyConfigFile(server, config); !s.ok()) {
+      *rc = Fail(s);
+      return;
+    }
+    InitLog(log_flags, "meridian");
     meridian::base::Status s;
     if (dev) {
       meridian::dev::DevOptions d;
       d.server = o;
       d.fresh_data_dir = server->count("--data-dir") == 0;
+      d.agent_args = {"--log-level", log_flags.level, "--log-format", log_flags.format};
       s = meridian::dev::RunDevEstate(d);
     } else {
       s = meridian::server::RunServer(o);

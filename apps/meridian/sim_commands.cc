@@ -123,6 +123,8 @@ struct ReplayFlags {
   int samples = 400;
   double time_scale = 1.0;
   bool json = false;
+  double idle_share = 0, idle_fraction = 0.5, reclaim_after = 0;
+  uint64_t seed = 1;
 };
 
 int RunSimReplay(const ReplayFlags& f) {
@@ -136,6 +138,16 @@ int RunSimReplay(const ReplayFlags& f) {
   // Compressing arrivals (a scale below 1) turns a sparse trace into a busy queue; durations
   // stay as they are.
   for (meridian::sim::ReplayJob& j : *jobs) j.submit_time *= f.time_scale;
+  if (!(f.idle_share >= 0 && f.idle_share <= 1)) {
+    return Fail(Status::Invalid("--idle-share: must be in [0, 1]"));
+  }
+  if (!(f.idle_fraction >= 0 && f.idle_fraction <= 1)) {
+    return Fail(Status::Invalid("--idle-fraction: must be in [0, 1]"));
+  }
+  if (!(f.reclaim_after >= 0)) return Fail(Status::Invalid("--reclaim-idle-after: must be >= 0"));
+  if (f.idle_share > 0) {
+    meridian::sim::ModelIdlePhases(&*jobs, f.idle_share, f.idle_fraction, f.seed);
+  }
   std::vector<std::string> policies = f.policies;
   if (policies.empty() || (policies.size() == 1 && policies[0] == "all")) {
     policies = meridian::sim::ReplayPolicyNames();
@@ -147,8 +159,9 @@ int RunSimReplay(const ReplayFlags& f) {
                  std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
                  100 * slowest);
   };
-  auto results = meridian::sim::RunReplays(*cluster, *jobs, policies, f.samples,
-                                           tty ? std::function<void(double)>(bar) : nullptr);
+  auto results =
+      meridian::sim::RunReplays(*cluster, *jobs, policies, f.samples,
+                                tty ? std::function<void(double)>(bar) : nullptr, f.reclaim_after);
   if (tty) std::fprintf(stderr, "\n");
   std::vector<meridian::sim::ReplayResult> ok;
   for (auto& r : results) {
@@ -205,38 +218,69 @@ struct ApiBenchFlags {
   bool json = false;
 };
 
+void PrintBenchApi(const meridian::bench::ApiBenchOptions& o,
+                   const meridian::bench::ApiBenchResult& r, const std::string& against) {
+  std::printf("api benchmark: %d clients for %.0f s against %s\n", o.clients, o.seconds,
+              against.c_str());
+  std::printf("  durable submissions   %lld (%lld errors)\n", static_cast<long long>(r.submissions),
+              static_cast<long long>(r.errors));
+  std::printf("  submissions/s         %.0f\n", r.submissions_per_second);
+  std::printf("  latency p50 / p99     %.1f / %.1f ms (max %.1f)\n", r.p50_ms, r.p99_ms, r.max_ms);
+  if (o.server.empty()) {
+    std::printf("  server CPU            %.1f s over %.1f s (%.2f cores), RSS %.0f MiB\n",
+                r.server_cpu_seconds, r.seconds, r.server_cpu_seconds / r.seconds,
+                r.server_rss_mib);
+    std::printf("  jobs placed meanwhile %lld\n", static_cast<long long>(r.jobs_placed));
+  }
+}
+
 int RunBenchApi(ApiBenchFlags f) {
   f.options.binary = "/proc/self/exe";
   if (f.options.token.empty()) {
     if (const char* t = std::getenv("MERIDIAN_TOKEN")) f.options.token = t;
   }
+  if (!f.options.store.empty() && !f.options.server.empty()) {
+    return Fail(Status::Invalid("--store starts servers of its own: not with --server"));
+  }
+  if (!f.options.store.empty() && f.options.store.rfind("postgresql://", 0) != 0 &&
+      f.options.store.rfind("postgres://", 0) != 0) {
+    return Fail(Status::Invalid("--store: expected a postgresql:// URL"));
+  }
+  // With --store, the same run on SQLite first, then on PostgreSQL: the two figures side by side.
+  std::vector<std::pair<std::string, meridian::bench::ApiBenchOptions>> runs;
+  if (f.options.store.empty()) {
+    runs.emplace_back("", f.options);
+  } else {
+    meridian::bench::ApiBenchOptions sqlite = f.options;
+    sqlite.store.clear();
+    runs.emplace_back("sqlite", sqlite);
+    runs.emplace_back("postgresql", f.options);
+  }
   const bool bar = !f.json && isatty(STDERR_FILENO);
-  auto r = meridian::bench::RunApiBench(f.options, [bar](double done) {
-    if (bar) std::fprintf(stderr, "\rsubmitting... %3.0f%%", 100 * done);
-  });
-  if (bar) std::fprintf(stderr, "\n");
-  if (!r.ok()) return Fail(r.status());
-  if (f.json) {
-    std::cout << r->ToJson().dump(2) << "\n";
-    return 0;
+  nlohmann::json all = nlohmann::json::object();
+  for (const auto& [name, options] : runs) {
+    auto r = meridian::bench::RunApiBench(options, [bar](double done) {
+      if (bar) std::fprintf(stderr, "\rsubmitting... %3.0f%%", 100 * done);
+    });
+    if (bar) std::fprintf(stderr, "\n");
+    if (!r.ok()) return Fail(r.status());
+    if (f.json) {
+      if (name.empty()) {
+        std::cout << r->ToJson().dump(2) << "\n";
+        return 0;
+      }
+      all[name] = r->ToJson();
+      continue;
+    }
+    const std::string against =
+        !options.server.empty() ? options.server
+        : options.store.empty()
+            ? "a server on a fresh SQLite data dir (its per-token write limit off: one token "
+              "drives every client)"
+            : "a server on PostgreSQL (--store; its per-token write limit off)";
+    PrintBenchApi(options, *r, against);
   }
-  std::printf(
-      "api benchmark: %d clients for %.0f s against %s\n", f.options.clients, f.options.seconds,
-      f.options.server.empty()
-          ? "a server on a fresh SQLite data dir (its per-token write limit off: one token drives "
-            "every client)"
-          : f.options.server.c_str());
-  std::printf("  durable submissions   %lld (%lld errors)\n",
-              static_cast<long long>(r->submissions), static_cast<long long>(r->errors));
-  std::printf("  submissions/s         %.0f\n", r->submissions_per_second);
-  std::printf("  latency p50 / p99     %.1f / %.1f ms (max %.1f)\n", r->p50_ms, r->p99_ms,
-              r->max_ms);
-  if (f.options.server.empty()) {
-    std::printf("  server CPU            %.1f s over %.1f s (%.2f cores), RSS %.0f MiB\n",
-                r->server_cpu_seconds, r->seconds, r->server_cpu_seconds / r->seconds,
-                r->server_rss_mib);
-    std::printf("  jobs placed meanwhile %lld\n", static_cast<long long>(r->jobs_placed));
-  }
+  if (f.json) std::cout << all.dump(2) << "\n";
   return 0;
 }
 
@@ -275,9 +319,10 @@ int RunBenchAgents(AgentBenchFlags f) {
   if (f.options.dashboards > 0) {
     std::printf("  %d dashboards, each reading every 5 s:\n", f.options.dashboards);
     for (const auto& read : r->dashboard_reads) {
-      std::printf("    %-62s p50 %6.1f ms  p99 %6.1f ms  %7.1f KiB sent  (%lld reads, %lld errors)\n",
-                  read.path.c_str(), read.p50_ms, read.p99_ms, read.bytes / 1024.0,
-                  static_cast<long long>(read.count), static_cast<long long>(read.errors));
+      std::printf(
+          "    %-62s p50 %6.1f ms  p99 %6.1f ms  %7.1f KiB sent  (%lld reads, %lld errors)\n",
+          read.path.c_str(), read.p50_ms, read.p99_ms, read.bytes / 1024.0,
+          static_cast<long long>(read.count), static_cast<long long>(read.errors));
     }
   }
   return 0;
@@ -359,6 +404,17 @@ void AddSimCommands(CLI::App& app, int* rc) {
                      "multiply submit times by this (e.g. 0.01 packs 100 days of arrivals into "
                      "one); durations are kept");
   replay->add_flag("--json", rf.json, "print one JSON object");
+  replay->add_option("--idle-share", rf.idle_share,
+                     "model idle phases: this share of the GPU jobs (0..1, drawn with --seed) "
+                     "idles for the end of its run (for traces that record no utilisation)");
+  replay->add_option("--idle-fraction", rf.idle_fraction,
+                     "the share of each such job's duration that is idle (default 0.5)");
+  replay->add_option("--seed", rf.seed, "seed of --idle-share's draw (default 1)");
+  replay
+      ->add_option("--reclaim-idle-after", rf.reclaim_after,
+                   "also run each policy reclaiming jobs idle this long (an IdlePolicy's "
+                   "idleFor + grace: 30m, 1h, seconds), side by side with it")
+      ->transform(DurationFlag());
   replay->callback([rc] { *rc = RunSimReplay(rf); });
 
   static GenerateFlags gf;
@@ -392,13 +448,19 @@ void AddBenchCommands(CLI::App& app, int* rc) {
 
   static ApiBenchFlags af;
   CLI::App* api_bench = bench->add_subcommand(
-      "api", "Durable job submissions per second against a real server process on SQLite");
+      "api",
+      "Durable job submissions per second against a real server process on SQLite (and "
+      "PostgreSQL with --store)");
   api_bench->add_option("--clients", af.options.clients, "concurrent clients");
-  api_bench->add_option("--seconds", af.options.seconds, "how long to submit");
+  api_bench->add_option("--seconds", af.options.seconds, "how long to submit (30s, 2m, seconds)")
+      ->transform(DurationFlag());
   api_bench->add_option("--server", af.options.server,
                         "an existing server's URL (default: start one on a temporary data dir)");
   api_bench->add_option("--token", af.options.token, "token for --server (or MERIDIAN_TOKEN)");
   api_bench->add_option("--project", af.options.project, "project to submit to with --server");
+  api_bench->add_option("--store", af.options.store,
+                        "postgresql://... : also run the benchmark against a server on this "
+                        "database (after one on SQLite), and print both");
   api_bench->add_flag("--json", af.json, "print one JSON object");
   api_bench->callback([rc] { *rc = RunBenchApi(af); });
 
@@ -406,8 +468,10 @@ void AddBenchCommands(CLI::App& app, int* rc) {
   CLI::App* agents_bench = bench->add_subcommand(
       "agents", "Heartbeat latency and server load with many agents (simulated in-process)");
   agents_bench->add_option("--agents", gf.options.agents, "simulated agents (nodes)");
-  agents_bench->add_option("--interval", gf.options.interval, "heartbeat interval, seconds");
-  agents_bench->add_option("--seconds", gf.options.seconds, "how long they heartbeat");
+  agents_bench->add_option("--interval", gf.options.interval, "heartbeat interval (2s, seconds)")
+      ->transform(DurationFlag());
+  agents_bench->add_option("--seconds", gf.options.seconds, "how long they heartbeat")
+      ->transform(DurationFlag());
   agents_bench->add_option("--jobs", gf.options.jobs, "1-GPU jobs placed on them first");
   agents_bench->add_option("--threads", gf.options.threads, "client threads the agents share");
   agents_bench->add_option("--dashboards", gf.options.dashboards,

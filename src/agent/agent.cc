@@ -20,6 +20,7 @@
 #include "agent/gpu_devices.h"
 #include "agent/simulated_gpus.h"
 #include "agent/task_isolation.h"
+#include "base/log.h"
 #include "base/strings.h"
 
 namespace meridian::agent {
@@ -120,6 +121,9 @@ Agent::Agent(AgentOptions options, std::unique_ptr<GpuDiscovery> gpus)
   if (o_.cpu_milli <= 0) o_.cpu_milli = HostCpuMilli();
   if (o_.memory_mib <= 0) o_.memory_mib = HostMemoryMib();
   if (o_.cgroups) cgroups_ = Cgroups::Detect();
+  // Heartbeats, reports and uploads go over one connection that stays open.
+  o_.server.keep_connection = true;
+  client_ = cli::Client(o_.server);
 }
 
 Agent::~Agent() = default;
@@ -164,12 +168,11 @@ Status Agent::Register() {
   // file (from the last heartbeat, which comes only after) stay until a heartbeat's answer.
   RenewLease(sent, LeaseValues::kKeep);
   registered_ = true;
-  std::fprintf(stderr,
-               "meridian agent: node %s registered in cluster %s with %zu GPU(s)%s; heartbeat "
-               "every %.1f s, lease %.1f s, fence grace %.1f s, cgroups %s\n",
-               o_.node.c_str(), o_.cluster.c_str(), inventory->size(),
-               gpus_->simulated() ? " (simulated)" : "", interval_, lease_, fence_grace_,
-               cgroups_.VersionName());
+  base::log::Info(base::log::Fields{{"node", o_.node}, {"cluster", o_.cluster}},
+                  "node {} registered in cluster {} with {} GPU(s){}; heartbeat every {:.1f} s, "
+                  "lease {:.1f} s, fence grace {:.1f} s, cgroups {}",
+                  o_.node, o_.cluster, inventory->size(), gpus_->simulated() ? " (simulated)" : "",
+                  interval_, lease_, fence_grace_, cgroups_.VersionName());
   return Status::Ok();
 }
 
@@ -193,7 +196,7 @@ void Agent::UseCredential(const std::string& credential, bool keep) {
 }
 
 void Agent::ForgetCredential(const std::string& why) {
-  std::fprintf(stderr, "meridian agent: %s; using the bootstrap token\n", why.c_str());
+  base::log::Warn("{}; using the bootstrap token", why);
   std::error_code ec;
   std::filesystem::remove(o_.work_dir + "/credential", ec);
   client_ = cli::Client(o_.server);
@@ -268,7 +271,7 @@ Status Agent::Run(const std::atomic<bool>& stop) {
   while (!stop) {
     Status s = registered_ ? Beat() : Register();
     if (s.ok()) {
-      if (!last_error_.empty()) std::fprintf(stderr, "meridian agent: connected again\n");
+      if (!last_error_.empty()) base::log::Info("connected again");
       last_error_.clear();
       backoff = 0.5;
       sleep(registered_ ? interval_ : 0);
@@ -276,7 +279,7 @@ Status Agent::Run(const std::atomic<bool>& stop) {
     }
     Poll();  // tasks go on (until the lease runs out) while the server is away
     if (s.message() != last_error_) {
-      std::fprintf(stderr, "meridian agent: %s (retrying with backoff)\n", s.message().c_str());
+      base::log::Warn("{} (retrying with backoff)", s.message());
       last_error_ = s.message();
     }
     sleep(backoff);
@@ -310,8 +313,7 @@ Status Agent::Recover() {
     const std::string dir = entry.path().string();
     auto a = protocol::DecodeAssignment(ReadJson(dir + "/assignment.json"));
     if (!a.ok()) {
-      std::fprintf(stderr, "meridian agent: %s: %s (left alone)\n", dir.c_str(),
-                   a.status().message().c_str());
+      base::log::Warn("{}: {} (left alone)", dir, a.status().message());
       continue;
     }
     Task t;
@@ -344,8 +346,7 @@ Status Agent::Recover() {
       t.message = "its supervisor ended while the agent was away";
       t.cause = domain::FailureCause::kNotStarted;
     }
-    std::fprintf(stderr, "meridian agent: found task %s (%s)\n", entry.path().filename().c_str(),
-                 t.state.c_str());
+    base::log::Info("found task {} ({})", entry.path().filename().string(), t.state);
     tasks_[{t.job, t.index, t.generation}] = std::move(t);
   }
   return Status::Ok();
@@ -356,7 +357,7 @@ void Agent::Reconcile(const Json& answer) {
   for (protocol::DecodedAssignment& d : protocol::DecodeAssignments(answer)) {
     if (!d.assignment.ok()) {
       // Listed, so not stopped if it runs; if it does not, it is reported as never started.
-      std::fprintf(stderr, "meridian agent: %s\n", d.assignment.status().message().c_str());
+      base::log::Warn("{}", d.assignment.status().message());
       if (!d.key) continue;
       listed.insert(*d.key);
       if (tasks_.count(*d.key)) continue;
@@ -435,8 +436,7 @@ void Agent::Start(Task& t) {
     if (files.ok()) {
       spec.cgroup_procs = *files;
     } else {
-      std::fprintf(stderr, "meridian agent: task %s runs without limits: %s\n", group.c_str(),
-                   files.status().message().c_str());
+      base::log::Warn("task {} runs without limits: {}", group, files.status().message());
     }
   }
   spec.env = task_env;
@@ -548,13 +548,16 @@ void Agent::Poll() {
 void Agent::TakeHealthOrders(const Json& answer) {
   auto orders = protocol::DecodeHealthOrders(answer);
   if (!orders.ok()) {
-    std::fprintf(stderr, "meridian agent: %s\n", orders.status().message().c_str());
+    base::log::Warn("{}", orders.status().message());
     return;
   }
   for (const protocol::InjectedFault& f : orders->faults) {
-    const Status s = gpus_->InjectXid(f.gpu, f.xid);
-    std::fprintf(stderr, "meridian agent: fault injection: XID %d on GPU %d%s\n", f.xid, f.gpu,
-                 s.ok() ? "" : (": " + s.message()).c_str());
+    const bool warning = !f.warning.empty();
+    const Status s =
+        warning ? gpus_->InjectWarning(f.gpu, f.warning) : gpus_->InjectXid(f.gpu, f.xid);
+    const std::string what = warning ? "warning " + f.warning : "XID " + std::to_string(f.xid);
+    base::log::Warn("fault injection: {} on GPU {}{}", what, f.gpu,
+                    s.ok() ? "" : ": " + s.message());
     beat_soon_ = beat_soon_ || s.ok();
   }
   for (const protocol::Remediation& order : orders->remediations) {
@@ -620,8 +623,8 @@ protocol::RemediationResult Agent::Remediate(const protocol::Remediation& order)
   }
   out.healthy = s.ok();
   out.message = s.ok() ? done : s.message();
-  std::fprintf(stderr, "meridian agent: GPU %d remediated: %s\n", order.gpu,
-               s.ok() ? ("healthy after " + done).c_str() : s.message().c_str());
+  base::log::Info("GPU {} remediated: {}", order.gpu,
+                  s.ok() ? "healthy after " + done : s.message());
   return out;
 }
 

@@ -11,6 +11,7 @@
 
 #include "agent/agent.h"
 #include "agent/task_isolation.h"
+#include "base/log.h"
 
 namespace meridian::agent {
 
@@ -68,7 +69,7 @@ Status Agent::SetUpIsolation() {
     return Status::Io("--work-dir " + o_.work_dir + ": cannot set the mode of " + tasks + ": " +
                       std::strerror(errno));
   }
-  std::fprintf(stderr, "meridian agent: %s\n", line.c_str());
+  base::log::Info("{}", line);
   return Status::Ok();
 }
 

@@ -50,6 +50,16 @@ class GpuDiscovery {
     return base::Status(base::StatusCode::kFailedPrecondition,
                         "faults are injected only into simulated GPUs");
   }
+  // Fault injection of a warning before failure (domain/gpu_warnings.h), simulated GPUs only:
+  // "ecc-corrected" (corrected ECC errors over the Policy's default threshold), "temperature"
+  // (near its slowdown), "power-cap" (clocks held by the power cap), "nvlink-crc" (NVLink CRC
+  // errors), "clear" (temperature and throttling back to normal; counters stay counted).
+  virtual base::Status InjectWarning(int32_t gpu, const std::string& warning) {
+    (void)gpu;
+    (void)warning;
+    return base::Status(base::StatusCode::kFailedPrecondition,
+                        "warnings are injected only into simulated GPUs");
+  }
   // The remediation of simulated GPUs: the fault is cleared, as a GPU reset clears it. Real GPUs
   // are reset by the Policy's command, which the agent runs; this says so.
   virtual bool ResetsItself() const { return false; }

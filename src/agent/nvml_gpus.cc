@@ -45,6 +45,9 @@ constexpr int kRetiredDoubleBit = 1;    // NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT
 constexpr unsigned int kMaxPages = 64;  // what one call lists; the count comes back regardless
 constexpr unsigned long long kEventXidCritical = 0x8;
 constexpr unsigned int kMaxNvLinks = 18;
+constexpr int kThresholdSlowdown = 1;  // NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+constexpr int kNvLinkCrcFlit = 2;      // NVML_NVLINK_ERROR_DL_CRC_FLIT
+constexpr int kNvLinkCrcData = 3;      // NVML_NVLINK_ERROR_DL_CRC_DATA
 constexpr unsigned int kBufferSize = 96;
 
 }  // namespace
@@ -70,6 +73,9 @@ struct NvmlGpus::Api {
   int (*pci_info)(Device, PciInfo*) = nullptr;
   int (*nvlink_state)(Device, unsigned int, int*) = nullptr;
   int (*nvlink_remote_pci)(Device, unsigned int, PciInfo*) = nullptr;
+  int (*temperature_threshold)(Device, int, unsigned int*) = nullptr;
+  int (*throttle_reasons)(Device, unsigned long long*) = nullptr;
+  int (*nvlink_errors)(Device, unsigned int, int, unsigned long long*) = nullptr;
   int (*event_set_create)(EventSet*) = nullptr;
   int (*register_events)(Device, unsigned long long, EventSet) = nullptr;
   int (*event_wait)(EventSet, EventData*, unsigned int) = nullptr;
@@ -115,6 +121,12 @@ base::Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& librar
   want(a.pci_info, "nvmlDeviceGetPciInfo_v3");
   want(a.nvlink_state, "nvmlDeviceGetNvLinkState");
   want(a.nvlink_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  // Warnings before failures: the slowdown temperature, why clocks are held back (R535 renamed
+  // "throttle reasons" to "clocks event reasons"; the bits are the same), NVLink CRC counters.
+  want(a.temperature_threshold, "nvmlDeviceGetTemperatureThreshold");
+  want(a.throttle_reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+  if (!a.throttle_reasons) want(a.throttle_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  want(a.nvlink_errors, "nvmlDeviceGetNvLinkErrorCounter");
   want(a.event_set_create, "nvmlEventSetCreate");
   want(a.register_events, "nvmlDeviceRegisterEvents");
   want(a.event_wait, "nvmlEventSetWait_v2");
@@ -303,6 +315,16 @@ base::Result<std::vector<GpuTelemetry>> NvmlGpus::Telemetry() {
       t.row_remap_pending = pending != 0;
       t.row_remap_failed = failed != 0;
     }
+    unsigned int slowdown = 0;
+    if (a.temperature_threshold &&
+        a.temperature_threshold(d, kThresholdSlowdown, &slowdown) == kSuccess) {
+      t.slowdown_temperature_c = slowdown;
+    }
+    unsigned long long reasons = 0;
+    if (a.throttle_reasons && a.throttle_reasons(d, &reasons) == kSuccess) {
+      t.throttle_reasons = static_cast<int64_t>(reasons);
+    }
+    t.nvlink_crc_errors = NvLinkCrcErrors(d);
     if (auto x = xids_.find(t.index); x != xids_.end()) {
       t.xid_errors = x->second.first;
       t.last_xid = x->second.second;
@@ -310,6 +332,22 @@ base::Result<std::vector<GpuTelemetry>> NvmlGpus::Telemetry() {
     out.push_back(t);
   }
   return out;
+}
+
+std::optional<int64_t> NvmlGpus::NvLinkCrcErrors(void* device) const {
+  const Api& a = *api_;
+  if (!a.nvlink_errors || !a.nvlink_state) return std::nullopt;
+  std::optional<int64_t> total;
+  for (unsigned int link = 0; link < kMaxNvLinks; ++link) {
+    int active = 0;
+    if (a.nvlink_state(device, link, &active) != kSuccess || !active) continue;
+    for (int counter : {kNvLinkCrcFlit, kNvLinkCrcData}) {
+      unsigned long long n = 0;
+      if (a.nvlink_errors(device, link, counter, &n) != kSuccess) continue;
+      total = total.value_or(0) + static_cast<int64_t>(n);
+    }
+  }
+  return total;
 }
 
 base::Status NvmlGpus::Probe(int32_t gpu) {

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ class NvmlGpus final : public GpuDiscovery {
   struct Api;
   NvmlGpus() = default;
   base::Status Check(int rc, const char* what) const;
+  // CRC errors (flit and data) summed over the device's active NVLinks; absent when it has
+  // none or NVML cannot read them.
+  std::optional<int64_t> NvLinkCrcErrors(void* device) const;
 
   void* handle_ = nullptr;
   std::unique_ptr<Api> api_;

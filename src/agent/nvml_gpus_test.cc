@@ -54,6 +54,14 @@ TEST(NvmlGpus, ReadsInventoryTopologyAndTelemetryThroughDlopen) {
   EXPECT_EQ((*t)[2].xid_errors, 1);
   EXPECT_EQ((*t)[2].last_xid, 79);
   EXPECT_EQ((*t)[0].xid_errors, 0);
+  // Warnings before failures: the slowdown threshold (absent where NVML has none), the clock
+  // throttle reasons, and NVLink CRC errors summed over the active links.
+  EXPECT_EQ((*t)[0].slowdown_temperature_c, 87);
+  EXPECT_FALSE((*t)[3].slowdown_temperature_c);
+  EXPECT_EQ((*t)[2].throttle_reasons, 0x4);
+  EXPECT_EQ((*t)[0].throttle_reasons, 0x1);
+  EXPECT_EQ((*t)[1].nvlink_crc_errors, 14);
+  EXPECT_EQ((*t)[0].nvlink_crc_errors, 0);
 }
 
 TEST(NvmlGpus, ProductNamesMapToTheCatalogue) {

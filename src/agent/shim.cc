@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "agent/task_isolation.h"
+#include "base/log.h"
 #include "domain/failure_cause.h"
 #include "protocol/agent_protocol.h"
 
@@ -144,8 +145,8 @@ int RunShim(const std::string& dir) {
   const Json text = Json::parse(ReadAll(dir + "/spec.json"), nullptr, false);
   auto decoded = protocol::DecodeShimSpec(text);
   if (text.is_discarded() || !decoded.ok()) {
-    std::fprintf(stderr, "meridian-shim: %s/spec.json: %s\n", dir.c_str(),
-                 text.is_discarded() ? "not JSON" : decoded.status().message().c_str());
+    base::log::Error("{}/spec.json: {}", dir,
+                     text.is_discarded() ? "not JSON" : decoded.status().message());
     return 2;
   }
   const protocol::ShimSpec& spec = *decoded;

@@ -96,7 +96,12 @@ base::Result<std::vector<GpuTelemetry>> SimulatedGpus::Telemetry() {
     t.sm_clock_mhz = static_cast<int64_t>(MaxSmClock(g.model) * (0.25 + 0.75 * l.utilization));
     // Every error counter reads, at zero unless a fault was injected.
     const Faults& f = faults_[static_cast<size_t>(g.index)];
-    t.ecc_single_bit = 0;
+    t.ecc_single_bit = f.ecc_corrected;
+    t.slowdown_temperature_c = kSlowdownC;
+    if (f.hot) t.temperature_c = kWarmC;
+    // NVML's throttle reasons: idle (0x1) when nothing runs, the software power cap (0x4).
+    t.throttle_reasons = (l.utilization == 0 ? 0x1 : 0x0) | (f.power_capped ? 0x4 : 0x0);
+    t.nvlink_crc_errors = f.nvlink_crc;
     t.ecc_double_bit = f.double_bit;
     if (RemapsRows(g.model)) {
       t.remapped_rows_correctable = 0;
@@ -155,6 +160,30 @@ base::Status SimulatedGpus::InjectXid(int32_t gpu, int32_t xid) {
   if (xid == 48 || xid == 95) ++f.double_bit;
   if (remaps && (xid == 63 || xid == 94 || xid == 95)) f.remap_pending = true;
   if (remaps && xid == 64) f.remap_failed = true;
+  return base::Status::Ok();
+}
+
+base::Status SimulatedGpus::InjectWarning(int32_t gpu, const std::string& warning) {
+  if (gpu < 0 || gpu >= static_cast<int32_t>(gpus_.size())) {
+    return base::Status::Invalid("no simulated GPU " + std::to_string(gpu));
+  }
+  Faults& f = faults_[static_cast<size_t>(gpu)];
+  // Enough of each counter to pass the Policy's default threshold in one heartbeat.
+  if (warning == "ecc-corrected") {
+    f.ecc_corrected += 1000;
+  } else if (warning == "nvlink-crc") {
+    f.nvlink_crc += 100;
+  } else if (warning == "temperature") {
+    f.hot = true;
+  } else if (warning == "power-cap") {
+    f.power_capped = true;
+  } else if (warning == "clear") {
+    f.hot = false;
+    f.power_capped = false;
+  } else {
+    return base::Status::Invalid("warning: unknown \"" + warning +
+                                 "\" (ecc-corrected, temperature, power-cap, nvlink-crc, clear)");
+  }
   return base::Status::Ok();
 }
 

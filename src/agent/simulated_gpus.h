@@ -28,6 +28,11 @@ class SimulatedGpus final : public GpuDiscovery {
                                               int32_t start) override;
   void DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) override;
   base::Status InjectXid(int32_t gpu, int32_t xid) override;
+  base::Status InjectWarning(int32_t gpu, const std::string& warning) override;
+  // The slowdown temperature simulated GPUs report (a made-up figure, in the range of
+  // data-centre boards), and what an injected temperature warning makes them read.
+  static constexpr double kSlowdownC = 90;
+  static constexpr double kWarmC = 88;
   bool ResetsItself() const override { return true; }
   base::Status ClearFault(int32_t gpu) override;
   base::Status Probe(int32_t gpu) override;
@@ -49,6 +54,11 @@ class SimulatedGpus final : public GpuDiscovery {
     bool faulted = false;        // until a reset: the probe fails
     bool remap_pending = false;  // a row remap waits for the reset
     bool remap_failed = false;
+    // Injected warnings: counters only grow; a hot or power-capped board until "clear".
+    int64_t ecc_corrected = 0;
+    int64_t nvlink_crc = 0;
+    bool hot = false;
+    bool power_capped = false;
   };
   std::vector<GpuInfo> gpus_;
   std::vector<Load> load_;

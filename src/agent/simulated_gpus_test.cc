@@ -98,5 +98,36 @@ TEST(SimulatedGpus, InjectedFaultsReadAsNvmlReadsThemUntilAReset) {
   EXPECT_FALSE(g.InjectXid(0, 0).ok());
 }
 
+// Injected warnings read as NVML would show them: corrected ECC and NVLink CRC counters that
+// grow, a temperature near the slowdown the GPU reports, the power cap's throttle reason; a
+// "clear" brings temperature and clocks back, and counters stay counted. The GPU stays healthy.
+TEST(SimulatedGpus, InjectedWarningsReadAsNvmlReadsThem) {
+  auto gpus = SimulatedGpus::FromSpec("2xH100-80GB", "n1");
+  ASSERT_TRUE(gpus.ok());
+  SimulatedGpus& g = **gpus;
+  auto t = g.Telemetry();
+  EXPECT_EQ((*t)[0].slowdown_temperature_c, SimulatedGpus::kSlowdownC);
+  EXPECT_EQ((*t)[0].throttle_reasons, 0x1);  // idle
+  EXPECT_EQ((*t)[0].ecc_single_bit, 0);
+  EXPECT_EQ((*t)[0].nvlink_crc_errors, 0);
+  for (const char* w : {"ecc-corrected", "nvlink-crc", "temperature", "power-cap"}) {
+    ASSERT_TRUE(g.InjectWarning(1, w).ok()) << w;
+  }
+  t = g.Telemetry();
+  EXPECT_EQ((*t)[1].ecc_single_bit, 1000);
+  EXPECT_EQ((*t)[1].nvlink_crc_errors, 100);
+  EXPECT_DOUBLE_EQ((*t)[1].temperature_c, SimulatedGpus::kWarmC);
+  EXPECT_EQ((*t)[1].throttle_reasons, 0x1 | 0x4);
+  EXPECT_DOUBLE_EQ((*t)[0].temperature_c, 30) << "only the GPU it was injected into";
+  EXPECT_TRUE(g.Probe(1).ok());
+  ASSERT_TRUE(g.InjectWarning(1, "clear").ok());
+  t = g.Telemetry();
+  EXPECT_DOUBLE_EQ((*t)[1].temperature_c, 30);
+  EXPECT_EQ((*t)[1].throttle_reasons, 0x1);
+  EXPECT_EQ((*t)[1].ecc_single_bit, 1000);
+  EXPECT_NE(g.InjectWarning(1, "smoke").message().find("unknown \"smoke\""), std::string::npos);
+  EXPECT_FALSE(g.InjectWarning(5, "temperature").ok());
+}
+
 }  // namespace
 }  // namespace meridian::agent

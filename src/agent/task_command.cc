@@ -107,6 +107,10 @@ std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
   env["MERIDIAN_WORLD_SIZE"] = std::to_string(a.world_size);
   env["MERIDIAN_MASTER_ADDR"] = a.master_addr;
   env["MERIDIAN_GENERATION"] = std::to_string(t.generation);
+  if (a.array_id > 0) {
+    env["MERIDIAN_ARRAY_JOB_ID"] = std::to_string(a.array_id);
+    env["MERIDIAN_ARRAY_INDEX"] = std::to_string(a.array_index);
+  }
   env["MERIDIAN_RESTART"] = std::to_string(t.restarts);
   env["MERIDIAN_NODE"] = o_.node;
   env["MERIDIAN_NOTICE_FILE"] = t.dir + "/notice";

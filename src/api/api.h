@@ -7,30 +7,39 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "api/auth.h"
 #include "api/metrics.h"
+#include "api/oidc.h"
 #include "api/rate_limit.h"
 #include "base/clock.h"
 #include "base/entropy.h"
 #include "domain/documents.h"
+#include "domain/job_spec.h"
 #include "domain/node_ops.h"
 #include "store/store.h"
 
-namespace httplib {
-class Server;
+namespace meridian::net {
+class HttpServer;
 struct Request;
-struct Response;
-}  // namespace httplib
+}  // namespace meridian::net
 
 namespace meridian::api {
 
 // Decodes a request body: JSON nested at most 64 deep, no object with a key twice (a body with
 // two "project" keys means two things; which one wins is a guess, as YAML's rule says). The one
-// decoder of untrusted JSON.
-base::Result<Json> DecodeJsonBody(const std::string& body);
+// decoder of untrusted JSON. A body that is not JSON is refused with a message of our own that
+// says what was found where ("malformed JSON at line 2, column 7 (byte 19): unexpected '}'"),
+// never the parser's exception text; `where`, when given, gets that place (line 0: none).
+struct JsonBodyError {
+  int64_t byte = 0;  // 1-based offset of the byte the parser stopped at
+  int64_t line = 0;
+  int64_t column = 0;
+};
+base::Result<Json> DecodeJsonBody(const std::string& body, JsonBodyError* where = nullptr);
 
 // One sample of the estate, taken every few seconds by the server for the dashboard's charts
 // (GET /api/v1/history).
@@ -50,6 +59,20 @@ struct HistorySample {
   };
   std::map<std::string, Queue> projects;
   std::map<std::string, double> quota_used;  // GPUs in use by each node of the tenancy tree
+};
+
+// The GPUs of one node over time (GET /api/v1/nodes/{name}/history), sampled with the history
+// above but kept in memory only, for at most kNodeHistorySeconds: per GPU, what its agent last
+// reported. A restart begins it afresh.
+inline constexpr double kNodeHistorySeconds = 3600;
+struct NodeGpuSample {
+  int32_t index = 0;
+  float utilization = -1;      // 0..1; -1 when the GPU reports none
+  float memory_used_mib = -1;  // -1 when the GPU reports none
+};
+struct NodeSample {
+  double at = 0;
+  std::vector<NodeGpuSample> gpus;
 };
 
 // A sample as stored (store::Tx::PutSample), and back; parts of the wrong shape are skipped.
@@ -86,9 +109,16 @@ class SchedulerHooks {
   // The samples taken at or after `since` (Unix seconds), oldest first, and the sampling
   // interval in seconds.
   virtual std::vector<HistorySample> History(double since, double* interval) = 0;
+  // The samples of one node's GPUs taken at or after `since`, oldest first (empty for a node
+  // never sampled), and the sampling interval in seconds.
+  virtual std::vector<NodeSample> NodeHistory(const std::string& node, double since,
+                                              double* interval) = 0;
   // What the estate the scheduler runs on leaves out of the configuration, and why (empty when
   // all of it is scheduled).
   virtual std::vector<ConfigProblem> ConfigProblems() = 0;
+  // Why nothing the estate has, or may be given, could ever hold a job of `spec`, naming the
+  // field (domain/admission.h); nothing when something could.
+  virtual std::optional<domain::FieldError> NeverHeld(const domain::JobSpec& spec) = 0;
 };
 
 // What the API asks of the side of the server that node agents talk to (implemented by
@@ -137,9 +167,10 @@ class NodeOperations {
   // Fault injection: GPU `gpu` of a node whose GPUs are simulated reports `xid` as an XID event
   // (its agent is told with its next heartbeat's answer), and the server acts on it as on any
   // XID. FailedPrecondition for a node with real GPUs, InvalidArgument for a GPU it lacks.
-  // Answers {node, gpu, xid, class, scope}.
+  // Answers {node, gpu, xid, class, scope}. A warning (fault.warning, domain/gpu_warnings.h)
+  // makes the GPU read as a warning before failure does; it answers {node, gpu, warning}.
   virtual base::Result<Json> InjectFault(const std::string& node, const std::string& by,
-                                         int32_t gpu, int32_t xid) = 0;
+                                         int32_t gpu, const domain::FaultInjection& fault) = 0;
   // Puts a GPU cordoned for a fault back into service and forgets its faults (the operator
   // repaired or vouched for it); a held GPU is released only so. Answers Operations.
   virtual base::Result<Json> UncordonGpu(const std::string& node, const std::string& by,
@@ -154,6 +185,17 @@ class AlertHooks {
   // Pending and firing alerts, ordered by their labels: [{rule, state, labels, annotations,
   // activeSince, firedAt, resolvedAt, value}]. The API filters them per caller.
   virtual Json Alerts() = 0;
+};
+
+// What the API asks of the server's idle-GPU reclamation (implemented by server::IdleReclaimer,
+// docs/adr/0019-idle-reclamation.md): the running jobs that an IdlePolicy finds idle now, and
+// what it does or, in dry-run mode, would do about each. Thread-safe.
+class IdleHooks {
+ public:
+  virtual ~IdleHooks() = default;
+  // [{job, name, project, type, policy, action, state, dryRun, idleSince, noticedAt, stopAt,
+  // gpus, utilization}], by job id. The API filters them per caller by project.
+  virtual Json Idle() = 0;
 };
 
 // Task output as agents upload it: one file per job, task and generation, appended at known
@@ -228,12 +270,19 @@ struct ApiOptions {
   double write_rate = 50;
   double write_burst = 500;
   double failed_auths_per_minute = 60;
+  // Long polls (?wait=) and watches open at once with one token; past it they answer 429.
+  int max_waits_per_token = 16;
+  // Single sign-on: how ID tokens are checked, and what fetches discovery documents and key
+  // sets (null: cpp-httplib's client).
+  OidcOptions oidc;
+  HttpFetcher* oidc_fetcher = nullptr;
 };
 
 // The JSON API under /api/v1, plus /healthz and /metrics. Every /api/v1 call is authenticated
 // with a bearer token and authorized against the caller's roles; every mutating call and every
 // denied call is written to the audit log. Handlers hold no scheduling logic: they validate,
-// store, and wake the scheduler. Thread-safe: httplib calls handlers from its worker threads.
+// store, and wake the scheduler. Thread-safe: the HTTP server calls handlers from its worker
+// threads.
 class Api {
  public:
   Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy, SchedulerHooks* hooks,
@@ -247,9 +296,11 @@ class Api {
   void ServeNodeOperations(NodeOperations* nodes) { node_ops_ = nodes; }
   // Serves GET /api/v1/alerts; without it the list is empty.
   void ServeAlerts(AlertHooks* alerts) { alerts_ = alerts; }
+  // Serves GET /api/v1/idle; without it the list is empty.
+  void ServeIdle(IdleHooks* idle) { idle_ = idle; }
   ~Api();
 
-  void Register(httplib::Server& server);
+  void Register(net::HttpServer& server);
 
   // Creates the "admin" user and a token for it when the store holds no user yet; returns the
   // token text, or "" when users existed already.
@@ -260,10 +311,20 @@ class Api {
 
  private:
   using Handler = std::function<void(Call&)>;
-  enum class Kind { kPublic, kRead, kMutate };
-  void Route(httplib::Server& server, const char* method, const std::string& pattern,
-             const std::string& action, Kind kind, Handler handler);
+  // Whether a request of the route may wait (a long poll): it runs on a thread of its own, and
+  // counts against its token's max_waits_per_token.
+  using Waits = std::function<bool(const net::Request&)>;
+  // kSignIn: public, but what it is given is a credential of another kind (an authorization
+  // code): a refusal (401) counts against the address as a failed authentication does, and an
+  // address held off is answered 429 before the work (a call to the identity provider).
+  enum class Kind { kPublic, kSignIn, kRead, kMutate };
+  void Route(net::HttpServer& server, const char* method, const std::string& pattern,
+             const std::string& action, Kind kind, Handler handler, Waits waits = nullptr);
   base::Status Authenticate(Call& call);
+  // One line of the access log for a request answered in `seconds`.
+  void AccessLog(const Call& call, Kind kind, double seconds);
+  // An ID token of an IdentityProvider's issuer (docs/adr/0021-single-sign-on.md).
+  base::Status AuthenticateIdToken(Call& call, const std::string& token);
   // Answers 429 with Retry-After (`limit` names the limit in the metric).
   void RateLimited(Call& call, const std::string& limit, double wait, const std::string& why);
   // Whether this is the first refusal of `token` in the minute of `now` (audit_writer.cc).
@@ -292,10 +353,13 @@ class Api {
   void AddOperations(Json* row);  // to a node's row: what operators asked of the node
   // /healthz and /metrics (api_estate.cc).
   void Health(Call& call);
+  void Version(Call& call);  // GET /api/v1/version: this server's build
   void ServeMetrics(Call& call);
   void Usage(Call& call);
   void History(Call& call);
+  void NodeHistory(Call& call);
   void ListAlerts(Call& call);
+  void ListIdle(Call& call);
   // Node agents and task output (api_agents.cc).
   void RegisterAgent(Call& call);
   base::Result<bool> LiveUnderCredential(const std::string& node);
@@ -327,13 +391,20 @@ class Api {
   void ListTokens(Call& call);
   void RevokeToken(Call& call);
   void ListAudit(Call& call);
+  // What a client needs to sign in with an IdentityProvider: public.
+  void AuthProviders(Call& call);
+  // The dashboard's sign-in: an authorization code (with its PKCE verifier) exchanged at the
+  // provider's token endpoint for an ID token, which is checked and handed back. Public.
+  void ExchangeCode(Call& call);
 
   // The tenancy tree and the names that exist, read from the store and kept until a
   // configuration write through this API (or Refresh after a timeout) changes them.
   struct ConfigView {
     Tenancy tenancy;
     std::vector<std::string> projects;
+    std::vector<std::string> clusters;
     std::map<std::string, ClassUse> priority_classes;  // who may use each
+    std::vector<OidcProvider> identity_providers;
   };
   std::shared_ptr<const ConfigView> Config();
   void InvalidateConfig();
@@ -357,10 +428,15 @@ class Api {
   LogStore* logs_ = nullptr;
   NodeOperations* node_ops_ = nullptr;
   AlertHooks* alerts_ = nullptr;
+  IdleHooks* idle_ = nullptr;
 
   std::shared_ptr<AuditState> audit_;  // shared_ptr: its type is complete only there
-  RateLimiter writes_;        // by token id
-  RateLimiter failed_auths_;  // by client address
+  RateLimiter writes_;                 // by token id
+  RateLimiter failed_auths_;           // by client address
+  ConcurrencyLimit waiting_;           // long polls and watches, by token id
+  std::unique_ptr<HttpFetcher> own_fetcher_;
+  HttpFetcher* oidc_fetcher_ = nullptr;
+  std::unique_ptr<OidcVerifier> oidc_;
 
   std::mutex config_mu_;
   std::shared_ptr<const ConfigView> config_;

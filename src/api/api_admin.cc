@@ -1,5 +1,9 @@
 // Users, tokens and the audit log.
+#include <map>
+#include <optional>
+
 #include "api/api_internal.h"
+#include "base/duration.h"
 
 namespace meridian::api {
 
@@ -16,23 +20,105 @@ Json TokenToJson(const store::TokenRecord& t) {
           {"revoked", t.revoked}};
 }
 
+// A string field of a provider's answer; "" when it is missing or not a string (the answer comes
+// from the network: a wrong type is a refusal, not an exception).
+std::string StringField(const Json& object, const char* key) {
+  if (!object.is_object() || !object.contains(key) || !object.at(key).is_string()) return "";
+  return object.at(key).get<std::string>();
+}
+
 }  // namespace
 
 void Api::WhoAmI(Call& call) {
-  std::vector<RoleBinding> roles;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto user = tx.GetObject("User", call.access.user());
-    if (!user.ok()) return user.status();
-    auto r = ParseRoles(user->spec);
-    if (!r.ok()) return r.status();
-    roles = *r;
-    return Status::Ok();
-  });
-  if (!s.ok()) return Fail(call, s);
+  // The roles the caller was authenticated with: a stored user's, read with its token, or those
+  // an identity provider's groups give (a signed-in user has no User object).
+  Json out = {{"user", call.access.user()},
+              {"roles", RolesToJson(call.access.roles())},
+              {"projects", call.access.Readable(Config()->projects)}};
+  if (!call.identity_provider.empty()) out["identityProvider"] = call.identity_provider;
+  if (call.expires_at > 0) out["expiresAt"] = call.expires_at;
+  Respond(call, 200, out);
+}
+
+void Api::AuthProviders(Call& call) {
+  Json items = Json::array();
+  for (const OidcProvider& p : Config()->identity_providers) {
+    Json item = {
+        {"name", p.name}, {"issuer", p.issuer}, {"clientId", p.client_id}, {"scopes", p.scopes}};
+    // Where a browser signs in: the dashboard cannot read the provider's discovery document
+    // itself (its page may connect to its own origin only). Cached, fetched at most every 2 s.
+    auto discovery = oidc_->Discovery(p.issuer);
+    if (discovery.ok() && discovery->contains("authorization_endpoint") &&
+        discovery->at("authorization_endpoint").is_string()) {
+      item["authorizationEndpoint"] = discovery->at("authorization_endpoint");
+    }
+    items.push_back(std::move(item));
+  }
+  Respond(call, 200, {{"items", std::move(items)}});
+}
+
+void Api::ExchangeCode(Call& call) {
+  auto body = JsonBody(call);
+  if (!body) return;
+  if (!body->is_object()) return Fail(call, 400, "invalid_argument", "body: must be an object");
+  std::map<std::string, std::string> in;
+  for (const char* k : {"provider", "code", "codeVerifier", "redirectUri", "nonce"}) {
+    if (!body->contains(k) || !body->at(k).is_string() || body->at(k).get<std::string>().empty()) {
+      return Fail(call, 400, "invalid_argument", std::string(k) + ": is required", k);
+    }
+    in[k] = body->at(k).get<std::string>();
+  }
+  for (const auto& [k, v] : body->items()) {
+    if (!in.count(k)) return Fail(call, 400, "invalid_argument", k + ": unknown field", k);
+  }
+  std::optional<OidcProvider> provider;
+  for (const OidcProvider& p : Config()->identity_providers) {
+    if (p.name == in["provider"]) provider = p;
+  }
+  if (!provider) {
+    return Fail(call, 404, "not_found", "provider: no IdentityProvider \"" + in["provider"] + "\"",
+                "provider");
+  }
+  auto discovery = oidc_->Discovery(provider->issuer);
+  if (!discovery.ok()) return Fail(call, discovery.status());
+  const std::string endpoint = StringField(*discovery, "token_endpoint");
+  if (endpoint.empty()) {
+    return Fail(call, 503, "unavailable", provider->issuer + " names no token_endpoint");
+  }
+  // RFC 6749 4.1.3 with RFC 7636's verifier: the code is good only with the verifier of the
+  // browser that asked for it.
+  auto answer = oidc_fetcher_->PostForm(endpoint, {{"grant_type", "authorization_code"},
+                                                   {"code", in["code"]},
+                                                   {"redirect_uri", in["redirectUri"]},
+                                                   {"client_id", provider->client_id},
+                                                   {"code_verifier", in["codeVerifier"]}});
+  if (!answer.ok()) return Fail(call, answer.status());
+  const Json tokens = Json::parse(answer->body, nullptr, false);
+  const std::string id_token = StringField(tokens, "id_token");
+  if (answer->status != 200 || id_token.empty()) {
+    const std::string said = StringField(tokens, "error");
+    const std::string error = !said.empty() ? said : tokens.is_object() ? "no id_token" : "no JSON";
+    return Fail(call, 401, "unauthenticated",
+                "the identity provider refused the sign-in: " + error + " (HTTP " +
+                    std::to_string(answer->status) + ")");
+  }
+  auto identity = oidc_->Verify(id_token, {*provider});
+  if (!identity.ok()) {
+    call.audit_message = "ID token refused: " + identity.status().message();
+    return Fail(
+        call, identity.status().code() == base::StatusCode::kPermissionDenied ? 403 : 401,
+        identity.status().code() == base::StatusCode::kPermissionDenied ? "permission_denied"
+                                                                        : "unauthenticated",
+        identity.status().code() == base::StatusCode::kPermissionDenied
+            ? identity.status().message()
+            : "the identity provider's ID token was refused: " + identity.status().message());
+  }
+  // The nonce binds the token to this browser's sign-in (OIDC Core 3.1.3.7, 11).
+  if (identity->nonce != in["nonce"]) {
+    return Fail(call, 401, "unauthenticated", "the ID token's nonce is not this sign-in's");
+  }
   Respond(call, 200,
-          {{"user", call.access.user()},
-           {"roles", RolesToJson(roles)},
-           {"projects", call.access.Readable(Config()->projects)}});
+          {{"idToken", id_token}, {"user", identity->user}, {"expiresAt", identity->expires_at}});
 }
 
 void Api::ListUsers(Call& call) {
@@ -57,7 +143,9 @@ void Api::ListUsers(Call& call) {
     }
     items.push_back(ObjectToJson(u));
   }
-  Respond(call, 200, {{"items", std::move(items)}});
+  Json next;
+  if (!PageWhole(call, &items, &next, 0, options_.max_page)) return;
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 void Api::PutUser(Call& call) {
@@ -132,12 +220,17 @@ void Api::CreateToken(Call& call) {
   }
   double expires_at = 0;
   if (body->contains("expiresIn")) {
+    // Seconds, or a duration with units as documents take them ("30d", "12h").
     const Json& e = body->at("expiresIn");
-    if (!e.is_number() || e.get<double>() <= 0) {
-      return Fail(call, 400, "invalid_argument", "expiresIn: must be a positive number of seconds",
+    auto seconds = e.is_string() ? base::ParseDuration(e.get<std::string>())
+                   : e.is_number() ? base::Result<double>(e.get<double>())
+                                   : base::Result<double>(Status::Invalid("not a duration"));
+    if (!seconds.ok() || *seconds <= 0) {
+      return Fail(call, 400, "invalid_argument",
+                  "expiresIn: must be a positive number of seconds or a duration (30d, 12h, 90m)",
                   "expiresIn");
     }
-    expires_at = call.started + e.get<double>();
+    expires_at = call.started + *seconds;
   }
   NewToken t = GenerateToken(*entropy_);
   store::TokenRecord record{t.id,         user,       t.secret_hash, body->value("description", ""),
@@ -165,7 +258,9 @@ void Api::ListTokens(Call& call) {
   std::vector<store::TokenRecord> tokens = std::move(tokens_read.value());
   Json items = Json::array();
   for (const store::TokenRecord& t : tokens) items.push_back(TokenToJson(t));
-  Respond(call, 200, {{"items", std::move(items)}});
+  Json next;
+  if (!PageWhole(call, &items, &next, 0, options_.max_page)) return;
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 Status RevokeTokensOf(store::Tx& tx, const std::string& user) {
@@ -221,7 +316,9 @@ void Api::ListAudit(Call& call) {
   }
   // Failed authentications still being counted are written first, so that the log is current.
   FlushFailedAuths(true);
-  auto after = IntParam(call, "after", 0, 0, INT64_MAX);
+  // ?continue, the answer's, as on every list; ?after, its old name, still works.
+  auto after =
+      IntParam(call, call.req.has_param("continue") ? "continue" : "after", 0, 0, INT64_MAX);
   if (!after) return;
   auto limit = IntParam(call, "limit", 100, 1, options_.max_page);
   if (!limit) return;
@@ -249,7 +346,12 @@ void Api::ListAudit(Call& call) {
                      {"result", a.result},
                      {"message", a.message}});
   }
-  Respond(call, 200, {{"items", std::move(items)}});
+  // Oldest first, a full page continues after its last entry; newest first lists the newest
+  // entries only, and ends there.
+  Json next = !f.newest_first && entries.size() == static_cast<size_t>(f.limit)
+                  ? Json(entries.back().seq)
+                  : Json();
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 }  // namespace meridian::api

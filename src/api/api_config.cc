@@ -343,6 +343,9 @@ bool Sees(const Access& access, const std::string& kind, const std::string& name
   if (kind == "Quota") return access.SeesScope(QuotaScope(spec));
   // A receiver's URL is often its credential (a chat webhook's path is its secret): admins only.
   if (kind == "AlertReceiver") return access.IsAdmin();
+  // Which groups hold which roles is the organisation's chart: admins only. What a client needs
+  // to sign in (issuer, client id) is public at /api/v1/auth/providers.
+  if (kind == "IdentityProvider") return access.IsAdmin();
   return true;
 }
 
@@ -394,7 +397,9 @@ void Api::ListObjects(Call& call, const std::string& kind) {
   for (const store::Object& o : objects) {
     if (Sees(call.access, kind, o.name, o.spec)) items.push_back(ObjectToJson(o));
   }
-  Respond(call, 200, {{"items", std::move(items)}});
+  Json next;
+  if (!PageWhole(call, &items, &next, 0, options_.max_page)) return;
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 void Api::GetObject(Call& call, const std::string& kind) {
@@ -658,14 +663,16 @@ void Api::Rollback(Call& call) {
 }
 
 void Api::Revisions(Call& call) {
-  auto limit = IntParam(call, "limit", 50, 1, options_.max_page);
-  if (!limit) return;
   // A revision is the whole estate's desired state, every team's documents in it, and only
   // admins make them: to anyone else there are none, as there are no jobs of projects it may
   // not read.
-  if (!call.access.IsAdmin()) return Respond(call, 200, {{"items", Json::array()}});
-  auto revisions_read = store::ReadValue(
-      *store_, [&](store::Tx& tx) { return tx.ListRevisions(static_cast<int32_t>(*limit)); });
+  if (!call.access.IsAdmin()) {
+    return Respond(call, 200, {{"items", Json::array()}, {"continue", nullptr}});
+  }
+  // The newest max_page, paged here: 50 to a page unless ?limit says otherwise.
+  auto revisions_read = store::ReadValue(*store_, [&](store::Tx& tx) {
+    return tx.ListRevisions(static_cast<int32_t>(options_.max_page));
+  });
   if (!revisions_read.ok()) return Fail(call, revisions_read.status());
   std::vector<store::Revision> revisions = std::move(revisions_read.value());
   Json items = Json::array();
@@ -675,7 +682,9 @@ void Api::Revisions(Call& call) {
                      {"author", r.author},
                      {"message", r.message}});
   }
-  Respond(call, 200, {{"items", std::move(items)}});
+  Json next;
+  if (!PageWhole(call, &items, &next, 50, options_.max_page)) return;
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 void Api::RevisionDetail(Call& call) {

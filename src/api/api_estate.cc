@@ -3,6 +3,8 @@
 #include <set>
 
 #include "api/api_internal.h"
+#include "base/version.h"
+#include "domain/label_selector.h"
 
 namespace meridian::api {
 
@@ -105,10 +107,27 @@ void Api::AddOperations(Json* row) {
   for (const char* k : {"cordoned", "drain", "scheduling", "gpuHealth"}) (*row)[k] = ops[k];
 }
 
+void Api::Version(Call& call) {
+  // Read access, not public: which build runs is worth something to an attacker, and every
+  // client that asks has a token (kubectl's /version is for authenticated users by default too).
+  Respond(call, 200, {{"version", base::Version()}, {"api", "v1"}});
+}
+
 void Api::Nodes(Call& call) {
-  Json items = hooks_->Nodes();
-  for (Json& row : items) AddOperations(&row);
-  Respond(call, 200, {{"items", std::move(items)}});
+  auto selector = domain::LabelSelector::Parse(call.req.get_param_value("labelSelector"));
+  if (!selector.ok()) {
+    return Fail(call, 400, "invalid_argument", "labelSelector: " + selector.status().message(),
+                "labelSelector");
+  }
+  Json items = Json::array();
+  for (Json& row : hooks_->Nodes()) {
+    if (!selector->Matches(domain::LabelsOf(row.value("labels", Json::object())))) continue;
+    AddOperations(&row);
+    items.push_back(std::move(row));
+  }
+  Json next;
+  if (!PageWhole(call, &items, &next, 0, options_.max_page)) return;
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 void Api::GetNode(Call& call) {
@@ -128,7 +147,9 @@ void Api::Usage(Call& call) {
   for (const Json& row : hooks_->Usage()) {
     if (visible(row.value("name", ""))) items.push_back(row);
   }
-  Respond(call, 200, {{"items", std::move(items)}});
+  Json next;
+  if (!PageWhole(call, &items, &next, 0, options_.max_page)) return;
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 void Api::History(Call& call) {
@@ -189,6 +210,39 @@ void Api::History(Call& call) {
            {"quota", quotas}});
 }
 
+// One node's GPUs over time, as /history gives the estate's: columns, one value per sample.
+// Nodes are seen by everyone (as /nodes), and so is their telemetry.
+void Api::NodeHistory(Call& call) {
+  const std::string name = call.Arg(1);
+  auto since = IntParam(call, "since", static_cast<int64_t>(call.started) - 3600, 0, INT64_MAX);
+  if (!since) return;
+  bool known = false;
+  for (const Json& row : hooks_->Nodes()) known = known || row.value("name", "") == name;
+  if (!known) return Fail(call, 404, "not_found", "node \"" + name + "\" not found");
+  double interval = 0;
+  std::vector<NodeSample> samples =
+      hooks_->NodeHistory(name, static_cast<double>(*since), &interval);
+  const size_t n = samples.size();
+  Json at = Json::array();
+  std::map<int32_t, Json> gpus;  // by index: a GPU missing from a sample is null there
+  for (size_t i = 0; i < n; ++i) {
+    at.push_back(samples[i].at);
+    for (const NodeGpuSample& g : samples[i].gpus) {
+      Json& series = gpus[g.index];
+      if (series.is_null()) {
+        series = {{"index", g.index},
+                  {"utilization", Json(n, nullptr)},
+                  {"memoryUsedMib", Json(n, nullptr)}};
+      }
+      if (g.utilization >= 0) series["utilization"][i] = Rounded(g.utilization);
+      if (g.memory_used_mib >= 0) series["memoryUsedMib"][i] = std::round(g.memory_used_mib);
+    }
+  }
+  Json items = Json::array();
+  for (auto& [index, series] : gpus) items.push_back(std::move(series));
+  Respond(call, 200, {{"interval", interval}, {"at", at}, {"gpus", items}});
+}
+
 void Api::ListAlerts(Call& call) {
   const std::string state = call.req.has_param("state") ? call.req.get_param_value("state") : "";
   if (!state.empty() && state != "firing" && state != "pending") {
@@ -213,7 +267,27 @@ void Api::ListAlerts(Call& call) {
       if (sees(a.value("labels", Json::object()))) items.push_back(std::move(a));
     }
   }
-  Respond(call, 200, {{"items", std::move(items)}});
+  Json next;
+  if (!PageWhole(call, &items, &next, 0, options_.max_page)) return;
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
+}
+
+// The running jobs that IdlePolicy documents find idle, and what is (or, in a dry run, would be)
+// done about each: a job is seen by who may read its project, as its alerts are.
+void Api::ListIdle(Call& call) {
+  const std::string project =
+      call.req.has_param("project") ? call.req.get_param_value("project") : "";
+  Json items = Json::array();
+  if (idle_) {
+    for (Json& f : idle_->Idle()) {
+      const std::string p = f.value("project", "");
+      if (!project.empty() && p != project) continue;
+      if (call.access.CanRead(p)) items.push_back(std::move(f));
+    }
+  }
+  Json next;
+  if (!PageWhole(call, &items, &next, 0, options_.max_page)) return;
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 }  // namespace meridian::api

@@ -2,19 +2,18 @@
 
 // Shared by the API's handler files; not part of the module's interface.
 
-#include <httplib.h>
-
 #include <optional>
 #include <string>
 
 #include "api/api.h"
 #include "domain/spec.h"
+#include "net/http.h"
 
 namespace meridian::api {
 
 struct Api::Call {
-  const httplib::Request& req;
-  httplib::Response& res;
+  const net::Request& req;
+  net::Response& res;
   std::string action;
   Access access;
   bool authenticated = false;
@@ -25,9 +24,11 @@ struct Api::Call {
   std::string token_id;      // the id of the token it authenticated with
   double started = 0;
   std::shared_ptr<const void> pinned;  // what `access` points into
+  std::string identity_provider;       // signed in with an ID token of this provider
+  double expires_at = 0;               // when the credential expires (0: never)
 
   // The n-th capture of the route's pattern.
-  std::string Arg(size_t n) const { return req.matches.size() > n ? req.matches[n].str() : ""; }
+  std::string Arg(size_t n) const { return req.matches.size() > n ? req.matches[n] : ""; }
 };
 
 std::shared_ptr<Api::AuditState> NewAuditState();
@@ -50,6 +51,12 @@ std::optional<int64_t> IntParam(Api::Call& call, const std::string& name, int64_
 // The n-th capture of the route's pattern as an id (the pattern takes only digits): one too large
 // for any id names nothing, and answers 404 "<what> N not found" (and returns nothing).
 std::optional<int64_t> IdArg(Api::Call& call, size_t n, const std::string& what);
+// One page of a list the server holds whole (nodes, a kind's documents, users, tokens, alerts,
+// ...): ?limit (default `default_limit`, 0: all of it; at most `max_page`) and ?continue, the
+// position that the previous page's answer gave as its `continue`. Leaves the page in *items
+// and the next page's `continue` (null on the last) in *next. Answers 400 itself and returns
+// false on a bad value. Every list of the API pages with limit and continue (ADR 0024).
+bool PageWhole(Api::Call& call, Json* items, Json* next, int64_t default_limit, int64_t max_page);
 // ?order=oldest (the default) or newest; answers 400 itself and returns nullopt otherwise.
 std::optional<bool> NewestFirst(Api::Call& call);
 

@@ -1,11 +1,13 @@
 // Jobs, their events and explanations, and watching for changes.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 
 #include "api/api_internal.h"
 #include "api/job_life.h"
 #include "api/job_mentions.h"
 #include "base/strings.h"
+#include "domain/label_selector.h"
 #include "domain/lifecycle.h"
 
 namespace meridian::api {
@@ -14,6 +16,23 @@ using base::Status;
 
 namespace {
 
+constexpr size_t kMaxElementsShown = 10000;
+
+// An array's counts by phase, from the store: {size, maxRunning, phases: {Running: 3, ...}}.
+base::Result<Json> ArraySummary(store::Tx& tx, const store::JobRecord& first) {
+  auto counts = tx.CountArrayByPhase(first.array_id);
+  if (!counts.ok()) return counts.status();
+  Json phases = Json::object();
+  int64_t size = 0;
+  for (const auto& [phase, n] : *counts) {
+    phases[phase] = n;
+    size += n;
+  }
+  auto spec = SpecOf(first);
+  const int64_t max_running = spec.ok() && spec->array ? spec->array->max_running : 0;
+  return Json{{"size", size}, {"maxRunning", max_running}, {"phases", std::move(phases)}};
+}
+
 std::vector<std::string> CommaList(const std::string& text) {
   std::vector<std::string> out;
   for (std::string_view part : base::Split(text, ',')) {
@@ -21,6 +40,36 @@ std::vector<std::string> CommaList(const std::string& text) {
     if (!part.empty()) out.emplace_back(part);
   }
   return out;
+}
+
+// Each job a dependency names must exist and be readable by the caller; aftercorr must name an
+// array. A refusal names the entry in `*field` (spec.dependencies[i]).
+Status CheckDependencies(const Api::Call& call, store::Tx& tx, const domain::JobSpec& spec,
+                         std::string* field) {
+  for (size_t i = 0; i < spec.dependencies.size(); ++i) {
+    const domain::Dependency& d = spec.dependencies[i];
+    for (int64_t id : d.jobs) {
+      const std::string entry = "spec.dependencies[" + std::to_string(i) + "]";
+      auto target = tx.GetJob(id);
+      if (!target.ok() && target.status().code() != base::StatusCode::kNotFound) {
+        return target.status();
+      }
+      if (!target.ok() || !call.access.CanRead(target->project)) {
+        *field = entry;
+        return Status::Invalid(entry + ": job " + std::to_string(id) + " not found");
+      }
+      if (d.kind == domain::DependencyKind::kAfterCorr && !spec.array) {
+        *field = entry;
+        return Status::Invalid(entry + ": aftercorr is for an array (spec.array) on an array");
+      }
+      if (d.kind == domain::DependencyKind::kAfterCorr && target->array_id != id) {
+        *field = entry;
+        return Status::Invalid(entry + ": aftercorr needs an array, and job " + std::to_string(id) +
+                               " is not one");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -56,6 +105,12 @@ void Api::SubmitJob(Call& call) {
       return Fail(call, 403, "permission_denied", refusal, "spec.priorityClass");
     }
   }
+  // What nothing could ever run is refused now, with its field, rather than left to wait.
+  if (std::optional<domain::FieldError> never = hooks_->NeverHeld(doc->typed)) {
+    domain::ErrorList errors;
+    errors.Add(src, never->field, never->message);
+    return FailFields(call, errors);
+  }
   store::JobRecord job;
   job.name = doc->name;
   job.project = doc->project;
@@ -64,24 +119,55 @@ void Api::SubmitJob(Call& call) {
   job.reason = "submitted";
   job.submitted_at = job.updated_at = call.started;
   job.version = 1;
+  // An array's elements are jobs of one spec, each with its index, written in one transaction
+  // (ADR 0023): the first element's id is the array's.
+  std::vector<int64_t> indices;
+  if (doc->typed.array) indices = doc->typed.array->Indices();
   int64_t seq = 0;
+  std::string refused_field;
   Status s = store_->Write([&](store::Tx& tx) {
-    auto id = tx.InsertJob(job);
-    if (!id.ok()) return id.status();
-    job.id = *id;
-    auto e = tx.AppendEvent({0, call.started, "Job", std::to_string(job.id), job.project, "Normal",
-                             "Submitted", "submitted by " + job.user});
-    if (!e.ok()) return e.status();
-    seq = *e;
-    store::AuditEntry a{
-        0,           call.started, job.user, "POST",    call.req.path,
-        call.action, job.project,  201,      "allowed", "job " + std::to_string(job.id)};
+    if (Status d = CheckDependencies(call, tx, doc->typed, &refused_field); !d.ok()) return d;
+    const size_t n = indices.empty() ? 1 : indices.size();
+    for (size_t i = 0; i < n; ++i) {
+      store::JobRecord element = job;
+      if (!indices.empty()) {
+        element.array_id = i == 0 ? store::kNewArray : job.id;
+        element.array_index = indices[i];
+      }
+      auto id = tx.InsertJob(element);
+      if (!id.ok()) return id.status();
+      if (i == 0) {
+        job.id = *id;
+        if (!indices.empty()) {
+          job.array_id = *id;
+          job.array_index = indices[0];
+        }
+      }
+      auto e = tx.AppendEvent({0, call.started, "Job", std::to_string(*id), job.project, "Normal",
+                               "Submitted", "submitted by " + job.user});
+      if (!e.ok()) return e.status();
+      seq = *e;
+    }
+    const std::string what =
+        indices.empty() ? "job " + std::to_string(job.id)
+                        : "array " + std::to_string(job.id) + " of " + std::to_string(n) + " jobs";
+    store::AuditEntry a{0,           call.started, job.user, "POST",    call.req.path,
+                        call.action, job.project,  201,      "allowed", what};
     return tx.AppendAudit(a).status();
   });
+  if (!refused_field.empty()) {
+    return Fail(call, 400, "invalid_argument", s.message(), refused_field);
+  }
   if (!s.ok()) return Fail(call, s);
   call.audited = true;
   Changed(seq, false);
-  Respond(call, 201, JobToJson(job));
+  Json out = JobToJson(job);
+  if (!indices.empty()) {
+    out["status"]["array"] = {{"size", indices.size()},
+                              {"maxRunning", doc->typed.array->max_running},
+                              {"phases", {{"Pending", indices.size()}}}};
+  }
+  Respond(call, 201, out);
 }
 
 void Api::ListJobs(Call& call) {
@@ -124,20 +210,101 @@ void Api::ListJobs(Call& call) {
       return Respond(call, 200, {{"items", Json::array()}, {"continue", nullptr}});
   }
   filter.projects = wanted;
-  auto jobs_read = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListJobs(filter); });
-  if (!jobs_read.ok()) return Fail(call, jobs_read.status());
-  std::vector<store::JobRecord> jobs = std::move(jobs_read.value());
-  // A full page, or one the byte bound ended, continues from its last job.
-  Json next = !jobs.empty() && (jobs.size() == static_cast<size_t>(filter.limit) || ended_by_bytes)
-                  ? Json(jobs.back().id)
-                  : Json();
+  // An array is one line (its first element, with its elements' counts by phase) unless its
+  // elements are asked for (?array=ID) or a phase is: then the elements in it are listed.
+  auto array = IntParam(call, "array", 0, 0, INT64_MAX);
+  if (!array) return;
+  filter.array_id = *array;
+  // ?arrays=whole: one line per array with a phase too (one shown when any element is in it).
+  const std::string arrays = call.req.get_param_value("arrays");
+  if (!arrays.empty() && arrays != "whole" && arrays != "elements") {
+    return Fail(call, 400, "invalid_argument",
+                "arrays: \"" + arrays + "\" is neither whole nor elements", "arrays");
+  }
+  filter.arrays_as_one =
+      *array == 0 && (arrays == "whole" || (arrays.empty() && filter.phases.empty()));
+  auto selector = domain::LabelSelector::Parse(call.req.get_param_value("labelSelector"));
+  if (!selector.ok()) {
+    return Fail(call, 400, "invalid_argument", "labelSelector: " + selector.status().message(),
+                "labelSelector");
+  }
+  // ?name=: a part of the name, in any case; ?cluster=: placed on, or ran on, one of these.
+  std::string name_part = call.req.get_param_value("name");
+  for (char& ch : name_part) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (name_part.size() > 253) {
+    return Fail(call, 400, "invalid_argument", "name: longer than any job name (253)", "name");
+  }
+  const std::vector<std::string> clusters = CommaList(call.req.get_param_value("cluster"));
+  for (const std::string& c : clusters) {
+    if (!std::count(config->clusters.begin(), config->clusters.end(), c)) {
+      return Fail(call, 400, "invalid_argument", "cluster: \"" + c + "\" is not a cluster",
+                  "cluster");
+    }
+  }
+  auto keep = [&](const store::JobRecord& j) {
+    if (!name_part.empty()) {
+      std::string name = j.name;
+      for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (name.find(name_part) == std::string::npos) return false;
+    }
+    if (!clusters.empty()) {
+      bool in = false;
+      for (const Json& a : j.allocation.is_array() ? j.allocation : Json::array()) {
+        in = in || std::count(clusters.begin(), clusters.end(), a.value("cluster", ""));
+      }
+      if (!in) return false;
+    }
+    return selector->Matches(domain::LabelsOf(j.spec.value("labels", Json::object())));
+  };
+  const bool filtered = !selector->empty() || !name_part.empty() || !clusters.empty();
+  std::vector<store::JobRecord> jobs;
+  std::map<int64_t, Json> summaries;
+  Json next;
+  // The store pages by id; labels live in the spec and placements in the allocation, so a
+  // selector, a name or a cluster is applied here, reading further pages until this one is
+  // full. A bounded number of store pages is read per request: the answer may then hold fewer
+  // jobs, and its continue token goes on after the last one read.
+  constexpr int kMaxStorePages = 16;
+  for (int page = 0; page < kMaxStorePages; ++page) {
+    std::vector<store::JobRecord> read;
+    Status st = store_->Read([&](store::Tx& tx) {
+      auto r = tx.ListJobs(filter);
+      if (!r.ok()) return r.status();
+      read = std::move(r.value());
+      for (const store::JobRecord& j : read) {
+        if (!filter.arrays_as_one || j.array_id != j.id) continue;
+        auto summary = ArraySummary(tx, j);
+        if (!summary.ok()) return summary.status();
+        summaries[j.id] = std::move(summary.value());
+      }
+      return Status::Ok();
+    });
+    if (!st.ok()) return Fail(call, st);
+    // A full page, or one the byte bound ended, continues from its last job.
+    const bool more =
+        !read.empty() && (read.size() == static_cast<size_t>(filter.limit) || ended_by_bytes);
+    next = more ? Json(read.back().id) : Json();
+    if (!filtered) {
+      jobs = std::move(read);
+      break;
+    }
+    for (store::JobRecord& j : read) {
+      if (keep(j)) jobs.push_back(std::move(j));
+    }
+    if (!more || jobs.size() >= static_cast<size_t>(*limit)) break;
+    (filter.newest_first ? filter.before_id : filter.after_id) = read.back().id;
+    filter.limit = static_cast<int32_t>(*limit - static_cast<int64_t>(jobs.size()));
+    ended_by_bytes = false;
+  }
   Json items = Json::array();
   for (store::JobRecord& j : jobs) {
     if (j.phase == "Pending") {
       std::string why = hooks_->PendingReason(j.id);
       if (!why.empty()) j.reason = why;
     }
+    const int64_t id = j.id;
     items.push_back(JobToJson(std::move(j)));
+    if (summaries.count(id)) items.back()["status"]["array"] = std::move(summaries[id]);
   }
   JobMentions(call.access, store_).Hide(&items);
   Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
@@ -147,8 +314,24 @@ std::optional<store::JobRecord> ReadableJob(Api::Call& call, store::Store* store
   const auto parsed = IdArg(call, 1, "job");
   if (!parsed) return std::nullopt;
   const int64_t id = *parsed;
+  // ?index=N: element N of array `id` (the CLI's ID_N).
+  auto index = IntParam(call, "index", -1, 0, domain::kMaxArrayIndex);
+  if (!index) return std::nullopt;
   store::JobRecord job;
   Status s = store->Read([&](store::Tx& tx) {
+    if (*index >= 0) {
+      store::JobFilter f;
+      f.array_id = id;
+      f.array_index = *index;
+      f.limit = 1;
+      auto r = tx.ListJobs(f);
+      if (!r.ok()) return r.status();
+      if (r->empty()) {
+        return Status::NotFound("job " + std::to_string(id) + "_" + std::to_string(*index));
+      }
+      job = r->front();
+      return Status::Ok();
+    }
     auto r = tx.GetJob(id);
     if (!r.ok()) return r.status();
     job = *r;
@@ -156,7 +339,9 @@ std::optional<store::JobRecord> ReadableJob(Api::Call& call, store::Store* store
   });
   if (!s.ok() || !call.access.CanRead(job.project)) {
     if (s.ok() || s.code() == base::StatusCode::kNotFound) {
-      Fail(call, 404, "not_found", "job " + std::to_string(id) + " not found");
+      Fail(call, 404, "not_found",
+           "job " + std::to_string(id) + (*index >= 0 ? "_" + std::to_string(*index) : "") +
+               " not found");
     } else {
       Fail(call, s);
     }
@@ -174,6 +359,34 @@ void Api::GetJob(Call& call) {
     if (!why.empty()) job->reason = why;
   }
   Json out = JobToJson(*job);
+  // The array's first element, asked for as the array (not as ID_0): its counts, and with
+  // ?elements=true its elements.
+  if (job->array_id == job->id && call.req.get_param_value("index").empty()) {
+    const bool elements = call.req.get_param_value("elements") == "true";
+    Status s = store_->Read([&](store::Tx& tx) {
+      auto summary = ArraySummary(tx, *job);
+      if (!summary.ok()) return summary.status();
+      out["status"]["array"] = std::move(summary.value());
+      if (!elements) return Status::Ok();
+      store::JobFilter f;
+      f.array_id = job->id;
+      f.limit = static_cast<int32_t>(kMaxElementsShown);
+      auto r = tx.ListJobs(f);
+      if (!r.ok()) return r.status();
+      Json list = Json::array();
+      for (const store::JobRecord& e : *r) {
+        list.push_back({{"id", e.id},
+                        {"index", e.array_index},
+                        {"phase", e.phase},
+                        {"reason", e.phase == "Pending" && !hooks_->PendingReason(e.id).empty()
+                                       ? hooks_->PendingReason(e.id)
+                                       : e.reason}});
+      }
+      out["status"]["array"]["elements"] = std::move(list);
+      return Status::Ok();
+    });
+    if (!s.ok()) return Fail(call, s);
+  }
   JobMentions(call.access, store_).Hide(&out);
   Respond(call, 200, out);
 }
@@ -186,27 +399,47 @@ void Api::CancelJob(Call& call) {
         call, 403, "permission_denied",
         call.access.user() + " may not cancel job " + std::to_string(job->id) + " of " + job->user);
   }
+  // The array asked for as the array (its first element's id, without ?index) cancels every
+  // element that has not ended, in one transaction; ID_N (or any other job) only itself.
+  const bool whole_array = job->array_id == job->id && call.req.get_param_value("index").empty();
   int64_t seq = 0;
+  int64_t cancelled = 0;
   Status s = store_->Write([&](store::Tx& tx) {
-    auto current = tx.GetJob(job->id);
-    if (!current.ok()) return current.status();
-    *job = *current;
-    auto life = LifeOf(*job);
-    if (!life.ok()) return life.status();
-    // A job that holds devices goes through Stopping: they stay taken until its tasks have
-    // been seen to stop. A spec that no longer decodes (a damaged row) gets the default grace:
-    // such a job can still be cancelled.
-    auto spec = SpecOf(*job);
-    const double grace = spec.ok() ? spec->grace_period : domain::JobSpec{}.grace_period;
-    auto t = domain::lifecycle::Cancel(*life, call.access.user(), grace, call.started);
-    if (!t.ok()) {
-      return Status(t.status().code(),
-                    "job " + std::to_string(job->id) + ": " + t.status().message());
+    std::vector<store::JobRecord> targets;
+    if (whole_array) {
+      store::JobFilter f;
+      f.array_id = job->id;
+      f.phases = {"Pending", "Placed", "Running", "Stopping"};
+      f.limit = 100000;
+      auto r = tx.ListJobs(f);
+      if (!r.ok()) return r.status();
+      targets = std::move(r.value());
+    } else {
+      auto current = tx.GetJob(job->id);
+      if (!current.ok()) return current.status();
+      targets.push_back(std::move(current.value()));
     }
-    if (t->events.empty()) return Status::Ok();  // already being cancelled: nothing to do
-    auto e = CommitTransition(tx, *t, call.started, &*job);
-    if (!e.ok()) return e.status();
-    seq = *e;
+    for (store::JobRecord& target : targets) {
+      auto life = LifeOf(target);
+      if (!life.ok()) return life.status();
+      // A job that holds devices goes through Stopping: they stay taken until its tasks have
+      // been seen to stop. A spec that no longer decodes (a damaged row) gets the default
+      // grace: such a job can still be cancelled.
+      auto spec = SpecOf(target);
+      const double grace = spec.ok() ? spec->grace_period : domain::JobSpec{}.grace_period;
+      auto t = domain::lifecycle::Cancel(*life, call.access.user(), grace, call.started);
+      if (!t.ok()) {
+        return Status(t.status().code(),
+                      "job " + std::to_string(target.id) + ": " + t.status().message());
+      }
+      if (t->events.empty()) continue;  // already being cancelled: nothing to do
+      auto e = CommitTransition(tx, *t, call.started, &target);
+      if (!e.ok()) return e.status();
+      seq = *e;
+      ++cancelled;
+    }
+    if (!whole_array) *job = targets.front();
+    if (cancelled == 0) return Status::Ok();
     store::AuditEntry a{0,
                         call.started,
                         call.access.user(),
@@ -216,13 +449,20 @@ void Api::CancelJob(Call& call) {
                         job->project,
                         200,
                         "allowed",
-                        "job " + std::to_string(job->id)};
+                        whole_array ? "array " + std::to_string(job->id) + ": " +
+                                          std::to_string(cancelled) + " jobs"
+                                    : "job " + std::to_string(job->id)};
     return tx.AppendAudit(a).status();
   });
   if (!s.ok()) return Fail(call, s);
   call.audited = seq > 0;  // a repeated cancel changed nothing and is audited as any call
   Changed(seq, false);
+  if (whole_array) {
+    auto current = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetJob(job->id); });
+    if (current.ok()) *job = std::move(current.value());
+  }
   Json out = JobToJson(*job);
+  if (whole_array) out["status"]["cancelledElements"] = cancelled;
   JobMentions(call.access, store_).Hide(&out);
   Respond(call, 200, out);
 }
@@ -266,7 +506,9 @@ void Api::JobEvents(Call& call) {
   Json items = Json::array();
   for (const store::Event& e : events) items.push_back(EventToJson(e));
   JobMentions(call.access, store_).Hide(&items);
-  Respond(call, 200, {{"items", std::move(items)}});
+  Json next;
+  if (!PageWhole(call, &items, &next, 0, options_.max_page)) return;
+  Respond(call, 200, {{"items", std::move(items)}, {"continue", std::move(next)}});
 }
 
 namespace {
@@ -283,9 +525,11 @@ store::EventFilter VisibleEvents(const Access& access, const std::vector<std::st
 }  // namespace
 
 void Api::ListEvents(Call& call) {
-  // after=latest: only what comes next (a dashboard that has just read the current state).
-  const bool latest = call.req.get_param_value("after") == "latest";
-  auto after = latest ? std::optional<int64_t>(0) : IntParam(call, "after", 0, 0, INT64_MAX);
+  // ?continue, the answer's, as on every list; ?after, its old name, still works. latest: only
+  // what comes next (a dashboard that has just read the current state).
+  const char* from = call.req.has_param("continue") ? "continue" : "after";
+  const bool latest = call.req.get_param_value(from) == "latest";
+  auto after = latest ? std::optional<int64_t>(0) : IntParam(call, from, 0, 0, INT64_MAX);
   if (!after) return;
   auto limit = IntParam(call, "limit", 100, 1, options_.max_page);
   if (!limit) return;
@@ -297,6 +541,13 @@ void Api::ListEvents(Call& call) {
   f.after_seq = *after;
   f.limit = static_cast<int32_t>(*limit);
   f.newest_first = *newest;
+  // ?objectKind=Node&object=NAME: the events of one object (a node's page).
+  f.object_kind = call.req.get_param_value("objectKind");
+  f.object_name = call.req.get_param_value("object");
+  if (!f.object_name.empty() && f.object_kind.empty()) {
+    return Fail(call, 400, "invalid_argument", "object: needs objectKind (Job, Node, ...)",
+                "object");
+  }
   if (latest) {
     auto seq = store::ReadValue(*store_, [](store::Tx& tx) { return tx.LatestEventSeq(); });
     if (!seq.ok()) return Fail(call, seq.status());
@@ -326,7 +577,8 @@ void Api::ListEvents(Call& call) {
   JobMentions(call.access, store_).Hide(&items);
   const int64_t last =
       events.empty() ? f.after_seq : std::max(events.front().seq, events.back().seq);
-  Respond(call, 200, {{"items", std::move(items)}, {"last", last}});
+  // A feed: there is always a next page to ask for (a long poll waits for it).
+  Respond(call, 200, {{"items", std::move(items)}, {"last", last}, {"continue", last}});
 }
 
 void Api::Watch(Call& call) {
@@ -353,8 +605,7 @@ void Api::Watch(Call& call) {
   std::shared_ptr<const void> pinned = call.pinned;
   call.res.set_header("Cache-Control", "no-cache");
   call.res.set_chunked_content_provider(
-      "text/event-stream",
-      [store, bus, f, deadline, access, pinned](size_t, httplib::DataSink& sink) mutable {
+      "text/event-stream", [store, bus, f, deadline, access, pinned](net::Sink& sink) mutable {
         std::vector<store::Event> events;
         const int64_t seen = bus->latest();
         Status s = store->Read([&](store::Tx& tx) {

@@ -74,10 +74,12 @@ void Api::InjectGpuFault(Call& call) {
   auto fault = domain::DecodeFaultInjection(*body);
   if (!fault.ok()) return Fail(call, fault.status());
   const std::string node = call.Arg(1);
-  auto injected = node_ops_->InjectFault(node, call.access.user(), *gpu, fault->xid);
+  auto injected = node_ops_->InjectFault(node, call.access.user(), *gpu, *fault);
   if (!injected.ok()) return Fail(call, injected.status());
-  call.audit_message = "fault injected: " + domain::DescribeXid(fault->xid) + " on GPU " +
-                       std::to_string(*gpu) + " of node " + node;
+  call.audit_message =
+      "fault injected: " +
+      (fault->warning.empty() ? domain::DescribeXid(fault->xid) : "warning " + fault->warning) +
+      " on GPU " + std::to_string(*gpu) + " of node " + node;
   hooks_->Wake();
   Respond(call, 202, *injected);
 }

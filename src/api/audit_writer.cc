@@ -6,6 +6,7 @@
 #include <map>
 
 #include "api/api_internal.h"
+#include "base/log.h"
 
 namespace meridian::api {
 
@@ -75,14 +76,13 @@ void Api::WriteAudit(store::AuditEntry entry) {
   std::lock_guard<std::mutex> lock(st.mu);
   // The newest entry is logged in full at once, so that the server's log holds it whatever
   // happens to the process later; the held ones were logged when they first failed.
-  std::fprintf(stderr,
-               "meridian: audit: cannot write to the store (%s); holding %zu entr%s to retry: %s\n",
-               s.message().c_str(), batch.size(), batch.size() == 1 ? "y" : "ies",
-               EntryText(batch.back()).c_str());
+  base::log::Error("audit: cannot write to the store ({}); holding {} entr{} to retry: {}",
+                   s.message(), batch.size(), batch.size() == 1 ? "y" : "ies",
+                   EntryText(batch.back()));
   for (store::AuditEntry& a : batch) st.held.push_back(std::move(a));
   while (st.held.size() > kMaxHeld) {
-    std::fprintf(stderr, "meridian: audit: %zu entries held; this one is in this log only: %s\n",
-                 st.held.size(), EntryText(st.held.front()).c_str());
+    base::log::Error("audit: {} entries held; this one is in this log only: {}", st.held.size(),
+                     EntryText(st.held.front()));
     st.held.pop_front();
   }
   st.held_count = st.held.size();

@@ -94,6 +94,7 @@ class Access {
       : user_(std::move(user)), roles_(std::move(roles)), tenancy_(tenancy) {}
 
   const std::string& user() const { return user_; }
+  const std::vector<RoleBinding>& roles() const { return roles_; }
   bool IsAdmin() const;
   // Registers nodes and reports what runs on them: agents and admins.
   bool RunsNodes() const;

@@ -1,9 +1,8 @@
 // The web dashboard's files, served from memory.
 #include "api/dashboard.h"
 
-#include <httplib.h>
-
 #include "api/auth.h"
+#include "net/http_server.h"
 
 namespace meridian::api {
 
@@ -24,12 +23,12 @@ std::string ContentType(const std::string& path) {
 
 }  // namespace
 
-void ServeDashboard(httplib::Server& server, const std::vector<WebAsset>& assets) {
+void ServeDashboard(net::HttpServer& server, const std::vector<WebAsset>& assets) {
   for (const WebAsset& asset : assets) {
     std::string body(reinterpret_cast<const char*>(asset.data), asset.size);
     const std::string etag = "\"" + Sha256Hex(body).substr(0, 32) + "\"";
     const std::string type = ContentType(asset.path);
-    auto handler = [body, etag, type](const httplib::Request& req, httplib::Response& res) {
+    auto handler = [body, etag, type](const net::Request& req, net::Response& res) {
       res.set_header("ETag", etag);
       res.set_header("Cache-Control", "no-cache");
       res.set_header("X-Content-Type-Options", "nosniff");
@@ -43,8 +42,8 @@ void ServeDashboard(httplib::Server& server, const std::vector<WebAsset>& assets
       }
       res.set_content(body, type);
     };
-    server.Get(asset.path, handler);
-    if (std::string(asset.path) == "/index.html") server.Get("/", handler);
+    server.Handle("GET", asset.path, handler);
+    if (std::string(asset.path) == "/index.html") server.Handle("GET", "/", handler);
   }
 }
 

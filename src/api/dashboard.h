@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-namespace httplib {
-class Server;
-}
+namespace meridian::net {
+class HttpServer;
+}  // namespace meridian::net
 
 namespace meridian::api {
 
@@ -23,6 +23,6 @@ const std::vector<WebAsset>& DashboardAssets();
 // Serves the dashboard at / (index.html) and its files at their paths, with ETags so that a
 // browser revalidates rather than downloads them again. The dashboard itself only calls the
 // public API.
-void ServeDashboard(httplib::Server& server, const std::vector<WebAsset>& assets);
+void ServeDashboard(net::HttpServer& server, const std::vector<WebAsset>& assets);
 
 }  // namespace meridian::api

@@ -29,5 +29,39 @@ TEST(DecodeJsonBody, RejectsKeysGivenTwiceNamingThem) {
   }
 }
 
+// A body that is not JSON: our message with the place (line, column, byte) and what was found
+// there, never the parser's exception text.
+TEST(DecodeJsonBody, SaysWhatAndWhereAMalformedBodyBreaks) {
+  struct Case {
+    std::string body;
+    std::string message;
+    int64_t line, column, byte;
+  };
+  const Case cases[] = {
+      {"{\"a\": 1,}", "malformed JSON at line 1, column 9 (byte 9): unexpected '}'", 1, 9, 9},
+      {"{\n  \"metadata\": {\n    \"name\": x\n", "at line 3, column 13 (byte 31): unexpected 'x'",
+       3, 13, 31},
+      {"{\"a\": [1, 2", "(byte 12): the body ends before the JSON value does", 1, 12, 12},
+      {"", "the body is empty", 1, 1, 1},
+      {"{\"a\": \"\x01\"}", "unexpected byte 0x01", 1, 8, 8},
+      {"{} {}", "at line 1, column 4 (byte 4): unexpected '{'", 1, 4, 4},
+  };
+  for (const Case& c : cases) {
+    JsonBodyError where;
+    auto decoded = DecodeJsonBody(c.body, &where);
+    ASSERT_FALSE(decoded.ok()) << c.body;
+    const std::string& message = decoded.status().message();
+    EXPECT_NE(message.find(c.message), std::string::npos) << c.body << ": " << message;
+    EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
+    EXPECT_EQ(message.find("parse_error"), std::string::npos) << message;
+    EXPECT_EQ(where.line, c.line) << c.body;
+    EXPECT_EQ(where.column, c.column) << c.body;
+    EXPECT_EQ(where.byte, c.byte) << c.body;
+  }
+  auto huge = DecodeJsonBody(R"({"a": 1e999999})");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().message(), "invalid JSON: a number is too large for any number type");
+}
+
 }  // namespace
 }  // namespace meridian::api

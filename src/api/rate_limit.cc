@@ -74,4 +74,34 @@ double RateLimiter::Wait(const std::string& key, double now) {
   return 0;
 }
 
+namespace {
+
+// One held by a key; given back as it is destroyed. It keeps the count alive, so it may outlive
+// the limit (a stream still open as the server stops).
+struct Hold {
+  std::shared_ptr<std::mutex> mu;
+  std::shared_ptr<std::map<std::string, int>> held;
+  std::string key;
+  ~Hold() {
+    if (!mu) return;
+    std::lock_guard<std::mutex> lock(*mu);
+    auto it = held->find(key);
+    if (it != held->end() && --it->second <= 0) held->erase(it);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<void> ConcurrencyLimit::Acquire(const std::string& key) {
+  std::lock_guard<std::mutex> lock(*mu_);
+  int& n = (*held_)[key];
+  if (limit_ > 0 && n >= limit_) return nullptr;
+  ++n;
+  auto hold = std::make_shared<Hold>();
+  hold->mu = mu_;
+  hold->held = held_;
+  hold->key = key;
+  return hold;
+}
+
 }  // namespace meridian::api

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -42,6 +43,22 @@ class RateLimiter {
   std::mutex mu_;
   std::map<std::string, Bucket> buckets_;
   std::atomic<size_t> remembered_{0};  // buckets_.size(), read without the lock
+};
+
+// How many of something each key holds at once (a token's open long polls and watches), at
+// most `limit` each (0: no limit). Thread-safe.
+class ConcurrencyLimit {
+ public:
+  explicit ConcurrencyLimit(int limit) : limit_(limit) {}
+  // One for `key`, given back when the last copy of the handle is destroyed; nullptr when
+  // `key` holds `limit` already.
+  std::shared_ptr<void> Acquire(const std::string& key);
+  int limit() const { return limit_; }
+
+ private:
+  const int limit_;
+  std::shared_ptr<std::mutex> mu_ = std::make_shared<std::mutex>();
+  std::shared_ptr<std::map<std::string, int>> held_ = std::make_shared<std::map<std::string, int>>();
 };
 
 }  // namespace meridian::api

@@ -55,5 +55,16 @@ TEST(RateLimiterTest, KeysAreBoundedAndTheBusyOneIsKept) {
   }
 }
 
+TEST(ConcurrencyLimit, HoldsAtMostTheLimitPerKeyAndGivesBackWhenReleased) {
+  ConcurrencyLimit limit(2);
+  auto a = limit.Acquire("t1");
+  auto b = limit.Acquire("t1");
+  EXPECT_TRUE(a && b);
+  EXPECT_EQ(limit.Acquire("t1"), nullptr);
+  EXPECT_NE(limit.Acquire("t2"), nullptr);  // another key has its own
+  a.reset();
+  EXPECT_NE(limit.Acquire("t1"), nullptr);
+}
+
 }  // namespace
 }  // namespace meridian::api

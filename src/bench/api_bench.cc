@@ -57,7 +57,9 @@ base::Result<ApiBenchResult> RunApiBench(const ApiBenchOptions& o,
   std::string project = o.project;
   if (o.server.empty()) {
     // One token drives every client: the per-token write limit would be what is measured.
-    auto s = StartServer(o.binary, {"--write-rate", "0"});
+    std::vector<std::string> flags = {"--write-rate", "0"};
+    if (!o.store.empty()) flags.insert(flags.end(), {"--store", o.store});
+    auto s = StartServer(o.binary, flags);
     if (!s.ok()) return s.status();
     owned = std::move(s.value());
     port = owned->port;

@@ -15,6 +15,9 @@ struct ApiBenchOptions {
   std::string token;    // for --server; a started server's admin token is used otherwise
   std::string binary;   // the meridian binary to start (this one)
   std::string project = "bench";
+  // A started server's store: empty for SQLite in its temporary data dir, or a postgresql://
+  // URL (`server --store`) of a database the benchmark may fill.
+  std::string store;
 };
 
 struct ApiBenchResult {
@@ -30,7 +33,8 @@ struct ApiBenchResult {
   nlohmann::json ToJson() const;
 };
 
-// Durable job submissions per second against a real server process on SQLite: `clients`
+// Durable job submissions per second against a real server process on SQLite (or the
+// PostgreSQL of `store`): `clients`
 // threads POST /api/v1/jobs for `seconds`, each waiting for its answer before the next. A
 // started server gets an estate (one organization, team, project; 64 nodes of 8 GPUs) so that
 // its scheduler loop works on the submissions meanwhile, as it would in production.

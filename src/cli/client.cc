@@ -6,7 +6,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <vector>
+
+#include "base/strings.h"
 
 namespace meridian::cli {
 
@@ -78,55 +82,172 @@ base::Result<Response> Client::Call(const std::string& method, const std::string
   return out;
 }
 
+// What copies of a client share: the server in use (one of the list, or the leader a follower
+// redirected to) and, with keep_connection, the connection kept open to it.
+struct Client::Connection {
+  std::mutex mu;
+  size_t index = 0;        // of the server list: the one in use, or the next to try
+  std::string redirected;  // the leader's URL a follower pointed at, while it answers
+  std::unique_ptr<httplib::Client> http;  // made on first use, and again after a failure
+  std::string http_base;                  // the server `http` is connected to
+};
+
+Client::Client(ClientConfig config)
+    : config_(std::move(config)), connection_(std::make_shared<Connection>()) {}
+
+namespace {
+
+std::unique_ptr<httplib::Client> NewHttpClient(const ClientConfig& config,
+                                               const std::string& server) {
+  auto http = std::make_unique<httplib::Client>(server);
+  http->set_connection_timeout(5);
+  http->set_tcp_nodelay(true);
+  http->set_read_timeout(60);
+  http->set_keep_alive(config.keep_connection);
+  if (!config.token.empty()) http->set_bearer_token_auth(config.token);
+  if (!config.ca_cert.empty()) http->set_ca_cert_path(config.ca_cert.c_str());
+  http->enable_server_certificate_verification(!config.insecure);
+  return http;
+}
+
+httplib::Result Send(httplib::Client& http, const std::string& method, const std::string& path,
+                     const std::string& payload, const char* content_type) {
+  return method == "GET"      ? http.Get(path)
+         : method == "DELETE" ? http.Delete(path)
+         : method == "PUT"    ? http.Put(path, payload, content_type)
+                              : http.Post(path, payload, content_type);
+}
+
+std::vector<std::string> Servers(const std::string& list) {
+  std::vector<std::string> out;
+  for (std::string_view part : base::Split(list, ',')) {
+    std::string server(base::Trim(part));
+    while (!server.empty() && server.back() == '/') server.pop_back();
+    if (!server.empty()) out.push_back(server);
+  }
+  return out;
+}
+
+// "http://host:port/api/v1/jobs?x" -> "http://host:port"; "" when it is not an http(s) URL.
+std::string Origin(const std::string& url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string::npos ||
+      (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0))
+    return "";
+  return url.substr(0, url.find('/', scheme + 3));
+}
+
+std::string Unreachable(const ClientConfig& config, const std::string& server, httplib::Error e) {
+  std::string why;
+  switch (e) {
+    case httplib::Error::Connection:
+      why = "connection refused or host unreachable (is `meridian server` running there?)";
+      break;
+    case httplib::Error::ConnectionTimeout:
+      why = "timed out connecting";
+      break;
+    case httplib::Error::SSLServerVerification:
+      why = "TLS: the server's certificate is not trusted (pass --ca-cert FILE)";
+      break;
+    case httplib::Error::SSLConnection:
+      why = "TLS handshake failed (is the server serving HTTPS on this port?)";
+      break;
+    case httplib::Error::SSLLoadingCerts:
+      why = "TLS: cannot load the CA certificate " + config.ca_cert;
+      break;
+    default:
+      why = httplib::to_string(e);
+  }
+  return "cannot reach " + server + ": " + why;
+}
+
+}  // namespace
+
+// Servers are tried in turn: a call that could not reach one (it was not sent: refused, or no
+// connection in time) goes to the next, and the next call starts from the one that answered. A
+// follower's 307 names its leader, which the call (and the next ones) goes to instead. A call
+// that was sent and got no answer is not sent again: it may have been done.
 base::Result<RawResponse> Client::Raw(const std::string& method, const std::string& path,
                                       const std::string& payload, const char* content_type) const {
-  if (config_.server.empty()) {
+  const std::vector<std::string> servers = Servers(config_.server);
+  if (servers.empty()) {
     return Status::Invalid(
         "no server: pass --server, set MERIDIAN_SERVER, or run `meridian login --server URL`");
   }
-  if (config_.server.rfind("http://", 0) != 0 && config_.server.rfind("https://", 0) != 0) {
-    return Status::Invalid("server \"" + config_.server + "\" must start with http:// or https://");
-  }
-  httplib::Client http(config_.server);
-  http.set_connection_timeout(5);
-  http.set_tcp_nodelay(true);
-  http.set_read_timeout(60);
-  if (!config_.token.empty()) http.set_bearer_token_auth(config_.token);
-  if (!config_.ca_cert.empty()) http.set_ca_cert_path(config_.ca_cert.c_str());
-  http.enable_server_certificate_verification(!config_.insecure);
-  httplib::Result r = method == "GET"      ? http.Get(path)
-                      : method == "DELETE" ? http.Delete(path)
-                      : method == "PUT"    ? http.Put(path, payload, content_type)
-                                           : http.Post(path, payload, content_type);
-  if (!r) {
-    const httplib::Error e = r.error();
-    std::string why;
-    switch (e) {
-      case httplib::Error::Connection:
-        why = "connection refused or host unreachable (is `meridian server` running there?)";
-        break;
-      case httplib::Error::ConnectionTimeout:
-        why = "timed out connecting";
-        break;
-      case httplib::Error::SSLServerVerification:
-        why = "TLS: the server's certificate is not trusted (pass --ca-cert FILE)";
-        break;
-      case httplib::Error::SSLConnection:
-        why = "TLS handshake failed (is the server serving HTTPS on this port?)";
-        break;
-      case httplib::Error::SSLLoadingCerts:
-        why = "TLS: cannot load the CA certificate " + config_.ca_cert;
-        break;
-      default:
-        why = httplib::to_string(e);
+  for (const std::string& server : servers) {
+    if (server.rfind("http://", 0) != 0 && server.rfind("https://", 0) != 0) {
+      return Status::Invalid("server \"" + server + "\" must start with http:// or https://");
     }
-    return Status(base::StatusCode::kIoError, "cannot reach " + config_.server + ": " + why);
   }
-  RawResponse out;
-  out.status = r->status;
-  out.body = std::move(r->body);
-  for (const auto& [k, v] : r->headers) out.headers[k] = v;
-  return out;
+  Connection& c = *connection_;
+  // Calls over the kept connection take turns; others only read and update where to go.
+  std::unique_lock<std::mutex> turn(c.mu, std::defer_lock);
+  if (config_.keep_connection) turn.lock();
+  auto locked = [&](auto&& f) {
+    if (config_.keep_connection) return f();
+    std::lock_guard<std::mutex> lock(c.mu);
+    return f();
+  };
+  std::string server = locked([&] {
+    if (c.index >= servers.size()) c.index = 0;
+    return c.redirected.empty() ? servers[c.index] : c.redirected;
+  });
+  size_t failures = 0;
+  int redirects = 0;
+  for (;;) {
+    httplib::Result r = [&] {
+      if (!config_.keep_connection) {
+        return Send(*NewHttpClient(config_, server), method, path, payload, content_type);
+      }
+      const bool reused = c.http != nullptr && c.http_base == server;
+      if (!reused) {
+        c.http = NewHttpClient(config_, server);
+        c.http_base = server;
+      }
+      httplib::Result sent = Send(*c.http, method, path, payload, content_type);
+      if (!sent) {
+        // The server may have closed the kept connection (its idle timeout, a restart): a call
+        // that was not sent goes once more on a new one.
+        const bool unsent =
+            sent.error() == httplib::Error::Write || sent.error() == httplib::Error::Connection;
+        c.http = NewHttpClient(config_, server);
+        if (reused && unsent) sent = Send(*c.http, method, path, payload, content_type);
+        if (!sent) c.http.reset();
+      }
+      return sent;
+    }();
+    if (!r) {
+      const httplib::Error e = r.error();
+      const bool unsent = e == httplib::Error::Connection || e == httplib::Error::ConnectionTimeout;
+      // The next server of the list, each tried once.
+      if (unsent && ++failures < servers.size()) {
+        server = locked([&] {
+          c.redirected.clear();
+          c.index = (c.index + 1) % servers.size();
+          return servers[c.index];
+        });
+        continue;
+      }
+      return Status(base::StatusCode::kIoError, Unreachable(config_, server, e));
+    }
+    if ((r->status == 307 || r->status == 308) && redirects < 3) {
+      const std::string leader = Origin(r->get_header_value("Location"));
+      if (!leader.empty() && leader != server) {
+        ++redirects;
+        server = leader;
+        locked([&] {
+          c.redirected = leader;
+          return 0;
+        });
+        continue;
+      }
+    }
+    RawResponse out;
+    out.status = r->status;
+    out.body = std::move(r->body);
+    for (const auto& [k, v] : r->headers) out.headers[k] = v;
+    return out;
+  }
 }
 
 int ExitCodeFor(int status) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -29,6 +30,9 @@ struct ClientConfig {
   std::string token;
   std::string ca_cert;
   bool insecure = false;  // skip TLS verification (tests, never production)
+  // Keep one connection open and send every call over it (node agents: a heartbeat every few
+  // seconds need not cost a connection each). Calls from several threads at once take turns.
+  bool keep_connection = false;
 };
 
 // $MERIDIAN_CONFIG, else $HOME/.config/meridian/config.json.
@@ -52,7 +56,7 @@ struct RawResponse {
 // message says what to check (is the server running, the certificate trusted).
 class Client {
  public:
-  explicit Client(ClientConfig config) : config_(std::move(config)) {}
+  explicit Client(ClientConfig config);
   const ClientConfig& config() const { return config_; }
 
   base::Result<Response> Call(const std::string& method, const std::string& path,
@@ -63,6 +67,8 @@ class Client {
 
  private:
   ClientConfig config_;
+  struct Connection;                        // the one kept open (keep_connection)
+  std::shared_ptr<Connection> connection_;  // shared by copies of this client
 };
 
 // The exit code for an HTTP status; and the message of an error body.

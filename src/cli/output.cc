@@ -33,7 +33,24 @@ YAML::Node ToNode(const Json& v) {
 
 }  // namespace
 
-void Table::Print(std::ostream& out) const {
+namespace {
+
+void PrintLine(std::ostream& out, const std::vector<std::string>& cells,
+               const std::vector<size_t>& width) {
+  std::string s;
+  for (size_t c = 0; c < cells.size() && c < width.size(); ++c) {
+    std::string cell = cells[c];
+    if (c + 1 < cells.size() && cell.size() < width[c] + 3) cell.resize(width[c] + 3, ' ');
+    if (c + 1 < cells.size() && cell.back() != ' ') cell += "   ";
+    s += cell;
+  }
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  out << s << "\n";
+}
+
+}  // namespace
+
+std::vector<size_t> Table::Print(std::ostream& out) const {
   std::vector<size_t> width(headers.size(), 0);
   for (size_t c = 0; c < headers.size(); ++c) width[c] = headers[c].size();
   for (const auto& row : rows) {
@@ -41,23 +58,20 @@ void Table::Print(std::ostream& out) const {
       width[c] = std::max(width[c], row[c].size());
     }
   }
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string s;
-    for (size_t c = 0; c < cells.size() && c < width.size(); ++c) {
-      std::string cell = cells[c];
-      if (c + 1 < cells.size()) cell.resize(width[c] + 3, ' ');
-      s += cell;
-    }
-    while (!s.empty() && s.back() == ' ') s.pop_back();
-    out << s << "\n";
-  };
   std::vector<std::string> upper;
   for (std::string h : headers) {
     std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return std::toupper(c); });
     upper.push_back(h);
   }
-  line(upper);
-  for (const auto& row : rows) line(row);
+  PrintLine(out, upper, width);
+  for (const auto& row : rows) PrintLine(out, row, width);
+  return width;
+}
+
+void Table::PrintRows(std::ostream& out, const std::vector<size_t>& widths) const {
+  std::vector<size_t> width = widths;
+  width.resize(headers.size(), 0);
+  for (const auto& row : rows) PrintLine(out, row, width);
 }
 
 std::string ToYaml(const Json& value) {

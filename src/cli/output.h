@@ -13,7 +13,11 @@ using Json = nlohmann::json;
 struct Table {
   std::vector<std::string> headers;
   std::vector<std::vector<std::string>> rows;
-  void Print(std::ostream& out) const;
+  // Prints the headers and rows; returns the columns' widths, for rows printed later under them
+  // (`get -w`).
+  std::vector<size_t> Print(std::ostream& out) const;
+  // The rows alone, padded to `widths` where they fit (a longer cell pushes the rest right).
+  void PrintRows(std::ostream& out, const std::vector<size_t>& widths) const;
 };
 
 // JSON as YAML (block style), for `-o yaml`.

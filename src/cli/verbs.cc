@@ -1,5 +1,7 @@
 #include "cli/verbs.h"
 
+#include <httplib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -9,19 +11,35 @@
 #include <sstream>
 #include <thread>
 
-#include <httplib.h>
-
 #include "base/strings.h"
 #include "cli/output.h"
+#include "cli/tables.h"
 #include "domain/documents.h"
+#include "domain/label_selector.h"
 
 namespace meridian::cli {
 
 namespace {
 
-// Calls the API. On failure prints why and stores the exit code in *code.
+// The server's refusal of one field of a document read from a file, at the field's line there
+// (the checks only the server can make: what the estate could hold); "" when it names no field.
+std::string AtItsLine(const Response& r, const domain::SourceDoc& source) {
+  if (r.status != 400 || !r.body.is_object() || !r.body.contains("error")) return "";
+  const Json& e = r.body.at("error");
+  if (e.value("field", "").empty() || e.value("details", Json::array()).size() > 1) return "";
+  domain::ErrorList at;
+  const std::string message = e.value("message", "");
+  const std::string field = e.value("field", "");
+  // The message starts with the field already ("spec.gpus: ..."): once is enough.
+  at.Add(source, field,
+         message.rfind(field + ": ", 0) == 0 ? message.substr(field.size() + 2) : message);
+  return at.ToString();
+}
+
+// Calls the API. On failure prints why and stores the exit code in *code. With the `source` a
+// body was read from, a refused field is shown at its line there.
 std::optional<Json> Do(Context& c, const std::string& method, const std::string& path,
-                       const Json* body, int* code) {
+                       const Json* body, int* code, const domain::SourceDoc* source = nullptr) {
   auto r = c.client.Call(method, path, body);
   if (!r.ok()) {
     c.err << "meridian: " << r.status().message() << "\n";
@@ -29,7 +47,8 @@ std::optional<Json> Do(Context& c, const std::string& method, const std::string&
     return std::nullopt;
   }
   if (r->status >= 300) {
-    c.err << "meridian: " << ErrorMessage(*r) << "\n";
+    const std::string at = source ? AtItsLine(*r, *source) : "";
+    c.err << "meridian: " << (at.empty() ? ErrorMessage(*r) : at) << "\n";
     *code = ExitCodeFor(r->status);
     return std::nullopt;
   }
@@ -58,13 +77,27 @@ std::string WithQuery(const std::string& path,
   return httplib::append_query_params(path, given);
 }
 
-// Whether `text` is a job id; says so and returns false otherwise (job ids are numbers).
+// Whether `text` is a job id, or ID_INDEX for an array's element; says so and returns false
+// otherwise (job ids are numbers).
 bool JobId(Context& c, const std::string& text) {
-  long long id = 0;
-  if (base::ParseInt64(text, &id) && id > 0) return true;
-  c.err << "meridian: job \"" << text << "\": a job is named by its id, a number (meridian get "
-        << "jobs lists them)\n";
+  long long id = 0, index = 0;
+  const size_t sep = text.find('_');
+  if (sep == std::string::npos && base::ParseInt64(text, &id) && id > 0) return true;
+  if (sep != std::string::npos && base::ParseInt64(text.substr(0, sep), &id) && id > 0 &&
+      base::ParseInt64(text.substr(sep + 1), &index) && index >= 0) {
+    return true;
+  }
+  c.err << "meridian: job \"" << text << "\": a job is named by its id, a number, or an array's "
+        << "element by ID_INDEX (meridian get jobs lists them)\n";
   return false;
+}
+
+// The API's path for a job named by JobId's forms, with `sub` (e.g. "/events") after the job:
+// ID_INDEX is /api/v1/jobs/ID<sub>?index=INDEX.
+std::string JobPath(const std::string& text, const std::string& sub = "") {
+  const size_t sep = text.find('_');
+  if (sep == std::string::npos) return "/api/v1/jobs/" + text + sub;
+  return "/api/v1/jobs/" + text.substr(0, sep) + sub + "?index=" + text.substr(sep + 1);
 }
 
 // The canonical resource name for what people type: "job", "jobs", "pc", ...
@@ -96,6 +129,10 @@ std::string Resource(std::string r) {
       {"alertreceiver", "alertreceivers"},
       {"receiver", "alertreceivers"},
       {"receivers", "alertreceivers"},
+      {"identityprovider", "identityproviders"},
+      {"idp", "identityproviders"},
+      {"idps", "identityproviders"},
+      {"idlepolicy", "idlepolicies"},
   };
   std::transform(r.begin(), r.end(), r.begin(), [](unsigned char ch) { return std::tolower(ch); });
   auto it = kAliases.find(r);
@@ -104,183 +141,10 @@ std::string Resource(std::string r) {
 
 const std::vector<std::string>& ConfigResources() {
   static const std::vector<std::string> kResources = {
-      "organizations", "teams",     "projects", "quotas",     "priorityclasses",
-      "clusters",      "nodepools", "policies", "alertrules", "alertreceivers"};
+      "organizations",   "teams",          "projects",          "quotas",
+      "priorityclasses", "clusters",       "nodepools",         "policies",
+      "alertrules",      "alertreceivers", "identityproviders", "idlepolicies"};
   return kResources;
-}
-
-std::string GpuRequest(const Json& spec) {
-  const int64_t gpus = spec.value("gpus", 0);
-  const int64_t milli = spec.value("gpuMilli", 0);
-  const std::string mig = spec.value("migProfile", "");
-  const int64_t tasks = spec.value("tasks", 1);
-  const std::string each = gpus > 0       ? std::to_string(gpus)
-                           : milli > 0    ? Num(Json(static_cast<double>(milli) / 1000.0))
-                           : !mig.empty() ? mig
-                                          : "0";
-  return tasks > 1 ? std::to_string(tasks) + "x" + each : each;
-}
-
-Table JobsTable(const Json& items, bool wide, double now) {
-  Table t;
-  t.headers = {"id", "name", "project", "phase", "gpus", "age", "reason"};
-  if (wide)
-    t.headers = {"id",    "name", "project", "user",       "priority",
-                 "phase", "gpus", "age",     "generation", "reason"};
-  for (const Json& j : items) {
-    const Json& m = j.at("metadata");
-    const Json& s = j.at("status");
-    std::string reason = s.value("reason", "");
-    if (!wide && reason.size() > 60) reason = reason.substr(0, 57) + "...";
-    if (wide) {
-      t.rows.push_back({Num(j.at("id")), m.value("name", ""), m.value("project", ""),
-                        m.value("user", ""), j.at("spec").value("priorityClass", ""),
-                        s.value("phase", ""), GpuRequest(j.at("spec")),
-                        Age(s.value("submittedAt", now), now), Num(s.at("generation")), reason});
-    } else {
-      t.rows.push_back({Num(j.at("id")), m.value("name", ""), m.value("project", ""),
-                        s.value("phase", ""), GpuRequest(j.at("spec")),
-                        Age(s.value("submittedAt", now), now), reason});
-    }
-  }
-  return t;
-}
-
-// Liveness, then what operators asked of it, as kubectl writes "Ready,SchedulingDisabled":
-// "Ready", "Ready,Cordoned", "Ready,Draining", "Lost,Drained"; declared nodes have no state.
-std::string NodeState(const Json& n) {
-  std::string state = n.value("state", n.value("schedulable", true) ? "Ready" : "Cordoned");
-  std::string scheduling = n.contains("scheduling") && n.at("scheduling").is_string()
-                               ? n.at("scheduling").get<std::string>()
-                               : "";
-  if (!scheduling.empty()) {
-    scheduling[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(scheduling[0])));
-    state += "," + scheduling;
-  }
-  // GPUs cordoned for a fault: "Ready,GPU 2 cordoned", "Ready,GPUs 0 1 cordoned,GPU 3 held".
-  std::vector<std::string> cordoned, held;
-  for (const Json& g : n.value("gpuHealth", Json::array())) {
-    if (!g.is_object() || !g.value("cordoned", false)) continue;
-    (g.value("held", false) ? held : cordoned).push_back(std::to_string(g.value("index", 0)));
-  }
-  for (auto [list, word] : {std::pair{&cordoned, " cordoned"}, std::pair{&held, " held"}}) {
-    if (list->empty()) continue;
-    state += list->size() == 1 ? ",GPU " : ",GPUs ";
-    for (size_t i = 0; i < list->size(); ++i) state += (i ? " " : "") + (*list)[i];
-    state += word;
-  }
-  return state;
-}
-
-Table NodesTable(const Json& items, bool wide) {
-  Table t;
-  t.headers = {"name", "cluster", "model", "gpus", "free", "cpu free", "state", "source"};
-  if (wide) t.headers.insert(t.headers.begin() + 2, {"pool", "rack"});
-  for (const Json& n : items) {
-    int free = 0;
-    for (const Json& g : n.at("gpus")) free += g.value("freeMilli", 0) == 1000 ? 1 : 0;
-    // Registered nodes are Ready or Lost; GPUs an agent only simulates say so.
-    std::string source = n.value("source", "");
-    if (n.value("simulated", false)) source += " (simulated GPUs)";
-    std::vector<std::string> row = {
-        n.value("name", ""),  n.value("cluster", ""),
-        n.value("model", ""), std::to_string(n.at("gpus").size()),
-        std::to_string(free), Num(Json(n.value("cpuFreeMilli", 0) / 1000.0)),
-        NodeState(n),         source};
-    if (wide) row.insert(row.begin() + 2, {n.value("pool", ""), n.value("rack", "")});
-    t.rows.push_back(row);
-  }
-  return t;
-}
-
-// Firing and pending alerts: what they are about is in their labels.
-Table AlertsTable(const Json& items, double now) {
-  Table t;
-  t.headers = {"alert", "severity", "state", "about", "since", "summary"};
-  for (const Json& a : items) {
-    const Json labels = a.value("labels", Json::object());
-    std::string about;
-    for (const char* k : {"node", "gpu", "job_id", "project", "level", "scope"}) {
-      if (!labels.contains(k)) continue;
-      about += (about.empty() ? "" : " ") + std::string(k) + "=" + labels.value(k, "");
-    }
-    t.rows.push_back({labels.value("alertname", ""), labels.value("severity", ""),
-                      a.value("state", ""), about, Age(a.value("activeSince", now), now),
-                      a.value("annotations", Json::object()).value("summary", "")});
-  }
-  return t;
-}
-
-// Columns of each configuration kind: its name, then the spec fields people look for.
-Table ObjectsTable(const std::string& resource, const Json& items, bool wide, double now) {
-  static const std::map<std::string, std::vector<std::string>> kColumns = {
-      {"organizations", {"description"}},
-      {"teams", {"organization"}},
-      {"projects", {"team", "weight"}},
-      {"quotas", {"organization", "team", "project", "gpuModel", "guaranteedGpus", "limitGpus"}},
-      {"priorityclasses", {"value", "preempting"}},
-      {"clusters", {"type", "region", "backend"}},
-      {"nodepools", {"cluster", "nodes", "gpusPerNode", "gpuModel", "purpose"}},
-      {"policies", {"placement", "queueOrder", "preemption", "backfill"}},
-      {"alertrules", {"condition", "enabled", "severity", "for", "threshold"}},
-      {"alertreceivers", {"type", "url"}},
-      {"users", {"roles"}},
-  };
-  Table t;
-  t.headers = {"name"};
-  auto cols = kColumns.count(resource) ? kColumns.at(resource) : std::vector<std::string>{};
-  for (const std::string& c : cols) t.headers.push_back(c);
-  t.headers.push_back("age");
-  if (wide) t.headers.insert(t.headers.end(), {"version", "updated by"});
-  for (const Json& o : items) {
-    std::vector<std::string> row = {o.at("metadata").value("name", "")};
-    const Json& spec = o.at("spec");
-    for (const std::string& c : cols) {
-      if (c == "roles") {
-        std::string roles;
-        for (const Json& r : spec.value("roles", Json::array())) {
-          std::string scope = r.value("organization", r.value("team", r.value("project", "")));
-          roles +=
-              (roles.empty() ? "" : ",") + r.value("role", "") + (scope.empty() ? "" : "@" + scope);
-        }
-        row.push_back(roles);
-      } else if (c == "limitGpus" && spec.value("limitGpus", -1.0) < 0) {
-        row.push_back("none");
-      } else {
-        row.push_back(spec.contains(c) ? Num(spec.at(c)) : "");
-      }
-    }
-    row.push_back(Age(o.at("metadata").value("updatedAt", now), now));
-    if (wide) {
-      row.push_back(Num(o.at("metadata").value("resourceVersion", Json(0))));
-      row.push_back(o.at("metadata").value("updatedBy", ""));
-    }
-    t.rows.push_back(row);
-  }
-  return t;
-}
-
-Table EventsTable(const Json& items, double now) {
-  Table t;
-  t.headers = {"seq", "age", "type", "object", "reason", "message"};
-  for (const Json& e : items) {
-    t.rows.push_back({Num(e.at("seq")), Age(e.value("at", now), now), e.value("type", ""),
-                      e.value("objectKind", "") + "/" + e.value("object", ""),
-                      e.value("reason", ""), e.value("message", "")});
-  }
-  return t;
-}
-
-Table TokensTable(const Json& items, double now) {
-  Table t;
-  t.headers = {"id", "user", "description", "age", "expires", "revoked"};
-  for (const Json& k : items) {
-    t.rows.push_back({k.value("id", ""), k.value("user", ""), k.value("description", ""),
-                      Age(k.value("createdAt", now), now),
-                      k.at("expiresAt").is_null() ? "never" : Age(now, k.value("expiresAt", now)),
-                      k.value("revoked", false) ? "yes" : "no"});
-  }
-  return t;
 }
 
 // Reads the documents a -f names: a file, or every *.yaml/*.yml in a folder (sorted).
@@ -354,6 +218,92 @@ void PrintChanges(Context& c, const Json& changes) {
   }
 }
 
+// What `get -w` watches, and where its list left off.
+struct WatchArgs {
+  std::string resource;  // jobs, nodes or events
+  std::string name;      // one of them, or "" for all the list selected
+  GetFlags flags;
+  int64_t after = 0;           // the last event before the list was read
+  std::vector<size_t> widths;  // the list's columns, for the lines that follow
+};
+
+// Whether a job the watch has read again is one the list selected: project, user and labels
+// (not phase: a job that ends is a change to see, as kubectl shows it).
+bool Selected(const Json& job, const GetFlags& f, const domain::LabelSelector& selector) {
+  const Json& m = job.at("metadata");
+  if (!f.user.empty() && m.value("user", "") != f.user) return false;
+  if (!f.project.empty()) {
+    bool in = false;
+    for (std::string_view p : base::Split(f.project, ','))
+      in |= base::Trim(p) == m.value("project", "");
+    if (!in) return false;
+  }
+  return selector.Matches(domain::LabelsOf(job.at("spec").value("labels", Json::object())));
+}
+
+// After the list: a long poll of the events, and for each batch a line per object changed (its
+// row as the list printed it; JSON or YAML with -o json|yaml), until the process is stopped.
+int Watch(Context& c, const WatchArgs& w) {
+  auto selector = domain::LabelSelector::Parse(w.flags.selector);
+  if (!selector.ok()) return kExitUsage;  // Get checked it
+  const bool wide = c.output == "wide";
+  int64_t after = w.after;
+  int code = 0;
+  c.out << std::flush;  // the list, before the first wait
+  for (;;) {
+    auto batch =
+        Do(c, "GET", "/api/v1/events?after=" + std::to_string(after) + "&wait=25&limit=500",
+           nullptr, &code);
+    if (!batch) return code;
+    after = std::max(after, batch->value("last", after));
+    // Ages of the rows that follow are from now, not from when the list was printed.
+    c.now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    // Each object changed once per batch, in the order of its first event.
+    std::vector<std::string> changed;
+    Json rows = Json::array();
+    for (const Json& e : batch->value("items", Json::array())) {
+      const std::string kind = e.value("objectKind", ""), object = e.value("object", "");
+      if (w.resource == "events") {
+        if (!w.flags.job.empty() && (kind != "Job" || object != w.flags.job)) continue;
+        rows.push_back(e);
+        continue;
+      }
+      const bool ours =
+          (w.resource == "jobs" && kind == "Job") || (w.resource == "nodes" && kind == "Node");
+      if (!ours || (!w.name.empty() && object != w.name)) continue;
+      if (std::find(changed.begin(), changed.end(), object) == changed.end()) {
+        changed.push_back(object);
+      }
+    }
+    for (const std::string& object : changed) {
+      const std::string path = (w.resource == "jobs" ? "/api/v1/jobs/" : "/api/v1/nodes/") +
+                               httplib::detail::encode_query_param(object);
+      auto r = c.client.Call("GET", path);
+      if (!r.ok() || r->status != 200) continue;  // gone (a deleted node), or not ours to see
+      if (w.resource == "jobs" && !Selected(r->body, w.flags, *selector)) continue;
+      if (w.resource == "nodes") {
+        if (!selector->Matches(domain::LabelsOf(r->body.value("labels", Json::object())))) continue;
+      }
+      rows.push_back(r->body);
+    }
+    if (rows.empty()) continue;
+    if (c.output == "json") {
+      for (const Json& row : rows) c.out << row.dump() << "\n";
+    } else if (c.output == "yaml") {
+      for (const Json& row : rows) c.out << "---\n" << ToYaml(row);
+    } else if (w.resource == "jobs") {
+      (w.flags.all && wide ? JobHistoryTable(rows, c.now) : JobsTable(rows, wide, c.now))
+          .PrintRows(c.out, w.widths);
+    } else if (w.resource == "nodes") {
+      NodesTable(rows, wide).PrintRows(c.out, w.widths);
+    } else {
+      EventsTable(rows, c.now).PrintRows(c.out, w.widths);
+    }
+    c.out << std::flush;
+  }
+}
+
 }  // namespace
 
 int Login(Context& c, bool save) {
@@ -380,34 +330,64 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
       (!f.job.empty() && !JobId(c, f.job))) {
     return kExitUsage;
   }
+  if (f.watch && resource != "jobs" && resource != "nodes" && resource != "events") {
+    c.err << "meridian: -w: only jobs, nodes and events can be watched\n";
+    return kExitUsage;
+  }
+  if (!f.selector.empty() && (resource != "jobs" && resource != "nodes")) {
+    c.err << "meridian: -l: only jobs and nodes have labels to select on\n";
+    return kExitUsage;
+  }
+  if (auto selector = domain::LabelSelector::Parse(f.selector); !selector.ok()) {
+    c.err << "meridian: -l: " << selector.status().message() << "\n";
+    return kExitUsage;
+  }
+  // A watch prints the changes after the list: those after the newest event now.
+  int64_t watch_after = 0;
+  if (f.watch) {
+    auto latest = Do(c, "GET", "/api/v1/events?after=latest&limit=1", nullptr, &code);
+    if (!latest) return code;
+    watch_after = latest->value("last", int64_t{0});
+  }
   // Listings show the newest first: the jobs and events people ask about are the recent ones.
   if (resource == "jobs") {
     if (!name.empty()) {
-      path = "/api/v1/jobs/" + name;
+      path = JobPath(name);
+      if (f.elements) path += name.find('_') == std::string::npos ? "?elements=true" : "";
     } else {
+      // What runs or waits, as squeue and kubectl show it; --all (or --phase) for the rest.
+      const std::string phase = !f.phase.empty() ? f.phase
+                                : f.all          ? ""
+                                                 : "Pending,Placed,Running,Stopping";
       path = WithQuery("/api/v1/jobs", {{"project", f.project},
-                                        {"phase", f.phase},
+                                        {"phase", phase},
                                         {"user", f.user},
+                                        {"array", f.array},
+                                        {"arrays", f.phase.empty() && f.array.empty() ? "whole" : ""},
+                                        {"labelSelector", f.selector},
                                         {"limit", std::to_string(f.limit)},
-                                        {"order", "newest"}});
+                                        {"order", f.array.empty() ? "newest" : "oldest"}});
     }
   } else if (resource == "events") {
     path = f.job.empty() ? WithQuery("/api/v1/events",
                                      {{"limit", std::to_string(f.limit)}, {"order", "newest"}})
                          : WithQuery("/api/v1/jobs/" + f.job + "/events", {{"order", "newest"}});
   } else if (resource == "nodes") {
-    path = "/api/v1/nodes" + (name.empty() ? "" : "/" + httplib::detail::encode_query_param(name));
+    path = name.empty() ? WithQuery("/api/v1/nodes", {{"labelSelector", f.selector}})
+                        : "/api/v1/nodes/" + httplib::detail::encode_query_param(name);
   } else if (resource == "users" || resource == "tokens") {
     path = "/api/v1/" + resource;
   } else if (resource == "alerts") {
     path = "/api/v1/alerts";
+  } else if (resource == "idle") {
+    path = WithQuery("/api/v1/idle", {{"project", f.project}});
   } else if (std::count(ConfigResources().begin(), ConfigResources().end(), resource)) {
     path = "/api/v1/" + resource + (name.empty() ? "" : "/" + name);
   } else {
     c.err << "meridian: unknown resource \"" << resource_in
-          << "\" (jobs, nodes, events, alerts, clusters, nodepools, projects, teams, "
+          << "\" (jobs, nodes, events, alerts, idle, clusters, nodepools, projects, teams, "
              "organizations, quotas, priorityclasses, policies, alertrules, alertreceivers, "
-             "users, tokens)\n";
+             "identityproviders, idlepolicies, users, tokens)\n";
     return kExitUsage;
   }
   auto body = Do(c, "GET", path, nullptr, &code);
@@ -417,10 +397,9 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
     // Listed whole by the API: the one named, or none.
     Json named = Json::array();
     for (const Json& item : items) {
-      const std::string key = resource == "tokens" ? item.value("id", "")
-                              : item.contains("metadata")
-                                  ? item["metadata"].value("name", "")
-                                  : item.value("name", "");
+      const std::string key = resource == "tokens"        ? item.value("id", "")
+                              : item.contains("metadata") ? item["metadata"].value("name", "")
+                                                          : item.value("name", "");
       if (key == name) named.push_back(item);
     }
     if (named.empty()) {
@@ -440,27 +419,40 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
     if (!body) return code;
     for (const Json& j : body->at("items")) items.push_back(j);
   }
+  if (resource == "events") {
+    for (const Json& e : items) watch_after = std::max(watch_after, e.value("seq", int64_t{0}));
+  }
+  std::vector<size_t> widths;
   if (Structured(c)) {
     PrintStructured(c, name.empty() ? Json{{"items", items}} : items.at(0));
-    return kExitOk;
-  }
-  if (resource == "jobs") {
-    JobsTable(items, wide, c.now).Print(c.out);
+  } else if (resource == "jobs") {
+    // `--all -o wide` is the accounting view (sacct's): when each ran, for how long, how it ended.
+    widths = f.all && wide ? JobHistoryTable(items, c.now).Print(c.out)
+                           : JobsTable(items, wide, c.now).Print(c.out);
+    if (items.size() == 1 && items[0].at("status").contains("array") &&
+        items[0]["status"]["array"].contains("elements")) {
+      c.out << "\n";
+      ElementsTable(items[0]["status"]["array"]["elements"], items[0].at("id")).Print(c.out);
+    }
   } else if (resource == "nodes") {
-    NodesTable(items, wide).Print(c.out);
+    widths = NodesTable(items, wide).Print(c.out);
   } else if (resource == "events") {
-    EventsTable(items, c.now).Print(c.out);
+    widths = EventsTable(items, c.now).Print(c.out);
   } else if (resource == "tokens") {
     TokensTable(items, c.now).Print(c.out);
   } else if (resource == "alerts") {
     AlertsTable(items, c.now).Print(c.out);
+  } else if (resource == "idle") {
+    IdleTable(items, c.now).Print(c.out);
   } else {
     ObjectsTable(resource, items, wide, c.now).Print(c.out);
   }
+  if (f.watch) return Watch(c, {resource, name, f, watch_after, widths});
   return kExitOk;
 }
 
-int Describe(Context& c, const std::string& resource_in, const std::string& name) {
+int Describe(Context& c, const std::string& resource_in, const std::string& name,
+             const GetFlags& f) {
   const std::string resource = Resource(resource_in);
   int code = 0;
   if (resource != "jobs") {
@@ -478,11 +470,14 @@ int Describe(Context& c, const std::string& resource_in, const std::string& name
     }
     return kExitOk;
   }
-  auto job = Do(c, "GET", "/api/v1/jobs/" + name, nullptr, &code);
+  if (!JobId(c, name)) return kExitUsage;
+  const bool element = name.find('_') != std::string::npos;
+  auto job = Do(c, "GET", JobPath(name) + (f.elements && !element ? "?elements=true" : ""), nullptr,
+                &code);
   if (!job) return code;
-  auto events = Do(c, "GET", "/api/v1/jobs/" + name + "/events", nullptr, &code);
+  auto events = Do(c, "GET", JobPath(name, "/events"), nullptr, &code);
   if (!events) return code;
-  auto why = Do(c, "GET", "/api/v1/jobs/" + name + "/explanation", nullptr, &code);
+  auto why = Do(c, "GET", JobPath(name, "/explanation"), nullptr, &code);
   if (!why) return code;
   if (Structured(c)) {
     PrintStructured(c, {{"job", *job}, {"events", events->at("items")}, {"explanation", *why}});
@@ -498,6 +493,20 @@ int Describe(Context& c, const std::string& resource_in, const std::string& name
         << "Request:      " << GpuRequest(job->at("spec")) << " GPU(s)\n"
         << "Submitted:    " << Age(s.value("submittedAt", c.now), c.now) << " ago\n";
   if (s.contains("cause")) c.out << "Cause:        " << s.value("cause", "") << "\n";
+  if (m.contains("arrayId")) {
+    c.out << "Array:        " << Num(m.at("arrayId")) << " [" << job->at("spec").value("array", "")
+          << "], element " << Num(m.at("arrayIndex")) << "\n";
+  }
+  if (s.contains("array")) {
+    c.out << "Elements:     " << ArrayPhases(s.at("array")) << " (of "
+          << Num(s.at("array").at("size")) << ")\n";
+    if (s.at("array").contains("elements")) {
+      ElementsTable(s.at("array").at("elements"), job->at("id")).Print(c.out);
+    }
+  }
+  for (const Json& d : job->at("spec").value("dependencies", Json::array())) {
+    c.out << "Dependency:   " << d.get<std::string>() << "\n";
+  }
   // Each task's end, as its agent diagnosed it (killed for memory, a missing command, ...).
   const Json tasks = s.value("tasks", Json::array());
   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -537,6 +546,7 @@ int Describe(Context& c, const std::string& resource_in, const std::string& name
 
 int Submit(Context& c, const SubmitFlags& f) {
   Json doc;
+  std::optional<domain::SourceDoc> source;  // the file's, for the lines of refused fields
   if (!f.file.empty()) {
     std::ifstream in(f.file);
     if (!in) {
@@ -560,6 +570,7 @@ int Submit(Context& c, const SubmitFlags& f) {
       return kExitUsage;
     }
     doc = docs->front().value;
+    source = std::move(docs->front());
   } else {
     Json spec = {{"tasks", f.tasks}};
     if (f.gpus > 0) spec["gpus"] = f.gpus;
@@ -605,11 +616,21 @@ int Submit(Context& c, const SubmitFlags& f) {
     }
     doc = {{"metadata", {{"name", f.name}, {"project", f.project}}}, {"spec", spec}};
   }
+  // Slurm's flags, checked by the server (which names spec.array or spec.dependencies[i]).
+  if (!f.array.empty()) doc["spec"]["array"] = f.array;
+  if (!f.dependency.empty()) {
+    Json deps = Json::array();
+    for (std::string_view d : base::Split(f.dependency, ',')) deps.push_back(std::string(d));
+    doc["spec"]["dependencies"] = deps;
+  }
   int code = 0;
-  auto job = Do(c, "POST", "/api/v1/jobs", &doc, &code);
+  auto job = Do(c, "POST", "/api/v1/jobs", &doc, &code, source ? &*source : nullptr);
   if (!job) return code;
   if (Structured(c)) {
     PrintStructured(c, *job);
+  } else if (job->at("status").contains("array")) {
+    c.out << "array " << Num(job->at("id")) << " of " << Num(job->at("status")["array"]["size"])
+          << " jobs submitted to " << job->at("metadata").value("project", "") << "\n";
   } else {
     c.out << "job " << Num(job->at("id")) << " submitted to "
           << job->at("metadata").value("project", "") << "\n";
@@ -618,9 +639,15 @@ int Submit(Context& c, const SubmitFlags& f) {
 }
 
 int Cancel(Context& c, const std::string& id) {
+  if (!JobId(c, id)) return kExitUsage;
   int code = 0;
-  auto job = Do(c, "POST", "/api/v1/jobs/" + id + "/cancel", nullptr, &code);
+  auto job = Do(c, "POST", JobPath(id, "/cancel"), nullptr, &code);
   if (!job) return code;
+  if (job->at("status").contains("cancelledElements")) {
+    c.out << "array " << id << " cancelled (" << Num(job->at("status")["cancelledElements"])
+          << " jobs)\n";
+    return kExitOk;
+  }
   c.out << "job " << id << " cancelled\n";
   return kExitOk;
 }
@@ -643,12 +670,17 @@ int UncordonGpu(Context& c, const std::string& node, int gpu) {
   return kExitOk;
 }
 
-int InjectFault(Context& c, const std::string& node, int gpu, int xid) {
-  Json body = {{"xid", xid}};
+int InjectFault(Context& c, const std::string& node, int gpu, int xid, const std::string& warning) {
+  Json body = warning.empty() ? Json{{"xid", xid}} : Json{{"warning", warning}};
   int code = 0;
   auto r = Do(c, "POST", "/api/v1/nodes/" + node + "/gpus/" + std::to_string(gpu) + "/faults",
               &body, &code);
   if (!r) return code;
+  if (!warning.empty()) {
+    c.out << "warning " << warning << " injected into GPU " << gpu << " of node " << node
+          << " (a warning: nothing is cordoned for it)\n";
+    return kExitOk;
+  }
   c.out << "XID " << xid << " (" << r->value("meaning", "") << ") injected into GPU " << gpu
         << " of node " << node << "; its scope: " << r->value("scope", "") << "\n";
   return kExitOk;
@@ -697,16 +729,27 @@ int Drain(Context& c, const std::string& node, const DrainFlags& f) {
   return kExitOk;
 }
 
-int Delete(Context& c, const std::string& resource_in, const std::string& name, bool force) {
+namespace {
+
+// One object deleted: a job (cancelled, as `cancel` does), a node, or a configuration object.
+int DeleteOne(Context& c, const std::string& resource_in, const std::string& name, bool force) {
   const std::string resource = Resource(resource_in);
   std::string path;
+  if (resource == "jobs") {
+    if (!JobId(c, name)) return kExitUsage;
+    int code = 0;
+    if (!Do(c, "POST", "/api/v1/jobs/" + name + "/cancel", nullptr, &code)) return code;
+    c.out << "job " << name << " deleted (cancelled)\n";
+    return kExitOk;
+  }
   if (resource == "nodes") {
-    path = "/api/v1/nodes/" + name + (force ? "?force=true" : "");
+    path =
+        "/api/v1/nodes/" + httplib::detail::encode_query_param(name) + (force ? "?force=true" : "");
   } else if (std::count(ConfigResources().begin(), ConfigResources().end(), resource)) {
-    path = "/api/v1/" + resource + "/" + name;
+    path = "/api/v1/" + resource + "/" + httplib::detail::encode_query_param(name);
   } else {
     c.err << "meridian: cannot delete \"" << resource_in
-          << "\" (nodes, or a configuration kind: clusters, nodepools, projects, ...)\n";
+          << "\" (a job, a node, or a configuration kind: clusters, nodepools, projects, ...)\n";
     return kExitUsage;
   }
   int code = 0;
@@ -716,13 +759,110 @@ int Delete(Context& c, const std::string& resource_in, const std::string& name, 
   return kExitOk;
 }
 
+}  // namespace
+
+int Delete(Context& c, const DeleteFlags& f) {
+  if (f.files.empty()) {
+    if (f.resource.empty() || f.name.empty()) {
+      c.err << "meridian: delete KIND NAME, or delete -f FILE\n";
+      return kExitUsage;
+    }
+    return DeleteOne(c, f.resource, f.name, f.force);
+  }
+  if (!f.resource.empty()) {
+    c.err << "meridian: delete -f: the file names what to delete; give no KIND or NAME\n";
+    return kExitUsage;
+  }
+  // Every document's kind and name is checked before anything is deleted, as kubectl does.
+  auto files = ReadFiles(f.files);
+  if (!files.ok()) {
+    c.err << "meridian: " << files.status().message() << "\n";
+    return kExitUsage;
+  }
+  std::vector<std::pair<std::string, std::string>> targets;  // kind, name
+  bool bad = false;
+  for (const Json& file : *files) {
+    const std::string path = file.value("name", "");
+    std::vector<domain::FieldError> syntax;
+    auto docs = domain::ParseYamlDocuments(file.value("content", ""), path, &syntax);
+    for (const domain::FieldError& e : syntax) {
+      c.err << "meridian: " << e.ToString() << "\n";
+      bad = true;
+    }
+    if (!docs.ok()) continue;
+    for (const domain::SourceDoc& d : *docs) {
+      const Json& v = d.value;
+      const std::string kind = v.is_object() ? v.value("kind", "") : "";
+      const Json meta = v.is_object() ? v.value("metadata", Json::object()) : Json::object();
+      const std::string name = meta.is_object() ? meta.value("name", "") : "";
+      const auto mark = d.marks.find("metadata.name");
+      const auto at = mark != d.marks.end() ? mark->second : std::pair<int, int>{0, 0};
+      const std::string where = path + (at.first > 0 ? ":" + std::to_string(at.first) : "");
+      if (kind.empty() || kind == "Job") {
+        c.err << "meridian: " << where
+              << ": a job document names no job; delete a job by its id (meridian delete job ID)"
+              << "\n";
+        bad = true;
+      } else if (name.empty()) {
+        c.err << "meridian: " << where << ": " << kind << ": metadata.name is required\n";
+        bad = true;
+      } else {
+        targets.emplace_back(kind, name);
+      }
+    }
+  }
+  if (bad) return kExitUsage;
+  if (targets.empty()) {
+    c.err << "meridian: delete -f: the files hold no documents\n";
+    return kExitUsage;
+  }
+  // In the files' reverse order: documents define what others refer to first (a team before
+  // its projects), so what refers is deleted before what it refers to.
+  std::reverse(targets.begin(), targets.end());
+  int worst = kExitOk;
+  for (const auto& [kind, name] : targets) {
+    const int code = DeleteOne(c, kind, name, f.force);  // Resource() reads "PriorityClass"
+    if (worst == kExitOk) worst = code;  // the first failure's code; the rest are still tried
+  }
+  return worst;
+}
+
+int Version(Context& c, const std::string& client_version) {
+  Json out = {{"client", {{"version", client_version}}}};
+  auto r = c.client.Call("GET", "/api/v1/version");
+  int code = kExitOk;
+  std::string why;
+  if (!r.ok()) {
+    why = r.status().message();
+    code = kExitUnavailable;
+  } else if (r->status != 200) {
+    why = ErrorMessage(*r);
+    code = ExitCodeFor(r->status);
+  } else {
+    out["server"] = r->body;
+  }
+  if (Structured(c)) {
+    PrintStructured(c, out);
+  } else {
+    c.out << "Client Version: " << client_version << "\n";
+    if (out.contains("server")) {
+      c.out << "Server Version: " << out["server"].value("version", "") << " (API "
+            << out["server"].value("api", "") << ", " << c.client.config().server << ")\n";
+    }
+  }
+  // The client's version is printed either way; the server's absence is said, and is an error.
+  if (code != kExitOk) c.err << "meridian: server version: " << why << "\n";
+  return code;
+}
+
 int Logs(Context& c, const std::string& id, int task, bool follow) {
   int64_t offset = 0;
   int quiet_after_end = 0;
   for (;;) {
+    const std::string path = JobPath(id, "/logs");  // ID_INDEX: an array's element
     auto r = c.client.Raw("GET",
-                          "/api/v1/jobs/" + id + "/logs?task=" + std::to_string(task) +
-                              "&offset=" + std::to_string(offset),
+                          path + (path.find('?') == std::string::npos ? "?" : "&") +
+                              "task=" + std::to_string(task) + "&offset=" + std::to_string(offset),
                           "", "text/plain");
     if (!r.ok()) {
       c.err << "meridian: " << r.status().message() << "\n";
@@ -926,33 +1066,11 @@ int TokenCreate(Context& c, const TokenFlags& f) {
   Json body = Json::object();
   if (!f.user.empty()) body["user"] = f.user;
   if (!f.description.empty()) body["description"] = f.description;
-  if (!f.expires_in.empty()) {
-    double seconds = 0;
-    char unit = 's';
-    std::string text = f.expires_in;
-    if (!text.empty() && std::isalpha(static_cast<unsigned char>(text.back()))) {
-      unit = text.back();
-      text.pop_back();
-    }
-    try {
-      size_t used = 0;
-      seconds = std::stod(text, &used);
-      if (used != text.size()) throw std::invalid_argument(text);
-    } catch (const std::exception&) {
-      seconds = -1;
-    }
-    const double scale = unit == 'd'   ? 86400
-                         : unit == 'h' ? 3600
-                         : unit == 'm' ? 60
-                         : unit == 's' ? 1
-                                       : -1;
-    if (seconds <= 0 || scale < 0) {
-      c.err << "meridian: --expires-in: \"" << f.expires_in
-            << "\" is not a duration (30d, 12h, 90m)\n";
-      return kExitUsage;
-    }
-    body["expiresIn"] = seconds * scale;
+  if (f.expires_in == 0) {
+    c.err << "meridian: --expires-in: a token must live longer than 0s\n";
+    return kExitUsage;
   }
+  if (f.expires_in > 0) body["expiresIn"] = f.expires_in;
   int code = 0;
   auto r = Do(c, "POST", "/api/v1/tokens", &body, &code);
   if (!r) return code;

@@ -20,12 +20,18 @@ struct Context {
 };
 
 struct GetFlags {
-  std::string project;  // jobs, events: one project (or a comma-separated list)
-  std::string phase;    // jobs: Pending, Placed, ... (comma-separated)
-  std::string user;     // jobs: one user's
-  std::string job;      // events: one job's
+  std::string project;   // jobs, events: one project (or a comma-separated list)
+  std::string phase;     // jobs: Pending, Placed, ... (comma-separated)
+  std::string user;      // jobs: one user's
+  std::string job;       // events: one job's
+  std::string selector;  // jobs, nodes: a label selector (-l team=nlp,tier!=batch)
   int limit = 100;
-  bool all = false;  // page through everything
+  // Jobs: every phase (without it, and without --phase, only the active ones: Pending, Placed,
+  // Running, Stopping), every page.
+  bool all = false;
+  bool watch = false;     // jobs, nodes, events: after the list, a line per change until killed
+  std::string array;      // jobs: the elements of this array (its id)
+  bool elements = false;  // one job: an array's elements too
 };
 
 struct SubmitFlags {
@@ -50,6 +56,9 @@ struct SubmitFlags {
   std::vector<std::string> env;          // KEY=VALUE
   double grace_period = -1;              // < 0: the spec's default
   std::vector<std::string> command;
+  // Also with --file, where they replace the document's spec.array and spec.dependencies.
+  std::string array;       // Slurm's --array: 0-999%50
+  std::string dependency;  // Slurm's --dependency: afterok:12:13,afterany:14
 };
 
 struct AuditFlags {
@@ -70,7 +79,7 @@ struct ConfigFlags {
 struct TokenFlags {
   std::string user;
   std::string description;
-  std::string expires_in;  // "30d", "12h", "90m", "3600" (seconds)
+  double expires_in = -1;  // seconds (the flag takes "30d", "12h", ...); < 0: the server's default
 };
 
 // drain: the stop deadline of the node's jobs, and whether to wait until it is drained.
@@ -81,8 +90,18 @@ struct DrainFlags {
 };
 
 int Login(Context& c, bool save);
+
+// login --sso: which of the server's identity providers (empty: its only one), and whether to
+// keep the ID token in the configuration file.
+struct SsoFlags {
+  std::string provider;
+  bool save = true;
+};
+// Signs in with the device authorization grant (RFC 8628): prints the URL and code to open,
+// waits for the approval, checks the ID token with the server, and keeps it as the token.
+int LoginSso(Context& c, const SsoFlags& f);
 int Get(Context& c, const std::string& resource, const std::string& name, const GetFlags& f);
-int Describe(Context& c, const std::string& resource, const std::string& name);
+int Describe(Context& c, const std::string& resource, const std::string& name, const GetFlags& f);
 int Submit(Context& c, const SubmitFlags& f);
 int Cancel(Context& c, const std::string& id);
 // A task's output; with `follow`, keeps printing until the job has ended.
@@ -102,9 +121,20 @@ int Cordon(Context& c, const std::string& node, bool cordoned);
 // A GPU cordoned for a fault back in service (its faults forgotten): uncordon NODE --gpu I.
 int UncordonGpu(Context& c, const std::string& node, int gpu);
 // Fault injection into a simulated GPU: fault inject NODE --gpu I --xid N.
-int InjectFault(Context& c, const std::string& node, int gpu, int xid);
+// An XID, or (warning not empty) a warning before failure: ecc-corrected, temperature,
+// power-cap, nvlink-crc, clear.
+int InjectFault(Context& c, const std::string& node, int gpu, int xid, const std::string& warning);
 int Drain(Context& c, const std::string& node, const DrainFlags& f);
-// Deletes a node (`force`: a Lost node that jobs still hold) or a configuration object.
-int Delete(Context& c, const std::string& resource, const std::string& name, bool force);
+// delete KIND NAME, or delete -f FILE (what its documents name).
+struct DeleteFlags {
+  std::string resource;            // job, node, or a configuration kind
+  std::string name;                // a job's id; another's name
+  std::vector<std::string> files;  // -f: YAML files or folders; each document's kind and name
+  bool force = false;              // a Lost node that jobs still hold: delete it anyway
+};
+// Deletes a node, a configuration object, or (cancelling it, as `cancel` does) a job.
+int Delete(Context& c, const DeleteFlags& f);
+// The client's version, and the server's when it can be asked (GET /api/v1/version).
+int Version(Context& c, const std::string& client_version);
 
 }  // namespace meridian::cli

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/log.h"
 #include "cli/client.h"
 
 namespace meridian::dev {
@@ -38,7 +39,7 @@ Status Check(const base::Result<cli::Response>& r, const char* what) {
 }
 
 pid_t StartAgent(const std::string& self, const std::string& url, const std::string& data_dir,
-                 const AgentSpec& a) {
+                 const AgentSpec& a, const std::vector<std::string>& extra) {
   // Beside the data dir, not in it: the data dir is 0700, and tasks run under uids of their own
   // (when the estate runs as root) must pass through to their folders.
   const std::string work = data_dir + "-agents/" + a.node;
@@ -71,6 +72,7 @@ pid_t StartAgent(const std::string& self, const std::string& url, const std::str
                                    a.cpu_milli,
                                    "--memory-mib",
                                    a.memory_mib};
+  args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (std::string& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -127,7 +129,7 @@ Status RunDevEstate(DevOptions o) {
       chmod(path.c_str(), 0600);
     }
     if (!s.ok()) {
-      std::fprintf(stderr, "meridian: dev estate: %s\n", s.message().c_str());
+      base::log::Error("dev estate: {}", s.message());
       kill(getpid(), SIGTERM);
       return;
     }
@@ -142,7 +144,8 @@ Status RunDevEstate(DevOptions o) {
     }
     {
       std::lock_guard<std::mutex> lock(agents_mu);
-      for (const AgentSpec& a : specs) agents.push_back(StartAgent(self, url, data_dir, a));
+      for (const AgentSpec& a : specs)
+        agents.push_back(StartAgent(self, url, data_dir, a, o.agent_args));
     }
     // Wait until every agent has registered, so that the first job has somewhere to go.
     size_t ready = 0;
@@ -188,7 +191,7 @@ Status RunDevEstate(DevOptions o) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     }
-    std::fprintf(stderr, "meridian: dev estate stopped (data in %s)\n", data_dir.c_str());
+    base::log::Info("dev estate stopped (data in {})", data_dir);
   };
   return server::RunServer(o.server);
 }

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "server/server.h"
@@ -17,7 +18,8 @@ namespace meridian::dev {
 // and the server.
 struct DevOptions {
   server::ServerOptions server;
-  bool fresh_data_dir = true;  // false: --data-dir was given
+  bool fresh_data_dir = true;           // false: --data-dir was given
+  std::vector<std::string> agent_args;  // added to each agent's command line (its log flags)
   int onprem_nodes = 4;
   int cloud_nodes = 2;
 };

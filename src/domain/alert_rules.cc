@@ -3,6 +3,8 @@
 #include <array>
 #include <cctype>
 
+#include "domain/gpu_warnings.h"
+
 namespace meridian::domain {
 
 namespace {
@@ -18,7 +20,7 @@ struct ConditionInfo {
   const char* threshold_unit;  // for the error message
 };
 
-constexpr std::array<ConditionInfo, 8> kConditions = {{
+constexpr std::array<ConditionInfo, 15> kConditions = {{
     {AlertCondition::kNodeLost, "node-lost", false, false, false, false, 0, 0, ""},
     {AlertCondition::kGpuUnhealthy, "gpu-unhealthy", false, false, false, false, 0, 0, ""},
     {AlertCondition::kGpuXid, "gpu-xid", false, true, false, false, 0, 0, ""},
@@ -32,6 +34,16 @@ constexpr std::array<ConditionInfo, 8> kConditions = {{
      "a ratio of failed to ended jobs"},
     {AlertCondition::kSchedulerErrors, "scheduler-errors", true, true, false, false, 1, 1e6,
      "failed cycles"},
+    {AlertCondition::kGpuEccCorrectedRate, "gpu-ecc-corrected-rate", false, false, false, false, 0,
+     0, ""},
+    {AlertCondition::kGpuTemperature, "gpu-temperature-near-slowdown", false, false, false, false,
+     0, 0, ""},
+    {AlertCondition::kGpuPowerCapped, "gpu-power-capped", false, false, false, false, 0, 0, ""},
+    {AlertCondition::kGpuNvlinkCrcErrors, "gpu-nvlink-crc-errors", false, false, false, false, 0, 0,
+     ""},
+    {AlertCondition::kNodeFailingJobs, "node-failing-jobs", false, false, false, false, 0, 0, ""},
+    {AlertCondition::kGpuHeld, "gpu-held", false, false, false, false, 0, 0, ""},
+    {AlertCondition::kJobIdle, "job-idle", false, false, false, true, 0, 0, ""},
 }};
 
 const ConditionInfo& Info(AlertCondition c) {
@@ -64,6 +76,23 @@ const AlertRule* Builtin(const std::string& name) {
 }  // namespace
 
 const char* AlertConditionName(AlertCondition c) { return Info(c).name; }
+
+const char* NodeConditionType(AlertCondition c) {
+  switch (c) {
+    case AlertCondition::kGpuEccCorrectedRate:
+      return kEccCorrectedRate;
+    case AlertCondition::kGpuTemperature:
+      return kTemperatureNearSlowdown;
+    case AlertCondition::kGpuPowerCapped:
+      return kPowerCapped;
+    case AlertCondition::kGpuNvlinkCrcErrors:
+      return kNvlinkCrcErrors;
+    case AlertCondition::kNodeFailingJobs:
+      return kFailingJobs;
+    default:
+      return nullptr;
+  }
+}
 
 bool ParseAlertCondition(const std::string& name, AlertCondition* out) {
   for (const ConditionInfo& i : kConditions) {
@@ -101,6 +130,19 @@ const std::vector<AlertRule>& BuiltinAlertRules() {
       Rule("gpu-held-idle", AlertCondition::kGpuIdle, "warning", 1800, 0.05),
       Rule("job-failure-rate", AlertCondition::kJobFailureRate, "warning", 0, 0.5, 3600, 5),
       Rule("scheduler-errors", AlertCondition::kSchedulerErrors, "critical", 0, 1, 300),
+      // Warnings before failures: the thresholds are the Policy's (gpuWarnings); a temperature
+      // or a power cap must last before it says more than a busy GPU's ordinary peak.
+      Rule("gpu-ecc-corrected-rate", AlertCondition::kGpuEccCorrectedRate, "warning", 0),
+      Rule("gpu-temperature-near-slowdown", AlertCondition::kGpuTemperature, "warning", 120),
+      Rule("gpu-power-capped", AlertCondition::kGpuPowerCapped, "warning", 600),
+      Rule("gpu-nvlink-crc-errors", AlertCondition::kGpuNvlinkCrcErrors, "warning", 0),
+      Rule("node-failing-jobs", AlertCondition::kNodeFailingJobs, "warning", 0),
+      // A GPU that faulted maxFaults times in the Policy's faultWindow waits for an operator:
+      // gpu-unhealthy fires for every cordon, which remediation usually ends by itself; this
+      // one says that nothing will (docs/adr/0015-gpu-health.md).
+      Rule("gpu-held", AlertCondition::kGpuHeld, "critical", 0),
+      // The IdlePolicy's own idleFor is the wait: the alert fires as the reclaimer acts.
+      Rule("job-idle", AlertCondition::kJobIdle, "warning", 0),
   };
   return kRules;
 }
@@ -112,8 +154,9 @@ void ReadAlertRuleSpec(FieldReader& s, const std::string& name) {
   if (!builtin && !s.Has("condition")) {
     s.Error("condition",
             "is required (node-lost, gpu-unhealthy, gpu-xid, pending-job-age, quota-near-limit, "
-            "gpu-idle, job-failure-rate, scheduler-errors); only a built-in rule's name may "
-            "leave it out");
+            "gpu-idle, job-failure-rate, scheduler-errors, gpu-ecc-corrected-rate, "
+            "gpu-temperature-near-slowdown, gpu-power-capped, gpu-nvlink-crc-errors, "
+            "node-failing-jobs, gpu-held, job-idle); only a built-in rule's name may leave it out");
   }
   const std::string given = s.String("condition", false, AlertConditionName(base.condition));
   if (s.Has("condition") && !ParseAlertCondition(given, &condition)) {
@@ -127,7 +170,7 @@ void ReadAlertRuleSpec(FieldReader& s, const std::string& name) {
   const ConditionInfo& info = Info(condition);
   s.Bool("enabled", true);
   s.Enum("severity", {"critical", "warning", "info"}, base.severity);
-  s.Number("for", 0, kMaxDuration, base.for_seconds);
+  s.Duration("for", 0, kMaxDuration, base.for_seconds);
   auto unused = [&](const char* field, bool used) {
     if (!used && s.Has(field)) {
       s.Error(field, std::string("is not used by condition ") + info.name);
@@ -144,7 +187,7 @@ void ReadAlertRuleSpec(FieldReader& s, const std::string& name) {
     s.Number("threshold", info.threshold_min, info.threshold_max, fallback);
   }
   if (unused("window", info.window)) {
-    s.Number("window", 1, kMaxDuration, builtin ? base.window : 600);
+    s.Duration("window", 1, kMaxDuration, builtin ? base.window : 600);
   }
   if (unused("minJobs", info.min_jobs)) {
     s.Int("minJobs", 1, 1000000, builtin ? base.min_jobs : 5);
@@ -210,7 +253,7 @@ void ReadAlertReceiverSpec(FieldReader& s) {
     s.Error("resendInterval", "is used by alertmanager receivers only");
     s.Skip("resendInterval");
   }
-  if (type == "alertmanager") s.Number("resendInterval", 1, 3600, 60);
+  if (type == "alertmanager") s.Duration("resendInterval", 1, 3600, 60);
   s.String("description", false);
 }
 

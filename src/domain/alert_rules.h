@@ -22,7 +22,18 @@ enum class AlertCondition {
   kGpuIdle,         // a held GPU's utilisation is below threshold  node, gpu, UUID, job_id, project
   kJobFailureRate,  // failed / ended jobs over `window` > threshold                project
   kSchedulerErrors,  // scheduler cycles failed at least threshold times in `window`   (none)
+  // Node conditions (domain/gpu_warnings.h), whose thresholds are the Policy's gpuWarnings and
+  // failingNodes: a rule says only whether, how severely and after how long to alert.
+  kGpuEccCorrectedRate,  // EccCorrectedRate on a GPU              node, cluster, gpu, UUID
+  kGpuTemperature,       // TemperatureNearSlowdown on a GPU       node, cluster, gpu, UUID
+  kGpuPowerCapped,       // PowerCapped on a GPU                   node, cluster, gpu, UUID
+  kGpuNvlinkCrcErrors,   // NvlinkCrcErrors on a GPU               node, cluster, gpu, UUID
+  kNodeFailingJobs,      // FailingJobs on a node                  node, cluster
+  kGpuHeld,  // a GPU faulted too often and stays cordoned for an operator  node, cluster, gpu, UUID
+  kJobIdle,  // an IdlePolicy found a job idle past its idleFor   job_id, project, policy, action
 };
+// The node condition type an alert condition watches (nullptr: not a node condition).
+const char* NodeConditionType(AlertCondition c);
 
 // The name used in documents ("node-lost"), and back (false when unknown).
 const char* AlertConditionName(AlertCondition c);

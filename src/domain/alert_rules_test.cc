@@ -75,7 +75,7 @@ TEST(AlertRules, EveryErrorNamesFileLineAndField) {
       {"kind: AlertRule\nmetadata: {name: node-lost}\nspec:\n  severity: page\n",
        "alerts.yaml:4:3: spec.severity: \"page\" is not one of critical, warning, info"},
       {"kind: AlertRule\nmetadata: {name: node-lost}\nspec:\n  for: -1\n",
-       "alerts.yaml:4:3: spec.for: must be between 0.0"},
+       "alerts.yaml:4:3: spec.for: must be between 0 and 2592000 seconds"},
       {"kind: AlertRule\nmetadata: {name: node-lost}\nspec:\n  labels: {severity: low}\n",
        "spec.labels: \"severity\" is set by the rule itself"},
       {"kind: AlertRule\nmetadata: {name: node-lost}\nspec:\n  colour: red\n",

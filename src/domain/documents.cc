@@ -1,5 +1,6 @@
 #include "domain/documents.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -7,6 +8,8 @@
 #include "domain/alert_rules.h"
 #include "domain/gpu_health.h"
 #include "domain/gpu_model.h"
+#include "domain/gpu_warnings.h"
+#include "domain/idle_policy.h"
 #include "domain/job_spec.h"
 
 namespace meridian::domain {
@@ -106,33 +109,125 @@ void PolicySpec(FieldReader& s) {
   s.Enum("queueOrder", {"meridian", "fifo", "sjf", "las"}, "meridian");
   s.Bool("preemption", true);
   s.Bool("backfill", true);
-  s.Number("fairShareHalfLife", 1, kMaxSeconds, 3600);
-  s.Number("reserveAfter", 0, kMaxSeconds, 3600);
-  s.Number("starvationHorizon", 0, kMaxSeconds, 24 * 3600.0);
-  s.Number("cycleInterval", 0.01, 3600, 1.0);
+  s.Duration("fairShareHalfLife", 1, kMaxSeconds, 3600);
+  s.Duration("reserveAfter", 0, kMaxSeconds, 3600);
+  s.Duration("starvationHorizon", 0, kMaxSeconds, 24 * 3600.0);
+  s.Duration("cycleInterval", 0.01, 3600, 1.0);
   // Agents heartbeat this often. An agent that has not reached the server for agentLease stops
   // its tasks (SIGTERM at once, SIGKILL at most fenceGrace later), and a node silent for
   // nodeLostTimeout is lost and its jobs run elsewhere: domain/agent_timing.h has the rule that
   // keeps the two apart, so that a task never runs twice at once.
-  const double heartbeat = s.Number("heartbeatInterval", 0.05, 600, kDefaultHeartbeatInterval);
-  const double lost = s.Number("nodeLostTimeout", 0.5, kMaxTimeout, kDefaultNodeLostTimeout);
+  const double heartbeat = s.Duration("heartbeatInterval", 0.05, 600, kDefaultHeartbeatInterval);
+  const double lost = s.Duration("nodeLostTimeout", 0.5, kMaxTimeout, kDefaultNodeLostTimeout);
   TimingGiven given{s.Has("agentLease"), s.Has("fenceGrace")};
   AgentTiming t;
   t.heartbeat_interval = heartbeat;
   t.node_lost_timeout = lost;
-  t.fence_grace = s.Number("fenceGrace", 0, 3600, DefaultFenceGrace(lost));
+  t.fence_grace = s.Duration("fenceGrace", 0, 3600, DefaultFenceGrace(lost));
   t.agent_lease =
-      s.Number("agentLease", 0.05, kMaxTimeout, DefaultAgentLease(lost, t.fence_grace, heartbeat));
+      s.Duration("agentLease", 0.05, kMaxTimeout, DefaultAgentLease(lost, t.fence_grace, heartbeat));
   for (const TimingProblem& p : CheckAgentTiming(t, given)) s.Error(p.field, p.message);
   // What the agent runs on a GPU cordoned for a fault before probing it and putting it back
   // (domain/gpu_health.h), and how many faults in a window keep a GPU out.
-  if (!s.Has("gpuHealth")) return;
-  FieldReader health = s.Nested("gpuHealth");
-  const std::vector<std::string> remediation = health.StringList("remediation");
-  if (remediation.size() > 64) health.Error("remediation", "must have at most 64 words");
-  health.Int("maxFaults", 1, 1000, GpuHealthPolicy{}.max_faults);
-  health.Number("faultWindow", 60, 30 * 24 * 3600.0, GpuHealthPolicy{}.fault_window);
-  health.Finish();
+  if (s.Has("gpuHealth")) {
+    FieldReader health = s.Nested("gpuHealth");
+    const std::vector<std::string> remediation = health.StringList("remediation");
+    if (remediation.size() > 64) health.Error("remediation", "must have at most 64 words");
+    health.Int("maxFaults", 1, 1000, GpuHealthPolicy{}.max_faults);
+    health.Duration("faultWindow", 60, 30 * 24 * 3600.0, GpuHealthPolicy{}.fault_window);
+    health.Finish();
+  }
+  // Warnings before failures, and nodes that fail jobs of many projects (gpu_warnings.h).
+  if (s.Has("gpuWarnings")) {
+    const GpuWarningPolicy d;
+    FieldReader w = s.Nested("gpuWarnings");
+    w.Number("temperatureMargin", 0, 50, d.temperature_margin);
+    w.Number("slowdownTemperature", 30, 150, d.slowdown_temperature);
+    w.Int("eccCorrected", 1, 1000000000, d.ecc_corrected);
+    w.Int("nvlinkCrcErrors", 1, 1000000000, d.nvlink_crc_errors);
+    w.Duration("window", 10, 30 * 24 * 3600.0, d.window);
+    w.Finish();
+  }
+  if (s.Has("failingNodes")) {
+    const FailingNodePolicy d;
+    FieldReader f = s.Nested("failingNodes");
+    f.Duration("window", 10, 30 * 24 * 3600.0, d.window);
+    f.Int("minFailures", 1, 1000000, d.min_failures);
+    f.Int("minProjects", 1, 10000, d.min_projects);
+    f.Bool("cordon", d.cordon);
+    f.Finish();
+  }
+}
+
+// An issuer URL: https, or http on a loopback address (a test issuer, or an identity provider
+// reached through a local proxy). Tokens are checked against it byte for byte (OIDC Discovery
+// 4.3), so a trailing slash is kept as written.
+bool IsIssuerUrl(const std::string& url) {
+  if (url.rfind("https://", 0) == 0) return url.size() > 8;
+  for (const char* local : {"http://127.0.0.1", "http://localhost", "http://[::1]"}) {
+    const std::string l = local;
+    if (url.rfind(l, 0) == 0 &&
+        (url.size() == l.size() || url[l.size()] == ':' || url[l.size()] == '/')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// One role a group of the identity provider gives (docs/adr/0021-single-sign-on.md): the roles
+// of users, without the machine identities (agent, node, metrics), which sign in with tokens.
+void GroupRoleItem(FieldReader& s) {
+  const std::string role =
+      s.Enum("role", {"admin", "org-admin", "team-lead", "member", "viewer"}, "");
+  if (!s.Has("role")) s.Error("role", "is required (admin, org-admin, team-lead, member, viewer)");
+  int scopes = 0;
+  for (const char* k : {"organization", "team", "project"}) {
+    if (s.Has(k)) ++scopes;
+    s.Name(k, false);
+  }
+  const char* needs = role == "org-admin"   ? "organization"
+                      : role == "team-lead" ? "team"
+                      : role == "member"    ? "project"
+                                            : nullptr;
+  if (role == "admin" && scopes != 0) s.Error("role", "admin is global and takes no scope");
+  if (needs && (scopes != 1 || !s.Has(needs))) {
+    s.Error(needs, role + " needs exactly its " + needs);
+  }
+  if (role == "viewer" && scopes != 1) {
+    s.Error("project", "viewer needs one of organization, team or project");
+  }
+}
+
+void GroupItem(FieldReader& s) {
+  if (s.String("group", true).empty() && s.Has("group")) s.Error("group", "must not be empty");
+  if (s.ObjectList("roles", GroupRoleItem) == 0 && !s.Has("roles")) {
+    s.Error("roles", "is required: the roles members of the group hold");
+  }
+}
+
+// An OpenID Connect identity provider whose ID tokens sign users in, and the rule that maps the
+// groups of a token to Meridian roles: a user holds the roles of every listed group it is in.
+void IdentityProviderSpec(FieldReader& s) {
+  const std::string issuer = s.String("issuer", true);
+  if (s.Has("issuer") && !IsIssuerUrl(issuer)) {
+    s.Error("issuer",
+            "\"" + issuer + "\" must be an https:// URL (http:// only on a loopback address)");
+  }
+  if (s.String("clientId", true).empty() && s.Has("clientId")) {
+    s.Error("clientId", "must not be empty");
+  }
+  const std::string claim = s.String("usernameClaim", false, "sub");
+  if (claim.empty()) s.Error("usernameClaim", "must not be empty");
+  s.String("usernamePrefix", false, "");
+  if (s.String("groupsClaim", false, "groups").empty()) {
+    s.Error("groupsClaim", "must not be empty");
+  }
+  std::vector<std::string> scopes = s.StringList("scopes");
+  if (s.Has("scopes") && std::find(scopes.begin(), scopes.end(), "openid") == scopes.end()) {
+    s.Error("scopes", "must include \"openid\" (without it there is no ID token)");
+  }
+  s.ObjectList("groups", GroupItem);
+  s.String("description", false);
 }
 
 using SpecReader = void (*)(FieldReader&);
@@ -148,9 +243,11 @@ const std::map<std::string, SpecReader>& Readers() {
       {"NodePool", NodePoolSpec},
       {"Policy", PolicySpec},
       {"AlertReceiver", ReadAlertReceiverSpec},
+      {"IdlePolicy", ReadIdlePolicySpec},
       // AlertRule's reader takes the document's name (ValidateDocument): a built-in's name
       // gives its defaults.
       {"AlertRule", nullptr},
+      {"IdentityProvider", IdentityProviderSpec},
   };
   return kReaders;
 }
@@ -184,8 +281,8 @@ std::string Envelope(const SourceDoc& src, ErrorList* errors, const std::string&
 
 const std::vector<std::string>& ConfigKinds() {
   static const std::vector<std::string> kKinds = {
-      "Organization", "Team",  "Project", "PriorityClass", "Cluster",
-      "NodePool",     "Quota", "Policy",  "AlertReceiver", "AlertRule",
+      "Organization", "Team",   "Project",       "PriorityClass", "Cluster",          "NodePool",
+      "Quota",        "Policy", "AlertReceiver", "AlertRule",     "IdentityProvider", "IdlePolicy",
   };
   return kKinds;
 }
@@ -200,7 +297,8 @@ std::optional<Document> ValidateDocument(const SourceDoc& src, ErrorList* errors
   if (!kind || !kind->is_string()) {
     errors->Add(src, "kind",
                 "is required (one of Organization, Team, Project, Quota, "
-                "PriorityClass, Cluster, NodePool, Policy, AlertRule, AlertReceiver)");
+                "PriorityClass, Cluster, NodePool, Policy, AlertRule, AlertReceiver, "
+                "IdentityProvider, IdlePolicy)");
     return std::nullopt;
   }
   auto reader = Readers().find(kind->get<std::string>());
@@ -247,11 +345,12 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors) 
                    std::string(kind) + " \"" + target + "\" does not exist"});
     }
   };
+  CheckIdlePolicies(docs, errors);
   for (const Document& d : docs) {
     if (d.kind == "Team") refers(d, "organization", "Organization");
     if (d.kind == "Project") refers(d, "team", "Team");
     if (d.kind == "NodePool") refers(d, "cluster", "Cluster");
-    if (d.kind == "AlertRule") refers(d, "project", "Project");
+    if (d.kind == "AlertRule" || d.kind == "IdlePolicy") refers(d, "project", "Project");
     if (d.kind == "Quota") {
       refers(d, "organization", "Organization");
       refers(d, "team", "Team");
@@ -270,6 +369,26 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors) 
             errors->Add({d.file, d.line, 0,
                          "spec.allowedScopes[" + std::to_string(i) + "]." + field,
                          std::string(kind) + " \"" + target + "\" does not exist"});
+          }
+        }
+      }
+    }
+    if (d.kind == "IdentityProvider" && d.spec.contains("groups") &&
+        d.spec.at("groups").is_array()) {
+      const Json& groups = d.spec.at("groups");
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const Json roles = groups[g].is_object() ? groups[g].value("roles", Json::array()) : Json();
+        for (size_t i = 0; roles.is_array() && i < roles.size(); ++i) {
+          for (const auto& [field, kind] :
+               {std::pair{"organization", "Organization"}, std::pair{"team", "Team"},
+                std::pair{"project", "Project"}}) {
+            const std::string target = roles[i].is_object() ? roles[i].value(field, "") : "";
+            if (!target.empty() && !names[kind].count(target)) {
+              errors->Add({d.file, d.line, 0,
+                           "spec.groups[" + std::to_string(g) + "].roles[" + std::to_string(i) +
+                               "]." + field,
+                           std::string(kind) + " \"" + target + "\" does not exist"});
+            }
           }
         }
       }
@@ -296,6 +415,12 @@ std::optional<JobDocument> ValidateJobDocument(const SourceDoc& src, ErrorList* 
   job.name = Envelope(
       src, errors, "Job", &job.spec, [&](FieldReader& s) { job.typed = ReadJobSpec(s); },
       &job.project);
+  // Labels in a job's metadata were never kept; policies read spec.labels (an IdlePolicy's
+  // exemption). Refused, so that a label meant to exempt a job is not silently dropped.
+  const Json& meta = src.value.contains("metadata") ? src.value.at("metadata") : Json();
+  if (meta.is_object() && meta.contains("labels")) {
+    errors->Add(src, "metadata.labels", "a job's labels go in spec.labels");
+  }
   // Without an image (whose entrypoint runs) there is nothing to run: said at submission, not
   // by the agent after the job waited for its GPUs. (Only here: a stored spec decodes as before.)
   if (errors->size() == before && job.typed.command.empty() && job.typed.image.empty()) {

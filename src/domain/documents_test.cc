@@ -216,6 +216,25 @@ TEST(Documents, PolicyGpuHealthIsCheckedAndKept) {
   }
 }
 
+// Durations of documents take units as job specs do, in YAML as people write them.
+TEST(Documents, PolicyDurationsTakeUnits) {
+  ErrorList errors;
+  auto docs = Parse(
+      "kind: Policy\nmetadata: {name: default}\nspec:\n  fairShareHalfLife: 2h\n  "
+      "starvationHorizon: 1d12h\n  gpuHealth:\n    faultWindow: \"12:00:00\"\n",
+      &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].spec["fairShareHalfLife"], 7200.0);
+  EXPECT_EQ(docs[0].spec["starvationHorizon"], 129600.0);
+  EXPECT_EQ(GpuHealthPolicyOf(docs[0].spec).fault_window, 43200.0);
+  ErrorList bad;
+  Parse("kind: Policy\nmetadata: {name: default}\nspec:\n  reserveAfter: 1 hour\n", &bad);
+  EXPECT_NE(bad.ToString().find(":4:3: spec.reserveAfter: \"1 hour\" is not a duration"),
+            std::string::npos)
+      << bad.ToString();
+}
+
 TEST(Documents, JobDocuments) {
   ErrorList errors;
   std::vector<FieldError> syntax;
@@ -392,6 +411,67 @@ TEST(Documents, HostileYamlEndsInAnErrorWithAPosition) {
     EXPECT_GT(errors.errors()[0].line, 0) << errors.ToString();
     EXPECT_NE(errors.ToString().find(c.want), std::string::npos) << errors.ToString();
   }
+}
+
+}  // namespace
+}  // namespace meridian::domain
+
+namespace meridian::domain {
+namespace {
+
+// Single sign-on's document (docs/adr/0021-single-sign-on.md): every mistake named by line and
+// field, references to the tenancy checked as for other documents.
+TEST(Documents, IdentityProviderErrorsNameLineAndField) {
+  ErrorList errors;
+  auto good = Parse(R"(kind: IdentityProvider
+metadata: {name: corp}
+spec:
+  issuer: https://login.example.com/realms/r
+  clientId: meridian
+  groups:
+    - group: ml
+      roles: [{role: member, project: vision}, {role: viewer, team: product}]
+)",
+                    &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ASSERT_EQ(good.size(), 1u);
+  EXPECT_EQ(good[0].spec["usernameClaim"], "sub");
+  EXPECT_EQ(good[0].spec["groupsClaim"], "groups");
+  Parse(R"(kind: IdentityProvider
+metadata: {name: bad}
+spec:
+  issuer: http://login.example.com
+  clientId: ""
+  scopes: [profile]
+  groups:
+    - group: ml
+      roles: [{role: member}]
+    - group: ops
+      roles: [{role: admin, team: lab}, {role: node, node: n1}]
+    - roles: [{role: viewer, project: vision}]
+      colour: blue
+)",
+        &errors);
+  const std::string all = errors.ToString();
+  for (const char* want : {
+           "estate.yaml:4:3: spec.issuer: \"http://login.example.com\" must be an https:// URL",
+           "estate.yaml:5:3: spec.clientId: must not be empty",
+           "estate.yaml:6:3: spec.scopes: must include \"openid\"",
+           "spec.groups[0].roles[0].project: member needs exactly its project",
+           "spec.groups[1].roles[0].role: admin is global and takes no scope",
+           "spec.groups[1].roles[1].role: \"node\" is not one of admin, org-admin, team-lead",
+           "spec.groups[2].group: is required",
+           "spec.groups[2].colour: unknown field",
+       }) {
+    EXPECT_NE(all.find(want), std::string::npos) << want << "\nin:\n" << all;
+  }
+  // A role on a project that does not exist is found when the desired state is checked.
+  ErrorList refs;
+  ValidateDesiredState(good, &refs);
+  EXPECT_NE(refs.ToString().find("spec.groups[0].roles[0].project: Project \"vision\" does not "
+                                 "exist"),
+            std::string::npos)
+      << refs.ToString();
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace meridian::domain {
 
 namespace {
 
-constexpr std::array<std::pair<FailureCause, std::string_view>, 14> kNames = {{
+constexpr std::array<std::pair<FailureCause, std::string_view>, 15> kNames = {{
     {FailureCause::kNone, "none"},
     {FailureCause::kExitCode, "exit-code"},
     {FailureCause::kOomKilled, "oom-killed"},
@@ -24,6 +24,7 @@ constexpr std::array<std::pair<FailureCause, std::string_view>, 14> kNames = {{
     {FailureCause::kCudaOutOfMemory, "cuda-out-of-memory"},
     {FailureCause::kNcclError, "nccl-error"},
     {FailureCause::kNotStarted, "not-started"},
+    {FailureCause::kDependency, "dependency"},
 }};
 
 bool Contains(const std::string& text, std::string_view needle) {

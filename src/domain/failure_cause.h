@@ -25,6 +25,7 @@ enum class FailureCause {
   kCudaOutOfMemory,   // the framework said CUDA ran out of memory
   kNcclError,         // NCCL timed out or failed (a collective across tasks)
   kNotStarted,        // the task could not be started at all (its message says why)
+  kDependency,        // a dependency of the job can never be satisfied (it never ran)
 };
 
 std::string_view CauseName(FailureCause cause);  // "oom-killed", "gpu-fault", ...

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "domain/gpu_warnings.h"
 #include "domain/spec.h"
 
 namespace meridian::domain {
@@ -191,7 +192,24 @@ base::Result<FaultInjection> DecodeFaultInjection(const Json& body) {
   Json canonical;
   FieldReader f(doc, body, "", &errors, &canonical);
   FaultInjection r;
-  if (!f.Has("xid")) f.Error("xid", "is required (the XID to inject, e.g. 79)");
+  if (f.Has("warning")) {
+    r.warning = f.String("warning", true);
+    if (!KnownWarningInjection(r.warning)) {
+      f.Error("warning",
+              "unknown warning \"" + r.warning + "\" (one of " + kWarningInjections + ")");
+    }
+    if (f.Has("xid")) {
+      f.Error("xid", "give an xid or a warning, not both");
+      f.Skip("xid");
+    }
+    f.Finish();
+    if (!errors.empty()) return errors.First();
+    return r;
+  }
+  if (!f.Has("xid")) {
+    f.Error("xid", std::string("is required (the XID to inject, e.g. 79), or give a warning: ") +
+                       kWarningInjections);
+  }
   r.xid = static_cast<int32_t>(f.Int("xid", 1, 999, 0));
   f.Finish();
   if (!errors.empty()) return errors.First();

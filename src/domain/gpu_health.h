@@ -93,9 +93,11 @@ bool GpuCordoned(const std::vector<GpuHealth>& gpus, int32_t index);
 Json GpuHealthToJson(const std::vector<GpuHealth>& gpus);
 std::vector<GpuHealth> GpuHealthOf(const Json& items);
 
-// The body of POST /api/v1/nodes/{node}/gpus/{index}/faults: {xid: N}, N in 1..999.
+// The body of POST /api/v1/nodes/{node}/gpus/{index}/faults: {xid: N}, N in 1..999, or
+// {warning: KIND}, a warning before failure (gpu_warnings.h, KnownWarningInjection).
 struct FaultInjection {
-  int32_t xid = 0;
+  int32_t xid = 0;      // 0 with a warning
+  std::string warning;  // empty with an XID
 };
 base::Result<FaultInjection> DecodeFaultInjection(const Json& body);
 

@@ -1,5 +1,9 @@
 #include "domain/job_spec.h"
 
+#include <algorithm>
+#include <charconv>
+#include <set>
+
 #include "domain/gpu_model.h"
 #include "domain/workload.h"
 
@@ -51,7 +55,164 @@ void Bound(FieldReader& s, const char* key, size_t count, size_t max_count, size
   }
 }
 
+// A whole non-negative decimal number, the whole of `text`.
+std::optional<int64_t> Whole(std::string_view text) {
+  int64_t v = 0;
+  if (text.empty() || text.size() > 18) return std::nullopt;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+base::Status BadArray(std::string_view text, const std::string& why) {
+  return base::Status::Invalid("\"" + std::string(text) + "\" is not an array (" + why +
+                               "; e.g. 0-15, 1,3,5-7, 0-999:2, 0-999%50)");
+}
+
+void ReadDependencies(FieldReader& s, JobSpec* j) {
+  const std::vector<std::string> texts = s.StringList("dependencies");
+  size_t named = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string key = "dependencies[" + std::to_string(i) + "]";
+    auto d = ParseDependency(texts[i]);
+    if (!d.ok()) {
+      s.Error(key, d.status().message());
+      continue;
+    }
+    named += d->jobs.size();
+    j->dependencies.push_back(std::move(d.value()));
+  }
+  if (named > kMaxDependencies) {
+    s.Error("dependencies", "names " + std::to_string(named) + " jobs; at most " +
+                                std::to_string(kMaxDependencies) + " are allowed");
+  }
+}
+
 }  // namespace
+
+int64_t ArraySpec::Count() const {
+  int64_t n = 0;
+  for (const Range& r : ranges) n += (r.last - r.first) / r.step + 1;
+  return n;
+}
+
+std::vector<int64_t> ArraySpec::Indices() const {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(Count()));
+  for (const Range& r : ranges) {
+    for (int64_t i = r.first; i <= r.last; i += r.step) out.push_back(i);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+base::Result<ArraySpec> ParseArray(std::string_view text) {
+  ArraySpec a;
+  a.text = std::string(text);
+  std::string_view list = text;
+  if (const size_t pct = text.find('%'); pct != std::string_view::npos) {
+    auto n = Whole(text.substr(pct + 1));
+    if (!n || *n < 1) return BadArray(text, "%N needs a whole number of at least 1");
+    a.max_running = *n;
+    list = text.substr(0, pct);
+  }
+  if (list.empty()) return BadArray(text, "no indices");
+  int64_t count = 0;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    std::string_view part = list.substr(start, comma - start);
+    start = comma + 1;
+    ArraySpec::Range r;
+    if (const size_t colon = part.find(':'); colon != std::string_view::npos) {
+      auto step = Whole(part.substr(colon + 1));
+      if (!step || *step < 1) return BadArray(text, "a step needs a whole number of at least 1");
+      r.step = *step;
+      part = part.substr(0, colon);
+    }
+    const size_t dash = part.find('-');
+    auto first = Whole(part.substr(0, dash));
+    auto last = dash == std::string_view::npos ? first : Whole(part.substr(dash + 1));
+    if (!first || !last) return BadArray(text, "\"" + std::string(part) + "\" is not N or N-M");
+    if (*last < *first) return BadArray(text, "a range must not run backwards");
+    if (*last > kMaxArrayIndex) {
+      return BadArray(text, "indices go up to " + std::to_string(kMaxArrayIndex));
+    }
+    r.first = *first;
+    r.last = *last - (*last - *first) % r.step;  // the last index the step reaches
+    count += (r.last - r.first) / r.step + 1;
+    if (count > kMaxArrayElements) {
+      return BadArray(text, "more than " + std::to_string(kMaxArrayElements) + " elements");
+    }
+    a.ranges.push_back(r);
+    if (comma == list.size()) break;
+  }
+  // Indices must be distinct (each names one element): ranges must not overlap. Checked on the
+  // ranges, not the indices, since every element's spec is decoded with its array.
+  std::vector<ArraySpec::Range> sorted = a.ranges;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ArraySpec::Range& x, const ArraySpec::Range& y) { return x.first < y.first; });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i].first <= sorted[i - 1].last) return BadArray(text, "ranges overlap");
+  }
+  return a;
+}
+
+std::string_view DependencyKindName(DependencyKind kind) {
+  switch (kind) {
+    case DependencyKind::kAfterOk:
+      return "afterok";
+    case DependencyKind::kAfterAny:
+      return "afterany";
+    case DependencyKind::kAfterNotOk:
+      return "afternotok";
+    case DependencyKind::kAfterCorr:
+      return "aftercorr";
+  }
+  return "afterok";
+}
+
+base::Result<Dependency> ParseDependency(std::string_view text) {
+  const std::string shown = "\"" + std::string(text) + "\"";
+  const size_t colon = text.find(':');
+  const std::string_view kind = text.substr(0, colon);
+  Dependency d;
+  bool known = false;
+  for (DependencyKind k : {DependencyKind::kAfterOk, DependencyKind::kAfterAny,
+                           DependencyKind::kAfterNotOk, DependencyKind::kAfterCorr}) {
+    if (kind == DependencyKindName(k)) {
+      d.kind = k;
+      known = true;
+    }
+  }
+  if (!known) {
+    return base::Status::Invalid(shown +
+                                 ": the kind must be afterok, afterany, afternotok or aftercorr");
+  }
+  if (colon == std::string_view::npos) {
+    return base::Status::Invalid(shown + ": name at least one job, e.g. " + std::string(kind) +
+                                 ":12");
+  }
+  size_t start = colon + 1;
+  while (start <= text.size()) {
+    const size_t next = std::min(text.find(':', start), text.size());
+    auto id = Whole(text.substr(start, next - start));
+    if (!id || *id < 1) {
+      return base::Status::Invalid(shown + ": \"" + std::string(text.substr(start, next - start)) +
+                                   "\" is not a job id");
+    }
+    d.jobs.push_back(*id);
+    start = next + 1;
+    if (next == text.size()) break;
+  }
+  return d;
+}
+
+std::string DependencyText(const Dependency& d) {
+  std::string out(DependencyKindName(d.kind));
+  for (int64_t id : d.jobs) out += ":" + std::to_string(id);
+  return out;
+}
 
 JobSpec ReadJobSpec(FieldReader& s) {
   const JobSpec d;  // the defaults
@@ -75,14 +236,14 @@ JobSpec ReadJobSpec(FieldReader& s) {
     j.tolerations.push_back(std::move(tol));
   });
   j.gang = s.Bool("gang", j.tasks > 1);
-  j.runtime_estimate = s.Number("runtimeEstimate", 0, kMaxSeconds, d.runtime_estimate);
-  j.runtime_limit = s.Number("runtimeLimit", 0, kMaxSeconds, d.runtime_limit);
+  j.runtime_estimate = s.Duration("runtimeEstimate", 0, kMaxSeconds, d.runtime_estimate);
+  j.runtime_limit = s.Duration("runtimeLimit", 0, kMaxSeconds, d.runtime_limit);
   if (j.runtime_limit > 0 && j.runtime_estimate > j.runtime_limit) {
     s.Error("runtimeEstimate", "must not exceed runtimeLimit");
   }
   j.preemptible = s.Bool("preemptible", d.preemptible);
-  j.min_runtime = s.Number("minRuntime", 0, kMaxSeconds, d.min_runtime);
-  j.grace_period = s.Number("gracePeriod", 0, 3600, d.grace_period);
+  j.min_runtime = s.Duration("minRuntime", 0, kMaxSeconds, d.min_runtime);
+  j.grace_period = s.Duration("gracePeriod", 0, 3600, d.grace_period);
   j.command = s.StringList("command");
   size_t bytes = 0;
   for (const std::string& a : j.command) bytes += a.size();
@@ -100,6 +261,20 @@ JobSpec ReadJobSpec(FieldReader& s) {
   j.notice_signal =
       s.Enum("noticeSignal", {"none", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGINT"}, d.notice_signal);
   j.simulate_utilization = s.Number("simulateUtilization", 0, 1, d.simulate_utilization);
+  j.labels = s.StringMap("labels");
+  size_t label_bytes = 0;
+  for (const auto& [k, v] : j.labels) label_bytes += k.size() + v.size();
+  Bound(s, "labels", j.labels.size(), 64, label_bytes);
+  if (s.Has("array")) {
+    const std::string text = s.String("array", false);
+    auto a = ParseArray(text);
+    if (a.ok()) {
+      j.array = std::move(a.value());
+    } else {
+      s.Error("array", a.status().message());
+    }
+  }
+  ReadDependencies(s, &j);
   return j;
 }
 

@@ -2,7 +2,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -17,6 +19,44 @@ struct RestartPolicy {
   bool on_failure = false;  // restartPolicy on-failure; otherwise never
   int64_t max_restarts = 3;
 };
+
+// A job array (`spec.array`, Slurm's `--array`): the indices of its elements, as ranges, and how
+// many of them may hold resources at once. The ranges are kept, not the indices, so that
+// decoding one element's spec costs the same for an array of 16 as of 50,000.
+struct ArraySpec {
+  struct Range {
+    int64_t first = 0;
+    int64_t last = 0;
+    int64_t step = 1;
+  };
+  std::vector<Range> ranges;  // in the order written; indices are distinct
+  int64_t max_running = 0;    // `%N`; 0: no limit
+  std::string text;           // as written, the canonical form
+
+  int64_t Count() const;
+  std::vector<int64_t> Indices() const;  // ascending
+};
+
+inline constexpr int64_t kMaxArrayElements = 100000;
+inline constexpr int64_t kMaxArrayIndex = 9999999;
+
+// "0-15", "1,3,5-7", "0-999:2", each with an optional "%N". Errors say what is wrong with the
+// text (the caller names the field).
+base::Result<ArraySpec> ParseArray(std::string_view text);
+
+// One entry of `spec.dependencies` (Slurm's `--dependency`): a kind and the jobs it names. A job
+// that is an array stands for all of its elements, as in Slurm.
+enum class DependencyKind { kAfterOk, kAfterAny, kAfterNotOk, kAfterCorr };
+struct Dependency {
+  DependencyKind kind = DependencyKind::kAfterOk;
+  std::vector<int64_t> jobs;
+};
+inline constexpr size_t kMaxDependencies = 64;  // entries, and jobs named by all of them
+
+std::string_view DependencyKindName(DependencyKind kind);  // "afterok", ...
+// "afterok:12:13": one kind and at least one job id.
+base::Result<Dependency> ParseDependency(std::string_view text);
+std::string DependencyText(const Dependency& dependency);  // back to "afterok:12:13"
 
 // The spec of a job as its user wrote it (`spec:` of a Job document), decoded once. Every default
 // is here, in the member initialisers, and nowhere else: the validator, the scheduler's view, the
@@ -46,6 +86,14 @@ struct JobSpec {
   // Sent with the notice file when the task is to stop: none, SIGUSR1, SIGUSR2, SIGHUP, SIGINT.
   std::string notice_signal = "none";
   double simulate_utilization = 0.5;  // on simulated GPUs, what the task reports while it runs
+  // The job's own labels (`spec.labels`): what policies select or exempt it by, e.g. the label an
+  // IdlePolicy lets a project's jobs carry to be left alone (domain/idle_policy.h).
+  std::map<std::string, std::string> labels;
+  // `spec.array`: submitted as one array of elements, each a job of this spec (its element's
+  // index in MERIDIAN_ARRAY_INDEX).
+  std::optional<ArraySpec> array;
+  // `spec.dependencies`: what must have happened to other jobs before this one may be queued.
+  std::vector<Dependency> dependencies;
 };
 
 // Bounds on what one spec may hold, so that no tenant can make the server keep (and send to

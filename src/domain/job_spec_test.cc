@@ -134,6 +134,35 @@ TEST(JobSpecTest, ErrorsNameTheField) {
   }
 }
 
+// Durations are seconds, or strings with units (base/duration.h); the stored form is seconds.
+TEST(JobSpecTest, DurationsTakeUnitsAndAreStoredAsSeconds) {
+  std::string errors;
+  auto doc = Submit({{"gracePeriod", "45s"},
+                     {"runtimeLimit", "1h30m"},
+                     {"runtimeEstimate", "01:00:00"},
+                     {"minRuntime", 600}},
+                    &errors);
+  ASSERT_TRUE(doc) << errors;
+  EXPECT_EQ(doc->spec["gracePeriod"], 45.0);
+  EXPECT_EQ(doc->spec["runtimeLimit"], 5400.0);
+  EXPECT_EQ(doc->spec["runtimeEstimate"], 3600.0);
+  EXPECT_EQ(doc->spec["minRuntime"], 600.0);
+  EXPECT_EQ(doc->typed.runtime_limit, 5400.0);
+  auto back = DecodeJobSpec(doc->spec);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->grace_period, 45.0);
+  // A bad one names the field, the text and the forms accepted; one past its bound says so.
+  EXPECT_FALSE(Submit({{"runtimeLimit", "soon"}}, &errors));
+  EXPECT_NE(errors.find("spec.runtimeLimit: \"soon\" is not a duration (use 90s, 15m"),
+            std::string::npos)
+      << errors;
+  EXPECT_FALSE(Submit({{"gracePeriod", "2h"}}, &errors));
+  EXPECT_NE(errors.find("spec.gracePeriod: must be between 0 and 3600"), std::string::npos)
+      << errors;
+  EXPECT_FALSE(Submit({{"gracePeriod", true}}, &errors));
+  EXPECT_NE(errors.find("spec.gracePeriod: must be a duration"), std::string::npos) << errors;
+}
+
 TEST(JobSpecTest, ASpecCannotHoldMegabytes) {
   Json env = Json::object();
   for (size_t i = 0; i <= kMaxEnvVars; ++i) env["V" + std::to_string(i)] = "x";
@@ -178,4 +207,72 @@ TEST(JobSpecTest, TheSchedulersViewCarriesRequestAndConstraints) {
 }
 
 }  // namespace
+// Slurm's --array forms: ranges, lists, steps and a limit on how many run at once.
+TEST(JobSpecTest, ArraysTakeSlurmsForms) {
+  struct Case {
+    std::string text;
+    std::vector<int64_t> indices;  // empty: refused
+    int64_t max_running = 0;
+  };
+  const std::vector<Case> cases = {
+      {"0-3", {0, 1, 2, 3}},
+      {"1,3,5-7", {1, 3, 5, 6, 7}},
+      {"0-9:4", {0, 4, 8}},
+      {"0-7%2", {0, 1, 2, 3, 4, 5, 6, 7}, 2},
+      {"5", {5}},
+      {"1,3,5-7:2%1", {1, 3, 5, 7}, 1},
+      {"", {}},
+      {"3-1", {}},
+      {"0-3,2", {}},
+      {"a-b", {}},
+      {"0-3%0", {}},
+      {"0-3:0", {}},
+      {"-1", {}},
+      {"0-100000", {}},
+      {"0-99999999", {}},
+      {"1,,2", {}},
+  };
+  for (const Case& c : cases) {
+    auto a = ParseArray(c.text);
+    if (c.indices.empty()) {
+      EXPECT_FALSE(a.ok()) << c.text;
+      continue;
+    }
+    ASSERT_TRUE(a.ok()) << c.text << ": " << a.status().message();
+    EXPECT_EQ(a->Indices(), c.indices) << c.text;
+    EXPECT_EQ(a->Count(), static_cast<int64_t>(c.indices.size())) << c.text;
+    EXPECT_EQ(a->max_running, c.max_running) << c.text;
+  }
+  EXPECT_EQ(ParseArray("0-49999%50")->Count(), 50000);
+}
+
+TEST(JobSpecTest, ArrayAndDependenciesAreReadNamingTheField) {
+  auto doc = Submit({{"array", "0-9%2"}, {"dependencies", {"afterok:12:13", "afterany:14"}}});
+  ASSERT_TRUE(doc);
+  ASSERT_TRUE(doc->typed.array);
+  EXPECT_EQ(doc->typed.array->Count(), 10);
+  EXPECT_EQ(doc->typed.array->max_running, 2);
+  ASSERT_EQ(doc->typed.dependencies.size(), 2u);
+  EXPECT_EQ(doc->typed.dependencies[0].kind, DependencyKind::kAfterOk);
+  EXPECT_EQ(doc->typed.dependencies[0].jobs, (std::vector<int64_t>{12, 13}));
+  EXPECT_EQ(DependencyText(doc->typed.dependencies[1]), "afterany:14");
+  // The canonical form keeps both as written, and decodes back to the same.
+  auto back = DecodeJobSpec(doc->spec);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->array->text, "0-9%2");
+  EXPECT_EQ(back->dependencies.size(), 2u);
+
+  std::string errors;
+  EXPECT_FALSE(Submit({{"array", "9-0"}}, &errors));
+  EXPECT_NE(errors.find("spec.array: "), std::string::npos) << errors;
+  EXPECT_FALSE(Submit({{"dependencies", {"afterok:12", "after:13"}}}, &errors));
+  EXPECT_NE(errors.find("spec.dependencies[1]: "), std::string::npos) << errors;
+  EXPECT_FALSE(Submit({{"dependencies", {"afterok:"}}}, &errors));
+  EXPECT_NE(errors.find("spec.dependencies[0]: "), std::string::npos) << errors;
+  EXPECT_FALSE(Submit({{"dependencies", {"afterok"}}}, &errors));
+  EXPECT_NE(errors.find("spec.dependencies[0]: "), std::string::npos) << errors;
+  EXPECT_FALSE(Submit({{"dependencies", "afterok:12"}}, &errors));
+  EXPECT_NE(errors.find("spec.dependencies: must be a list"), std::string::npos) << errors;
+}
+
 }  // namespace meridian::domain

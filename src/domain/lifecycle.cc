@@ -113,6 +113,52 @@ bool HoldsResources(Phase phase) {
 
 namespace lifecycle {
 
+DependencyVerdict JudgeDependencies(const std::vector<DependencyState>& dependencies) {
+  using State = DependencyVerdict::State;
+  DependencyVerdict waiting{State::kMet, ""};
+  for (const DependencyState& d : dependencies) {
+    const std::string what = std::string(DependencyKindName(d.kind)) + ":" + std::to_string(d.job);
+    if (!d.found || d.phases.empty()) {
+      return {State::kNever,
+              "dependency " + what + " can never be satisfied: " +
+                  (d.kind == DependencyKind::kAfterCorr ? "the array has no element of this index"
+                                                        : "the job does not exist")};
+    }
+    size_t ended = 0, succeeded = 0;
+    for (Phase p : d.phases) {
+      ended += IsTerminal(p);
+      succeeded += p == Phase::kSucceeded;
+    }
+    const size_t n = d.phases.size();
+    const bool wants_ok =
+        d.kind == DependencyKind::kAfterOk || d.kind == DependencyKind::kAfterCorr;
+    if (wants_ok && ended > succeeded) {
+      return {State::kNever,
+              "dependency " + what + " can never be satisfied: the job failed or was cancelled"};
+    }
+    if (d.kind == DependencyKind::kAfterNotOk && succeeded > 0) {
+      return {State::kNever, "dependency " + what + " can never be satisfied: the job succeeded"};
+    }
+    const bool met = wants_ok ? succeeded == n : ended == n;
+    if (!met && waiting.state == State::kMet) {
+      waiting = {State::kWaiting, "waiting for dependency " + what + " (" +
+                                      std::to_string(n - ended) + " of " + std::to_string(n) +
+                                      (n == 1 ? " job" : " jobs") + " not ended)"};
+    }
+  }
+  return waiting;
+}
+
+base::Result<Transition> DependencyNeverMet(const JobLife& life, const std::string& why,
+                                            double now) {
+  if (life.phase != Phase::kPending) return NotFrom(life, "fail for a dependency");
+  Transition t = Into(life, Phase::kFailed, why);
+  t.life.finished_at = now;
+  t.life.cause = FailureCause::kDependency;
+  Say(&t, true, "DependencyNeverSatisfied", why);
+  return t;
+}
+
 base::Result<Transition> Place(const JobLife& life, int32_t tasks, const std::string& where,
                                double now) {
   (void)now;

@@ -96,7 +96,38 @@ struct TaskReport {
   FailureCause cause = FailureCause::kNone;  // the runner's diagnosis of an exit (Diagnose)
 };
 
+// What one dependency of a pending job names, as the store has it now: each (kind, job) pair of
+// the job's `spec.dependencies`, with the phases of the jobs it stands for (an array's every
+// element; for aftercorr, the element of the same index). `found` false: the job (or, for
+// aftercorr, its element of that index) does not exist.
+struct DependencyState {
+  DependencyKind kind = DependencyKind::kAfterOk;
+  int64_t job = 0;
+  std::vector<Phase> phases;
+  bool found = true;
+};
+
+// Whether a pending job's dependencies let it be queued.
+struct DependencyVerdict {
+  enum class State { kMet, kWaiting, kNever };
+  State state = State::kMet;
+  std::string reason;  // kWaiting: what it waits for; kNever: why it can never run
+};
+
 namespace lifecycle {
+
+// Judges a pending job's dependencies, all of which must be met (Slurm's `,`): afterok wants
+// every job it names Succeeded, afternotok every one ended otherwise (Failed or Cancelled),
+// afterany every one ended, aftercorr the element of the same index Succeeded. One that can no
+// longer be met (afterok on a job that failed or was cancelled, afternotok on one that
+// succeeded, a job that is gone) makes the verdict kNever; otherwise the first one not met yet
+// is what the job waits for.
+DependencyVerdict JudgeDependencies(const std::vector<DependencyState>& dependencies);
+
+// Pending -> Failed: a dependency can never be satisfied (JudgeDependencies said kNever). The job
+// never ran; cause `dependency`, event `DependencyNeverSatisfied` with the reason.
+base::Result<Transition> DependencyNeverMet(const JobLife& life, const std::string& why,
+                                            double now);
 
 // Pending -> Placed on `tasks` tasks, as a new generation. `where` names the nodes.
 base::Result<Transition> Place(const JobLife& life, int32_t tasks, const std::string& where,

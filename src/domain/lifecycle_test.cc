@@ -386,4 +386,67 @@ TEST(Lifecycle, AGpuFaultStopsTheJobAndItsRestartPolicyDecides) {
 }
 
 }  // namespace
+// Each kind of dependency against the phases of what it names: met, waiting, or never.
+TEST(Lifecycle, DependenciesAreJudgedByTheirKind) {
+  using V = DependencyVerdict::State;
+  using K = DependencyKind;
+  const Phase ok = Phase::kSucceeded, bad = Phase::kFailed, gone = Phase::kCancelled,
+              run = Phase::kRunning;
+  struct Case {
+    K kind;
+    std::vector<Phase> phases;
+    V want;
+  };
+  const std::vector<Case> cases = {
+      {K::kAfterOk, {ok}, V::kMet},
+      {K::kAfterOk, {run}, V::kWaiting},
+      {K::kAfterOk, {bad}, V::kNever},
+      {K::kAfterOk, {gone, run}, V::kNever},
+      {K::kAfterOk, {ok, run}, V::kWaiting},
+      {K::kAfterAny, {ok, bad, gone}, V::kMet},
+      {K::kAfterAny, {ok, run}, V::kWaiting},
+      {K::kAfterNotOk, {bad, gone}, V::kMet},
+      {K::kAfterNotOk, {ok}, V::kNever},
+      {K::kAfterNotOk, {run}, V::kWaiting},
+      {K::kAfterCorr, {ok}, V::kMet},
+      {K::kAfterCorr, {bad}, V::kNever},
+      {K::kAfterCorr, {Phase::kPending}, V::kWaiting},
+  };
+  for (const Case& c : cases) {
+    const DependencyVerdict v = lifecycle::JudgeDependencies({{c.kind, 7, c.phases, true}});
+    EXPECT_EQ(v.state, c.want) << DependencyKindName(c.kind) << " " << c.phases.size();
+    if (v.state != V::kMet) {
+      EXPECT_NE(v.reason.find(std::string(DependencyKindName(c.kind)) + ":7"), std::string::npos)
+          << v.reason;
+    }
+  }
+  EXPECT_EQ(lifecycle::JudgeDependencies({}).state, V::kMet);
+  EXPECT_EQ(lifecycle::JudgeDependencies({{K::kAfterAny, 9, {}, false}}).state, V::kNever);
+  // All must hold: one that never can wins over one still waiting.
+  const DependencyVerdict both =
+      lifecycle::JudgeDependencies({{K::kAfterAny, 3, {run}, true}, {K::kAfterOk, 4, {bad}, true}});
+  EXPECT_EQ(both.state, V::kNever);
+  EXPECT_NE(both.reason.find("afterok:4"), std::string::npos) << both.reason;
+  const DependencyVerdict first =
+      lifecycle::JudgeDependencies({{K::kAfterOk, 3, {ok}, true}, {K::kAfterOk, 4, {run}, true}});
+  EXPECT_EQ(first.state, V::kWaiting);
+  EXPECT_NE(first.reason.find("waiting for dependency afterok:4"), std::string::npos)
+      << first.reason;
+}
+
+TEST(Lifecycle, ADependencyThatCanNeverBeMetFailsAPendingJob) {
+  auto t = lifecycle::DependencyNeverMet(Life(Phase::kPending), "dependency afterok:4 ...", 50);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->life.phase, Phase::kFailed);
+  EXPECT_EQ(t->life.cause, FailureCause::kDependency);
+  EXPECT_EQ(t->life.finished_at, 50);
+  EXPECT_FALSE(t->released);
+  ASSERT_EQ(t->events.size(), 1u);
+  EXPECT_EQ(t->events[0].reason, "DependencyNeverSatisfied");
+  EXPECT_TRUE(t->events[0].warning);
+  for (Phase p : {Phase::kPlaced, Phase::kRunning, Phase::kSucceeded, Phase::kCancelled}) {
+    EXPECT_FALSE(lifecycle::DependencyNeverMet(Life(p, 1), "x", 50).ok()) << PhaseName(p);
+  }
+}
+
 }  // namespace meridian::domain

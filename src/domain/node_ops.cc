@@ -66,7 +66,7 @@ base::Result<DrainRequest> DecodeDrainRequest(const Json& body) {
   FieldReader f(doc, body, "", &errors, &canonical);
   DrainRequest r;
   // A week at most: a longer drain is a cordon.
-  if (f.Has("deadline")) r.deadline = f.Number("deadline", 0, 7 * 24 * 3600.0, 0);
+  if (f.Has("deadline")) r.deadline = f.Duration("deadline", 0, 7 * 24 * 3600.0, 0);
   r.reason = f.String("reason", false);
   if (r.reason.size() > 500) f.Error("reason", "must be at most 500 characters");
   f.Finish();

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+
+#include "base/duration.h"
 
 namespace meridian::domain {
 
@@ -371,6 +374,37 @@ double FieldReader::Number(const std::string& key, double min, double max, doubl
   const double d = v->get<double>();
   if (!(d >= min && d <= max)) {
     Error(key, "must be between " + Json(min).dump() + " and " + Json(max).dump());
+    return fallback;
+  }
+  (*out_)[key] = d;
+  return d;
+}
+
+double FieldReader::Duration(const std::string& key, double min, double max, double fallback) {
+  const Json* v = Get(key);
+  if (!v) {
+    (*out_)[key] = fallback;
+    return fallback;
+  }
+  double d = 0;
+  if (v->is_number()) {
+    d = v->get<double>();
+  } else if (v->is_string()) {
+    auto parsed = base::ParseDuration(v->get<std::string>());
+    if (!parsed.ok()) {
+      Error(key, parsed.status().message());
+      return fallback;
+    }
+    d = *parsed;
+  } else {
+    Error(key, "must be a duration (seconds, or a string such as \"90s\" or \"1h30m\"), not " +
+                   TypeName(*v));
+    return fallback;
+  }
+  if (!(d >= min && d <= max)) {
+    char range[96];
+    std::snprintf(range, sizeof range, "must be between %.10g and %.10g seconds", min, max);
+    Error(key, range);
     return fallback;
   }
   (*out_)[key] = d;

@@ -75,6 +75,9 @@ class FieldReader {
   int64_t Int(const std::string& key, int64_t min, int64_t max, int64_t fallback,
               bool required = false);
   double Number(const std::string& key, double min, double max, double fallback);
+  // A duration in seconds: a number, or a string with units as base::ParseDuration reads it
+  // ("45s", "1h30m", "01:30:00"). The canonical form is the number of seconds.
+  double Duration(const std::string& key, double min, double max, double fallback);
   bool Bool(const std::string& key, bool fallback);
   std::vector<std::string> StringList(const std::string& key);
   std::map<std::string, std::string> StringMap(const std::string& key);

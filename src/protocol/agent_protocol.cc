@@ -115,6 +115,8 @@ void ReadAssignment(FieldReader& r, Assignment& a) {
   ReadDevices(r, a.devices);
   a.world_size = static_cast<int32_t>(r.Int("worldSize", 1, 100000, 1));
   a.master_addr = r.String("masterAddr", false);
+  a.array_id = r.Int("arrayId", 0, kMaxInt, 0);
+  a.array_index = r.Int("arrayIndex", -1, kMaxInt, -1);
   ReadRun(r, a.run);
 }
 
@@ -159,6 +161,11 @@ void ReadGpuSample(FieldReader& r, GpuSample& g) {
   if (r.Has("rowRemapFailed")) g.row_remap_failed = r.Bool("rowRemapFailed", false);
   g.xid_errors = r.Int("xidErrors", 0, kMaxInt, 0);
   g.last_xid = static_cast<int32_t>(r.Int("lastXid", 0, 1000000, 0));
+  if (r.Has("slowdownTemperatureC")) {
+    g.slowdown_temperature_c = r.Number("slowdownTemperatureC", -273, 1000, 0);
+  }
+  g.throttle_reasons = OptionalInt(r, "throttleReasons", 0, kMaxInt);
+  g.nvlink_crc_errors = OptionalInt(r, "nvlinkCrcErrors", 0, kMaxInt);
   g.mig_instances = r.StringList("migInstances");
 }
 
@@ -234,6 +241,8 @@ Json ToJson(const Assignment& a) {
               {"devices", std::move(devices)},
               {"worldSize", a.world_size},
               {"masterAddr", a.master_addr},
+              {"arrayId", a.array_id},
+              {"arrayIndex", a.array_index},
               {"command", r.command},
               {"env", StringMap(r.env)},
               {"image", r.image},
@@ -285,6 +294,9 @@ Json ToJson(const GpuSample& g) {
   optional("remappedRowsUncorrectable", g.remapped_rows_uncorrectable);
   optional("rowRemapPending", g.row_remap_pending);
   optional("rowRemapFailed", g.row_remap_failed);
+  optional("slowdownTemperatureC", g.slowdown_temperature_c);
+  optional("throttleReasons", g.throttle_reasons);
+  optional("nvlinkCrcErrors", g.nvlink_crc_errors);
   if (!g.mig_instances.empty()) out["migInstances"] = g.mig_instances;
   return out;
 }
@@ -312,7 +324,15 @@ Json ToJson(const HeartbeatAnswer& a) {
   WriteTerms(a.terms, &out);
   if (!a.faults.empty()) {
     Json faults = Json::array();
-    for (const InjectedFault& f : a.faults) faults.push_back({{"gpu", f.gpu}, {"xid", f.xid}});
+    for (const InjectedFault& f : a.faults) {
+      Json fault = {{"gpu", f.gpu}};
+      if (f.warning.empty()) {
+        fault["xid"] = f.xid;
+      } else {
+        fault["warning"] = f.warning;
+      }
+      faults.push_back(std::move(fault));
+    }
     out["faults"] = std::move(faults);
   }
   if (!a.remediations.empty()) {
@@ -483,7 +503,8 @@ base::Result<HealthOrders> DecodeHealthOrders(const Json& answer) {
     r.ObjectList("faults", [&](FieldReader& item) {
       InjectedFault f;
       f.gpu = static_cast<int32_t>(item.Int("gpu", 0, 1023, 0, true));
-      f.xid = static_cast<int32_t>(item.Int("xid", 1, 999, 0, true));
+      f.warning = item.String("warning", false);
+      if (f.warning.empty()) f.xid = static_cast<int32_t>(item.Int("xid", 1, 999, 0, true));
       out.faults.push_back(f);
     });
     r.ObjectList("remediations", [&](FieldReader& item) {

@@ -122,6 +122,10 @@ struct Assignment {
   std::vector<DeviceGrant> devices;
   int32_t world_size = 1;
   std::string master_addr;  // the node of task 0
+  // An array's element: the array's id and the element's index (MERIDIAN_ARRAY_JOB_ID and
+  // MERIDIAN_ARRAY_INDEX). 0 and -1 otherwise.
+  int64_t array_id = 0;
+  int64_t array_index = -1;
   TaskRun run;
 };
 
@@ -158,13 +162,22 @@ struct GpuSample {
   int64_t xid_errors = 0;  // critical XID events seen since the agent started
   int32_t last_xid = 0;    // the latest one's code (0: none), e.g. 79 "fallen off the bus"
   std::vector<std::string> mig_instances;  // the MIG layout, "profile@start" ("1g.10gb@0")
+  // Warnings before failures (domain/gpu_warnings.h): the temperature at which the GPU slows
+  // itself down (NVML's slowdown threshold), its clock throttle reason bits, and NVLink CRC
+  // errors (flit and data) summed over its links since the driver loaded.
+  std::optional<double> slowdown_temperature_c;
+  std::optional<int64_t> throttle_reasons;
+  std::optional<int64_t> nvlink_crc_errors;
 };
 
 // GPU health (domain/gpu_health.h). Fault injection, for simulated GPUs only: the server asks the
 // agent to make GPU `gpu` report `xid`, which it then reports as NVML reports an XID event.
+// Or, with `warning` set (and no XID), a warning before failure (domain/gpu_warnings.h:
+// ecc-corrected, temperature, power-cap, nvlink-crc, or clear).
 struct InjectedFault {
   int32_t gpu = 0;
   int32_t xid = 0;
+  std::string warning;
 };
 // The server asks the agent to remediate a GPU cordoned for a fault that no task holds any more:
 // run `command` (the Policy's, "{gpu}" already replaced; simulated GPUs clear their fault

@@ -115,6 +115,9 @@ TEST(AgentProtocolTest, AHeartbeatAndItsAnswerSurviveTheirJsonForm) {
   g.xid_errors = 2;
   g.last_xid = 48;
   g.mig_instances = {"1g.10gb@0"};
+  g.slowdown_temperature_c = 87;
+  g.throttle_reasons = 0x4;
+  g.nvlink_crc_errors = 14;
   h.telemetry = {g, GpuSample{}};
   TaskReport running{7, {}};
   running.report.task = 1;
@@ -143,6 +146,11 @@ TEST(AgentProtocolTest, AHeartbeatAndItsAnswerSurviveTheirJsonForm) {
   EXPECT_FALSE(s.row_remap_failed);
   EXPECT_EQ(s.last_xid, 48);
   EXPECT_EQ(s.mig_instances, g.mig_instances);
+  EXPECT_EQ(s.slowdown_temperature_c, 87);
+  EXPECT_EQ(s.throttle_reasons, 0x4);
+  EXPECT_EQ(s.nvlink_crc_errors, 14);
+  EXPECT_FALSE(back->telemetry[1].slowdown_temperature_c);
+  EXPECT_FALSE(back->telemetry[1].nvlink_crc_errors);
   // What a device cannot read stays absent on the wire and after it.
   EXPECT_FALSE(back->telemetry[1].sm_clock_mhz);
   EXPECT_FALSE(ToJson(GpuSample{}).contains("smClockMhz"));
@@ -175,13 +183,17 @@ TEST(AgentProtocolTest, AHeartbeatAndItsAnswerSurviveTheirJsonForm) {
 // remediations' results in the next heartbeat; an answer without them has none.
 TEST(AgentProtocolTest, GpuHealthOrdersAndResultsSurviveTheirJsonForm) {
   HeartbeatAnswer answer;
-  answer.faults = {{2, 79}};
+  answer.faults = {{2, 79, ""}, {3, 0, "temperature"}};
   answer.remediations = {{1, {"nvidia-smi", "--gpu-reset", "-i", "1"}}};
   auto orders = DecodeHealthOrders(ToJson(answer));
   ASSERT_TRUE(orders.ok()) << orders.status().message();
-  ASSERT_EQ(orders->faults.size(), 1u);
+  ASSERT_EQ(orders->faults.size(), 2u);
   EXPECT_EQ(orders->faults[0].gpu, 2);
   EXPECT_EQ(orders->faults[0].xid, 79);
+  // A warning before failure travels instead of an XID (domain/gpu_warnings.h).
+  EXPECT_EQ(orders->faults[1].warning, "temperature");
+  EXPECT_EQ(orders->faults[1].xid, 0);
+  EXPECT_FALSE(ToJson(answer)["faults"][1].contains("xid"));
   ASSERT_EQ(orders->remediations.size(), 1u);
   EXPECT_EQ(orders->remediations[0].command.back(), "1");
   auto none = DecodeHealthOrders(ToJson(HeartbeatAnswer{}));

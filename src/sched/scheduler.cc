@@ -68,7 +68,8 @@ base::Status Scheduler::Submit(JobSpec spec) {
   }
   if (std::string why = NeverFits(spec); !why.empty()) {
     return base::Status(base::StatusCode::kFailedPrecondition,
-                        "job " + std::to_string(spec.id) + " can never run here: " + why);
+                        "job " + std::to_string(spec.id) + " fits no node here, even idle: " +
+                            why + "; it waits for a node that can hold it to join");
   }
   Job j;
   // Tasks of one job keep together (racks, NVLink); a single task has nobody to keep with, and

@@ -99,6 +99,54 @@ void GpuIdle(const domain::AlertRule& rule, const AlertInputs& in, Candidates* f
   }
 }
 
+// A node condition of `type` (domain/gpu_warnings.h): one alert per GPU it holds on, or per
+// node for the node's own.
+void NodeConditions(const char* type, const AlertInputs& in, Candidates* found) {
+  auto& out = *found;
+  // A lost node's warnings were left out by the node service; its FailingJobs flag stands.
+  for (const AlertInputs::Node& n : in.nodes) {
+    for (const domain::NodeCondition& c : n.conditions) {
+      if (c.type != type) continue;
+      Labels l = {{"node", n.name}, {"cluster", n.cluster}};
+      if (c.gpu >= 0) {
+        l["gpu"] = std::to_string(c.gpu);
+        for (const AlertInputs::Gpu& g : n.gpus) {
+          if (g.index == c.gpu) l["UUID"] = g.uuid;
+        }
+      }
+      out.push_back({std::move(l),
+                     {{"summary", "Node " + n.name + ": " + c.message}, {"condition", c.type}},
+                     c.value});
+    }
+  }
+}
+
+void GpuHeld(const AlertInputs& in, Candidates* found) {
+  for (const AlertInputs::Node& n : in.nodes) {
+    for (const AlertInputs::Gpu& g : n.gpus) {
+      if (!g.held) continue;
+      found->push_back({GpuLabels(n, g),
+                        {{"summary", "GPU " + std::to_string(g.index) + " of node " + n.name +
+                                         " stays cordoned until an operator uncordons it"},
+                         {"description", g.held_reason + "; after a repair: meridian uncordon " +
+                                             n.name + " --gpu " + std::to_string(g.index)}},
+                        1});
+    }
+  }
+}
+
+void JobIdle(const domain::AlertRule& rule, const AlertInputs& in, Candidates* found) {
+  for (const AlertInputs::IdleJob& j : in.idle_jobs) {
+    if (!ForProject(rule, j.project)) continue;
+    found->push_back({{{"job_id", std::to_string(j.job)},
+                       {"project", j.project},
+                       {"policy", j.policy},
+                       {"action", j.action}},
+                      {{"summary", j.summary}},
+                      j.utilization});
+  }
+}
+
 }  // namespace
 
 const char* AlertStateName(Alert::State s) {
@@ -221,6 +269,19 @@ std::vector<AlertEvaluator::Candidate> AlertEvaluator::Check(const domain::Alert
       break;
     case AlertCondition::kSchedulerErrors:
       SchedulerErrors(rule, in, now, &out);
+      break;
+    case AlertCondition::kGpuEccCorrectedRate:
+    case AlertCondition::kGpuTemperature:
+    case AlertCondition::kGpuPowerCapped:
+    case AlertCondition::kGpuNvlinkCrcErrors:
+    case AlertCondition::kNodeFailingJobs:
+      NodeConditions(domain::NodeConditionType(rule.condition), in, &out);
+      break;
+    case AlertCondition::kGpuHeld:
+      GpuHeld(in, &out);
+      break;
+    case AlertCondition::kJobIdle:
+      JobIdle(rule, in, &out);
       break;
   }
   return out;

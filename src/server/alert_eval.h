@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "domain/alert_rules.h"
+#include "domain/gpu_warnings.h"
 #include "domain/spec.h"
 
 // Evaluation of alert rules (docs/adr/0017-alerting.md): pure, on a snapshot of the estate and
@@ -32,6 +33,10 @@ struct AlertInputs {
     std::optional<double> utilization;  // 0..1; absent when the agent sent none (or node lost)
     int64_t xid_errors = 0;             // critical XIDs since the agent started (a counter)
     int32_t last_xid = 0;
+    // Held: it faulted maxFaults times within the window (or its remediation failed) and stays
+    // cordoned until an operator uncordons it (domain/gpu_health.h); why, in words.
+    bool held = false;
+    std::string held_reason;
     std::vector<Holder> holders;
   };
   struct Node {
@@ -40,6 +45,8 @@ struct AlertInputs {
     bool registered = false;  // an agent's node; declared nodes have no liveness
     bool lost = false;
     std::vector<Gpu> gpus;
+    // Warnings before failures and the failing-jobs flag (domain/gpu_warnings.h).
+    std::vector<domain::NodeCondition> conditions;
   };
   std::vector<Node> nodes;
   std::map<std::string, double> oldest_pending;  // project -> seconds its oldest job has waited
@@ -53,6 +60,17 @@ struct AlertInputs {
   // Counters since the server started: jobs ended per project, and failed scheduler cycles.
   std::map<std::string, std::pair<double, double>> ended;  // project -> (succeeded, failed)
   double scheduler_errors = 0;
+  // Jobs an IdlePolicy found idle past its idleFor (server/idle_reclaim.h): noticed before their
+  // reclamation, alerted on, or what a dry run would reclaim.
+  struct IdleJob {
+    int64_t job = 0;
+    std::string project;
+    std::string policy;
+    std::string action;  // reclaim | alert | dry-run
+    double utilization = 0;
+    std::string summary;
+  };
+  std::vector<IdleJob> idle_jobs;
 };
 
 struct Alert {

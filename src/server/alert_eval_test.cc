@@ -218,5 +218,106 @@ TEST(AlertEvaluator, SchedulerErrorsCountInTheWindow) {
   EXPECT_EQ(resolved[0].state, Alert::State::kResolved);
 }
 
+// A GPU that faulted too often stays cordoned for an operator: its own critical alert, with how
+// to put it back, resolved when the operator uncordons it.
+TEST(AlertEvaluator, AHeldGpuFiresUntilAnOperatorUncordonsIt) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  const std::vector<AlertRule> rules = {MakeRule("gpu-held", AlertCondition::kGpuHeld, 0)};
+  AlertInputs in = OneNode(false);
+  EXPECT_TRUE(e.Evaluate(rules, in, clock.Now()).empty()) << "a healthy GPU";
+  in.nodes[0].gpus[0].healthy = false;  // cordoned, remediation on its way: not held yet
+  EXPECT_TRUE(e.Evaluate(rules, in, clock.Now()).empty());
+  in.nodes[0].gpus[0].held = true;
+  in.nodes[0].gpus[0].held_reason = "GPU 0 of node n1: XID 48 (double-bit ECC error) (3 fault(s))";
+  const std::vector<Alert> fired = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].labels.at("alertname"), "MeridianGpuHeld");
+  EXPECT_EQ(fired[0].labels.at("gpu"), "0");
+  EXPECT_EQ(fired[0].labels.at("UUID"), "GPU-0");
+  EXPECT_NE(fired[0].annotations.at("description").find("meridian uncordon n1 --gpu 0"),
+            std::string::npos);
+  // Lost, it stays held: it waits for an operator either way.
+  in.nodes[0].lost = true;
+  EXPECT_TRUE(e.Evaluate(rules, in, clock.Now()).empty());
+  EXPECT_EQ(e.Active().size(), 1u);
+  in.nodes[0].gpus[0].held = false;
+  const std::vector<Alert> resolved = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(resolved.size(), 1u);
+  EXPECT_EQ(resolved[0].state, Alert::State::kResolved);
+}
+
+// The job-idle rule fires for each job the idle reclaimer reports, labelled with its policy and
+// action, and only for the rule's project when it names one.
+TEST(AlertEvaluator, JobIdleFiresPerReportedJobAndProject) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  AlertRule rule = MakeRule("job-idle", AlertCondition::kJobIdle, 0);
+  rule.project = "research";
+  AlertInputs in;
+  in.idle_jobs = {{7, "research", "training", "alert", 0.01, "Job 7 holds 2 GPU(s)"},
+                  {8, "vision", "notebooks", "reclaim", 0, "Job 8"}};
+  const std::vector<Alert> fired = e.Evaluate({rule}, in, clock.Now());
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].labels.at("alertname"), "MeridianJobIdle");
+  EXPECT_EQ(fired[0].labels.at("job_id"), "7");
+  EXPECT_EQ(fired[0].labels.at("policy"), "training");
+  EXPECT_EQ(fired[0].labels.at("action"), "alert");
+  EXPECT_EQ(fired[0].annotations.at("summary"), "Job 7 holds 2 GPU(s)");
+  in.idle_jobs.clear();
+  ASSERT_EQ(e.Evaluate({rule}, in, clock.Now()).size(), 1u) << "resolved when it is busy again";
+}
+
+}  // namespace
+}  // namespace meridian::server
+
+namespace meridian::server {
+namespace {
+
+// Node conditions (warnings before failures, a failing node) alert through their built-in
+// rules: one alert per GPU for a GPU's condition, with the GPU's labels; a node's own without
+// them; a lost node's warnings say nothing; the temperature waits for its rule's `for`.
+TEST(AlertEvaluator, NodeConditionsAlertByTheirBuiltInRules) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  std::vector<AlertRule> rules;
+  for (const AlertRule& r : domain::BuiltinAlertRules()) {
+    if (domain::NodeConditionType(r.condition)) rules.push_back(r);
+  }
+  ASSERT_EQ(rules.size(), 5u);
+  AlertInputs in = OneNode(false);
+  in.nodes[0].conditions = {
+      {domain::kEccCorrectedRate, 0, "GPU 0: 120 corrected ECC errors", 0, 120},
+      {domain::kTemperatureNearSlowdown, 0, "GPU 0 at 84 °C", 0, 84},
+      {domain::kFailingJobs, -1, "5 runs of jobs of 3 projects failed", 0, 5}};
+  const std::vector<Alert> fired = e.Evaluate(rules, in, clock.Now());
+  std::map<std::string, Alert> by_rule;
+  for (const Alert& a : fired) by_rule[a.rule] = a;
+  ASSERT_EQ(by_rule.size(), 2u);  // the temperature is pending for 120 s
+  const Alert& ecc = by_rule.at("gpu-ecc-corrected-rate");
+  EXPECT_EQ(ecc.labels.at("alertname"), "MeridianGpuEccCorrectedRate");
+  EXPECT_EQ(ecc.labels.at("UUID"), "GPU-0");
+  EXPECT_EQ(ecc.labels.at("gpu"), "0");
+  EXPECT_EQ(ecc.labels.at("severity"), "warning");
+  EXPECT_EQ(ecc.value, 120);
+  const Alert& failing = by_rule.at("node-failing-jobs");
+  EXPECT_EQ(failing.labels.at("node"), "n1");
+  EXPECT_FALSE(failing.labels.count("gpu"));
+  EXPECT_NE(failing.annotations.at("summary").find("3 projects"), std::string::npos);
+
+  clock.Advance(120);
+  const std::vector<Alert> later = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(later.size(), 1u);
+  EXPECT_EQ(later[0].rule, "gpu-temperature-near-slowdown");
+  EXPECT_EQ(later[0].state, Alert::State::kFiring);
+
+  // The conditions clear: every alert resolves.
+  clock.Advance(2);
+  in.nodes[0].conditions.clear();
+  const std::vector<Alert> resolved = e.Evaluate(rules, in, clock.Now());
+  EXPECT_EQ(resolved.size(), 3u);
+  for (const Alert& a : resolved) EXPECT_EQ(a.state, Alert::State::kResolved) << a.rule;
+}
+
 }  // namespace
 }  // namespace meridian::server

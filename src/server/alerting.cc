@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "base/log.h"
+
 namespace meridian::server {
 
 using base::Status;
@@ -63,11 +65,20 @@ std::vector<AlertInputs::Node> NodeInputs(
     const NodeService::NodeReport* report = r == reports.end() ? nullptr : &r->second;
     node.registered = report != nullptr;
     node.lost = report && report->state == "Lost";
+    if (report) node.conditions = report->conditions;
     for (const Json& g : n.contains("gpus") && n["gpus"].is_array() ? n["gpus"] : Json::array()) {
       AlertInputs::Gpu gpu;
       gpu.index = g.value("index", 0);
       gpu.uuid = Text(g, "uuid");
       gpu.healthy = g.value("healthy", true);
+      // A held GPU stays held while its node is lost: it waits for an operator either way.
+      if (const domain::GpuHealth* health =
+              report ? domain::FindGpu(report->ops.gpus, gpu.index) : nullptr;
+          health && health->cordoned && health->held) {
+        gpu.held = true;
+        gpu.held_reason = health->reason + " (" + std::to_string(health->faults.size()) +
+                          " fault(s) within the Policy's gpuHealth.faultWindow)";
+      }
       if (report && !node.lost) {
         for (const protocol::GpuSample& s : report->gpus) {
           if (s.index != gpu.index) continue;
@@ -142,7 +153,7 @@ void AlertService::Loop() {
   for (;;) {
     Status s = RunOnce();
     if (!s.ok() && s.message() != last) {
-      std::fprintf(stderr, "meridian: alerts: %s\n", s.message().c_str());
+      base::log::Error("alerts: {}", s.message());
     }
     last = s.ok() ? "" : s.message();
     std::unique_lock<std::mutex> lock(wake_mu_);
@@ -188,6 +199,7 @@ Status AlertService::Gather(AlertInputs* in, std::vector<domain::AlertRule>* rul
   if (Status s = outcomes_.Follow(*store_); !s.ok()) return s;
   in->ended = outcomes_.EndedTotals();
   in->scheduler_errors = static_cast<double>(scheduler_->CycleErrors());
+  if (idle_source_) in->idle_jobs = idle_source_();
   return Status::Ok();
 }
 
@@ -210,8 +222,8 @@ Status AlertService::RunOnce() {
     for (const auto& [k, v] : a.labels) {
       if (k != "alertname") labels += " " + k + "=" + v;
     }
-    std::fprintf(stderr, "meridian: alert %s: %s%s\n", AlertStateName(a.state),
-                 a.labels.at("alertname").c_str(), labels.c_str());
+    base::log::Warn(base::log::Fields{{"alert", a.labels.at("alertname")}}, "alert {}: {}{}",
+                    AlertStateName(a.state), a.labels.at("alertname"), labels);
   }
   std::vector<Alert> firing;
   for (Alert& a : active) {
@@ -234,8 +246,8 @@ void AlertDispatcher::LogOnce(const std::string& receiver, const Status& status)
   std::string& last = last_error_[receiver];
   if (last == message) return;
   last = message;
-  std::fprintf(stderr, "meridian: alerts: receiver %s: %s\n", receiver.c_str(),
-               message.empty() ? "delivers again" : message.c_str());
+  base::log::Log(message.empty() ? base::log::Level::kInfo : base::log::Level::kWarn, {},
+                 "alerts: receiver {}: {}", receiver, message.empty() ? "delivers again" : message);
 }
 
 void AlertDispatcher::Dispatch(const std::vector<domain::AlertReceiver>& receivers,

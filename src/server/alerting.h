@@ -2,6 +2,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -91,6 +92,10 @@ class AlertService final : public api::AlertHooks {
 
   // Set before Start.
   void SetGeneratorUrl(const std::string& url) { dispatcher_.SetGeneratorUrl(url); }
+  // Where the job-idle rule's jobs come from (the idle reclaimer's findings); set before Start.
+  void SetIdleSource(std::function<std::vector<AlertInputs::IdleJob>()> source) {
+    idle_source_ = std::move(source);
+  }
   void Start();
   void Stop();
 
@@ -110,6 +115,7 @@ class AlertService final : public api::AlertHooks {
   NodeService* nodes_;
   AlertServiceOptions options_;
   JobOutcomes outcomes_;        // jobs ended per project, for the failure rate
+  std::function<std::vector<AlertInputs::IdleJob>()> idle_source_;
   AlertDispatcher dispatcher_;  // the loop's thread only
 
   std::mutex mu_;  // guards evaluator_

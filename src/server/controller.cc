@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "api/job_life.h"
+#include "base/log.h"
 #include "sched/assembly.h"
 
 namespace meridian::server {
@@ -55,6 +56,41 @@ bool Active(const std::string& phase) {
   return phase == "Pending" || phase == "Placed" || phase == "Running" || phase == "Stopping";
 }
 
+// A line for each job transition and node or GPU health action, as the events log them: every
+// one passes here once, whoever wrote it. Warning events (faults, drains, failures) at warn.
+void LogEvent(const store::Event& e) {
+  if (e.object_kind != "Job" && e.object_kind != "Node") return;
+  base::log::Log(e.type == "Warning" ? base::log::Level::kWarn : base::log::Level::kInfo,
+                 {{"kind", "event"},
+                  {"object", e.object_kind + "/" + e.object_name},
+                  {"reason", e.reason},
+                  {"project", e.project}},
+                 "event {}/{} {}: {}", e.object_kind, e.object_name, e.reason, e.message);
+}
+
+// The events after `after` up to `upto` that a rebuild takes in at once, rather than following
+// them one by one: each gets its line all the same.
+void LogEventsUpTo(store::Store& store, int64_t after, int64_t upto) {
+  while (after < upto) {
+    std::vector<store::Event> events;
+    Status s = store.Read([&](store::Tx& tx) {
+      store::EventFilter f;
+      f.after_seq = after;
+      f.limit = kPage;
+      auto r = tx.ListEvents(f);
+      if (!r.ok()) return r.status();
+      events = std::move(r.value());
+      return Status::Ok();
+    });
+    if (!s.ok() || events.empty()) return;
+    for (const store::Event& e : events) {
+      if (e.seq > upto) return;
+      LogEvent(e);
+      after = e.seq;
+    }
+  }
+}
+
 }  // namespace
 
 SchedulerController::SchedulerController(store::Store* store, const base::Clock* clock,
@@ -100,7 +136,7 @@ void SchedulerController::Start() {
     for (const auto& [at, json] : *kept) history_.push_back(api::HistorySampleFromJson(at, json));
     while (history_.size() > history_capacity_) history_.pop_front();
   } else {
-    std::fprintf(stderr, "meridian: history: %s\n", kept.status().message().c_str());
+    base::log::Error("history: {}", kept.status().message());
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -131,7 +167,7 @@ void SchedulerController::Loop() {
       metrics_->Add("meridian_scheduler_errors_total", {}, 1);
     }
     if (!s.ok() && s.message() != last_error) {
-      std::fprintf(stderr, "meridian: scheduler: %s\n", s.message().c_str());
+      base::log::Error("scheduler: {}", s.message());
     }
     const double now = clock_->Now();
     if (now - last_sample_ >= history_interval_) {
@@ -155,19 +191,33 @@ void SchedulerController::Loop() {
 }
 
 void SchedulerController::Track(const store::JobRecord& job) {
-  known_[job.id] = {job.project, job.version,      job.generation, job.phase,
-                    job.reason,  job.submitted_at, job.allocation, job.status};
+  Known& k = known_[job.id];
+  const bool first = k.version == 0;
+  k.project = job.project;
+  k.version = job.version;
+  k.generation = job.generation;
+  k.phase = job.phase;
+  k.reason = job.reason;
+  k.submitted_at = job.submitted_at;
+  k.allocation = job.allocation;
+  k.status = job.status;
+  if (first) TrackGates(job, &k);
 }
 
 void SchedulerController::Queue(sched::JobSpec spec) {
   const int64_t id = spec.id;
+  if (Gated(id)) {
+    refused_.erase(id);
+    held_[id] = std::move(spec);
+    return;
+  }
   Status queued = scheduler_->Submit(spec);
   if (queued.ok()) {
     refused_.erase(id);
-    reasons_.erase(id);
+    reasons_.Erase(id);
     return;
   }
-  reasons_[id] = queued.message();
+  reasons_.Set(id, queued.message());
   // Nothing in the estate could hold it: asked again when the estate grows or a node returns.
   if (queued.code() == base::StatusCode::kFailedPrecondition) refused_.emplace(id, std::move(spec));
 }
@@ -185,8 +235,10 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
     if (k == known_.end()) return;  // handled at an earlier event of this batch
     scheduler_->Cancel(id, now);    // over: what it held is free (it was seen to stop)
     known_.erase(k);
-    reasons_.erase(id);
+    reasons_.Erase(id);
     refused_.erase(id);
+    held_.erase(id);
+    released_.erase(id);
     backend_->Track(job);
     return;
   }
@@ -196,7 +248,7 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
     backend_->Track(job);
     auto spec = ToSchedulerJob(job, *estate_);
     if (!spec.ok()) {
-      reasons_[id] = spec.status().message();
+      reasons_.Set(id, spec.status().message());
       return;
     }
     Queue(std::move(spec.value()));
@@ -213,7 +265,7 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
     // exists again (ApplyConfig queues it then).
     if (!estate_->tenant_of_project.count(job.project)) {
       scheduler_->Cancel(id, now);
-      reasons_[id] = "project \"" + job.project + "\" no longer exists";
+      reasons_.Set(id, "project \"" + job.project + "\" no longer exists");
     }
   }
   // Cancelled, or one task failed: it holds its devices until its tasks have stopped, and is
@@ -294,8 +346,10 @@ Status SchedulerController::Rebuild() {
     carried = std::move(saved.value());
   }
   known_.clear();
-  reasons_.clear();
+  reasons_.Clear();
   refused_.clear();
+  held_.clear();
+  released_.clear();
   claims_.clear();
   deleted_nodes_.clear();
   const std::vector<std::pair<int64_t, std::string>> unplaced =
@@ -317,7 +371,10 @@ Status SchedulerController::Rebuild() {
   backend_->Reset(**estate, assigned);
   estate_ = std::move(estate.value());
   scheduler_ = std::move(scheduler);
+  admission_stale_ = true;
   metrics_->Add("meridian_scheduler_rebuilds_total", {}, 1);
+  // At the first build the events before are the last run's, which logged them.
+  if (last_seq_ > 0) LogEventsUpTo(*store_, last_seq_, latest);
   last_seq_ = latest;
   dirty_ = false;
   // Jobs whose placement no longer fits: their tasks may still run, so they stop through the
@@ -335,12 +392,16 @@ std::vector<std::pair<int64_t, std::string>> SchedulerController::TakeIn(
   for (auto& [job, spec] : converted) {
     Track(job);
     if (!spec.ok()) {
-      reasons_[job.id] = spec.status().message();
+      reasons_.Set(job.id, spec.status().message());
+      continue;
+    }
+    if (job.phase == "Pending" && Gated(job.id)) {
+      held_[job.id] = std::move(spec.value());
       continue;
     }
     if (job.phase == "Pending") {
       Status submitted = scheduler->Submit(spec.value());
-      if (!submitted.ok()) reasons_[job.id] = submitted.message();
+      if (!submitted.ok()) reasons_.Set(job.id, submitted.message());
       if (submitted.code() == base::StatusCode::kFailedPrecondition) {
         refused_.emplace(job.id, std::move(spec.value()));
       }
@@ -400,6 +461,7 @@ Status SchedulerController::CatchUp() {
     auto apply_config = [&]() -> Status {
       if (!config || dirty_) return Status::Ok();
       config = false;
+      admission_stale_ = true;
       Status c = ApplyConfig();
       if (!c.ok()) dirty_ = true;  // a rebuild reads it all again, and says what fails
       return c;
@@ -412,6 +474,7 @@ Status SchedulerController::CatchUp() {
       }
       if (Status c = apply_config(); !c.ok()) return c;
       last_seq_ = e.seq;
+      LogEvent(e);  // once: a rebuild logs only the events after last_seq_
       if (e.object_kind == "Node") {
         auto n = nodes.find(e.object_name);
         store::Object gone;  // a deleted node's object is no longer stored
@@ -421,6 +484,7 @@ Status SchedulerController::CatchUp() {
                                  : e.reason == "NodeDeleted" ? &gone
                                                              : nullptr;
         if (!o || !FollowNode(e.reason, *o)) dirty_ = true;
+        admission_stale_ = true;
         continue;
       }
       const int64_t id = std::stoll(e.object_name);
@@ -449,11 +513,14 @@ Status SchedulerController::RunOnce() {
   if (dirty_ || !scheduler_) {
     if (Status s = Rebuild(); !s.ok()) return s;
   }
+  PublishAdmission();
   const double now = clock_->Now();
   if (Status s = SettleStops(now); !s.ok()) return s;
+  if (Status s = ReleaseHeld(now); !s.ok()) return s;
   sched::CycleResult result = scheduler_->Cycle(now);
-  for (const auto& [id, why] : result.pending) reasons_[id] = why;
-  for (const sched::StartDecision& d : result.started) reasons_.erase(d.job);
+  std::vector<int64_t> started;
+  for (const sched::StartDecision& d : result.started) started.push_back(d.job);
+  reasons_.Update(result.pending, started);
   Status s = Commit(result, now);
   Publish(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return s;

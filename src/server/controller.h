@@ -16,6 +16,7 @@
 #include "sched/scheduler.h"
 #include "server/estate.h"
 #include "server/nodes.h"
+#include "server/pending_reasons.h"
 #include "store/store.h"
 
 namespace meridian::server {
@@ -50,7 +51,10 @@ class SchedulerController final : public api::SchedulerHooks {
   Json Nodes() override;
   Json Usage() override;
   std::vector<api::HistorySample> History(double since, double* interval) override;
+  std::vector<api::NodeSample> NodeHistory(const std::string& node, double since,
+                                           double* interval) override;
   std::vector<api::ConfigProblem> ConfigProblems() override;
+  std::optional<domain::FieldError> NeverHeld(const domain::JobSpec& spec) override;
 
   // For the alert rules (server/alerting.h): each project's longest wait of a pending job, in
   // seconds; and how many of the loop's rounds failed since the start.
@@ -75,6 +79,11 @@ class SchedulerController final : public api::SchedulerHooks {
     double submitted_at = 0;
     Json allocation;
     Json status;
+    // What gates its queueing (controller_gate.cc): its array's `%N` and its dependencies.
+    int64_t array_id = 0;
+    int64_t array_index = -1;
+    int64_t max_running = 0;  // 0: no limit
+    std::vector<domain::Dependency> dependencies;
   };
   // Reads every object and every active job, and the latest event's sequence number.
   base::Status ReadState(std::vector<store::Object>* objects, std::vector<store::JobRecord>* jobs,
@@ -99,6 +108,8 @@ class SchedulerController final : public api::SchedulerHooks {
   base::Status RetenantJobs(Estate* next, const std::vector<store::JobRecord>& jobs, double now);
   base::Status CatchUp();
   void Track(const store::JobRecord& job);
+  // Track's part, once per job: its array's limit and its dependencies, from its spec.
+  static void TrackGates(const store::JobRecord& job, Known* known);
   // Brings the scheduler, known_ and the agents' assignments in line with a job as stored now.
   void Follow(const store::JobRecord& job, double now);
   // Applies a node's event in place (registered, lost, ready, cordoned, draining, deleted,
@@ -118,6 +129,15 @@ class SchedulerController final : public api::SchedulerHooks {
   // refused_ and asked again (RetryRefused) when a node joins or comes back.
   void Queue(sched::JobSpec spec);
   void RetryRefused();
+  // A pending job that may not be queued yet (controller_gate.cc): its dependencies are not met,
+  // or its array has `%N` elements holding or queued for resources. Such a job is kept in held_
+  // out of the scheduler, so the scheduler (quota, fair share, preemption, backfill) sees only
+  // what may run. Whether `id` is to be held.
+  bool Gated(int64_t id) const;
+  // Each round, before the cycle: reads the state of what held jobs depend on, fails those whose
+  // dependencies can never be met (through the lifecycle), and queues those whose dependencies
+  // are met while their array has room, lowest index first.
+  base::Status ReleaseHeld(double now);
   // Completes the stops that no runner will report (jobs on nodes no agent runs).
   base::Status SettleStops(double now);
   bool RunsOnAgents(const Json& allocation) const;
@@ -139,6 +159,9 @@ class SchedulerController final : public api::SchedulerHooks {
   // event's sequence number.
   base::Result<int64_t> WriteDecisions(std::vector<Decision>* decisions, double now);
   void Publish(double cycle_seconds);
+  // Copies what admission checks submissions against (NeverHeld) from the estate, once it has
+  // changed, and says up to which event it is current. Called by the cycle, under mu_.
+  void PublishAdmission();
   void Sample(double now);
   void Loop();
 
@@ -149,12 +172,15 @@ class SchedulerController final : public api::SchedulerHooks {
   NodeService* nodes_;  // liveness and telemetry of registered nodes, for Nodes()
   Backend* backend_;    // what runs tasks: the agents (later also Slurm, cloud pools)
 
+  PendingReasons reasons_;  // its own lock: read without waiting for a cycle
+
   std::mutex mu_;  // guards everything below except the thread's wake-up state
   std::unique_ptr<Estate> estate_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::map<int64_t, Known> known_;             // pending and placed jobs
-  std::map<int64_t, std::string> reasons_;     // why each pending job waits, from the last cycle
   std::map<int64_t, sched::JobSpec> refused_;  // pending jobs no node could ever hold, so far
+  std::map<int64_t, sched::JobSpec> held_;     // pending jobs not to be queued yet (Gated)
+  std::set<int64_t> released_;                 // gated jobs let through: not held again
   // Victims whose preemption was left out of the last commit (they moved underneath), with the
   // job it was for: one that is being stopped anyway (its user cancelled it) still frees room
   // for that job, which then takes no other victim.
@@ -165,11 +191,30 @@ class SchedulerController final : public api::SchedulerHooks {
   int64_t last_seq_ = 0;
   bool dirty_ = true;  // rebuild before the next cycle
 
+  bool admission_stale_ = true;  // the estate changed since PublishAdmission
+
+  // What NeverHeld checks a submission against, as of the last cycle: its own lock, so that a
+  // submission does not wait for a cycle.
+  struct AdmissionView {
+    std::vector<domain::Cluster> clusters;
+    std::vector<domain::Node> nodes;
+    std::vector<domain::Node> pool_shapes;
+  };
+  std::mutex admission_mu_;
+  std::condition_variable admission_cv_;  // a cycle published
+  std::shared_ptr<const AdmissionView> admission_;
+  int64_t admission_seq_ = 0;  // the last event the view has taken in
+
   std::mutex history_mu_;  // guards the history
   std::deque<api::HistorySample> history_;
   double history_interval_ = 10;
   double history_retention_ = 6 * 3600;
   size_t history_capacity_ = 2160;
+  // Per node, its GPUs' samples of the last api::kNodeHistorySeconds (or the retention, when
+  // shorter): in memory only, bounded by node_history_capacity_ samples per node; a node gone
+  // for longer than that is forgotten.
+  std::map<std::string, std::deque<api::NodeSample>> node_history_;
+  size_t node_history_capacity_ = 360;
   double last_sample_ = 0;  // the loop's thread only
 
   std::atomic<int64_t> cycle_errors_{0};

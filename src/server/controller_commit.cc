@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "api/job_life.h"
+#include "base/log.h"
 #include "server/controller.h"
 
 namespace meridian::server {
@@ -78,8 +79,8 @@ std::vector<SchedulerController::Decision> SchedulerController::Decide(
   // A decision the lifecycle refuses (the record is not what the scheduler thought) is not
   // written, and so is undone like one whose job moved; the rest of the cycle stands.
   auto refused = [&](Decision* d, const Status& why) {
-    std::fprintf(stderr, "meridian: scheduler: job %lld: %s\n",
-                 static_cast<long long>(d->record.id), why.message().c_str());
+    base::log::Error(base::log::Fields{{"job", std::to_string(d->record.id)}},
+                     "scheduler: job {}: {}", d->record.id, why.message());
     d->steps.clear();
   };
   for (const sched::PreemptDecision& p : result.preempted) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <unordered_map>
 
+#include "base/log.h"
 #include "server/controller.h"
 
 namespace meridian::server {
@@ -44,7 +45,8 @@ bool SameTargets(const std::vector<sched::TaskSpec>& a, const std::vector<sched:
 bool SameTiming(const Estate& a, const Estate& b) {
   return a.heartbeat_interval == b.heartbeat_interval &&
          a.node_lost_timeout == b.node_lost_timeout && a.agent_lease == b.agent_lease &&
-         a.fence_grace == b.fence_grace && a.gpu_health == b.gpu_health;
+         a.fence_grace == b.fence_grace && a.gpu_health == b.gpu_health &&
+         a.gpu_warnings == b.gpu_warnings && a.failing_nodes == b.failing_nodes;
 }
 
 }  // namespace
@@ -58,14 +60,14 @@ Status SchedulerController::ApplyConfig() {
   if (!built.ok()) return built.status();
   std::unique_ptr<Estate> next = std::move(built.value());
   if (std::string why = StructuralChange(*next); !why.empty()) {
-    std::fprintf(stderr, "meridian: scheduler: rebuilding it, as %s\n", why.c_str());
+    base::log::Warn("scheduler: rebuilding it, as {}", why);
     dirty_ = true;
     return Status::Ok();
   }
   if (!MergeEstate(next.get())) {
-    std::fprintf(stderr,
-                 "meridian: scheduler: rebuilding it, as the estate gained a node or cluster it "
-                 "cannot take in place (a GPU model it never had, or past 64 clusters)\n");
+    base::log::Info(
+        "scheduler: rebuilding it, as the estate gained a node or cluster it cannot take in place "
+        "(a GPU model it never had, or past 64 clusters)");
     dirty_ = true;
     return Status::Ok();
   }
@@ -200,8 +202,9 @@ Status SchedulerController::RetenantJobs(Estate* next, const std::vector<store::
     }
     auto spec = ToSchedulerJob(*record->second, *next);
     if (!spec.ok()) {
-      reasons_[id] = spec.status().message();
+      reasons_.Set(id, spec.status().message());
       refused_.erase(id);
+      held_.erase(id);  // queued again, through its gates, once its project exists again
       if (held && k.phase == "Pending") {
         scheduler_->Cancel(id, now);  // it cannot run until its project exists again
       } else if (held) {

@@ -273,7 +273,7 @@ TEST_F(ControlPlane, AStructuralChangeRebuildsKeepingClaimsRefusalsTheReservatio
   EXPECT_EQ(Rebuilds(), 2) << "a new placement policy is a new scheduler";
   EXPECT_NEAR(share(), before, before * 1e-9);
   EXPECT_EQ(controller_->PendingReason(small), behind);
-  EXPECT_NE(controller_->PendingReason(refused).find("can never run here"), std::string::npos)
+  EXPECT_NE(controller_->PendingReason(refused).find("fits no node here"), std::string::npos)
       << controller_->PendingReason(refused);
   for (int i = 0; i < 5; ++i) {
     clock_.Advance(2);
@@ -363,7 +363,7 @@ TEST_F(ControlPlane, ANewClusterJoinsInPlace) {
   const int64_t there = Submit("p1", {{"gpus", 4}, {"clusters", {"cloud"}}});
   const int64_t anywhere = Submit("p2", {{"gpus", 4}});
   Round();
-  EXPECT_NE(controller_->PendingReason(there).find("can never run here"), std::string::npos)
+  EXPECT_NE(controller_->PendingReason(there).find("fits no node here"), std::string::npos)
       << controller_->PendingReason(there);
   Apply({Doc("Cluster", "cloud", {{"type", "cloud"}, {"region", "us"}})});
   Round();

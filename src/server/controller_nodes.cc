@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "api/job_life.h"
+#include "base/log.h"
 #include "server/controller.h"
 
 namespace meridian::server {
@@ -147,8 +148,7 @@ bool SchedulerController::ChangeNode(int32_t index, const store::Object& node) {
   if (!stop.empty()) {
     Status s = StopJobs(stop, "DeviceLost", clock_->Now());
     if (!s.ok()) {
-      std::fprintf(stderr, "meridian: scheduler: node %s: %s\n", node.name.c_str(),
-                   s.message().c_str());
+      base::log::Error("scheduler: node {}: {}", node.name, s.message());
     }
   }
   if (again.schedulable) RetryRefused();

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
+
 #include "server/testing/control_plane.h"
 #include "sim/replay.h"
 
@@ -170,7 +173,7 @@ TEST_F(ControlPlane, AJobNothingCouldHoldRunsWhenANodeThatCanJoins) {
   const int64_t id = Submit("p1", {{"gpus", 8}});
   Round();
   EXPECT_EQ(Phase(id), "Pending");
-  EXPECT_NE(controller_->PendingReason(id).find("can never run here"), std::string::npos)
+  EXPECT_NE(controller_->PendingReason(id).find("fits no node here"), std::string::npos)
       << controller_->PendingReason(id);
   Register("n1");
   Rounds();
@@ -207,6 +210,30 @@ TEST_F(ControlPlane, PreemptionWithTheDefaultGraceTakesOneVictim) {
   EXPECT_EQ(Phase(victim), "Pending");
   Rounds();
   EXPECT_EQ(Phase(high), "Placed");
+}
+
+// Admission reads the estate as the last cycle took it in, without waiting for the cycle that
+// runs: a refusal by a view older than the submission (`apply && submit`) waits for a cycle to
+// take in what the store held, and is decided on that.
+TEST_F(ControlPlane, ASubmissionRightAfterAnApplyIsCheckedAgainstWhatTheApplyMade) {
+  Open(Estate(1));
+  Round();
+  domain::JobSpec spec;
+  spec.clusters = {"cloud"};
+  std::optional<domain::FieldError> before = controller_->NeverHeld(spec);
+  ASSERT_TRUE(before.has_value()) << "no cluster cloud yet";
+  EXPECT_EQ(before->field, "spec.clusters[0]");
+  Apply({Doc("Cluster", "cloud", {{"type", "cloud"}, {"region", "eu"}}),
+         Doc("NodePool", "burst",
+             {{"cluster", "cloud"}, {"nodes", 1}, {"gpusPerNode", 8}, {"gpuModel", "H100-80GB"}})});
+  auto asked = std::async(std::launch::async, [&] { return controller_->NeverHeld(spec); });
+  // Not refused by what the last cycle knew: it waits for the next.
+  EXPECT_EQ(asked.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  Round();
+  EXPECT_FALSE(asked.get().has_value()) << "the apply made cluster cloud";
+  // What nothing holds is refused at once once the view is current.
+  spec.clusters = {"nowhere"};
+  EXPECT_EQ(controller_->NeverHeld(spec)->field, "spec.clusters[0]");
 }
 
 }  // namespace

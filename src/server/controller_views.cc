@@ -2,9 +2,12 @@
 // list and the history the dashboard charts. The loop that changes that state is in
 // controller.cc.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <map>
 
+#include "base/log.h"
+#include "domain/admission.h"
 #include "server/controller.h"
 
 namespace meridian::server {
@@ -74,17 +77,16 @@ void SchedulerController::Publish(double cycle_seconds) {
 
 base::Result<Json> SchedulerController::Explain(int64_t job) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto reason = reasons_.find(job);
+  const std::optional<std::string> reason = reasons_.Get(job);
   if (!scheduler_) return Status::NotFound("the scheduler has not run yet");
   sched::Explanation e = scheduler_->Explain(job, clock_->Now());
   if (!e.known) {
-    if (reason == reasons_.end()) return Status::NotFound("not pending in the scheduler");
-    return Json{
-        {"reason", reason->second}, {"clusters", Json::array()}, {"estimatedStart", nullptr}};
+    if (!reason) return Status::NotFound("not pending in the scheduler");
+    return Json{{"reason", *reason}, {"clusters", Json::array()}, {"estimatedStart", nullptr}};
   }
   Json clusters = Json::array();
   for (const auto& [name, why] : e.clusters) clusters.push_back({{"name", name}, {"reason", why}});
-  return Json{{"reason", reason == reasons_.end() ? "" : reason->second},
+  return Json{{"reason", reason.value_or("")},
               {"quota", e.quota.empty() ? Json() : Json(e.quota)},
               {"clusters", clusters},
               {"estimatedStart", e.estimated_start < 0 ? Json() : Json(e.estimated_start)}};
@@ -149,6 +151,8 @@ void SchedulerController::KeepHistory(double interval, double retention) {
   history_interval_ = interval;
   history_retention_ = retention;
   history_capacity_ = static_cast<size_t>(std::max(1.0, retention / interval));
+  node_history_capacity_ =
+      static_cast<size_t>(std::max(1.0, std::min(retention, api::kNodeHistorySeconds) / interval));
 }
 
 std::vector<api::HistorySample> SchedulerController::History(double since, double* interval) {
@@ -159,14 +163,49 @@ std::vector<api::HistorySample> SchedulerController::History(double since, doubl
   return {first, history_.end()};
 }
 
+std::vector<api::NodeSample> SchedulerController::NodeHistory(const std::string& node, double since,
+                                                              double* interval) {
+  std::lock_guard<std::mutex> lock(history_mu_);
+  *interval = history_interval_;
+  auto it = node_history_.find(node);
+  if (it == node_history_.end()) return {};
+  auto first = std::lower_bound(it->second.begin(), it->second.end(), since,
+                                [](const api::NodeSample& s, double t) { return s.at < t; });
+  return {first, it->second.end()};
+}
+
+namespace {
+
+// What one node's agent last reported of each of its GPUs.
+api::NodeSample SampleOfNode(const Json& node, double now) {
+  api::NodeSample out;
+  out.at = now;
+  for (const Json& gpu : node["gpus"]) {
+    api::NodeGpuSample g;
+    g.index = gpu.value("index", int32_t{0});
+    if (gpu.contains("utilization") && gpu["utilization"].is_number()) {
+      g.utilization = gpu["utilization"].get<float>();
+    }
+    if (gpu.contains("memoryUsedMib") && gpu["memoryUsedMib"].is_number()) {
+      g.memory_used_mib = gpu["memoryUsedMib"].get<float>();
+    }
+    out.gpus.push_back(g);
+  }
+  return out;
+}
+
+}  // namespace
+
 void SchedulerController::Sample(double now) {
   api::HistorySample sample;
   sample.at = now;
   std::map<std::pair<std::string, std::string>, size_t> index;
   std::vector<int32_t> reporting;
+  std::map<std::string, api::NodeSample> per_node;
   for (const Json& node : Nodes()) {
     const std::string model = node.value("model", "");
     if (model.empty() || node["gpus"].empty()) continue;
+    per_node[node.value("name", "")] = SampleOfNode(node, now);
     auto [it, added] = index.emplace(std::pair(node.value("cluster", ""), model), 0);
     if (added) {
       it->second = sample.groups.size();
@@ -220,21 +259,79 @@ void SchedulerController::Sample(double now) {
     }
     return tx.PruneSamples(now - history_retention_);
   });
-  if (!s.ok()) std::fprintf(stderr, "meridian: history: %s\n", s.message().c_str());
+  if (!s.ok()) base::log::Error("history: {}", s.message());
   std::lock_guard<std::mutex> lock(history_mu_);
   history_.push_back(std::move(sample));
   while (history_.size() > history_capacity_) history_.pop_front();
+  for (auto& [name, s] : per_node) {
+    std::deque<api::NodeSample>& kept = node_history_[name];
+    kept.push_back(std::move(s));
+    while (kept.size() > node_history_capacity_) kept.pop_front();
+  }
+  // A node not sampled for as long as its history reaches back is forgotten (deleted, or gone).
+  const double window = static_cast<double>(node_history_capacity_) * history_interval_;
+  for (auto it = node_history_.begin(); it != node_history_.end();) {
+    it = it->second.empty() || it->second.back().at < now - window ? node_history_.erase(it)
+                                                                   : std::next(it);
+  }
 }
 
 std::string SchedulerController::PendingReason(int64_t job) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = reasons_.find(job);
-  return it == reasons_.end() ? "" : it->second;
+  return reasons_.Get(job).value_or("");  // without mu_: never waits for a cycle
 }
 
 std::vector<api::ConfigProblem> SchedulerController::ConfigProblems() {
   std::lock_guard<std::mutex> lock(mu_);
   return estate_ ? estate_->problems : std::vector<api::ConfigProblem>{};
+}
+
+void SchedulerController::PublishAdmission() {
+  if (!estate_) return;
+  std::shared_ptr<const AdmissionView> view;
+  if (admission_stale_) {
+    view = std::make_shared<const AdmissionView>(
+        AdmissionView{estate_->clusters, estate_->nodes, estate_->pool_shapes});
+    admission_stale_ = false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(admission_mu_);
+    if (view) admission_ = std::move(view);
+    admission_seq_ = last_seq_;
+  }
+  admission_cv_.notify_all();
+}
+
+// Checked against the estate as the last cycle took it in, without waiting for the cycle that
+// runs now. A refusal by a view older than the submission (an apply or a node's registration
+// may have come since: `apply && submit`) is checked again once a cycle has taken in what the
+// store held at the submission; if none has within a while, the job is accepted and the
+// scheduler says why it waits.
+std::optional<domain::FieldError> SchedulerController::NeverHeld(const domain::JobSpec& spec) {
+  constexpr auto kWaitForACycle = std::chrono::seconds(10);
+  auto check =
+      [&](const std::shared_ptr<const AdmissionView>& view) -> std::optional<domain::FieldError> {
+    if (!view) return std::nullopt;  // not built yet: the scheduler says so when it is
+    return domain::NeverHeld(spec, view->clusters, view->nodes, view->pool_shapes);
+  };
+  std::shared_ptr<const AdmissionView> view;
+  int64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lock(admission_mu_);
+    view = admission_;
+    seq = admission_seq_;
+  }
+  std::optional<domain::FieldError> refused = check(view);
+  if (!refused) return refused;
+  auto latest = store::ReadValue(*store_, [](store::Tx& tx) { return tx.LatestEventSeq(); });
+  if (!latest.ok() || *latest <= seq) return refused;
+  Wake();
+  std::unique_lock<std::mutex> lock(admission_mu_);
+  if (!admission_cv_.wait_for(lock, kWaitForACycle, [&] { return admission_seq_ >= *latest; })) {
+    return std::nullopt;
+  }
+  view = admission_;
+  lock.unlock();
+  return check(view);
 }
 
 Json SchedulerController::Nodes() {
@@ -266,6 +363,7 @@ Json SchedulerController::Nodes() {
                    {"memoryMib", n.memory_capacity},
                    {"memoryFreeMib", n.memory_free},
                    {"schedulable", n.schedulable},
+                   {"labels", d.labels},
                    {"gpus", std::move(gpus)}});
     Json& row = out.back();
     // Registered by an agent (with liveness and telemetry), or declared by a node pool.
@@ -275,6 +373,7 @@ Json SchedulerController::Nodes() {
     row["state"] = status["state"];
     row["lastHeartbeat"] = status["lastHeartbeat"];
     row["simulated"] = status["simulated"];
+    row["conditions"] = status["conditions"];
     row["address"] = estate_->agent_address.at(d.name);
     for (const Json& t : status["telemetry"]) {
       const bool indexed = t.is_object() && t.contains("index") && t["index"].is_number_integer();

@@ -63,31 +63,34 @@ domain::Cluster ClusterOf(const store::Object& o) {
   return c;
 }
 
-// Nodes a pool declares: "<pool>-<i>", racks of rackSize nodes, NVLink domains of
-// nvlinkDomainSize GPUs. Agents (issue 5) will replace declared nodes with registered ones.
-void AddPoolNodes(const store::Object& pool, std::vector<domain::Node>* nodes) {
+// Node `i` of a pool: "<pool>-<i>", racks of rackSize nodes, NVLink domains of nvlinkDomainSize
+// GPUs.
+domain::Node PoolNode(const store::Object& pool, int64_t i) {
   const Json& s = pool.spec;
-  const int64_t count = s.value("nodes", 0);
   const int64_t gpus = s.value("gpusPerNode", 0);
   const int64_t rack_size = s.value("rackSize", 0);
   const int64_t domain_size = s.value("nvlinkDomainSize", 0);
-  for (int64_t i = 0; i < count; ++i) {
-    domain::Node n;
-    n.name = pool.name + "-" + std::to_string(i);
-    n.cluster = s.value("cluster", "");
-    n.pool = pool.name;
-    n.rack = pool.name + "-r" + std::to_string(rack_size > 0 ? i / rack_size : 0);
-    n.cpu_milli = s.value("cpuMilli", 64000);
-    n.memory_mib = s.value("memoryMib", 512 * 1024);
-    for (int64_t g = 0; g < gpus; ++g) {
-      domain::GpuDevice d;
-      d.uuid = "GPU-" + n.name + "-" + std::to_string(g);
-      d.model = s.value("gpuModel", "");
-      d.nvlink_domain = domain_size > 0 ? static_cast<int>(g / domain_size) : 0;
-      n.gpus.push_back(d);
-    }
-    nodes->push_back(std::move(n));
+  domain::Node n;
+  n.name = pool.name + "-" + std::to_string(i);
+  n.cluster = s.value("cluster", "");
+  n.pool = pool.name;
+  n.rack = pool.name + "-r" + std::to_string(rack_size > 0 ? i / rack_size : 0);
+  n.cpu_milli = s.value("cpuMilli", 64000);
+  n.memory_mib = s.value("memoryMib", 512 * 1024);
+  for (int64_t g = 0; g < gpus; ++g) {
+    domain::GpuDevice d;
+    d.uuid = "GPU-" + n.name + "-" + std::to_string(g);
+    d.model = s.value("gpuModel", "");
+    d.nvlink_domain = domain_size > 0 ? static_cast<int>(g / domain_size) : 0;
+    n.gpus.push_back(d);
   }
+  return n;
+}
+
+// The nodes a pool declares (`nodes: N`), which no agent runs.
+void AddPoolNodes(const store::Object& pool, std::vector<domain::Node>* nodes) {
+  const int64_t count = pool.spec.value("nodes", 0);
+  for (int64_t i = 0; i < count; ++i) nodes->push_back(PoolNode(pool, i));
 }
 
 PoolTraits TraitsOf(const store::Object& pool) {
@@ -142,6 +145,8 @@ void ApplyPolicy(const store::Object& o, Estate* e) {
   e->agent_lease = timing.agent_lease;
   e->fence_grace = timing.fence_grace;
   e->gpu_health = domain::GpuHealthPolicyOf(o.spec);
+  e->gpu_warnings = domain::GpuWarningPolicyOf(o.spec);
+  e->failing_nodes = domain::FailingNodePolicyOf(o.spec);
 }
 
 // Leaves out each node that the scheduler's snapshot refuses on its own (GPUs of two models,
@@ -273,6 +278,7 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
       Guarded(o, e.get(), [&] {
         if (!in_known_cluster(o, "the pool's nodes are")) return;
         AddPoolNodes(o, &e->nodes);
+        e->pool_shapes.push_back(PoolNode(o, 0));
         origin.resize(e->nodes.size(), {o.kind, o.name});
         e->pool_traits[o.name] = TraitsOf(o);
       });

@@ -11,6 +11,7 @@
 #include "domain/agent_timing.h"
 #include "domain/cluster.h"
 #include "domain/gpu_health.h"
+#include "domain/gpu_warnings.h"
 #include "domain/workload.h"
 #include "sched/assembly.h"
 #include "sched/quota.h"
@@ -38,6 +39,9 @@ struct Estate {
   // As built (plus nodes that joined since): names, devices and pools for the API and the
   // allocations. Whether a node is schedulable now is the scheduler's snapshot's to say.
   std::vector<domain::Node> nodes;
+  // One node of each pool's declared shape: what agents may still register into it, for the
+  // check at submission that something could ever hold a job (domain/admission.h).
+  std::vector<domain::Node> pool_shapes;
   std::map<std::string, std::string> agent_address;  // registered node -> its agent's address
   std::map<std::string, PoolTraits> pool_traits;     // by pool name
   sched::Snapshot snapshot;
@@ -57,6 +61,9 @@ struct Estate {
   double fence_grace = domain::AgentTiming{}.fence_grace;
   // The Policy's gpuHealth: the remediation agents run on faulted GPUs, and the repeat limit.
   domain::GpuHealthPolicy gpu_health;
+  // The Policy's gpuWarnings and failingNodes (domain/gpu_warnings.h).
+  domain::GpuWarningPolicy gpu_warnings;
+  domain::FailingNodePolicy failing_nodes;
   // Objects left out (a node of an unknown cluster) or taken in part (a project of an unknown
   // team, a root of the quota tree then), each with why: one bad object never stops the rest.
   std::vector<api::ConfigProblem> problems;

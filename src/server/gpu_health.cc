@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "api/job_life.h"
+#include "base/log.h"
 #include "server/nodes.h"
 
 namespace meridian::server {
@@ -114,7 +115,8 @@ std::vector<NodeService::XidSeen> NodeService::NewXidsLocked(
 }
 
 base::Result<int64_t> NodeService::ApplyXids(const std::string& node,
-                                             const std::vector<XidSeen>& xids) {
+                                             const std::vector<XidSeen>& xids,
+                                             std::vector<domain::NodeFailure>* failed) {
   const double now = clock_->Now();
   domain::GpuHealthPolicy policy;
   {
@@ -207,14 +209,16 @@ base::Result<int64_t> NodeService::ApplyXids(const std::string& node,
       auto c = api::CommitTransition(tx, *t, now, &j);
       if (!c.ok()) return c.status();
       seq = std::max(seq, *c);
+      // A run stopped by its GPU's fault failed for a cause that points at the node.
+      failed->push_back({now, j.id, j.generation, j.project, domain::FailureCause::kGpuFault});
     }
     return Status::Ok();
   });
   if (!s.ok()) return s;
   for (const XidSeen& x : xids) {
-    std::fprintf(stderr, "meridian: node %s: GPU %d reported %s (%s)\n", node.c_str(), x.gpu,
-                 domain::DescribeXid(x.xid).c_str(),
-                 std::string(domain::ScopeName(domain::ClassifyXid(x.xid).scope)).c_str());
+    base::log::Warn(base::log::Fields{{"node", node}, {"gpu", std::to_string(x.gpu)}},
+                    "node {}: GPU {} reported {} ({})", node, x.gpu, domain::DescribeXid(x.xid),
+                    domain::ScopeName(domain::ClassifyXid(x.xid).scope));
   }
   if (seq > 0) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -300,7 +304,10 @@ void NodeService::HealthOrdersLocked(const std::string& node, NodeEntry& e,
 }
 
 base::Result<Json> NodeService::InjectFault(const std::string& node, const std::string& by,
-                                            int32_t gpu, int32_t xid) {
+                                            int32_t gpu, const domain::FaultInjection& fault) {
+  const int32_t xid = fault.xid;
+  const std::string what =
+      fault.warning.empty() ? domain::DescribeXid(xid) : "warning " + fault.warning;
   auto o = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetObject("Node", node); });
   if (!o.ok()) {
     return o.status().code() == base::StatusCode::kNotFound ? NotRegistered(node) : o.status();
@@ -320,20 +327,21 @@ base::Result<Json> NodeService::InjectFault(const std::string& node, const std::
                               " has real GPUs: faults are injected only into simulated GPUs "
                               "(meridian agent --simulate-gpus)");
     }
-    it->second.faults_to_send.push_back({gpu, xid});
+    it->second.faults_to_send.push_back({gpu, xid, fault.warning});
   }
   const double now = clock_->Now();
   int64_t appended = 0;
   Status s = store_->Write([&](store::Tx& tx) {
-    auto e = tx.AppendEvent({0, now, "Node", node, "", "Normal", "FaultInjected",
-                             "fault injection by " + by + ": " + domain::DescribeXid(xid) +
-                                 " on simulated GPU " + std::to_string(gpu)});
+    auto e = tx.AppendEvent(
+        {0, now, "Node", node, "", "Normal", "FaultInjected",
+         "fault injection by " + by + ": " + what + " on simulated GPU " + std::to_string(gpu)});
     if (!e.ok()) return e.status();
     appended = *e;
     return Status::Ok();
   });
   if (!s.ok()) return s;
   bus_->Notify(appended);
+  if (!fault.warning.empty()) return Json{{"node", node}, {"gpu", gpu}, {"warning", fault.warning}};
   const domain::XidClass c = domain::ClassifyXid(xid);
   return Json{{"node", node},
               {"gpu", gpu},

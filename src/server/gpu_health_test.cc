@@ -253,16 +253,16 @@ TEST_F(GpuHealthTest, FaultsAreInjectedOnlyIntoSimulatedGpus) {
                      {{"node", "sim"}, {"cluster", "onprem"}, {"simulated", true}, {"gpus", gpus}})
           .ok());
   Round();
-  auto refused = nodes_->InjectFault("real", "admin", 0, 79);
+  auto refused = nodes_->InjectFault("real", "admin", 0, {79, ""});
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), base::StatusCode::kConflict);
   EXPECT_NE(refused.status().message().find("simulated"), std::string::npos);
-  auto missing = nodes_->InjectFault("sim", "admin", 2, 79);
+  auto missing = nodes_->InjectFault("sim", "admin", 2, {79, ""});
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().message(), "index: node sim has no GPU 2 (it has 2)");
-  EXPECT_EQ(nodes_->InjectFault("nowhere", "admin", 0, 79).status().code(),
+  EXPECT_EQ(nodes_->InjectFault("nowhere", "admin", 0, {79, ""}).status().code(),
             base::StatusCode::kNotFound);
-  auto injected = nodes_->InjectFault("sim", "admin", 1, 48);
+  auto injected = nodes_->InjectFault("sim", "admin", 1, {48, ""});
   ASSERT_TRUE(injected.ok()) << injected.status().message();
   EXPECT_EQ((*injected)["scope"], "gpu");
   auto answer = nodes_->Heartbeat("sim", Json::object());

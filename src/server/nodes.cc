@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "api/job_life.h"
+#include "base/log.h"
 #include "domain/gpu_model.h"
 #include "domain/spec.h"
 #include "protocol/agent_protocol.h"
@@ -94,6 +95,15 @@ Status NodeService::Load() {
   return Status::Ok();
 }
 
+void NodeService::TakeOver() {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Nodes registered since a follower's read loaded them are in the store, not here: load anew.
+  nodes_.clear();
+  address_.clear();
+  loaded_ = false;
+  (void)Load();
+}
+
 base::Result<Json> NodeService::Register(const std::string& user, const Json& body) {
   auto node = NodeFromRegistration(body);
   if (!node.ok()) return node.status();
@@ -158,6 +168,8 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
   const double now = clock_->Now();
   bool back = false;
   std::vector<XidSeen> xids;
+  std::vector<domain::NodeCondition> warnings_began;
+  std::vector<domain::NodeFailure> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (Status l = Load(); !l.ok()) return l;
@@ -172,14 +184,15 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     it->second.last_seen = now;
     if (body.contains("telemetry")) {
       xids = NewXidsLocked(it->second, beat->telemetry);
+      warnings_began = ObserveWarningsLocked(it->second, beat->telemetry, now);
       it->second.telemetry = std::move(beat->telemetry);
     }
     if (!beat->telemetry_errors.empty()) {
       // Said once per node, then counted (meridian_node_telemetry_rejected_samples_total): an
       // agent that sends a bad figure sends it with every heartbeat.
       if (it->second.rejected_samples == 0) {
-        std::fprintf(stderr, "meridian: node %s: GPU sample dropped: %s\n", node.c_str(),
-                     beat->telemetry_errors[0].c_str());
+        base::log::Warn(base::log::Fields{{"node", node}}, "node {}: GPU sample dropped: {}", node,
+                        beat->telemetry_errors[0]);
       }
       it->second.rejected_samples += static_cast<int64_t>(beat->telemetry_errors.size());
     }
@@ -205,14 +218,24 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     nodes_[node].state = "Ready";
   }
   if (!beat->tasks.empty()) {
-    auto applied = ApplyReports(node, beat->tasks);
+    auto applied = ApplyReports(node, beat->tasks, &failed);
     if (!applied.ok()) return applied.status();
     seq = std::max(seq, *applied);
   }
   if (!xids.empty()) {
-    auto acted = ApplyXids(node, xids);
+    auto acted = ApplyXids(node, xids, &failed);
     if (!acted.ok()) return acted.status();
     seq = std::max(seq, *acted);
+  }
+  if (!warnings_began.empty()) {
+    auto warned = RecordWarnings(node, warnings_began);
+    if (!warned.ok()) return warned.status();
+    seq = std::max(seq, *warned);
+  }
+  if (!failed.empty()) {
+    auto flagged = RecordFailures(node, failed);
+    if (!flagged.ok()) return flagged.status();
+    seq = std::max(seq, *flagged);
   }
   if (!beat->remediations.empty()) {
     auto healed = ApplyRemediations(node, beat->remediations);
@@ -270,7 +293,8 @@ protocol::AgentTerms NodeService::TermsLocked() const {
 }
 
 base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
-                                                const std::vector<protocol::TaskReport>& tasks) {
+                                                const std::vector<protocol::TaskReport>& tasks,
+                                                std::vector<domain::NodeFailure>* failed) {
   std::map<int64_t, std::vector<domain::TaskReport>> by_job;
   for (const protocol::TaskReport& t : tasks) by_job[t.job].push_back(t.report);
   const double now = clock_->Now();
@@ -289,6 +313,13 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
           std::any_of(reports.begin(), reports.end(),
                       [](const domain::TaskReport& r) { return r.restarts > 0; });
       const int64_t max_restarts = restarted ? RestartOf(*job).max_restarts : 0;
+      // A run of this generation that failed for a cause that points at the node.
+      for (const domain::TaskReport& r : reports) {
+        if (r.generation == job->generation && r.state == domain::TaskStatus::State::kExited &&
+            domain::PointsAtNode(r.cause)) {
+          failed->push_back({now, id, r.generation, job->project, r.cause});
+        }
+      }
       const domain::Transition t =
           domain::lifecycle::Report(*life, node, reports, task_nodes, max_restarts, now);
       if (t.events.empty()) continue;  // stale or unchanged
@@ -315,6 +346,8 @@ void NodeService::Reset(const Estate& estate, const std::vector<store::JobRecord
   agent_lease_ = estate.agent_lease;
   fence_grace_ = estate.fence_grace;
   gpu_health_ = estate.gpu_health;
+  gpu_warnings_ = estate.gpu_warnings;
+  failing_nodes_ = estate.failing_nodes;
   for (const store::JobRecord& j : jobs) TrackLocked(j);
   indexed_ = true;
 }
@@ -338,7 +371,7 @@ void NodeService::TrackLocked(const store::JobRecord& j) {
   if (!spec.ok()) {
     // Listed nowhere, so its agents stop what runs of it; the controller keeps it out of the
     // scheduler with this reason (ToSchedulerJob).
-    std::fprintf(stderr, "meridian: %s\n", spec.status().message().c_str());
+    base::log::Error("{}", spec.status().message());
     return;
   }
   const protocol::TaskRun run = protocol::TaskRun::Of(*spec);
@@ -353,8 +386,8 @@ void NodeService::TrackLocked(const store::JobRecord& j) {
     if (!address_.count(node)) continue;  // declared by a pool: no agent runs it
     auto devices = protocol::DecodeDevices(alloc.value("devices", Json::array()));
     if (!devices.ok()) {
-      std::fprintf(stderr, "meridian: job %lld task %zu: %s\n", static_cast<long long>(j.id), t,
-                   devices.status().message().c_str());
+      base::log::Error(base::log::Fields{{"job", std::to_string(j.id)}}, "job {} task {}: {}", j.id,
+                       t, devices.status().message());
       continue;
     }
     protocol::Assignment a;
@@ -369,6 +402,8 @@ void NodeService::TrackLocked(const store::JobRecord& j) {
     a.devices = std::move(devices.value());
     a.world_size = static_cast<int32_t>(j.allocation.size());
     a.master_addr = master;
+    a.array_id = j.array_id;
+    a.array_index = j.array_index;
     a.run = run;
     const int32_t task = a.task;
     const auto run = std::make_tuple(j.id, task, j.generation);
@@ -398,7 +433,10 @@ base::Result<bool> NodeService::ExpireNodes() {
   }
   if (lost.empty()) return false;
   int64_t seq = 0;
+  // The runs each lost node took down, which point at it (failing nodes, gpu_warnings.cc).
+  std::map<std::string, std::vector<domain::NodeFailure>> failed;
   Status s = store_->Write([&](store::Tx& tx) {
+    failed.clear();
     for (const std::string& name : lost) {
       auto o = tx.GetObject("Node", name);
       if (!o.ok()) continue;
@@ -425,6 +463,9 @@ base::Result<bool> NodeService::ExpireNodes() {
         const bool gone = std::find(lost.begin(), lost.end(), n) != lost.end();
         if (gone) where = n;
         lost_tasks.push_back(gone);
+        if (gone)
+          failed[n].push_back(
+              {now, j.id, j.generation, j.project, domain::FailureCause::kNodeLost});
       }
       auto life = api::LifeOf(j);
       if (!life.ok()) return life.status();
@@ -441,7 +482,12 @@ base::Result<bool> NodeService::ExpireNodes() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const std::string& name : lost) nodes_[name].state = "Lost";
   }
-  std::fprintf(stderr, "meridian: %zu node(s) lost (first: %s)\n", lost.size(), lost[0].c_str());
+  for (const auto& [name, runs] : failed) {
+    auto flagged = RecordFailures(name, runs);
+    if (!flagged.ok()) return flagged.status();
+    seq = std::max(seq, *flagged);
+  }
+  base::log::Warn("{} node(s) lost (first: {})", lost.size(), lost[0]);
   bus_->Notify(seq);
   return true;
 }
@@ -457,7 +503,8 @@ Json NodeService::NodeStatus(const std::string& node) {
   return {{"state", it->second.state},
           {"lastHeartbeat", it->second.last_seen},
           {"simulated", it->second.simulated},
-          {"telemetry", std::move(telemetry)}};
+          {"telemetry", std::move(telemetry)},
+          {"conditions", domain::ToJson(ConditionsLocked(it->second, clock_->Now()))}};
 }
 
 std::map<std::string, NodeService::NodeReport> NodeService::Reports() {
@@ -470,6 +517,12 @@ std::map<std::string, NodeService::NodeReport> NodeService::Reports() {
     r.ops = e.ops;
     r.gpus = e.telemetry;
     r.rejected_samples = e.rejected_samples;
+    // A lost node's warnings are old news, as its telemetry is (ADR 0014); its flag stands.
+    r.conditions = ConditionsLocked(e, clock_->Now());
+    if (e.state == "Lost") {
+      std::erase_if(r.conditions,
+                    [](const domain::NodeCondition& c) { return c.type != domain::kFailingJobs; });
+    }
     auto a = assigned_.find(name);
     // As OperationsLocked: before the scheduler's first account nothing says it is drained.
     r.held = !indexed_ || (a != assigned_.end() && !a->second.empty());

@@ -11,6 +11,7 @@
 
 #include "api/api.h"
 #include "base/clock.h"
+#include "domain/gpu_warnings.h"
 #include "domain/lifecycle.h"
 #include "domain/node_ops.h"
 #include "protocol/agent_protocol.h"
@@ -74,7 +75,7 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   // GPU health (gpu_health.cc): fault injection into simulated GPUs, and an operator's uncordon
   // of a GPU cordoned for a fault.
   base::Result<Json> InjectFault(const std::string& node, const std::string& by, int32_t gpu,
-                                 int32_t xid) override;
+                                 const domain::FaultInjection& fault) override;
   base::Result<Json> UncordonGpu(const std::string& node, const std::string& by,
                                  int32_t gpu) override;
 
@@ -111,8 +112,14 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
     std::vector<protocol::GpuSample> gpus;
     std::map<int32_t, std::vector<GpuHolder>> holders;  // GPU index -> jobs, by job id
     int64_t rejected_samples = 0;  // GPU samples dropped because they did not decode
+    std::vector<domain::NodeCondition> conditions;  // warnings and the failing-jobs flag
   };
   std::map<std::string, NodeReport> Reports();
+
+  // Called when this server becomes the leader of its database's replicas (docs/adr/0028): every
+  // node is taken as seen now, so that none is declared lost before a full nodeLostTimeout from
+  // the takeover (its heartbeats went to the previous leader until then).
+  void TakeOver();
 
   // Called whenever a job changed here, so the scheduler looks soon.
   void OnChange(std::function<void()> wake) { wake_ = std::move(wake); }
@@ -135,6 +142,11 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
     std::map<int32_t, int64_t> xids_seen;
     bool xids_from_zero = false;
     std::vector<protocol::InjectedFault> faults_to_send;  // fault injection, sent once
+    // Warnings before failures, from its samples; failed runs whose cause points at the node,
+    // within the Policy's failingNodes window, and whether it was flagged for them (and since).
+    domain::GpuWarningTracker warnings;
+    std::vector<domain::NodeFailure> failures;
+    double failing_since = 0;  // when the flag last rose
   };
   // A new XID on one GPU, from its samples.
   struct XidSeen {
@@ -145,16 +157,32 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   // Acts on new XIDs by their class, in one transaction: the GPUs' records and the node's drain
   // (Node events first, so that the scheduler follows them before the jobs requeue), then each
   // affected job's stop. Returns the last event's sequence (0: nothing written).
-  base::Result<int64_t> ApplyXids(const std::string& node, const std::vector<XidSeen>& xids);
+  base::Result<int64_t> ApplyXids(const std::string& node, const std::vector<XidSeen>& xids,
+                                  std::vector<domain::NodeFailure>* failed);
   // Remediations the agent ran: a GPU whose probe passed is uncordoned; one that failed is held.
   base::Result<int64_t> ApplyRemediations(const std::string& node,
                                           const std::vector<protocol::RemediationResult>& results);
   // What the answer to a heartbeat orders of the node's GPUs: injected faults and remediations
   // of cordoned GPUs that no task holds any more.
   void HealthOrdersLocked(const std::string& node, NodeEntry& e, protocol::HeartbeatAnswer* answer);
+  // Warnings before failures and failing nodes (gpu_warnings.cc). The conditions that hold on a
+  // node now: its GPU warnings, and FailingJobs while it is flagged.
+  std::vector<domain::NodeCondition> ConditionsLocked(const NodeEntry& e, double now) const;
+  // Takes a heartbeat's samples into the node's warnings; returns the conditions that began.
+  std::vector<domain::NodeCondition> ObserveWarningsLocked(
+      NodeEntry& e, const std::vector<protocol::GpuSample>& samples, double now);
+  // Appends an event for each warning that began (nothing is cordoned for one).
+  base::Result<int64_t> RecordWarnings(const std::string& node,
+                                       const std::vector<domain::NodeCondition>& began);
+  // Counts failed runs that point at the node; when that flags it, says so in an event and, if
+  // the Policy says so, cordons it. Returns the last event's sequence (0: none written).
+  base::Result<int64_t> RecordFailures(const std::string& node,
+                                       const std::vector<domain::NodeFailure>& failures);
   base::Status Load();  // the registered nodes, once, seen "now" (a grace after a restart)
+  // Also adds to `failed` each run that failed for a cause pointing at the node.
   base::Result<int64_t> ApplyReports(const std::string& node,
-                                     const std::vector<protocol::TaskReport>& tasks);
+                                     const std::vector<protocol::TaskReport>& tasks,
+                                     std::vector<domain::NodeFailure>* failed);
   void TrackLocked(const store::JobRecord& job);
   protocol::AgentTerms TermsLocked() const;  // what agents are told
   Json OperationsLocked(const std::string& node);
@@ -174,6 +202,8 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   double agent_lease_ = domain::AgentTiming{}.agent_lease;  // what agents are told
   double fence_grace_ = domain::AgentTiming{}.fence_grace;
   domain::GpuHealthPolicy gpu_health_;
+  domain::GpuWarningPolicy gpu_warnings_;
+  domain::FailingNodePolicy failing_nodes_;
   // registered node -> its agent's address: set by registrations (and Load), erased by deletions
   std::map<std::string, std::string> address_;
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on

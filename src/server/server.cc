@@ -1,10 +1,10 @@
 #include "server/server.h"
 
 #include <fcntl.h>
-#include <httplib.h>
 #include <malloc.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,10 +21,16 @@
 
 #include "api/api.h"
 #include "api/dashboard.h"
+#include "base/log.h"
 #include "base/strings.h"
+#include "net/http_server.h"
 #include "server/alerting.h"
 #include "server/controller.h"
+#include "server/data_dir_lock.h"
+#include "server/idle_reclaim.h"
+#include "server/leadership.h"
 #include "server/telemetry_metrics.h"
+#include "store/postgres/postgres_store.h"
 #include "store/sqlite/sqlite_store.h"
 
 namespace meridian::server {
@@ -61,14 +67,29 @@ class InstrumentedStore final : public store::Store {
   api::Metrics* metrics_;
 };
 
-// httplib listens with a backlog of 5: when many clients connect at once, the kernel drops
-// their SYNs and they retry a second later. Listening again on the bound socket raises it.
-template <class Base>
-class WideBacklog final : public Base {
- public:
-  using Base::Base;
-  void RaiseBacklog(int n) { ::listen(this->svr_sock_, n); }
-};
+// Each connection is a file descriptor: the soft limit is raised to what max_connections needs
+// (with room for the store, logs and listening socket), within the hard limit. Returns how many
+// connections fit; the start-up log says so when that is fewer than 10,000.
+int RaiseOpenFileLimit(int max_connections) {
+  constexpr int kReserve = 1024;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return max_connections;
+  const rlim_t wanted = static_cast<rlim_t>(max_connections) + kReserve;
+  if (limit.rlim_cur < wanted) {
+    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  const int fit = static_cast<int>(
+      std::min<rlim_t>(max_connections, limit.rlim_cur > kReserve ? limit.rlim_cur - kReserve : 1));
+  if (fit < std::min(max_connections, 10000)) {
+    base::log::Warn(
+        "at most {} client connections (the open-file limit is {}; raise it with ulimit -n or "
+        "LimitNOFILE=)",
+        fit, static_cast<unsigned long long>(limit.rlim_cur));
+  }
+  return fit;
+}
 
 Status SplitListen(const std::string& listen, std::string* host, int* port) {
   const size_t colon = listen.rfind(':');
@@ -84,60 +105,6 @@ Status SplitListen(const std::string& listen, std::string* host, int* port) {
   }
   return Status::Ok();
 }
-
-// An Accept-Encoding value without its "br" entry ("gzip, deflate, br;q=1" → "gzip, deflate").
-std::string WithoutBrotli(const std::string& accepted) {
-  std::string out;
-  for (std::string_view entry : base::Split(accepted, ',')) {
-    std::string_view name = base::Trim(entry.substr(0, entry.find(';')));
-    if (name == "br" || base::Trim(entry).empty()) continue;
-    if (!out.empty()) out += ", ";
-    out += base::Trim(entry);
-  }
-  return out;
-}
-
-// The exclusive lock on a data dir, held from before the store opens until the server stops
-// (the kernel drops it when the process dies, however it dies). Two servers on one store would
-// each expire the nodes missing from their own heartbeat map and fail the other's jobs.
-class DataDirLock {
- public:
-  DataDirLock() = default;
-  DataDirLock(const DataDirLock&) = delete;
-  DataDirLock& operator=(const DataDirLock&) = delete;
-  ~DataDirLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  // Takes the lock on dir/LOCK without waiting and writes this process's pid there. Fails at
-  // once when another process holds it, naming the dir and the holder's pid when it is known.
-  Status Acquire(const std::string& dir) {
-    const std::string path = dir + "/LOCK";
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd_ < 0) return Status::Io("--data-dir " + dir + ": cannot open " + path);
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      std::string holder;
-      char buf[32] = {};
-      if (::pread(fd_, buf, sizeof buf - 1, 0) > 0) holder = std::string(base::Trim(buf));
-      ::close(fd_);
-      fd_ = -1;
-      if (err != EWOULDBLOCK) return Status::Io("--data-dir " + dir + ": cannot lock " + path);
-      return Status(base::StatusCode::kFailedPrecondition,
-                    "--data-dir " + dir + " is in use by another meridian server" +
-                        (holder.empty() ? std::string() : " (pid " + holder + ")") +
-                        ": one server per data dir; stop it or choose another --data-dir");
-    }
-    const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
-      return Status::Io("--data-dir " + dir + ": cannot write " + path);
-    }
-    return Status::Ok();
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // Creates the data dir open to its owner only, or checks that an existing one is: it holds the
 // database (every token's hash, every job's env) and the admin token. An existing folder's mode
@@ -195,6 +162,24 @@ Status CheckDatabase(const std::string& dir) {
   return Status::Ok();
 }
 
+// The store `--store` names: SQLite in the data dir (checked first), or a PostgreSQL database.
+base::Result<std::unique_ptr<store::Store>> OpenStore(const ServerOptions& o) {
+  if (o.store.empty()) {
+    if (Status s = CheckDatabase(o.data_dir); !s.ok()) return s;
+    auto sqlite = store::SqliteStore::Open(o.data_dir + "/meridian.db");
+    if (!sqlite.ok()) return sqlite.status();
+    return std::unique_ptr<store::Store>(std::move(sqlite.value()));
+  }
+  if (o.store.rfind("postgresql://", 0) != 0 && o.store.rfind("postgres://", 0) != 0) {
+    return Status::Invalid(
+        "--store: expected a postgresql:// URL (or no --store, for SQLite in "
+        "--data-dir)");
+  }
+  auto pg = store::PostgresStore::Open(o.store);
+  if (!pg.ok()) return Status(pg.status().code(), "--store: " + pg.status().message());
+  return std::unique_ptr<store::Store>(std::move(pg.value()));
+}
+
 Status WriteSecret(const std::string& path, const std::string& text) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (!f) return Status::Io("cannot write " + path);
@@ -237,12 +222,11 @@ Status RunServer(const ServerOptions& o) {
   if (Status s = PrepareDataDir(o.data_dir); !s.ok()) return s;
   DataDirLock lock;
   if (Status s = lock.Acquire(o.data_dir); !s.ok()) return s;
-  if (Status s = CheckDatabase(o.data_dir); !s.ok()) return s;
-  auto sqlite = store::SqliteStore::Open(o.data_dir + "/meridian.db");
-  if (!sqlite.ok()) return sqlite.status();
+  auto opened = OpenStore(o);
+  if (!opened.ok()) return opened.status();
 
   api::Metrics metrics;
-  InstrumentedStore store(sqlite->get(), &metrics);
+  InstrumentedStore store(opened->get(), &metrics);
   base::SystemClock clock;
   base::SystemEntropy entropy;
   api::EventBus bus;
@@ -256,6 +240,7 @@ Status RunServer(const ServerOptions& o) {
   api_options.write_rate = o.write_rate;
   api_options.write_burst = o.write_burst;
   api_options.failed_auths_per_minute = o.failed_auths_per_minute;
+  api_options.max_waits_per_token = o.max_waits_per_token;
   api::Api api(&store, &clock, &entropy, &controller, &bus, &metrics, api_options);
   // The estate's GPUs, nodes and job outcomes, computed when /metrics is scraped.
   TelemetryMetrics telemetry(&store, &controller, &nodes);
@@ -268,75 +253,116 @@ Status RunServer(const ServerOptions& o) {
   HttpAlertNotifier notifier;
   AlertService alerts(&store, &clock, &controller, &nodes, &notifier);
   api.ServeAlerts(&alerts);
-  auto token = api.Bootstrap();
-  if (!token.ok()) return token.status();
-  const std::string token_path = o.data_dir + "/admin.token";
-  if (!token->empty()) {
-    if (Status s = WriteSecret(token_path, *token); !s.ok()) return s;
-    std::fprintf(stderr, "meridian: first start: the admin token is in %s (mode 0600)\n",
-                 token_path.c_str());
-  }
-
-  std::unique_ptr<httplib::Server> http;
-  std::function<void()> raise_backlog;
-  if (!o.tls_cert.empty()) {
-    auto tls =
-        std::make_unique<WideBacklog<httplib::SSLServer>>(o.tls_cert.c_str(), o.tls_key.c_str());
-    if (!tls->is_valid()) {
-      return Status::Invalid("--tls-cert/--tls-key: cannot load " + o.tls_cert + " and " +
-                             o.tls_key);
-    }
-    raise_backlog = [s = tls.get()] { s->RaiseBacklog(1024); };
-    http = std::move(tls);
-  } else {
-    auto plain = std::make_unique<WideBacklog<httplib::Server>>();
-    raise_backlog = [s = plain.get()] { s->RaiseBacklog(1024); };
-    http = std::move(plain);
-  }
-  const int threads = o.threads;
-  http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http->set_keep_alive_max_count(100000);
-  // Small JSON answers must not wait for Nagle's algorithm and the client's delayed ACK (a 40
-  // ms stall per request on Linux).
-  http->set_tcp_nodelay(true);
-  // httplib answers "Accept-Encoding: br", which every browser sends, with Brotli at its default
-  // quality (11): 1.5 s of CPU for an 860 KB node list, against 51 ms with gzip at 30 KB. So the
-  // server offers gzip only: Brotli is taken out of what the client accepts before routing.
-  http->set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
-    // httplib's own request object, not const in fact; the headers are only read after this.
-    auto& headers = const_cast<httplib::Request&>(req).headers;
-    auto [first, last] = headers.equal_range("Accept-Encoding");
-    for (auto it = first; it != last; ++it) it->second = WithoutBrotli(it->second);
-    return httplib::Server::HandlerResponse::Unhandled;
+  // IdlePolicy documents applied to the running jobs (docs/adr/0019-idle-reclamation.md).
+  IdleReclaimer idle(&store, &clock, &bus, &nodes);
+  idle.OnChange([&controller] { controller.Wake(); });
+  api.ServeIdle(&idle);
+  alerts.SetIdleSource([&idle] { return idle.AlertJobs(); });
+  metrics.AddCollector([&idle] {
+    api::Metrics m;
+    idle.Render(&m);
+    return m.Render();
   });
+  net::ServerOptions http_options;
+  http_options.workers = o.threads;
+  http_options.max_body_bytes = api_options.max_body_bytes;
+  http_options.header_timeout = o.header_timeout;
+  http_options.idle_timeout = o.idle_timeout;
+  http_options.max_connections = RaiseOpenFileLimit(o.max_connections);
+  http_options.max_connections_per_address = o.max_connections_per_address;
+  http_options.tls_cert = o.tls_cert;
+  http_options.tls_key = o.tls_key;
+  auto http = std::make_unique<net::HttpServer>(http_options);
   api.Register(*http);
   api::ServeDashboard(*http, api::DashboardAssets());
-  const int bound =
-      port == 0 ? http->bind_to_any_port(host) : (http->bind_to_port(host, port) ? port : -1);
-  if (bound < 0) return Status::Io("--listen " + o.listen + ": cannot bind (in use?)");
-  raise_backlog();
+  metrics.AddCollector([&http] {
+    return "# HELP meridian_http_connections Client connections open now (idle keep-alive ones "
+           "included).\n# TYPE meridian_http_connections gauge\nmeridian_http_connections " +
+           std::to_string(http->connections()) + "\n";
+  });
+  auto bound_or = http->Bind(host, port);
+  if (!bound_or.ok()) return bound_or.status();
+  const int bound = *bound_or;
+  const std::string url = std::string(o.tls_cert.empty() ? "http" : "https") + "://" + host + ":" +
+                          std::to_string(bound);
+
+  // On PostgreSQL, one of the servers on the database leads (docs/adr/0028): only it acts (the
+  // scheduler loop, node expiry, alerting, idle reclaim) and writes; the others follow. A
+  // deposed leader exits at once rather than stopping its loops: its state in memory (heartbeats,
+  // assignments, the scheduler's) is a leader's, and a process started afresh is the one path
+  // to a clean follower that every start exercises. Its supervisor restarts it.
+  auto* election = dynamic_cast<store::Election*>(opened->get());
+  std::unique_ptr<Leadership> leadership;
+  if (election) {
+    election->OnDeposed([](const std::string& why) {
+      base::log::Error(
+          "{}: this server stops acting and exits now (status 3); its supervisor "
+          "restarts it as a follower",
+          why);
+      std::fflush(nullptr);
+      std::_Exit(3);
+    });
+    leadership = std::make_unique<Leadership>(election, o.advertise.empty() ? url : o.advertise);
+    http->SetGate([&leadership](const net::Request& req, net::Response& res) {
+      return leadership->Gate(req, res);
+    });
+    if (Status s = leadership->CampaignOnce(); !s.ok()) {
+      return Status(s.code(), "--store: " + s.message());
+    }
+  }
+  const std::string token_path = o.data_dir + "/admin.token";
+  // The admin user and its first token, on the first start of an estate (by its first leader).
+  auto bootstrap = [&api, &token_path]() -> base::Result<std::string> {
+    auto token = api.Bootstrap();
+    if (!token.ok()) return token.status();
+    if (!token->empty()) {
+      if (Status s = WriteSecret(token_path, *token); !s.ok()) return s;
+      base::log::Info("first start: the admin token is in {} (mode 0600)", token_path);
+    }
+    return token;
+  };
+  base::Result<std::string> token = std::string();
+  if (!leadership || leadership->leading()) token = bootstrap();
+  if (!token.ok()) return token.status();
+  // The port file says the server is ready: written once the admin token of a first start is
+  // (what scripts and tests read next).
   if (!o.port_file.empty()) {
     std::ofstream(o.port_file) << bound << "\n";
   }
-  std::fprintf(stderr, "meridian: server listening on %s://%s:%d (data in %s)\n",
-               o.tls_cert.empty() ? "http" : "https", host.c_str(), bound, o.data_dir.c_str());
+  base::log::Info("server listening on {}://{}:{} (data in {})",
+                  o.tls_cert.empty() ? "http" : "https", host, bound, o.data_dir);
   if (o.open_metrics) {
-    std::fprintf(stderr,
-                 "meridian: dev mode: /metrics answers without a token (without --dev it needs "
-                 "the token of a user with the metrics role)\n");
+    base::log::Warn(
+        "dev mode: /metrics answers without a token (without --dev it needs the token of a user "
+        "with the metrics role)");
   }
-  controller.Start();
-  alerts.SetGeneratorUrl(std::string(o.tls_cert.empty() ? "http" : "https") + "://" + host + ":" +
-                         std::to_string(bound));
-  alerts.Start();
+  alerts.SetGeneratorUrl(url);
+  std::atomic<bool> acting{false};
+  auto act = [&] {
+    controller.Start();
+    alerts.Start();
+    idle.Start();
+    acting = true;
+  };
+  if (!leadership || leadership->leading()) act();
+  if (leadership) {
+    leadership->Start([&] {
+      nodes.TakeOver();
+      if (auto t = bootstrap(); !t.ok()) base::log::Warn("bootstrap: {}", t.status().message());
+      act();
+    });
+  }
   std::atomic<bool> signalled{false};
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);
     signalled = true;
-    std::fprintf(stderr, "meridian: stopping (signal %d)\n", sig);
+    base::log::Info("stopping (signal {})", sig);
+    // What runs beside the server (the dev estate's agents) stops first, while the API still
+    // answers: an agent's last report to a server that no longer reads waits out its timeout.
+    if (o.on_stop) o.on_stop();
     bus.Close();
-    http->stop();
+    http->Stop();
   });
   std::thread ready;
   if (o.on_ready) {
@@ -345,18 +371,20 @@ Status RunServer(const ServerOptions& o) {
       std::ifstream in(token_path);
       in >> admin;
     }
-    const std::string url = std::string(o.tls_cert.empty() ? "http" : "https") + "://" + host +
-                            ":" + std::to_string(bound);
     ready = std::thread([&o, url, admin] { o.on_ready(url, admin); });
   }
-  http->listen_after_bind();
-  // listen_after_bind also returns on its own failure; then the waiter still waits: wake it.
+  http->Run();
+  // Run returns only after Stop; should it return otherwise, the waiter still waits: wake it.
   if (!signalled) pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
   if (ready.joinable()) ready.join();
-  if (o.on_stop) o.on_stop();
-  alerts.Stop();
-  controller.Stop();
+  if (!signalled && o.on_stop) o.on_stop();
+  if (leadership) leadership->Stop();
+  if (acting) {
+    idle.Stop();
+    alerts.Stop();
+    controller.Stop();
+  }
   return Status::Ok();
 }
 

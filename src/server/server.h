@@ -9,10 +9,22 @@ namespace meridian::server {
 
 struct ServerOptions {
   std::string data_dir = "meridian-data";
+  // Empty: SQLite in data_dir. A postgresql:// (or postgres://) URL: that PostgreSQL database.
+  std::string store;
   std::string listen = "127.0.0.1:8080";  // host:port; port 0 picks a free one
-  std::string tls_cert;                   // PEM files; both or neither
+  // The URL clients and agents reach this server at, where followers redirect writes when it
+  // leads (PostgreSQL, several servers). Empty: http(s)://listen, as bound.
+  std::string advertise;
+  std::string tls_cert;  // PEM files; both or neither
   std::string tls_key;
-  int threads = 64;       // HTTP workers: each keep-alive connection or watch holds one
+  int threads = 64;  // HTTP workers: they run handlers; connections and long polls hold none
+  // Connections (net::ServerOptions): the deadline for a request's headers, how long an idle
+  // keep-alive connection stays open, and how many may be open in all and per client address.
+  double header_timeout = 10;
+  double idle_timeout = 120;
+  int max_connections = 30000;
+  int max_connections_per_address = 2000;
+  int max_waits_per_token = 16;  // long polls and watches open at once with one token
   std::string port_file;  // when set, the bound port is written there (for tests and scripts)
   // The dashboard's charts: a sample of the estate every history_interval seconds, kept in the
   // store for history_retention seconds.
@@ -29,7 +41,8 @@ struct ServerOptions {
   // Called on its own thread once the server serves, with its URL and the admin token (empty
   // when the data dir existed before and its token file is gone); used by `server --dev`.
   std::function<void(const std::string& url, const std::string& admin_token)> on_ready;
-  // Called after the server has stopped serving.
+  // Called at SIGINT or SIGTERM while the server still serves (the dev estate's agents stop
+  // their tasks and report them, then exit), or once it has stopped serving otherwise.
   std::function<void()> on_stop;
 };
 

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <set>
 
+#include "base/log.h"
+
 namespace meridian::server {
 
 namespace {
@@ -20,7 +22,7 @@ struct Family {
   const char* type;
   const char* help;
 };
-constexpr std::array<Family, 25> kFamilies = {{
+constexpr std::array<Family, 26> kFamilies = {{
     {"meridian_gpu_healthy", "gauge",
      "1 when the GPU is healthy as the scheduler takes it (what its agent registered), 0 when "
      "not."},
@@ -66,7 +68,22 @@ constexpr std::array<Family, 25> kFamilies = {{
     {"meridian_node_telemetry_rejected_samples_total", "counter",
      "GPU samples of the node's heartbeats that did not decode and were dropped (the server's "
      "log says why, once)."},
+    {"meridian_node_condition", "gauge",
+     "1 when the node condition holds, 0 when not (warnings before failures: EccCorrectedRate, "
+     "TemperatureNearSlowdown, PowerCapped, NvlinkCrcErrors on each GPU; FailingJobs on the "
+     "node); registered nodes only."},
 }};
+
+// The node conditions of one GPU, each exported at 0 or 1 (domain/gpu_warnings.h).
+constexpr std::array<const char*, 4> kGpuConditions = {
+    domain::kEccCorrectedRate, domain::kTemperatureNearSlowdown, domain::kPowerCapped,
+    domain::kNvlinkCrcErrors};
+
+bool Holds(const NodeService::NodeReport& r, const char* type, int32_t gpu) {
+  return std::any_of(r.conditions.begin(), r.conditions.end(), [&](const domain::NodeCondition& c) {
+    return c.type == type && c.gpu == gpu;
+  });
+}
 
 constexpr std::array<const char*, 5> kNodeStates = {"ready", "cordoned", "draining", "drained",
                                                     "lost"};
@@ -167,6 +184,8 @@ void RenderNode(const Json& node, const NodeService::NodeReport* report, api::Me
   if (report) {
     out->Set("meridian_node_telemetry_rejected_samples_total", l,
              static_cast<double>(report->rejected_samples));
+    out->Set("meridian_node_condition", With(l, "condition", domain::kFailingJobs),
+             Holds(*report, domain::kFailingJobs, -1));
   }
   if (node.contains("lastHeartbeat")) {
     out->Set("meridian_node_last_heartbeat_timestamp_seconds", l, Number(node, "lastHeartbeat"));
@@ -201,6 +220,10 @@ void RenderEstateMetrics(const Json& nodes,
       auto sample = std::find_if(report->gpus.begin(), report->gpus.end(),
                                  [&](const protocol::GpuSample& s) { return s.index == index; });
       if (sample != report->gpus.end()) RenderTelemetry(l, *sample, out);
+      for (const char* type : kGpuConditions) {
+        out->Set("meridian_node_condition", With(l, "condition", type),
+                 Holds(*report, type, index));
+      }
     }
   }
 }
@@ -358,7 +381,7 @@ std::string TelemetryMetrics::Render() {
   RenderEstateMetrics(scheduler_->Nodes(), nodes_->Reports(), &m);
   // A store that cannot be read now is read at the next scrape: the counters lag, not lie.
   if (base::Status s = outcomes_.Follow(*store_); !s.ok()) {
-    std::fprintf(stderr, "meridian: metrics: job events: %s\n", s.message().c_str());
+    base::log::Error("metrics: job events: {}", s.message());
   }
   std::set<std::string> projects;
   auto objects = store::ReadValue(*store_, [](store::Tx& tx) { return tx.ListObjects("Project"); });

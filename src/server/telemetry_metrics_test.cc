@@ -276,3 +276,30 @@ TEST(TelemetryMetrics, FailureCausesFromTheirMessages) {
 
 }  // namespace
 }  // namespace meridian::server
+
+namespace meridian::server {
+namespace {
+
+// Node conditions: every GPU of a registered node has each GPU condition's series, 1 where it
+// holds and 0 elsewhere; the node has FailingJobs; a declared node has none.
+TEST(TelemetryMetrics, NodeConditionsAreExportedAtZeroAndOne) {
+  auto reports = Reports();
+  reports["n1"].conditions = {{domain::kTemperatureNearSlowdown, 1, "GPU 1 at 84 °C", 0, 84},
+                              {domain::kFailingJobs, -1, "5 runs failed", 0, 5}};
+  const std::string text = Render(Nodes(), reports);
+  const std::string l0 = kGpu0.substr(0, kGpu0.size() - 1);
+  const std::string l1 = kGpu1.substr(0, kGpu1.size() - 1);
+  for (const std::string& want : std::vector<std::string>{
+           "meridian_node_condition" + l1 + ",condition=\"TemperatureNearSlowdown\"} 1",
+           "meridian_node_condition" + l0 + ",condition=\"TemperatureNearSlowdown\"} 0",
+           "meridian_node_condition" + l1 + ",condition=\"EccCorrectedRate\"} 0",
+           "meridian_node_condition" + l0 + ",condition=\"NvlinkCrcErrors\"} 0",
+           "meridian_node_condition" + l0 + ",condition=\"PowerCapped\"} 0",
+           R"(meridian_node_condition{node="n1",cluster="onprem",condition="FailingJobs"} 1)"}) {
+    EXPECT_TRUE(Has(text, want)) << want << "\n" << text;
+  }
+  EXPECT_EQ(text.find("meridian_node_condition{node=\"n2\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace meridian::server

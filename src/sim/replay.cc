@@ -151,15 +151,20 @@ std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
                                                    const std::vector<ReplayJob>& jobs,
                                                    const std::vector<std::string>& policies,
                                                    int32_t samples,
-                                                   const std::function<void(double)>& progress) {
+                                                   const std::function<void(double)>& progress,
+                                                   double reclaim_idle_after) {
   std::vector<base::Result<ReplayResult>> results(policies.size(),
                                                   base::Status::Invalid("not run"));
-  std::vector<double> done(policies.size(), 0);
+  // With reclamation, every policy runs twice: as it is, and reclaiming idle jobs.
+  const size_t runs = reclaim_idle_after > 0 ? 2 * policies.size() : policies.size();
+  results.assign(runs, base::Status::Invalid("not run"));
+  std::vector<double> done(runs, 0);
   std::mutex mu;
   auto run = [&](size_t i) {
     ReplayOptions o;
-    o.policy = policies[i];
+    o.policy = policies[i % policies.size()];
     o.samples = samples;
+    if (i >= policies.size()) o.reclaim_idle_after = reclaim_idle_after;
     if (progress) {
       o.progress = [&, i](double fraction) {
         std::lock_guard<std::mutex> lock(mu);
@@ -168,10 +173,11 @@ std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
       };
     }
     results[i] = RunReplay(cluster, jobs, o);
+    if (results[i].ok() && o.reclaim_idle_after > 0) results[i]->policy += "+reclaim";
   };
   std::vector<std::thread> threads;
-  for (size_t i = 1; i < policies.size(); ++i) threads.emplace_back(run, i);
-  if (!policies.empty()) run(0);
+  for (size_t i = 1; i < runs; ++i) threads.emplace_back(run, i);
+  if (runs > 0) run(0);
   for (std::thread& t : threads) t.join();
   return results;
 }
@@ -226,13 +232,16 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     double price_rate = 0;  // per hour while running
     uint32_t generation = 0;
     bool running = false;
+    double idle_start = -1;  // this run: when its GPUs go idle (-1: they never do)
+    double finish_at = 0;    // this run: when it would end by itself
   };
   std::vector<State> st(jobs.size());
+  enum class What { kFinish, kEviction, kReclaim };
   struct Event {
     double time;
     size_t job;
     uint32_t generation;
-    bool eviction;
+    What what;
     bool operator>(const Event& o) const { return time > o.time; }
   };
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
@@ -274,6 +283,11 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   };
   auto stop_running = [&](size_t i) {
     State& s = st[i];
+    // What the run held while its GPUs idled, up to now.
+    if (s.idle_start >= 0 && now > s.idle_start) {
+      res.idle_held_gpu_hours +=
+          static_cast<double>(s.milli) / 1000.0 * (now - s.idle_start) / 3600.0;
+    }
     s.running = false;
     --running;
     alloc -= static_cast<double>(s.milli) / 1000.0;
@@ -306,7 +320,14 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       events.pop();
       State& s = st[e.job];
       if (e.generation != s.generation || !s.running) continue;
-      if (e.eviction) {
+      if (e.what == What::kReclaim) {
+        // Its work was done when its GPUs went idle: it leaves, and what it would have held
+        // idle until it ended is free for the queue.
+        res.reclaimed_gpu_hours +=
+            static_cast<double>(s.milli) / 1000.0 * (s.finish_at - now) / 3600.0;
+        ++res.reclaimed;
+      }
+      if (e.what == What::kEviction) {
         sched.Evicted(jobs[e.job].id, now);
         ++s.generation;
         stop_running(e.job);
@@ -346,7 +367,13 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       project_gpus[setup->project_of_job[i]] += static_cast<double>(s.milli) / 1000.0;
       const double remaining = std::max(0.0, j.duration - s.progress);
       const double run_for = j.runtime_limit > 0 ? std::min(remaining, j.runtime_limit) : remaining;
-      events.push({now + run_for, i, s.generation, false});
+      s.finish_at = now + run_for;
+      s.idle_start = j.idle_from >= 0 ? now + std::max(0.0, j.idle_from - s.progress) : -1;
+      events.push({s.finish_at, i, s.generation, What::kFinish});
+      if (options.reclaim_idle_after > 0 && s.idle_start >= 0 &&
+          s.idle_start + options.reclaim_idle_after < s.finish_at) {
+        events.push({s.idle_start + options.reclaim_idle_after, i, s.generation, What::kReclaim});
+      }
     }
     for (const sched::PreemptDecision& p : r.preempted) {
       const size_t i = index_of.at(p.job);
@@ -360,7 +387,7 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       s.progress += saved;
       res.preempted_gpu_hours += static_cast<double>(s.milli) / 1000.0 * (ran - saved) / 3600.0;
       if (p.stop_at > now) {
-        events.push({p.stop_at, i, s.generation, true});
+        events.push({p.stop_at, i, s.generation, What::kEviction});
       } else {
         ++s.generation;  // its completion will not happen: it is back in the queue
         stop_running(i);

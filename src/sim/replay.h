@@ -21,6 +21,10 @@ struct ReplayOptions {
   // time (0: no checkpoints, a preempted job starts over).
   double checkpoint_interval = 600;
   uint64_t seed = 1;
+  // Idle reclamation (docs/adr/0019-idle-reclamation.md): a job whose GPUs have idled this many
+  // seconds (an IdlePolicy's idleFor plus its grace) is stopped and leaves, its GPUs free for
+  // the queue. 0: off.
+  double reclaim_idle_after = 0;
   std::function<void(double done)> progress;  // fraction of jobs arrived; may be empty
 };
 
@@ -62,6 +66,11 @@ struct ReplayResult {
   double idle_gpu_hours = 0;         // over the makespan
   double idle_gpu_hours_queued = 0;  // while jobs were waiting
   double cost = 0;                   // sum of price per GPU-hour over what was allocated
+  // Idle phases (ReplayJob::idle_from): GPU-hours jobs held while idle, and what reclamation
+  // took back (the idle GPU-hours the reclaimed jobs would have held until they ended).
+  double idle_held_gpu_hours = 0;
+  double reclaimed_gpu_hours = 0;
+  int64_t reclaimed = 0;  // jobs stopped for being idle (counted in completed too)
   double total_gpus = 0;
   std::vector<ProjectStats> projects;
   std::vector<ReplaySample> samples;
@@ -79,12 +88,14 @@ std::vector<std::string> ReplayPolicyNames();
 base::Result<std::map<int64_t, std::vector<std::string>>> ReplayFirstCycle(
     const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs, const ReplayOptions& options);
 
-// Every policy on the same jobs, side by side, one thread each. `progress` (may be empty) is
+// Every policy on the same jobs, side by side, one thread each; with `reclaim_idle_after` > 0,
+// each policy again with idle reclamation ("meridian+reclaim"), so that the report shows its gain. `progress` (may be empty) is
 // called, serialised, with the fraction done by the slowest policy.
 std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
                                                    const std::vector<ReplayJob>& jobs,
                                                    const std::vector<std::string>& policies,
                                                    int32_t samples,
-                                                   const std::function<void(double)>& progress);
+                                                   const std::function<void(double)>& progress,
+                                                   double reclaim_idle_after = 0);
 
 }  // namespace meridian::sim

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "base/rng.h"
 #include "domain/spec.h"
 #include "sim/alibaba_trace.h"
 #include "sim/csv.h"
@@ -225,6 +226,14 @@ base::Result<std::vector<ReplayJob>> ParseReplayJobs(std::string_view text, std:
     if (t.Has("runtime_limit")) {
       if (s = t.Double("runtime_limit", 0, kMax, &j.runtime_limit, &dzero); !s.ok()) return s;
     }
+    if (t.Has("idle_from") && !t.Field("idle_from").empty()) {
+      const double none = -1;
+      if (s = t.Double("idle_from", 0, kMax, &j.idle_from, &none); !s.ok()) return s;
+      if (j.idle_from > j.duration) {
+        return t.Error(t.line_no(), t.Column("idle_from"),
+                       "idle_from: must not exceed duration (it is seconds into the run)");
+      }
+    }
     if (t.Has("project") && !t.Field("project").empty())
       j.project = std::string(t.Field("project"));
     if (t.Has("gpu_models") && !t.Field("gpu_models").empty()) {
@@ -236,6 +245,17 @@ base::Result<std::vector<ReplayJob>> ParseReplayJobs(std::string_view text, std:
   }
   if (out.empty()) return t.Error(t.line_no() + 1, 1, "no jobs after the header");
   return out;
+}
+
+void ModelIdlePhases(std::vector<ReplayJob>* jobs, double share, double idle_fraction,
+                     uint64_t seed) {
+  base::Rng rng(seed);
+  for (ReplayJob& j : *jobs) {
+    // One draw per job whatever its kind, so that the jobs chosen do not depend on the others.
+    const bool idles = rng.UniformDouble() < share;
+    if (!idles || j.idle_from >= 0 || j.gpus_per_task == 0) continue;
+    j.idle_from = j.duration * (1 - idle_fraction);
+  }
 }
 
 base::Result<std::vector<ReplayJob>> ReadReplayJobs(const std::string& path) {

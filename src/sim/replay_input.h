@@ -41,7 +41,16 @@ struct ReplayJob {
   int64_t cpu_milli = 0;        // per task
   int64_t memory_mib = 0;       // per task
   bool gang = false;
+  // Seconds into its run after which its GPUs sit idle until it ends (a notebook left open, a
+  // job waiting on something else); -1: busy throughout. What idle reclamation can take back.
+  double idle_from = -1;
 };
+
+// Idle phases for a trace that records none (the Alibaba trace has no utilisation): a share
+// `share` (0..1) of the jobs, drawn with `seed`, idles for the last `idle_fraction` (0..1) of its
+// duration. Jobs that already have an idle phase keep it.
+void ModelIdlePhases(std::vector<ReplayJob>* jobs, double share, double idle_fraction,
+                     uint64_t seed);
 
 // The cluster description: Meridian's YAML format, or an Alibaba GPU-2023 node list (CSV).
 base::Result<ReplayCluster> ParseReplayCluster(std::string_view text, std::string_view file);

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -46,6 +47,9 @@ const Row kRows[] = {
     {"idle GPU-h", [](const ReplayResult& r) { return Fixed(r.idle_gpu_hours); }},
     {"idle GPU-h while jobs waited",
      [](const ReplayResult& r) { return Fixed(r.idle_gpu_hours_queued); }},
+    {"idle-held GPU-h", [](const ReplayResult& r) { return Fixed(r.idle_held_gpu_hours); }},
+    {"jobs reclaimed idle", [](const ReplayResult& r) { return std::to_string(r.reclaimed); }},
+    {"GPU-h reclaimed", [](const ReplayResult& r) { return Fixed(r.reclaimed_gpu_hours); }},
     {"cost", [](const ReplayResult& r) { return Fixed(r.cost, 2); }},
     {"replay wall time (s)", [](const ReplayResult& r) { return Fixed(r.wall_seconds, 2); }},
 };
@@ -54,10 +58,15 @@ const Row kRows[] = {
 
 void PrintReplayTable(const std::vector<ReplayResult>& results, std::ostream& out) {
   char buf[128];
+  // 14 wide, or wider for a long name ("meridian+reclaim"), so that columns stay apart.
+  int width = 14;
+  for (const ReplayResult& r : results) {
+    width = std::max(width, static_cast<int>(std::min<size_t>(r.policy.size(), 60)) + 2);
+  }
   std::snprintf(buf, sizeof buf, "%-30s", "");
   out << buf;
   for (const ReplayResult& r : results) {
-    std::snprintf(buf, sizeof buf, "%14s", r.policy.c_str());
+    std::snprintf(buf, sizeof buf, "%*s", width, r.policy.c_str());
     out << buf;
   }
   out << "\n";
@@ -65,7 +74,7 @@ void PrintReplayTable(const std::vector<ReplayResult>& results, std::ostream& ou
     std::snprintf(buf, sizeof buf, "%-30s", row.label);
     out << buf;
     for (const ReplayResult& r : results) {
-      std::snprintf(buf, sizeof buf, "%14s", row.value(r).c_str());
+      std::snprintf(buf, sizeof buf, "%*s", width, row.value(r).c_str());
       out << buf;
     }
     out << "\n";
@@ -110,6 +119,9 @@ nlohmann::json ReplayJson(const std::vector<ReplayResult>& results) {
                         {"preempted_gpu_hours", r.preempted_gpu_hours},
                         {"idle_gpu_hours", r.idle_gpu_hours},
                         {"idle_gpu_hours_while_queued", r.idle_gpu_hours_queued},
+                        {"idle_held_gpu_hours", r.idle_held_gpu_hours},
+                        {"reclaimed", r.reclaimed},
+                        {"reclaimed_gpu_hours", r.reclaimed_gpu_hours},
                         {"cost", r.cost},
                         {"gpus", r.total_gpus},
                         {"wall_seconds", r.wall_seconds},
@@ -203,6 +215,20 @@ std::string ReplayHtml(const std::vector<ReplayResult>& results, const std::stri
   html += SvgBarChart("Job completion time", "seconds", {"mean", "p50", "p95", "p99"}, jct);
   html += SvgBarChart("Queueing delay", "seconds", {"mean", "p50", "p95", "p99"}, wait);
   html += SvgBarChart("Share of GPU-hours by project vs quota share", "%", project_names, share);
+  // What idle reclamation gains (runs of "+reclaim" beside the same policy without it).
+  bool idle = false;
+  for (const ReplayResult& r : results) idle = idle || r.idle_held_gpu_hours > 0;
+  if (idle) {
+    std::vector<Series> gain;
+    for (const ReplayResult& r : results) {
+      gain.push_back(
+          {r.policy, {}, {r.idle_held_gpu_hours, r.reclaimed_gpu_hours, r.idle_gpu_hours_queued}});
+    }
+    html += SvgBarChart(
+        "Idle reclamation: GPU-hours held idle, reclaimed, and idle while jobs "
+        "waited",
+        "GPU-hours", {"held idle", "reclaimed", "free while jobs waited"}, gain);
+  }
   return html + "</body></html>\n";
 }
 

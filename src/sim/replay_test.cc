@@ -202,5 +202,70 @@ TEST(Replay, ReportsCarryEveryPolicy) {
   std::system((std::string("rm -rf ") + dir).c_str());
 }
 
+// Idle phases (docs/adr/0019-idle-reclamation.md): a job that holds all 16 GPUs busy for an hour
+// and idle for three more blocks a second one; reclaiming it an hour into its idleness starts
+// the second two hours sooner and gives back the two idle hours it would still have held.
+TEST(Replay, ReclaimingAnIdleJobFreesItsGpusForTheQueue) {
+  auto jobs = ParseReplayJobs(
+      "id,submit_time,duration,tasks,gpus_per_task,project,idle_from\n"
+      "1,0,14400,2,8,a,3600\n"
+      "2,60,3600,2,8,b,\n",
+      "jobs.csv");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  EXPECT_EQ((*jobs)[0].idle_from, 3600);
+  EXPECT_EQ((*jobs)[1].idle_from, -1) << "an empty cell: busy throughout";
+  ReplayOptions o;
+  o.policy = "fifo";
+  auto plain = RunReplay(Cluster(), *jobs, o);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  o.reclaim_idle_after = 3600;
+  auto reclaiming = RunReplay(Cluster(), *jobs, o);
+  ASSERT_TRUE(reclaiming.ok()) << reclaiming.status().message();
+  EXPECT_EQ(plain->reclaimed, 0);
+  EXPECT_NEAR(plain->idle_held_gpu_hours, 16 * 3.0, 1e-6);
+  EXPECT_NEAR(plain->queueing_delay.p99, 14400 - 60, 1e-6);
+  EXPECT_EQ(reclaiming->reclaimed, 1);
+  EXPECT_NEAR(reclaiming->idle_held_gpu_hours, 16 * 1.0, 1e-6);
+  EXPECT_NEAR(reclaiming->reclaimed_gpu_hours, 16 * 2.0, 1e-6);
+  EXPECT_NEAR(reclaiming->queueing_delay.p99, 7200 - 60, 1e-6);
+  EXPECT_EQ(reclaiming->completed, 2);
+  // Both side by side, as `sim replay --reclaim-idle-after` reports them.
+  auto both = RunReplays(Cluster(), *jobs, {"fifo"}, 50, nullptr, 3600);
+  ASSERT_EQ(both.size(), 2u);
+  ASSERT_TRUE(both[1].ok());
+  EXPECT_EQ(both[1]->policy, "fifo+reclaim");
+  std::ostringstream table;
+  PrintReplayTable({*both[0], *both[1]}, table);
+  EXPECT_NE(table.str().find("GPU-h reclaimed"), std::string::npos) << table.str();
+  EXPECT_NE(ReplayHtml({*both[0], *both[1]}, "t").find("Idle reclamation"), std::string::npos);
+}
+
+TEST(Replay, IdlePhasesAreModelledForAShareOfTheJobs) {
+  std::vector<ReplayJob> jobs(1000);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].id = static_cast<int64_t>(i);
+    jobs[i].duration = 1000;
+  }
+  jobs[0].idle_from = 10;     // its own phase is kept
+  jobs[1].gpus_per_task = 0;  // CPU only: nothing to reclaim
+  ModelIdlePhases(&jobs, 0.3, 0.25, 7);
+  int idle = 0;
+  for (const ReplayJob& j : jobs) {
+    if (j.idle_from < 0 || j.id == 0) continue;
+    ++idle;
+    EXPECT_EQ(j.idle_from, 750);
+  }
+  EXPECT_EQ(jobs[0].idle_from, 10);
+  EXPECT_EQ(jobs[1].idle_from, -1);
+  EXPECT_NEAR(idle, 300, 50);
+  auto bad =
+      ParseReplayJobs("id,submit_time,duration,gpus_per_task,idle_from\n1,0,10,1,20\n", "jobs.csv");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("jobs.csv:2:"), std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("idle_from: must not exceed duration"), std::string::npos)
+      << bad.status().message();
+}
+
 }  // namespace
 }  // namespace meridian::sim

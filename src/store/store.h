@@ -46,7 +46,15 @@ struct JobRecord {
   double submitted_at = 0;
   double updated_at = 0;
   Json status = Json::object();
+  // An element of a job array: the array's id (that of its first element, as in Slurm) and the
+  // element's index. 0 and -1 for a job that is not an array's.
+  int64_t array_id = 0;
+  int64_t array_index = -1;
 };
+
+// JobRecord::array_id for InsertJob: this job is the first element of a new array, whose id is
+// its own.
+inline constexpr int64_t kNewArray = -1;
 
 struct JobFilter {
   std::vector<std::string> projects;  // empty: every project
@@ -61,6 +69,11 @@ struct JobFilter {
   // `limit` jobs, then, while more match.
   size_t max_bytes = 0;
   bool* ended_by_bytes = nullptr;  // when given: set to whether max_bytes ended the list
+  int64_t array_id = 0;            // when not 0: only this array's elements
+  int64_t array_index = -1;        // with array_id, when not -1: only its element of this index
+  // Listings: an array is one row, its first element's (the other elements are left out); with
+  // `phases`, listed when any of its elements is in one of them.
+  bool arrays_as_one = false;
 };
 
 struct Event {
@@ -156,6 +169,9 @@ class Tx {
   // Replaces the job's mutable fields (phase, reason, allocation, generation) when its version
   // is still `expected_version`; returns the new version.
   virtual base::Result<int64_t> UpdateJob(const JobRecord& job, int64_t expected_version) = 0;
+  // An array's elements per phase (none: no such array).
+  virtual base::Result<std::vector<std::pair<std::string, int64_t>>> CountArrayByPhase(
+      int64_t array_id) = 0;
   // Jobs per phase, for the metrics.
   virtual base::Result<std::vector<std::pair<std::string, int64_t>>> CountJobsByPhase() = 0;
 
@@ -187,8 +203,8 @@ class Tx {
 };
 
 // Durable state of the control plane. Thread-safe: any thread may call Write and Read at any
-// time. Backends: SqliteStore (the default); PostgreSQL will pass the same conformance suite
-// (store_conformance_test.cc).
+// time. Backends: SqliteStore (the default) and PostgresStore, which pass the same conformance
+// suite (store_conformance_test.cc).
 class Store {
  public:
   virtual ~Store() = default;

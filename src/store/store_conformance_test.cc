@@ -1,15 +1,21 @@
 // The conformance suite every Store backend must pass. A backend joins by adding a factory to
-// kBackends; PostgreSQL will run the same cases against a real server.
+// kBackends: SQLite on a file, PostgreSQL on a real server that the suite starts.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <libpq-fe.h>
+
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <set>
 #include <thread>
 
 #include "base/testing/temp_dir.h"
+#include "store/postgres/postgres_store.h"
 #include "store/sqlite/sqlite_store.h"
 #include "store/store.h"
+#include "store/testing/postgres_server.h"
 
 namespace meridian::store {
 namespace {
@@ -30,11 +36,36 @@ struct Backend {
   std::function<base::Result<std::unique_ptr<Store>>(const std::string& dir)> open;
 };
 
+// One PostgreSQL server for the whole suite, started by the first case that needs it.
+testing::PostgresServer& SharedPostgres(std::string* error) {
+  static testing::PostgresServer server;
+  static const std::string started = server.Start();
+  *error = started;
+  return server;
+}
+
 const Backend kBackends[] = {
     {"sqlite",
      [](const std::string& dir) -> base::Result<std::unique_ptr<Store>> {
        auto s = SqliteStore::Open(dir + "/meridian.db");
        if (!s.ok()) return s.status();
+       return std::unique_ptr<Store>(std::move(s.value()));
+     }},
+    // A database per case, named after the case's folder: opening again finds it.
+    {"postgres",
+     [](const std::string& dir) -> base::Result<std::unique_ptr<Store>> {
+       std::string error;
+       testing::PostgresServer& server = SharedPostgres(&error);
+       if (!error.empty()) return base::Status(base::StatusCode::kUnavailable, error);
+       const std::string db = "t" + std::to_string(std::hash<std::string>{}(dir));
+       const std::string conninfo = server.Database(db, &error);
+       if (!error.empty()) return base::Status(base::StatusCode::kUnavailable, error);
+       auto s = PostgresStore::Open(conninfo);
+       if (!s.ok()) return s.status();
+       // One server on the database: it leads, and may write.
+       auto leads = (*s)->Campaign("http://127.0.0.1:1");
+       if (!leads.ok()) return leads.status();
+       if (!*leads) return base::Status::Internal("another store leads " + db);
        return std::unique_ptr<Store>(std::move(s.value()));
      }},
 };
@@ -284,6 +315,68 @@ TEST_P(StoreConformance, JobsFilterPaginateAndUpdateWithVersions) {
                   .ok());
 }
 
+// An array's elements: the first one's id is the array's; listings can take an array as one
+// row, list its elements or find one by index, and count them by phase.
+TEST_P(StoreConformance, ArraysAreListedWholeOrByElementAndCounted) {
+  const int64_t before = Submit("p1");
+  std::vector<int64_t> ids;
+  ASSERT_TRUE(store_
+                  ->Write([&](Tx& tx) {
+                    for (int64_t i = 0; i < 5; ++i) {
+                      JobRecord j;
+                      j.project = "p1";
+                      j.phase = i < 2 ? "Running" : "Pending";
+                      j.array_id = i == 0 ? kNewArray : ids.front();
+                      j.array_index = 10 + i;
+                      auto id = tx.InsertJob(j);
+                      if (!id.ok()) return id.status();
+                      ids.push_back(*id);
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  const int64_t after = Submit("p1");
+  auto first = ReadValue(*store_, [&](Tx& tx) { return tx.GetJob(ids[0]); });
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->array_id, ids[0]);
+  EXPECT_EQ(first->array_index, 10);
+  JobFilter whole;
+  whole.arrays_as_one = true;
+  auto listed = ReadValue(*store_, [&](Tx& tx) { return tx.ListJobs(whole); });
+  ASSERT_TRUE(listed.ok());
+  std::vector<int64_t> got;
+  for (const JobRecord& j : *listed) got.push_back(j.id);
+  EXPECT_EQ(got, (std::vector<int64_t>{before, ids[0], after}));
+  // With phases, an array is listed when any of its elements is in one of them.
+  whole.phases = {"Running"};
+  listed = ReadValue(*store_, [&](Tx& tx) { return tx.ListJobs(whole); });
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ(listed->front().id, ids[0]);
+  whole.phases = {"Succeeded"};
+  listed = ReadValue(*store_, [&](Tx& tx) { return tx.ListJobs(whole); });
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(listed->empty());
+  JobFilter elements;
+  elements.array_id = ids[0];
+  auto all = ReadValue(*store_, [&](Tx& tx) { return tx.ListJobs(elements); });
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 5u);
+  EXPECT_EQ(all->back().array_index, 14);
+  elements.array_index = 13;
+  auto one = ReadValue(*store_, [&](Tx& tx) { return tx.ListJobs(elements); });
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ(one->front().id, ids[3]);
+  auto counts = ReadValue(*store_, [&](Tx& tx) { return tx.CountArrayByPhase(ids[0]); });
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(*counts,
+            (std::vector<std::pair<std::string, int64_t>>{{"Pending", 3}, {"Running", 2}}));
+  auto none = ReadValue(*store_, [&](Tx& tx) { return tx.CountArrayByPhase(before); });
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty()) << "a job that is no array has no elements";
+}
+
 TEST_P(StoreConformance, EventsAreOrderedAndScopedByProject) {
   ASSERT_TRUE(store_
                   ->Write([&](Tx& tx) {
@@ -419,6 +512,201 @@ TEST_P(StoreConformance, ConcurrentWritersAllLandWithDistinctIds) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, StoreConformance, ::testing::ValuesIn(kBackends),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// PostgreSQL only: a restart of its server (a failover, an upgrade) is not the store's end.
+// Connections it closed are reconnected before their next transaction, and what was
+// acknowledged before is there after.
+TEST(PostgresStore, ResumesAfterItsServerRestarts) {
+  testing::PostgresServer server;
+  ASSERT_EQ(server.Start(), "");
+  std::string error;
+  const std::string conninfo = server.Database("restarts", &error);
+  ASSERT_EQ(error, "");
+  auto opened = PostgresStore::Open(conninfo);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  auto leads = (*opened)->Campaign("http://127.0.0.1:1");
+  ASSERT_TRUE(leads.ok() && *leads);
+  Store& store = **opened;
+  auto insert = [&] { return store.Write([](Tx& tx) { return tx.InsertJob({}).status(); }); };
+  auto count = [&] {
+    auto jobs = ReadValue(store, [](Tx& tx) { return tx.ListJobs({}); });
+    return jobs.ok() ? static_cast<int>(jobs->size()) : -1;
+  };
+  ASSERT_TRUE(insert().ok());
+  ASSERT_EQ(count(), 1);
+  ASSERT_EQ(server.Restart(), "");
+  Status written = insert();
+  EXPECT_TRUE(written.ok()) << written.message();
+  EXPECT_EQ(count(), 2);
+  // Down: refused as unavailable, with where, and nothing half done; up again: on it goes.
+  ASSERT_EQ(server.Stop(), "");
+  written = insert();
+  EXPECT_EQ(written.code(), StatusCode::kUnavailable) << written.message();
+  EXPECT_NE(written.message().find("PostgreSQL at " + server.socket_dir()), std::string::npos)
+      << written.message();
+  ASSERT_EQ(server.Start(), "");
+  written = insert();
+  EXPECT_TRUE(written.ok()) << written.message();
+  EXPECT_EQ(count(), 3);
+}
+
+// Runs `sql` on a connection of its own; its first value, or "" (an error goes to the test).
+std::string Sql(const std::string& conninfo, const std::string& sql) {
+  PGconn* c = PQconnectdb(conninfo.c_str());
+  PGresult* r = PQexec(c, sql.c_str());
+  EXPECT_TRUE(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK)
+      << sql << ": " << PQresultErrorMessage(r);
+  std::string first = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 && PQnfields(r) > 0
+                          ? PQgetvalue(r, 0, 0)
+                          : "";
+  PQclear(r);
+  PQfinish(c);
+  return first;
+}
+
+// Ends the leader's session, as PostgreSQL does when the leader's server is killed, while the
+// leader's writer connection lives on (the late write of a leader that was paused or cut off).
+void EndLeaderSession(const std::string& conninfo) {
+  EXPECT_EQ(Sql(conninfo,
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = "
+                "'advisory' AND granted"),
+            "1");
+}
+
+// Campaigns until `store` leads (the ended session's lock is released as its backend exits).
+bool LeadsWithin(PostgresStore& store, const std::string& url, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto leads = store.Campaign(url);
+    if (leads.ok() && *leads) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+Status InsertNamed(Store& store, const std::string& name) {
+  return store.Write([&](Tx& tx) {
+    JobRecord j;
+    j.name = name;
+    return tx.InsertJob(j).status();
+  });
+}
+
+std::multiset<std::string> JobNames(Store& store) {
+  std::multiset<std::string> names;
+  auto jobs = ReadValue(store, [](Tx& tx) { return tx.ListJobs({}); });
+  EXPECT_TRUE(jobs.ok()) << jobs.status().message();
+  if (jobs.ok()) {
+    for (const JobRecord& j : *jobs) names.insert(j.name);
+  }
+  return names;
+}
+
+// PostgreSQL only: two stores on one database (two servers). One leads and writes; the other's
+// writes are refused until it leads. Once it has taken over, a late write of the first (its
+// leader session gone, its writer connection not) is refused by the database, not by timing,
+// and nothing of it is stored.
+TEST(PostgresStore, ADeposedLeadersLateWriteIsRefusedByTheDatabase) {
+  testing::PostgresServer server;
+  ASSERT_EQ(server.Start(), "");
+  std::string error;
+  const std::string conninfo = server.Database("leaders", &error);
+  ASSERT_EQ(error, "");
+  auto a = PostgresStore::Open(conninfo);
+  auto b = PostgresStore::Open(conninfo);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<std::string> deposed;
+  (*a)->OnDeposed([&](const std::string& why) { deposed.push_back(why); });
+
+  Status w = InsertNamed(**a, "before");
+  EXPECT_EQ(w.code(), StatusCode::kUnavailable) << w.message();
+  EXPECT_NE(w.message().find("not the leader"), std::string::npos) << w.message();
+  auto leads = (*a)->Campaign("http://a:7070");
+  ASSERT_TRUE(leads.ok() && *leads) << leads.status().message();
+  EXPECT_EQ((*a)->epoch(), 1);
+  leads = (*b)->Campaign("http://b:7070");
+  ASSERT_TRUE(leads.ok()) << leads.status().message();
+  EXPECT_FALSE(*leads);
+  ASSERT_TRUE(InsertNamed(**a, "a1").ok());
+  w = InsertNamed(**b, "b0");
+  EXPECT_EQ(w.code(), StatusCode::kUnavailable) << w.message();
+  auto leader = (*b)->Leader();
+  ASSERT_TRUE(leader.ok()) << leader.status().message();
+  EXPECT_EQ(leader->epoch, 1);
+  EXPECT_EQ(leader->url, "http://a:7070");
+
+  EndLeaderSession(conninfo);
+  ASSERT_TRUE(LeadsWithin(**b, "http://b:7070", std::chrono::seconds(10)));
+  EXPECT_EQ((*b)->epoch(), 2);
+  EXPECT_EQ((*b)->Leader()->url, "http://b:7070");
+  // `a` has not been told; the database refuses its write.
+  EXPECT_EQ((*a)->epoch(), 1);
+  w = InsertNamed(**a, "a-late");
+  EXPECT_EQ(w.code(), StatusCode::kUnavailable) << w.message();
+  EXPECT_NE(w.message().find("deposed: this server led at epoch 1"), std::string::npos)
+      << w.message();
+  EXPECT_EQ((*a)->epoch(), -1);
+  ASSERT_EQ(deposed.size(), 1u);
+  // Deposed for good: neither its writes nor its campaigns go through again.
+  EXPECT_EQ(InsertNamed(**a, "a-later").code(), StatusCode::kUnavailable);
+  EXPECT_FALSE((*a)->Campaign("http://a:7070").ok());
+  EXPECT_FALSE((*a)->CheckLeading().ok());
+  ASSERT_TRUE(InsertNamed(**b, "b1").ok());
+  EXPECT_TRUE((*b)->CheckLeading().ok());
+  EXPECT_EQ(JobNames(**b), (std::multiset<std::string>{"a1", "b1"}));
+  EXPECT_EQ(deposed.size(), 1u);
+}
+
+// PostgreSQL only: the new leader's epoch bump waits for the old leader's write in flight, which
+// then commits (it was made under its epoch), and the old leader's next write is refused: no
+// write of the old leader commits after the new one leads.
+TEST(PostgresStore, TheEpochBumpWaitsForTheOldLeadersWriteInFlight) {
+  testing::PostgresServer server;
+  ASSERT_EQ(server.Start(), "");
+  std::string error;
+  const std::string conninfo = server.Database("inflight", &error);
+  ASSERT_EQ(error, "");
+  auto a = PostgresStore::Open(conninfo);
+  auto b = PostgresStore::Open(conninfo);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto leads = (*a)->Campaign("http://a:7070");
+  ASSERT_TRUE(leads.ok() && *leads);
+
+  std::promise<void> entered, release;
+  std::future<Status> in_flight = std::async(std::launch::async, [&] {
+    return (*a)->Write([&](Tx& tx) {
+      entered.set_value();
+      release.get_future().wait();
+      JobRecord j;
+      j.name = "in-flight";
+      return tx.InsertJob(j).status();
+    });
+  });
+  entered.get_future().wait();
+  EndLeaderSession(conninfo);
+  std::future<bool> takeover = std::async(std::launch::async, [&] {
+    return LeadsWithin(**b, "http://b:7070", std::chrono::seconds(20));
+  });
+  // The bump is blocked on the leader row, which the write in flight holds.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::string waiting = "0";
+  while (waiting == "0" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    waiting = Sql(conninfo,
+                  "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                  "query LIKE 'UPDATE leader%'");
+  }
+  ASSERT_EQ(waiting, "1");
+  EXPECT_EQ(takeover.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  release.set_value();
+  Status w = in_flight.get();
+  EXPECT_TRUE(w.ok()) << w.message();
+  ASSERT_TRUE(takeover.get());
+  EXPECT_EQ((*b)->epoch(), 2);
+  w = InsertNamed(**a, "after");
+  EXPECT_NE(w.message().find("deposed"), std::string::npos) << w.message();
+  EXPECT_EQ(JobNames(**b), (std::multiset<std::string>{"in-flight"}));
+}
 
 // SQLite only: the writer commits concurrent writes together, and refuses a schema from the
 // future rather than corrupting it.

@@ -3,8 +3,11 @@
 // GPUs 2 and 3 reach each other through one NVSwitch; GPU 3 is in MIG mode; GPU 1 has five
 // corrected and two uncorrected ECC errors and one row remapped for an uncorrectable error,
 // pending a reset; GPU 0 has a row remapped for correctable errors; one critical XID event (79) is
-// pending on GPU 2. Like the H100s they stand for, they retire no pages (Ampere and later remap
-// rows instead: NOT_SUPPORTED). Never shipped.
+// pending on GPU 2. Warnings before failures: every GPU slows down at 87 C except GPU 3, whose
+// NVML reports no threshold; GPU 2's clocks are held by the software power cap (0x4) and GPU 0
+// is idle (0x1); each active NVLink of GPU 1 counts 3 flit and 4 data CRC errors (14 in all over
+// its two links), the others none. Like the H100s they stand for, they retire no pages (Ampere and
+// later remap rows instead: NOT_SUPPORTED). Never shipped.
 #include <cstdio>
 #include <cstring>
 
@@ -131,6 +134,22 @@ int nvmlDeviceGetNvLinkRemotePciInfo_v2(void* d, unsigned int link, PciInfo* pci
   } else {
     std::snprintf(pci->bus_id, 32, "00000000:%02X:00.0", 0xA0 + static_cast<int>(link));
   }
+  return 0;
+}
+// NVML_TEMPERATURE_THRESHOLD_SLOWDOWN (1) only; NOT_SUPPORTED on GPU 3.
+int nvmlDeviceGetTemperatureThreshold(void* d, int type, unsigned int* t) {
+  if (type != 1 || Index(d) == 3) return 3;
+  *t = 87;
+  return 0;
+}
+int nvmlDeviceGetCurrentClocksEventReasons(void* d, unsigned long long* reasons) {
+  *reasons = Index(d) == 2 ? 0x4 : Index(d) == 0 ? 0x1 : 0;
+  return 0;
+}
+// NVML_NVLINK_ERROR_DL_CRC_FLIT (2) and _CRC_DATA (3), per link.
+int nvmlDeviceGetNvLinkErrorCounter(void* d, unsigned int, int counter, unsigned long long* n) {
+  if (counter != 2 && counter != 3) return 3;
+  *n = Index(d) == 1 ? (counter == 2 ? 3 : 4) : 0;
   return 0;
 }
 int nvmlEventSetCreate(void** set) {

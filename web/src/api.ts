@@ -3,7 +3,8 @@
 const TOKEN_KEY = 'meridian.token';
 
 export class ApiError extends Error {
-  constructor(public status: number, message: string) {
+  // field: what the server named as refused ("spec.gpus", "metadata.name", "spec.dependencies[0]").
+  constructor(public status: number, message: string, public field?: string) {
     super(message);
   }
 }
@@ -28,13 +29,15 @@ async function call(path: string, init: RequestInit = {}): Promise<Response> {
   }
   if (!res.ok) {
     let message = `${res.status} ${res.statusText}`;
+    let field: string | undefined;
     try {
       const body = await res.json();
       if (body?.error?.message) message = body.error.message;
+      if (typeof body?.error?.field === 'string' && body.error.field) field = body.error.field;
     } catch {
       // not JSON: keep the status line
     }
-    throw new ApiError(res.status, message);
+    throw new ApiError(res.status, message, field);
   }
   return res;
 }
@@ -70,6 +73,8 @@ export interface WhoAmI {
   user: string;
   roles: Role[];
   projects: string[];
+  identityProvider?: string; // signed in with an ID token of this provider
+  expiresAt?: number;
 }
 
 export interface Gpu {
@@ -97,6 +102,16 @@ export interface GpuHealth {
   held: boolean;
   faults: number[];
 }
+// A warning before failure on a GPU (gpu set), or the node flagged for failing jobs: shown,
+// alerted on, never a cordon by itself.
+export interface NodeCondition {
+  type: string;
+  severity: string;
+  gpu?: number;
+  message: string;
+  since: number;
+  value: number;
+}
 export interface Node {
   name: string;
   cluster: string;
@@ -117,6 +132,7 @@ export interface Node {
   drain?: { deadline: number; reason: string; by: string; at: number };
   // GPUs that faulted: a cordoned one waits for its reset (held: for an operator).
   gpuHealth?: GpuHealth[];
+  conditions?: NodeCondition[];
   lastHeartbeat?: number;
   simulated?: boolean;
   address?: string;
@@ -169,6 +185,15 @@ export interface Job {
     tasks?: { state: string; node?: string; exitCode?: number; restarts?: number; message?: string; cause?: string }[];
   };
 }
+// GET /nodes/{name}/history: each GPU's columns, one value per time in `at`.
+export interface NodeHistory {
+  interval: number;
+  at: number[];
+  gpus: { index: number; utilization: (number | null)[]; memoryUsedMib: (number | null)[] }[];
+}
+export interface NodeOperations {
+  [k: string]: unknown;
+}
 export interface JobPage {
   items: Job[];
   continue: number | null;
@@ -183,11 +208,13 @@ export interface Event {
   reason: string;
   message: string;
 }
+// A job the scheduler has not considered yet has only a message: no clusters, no estimate.
 export interface Explanation {
   quota?: string;
   reason?: string;
-  clusters: { name: string; reason: string }[];
-  estimatedStart: number | null;
+  message?: string;
+  clusters?: { name: string; reason: string }[];
+  estimatedStart?: number | null;
 }
 export interface UsageRow {
   name: string;

@@ -14,7 +14,7 @@ export function Chart(props: {
   title: string;
   at: number[];
   series: Series[];
-  unit?: '%' | 'GPUs' | 'jobs';
+  unit?: '%' | 'GPUs' | 'GiB' | 'jobs';
   testId?: string;
 }) {
   const box = useRef<HTMLDivElement>(null);

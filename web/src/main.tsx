@@ -6,12 +6,16 @@ import { render } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, get, saveToken, savedToken, type WhoAmI } from './api';
 import { startLive, useLiveStatus } from './live';
+import { finishSignIn, startSignIn, type Provider } from './sso';
 import { Problem } from './ui';
 import { AuditView } from './views/audit';
 import { ClusterView } from './views/cluster';
 import { EstateView } from './views/estate';
 import { JobView } from './views/job';
+import { JobsView } from './views/jobs';
+import { NodeView } from './views/node';
 import { QueueView } from './views/queue';
+import { SubmitView } from './views/submit';
 import { TeamsView } from './views/teams';
 
 function useHash(): string {
@@ -28,6 +32,13 @@ function SignIn({ onSignedIn, message }: { onSignedIn: (who: WhoAmI) => void; me
   const [token, setToken] = useState('');
   const [error, setError] = useState(message ?? '');
   const [busy, setBusy] = useState(false);
+  const [providers, setProviders] = useState<Provider[]>([]);
+  useEffect(() => {
+    get<{ items: Provider[] }>('/auth/providers').then(
+      (r) => setProviders(r.items),
+      () => setProviders([]),
+    );
+  }, []);
   const submit = async (e: Event) => {
     e.preventDefault();
     setBusy(true);
@@ -44,6 +55,13 @@ function SignIn({ onSignedIn, message }: { onSignedIn: (who: WhoAmI) => void; me
   return (
     <main id="main" class="signin">
       <h1>Meridian</h1>
+      {providers.map((p) => (
+        <p key={p.name}>
+          <button type="button" class="sso" disabled={busy} onClick={() => startSignIn(p).catch((err: Error) => setError(err.message))}>
+            Sign in with {p.name}
+          </button>
+        </p>
+      ))}
       <form onSubmit={submit} aria-describedby="signin-help">
         <label for="token">API token</label>
         <input id="token" name="token" type="password" autocomplete="off" required value={token} onInput={(e) => setToken((e.target as HTMLInputElement).value)} />
@@ -53,7 +71,7 @@ function SignIn({ onSignedIn, message }: { onSignedIn: (who: WhoAmI) => void; me
         {error && <Problem message={error} />}
       </form>
       <p id="signin-help" class="muted">
-        The first admin token is in <code>DATA_DIR/admin.token</code>; <code>meridian token create</code> makes one for anyone else. The token stays in this tab only.
+        The first admin token is in <code>DATA_DIR/admin.token</code>; <code>meridian token create</code> makes one for anyone else. An ID token of the identity provider is taken here too. The token stays in this tab only.
       </p>
     </main>
   );
@@ -62,6 +80,8 @@ function SignIn({ onSignedIn, message }: { onSignedIn: (who: WhoAmI) => void; me
 const VIEWS = [
   { path: 'estate', label: 'Estate' },
   { path: 'queue', label: 'Queue' },
+  { path: 'jobs', label: 'Jobs' },
+  { path: 'submit', label: 'Submit' },
   { path: 'teams', label: 'Teams' },
   { path: 'audit', label: 'Audit', admin: true },
 ];
@@ -70,7 +90,9 @@ function Shell({ who, onSignOut }: { who: WhoAmI; onSignOut: () => void }) {
   const hash = useHash();
   const live = useLiveStatus();
   const admin = who.roles.some((r) => r.role === 'admin');
-  const parts = hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  // #/jobs?phase=Failed: the view's path, then its query.
+  const [route, search = ''] = hash.replace(/^#\/?/, '').split('?', 2);
+  const parts = route.split('/').map(decodeURIComponent);
   const [first, second] = parts;
   const current = first || 'estate';
   const loaded = useRef(false);
@@ -87,6 +109,9 @@ function Shell({ who, onSignOut }: { who: WhoAmI; onSignOut: () => void }) {
   else if (current === 'queue') view = <QueueView />;
   else if (current === 'teams') view = <TeamsView />;
   else if (current === 'jobs' && /^\d+$/.test(second ?? '')) view = <JobView id={Number(second)} />;
+  else if (current === 'jobs' && !second) view = <JobsView query={new URLSearchParams(search)} who={who} />;
+  else if (current === 'submit') view = <SubmitView who={who} />;
+  else if (current === 'nodes' && second) view = <NodeView name={second} admin={admin} />;
   else if (current === 'audit') view = admin ? <AuditView /> : <Problem message="Only admins may read the audit log." />;
   else view = <Problem message={`No view at ${hash}.`} />;
   const roles = who.roles.map((r) => `${r.role}${r.project ? ` of ${r.project}` : r.team ? ` of ${r.team}` : r.organization ? ` of ${r.organization}` : ''}`);
@@ -127,12 +152,17 @@ function Shell({ who, onSignOut }: { who: WhoAmI; onSignOut: () => void }) {
 
 function App() {
   const [who, setWho] = useState<WhoAmI | null>(null);
-  const [checking, setChecking] = useState(!!savedToken());
+  const [checking, setChecking] = useState(true);
   const [message, setMessage] = useState<string>();
   useEffect(() => {
-    if (!savedToken()) return;
-    get<WhoAmI>('/whoami')
-      .then(setWho, () => saveToken(''))
+    // A return from the identity provider first (its code becomes the tab's token), then the
+    // tab's token, if it has one.
+    finishSignIn()
+      .then(
+        (token) => token && saveToken(token),
+        (err: Error) => setMessage(`Sign-in failed: ${err.message}.`),
+      )
+      .then(() => (savedToken() ? get<WhoAmI>('/whoami').then(setWho, () => saveToken('')) : undefined))
       .finally(() => setChecking(false));
   }, []);
   useEffect(() => {

@@ -1,5 +1,6 @@
 // Small pieces every view uses.
 import type { ComponentChildren } from 'preact';
+import { argvToText, shellQuote, shellScript } from './command';
 
 export function Problem({ message }: { message: string }) {
   return (
@@ -57,6 +58,12 @@ export interface Column<T> {
   numeric?: boolean; // right-aligned, tabular figures
   cls?: string;
   rowHeader?: boolean; // the cell that names the row (a <th scope=row>)
+  sortKey?: string; // a header that sorts (with the table's onSort)
+}
+
+export interface SortOrder {
+  key: string;
+  dir: 'asc' | 'desc';
 }
 
 // A table in a horizontally scrolling box. With `stack`, a narrow screen shows each row as a
@@ -70,6 +77,8 @@ export function Table<T>(props: {
   testId?: string;
   caption?: ComponentChildren;
   stack?: boolean;
+  sort?: SortOrder;
+  onSort?: (key: string) => void;
 }) {
   const cls = (c: Column<T>) => [c.numeric ? 'n' : '', c.cls ?? ''].join(' ').trim() || undefined;
   return (
@@ -78,11 +87,26 @@ export function Table<T>(props: {
         {props.caption && <caption>{props.caption}</caption>}
         <thead>
           <tr>
-            {props.columns.map((c) => (
-              <th key={c.label} scope="col" class={cls(c)}>
-                {c.label}
-              </th>
-            ))}
+            {props.columns.map((c) => {
+              const sorted = c.sortKey && props.sort?.key === c.sortKey ? props.sort.dir : undefined;
+              return (
+                <th
+                  key={c.label}
+                  scope="col"
+                  class={cls(c)}
+                  aria-sort={sorted ? (sorted === 'asc' ? 'ascending' : 'descending') : c.sortKey ? 'none' : undefined}
+                >
+                  {c.sortKey && props.onSort ? (
+                    <button type="button" class="sort" data-sort={c.sortKey} onClick={() => props.onSort!(c.sortKey!)}>
+                      {c.label}
+                      {sorted ? (sorted === 'asc' ? ' ▲' : ' ▼') : ''}
+                    </button>
+                  ) : (
+                    c.label
+                  )}
+                </th>
+              );
+            })}
           </tr>
         </thead>
         <tbody>
@@ -112,4 +136,24 @@ export function Table<T>(props: {
       </table>
     </div>
   );
+}
+
+// A command as written: an argv as a shell would quote it; a `sh -c` script on its own lines.
+export function Command({ argv }: { argv: string[] }) {
+  const script = shellScript(argv);
+  if (!script) return <code data-testid="command">{argvToText(argv)}</code>;
+  return (
+    <div data-testid="command">
+      <code>
+        {shellQuote(script.shell)} -c{script.args.length ? ` … ${script.args.map(shellQuote).join(' ')}` : ''}
+      </code>
+      <pre class="script" tabIndex={0} aria-label="The script">
+        {script.script}
+      </pre>
+    </div>
+  );
+}
+
+export function NodeLink({ name }: { name: string }) {
+  return <a href={`#/nodes/${encodeURIComponent(name)}`}>{name}</a>;
 }

@@ -34,6 +34,9 @@ function gpuLabel(n: Node, g: Gpu): string {
   if (record) parts.push(`${record.held ? 'held' : 'cordoned pending a reset'}: ${record.reason}`);
   if (g.xidErrors) parts.push(`${g.xidErrors} XID errors (last ${g.lastXid})`);
   if (g.eccErrors) parts.push(`${g.eccErrors} ECC errors`);
+  for (const c of n.conditions ?? []) {
+    if (c.gpu === g.index) parts.push(`warning: ${c.message}`);
+  }
   return parts.join(' · ');
 }
 
@@ -98,6 +101,11 @@ export function ClusterView({ name }: { name: string }) {
               {n.scheduling ? (
                 <span class="badge badge-warn" title={n.drain?.reason ? `drain: ${n.drain.reason}` : undefined}>
                   {n.scheduling}
+                </span>
+              ) : null}
+              {n.conditions?.length ? (
+                <span class="badge badge-warn" data-testid={`conditions-${n.name}`} title={n.conditions.map((c) => c.message).join('\n')}>
+                  {n.conditions.map((c) => c.type).join(', ')}
                 </span>
               ) : null}
               {n.source === 'declared' ? (

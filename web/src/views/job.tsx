@@ -1,9 +1,11 @@
 // Job detail: what it asks for, where it runs, its events as a timeline, and its output's tail.
 import { useEffect, useState } from 'preact/hooks';
-import { getLogs, post, type Allocation, type Event, type Explanation, type Job } from '../api';
+import { get, getLogs, post, type Allocation, type Event, type Explanation, type Job, type NodeHistory } from '../api';
+import { Chart, type Series } from '../chart';
 import { clock, dateTime, request } from '../format';
 import { useApi, useTick } from '../live';
-import { Phase, Problem, Section, Table } from '../ui';
+import { Command, NodeLink, Phase, Problem, Section, Table } from '../ui';
+import { sinceAnHourAgo } from './node';
 
 const TAIL_BYTES = 64 * 1024;
 
@@ -71,6 +73,62 @@ function LogTail({ job, tasks }: { job: Job; tasks: number }) {
 }
 
 const ENDED = ['Succeeded', 'Failed', 'Cancelled'];
+
+// The utilisation of the job's GPUs while it ran (the last hour of it: what the server keeps of
+// each node), one line per GPU, from its nodes' telemetry.
+function useJobTelemetry(job: Job): { at: number[]; series: Series[]; error?: string } {
+  const tick = useTick();
+  const [out, setOut] = useState<{ at: number[]; series: Series[]; error?: string }>({ at: [], series: [] });
+  const alloc = job.status.allocation ?? [];
+  const start = job.status.startedAt ?? job.status.updatedAt;
+  const end = job.status.finishedAt;
+  const nodes = [...new Set(alloc.filter((a) => a.devices.length).map((a) => a.node))];
+  const key = `${nodes.join(',')}|${start}|${end}`;
+  const recent = !end || Date.now() / 1000 - end < 3600;
+  useEffect(() => {
+    if (!nodes.length || !recent) return;
+    let live = true;
+    const since = sinceAnHourAgo(Math.floor(start));
+    Promise.all(nodes.map((n) => get<NodeHistory>(`/nodes/${encodeURIComponent(n)}/history?since=${since}`))).then(
+      (histories) => {
+        if (!live) return;
+        const within = (t: number) => t >= start - 1 && (!end || t <= end + 1);
+        const at = histories[0].at.filter(within);
+        const series: Series[] = [];
+        histories.forEach((h, i) => {
+          const where = new Map(h.at.map((t, k) => [t, k]));
+          for (const a of alloc.filter((x) => x.node === nodes[i])) {
+            for (const d of a.devices) {
+              const g = h.gpus.find((x) => x.index === d.gpu);
+              series.push({
+                label: `task ${a.task}: ${a.node} GPU ${d.gpu}`,
+                values: at.map((t) => (g && where.has(t) ? g.utilization[where.get(t)!] : null)),
+              });
+            }
+          }
+        });
+        setOut({ at, series });
+      },
+      (e: Error) => live && setOut({ at: [], series: [], error: e.message }),
+    );
+    return () => {
+      live = false;
+    };
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [key, tick]);
+  return nodes.length && recent ? out : { at: [], series: [] };
+}
+
+function JobTelemetry({ job }: { job: Job }) {
+  const t = useJobTelemetry(job);
+  if (!t.series.length && !t.error) return null;
+  return (
+    <Section title="GPU utilisation" id="job-telemetry">
+      {t.error && <Problem message={t.error} />}
+      <Chart title="Utilisation of its GPUs" at={t.at} series={t.series} unit="%" testId="chart-job-util" />
+    </Section>
+  );
+}
 
 // Cancel, in two steps so that a stray click or key press cancels nothing. The server decides
 // who may (owners and team leads and above); its refusal is shown as it comes.
@@ -153,7 +211,7 @@ export function JobView({ id }: { id: number }) {
           <>
             <dt>Command</dt>
             <dd>
-              <code>{j.spec.command.join(' ')}</code>
+              <Command argv={j.spec.command} />
             </dd>
           </>
         )}
@@ -169,12 +227,17 @@ export function JobView({ id }: { id: number }) {
       {pending && why.data && (
         <Section title="Why it waits" id="why">
           <p>
-            {why.data.reason ?? j.status.reason}
-            {why.data.estimatedStart ? ` Estimated start: ${dateTime(why.data.estimatedStart)}.` : ''}
+            {why.data.reason ?? why.data.message ?? j.status.reason}
           </p>
-          {why.data.clusters.length > 0 && (
+          <p data-testid="estimated-start">
+            Estimated start:{' '}
+            {why.data.estimatedStart
+              ? dateTime(why.data.estimatedStart)
+              : 'unknown (the scheduler has no estimate for it)'}
+          </p>
+          {(why.data.clusters ?? []).length > 0 && (
             <ul>
-              {why.data.clusters.map((c) => (
+              {(why.data.clusters ?? []).map((c) => (
                 <li key={c.name}>
                   <strong>{c.name}</strong>: {c.reason}
                 </li>
@@ -193,13 +256,14 @@ export function JobView({ id }: { id: number }) {
             columns={[
               { label: 'Task', rowHeader: true, cell: (a) => a.task },
               { label: 'Cluster', cell: (a) => <a href={`#/clusters/${encodeURIComponent(a.cluster)}`}>{a.cluster}</a> },
-              { label: 'Node', cell: (a) => a.node },
+              { label: 'Node', cell: (a) => <NodeLink name={a.node} /> },
               { label: 'Devices', cell: (a) => devices(a) },
               { label: 'State', cell: (a) => taskState(states[a.task]) },
             ]}
           />
         </Section>
       )}
+      <JobTelemetry job={j} />
       <Section title="Events" id="events">
         {events.error && <Problem message={events.error} />}
         <ol class="timeline" data-testid="events">

@@ -18,7 +18,7 @@ function useEstimates(pending: Job[]): Map<number, number | null> {
     Promise.all(
       ids.map((id) =>
         get<Explanation>(`/jobs/${id}/explanation`).then(
-          (e) => [id, e.estimatedStart] as const,
+          (e) => [id, e.estimatedStart ?? null] as const,
           () => [id, null] as const,
         ),
       ),

@@ -1,0 +1,44 @@
+#include "server/data_dir_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "base/strings.h"
+
+namespace meridian::server {
+
+using base::Status;
+
+DataDirLock::~DataDirLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status DataDirLock::Acquire(const std::string& dir, const std::string& flag) {
+  const std::string path = dir + "/LOCK";
+  const std::string named = flag + (!flag.empty() && flag.back() == ':' ? "" : " ") + dir;
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd_ < 0) return Status::Io(named + ": cannot open " + path);
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder;
+    char buf[32] = {};
+    if (::pread(fd_, buf, sizeof buf - 1, 0) > 0) holder = std::string(base::Trim(buf));
+    ::close(fd_);
+    fd_ = -1;
+    if (err != EWOULDBLOCK) return Status::Io(named + ": cannot lock " + path);
+    return Status(base::StatusCode::kFailedPrecondition,
+                  named + " is in use by another meridian server" +
+                      (holder.empty() ? std::string() : " (pid " + holder + ")") +
+                      ": one server per data dir; stop it or choose another data dir");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+    return Status::Io(named + ": cannot write " + path);
+  }
+  return Status::Ok();
+}
+
+}  // namespace meridian::server
