@@ -2,6 +2,9 @@
 // on loopback, with simulated GPUs (a fake: nothing real can run here) and real task processes,
 // cgroups and shims.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -1252,6 +1255,198 @@ TEST_F(AgentTest, NodeOperationsAreForAdminsAuditedAndDeleteWaitsForTheJobs) {
   EXPECT_EQ(results["nodes.drain"], (std::set<std::string>{"denied", "failed", "allowed"}));
   EXPECT_EQ(results["nodes.delete"], (std::set<std::string>{"denied", "failed", "allowed"}));
   Run("cancel " + std::to_string(job));
+}
+
+
+// Issue 19, item 2: `meridian exec` runs a command inside a running task, through the server and
+// the task's agent, with the task's uid, environment, folder and cgroup; its output and exit code
+// come back as the command gave them, separately on stdout and stderr.
+TEST_F(AgentTest, ExecRunsInsideTheTaskAsItsUserAndExitsWithItsCode) {
+  StartAgent("n1");
+  const std::string pid_file = SharedPath("task.pid");
+  const int64_t job =
+      Submit({{"command", {"sh", "-c", "echo $$ > " + pid_file + "; exec sleep 600"}},
+              {"env", {{"SECRET", "s3cret"}}},
+              {"memoryMib", 256}});
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running" && !ReadFile(pid_file).empty(); }));
+  const std::string task_pid = ReadFile(pid_file).substr(0, ReadFile(pid_file).find('\n'));
+  const std::string status = ReadFile("/proc/" + task_pid + "/status");
+  unsigned uid = 0;
+  ASSERT_EQ(std::sscanf(status.c_str() + status.find("Uid:"), "Uid: %u", &uid), 1) << status;
+  const std::string task_uid = std::to_string(uid);
+  const std::string id = std::to_string(job);
+
+  // What it sees is the task's: uid, environment, working folder, cgroup.
+  CliResult seen = Run("exec " + id +
+                       " -- sh -c 'id -u; echo \"$SECRET $MERIDIAN_JOB_ID\"; pwd; cat /proc/self/cgroup; "
+                       "echo to-stderr >&2; exit 7'");
+  EXPECT_EQ(seen.code, 7) << seen.output;
+  EXPECT_NE(seen.output.find(task_uid + "\n"), std::string::npos) << seen.output << task_uid;
+  EXPECT_NE(task_uid, "0");
+  EXPECT_NE(seen.output.find("s3cret " + id), std::string::npos) << seen.output;
+  EXPECT_NE(seen.output.find("/work\n"), std::string::npos) << seen.output;
+  const std::string task_cgroup = ReadFile("/proc/" + task_pid + "/cgroup");
+  EXPECT_NE(seen.output.find(task_cgroup), std::string::npos)
+      << seen.output << "\ntask's cgroup:\n" << task_cgroup;
+  EXPECT_NE(seen.output.find("to-stderr"), std::string::npos) << seen.output;
+
+  // Input goes to the command with -i (here a file), and its end is the command's end of input.
+  const std::string input = WriteFile("input.txt", "first line\nsecond line\n");
+  CliResult cat = Run("exec -i " + id + " -- sh -c 'wc -l; echo done' < " + input);
+  EXPECT_EQ(cat.code, 0) << cat.output;
+  EXPECT_NE(cat.output.find("2\ndone"), std::string::npos) << cat.output;
+  // Without -i the command reads an empty input at once rather than waiting.
+  CliResult none = Run("exec " + id + " -- sh -c 'cat; echo read-nothing'");
+  EXPECT_NE(none.output.find("read-nothing"), std::string::npos) << none.output;
+  // A signal's end is 128 + its number, as a shell says it.
+  EXPECT_EQ(Run("exec " + id + " -- sh -c 'kill -9 $$'").code, 137);
+  // A command that does not exist: 127, with the reason on stderr.
+  CliResult missing = Run("exec " + id + " -- /no/such/program");
+  EXPECT_EQ(missing.code, 127) << missing.output;
+  EXPECT_NE(missing.output.find("cannot run /no/such/program"), std::string::npos) << missing.output;
+
+  // Audited, with the command.
+  HttpResult audit = Http(*server_, "GET", "/api/v1/audit?limit=1000", admin_);
+  bool audited = false;
+  for (const Json& e : audit.body.value("items", Json::array())) {
+    audited = audited || (e.value("action", "") == "jobs.exec" &&
+                          e.value("message", "").find("wc -l") != std::string::npos);
+  }
+  EXPECT_TRUE(audited) << audit.text;
+  // A job that does not run has nothing to exec into; one the caller cannot see does not exist.
+  Submit({{"command", {"sleep", "600"}}, {"gpus", 4}});
+  const int64_t waiting = Submit({{"command", {"sleep", "1"}}, {"gpus", 4}});
+  ASSERT_TRUE(Eventually([&] { return Phase(waiting) == "Pending"; }));
+  CliResult pending = Run("exec " + std::to_string(waiting) + " -- true");
+  EXPECT_EQ(pending.code, 6) << pending.output;
+  EXPECT_NE(pending.output.find("not Running"), std::string::npos) << pending.output;
+  EXPECT_EQ(Run("exec 999 -- true").code, 5);
+}
+
+// Who may open a session: those who may cancel the job. A viewer may read its logs but not run
+// code as it; a member of another project does not see it at all.
+TEST_F(AgentTest, ExecIsForThoseWhoMayManageTheJob) {
+  StartAgent("n1");
+  const int64_t job = Submit({{"command", {"sleep", "600"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; }));
+  auto token_of = [&](const std::string& name, const Json& roles) {
+    EXPECT_EQ(Http(*server_, "PUT", "/api/v1/users/" + name, admin_,
+                   Json{{"spec", {{"roles", roles}}}}.dump())
+                  .status,
+              201);
+    HttpResult t = Http(*server_, "POST", "/api/v1/tokens", admin_,
+                        Json{{"user", name}, {"description", "test"}}.dump());
+    return t.body.value("token", "");
+  };
+  const std::string viewer =
+      token_of("vic", Json::array({{{"role", "viewer"}, {"project", "research"}}}));
+  CliResult denied =
+      Cli(kBinary, "exec " + std::to_string(job) + " -- true", server_->url(), viewer);
+  EXPECT_EQ(denied.code, 4) << denied.output;
+  EXPECT_NE(denied.output.find("may not exec into job"), std::string::npos) << denied.output;
+  EXPECT_EQ(Cli(kBinary, "logs " + std::to_string(job), server_->url(), viewer).code, 0);
+  // The agent's own credential cannot take up a session that is not its node's.
+  HttpResult stolen = Http(*server_, "GET", "/api/v1/agents/n1/sessions/0123", agent_token_);
+  EXPECT_EQ(stolen.status, 403) << stolen.text;
+}
+
+// A terminal: the command gets one (a controlling tty of its own, with this terminal's size),
+// and when the user goes away the command is ended.
+TEST_F(AgentTest, ExecWithATerminalGetsItsSizeAndEndsWhenTheUserGoes) {
+  StartAgent("n1");
+  const int64_t job = Submit({{"command", {"sleep", "600"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; }));
+  int master = -1, slave = -1;
+  winsize size{33, 101, 0, 0};
+  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, &size), 0);
+  const std::string exec_pid = SharedPath("exec.pid");
+  const pid_t cli = fork();
+  if (cli == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    setsid();
+    ioctl(slave, TIOCSCTTY, 0);
+    dup2(slave, 0);
+    dup2(slave, 1);
+    dup2(slave, 2);
+    setenv("MERIDIAN_CONFIG", "/nonexistent/config.json", 1);
+    setenv("MERIDIAN_SERVER", server_->url().c_str(), 1);
+    setenv("MERIDIAN_TOKEN", admin_.c_str(), 1);
+    const std::string script = "tty; stty size; echo $$ > " + exec_pid + "; exec sleep 300";
+    execl(kBinary.c_str(), kBinary.c_str(), "exec", "-it", std::to_string(job).c_str(), "--",
+          "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(slave);
+  std::string seen;
+  ASSERT_TRUE(Eventually([&] {
+    char buf[4096];
+    pollfd p{master, POLLIN, 0};
+    while (poll(&p, 1, 50) > 0) {
+      const ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      seen.append(buf, static_cast<size_t>(n));
+    }
+    return seen.find("33 101") != std::string::npos && !ReadFile(exec_pid).empty();
+  }, 20)) << seen;
+  EXPECT_NE(seen.find("/dev/pts/"), std::string::npos) << seen;
+  const int remote = std::atoi(ReadFile(exec_pid).c_str());
+  ASSERT_GT(remote, 0);
+  EXPECT_TRUE(Alive(remote));
+  // The user's side dies without a word: the command in the task ends within seconds.
+  kill(cli, SIGKILL);
+  waitpid(cli, nullptr, 0);
+  EXPECT_TRUE(Eventually([&] { return !Alive(remote); }, 20)) << "the command outlived its session";
+  close(master);
+  EXPECT_EQ(Phase(job), "Running");  // the task itself runs on
+}
+
+// `meridian port-forward` reaches a server inside the task from a local port, one session per
+// connection.
+TEST_F(AgentTest, PortForwardReachesAServerInsideTheTask) {
+  StartAgent("n1");
+  const int remote = FreePort();
+  const int64_t job = Submit(
+      {{"command",
+        {"sh", "-c",
+         "mkdir -p site && echo hello-from-the-task > site/index.html && exec busybox httpd -f "
+         "-p 127.0.0.1:" + std::to_string(remote) + " -h site"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; }));
+  const int local = FreePort();
+  ChildProcess forward(
+      {kBinary, "--server", server_->url(), "--token", admin_, "port-forward",
+       std::to_string(job), std::to_string(local) + ":" + std::to_string(remote)},
+      dir_.File("forward.log"));
+  ASSERT_TRUE(Eventually([&] {
+    return ReadFile(dir_.File("forward.log")).find("Forwarding from") != std::string::npos;
+  })) << ReadFile(dir_.File("forward.log"));
+  for (int i = 0; i < 3; ++i) {
+    httplib::Client c("127.0.0.1", local);
+    c.set_read_timeout(20);
+    std::string body;
+    ASSERT_TRUE(Eventually([&] {
+      auto r = c.Get("/index.html");
+      if (r && r->status == 200) body = r->body;
+      return !body.empty();
+    }, 20)) << ReadFile(dir_.File("forward.log"));
+    EXPECT_EQ(body, "hello-from-the-task\n");
+  }
+  // A port nothing listens on: the connection ends, and the forwarder says why.
+  const int closed = FreePort();
+  const int local2 = FreePort();
+  ChildProcess nowhere(
+      {kBinary, "--server", server_->url(), "--token", admin_, "port-forward",
+       std::to_string(job), std::to_string(local2) + ":" + std::to_string(closed)},
+      dir_.File("nowhere.log"));
+  ASSERT_TRUE(Eventually([&] {
+    return ReadFile(dir_.File("nowhere.log")).find("Forwarding from") != std::string::npos;
+  })) << ReadFile(dir_.File("nowhere.log"));
+  httplib::Client c("127.0.0.1", local2);
+  c.set_read_timeout(20);
+  EXPECT_FALSE(c.Get("/"));
+  EXPECT_TRUE(Eventually([&] {
+    return ReadFile(dir_.File("nowhere.log")).find("nothing listens on port " +
+                                                   std::to_string(closed)) != std::string::npos;
+  })) << ReadFile(dir_.File("nowhere.log"));
 }
 
 }  // namespace

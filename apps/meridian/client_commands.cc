@@ -274,6 +274,35 @@ void AddClientCommands(CLI::App& app, int* rc) {
     Run(g, rc, [](Context& c) { return meridian::cli::Logs(c, job_id, log_task, follow); });
   });
 
+  static meridian::cli::ExecOptions exec_options;
+  CLI::App* exec = app.add_subcommand(
+      "exec", "Run a command inside a running job's task: meridian exec JOB [-it] -- CMD...");
+  exec->add_option("job", exec_options.job, "job id (ID_INDEX for an array's element)")
+      ->required();
+  exec->add_option("--task", exec_options.task, "task index (default 0)");
+  exec->add_flag("-i,--stdin", exec_options.stdin, "send this input to the command");
+  exec->add_flag("-t,--tty", exec_options.tty, "give the command a terminal");
+  exec->add_option("command", exec_options.command, "what to run, after --");
+  exec->callback([rc] {
+    Run(g, rc, [](Context& c) { return meridian::cli::Exec(c, exec_options); });
+  });
+
+  static std::string forward_ports;
+  static std::string forward_address = "127.0.0.1";
+  static int forward_task = 0;
+  CLI::App* forward = app.add_subcommand(
+      "port-forward", "Reach a port of a running job's task from here: LOCAL:REMOTE");
+  forward->add_option("job", job_id, "job id (ID_INDEX for an array's element)")->required();
+  forward->add_option("ports", forward_ports, "LOCAL:REMOTE, or PORT for both, or :REMOTE")
+      ->required();
+  forward->add_option("--task", forward_task, "task index (default 0)");
+  forward->add_option("--address", forward_address, "local address to listen on (127.0.0.1)");
+  forward->callback([rc] {
+    Run(g, rc, [](Context& c) {
+      return meridian::cli::PortForward(c, job_id, forward_task, forward_ports, forward_address);
+    });
+  });
+
   CLI::App* top = app.add_subcommand("top", "The estate in one screen: GPUs and quotas");
   top->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Top(c); }); });
 

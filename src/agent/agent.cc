@@ -236,6 +236,7 @@ Status Agent::Beat() {
   remediated_.clear();  // the server has them
   Reconcile(r->body);
   TakeHealthOrders(r->body);
+  TakeSessions(r->body);
   UploadLogs();
   Cleanup();
   return Status::Ok();

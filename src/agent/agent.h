@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -126,6 +127,15 @@ class Agent {
   // remediation runs the Policy's command (simulated GPUs clear their fault instead), then probes
   // the GPU; its result goes with the next heartbeat.
   void TakeHealthOrders(const Json& answer);
+  // The answer's sessions into this node's tasks (agent/sessions.h): each starts on a thread of
+  // its own with what it needs of its task, once.
+  void TakeSessions(const Json& answer);
+  // What a session into `t` runs: the command inside the task (its uid, cgroups, mount
+  // namespace, folder and environment, from its spec.json), or, for a job with an image, the
+  // container runtime's exec into its container.
+  base::Result<protocol::ShimExec> ExecInto(const Task& t, const protocol::SessionOffer& offer) const;
+  // The container runtime's command words (`podman`, or as configured); empty when none.
+  std::vector<std::string> RuntimeWords() const;
   protocol::RemediationResult Remediate(const protocol::Remediation& order);
   std::vector<GpuTelemetry> Telemetry();
   // The command line of a run (through the container runtime for an image, when `cleanup` gets
@@ -161,6 +171,9 @@ class Agent {
   // News the server acts on at once (an injected fault the GPU now reports, a remediation's
   // result): the next heartbeat goes now rather than an interval later.
   bool beat_soon_ = false;
+  // Sessions started, by id, oldest first: an offer repeated before the server saw it taken up
+  // starts once. The newest few hundred are kept.
+  std::deque<std::string> sessions_started_;
   std::string last_error_;
 };
 

@@ -1,7 +1,9 @@
 #include "agent/shim.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -338,6 +340,122 @@ int RunShim(const std::string& dir) {
   }
   exit.reason = reason;
   WriteAtomically(dir + "/exit.json", protocol::ToJson(exit).dump());
+  return 0;
+}
+
+
+namespace {
+
+std::string ReadFd(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+void WriteEnd(const protocol::SessionEnd& end) {
+  const std::string text = protocol::ToJson(end).dump();
+  (void)!::write(4, text.data(), text.size());
+}
+
+// In the command's process, before exec: the task's cgroups, its mount namespace (its hidden
+// GPUs with it), a session of its own with the terminal as its controlling one, then its uid.
+base::Status EnterTask(const protocol::ShimExec& spec) {
+  for (const std::string& p : spec.cgroup_procs) {
+    std::ofstream f(p);
+    f << getpid();
+    f.close();
+    if (!f) return base::Status::Io("cannot join the task's cgroup " + p);
+  }
+  if (spec.namespace_pid > 0) {
+    const std::string ns = "/proc/" + std::to_string(spec.namespace_pid) + "/ns/mnt";
+    const int fd = ::open(ns.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::setns(fd, CLONE_NEWNS) != 0) {
+      return base::Status::Io("cannot enter the task's mount namespace (" + ns +
+                              "): " + std::strerror(errno));
+    }
+    ::close(fd);
+  }
+  setsid();
+  if (spec.tty && ::ioctl(0, TIOCSCTTY, 0) != 0) {
+    return base::Status::Io(std::string("cannot take the terminal: ") + std::strerror(errno));
+  }
+  if (spec.uid && spec.gid) {
+    return DropPrivileges(static_cast<uint32_t>(*spec.uid), static_cast<uint32_t>(*spec.gid));
+  }
+  return base::Status::Ok();
+}
+
+}  // namespace
+
+int RunExecShim() {
+  const Json text = Json::parse(ReadFd(3), nullptr, false);
+  ::close(3);
+  auto decoded = protocol::DecodeShimExec(text);
+  if (text.is_discarded() || !decoded.ok()) {
+    protocol::SessionEnd end;
+    end.error = text.is_discarded() ? "the agent's exec spec is not JSON" : decoded.status().message();
+    WriteEnd(end);
+    return 2;
+  }
+  protocol::ShimExec spec = std::move(decoded.value());
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = OnTerminate;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  const pid_t child = fork();
+  if (child < 0) {
+    WriteEnd({std::nullopt, std::nullopt, "cannot fork: " + std::string(std::strerror(errno))});
+    return 1;
+  }
+  if (child == 0) {
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    ::close(4);
+    if (base::Status s = EnterTask(spec); !s.ok()) {
+      std::fprintf(stderr, "meridian: %s\n", s.message().c_str());
+      _exit(126);
+    }
+    CloseFdsFrom(3);
+    if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) {
+      std::fprintf(stderr, "meridian: cannot enter %s: %s\n", spec.cwd.c_str(), std::strerror(errno));
+      _exit(126);
+    }
+    std::vector<std::string> env;
+    for (const auto& [k, v] : spec.env) env.push_back(k + "=" + v);
+    Exec(spec.argv, env);
+    std::fprintf(stderr, "meridian: cannot run %s: %s\n", spec.argv[0].c_str(), std::strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+  }
+  // The terminal or pipes are the command's alone now: they end when it (and what it started
+  // with them) ends.
+  const int null = ::open("/dev/null", O_RDWR);
+  for (int fd = 0; fd <= 2; ++fd) dup2(null, fd);
+  if (null > 2) ::close(null);
+  int status = 0;
+  double kill_at = 0;
+  for (;;) {
+    const pid_t done = waitpid(child, &status, WNOHANG);
+    if (done == child) break;
+    if (done < 0 && errno != EINTR) break;
+    if (g_terminate && kill_at == 0) {
+      kill(-child, SIGHUP);
+      kill(-child, SIGTERM);
+      kill_at = Now() + 2;
+    }
+    if (kill_at > 0 && Now() >= kill_at) kill(-child, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  protocol::SessionEnd end;
+  if (WIFEXITED(status)) end.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) end.signal = WTERMSIG(status);
+  WriteEnd(end);
   return 0;
 }
 

@@ -23,4 +23,13 @@ namespace meridian::agent {
 // elsewhere. Returns the process's exit status.
 int RunShim(const std::string& dir);
 
+// `meridian-shim --exec`: runs one command inside a running task for a session (`meridian
+// exec`; agent/sessions.h). Reads protocol::ShimExec from fd 3; the command gets this process's
+// stdin, stdout and stderr (a terminal or pipes), joins the task's cgroups and mount namespace,
+// takes the task's uid and folder, in a session and process group of its own. This process
+// keeps none of those three open, so that they end with the command; it forwards SIGTERM and
+// SIGHUP to the command's group (SIGKILL 2 s later), and once the command has ended writes
+// protocol::SessionEnd to fd 4.
+int RunExecShim();
+
 }  // namespace meridian::agent

@@ -40,16 +40,12 @@ std::vector<std::string> Agent::TaskArgv(const Task& t,
     if (command.empty()) *error = "spec.command is empty: nothing to run";
     return command;
   }
-  std::string runtime = o_.container_runtime;
-  if (runtime.empty()) runtime = OnPath("podman") ? "podman" : OnPath("docker") ? "docker" : "";
-  if (runtime.empty()) {
+  std::vector<std::string> argv = RuntimeWords();
+  if (argv.empty()) {
     *error = "the job runs image " + image +
              ", but neither podman nor docker is installed on node " + o_.node;
     return {};
   }
-  std::vector<std::string> argv;
-  std::istringstream words(runtime);
-  for (std::string w; words >> w;) argv.push_back(w);
   const std::string name = "meridian-" + CgroupName(t);
   // Once the run has ended, however it ended (a SIGKILL leaves the container behind).
   *cleanup = argv;
@@ -72,6 +68,15 @@ std::vector<std::string> Agent::TaskArgv(const Task& t,
   argv.push_back(image);
   argv.insert(argv.end(), command.begin(), command.end());
   return argv;
+}
+
+std::vector<std::string> Agent::RuntimeWords() const {
+  std::string runtime = o_.container_runtime;
+  if (runtime.empty()) runtime = OnPath("podman") ? "podman" : OnPath("docker") ? "docker" : "";
+  std::vector<std::string> words;
+  std::istringstream in(runtime);
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
 }
 
 std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {

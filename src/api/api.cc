@@ -354,7 +354,8 @@ Api::Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy,
       audit_(NewAuditState()),
       writes_(options.write_rate, options.write_burst),
       failed_auths_(options.failed_auths_per_minute / 60, options.failed_auths_per_minute),
-      waiting_(options.max_waits_per_token) {
+      waiting_(options.max_waits_per_token),
+      sessions_(std::make_unique<SessionRelay>(entropy)) {
   HttpFetcher* fetcher = options_.oidc_fetcher;
   if (!fetcher) {
     own_fetcher_ = std::make_unique<HttplibFetcher>();
@@ -362,6 +363,8 @@ Api::Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy,
   }
   oidc_fetcher_ = fetcher;
   oidc_ = std::make_unique<OidcVerifier>(fetcher, clock_, options_.oidc);
+  metrics_->Describe("meridian_sessions_total", "counter",
+                     "Sessions into tasks opened by users, by kind (exec, port-forward).");
   metrics_->Describe("meridian_api_rate_limited_total", "counter",
                      "Requests answered 429 by limit: writes (per token), waits (long polls "
                      "and watches open per token) or failed_auth (per client address).");
@@ -432,6 +435,14 @@ void Api::Register(net::HttpServer& server) {
   Route(server, "POST", v1 + "/agents/([^/]+)/logs", "agents.logs", Kind::kRead,
         bind(&Api::UploadLogs));
   Route(server, "GET", v1 + R"(/jobs/(\d+)/logs)", "jobs.logs", Kind::kRead, bind(&Api::JobLogs));
+  // Sessions into tasks run on threads of their own, for as long as they last.
+  const Waits websocket = [](const net::Request& req) { return req.websocket; };
+  Route(server, "GET", v1 + R"(/jobs/(\d+)/exec)", "jobs.exec", Kind::kMutate,
+        [this](Call& call) { OpenSession(call, "exec"); }, websocket);
+  Route(server, "GET", v1 + R"(/jobs/(\d+)/portforward)", "jobs.portforward", Kind::kMutate,
+        [this](Call& call) { OpenSession(call, "port-forward"); }, websocket);
+  Route(server, "GET", v1 + "/agents/([^/]+)/sessions/([^/]+)", "agents.sessions", Kind::kRead,
+        bind(&Api::TakeSession), websocket);
   for (const std::string& kind : domain::ConfigKinds()) {
     const std::string base = v1 + "/" + Plural(kind);
     const std::string one = base + "/([^/]+)";
@@ -508,11 +519,15 @@ void Api::Route(net::HttpServer& server, const char* method, const std::string& 
                         " (at most " + std::to_string(waiting_.limit()) + " at once)");
       } else {
         handler(call);
-        // A stream holds its place until it ends.
+        // A stream or a session holds its place until it ends.
         if (slot && res.stream) {
           res.stream = [slot, stream = std::move(res.stream)](net::Sink& sink) {
             return stream(sink);
           };
+        }
+        if (slot && res.upgrade) {
+          res.upgrade = [slot, upgrade = std::move(res.upgrade)](
+                            std::shared_ptr<net::Tunnel> tunnel) { upgrade(std::move(tunnel)); };
         }
       }
     } catch (const std::exception& e) {

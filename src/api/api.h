@@ -15,6 +15,7 @@
 #include "api/metrics.h"
 #include "api/oidc.h"
 #include "api/rate_limit.h"
+#include "api/sessions.h"
 #include "base/clock.h"
 #include "base/entropy.h"
 #include "domain/documents.h"
@@ -270,8 +271,12 @@ struct ApiOptions {
   double write_rate = 50;
   double write_burst = 500;
   double failed_auths_per_minute = 60;
-  // Long polls (?wait=) and watches open at once with one token; past it they answer 429.
+  // Long polls (?wait=), watches and sessions into tasks open at once with one token; past it
+  // they answer 429.
   int max_waits_per_token = 16;
+  // Seconds a session into a task (exec, port-forward) waits for the task's agent to take it
+  // up: the agent learns of it at its next heartbeat.
+  double session_attach_timeout = 15;
   // Single sign-on: how ID tokens are checked, and what fetches discovery documents and key
   // sets (null: cpp-httplib's client).
   OidcOptions oidc;
@@ -367,6 +372,10 @@ class Api {
   void AgentHeartbeat(Call& call);
   void UploadLogs(Call& call);
   void JobLogs(Call& call);
+  // A session into a running task over a WebSocket (api_sessions.cc): the user's end (exec,
+  // port-forward) and the agent's.
+  void OpenSession(Call& call, const std::string& kind);
+  void TakeSession(Call& call);
   // Operators' node operations (api_nodes.cc).
   void CordonNode(Call& call, bool cordoned);
   void DrainNode(Call& call);
@@ -434,6 +443,7 @@ class Api {
   RateLimiter writes_;                 // by token id
   RateLimiter failed_auths_;           // by client address
   ConcurrencyLimit waiting_;           // long polls and watches, by token id
+  std::unique_ptr<SessionRelay> sessions_;  // sessions into tasks (exec, port-forward)
   std::unique_ptr<HttpFetcher> own_fetcher_;
   HttpFetcher* oidc_fetcher_ = nullptr;
   std::unique_ptr<OidcVerifier> oidc_;

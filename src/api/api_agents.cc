@@ -188,6 +188,10 @@ void Api::AgentHeartbeat(Call& call) {
   if (!body) return;
   auto answer = agents_->Heartbeat(call.Arg(1), *body);
   if (!answer.ok()) return Fail(call, answer.status());
+  // Sessions into the node's tasks that users wait on: the agent opens each as a WebSocket.
+  for (const protocol::SessionOffer& offer : sessions_->Offers(call.Arg(1))) {
+    (*answer)["sessions"].push_back(protocol::ToJson(offer));
+  }
   Respond(call, 200, *answer);
 }
 

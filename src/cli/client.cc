@@ -250,6 +250,30 @@ base::Result<RawResponse> Client::Raw(const std::string& method, const std::stri
   }
 }
 
+net::WebSocketOpen OpenWebSocket(const ClientConfig& config, const std::string& path) {
+  net::WebSocketOpen last;
+  last.error = "no server configured (--server, MERIDIAN_SERVER or `meridian login`)";
+  std::vector<std::string> servers = Servers(config.server);
+  for (size_t i = 0, redirects = 0; i < servers.size(); ++i) {
+    net::WebSocketTarget target;
+    target.server = servers[i];
+    target.path = path;
+    if (!config.token.empty()) target.headers["Authorization"] = "Bearer " + config.token;
+    target.ca_cert = config.ca_cert;
+    target.insecure = config.insecure;
+    last = net::WebSocketClient::Connect(target);
+    if ((last.status == 307 || last.status == 308) && redirects++ < 3) {
+      const std::string leader = Origin(last.location);
+      if (!leader.empty()) {
+        servers.insert(servers.begin() + static_cast<std::ptrdiff_t>(i) + 1, leader);
+        continue;
+      }
+    }
+    if (last.status != 0) return last;  // an answer: a WebSocket, or the server's refusal
+  }
+  return last;
+}
+
 int ExitCodeFor(int status) {
   if (status < 300) return kExitOk;
   if (status == 400 || status == 413) return kExitUsage;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "net/websocket_client.h"
 
 namespace meridian::cli {
 
@@ -70,6 +71,10 @@ class Client {
   struct Connection;                        // the one kept open (keep_connection)
   std::shared_ptr<Connection> connection_;  // shared by copies of this client
 };
+
+// Opens `path` as a WebSocket on the configured server (servers in turn while one cannot be
+// reached; a follower's 307 to its leader followed), with the config's token and TLS settings.
+net::WebSocketOpen OpenWebSocket(const ClientConfig& config, const std::string& path);
 
 // The exit code for an HTTP status; and the message of an error body.
 int ExitCodeFor(int http_status);

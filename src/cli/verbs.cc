@@ -77,6 +77,8 @@ std::string WithQuery(const std::string& path,
   return httplib::append_query_params(path, given);
 }
 
+}  // namespace
+
 // Whether `text` is a job id, or ID_INDEX for an array's element; says so and returns false
 // otherwise (job ids are numbers).
 bool JobId(Context& c, const std::string& text) {
@@ -94,11 +96,13 @@ bool JobId(Context& c, const std::string& text) {
 
 // The API's path for a job named by JobId's forms, with `sub` (e.g. "/events") after the job:
 // ID_INDEX is /api/v1/jobs/ID<sub>?index=INDEX.
-std::string JobPath(const std::string& text, const std::string& sub = "") {
+std::string JobPath(const std::string& text, const std::string& sub) {
   const size_t sep = text.find('_');
   if (sep == std::string::npos) return "/api/v1/jobs/" + text + sub;
   return "/api/v1/jobs/" + text.substr(0, sep) + sub + "?index=" + text.substr(sep + 1);
 }
+
+namespace {
 
 // The canonical resource name for what people type: "job", "jobs", "pc", ...
 std::string Resource(std::string r) {

@@ -106,6 +106,28 @@ int Submit(Context& c, const SubmitFlags& f);
 int Cancel(Context& c, const std::string& id);
 // A task's output; with `follow`, keeps printing until the job has ended.
 int Logs(Context& c, const std::string& id, int task, bool follow);
+
+// Sessions into a running task (sessions.cc; docs/adr/0029-sessions-into-tasks.md).
+struct ExecOptions {
+  std::string job;  // ID, or ID_INDEX
+  int task = 0;
+  bool stdin = false;  // -i: send this terminal's (or pipe's) input to the command
+  bool tty = false;    // -t: the command gets a terminal; this one goes raw meanwhile
+  std::vector<std::string> command;
+};
+// Runs the command in the task and exits with its exit code (128 + a signal's number), as
+// kubectl exec does; the CLI's own codes when the session could not be opened.
+int Exec(Context& c, const ExecOptions& o);
+// Listens on `address`:LOCAL and carries each connection to REMOTE of the task (ports as
+// "LOCAL:REMOTE", or "PORT" for both), until interrupted.
+int PortForward(Context& c, const std::string& job, int task, const std::string& ports,
+                const std::string& address);
+
+// Whether `text` names a job (its id, or ID_INDEX for an array's element); says why not.
+bool JobId(Context& c, const std::string& text);
+// The API's path for a job named as JobId takes it, with `sub` (e.g. "/events") after the job:
+// ID_INDEX is /api/v1/jobs/ID<sub>?index=INDEX.
+std::string JobPath(const std::string& text, const std::string& sub = "");
 int Top(Context& c);
 int Quota(Context& c, const std::string& scope);
 int Plan(Context& c, const ConfigFlags& f);

@@ -6,7 +6,9 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace meridian::net {
@@ -25,6 +27,9 @@ struct Request {
   std::multimap<std::string, std::string> params;  // the query, decoded
   std::string body;
   std::string remote_addr;
+  // The client asked to turn the connection into a WebSocket (RFC 6455): a handler may answer
+  // with Response::upgrade.
+  bool websocket = false;
   // The route's pattern matched against the path: [0] the whole path, then each capture.
   std::vector<std::string> matches;
 
@@ -45,6 +50,20 @@ class Sink {
   virtual void done() = 0;
 };
 
+// A WebSocket that a handler took over (Response::upgrade): whole binary messages each way.
+// One thread may read while another writes; Close may come from either, and makes every call
+// after it fail. A call also fails once the peer has gone or the server stops.
+class Tunnel {
+ public:
+  virtual ~Tunnel() = default;
+  // The next message, waiting as long as the peer is alive (pings find out that it is not).
+  virtual bool Read(std::string* message) = 0;
+  // Sends one message; false when it could not be sent within the write timeout.
+  virtual bool Write(std::string_view message) = 0;
+  // Ends the WebSocket (a close frame, then the connection).
+  virtual void Close() = 0;
+};
+
 struct Response {
   int status = 200;
   Headers headers;
@@ -52,6 +71,11 @@ struct Response {
   // Set for a streamed answer: called over and over, on the handler's thread, until it calls
   // sink.done() or returns false.
   std::function<bool(Sink&)> stream;
+  // Set to take the connection over as a WebSocket (a request with `websocket`): the server
+  // completes the handshake, then calls this on the handler's thread, which should be one of the
+  // route's waits, and closes the connection when it returns. A request that asked for no
+  // WebSocket is answered 400.
+  std::function<void(std::shared_ptr<Tunnel>)> upgrade;
 
   void set_header(const std::string& key, const std::string& value);
   void set_content(std::string content, const std::string& content_type);

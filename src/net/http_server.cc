@@ -9,6 +9,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -30,6 +32,7 @@ namespace meridian::net {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 using base::Status;
 
@@ -364,9 +367,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     req->body = std::move(msg.body());
     req->remote_addr = address_;
+    req->websocket = websocket::is_upgrade(msg);
     keep_alive_ = msg.keep_alive();
     version_ = msg.version();
     gzip_ = AcceptsGzip(req->get_header_value("Accept-Encoding"));
+    if (req->websocket) upgrade_request_.emplace(parser_->release());
     parser_.reset();
     Tcp().expires_never();  // no operation is pending until the answer is written
 
@@ -384,6 +389,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (res.status >= 400 && res.body.empty() && !res.stream) {
         res = self->server_->ErrorResponse(res.status, "request failed");
       }
+      if (res.upgrade) return self->Upgrade(std::move(res));
       if (res.stream) return self->StreamFrom(std::move(res));
       asio::post(self->stream_.get_executor(),
                  [self, res = std::move(res)]() mutable { self->Write(std::move(res)); });
@@ -475,16 +481,103 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // Starts `op` on the strand and waits for it to report; false if it failed, took longer than
   // write_timeout, or the server is stopping.
   bool Blocking(std::function<void(std::function<void(bool)>)> op) {
+    return Await([self = this->shared_from_this(), op](std::function<void(bool)> finished) {
+      self->Tcp().expires_after(Seconds(self->server_->o.write_timeout));
+      op(std::move(finished));
+    });
+  }
+  // Starts `op` on the strand and waits for it to report, under whatever deadline it sets; false
+  // if it failed or the server is stopping.
+  bool Await(std::function<void(std::function<void(bool)>)> op) {
     auto promise = std::make_shared<std::promise<bool>>();
     std::future<bool> result = promise->get_future();
-    asio::post(stream_.get_executor(), [self = this->shared_from_this(), op, promise] {
-      self->Tcp().expires_after(Seconds(self->server_->o.write_timeout));
+    asio::post(stream_.get_executor(), [op, promise] {
       op([promise](bool ok) { promise->set_value(ok); });
     });
     while (result.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
       if (server_->stopping) return false;
     }
     return result.get();
+  }
+
+  // The WebSocket a handler took over: each call waits on the handler's thread while its
+  // operation runs on the strand. Beast allows one read and one write (or close) at once; the
+  // write lock keeps writes and the close apart.
+  class WsTunnel : public Tunnel {
+   public:
+    explicit WsTunnel(std::shared_ptr<Session> s) : s_(std::move(s)) {}
+    bool Read(std::string* message) override {
+      if (closed_) return false;
+      auto buffer = std::make_shared<beast::flat_buffer>();
+      const bool ok = s_->Await([s = s_, buffer](std::function<void(bool)> finished) {
+        s->ws_->async_read(*buffer, [buffer, finished](beast::error_code ec, size_t) {
+          finished(!ec);
+        });
+      });
+      if (!ok) return false;
+      *message = beast::buffers_to_string(buffer->data());
+      return true;
+    }
+    bool Write(std::string_view message) override {
+      std::lock_guard<std::mutex> lock(write_mu_);
+      if (closed_) return false;
+      auto data = std::make_shared<std::string>(message);
+      return s_->Await([s = s_, data](std::function<void(bool)> finished) {
+        s->ws_->async_write(asio::buffer(*data), [data, finished](beast::error_code ec, size_t) {
+          finished(!ec);
+        });
+      });
+    }
+    void Close() override {
+      std::lock_guard<std::mutex> lock(write_mu_);
+      if (closed_.exchange(true)) return;
+      s_->Await([s = s_](std::function<void(bool)> finished) {
+        s->ws_->async_close(websocket::close_code::normal,
+                            [finished](beast::error_code ec) { finished(!ec); });
+      });
+      asio::post(s_->stream_.get_executor(), [s = s_] {
+        beast::error_code ec;
+        s->Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+        s->Tcp().socket().close(ec);
+      });
+    }
+
+   private:
+    std::shared_ptr<Session> s_;
+    std::mutex write_mu_;
+    std::atomic<bool> closed_{false};
+  };
+
+  // Completes the WebSocket handshake, hands the tunnel to the handler's function on this
+  // thread, and ends the connection when it returns. The WebSocket keeps itself alive with
+  // pings: a peer that answers none within the idle timeout is gone.
+  void Upgrade(Response r) {
+    auto self = this->shared_from_this();
+    if (!upgrade_request_) {
+      keep_alive_ = false;
+      Response refused = server_->ErrorResponse(
+          400, "this path takes a WebSocket: send Connection: Upgrade and Upgrade: websocket");
+      asio::post(stream_.get_executor(),
+                 [self, refused = std::move(refused)]() mutable { self->Write(std::move(refused)); });
+      return;
+    }
+    const bool accepted = Await([self](std::function<void(bool)> finished) {
+      self->ws_.emplace(self->stream_);
+      self->Tcp().expires_never();  // the WebSocket's own timer from here on
+      websocket::stream_base::timeout t;
+      t.handshake_timeout = Seconds(self->server_->o.header_timeout);
+      t.idle_timeout = Seconds(self->server_->o.tunnel_idle_timeout);
+      t.keep_alive_pings = true;
+      self->ws_->set_option(t);
+      self->ws_->binary(true);
+      self->ws_->read_message_max(self->server_->o.max_body_bytes);
+      self->ws_->async_accept(*self->upgrade_request_, [finished](beast::error_code ec) {
+        finished(!ec);
+      });
+    });
+    auto tunnel = std::make_shared<WsTunnel>(self);
+    if (accepted) r.upgrade(tunnel);
+    tunnel->Close();
   }
 
   void StreamFrom(Response r) {
@@ -525,6 +618,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::string address_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  // A WebSocket handshake's request, kept for the handshake; then the WebSocket on this stream.
+  std::optional<http::request<http::string_body>> upgrade_request_;
+  std::optional<websocket::stream<Stream&>> ws_;
   uint64_t id_ = 0;
   bool first_ = true;
   bool keep_alive_ = true;

@@ -27,6 +27,9 @@ struct ServerOptions {
   double body_timeout = 30;    // seconds for the body, once the headers are in
   double idle_timeout = 120;   // seconds a keep-alive connection may wait for its next request
   double write_timeout = 30;   // seconds for the client to take one response or chunk
+  // Seconds a WebSocket (Response::upgrade) may pass without a message or an answered ping
+  // before it is closed: pings every half of it keep a live but quiet one open.
+  double tunnel_idle_timeout = 60;
   size_t max_body_bytes = 1 << 20;
   int max_connections = 30000;             // open at once; more are closed at accept
   int max_connections_per_address = 2000;  // open at once from one client address

@@ -550,6 +550,14 @@ base::Result<ShimStop> DecodeShimStop(const Json& j) {
   });
 }
 
+base::Result<ShimStarted> DecodeShimStarted(const Json& j) {
+  return Decode<ShimStarted>(j, "started.json", [](FieldReader& r, ShimStarted& s) {
+    s.pid = r.Int("pid", 1, 1 << 30, 0, true);
+    s.started_at = r.Number("startedAt", 0, 1e12, 0);
+    s.cgroup_error = r.String("cgroupError", false);
+  });
+}
+
 base::Result<ShimExit> DecodeShimExit(const Json& j) {
   return Decode<ShimExit>(j, "exit.json", [](FieldReader& r, ShimExit& e) {
     e.exit_code = OptionalInt(r, "exitCode", std::numeric_limits<int64_t>::min(), kMaxInt);
@@ -564,6 +572,97 @@ base::Result<LeaseTerms> DecodeLeaseTerms(const Json& j) {
   return Decode<LeaseTerms>(j, "lease", [](FieldReader& r, LeaseTerms& l) {
     l.lease = r.Number("lease", 0, kMaxSeconds, 0);
     l.fence_grace = OptionalNumber(r, "fenceGrace", 0, kMaxSeconds);
+  });
+}
+
+std::string Frame(Channel channel, std::string_view data) {
+  std::string out;
+  out.reserve(data.size() + 1);
+  out.push_back(static_cast<char>(channel));
+  out.append(data);
+  return out;
+}
+
+Json ToJson(const SessionOffer& o) {
+  Json j = {{"id", o.id},     {"job", o.job},   {"task", o.task},
+            {"generation", o.generation}, {"kind", o.kind}, {"tty", o.tty}};
+  if (o.kind == "exec") j["command"] = o.command;
+  if (o.port > 0) j["port"] = o.port;
+  return j;
+}
+
+Json ToJson(const SessionEnd& e) {
+  Json j = Json::object();
+  if (e.exit_code) j["exitCode"] = *e.exit_code;
+  if (e.signal) j["signal"] = *e.signal;
+  if (!e.error.empty()) j["error"] = e.error;
+  return j;
+}
+
+Json ToJson(const TerminalSize& t) { return {{"cols", t.cols}, {"rows", t.rows}}; }
+
+Json ToJson(const ShimExec& e) {
+  Json j = {{"argv", e.argv},
+            {"env", StringMap(e.env)},
+            {"cwd", e.cwd},
+            {"cgroupProcs", e.cgroup_procs},
+            {"namespacePid", e.namespace_pid},
+            {"tty", e.tty}};
+  if (e.uid) j["uid"] = *e.uid;
+  if (e.gid) j["gid"] = *e.gid;
+  return j;
+}
+
+std::vector<base::Result<SessionOffer>> DecodeSessionOffers(const Json& answer) {
+  std::vector<base::Result<SessionOffer>> out;
+  if (!answer.is_object() || !answer.contains("sessions") || !answer["sessions"].is_array()) {
+    return out;
+  }
+  for (size_t i = 0; i < answer["sessions"].size(); ++i) {
+    out.push_back(Decode<SessionOffer>(
+        answer["sessions"][i], "sessions[" + std::to_string(i) + "]",
+        [](FieldReader& r, SessionOffer& o) {
+          o.id = r.String("id", true);
+          o.job = r.Int("job", 1, kMaxInt, 0, true);
+          o.task = static_cast<int32_t>(r.Int("task", 0, 100000, 0, true));
+          o.generation = r.Int("generation", 0, kMaxInt, 0, true);
+          o.kind = r.Enum("kind", {"exec", "port-forward"}, "exec");
+          o.command = r.StringList("command");
+          o.tty = r.Bool("tty", false);
+          o.port = static_cast<int32_t>(r.Int("port", 0, 65535, 0));
+          if (o.kind == "exec" && o.command.empty()) r.Error("command", "is required for exec");
+          if (o.kind == "port-forward" && o.port == 0) r.Error("port", "is required to forward");
+        }));
+  }
+  return out;
+}
+
+base::Result<SessionEnd> DecodeSessionEnd(const Json& j) {
+  return Decode<SessionEnd>(j, "status", [](FieldReader& r, SessionEnd& e) {
+    e.exit_code = OptionalInt(r, "exitCode", std::numeric_limits<int64_t>::min(), kMaxInt);
+    e.signal = OptionalInt(r, "signal", 0, 128);
+    e.error = r.String("error", false);
+  });
+}
+
+base::Result<TerminalSize> DecodeTerminalSize(const Json& j) {
+  return Decode<TerminalSize>(j, "resize", [](FieldReader& r, TerminalSize& t) {
+    t.cols = static_cast<int32_t>(r.Int("cols", 1, 10000, 80));
+    t.rows = static_cast<int32_t>(r.Int("rows", 1, 10000, 24));
+  });
+}
+
+base::Result<ShimExec> DecodeShimExec(const Json& j) {
+  return Decode<ShimExec>(j, "exec", [](FieldReader& r, ShimExec& e) {
+    e.argv = r.StringList("argv");
+    e.env = r.StringMap("env");
+    e.cwd = r.String("cwd", false);
+    e.uid = OptionalInt(r, "uid", 0, 0xffffffffLL);
+    e.gid = OptionalInt(r, "gid", 0, 0xffffffffLL);
+    e.cgroup_procs = r.StringList("cgroupProcs");
+    e.namespace_pid = r.Int("namespacePid", 0, 1 << 30, 0);
+    e.tty = r.Bool("tty", false);
+    if (e.argv.empty()) r.Error("argv", "is empty: nothing to run");
   });
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -26,6 +27,10 @@
 //   started.json     ShimStarted (shim -> agent)
 //   exit.json        ShimExit    (shim -> agent)
 //   ../../lease      LeaseTerms  (agent -> every shim; its modification time is the renewal)
+// Sessions into tasks (docs/adr/0029-sessions-into-tasks.md):
+//   `sessions` of the heartbeat answer      SessionOffer (server -> agent)
+//   GET /agents/NODE/sessions/ID, WebSocket Frame messages (agent <-> server <-> user)
+//   `meridian-shim --exec`, fd 3            ShimExec (agent -> shim)
 namespace meridian::protocol {
 
 using Json = nlohmann::json;
@@ -297,8 +302,73 @@ Json ToJson(const ShimStarted& s);
 Json ToJson(const ShimExit& e);
 Json ToJson(const LeaseTerms& l);
 
+// --- Sessions into tasks ---------------------------------------------------------------------
+
+// A session a user opened into a running task (`meridian exec`, `meridian port-forward`),
+// offered to the task's node in the heartbeat answer (`sessions`) until its agent takes it up:
+// the agent opens GET /agents/NODE/sessions/ID as a WebSocket and carries the session's frames.
+struct SessionOffer {
+  std::string id;
+  int64_t job = 0;
+  int32_t task = 0;
+  int64_t generation = 0;
+  std::string kind = "exec";         // exec | port-forward
+  std::vector<std::string> command;  // exec: what to run inside the task
+  bool tty = false;                  // exec: on a terminal of its own
+  int32_t port = 0;                  // port-forward: the task's port on its node's loopback
+};
+
+// A session's WebSocket carries binary messages whose first byte is the channel and whose rest
+// is the data, as Kubernetes' channel protocol does.
+enum class Channel : uint8_t {
+  kStdin = 0,     // user -> task (port-forward: to the task's port)
+  kStdout = 1,    // task -> user (port-forward: from the task's port)
+  kStderr = 2,    // task -> user
+  kStatus = 3,    // -> user, last: SessionEnd as JSON
+  kResize = 4,    // user -> task: TerminalSize as JSON
+  kStdinEnd = 5,  // user -> task: no more input (the command sees the end of its stdin)
+};
+std::string Frame(Channel channel, std::string_view data);
+
+// How a session ended: the command's exit code (or the signal that ended it), or why it could
+// not run at all.
+struct SessionEnd {
+  std::optional<int64_t> exit_code;
+  std::optional<int64_t> signal;
+  std::string error;
+};
+
+struct TerminalSize {
+  int32_t cols = 80;
+  int32_t rows = 24;
+};
+
+// What the agent hands `meridian-shim --exec` on its fd 3: a command to run inside a task, in
+// its cgroups and mount namespace, under its uid, in its folder, with its environment.
+struct ShimExec {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  std::string cwd;
+  std::optional<int64_t> uid;
+  std::optional<int64_t> gid;
+  std::vector<std::string> cgroup_procs;
+  int64_t namespace_pid = 0;  // a process of the task whose mount namespace to enter; 0: none
+  bool tty = false;           // stdin is a terminal: it becomes the controlling one
+};
+
+Json ToJson(const SessionOffer& o);
+Json ToJson(const SessionEnd& e);
+Json ToJson(const TerminalSize& t);
+Json ToJson(const ShimExec& e);
+// The heartbeat answer's offers; a bad one comes back as its error.
+std::vector<base::Result<SessionOffer>> DecodeSessionOffers(const Json& answer);
+base::Result<SessionEnd> DecodeSessionEnd(const Json& j);
+base::Result<TerminalSize> DecodeTerminalSize(const Json& j);
+base::Result<ShimExec> DecodeShimExec(const Json& j);
+
 base::Result<ShimSpec> DecodeShimSpec(const Json& j);
 base::Result<ShimStop> DecodeShimStop(const Json& j);
+base::Result<ShimStarted> DecodeShimStarted(const Json& j);
 base::Result<ShimExit> DecodeShimExit(const Json& j);
 base::Result<LeaseTerms> DecodeLeaseTerms(const Json& j);
 

@@ -91,7 +91,9 @@ void Leadership::Loop() {
 }
 
 bool Leadership::Gate(const net::Request& req, net::Response& res) const {
-  if (leading_ || req.method == "GET" || req.method == "HEAD") return false;
+  // Reads are served here; writes, and sessions into tasks (WebSockets: the leader's agents take
+  // them up), go to the leader.
+  if (leading_ || ((req.method == "GET" || req.method == "HEAD") && !req.websocket)) return false;
   std::string leader;
   {
     std::lock_guard<std::mutex> lock(mu_);
