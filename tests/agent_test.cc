@@ -1405,12 +1405,20 @@ TEST_F(AgentTest, ExecWithATerminalGetsItsSizeAndEndsWhenTheUserGoes) {
 TEST_F(AgentTest, PortForwardReachesAServerInsideTheTask) {
   StartAgent("n1");
   const int remote = FreePort();
-  const int64_t job = Submit(
-      {{"command",
-        {"sh", "-c",
-         "mkdir -p site && echo hello-from-the-task > site/index.html && exec busybox httpd -f "
-         "-p 127.0.0.1:" + std::to_string(remote) + " -h site"}}});
+  const std::string port = std::to_string(remote);
+  // An interactive job that serves a port: submit says how to reach it.
+  CliResult submitted =
+      Run("submit --project research --type interactive --env GREETING=hello --port " + port +
+          " -- sh -c 'mkdir -p site && echo $GREETING-from-the-task > site/index.html && exec "
+          "busybox httpd -f -p 127.0.0.1:" + port + " -h site'");
+  ASSERT_EQ(submitted.code, 0) << submitted.output;
+  const int64_t job = 1;
+  EXPECT_NE(submitted.output.find("reach port " + port + " once it runs: meridian port-forward 1 " +
+                                  port + ":" + port),
+            std::string::npos)
+      << submitted.output;
   ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; }));
+  EXPECT_NE(Run("describe job 1").output.find("Port:         " + port), std::string::npos);
   const int local = FreePort();
   ChildProcess forward(
       {kBinary, "--server", server_->url(), "--token", admin_, "port-forward",

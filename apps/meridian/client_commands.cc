@@ -144,6 +144,8 @@ void AddClientCommands(CLI::App& app, int* rc) {
   submit->add_option("--cluster", sf.clusters, "allowed clusters (repeatable)");
   submit->add_option("--image", sf.image, "container image");
   submit->add_option("--type", sf.type, "training, inference, interactive or batch (default)");
+  submit->add_option("--port", sf.ports,
+                     "a port the task serves (a notebook): submit says how to reach it");
   submit->add_option("--selector", sf.selector, "node label KEY=VALUE it needs (repeatable)");
   submit->add_option("--toleration", sf.tolerations,
                      "node taint KEY or KEY=VALUE it may run on (repeatable)");
@@ -158,6 +160,11 @@ void AddClientCommands(CLI::App& app, int* rc) {
                      "as Slurm's: afterok:12:13,afterany:14 (afterok, afterany, afternotok, "
                      "aftercorr)");
   submit->add_option("command", sf.command, "the command, after --");
+  // A repeatable flag takes one value each time: otherwise it would take the words that follow
+  // it, and `--env A=1 -- sh -c X` would not reach its command.
+  for (CLI::Option* o : submit->get_options()) {
+    if (o->get_items_expected_max() > 1 && !o->get_positional()) o->allow_extra_args(false);
+  }
   submit->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Submit(c, sf); }); });
 
   static std::string job_id;

@@ -511,6 +511,11 @@ int Describe(Context& c, const std::string& resource_in, const std::string& name
   for (const Json& d : job->at("spec").value("dependencies", Json::array())) {
     c.out << "Dependency:   " << d.get<std::string>() << "\n";
   }
+  for (const Json& port : job->at("spec").value("ports", Json::array())) {
+    c.out << "Port:         " << Num(port) << " (reach it: meridian port-forward "
+          << Num(job->at("id")) << " " << Num(port) << ":" << Num(port)
+          << "; a shell: meridian exec -it " << Num(job->at("id")) << " -- sh)\n";
+  }
   // Each task's end, as its agent diagnosed it (killed for memory, a missing command, ...).
   const Json tasks = s.value("tasks", Json::array());
   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -590,6 +595,7 @@ int Submit(Context& c, const SubmitFlags& f) {
     if (!f.image.empty()) spec["image"] = f.image;
     if (!f.command.empty()) spec["command"] = f.command;
     if (!f.type.empty()) spec["type"] = f.type;
+    if (!f.ports.empty()) spec["ports"] = f.ports;
     if (f.grace_period >= 0) spec["gracePeriod"] = f.grace_period;
     // KEY=VALUE flags: a missing '=' is an error for --selector and --env; a toleration may name
     // a key alone (any value).
@@ -638,6 +644,11 @@ int Submit(Context& c, const SubmitFlags& f) {
   } else {
     c.out << "job " << Num(job->at("id")) << " submitted to "
           << job->at("metadata").value("project", "") << "\n";
+    // What it serves (a notebook, a shell server), and how to reach it once it runs.
+    for (const Json& port : job->at("spec").value("ports", Json::array())) {
+      c.out << "reach port " << Num(port) << " once it runs: meridian port-forward "
+            << Num(job->at("id")) << " " << Num(port) << ":" << Num(port) << "\n";
+    }
   }
   return kExitOk;
 }

@@ -51,6 +51,7 @@ struct SubmitFlags {
   std::vector<std::string> clusters;
   std::string image;
   std::string type;                      // training, inference, interactive, batch
+  std::vector<int> ports;                // ports the task serves (spec.ports)
   std::vector<std::string> selector;     // KEY=VALUE
   std::vector<std::string> tolerations;  // KEY or KEY=VALUE
   std::vector<std::string> env;          // KEY=VALUE

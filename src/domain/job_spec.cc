@@ -254,6 +254,8 @@ JobSpec ReadJobSpec(FieldReader& s) {
   Bound(s, "env", j.env.size(), kMaxEnvVars, bytes);
   j.image = s.String("image", false);
   j.working_dir = s.String("workingDir", false);
+  j.ports = s.IntList("ports", 1, 65535);
+  Bound(s, "ports", j.ports.size(), 16, 0);
   j.restart.on_failure = s.Enum("restartPolicy", {"never", "on-failure"},
                                 d.restart.on_failure ? "on-failure" : "never") == "on-failure";
   j.restart.max_restarts = s.Int("maxRestarts", 0, 100, d.restart.max_restarts);

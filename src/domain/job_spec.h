@@ -82,6 +82,9 @@ struct JobSpec {
   std::map<std::string, std::string> env;
   std::string image;  // empty: the command runs on the node itself
   std::string working_dir;
+  // `spec.ports`: ports the task serves on its node (a notebook, a shell server, TensorBoard),
+  // which `meridian port-forward` reaches; `submit` and `describe` say how.
+  std::vector<int64_t> ports;
   RestartPolicy restart;
   // Sent with the notice file when the task is to stop: none, SIGUSR1, SIGUSR2, SIGHUP, SIGINT.
   std::string notice_signal = "none";

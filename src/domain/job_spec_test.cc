@@ -126,12 +126,24 @@ TEST(JobSpecTest, ErrorsNameTheField) {
       {{{"runtimeEstimate", 10}, {"runtimeLimit", 5}}, "spec.runtimeEstimate: must not exceed"},
       {{{"tolerations", {{{"value", "x"}}}}}, "spec.tolerations[0].key: is required"},
       {{{"colour", "blue"}}, "spec.colour: unknown field"},
+      {{{"ports", {8888, 70000}}}, "spec.ports[1]: must be between 1 and 65535, not 70000"},
+      {{{"ports", {"8888"}}}, "spec.ports[0]: must be an integer, not a string"},
+      {{{"ports", 8888}}, "spec.ports: must be a list"},
   };
   for (const Case& c : cases) {
     std::string errors;
     EXPECT_FALSE(Submit(c.spec, &errors)) << c.spec.dump();
     EXPECT_NE(errors.find(c.error), std::string::npos) << c.spec.dump() << " -> " << errors;
   }
+}
+
+// The ports a task serves are kept as given, for `submit` and `describe` to say how to reach them.
+TEST(JobSpecTest, PortsAreKeptForPortForward) {
+  auto doc = Submit({{"type", "interactive"}, {"ports", {8888, 6006}}});
+  ASSERT_TRUE(doc);
+  auto back = DecodeJobSpec(doc->spec);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->ports, (std::vector<int64_t>{8888, 6006}));
 }
 
 // Durations are seconds, or strings with units (base/duration.h); the stored form is seconds.

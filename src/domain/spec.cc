@@ -445,6 +445,34 @@ std::vector<std::string> FieldReader::StringList(const std::string& key) {
   return out;
 }
 
+std::vector<int64_t> FieldReader::IntList(const std::string& key, int64_t min, int64_t max) {
+  std::vector<int64_t> out;
+  const Json* v = Get(key);
+  if (!v) return out;
+  if (!v->is_array()) {
+    Error(key, "must be a list, not " + TypeName(*v));
+    return out;
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& item = (*v)[i];
+    const std::string where = Path(key) + "[" + std::to_string(i) + "]";
+    if (!item.is_number_integer()) {
+      errors_->Add(doc_, where, "must be an integer, not " + TypeName(item));
+      continue;
+    }
+    const int64_t n = item.get<int64_t>();
+    if (n < min || n > max) {
+      errors_->Add(doc_, where,
+                   "must be between " + std::to_string(min) + " and " + std::to_string(max) +
+                       ", not " + std::to_string(n));
+      continue;
+    }
+    out.push_back(n);
+  }
+  (*out_)[key] = out;
+  return out;
+}
+
 std::map<std::string, std::string> FieldReader::StringMap(const std::string& key) {
   std::map<std::string, std::string> out;
   const Json* v = Get(key);

@@ -80,6 +80,8 @@ class FieldReader {
   double Duration(const std::string& key, double min, double max, double fallback);
   bool Bool(const std::string& key, bool fallback);
   std::vector<std::string> StringList(const std::string& key);
+  // A list of integers, each within [min, max]; an item out of range is reported by its index.
+  std::vector<int64_t> IntList(const std::string& key, int64_t min, int64_t max);
   std::map<std::string, std::string> StringMap(const std::string& key);
   std::map<std::string, double> NumberMap(const std::string& key, double min);
   // A list (nullptr when absent, or when it is not a list: then an error is reported).
