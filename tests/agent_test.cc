@@ -1257,7 +1257,6 @@ TEST_F(AgentTest, NodeOperationsAreForAdminsAuditedAndDeleteWaitsForTheJobs) {
   Run("cancel " + std::to_string(job));
 }
 
-
 // Issue 19, item 2: `meridian exec` runs a command inside a running task, through the server and
 // the task's agent, with the task's uid, environment, folder and cgroup; its output and exit code
 // come back as the command gave them, separately on stdout and stderr.
@@ -1277,17 +1276,18 @@ TEST_F(AgentTest, ExecRunsInsideTheTaskAsItsUserAndExitsWithItsCode) {
   const std::string id = std::to_string(job);
 
   // What it sees is the task's: uid, environment, working folder, cgroup.
-  CliResult seen = Run("exec " + id +
-                       " -- sh -c 'id -u; echo \"$SECRET $MERIDIAN_JOB_ID\"; pwd; cat /proc/self/cgroup; "
-                       "echo to-stderr >&2; exit 7'");
+  CliResult seen =
+      Run("exec " + id +
+          " -- sh -c 'id -u; echo \"$SECRET $MERIDIAN_JOB_ID\"; pwd; cat /proc/self/cgroup; "
+          "echo to-stderr >&2; exit 7'");
   EXPECT_EQ(seen.code, 7) << seen.output;
   EXPECT_NE(seen.output.find(task_uid + "\n"), std::string::npos) << seen.output << task_uid;
   EXPECT_NE(task_uid, "0");
   EXPECT_NE(seen.output.find("s3cret " + id), std::string::npos) << seen.output;
   EXPECT_NE(seen.output.find("/work\n"), std::string::npos) << seen.output;
   const std::string task_cgroup = ReadFile("/proc/" + task_pid + "/cgroup");
-  EXPECT_NE(seen.output.find(task_cgroup), std::string::npos)
-      << seen.output << "\ntask's cgroup:\n" << task_cgroup;
+  EXPECT_NE(seen.output.find(task_cgroup), std::string::npos) << seen.output << "\ntask's cgroup:\n"
+                                                              << task_cgroup;
   EXPECT_NE(seen.output.find("to-stderr"), std::string::npos) << seen.output;
 
   // Input goes to the command with -i (here a file), and its end is the command's end of input.
@@ -1303,7 +1303,8 @@ TEST_F(AgentTest, ExecRunsInsideTheTaskAsItsUserAndExitsWithItsCode) {
   // A command that does not exist: 127, with the reason on stderr.
   CliResult missing = Run("exec " + id + " -- /no/such/program");
   EXPECT_EQ(missing.code, 127) << missing.output;
-  EXPECT_NE(missing.output.find("cannot run /no/such/program"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("cannot run /no/such/program"), std::string::npos)
+      << missing.output;
 
   // Audited, with the command.
   HttpResult audit = Http(*server_, "GET", "/api/v1/audit?limit=1000", admin_);
@@ -1372,22 +1373,25 @@ TEST_F(AgentTest, ExecWithATerminalGetsItsSizeAndEndsWhenTheUserGoes) {
     setenv("MERIDIAN_SERVER", server_->url().c_str(), 1);
     setenv("MERIDIAN_TOKEN", admin_.c_str(), 1);
     const std::string script = "tty; stty size; echo $$ > " + exec_pid + "; exec sleep 300";
-    execl(kBinary.c_str(), kBinary.c_str(), "exec", "-it", std::to_string(job).c_str(), "--",
-          "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    execl(kBinary.c_str(), kBinary.c_str(), "exec", "-it", std::to_string(job).c_str(), "--", "sh",
+          "-c", script.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   close(slave);
   std::string seen;
-  ASSERT_TRUE(Eventually([&] {
-    char buf[4096];
-    pollfd p{master, POLLIN, 0};
-    while (poll(&p, 1, 50) > 0) {
-      const ssize_t n = read(master, buf, sizeof buf);
-      if (n <= 0) break;
-      seen.append(buf, static_cast<size_t>(n));
-    }
-    return seen.find("33 101") != std::string::npos && !ReadFile(exec_pid).empty();
-  }, 20)) << seen;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        char buf[4096];
+        pollfd p{master, POLLIN, 0};
+        while (poll(&p, 1, 50) > 0) {
+          const ssize_t n = read(master, buf, sizeof buf);
+          if (n <= 0) break;
+          seen.append(buf, static_cast<size_t>(n));
+        }
+        return seen.find("33 101") != std::string::npos && !ReadFile(exec_pid).empty();
+      },
+      20))
+      << seen;
   EXPECT_NE(seen.find("/dev/pts/"), std::string::npos) << seen;
   const int remote = std::atoi(ReadFile(exec_pid).c_str());
   ASSERT_GT(remote, 0);
@@ -1410,7 +1414,8 @@ TEST_F(AgentTest, PortForwardReachesAServerInsideTheTask) {
   CliResult submitted =
       Run("submit --project research --type interactive --env GREETING=hello --port " + port +
           " -- sh -c 'mkdir -p site && echo $GREETING-from-the-task > site/index.html && exec "
-          "busybox httpd -f -p 127.0.0.1:" + port + " -h site'");
+          "busybox httpd -f -p 127.0.0.1:" +
+          port + " -h site'");
   ASSERT_EQ(submitted.code, 0) << submitted.output;
   const int64_t job = 1;
   EXPECT_NE(submitted.output.find("reach port " + port + " once it runs: meridian port-forward 1 " +
@@ -1420,10 +1425,9 @@ TEST_F(AgentTest, PortForwardReachesAServerInsideTheTask) {
   ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; }));
   EXPECT_NE(Run("describe job 1").output.find("Port:         " + port), std::string::npos);
   const int local = FreePort();
-  ChildProcess forward(
-      {kBinary, "--server", server_->url(), "--token", admin_, "port-forward",
-       std::to_string(job), std::to_string(local) + ":" + std::to_string(remote)},
-      dir_.File("forward.log"));
+  ChildProcess forward({kBinary, "--server", server_->url(), "--token", admin_, "port-forward",
+                        std::to_string(job), std::to_string(local) + ":" + std::to_string(remote)},
+                       dir_.File("forward.log"));
   ASSERT_TRUE(Eventually([&] {
     return ReadFile(dir_.File("forward.log")).find("Forwarding from") != std::string::npos;
   })) << ReadFile(dir_.File("forward.log"));
@@ -1431,20 +1435,22 @@ TEST_F(AgentTest, PortForwardReachesAServerInsideTheTask) {
     httplib::Client c("127.0.0.1", local);
     c.set_read_timeout(20);
     std::string body;
-    ASSERT_TRUE(Eventually([&] {
-      auto r = c.Get("/index.html");
-      if (r && r->status == 200) body = r->body;
-      return !body.empty();
-    }, 20)) << ReadFile(dir_.File("forward.log"));
+    ASSERT_TRUE(Eventually(
+        [&] {
+          auto r = c.Get("/index.html");
+          if (r && r->status == 200) body = r->body;
+          return !body.empty();
+        },
+        20))
+        << ReadFile(dir_.File("forward.log"));
     EXPECT_EQ(body, "hello-from-the-task\n");
   }
   // A port nothing listens on: the connection ends, and the forwarder says why.
   const int closed = FreePort();
   const int local2 = FreePort();
-  ChildProcess nowhere(
-      {kBinary, "--server", server_->url(), "--token", admin_, "port-forward",
-       std::to_string(job), std::to_string(local2) + ":" + std::to_string(closed)},
-      dir_.File("nowhere.log"));
+  ChildProcess nowhere({kBinary, "--server", server_->url(), "--token", admin_, "port-forward",
+                        std::to_string(job), std::to_string(local2) + ":" + std::to_string(closed)},
+                       dir_.File("nowhere.log"));
   ASSERT_TRUE(Eventually([&] {
     return ReadFile(dir_.File("nowhere.log")).find("Forwarding from") != std::string::npos;
   })) << ReadFile(dir_.File("nowhere.log"));
@@ -1452,8 +1458,8 @@ TEST_F(AgentTest, PortForwardReachesAServerInsideTheTask) {
   c.set_read_timeout(20);
   EXPECT_FALSE(c.Get("/"));
   EXPECT_TRUE(Eventually([&] {
-    return ReadFile(dir_.File("nowhere.log")).find("nothing listens on port " +
-                                                   std::to_string(closed)) != std::string::npos;
+    return ReadFile(dir_.File("nowhere.log"))
+               .find("nothing listens on port " + std::to_string(closed)) != std::string::npos;
   })) << ReadFile(dir_.File("nowhere.log"));
 }
 

@@ -286,7 +286,8 @@ TEST_F(ApiDocumentTest, EveryAnswerOfEveryPathMatchesItsSchema) {
   // Sessions are WebSockets (tests/agent_test.cc opens them); a plain request is told so, and a
   // job that does not run has no task to open one into.
   r.Call("GET", "/api/v1/jobs/{id}/exec", "/api/v1/jobs/" + id + "/exec?command=true", a);
-  r.Call("GET", "/api/v1/jobs/{id}/exec", "/api/v1/jobs/" + std::to_string(done_) + "/exec?command=true", a);
+  r.Call("GET", "/api/v1/jobs/{id}/exec",
+         "/api/v1/jobs/" + std::to_string(done_) + "/exec?command=true", a);
   r.Call("GET", "/api/v1/jobs/{id}/portforward", "/api/v1/jobs/" + id + "/portforward?port=8888",
          a);
   r.Call("GET", "/api/v1/agents/{name}/sessions/{session}", "/api/v1/agents/n2/sessions/none",

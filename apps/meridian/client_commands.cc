@@ -284,15 +284,13 @@ void AddClientCommands(CLI::App& app, int* rc) {
   static meridian::cli::ExecOptions exec_options;
   CLI::App* exec = app.add_subcommand(
       "exec", "Run a command inside a running job's task: meridian exec JOB [-it] -- CMD...");
-  exec->add_option("job", exec_options.job, "job id (ID_INDEX for an array's element)")
-      ->required();
+  exec->add_option("job", exec_options.job, "job id (ID_INDEX for an array's element)")->required();
   exec->add_option("--task", exec_options.task, "task index (default 0)");
   exec->add_flag("-i,--stdin", exec_options.stdin, "send this input to the command");
   exec->add_flag("-t,--tty", exec_options.tty, "give the command a terminal");
   exec->add_option("command", exec_options.command, "what to run, after --");
-  exec->callback([rc] {
-    Run(g, rc, [](Context& c) { return meridian::cli::Exec(c, exec_options); });
-  });
+  exec->callback(
+      [rc] { Run(g, rc, [](Context& c) { return meridian::cli::Exec(c, exec_options); }); });
 
   static std::string forward_ports;
   static std::string forward_address = "127.0.0.1";

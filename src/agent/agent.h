@@ -133,7 +133,8 @@ class Agent {
   // What a session into `t` runs: the command inside the task (its uid, cgroups, mount
   // namespace, folder and environment, from its spec.json), or, for a job with an image, the
   // container runtime's exec into its container.
-  base::Result<protocol::ShimExec> ExecInto(const Task& t, const protocol::SessionOffer& offer) const;
+  base::Result<protocol::ShimExec> ExecInto(const Task& t,
+                                            const protocol::SessionOffer& offer) const;
   // The container runtime's command words (`podman`, or as configured); empty when none.
   std::vector<std::string> RuntimeWords() const;
   protocol::RemediationResult Remediate(const protocol::Remediation& order);

@@ -40,7 +40,8 @@ base::Result<protocol::ShimExec> Agent::ExecInto(const Task& t,
     if (exec.argv.empty()) return base::Status::Invalid("no container runtime on node " + o_.node);
     exec.argv.insert(exec.argv.end(), {"exec", "-i"});
     if (offer.tty) exec.argv.push_back("-t");
-    if (t.uid) exec.argv.push_back("--user=" + std::to_string(*t.uid) + ":" + std::to_string(*t.uid));
+    if (t.uid)
+      exec.argv.push_back("--user=" + std::to_string(*t.uid) + ":" + std::to_string(*t.uid));
     exec.argv.push_back("meridian-" + CgroupName(t));
     exec.argv.insert(exec.argv.end(), offer.command.begin(), offer.command.end());
     return exec;

@@ -243,8 +243,8 @@ void RunPortForward(const SessionWork& work, net::WebSocketClient& ws) {
 }  // namespace
 
 void RunSession(const SessionWork& work) {
-  net::WebSocketOpen open = cli::OpenWebSocket(
-      work.server, "/api/v1/agents/" + work.node + "/sessions/" + work.offer.id);
+  net::WebSocketOpen open =
+      cli::OpenWebSocket(work.server, "/api/v1/agents/" + work.node + "/sessions/" + work.offer.id);
   if (!open.socket) {
     base::log::Warn("session {} into job {} task {}: {}{}", work.offer.id, work.offer.job,
                     work.offer.task, open.error, open.body.empty() ? "" : ": " + open.body);

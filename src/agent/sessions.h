@@ -19,9 +19,9 @@ struct SessionWork {
   cli::ClientConfig server;  // with the node's credential
   std::string node;
   protocol::SessionOffer offer;
-  std::string refusal;     // not empty: the session cannot run; this is said to the user
+  std::string refusal;      // not empty: the session cannot run; this is said to the user
   protocol::ShimExec exec;  // exec: the command, in the task's uid, cgroups, namespace, env
-  std::string shim;        // the meridian-shim binary, which runs the command (`--exec`)
+  std::string shim;         // the meridian-shim binary, which runs the command (`--exec`)
 };
 
 // Runs the session to its end: the WebSocket, then the command (or the connection to the port),

@@ -343,7 +343,6 @@ int RunShim(const std::string& dir) {
   return 0;
 }
 
-
 namespace {
 
 std::string ReadFd(int fd) {
@@ -394,7 +393,8 @@ int RunExecShim() {
   auto decoded = protocol::DecodeShimExec(text);
   if (text.is_discarded() || !decoded.ok()) {
     protocol::SessionEnd end;
-    end.error = text.is_discarded() ? "the agent's exec spec is not JSON" : decoded.status().message();
+    end.error =
+        text.is_discarded() ? "the agent's exec spec is not JSON" : decoded.status().message();
     WriteEnd(end);
     return 2;
   }
@@ -424,13 +424,15 @@ int RunExecShim() {
     }
     CloseFdsFrom(3);
     if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) {
-      std::fprintf(stderr, "meridian: cannot enter %s: %s\n", spec.cwd.c_str(), std::strerror(errno));
+      std::fprintf(stderr, "meridian: cannot enter %s: %s\n", spec.cwd.c_str(),
+                   std::strerror(errno));
       _exit(126);
     }
     std::vector<std::string> env;
     for (const auto& [k, v] : spec.env) env.push_back(k + "=" + v);
     Exec(spec.argv, env);
-    std::fprintf(stderr, "meridian: cannot run %s: %s\n", spec.argv[0].c_str(), std::strerror(errno));
+    std::fprintf(stderr, "meridian: cannot run %s: %s\n", spec.argv[0].c_str(),
+                 std::strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
   }
   // The terminal or pipes are the command's alone now: they end when it (and what it started

@@ -437,10 +437,12 @@ void Api::Register(net::HttpServer& server) {
   Route(server, "GET", v1 + R"(/jobs/(\d+)/logs)", "jobs.logs", Kind::kRead, bind(&Api::JobLogs));
   // Sessions into tasks run on threads of their own, for as long as they last.
   const Waits websocket = [](const net::Request& req) { return req.websocket; };
-  Route(server, "GET", v1 + R"(/jobs/(\d+)/exec)", "jobs.exec", Kind::kMutate,
-        [this](Call& call) { OpenSession(call, "exec"); }, websocket);
-  Route(server, "GET", v1 + R"(/jobs/(\d+)/portforward)", "jobs.portforward", Kind::kMutate,
-        [this](Call& call) { OpenSession(call, "port-forward"); }, websocket);
+  Route(
+      server, "GET", v1 + R"(/jobs/(\d+)/exec)", "jobs.exec", Kind::kMutate,
+      [this](Call& call) { OpenSession(call, "exec"); }, websocket);
+  Route(
+      server, "GET", v1 + R"(/jobs/(\d+)/portforward)", "jobs.portforward", Kind::kMutate,
+      [this](Call& call) { OpenSession(call, "port-forward"); }, websocket);
   Route(server, "GET", v1 + "/agents/([^/]+)/sessions/([^/]+)", "agents.sessions", Kind::kRead,
         bind(&Api::TakeSession), websocket);
   for (const std::string& kind : domain::ConfigKinds()) {

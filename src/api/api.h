@@ -439,10 +439,10 @@ class Api {
   AlertHooks* alerts_ = nullptr;
   IdleHooks* idle_ = nullptr;
 
-  std::shared_ptr<AuditState> audit_;  // shared_ptr: its type is complete only there
-  RateLimiter writes_;                 // by token id
-  RateLimiter failed_auths_;           // by client address
-  ConcurrencyLimit waiting_;           // long polls and watches, by token id
+  std::shared_ptr<AuditState> audit_;       // shared_ptr: its type is complete only there
+  RateLimiter writes_;                      // by token id
+  RateLimiter failed_auths_;                // by client address
+  ConcurrencyLimit waiting_;                // long polls and watches, by token id
   std::unique_ptr<SessionRelay> sessions_;  // sessions into tasks (exec, port-forward)
   std::unique_ptr<HttpFetcher> own_fetcher_;
   HttpFetcher* oidc_fetcher_ = nullptr;

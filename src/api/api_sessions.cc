@@ -11,7 +11,8 @@ std::string Quoted(const std::vector<std::string>& argv) {
   std::string out;
   for (const std::string& a : argv) {
     if (!out.empty()) out += ' ';
-    const bool plain = !a.empty() && a.find_first_of(" \t\n'\"\\$`;&|<>*?()[]{}~#") == std::string::npos;
+    const bool plain =
+        !a.empty() && a.find_first_of(" \t\n'\"\\$`;&|<>*?()[]{}~#") == std::string::npos;
     if (plain) {
       out += a;
       continue;
@@ -80,9 +81,10 @@ void Api::OpenSession(Call& call, const std::string& kind) {
   }
   const std::string node = job->allocation[static_cast<size_t>(*task)].value("node", "");
   if (!call.req.websocket) {
-    return Fail(call, 400, "invalid_argument",
-                "this path opens a WebSocket (Connection: Upgrade, Upgrade: websocket); `meridian " +
-                    std::string(kind == "exec" ? "exec" : "port-forward") + "` does that");
+    return Fail(
+        call, 400, "invalid_argument",
+        "this path opens a WebSocket (Connection: Upgrade, Upgrade: websocket); `meridian " +
+            std::string(kind == "exec" ? "exec" : "port-forward") + "` does that");
   }
   call.audit_message = kind == "exec"
                            ? "exec into task " + std::to_string(*task) + " on node " + node +
@@ -93,8 +95,8 @@ void Api::OpenSession(Call& call, const std::string& kind) {
   const double timeout = options_.session_attach_timeout;
   SessionRelay* relay = sessions_.get();
   Metrics* metrics = metrics_;
-  call.res.upgrade = [relay, metrics, node, offer, timeout, kind](
-                         std::shared_ptr<net::Tunnel> tunnel) {
+  call.res.upgrade = [relay, metrics, node, offer, timeout,
+                      kind](std::shared_ptr<net::Tunnel> tunnel) {
     metrics->Add("meridian_sessions_total", {{"kind", kind}}, 1);
     relay->RunUserSide(node, offer, std::move(tunnel), timeout);
   };

@@ -242,7 +242,8 @@ int PortForward(Context& c, const std::string& job, int task, const std::string&
     c.err << "meridian: " << ErrorMessage(*r) << "\n";
     return ExitCodeFor(r->status);
   }
-  const Json& status = r->body.is_object() && r->body.contains("status") ? r->body["status"] : Json();
+  const Json& status =
+      r->body.is_object() && r->body.contains("status") ? r->body["status"] : Json();
   const std::string phase = status.is_object() ? status.value("phase", "") : "";
   if (phase != "Running") {
     c.err << "meridian: job " << job << " is " << phase

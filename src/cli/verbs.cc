@@ -363,14 +363,15 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
       const std::string phase = !f.phase.empty() ? f.phase
                                 : f.all          ? ""
                                                  : "Pending,Placed,Running,Stopping";
-      path = WithQuery("/api/v1/jobs", {{"project", f.project},
-                                        {"phase", phase},
-                                        {"user", f.user},
-                                        {"array", f.array},
-                                        {"arrays", f.phase.empty() && f.array.empty() ? "whole" : ""},
-                                        {"labelSelector", f.selector},
-                                        {"limit", std::to_string(f.limit)},
-                                        {"order", f.array.empty() ? "newest" : "oldest"}});
+      path =
+          WithQuery("/api/v1/jobs", {{"project", f.project},
+                                     {"phase", phase},
+                                     {"user", f.user},
+                                     {"array", f.array},
+                                     {"arrays", f.phase.empty() && f.array.empty() ? "whole" : ""},
+                                     {"labelSelector", f.selector},
+                                     {"limit", std::to_string(f.limit)},
+                                     {"order", f.array.empty() ? "newest" : "oldest"}});
     }
   } else if (resource == "events") {
     path = f.job.empty() ? WithQuery("/api/v1/events",

@@ -48,7 +48,8 @@ bool AcceptsGzip(const std::string& accepted) {
   for (std::string_view item : base::Split(accepted, ',')) {
     const size_t semi = item.find(';');
     const std::string_view coding = base::Trim(item.substr(0, semi));
-    if (!beast::iequals(beast::string_view(coding.data(), coding.size()), "gzip") && coding != "*") {
+    if (!beast::iequals(beast::string_view(coding.data(), coding.size()), "gzip") &&
+        coding != "*") {
       continue;
     }
     if (semi != std::string_view::npos) {
@@ -306,10 +307,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     parser_.emplace();
     parser_->header_limit(16 * 1024);
     parser_->body_limit(server_->o.max_body_bytes);
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = this->shared_from_this()](beast::error_code ec, size_t) {
-                              self->OnHeader(ec);
-                            });
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
 
   void OnHeader(beast::error_code ec) {
@@ -371,7 +371,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     keep_alive_ = msg.keep_alive();
     version_ = msg.version();
     gzip_ = AcceptsGzip(req->get_header_value("Accept-Encoding"));
-    if (req->websocket) upgrade_request_.emplace(parser_->release());
+    if (req->websocket) {
+      upgrade_request_.emplace(parser_->release());
+    } else {
+      upgrade_request_.reset();
+    }
     parser_.reset();
     Tcp().expires_never();  // no operation is pending until the answer is written
 
@@ -448,11 +452,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   void Drain(size_t left) {
     if (left == 0) return;
     buffer_.clear();
-    stream_.async_read_some(buffer_.prepare(64 * 1024),
-                            [self = this->shared_from_this(), left](beast::error_code ec, size_t n) {
-                              if (ec) return;
-                              self->Drain(n >= left ? 0 : left - n);
-                            });
+    stream_.async_read_some(buffer_.prepare(64 * 1024), [self = this->shared_from_this(), left](
+                                                            beast::error_code ec, size_t n) {
+      if (ec) return;
+      self->Drain(n >= left ? 0 : left - n);
+    });
   }
 
   // Runs on the handler's thread: each write is done on the strand while this thread waits for
@@ -491,9 +495,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   bool Await(std::function<void(std::function<void(bool)>)> op) {
     auto promise = std::make_shared<std::promise<bool>>();
     std::future<bool> result = promise->get_future();
-    asio::post(stream_.get_executor(), [op, promise] {
-      op([promise](bool ok) { promise->set_value(ok); });
-    });
+    asio::post(stream_.get_executor(),
+               [op, promise] { op([promise](bool ok) { promise->set_value(ok); }); });
     while (result.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
       if (server_->stopping) return false;
     }
@@ -510,9 +513,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (closed_) return false;
       auto buffer = std::make_shared<beast::flat_buffer>();
       const bool ok = s_->Await([s = s_, buffer](std::function<void(bool)> finished) {
-        s->ws_->async_read(*buffer, [buffer, finished](beast::error_code ec, size_t) {
-          finished(!ec);
-        });
+        s->ws_->async_read(*buffer,
+                           [buffer, finished](beast::error_code ec, size_t) { finished(!ec); });
       });
       if (!ok) return false;
       *message = beast::buffers_to_string(buffer->data());
@@ -523,9 +525,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (closed_) return false;
       auto data = std::make_shared<std::string>(message);
       return s_->Await([s = s_, data](std::function<void(bool)> finished) {
-        s->ws_->async_write(asio::buffer(*data), [data, finished](beast::error_code ec, size_t) {
-          finished(!ec);
-        });
+        s->ws_->async_write(asio::buffer(*data),
+                            [data, finished](beast::error_code ec, size_t) { finished(!ec); });
       });
     }
     void Close() override {
@@ -557,8 +558,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       keep_alive_ = false;
       Response refused = server_->ErrorResponse(
           400, "this path takes a WebSocket: send Connection: Upgrade and Upgrade: websocket");
-      asio::post(stream_.get_executor(),
-                 [self, refused = std::move(refused)]() mutable { self->Write(std::move(refused)); });
+      asio::post(stream_.get_executor(), [self, refused = std::move(refused)]() mutable {
+        self->Write(std::move(refused));
+      });
       return;
     }
     const bool accepted = Await([self](std::function<void(bool)> finished) {
@@ -571,12 +573,20 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       self->ws_->set_option(t);
       self->ws_->binary(true);
       self->ws_->read_message_max(self->server_->o.max_body_bytes);
-      self->ws_->async_accept(*self->upgrade_request_, [finished](beast::error_code ec) {
-        finished(!ec);
-      });
+      self->ws_->async_accept(*self->upgrade_request_,
+                              [finished](beast::error_code ec) { finished(!ec); });
     });
+    if (!accepted) {
+      // No WebSocket to close politely: the connection just ends.
+      asio::post(stream_.get_executor(), [self] {
+        beast::error_code ec;
+        self->Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+        self->Tcp().socket().close(ec);
+      });
+      return;
+    }
     auto tunnel = std::make_shared<WsTunnel>(self);
-    if (accepted) r.upgrade(tunnel);
+    r.upgrade(tunnel);
     tunnel->Close();
   }
 
@@ -591,10 +601,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     head->keep_alive(keep);
     auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*head);
     bool ok = Blocking([self, head, serializer](std::function<void(bool)> finished) {
-      http::async_write_header(self->stream_, *serializer,
-                               [head, serializer, finished](beast::error_code ec, size_t) {
-                                 finished(!ec);
-                               });
+      http::async_write_header(
+          self->stream_, *serializer,
+          [head, serializer, finished](beast::error_code ec, size_t) { finished(!ec); });
     });
     ChunkSink sink(self);
     while (ok && !sink.done_ && !sink.failed_) {
@@ -671,8 +680,8 @@ HttpServer::~HttpServer() = default;
 
 void HttpServer::Handle(const std::string& method, const std::string& pattern, Handler handler,
                         std::function<bool(const Request&)> waits) {
-  impl_->routes.push_back(
-      Route{method, std::regex(pattern, std::regex::ECMAScript), std::move(handler), std::move(waits)});
+  impl_->routes.push_back(Route{method, std::regex(pattern, std::regex::ECMAScript),
+                                std::move(handler), std::move(waits)});
 }
 
 void HttpServer::SetGate(std::function<bool(const Request&, Response&)> gate) {
@@ -707,7 +716,8 @@ base::Result<int> HttpServer::Bind(const std::string& host, int port) {
   if (!ec) s.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) s.acceptor.bind(endpoint, ec);
   if (!ec) s.acceptor.listen(1024, ec);
-  if (ec) return Status::Io("cannot bind " + host + ":" + std::to_string(port) + ": " + ec.message());
+  if (ec)
+    return Status::Io("cannot bind " + host + ":" + std::to_string(port) + ": " + ec.message());
   return static_cast<int>(s.acceptor.local_endpoint().port());
 }
 

@@ -21,8 +21,8 @@
 namespace meridian::net {
 
 struct ServerOptions {
-  int workers = 64;    // threads that run handlers
-  int io_threads = 2;  // threads that move bytes
+  int workers = 64;            // threads that run handlers
+  int io_threads = 2;          // threads that move bytes
   double header_timeout = 10;  // seconds from the first byte of a request to its last header
   double body_timeout = 30;    // seconds for the body, once the headers are in
   double idle_timeout = 120;   // seconds a keep-alive connection may wait for its next request

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "base/testing/raw_connection.h"
+#include "net/websocket_client.h"
 
 namespace meridian::net {
 using base::testing::RawConnection;
@@ -53,14 +55,16 @@ double MillisecondsOf(const std::function<void()>& f) {
 }
 
 void Hello(HttpServer& s) {
-  s.Handle("GET", "/hello", [](const Request&, Response& res) { res.set_content("hi", "text/plain"); });
+  s.Handle("GET", "/hello",
+           [](const Request&, Response& res) { res.set_content("hi", "text/plain"); });
 }
 
 TEST(HttpServer, RoutesMatchTheWholePathWithCapturesAndTheDecodedQuery) {
   Running r({}, [](HttpServer& s) {
     s.Handle("GET", R"(/items/(\d+))", [](const Request& req, Response& res) {
       res.set_content(req.matches[1] + "|" + req.get_param_value("name") + "|" +
-                          (req.has_param("flag") ? "flag" : "-") + "|" + req.get_header_value("x-ONE"),
+                          (req.has_param("flag") ? "flag" : "-") + "|" +
+                          req.get_header_value("x-ONE"),
                       "text/plain");
     });
   });
@@ -262,7 +266,8 @@ TEST(HttpServer, ABodyOverTheLimitIsAnsweredAndTheClientReadsTheAnswer) {
 TEST(HttpServer, TextIsGzippedForClientsThatAcceptIt) {
   const std::string text(5000, 'a');
   Running r({}, [&](HttpServer& s) {
-    s.Handle("GET", "/text", [&](const Request&, Response& res) { res.set_content(text, "application/json"); });
+    s.Handle("GET", "/text",
+             [&](const Request&, Response& res) { res.set_content(text, "application/json"); });
   });
   httplib::Client c("127.0.0.1", r.port());
   c.set_decompress(false);
@@ -290,6 +295,109 @@ TEST(HttpServer, StoppingClosesKeptConnectionsAndTheListenerAtOnce) {
   EXPECT_TRUE(kept.closed());
   EXPECT_FALSE(RawConnection(port).connected());
   EXPECT_LT(stop_ms, 1000);
+}
+
+}  // namespace
+}  // namespace meridian::net
+
+namespace meridian::net {
+namespace {
+
+// A route that takes its connection over as a WebSocket and answers each message with it
+// reversed, until the client closes; without the upgrade headers it is a 400.
+void Reverser(HttpServer& s, std::atomic<int>* ended) {
+  s.Handle(
+      "GET", "/reverse",
+      [ended](const Request& req, Response& res) {
+        if (req.get_header_value("Authorization") != "Bearer ok") {
+          res.status = 403;
+          res.set_content("not you", "text/plain");
+          return;
+        }
+        res.status = 101;
+        res.upgrade = [ended](std::shared_ptr<Tunnel> t) {
+          std::string m;
+          while (t->Read(&m)) t->Write(std::string(m.rbegin(), m.rend()));
+          ++*ended;
+        };
+      },
+      [](const Request& req) { return req.websocket; });
+}
+
+TEST(HttpServer, AHandlerTakesItsConnectionOverAsAWebSocket) {
+  std::atomic<int> ended{0};
+  Running r({}, [&](HttpServer& s) { Reverser(s, &ended); });
+  WebSocketTarget target;
+  target.server = "http://127.0.0.1:" + std::to_string(r.port());
+  target.path = "/reverse";
+  target.headers["Authorization"] = "Bearer ok";
+  WebSocketOpen open = WebSocketClient::Connect(target);
+  ASSERT_TRUE(open.socket) << open.error;
+  EXPECT_EQ(open.status, 101);
+  std::vector<std::string> got;
+  open.socket->Send("abc");
+  open.socket->Send(std::string("\0\xff", 2));  // binary, whole
+  const std::string why = open.socket->Run([&](std::string_view m) {
+    got.emplace_back(m);
+    if (got.size() == 2) open.socket->Close();
+  });
+  EXPECT_EQ(why, "");
+  EXPECT_EQ(got, (std::vector<std::string>{"cba", std::string("\xff\0", 2)}));
+  EXPECT_TRUE([&] {
+    for (int i = 0; i < 100 && ended == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return ended == 1;
+  }());
+  // Refused before the upgrade: the client gets the server's status and body.
+  target.headers["Authorization"] = "Bearer no";
+  WebSocketOpen refused = WebSocketClient::Connect(target);
+  EXPECT_FALSE(refused.socket);
+  EXPECT_EQ(refused.status, 403);
+  EXPECT_EQ(refused.body, "not you");
+  // A plain request to a route that upgrades is told what it should have sent.
+  httplib::Client c("127.0.0.1", r.port());
+  auto plain = c.Get("/reverse", httplib::Headers{{"Authorization", "Bearer ok"}});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 400);
+  EXPECT_NE(plain->body.find("takes a WebSocket"), std::string::npos) << plain->body;
+  // Nothing listens: no answer, and words that say so.
+  target.server = "http://127.0.0.1:1";
+  WebSocketOpen nobody = WebSocketClient::Connect(target);
+  EXPECT_EQ(nobody.status, 0);
+  EXPECT_NE(nobody.error.find("cannot reach"), std::string::npos) << nobody.error;
+}
+
+// A session's loop reads local descriptors beside the WebSocket: a pipe's bytes go out as
+// messages, and its end is seen.
+TEST(HttpServer, TheClientLoopCarriesAPipeAndSeesItsEnd) {
+  std::atomic<int> ended{0};
+  Running r({}, [&](HttpServer& s) { Reverser(s, &ended); });
+  WebSocketTarget target;
+  target.server = "http://127.0.0.1:" + std::to_string(r.port());
+  target.path = "/reverse";
+  target.headers["Authorization"] = "Bearer ok";
+  WebSocketOpen open = WebSocketClient::Connect(target);
+  ASSERT_TRUE(open.socket) << open.error;
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  ASSERT_EQ(write(p[1], "xyz", 3), 3);
+  close(p[1]);
+  std::string got;
+  bool pipe_ended = false;
+  open.socket->Watch(p[0], [&](std::string_view data) {
+    if (data.empty()) {
+      pipe_ended = true;
+      return;
+    }
+    open.socket->Send(std::string(data));
+  });
+  open.socket->Run([&](std::string_view m) {
+    got += m;
+    if (got.size() >= 3) open.socket->Close();
+  });
+  close(p[0]);
+  EXPECT_EQ(got, "zyx");
+  EXPECT_TRUE(pipe_ended);
 }
 
 }  // namespace

@@ -5,8 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>: it must
+// come first.
+// clang-format off
 #include <utility>
+// clang-format on
+
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
@@ -309,9 +314,10 @@ void Handshake(std::unique_ptr<Client<Stream>> client, asio::io_context& ioc,
     out->status = static_cast<int>(res.result_int());
     out->body = res.body();
     out->location = std::string(res[http::field::location]);
-    out->error = out->status != 0 ? "the server answered " + std::to_string(out->status) +
-                                        " instead of a WebSocket"
-                                  : "WebSocket handshake with " + target.server + ": " + ec.message();
+    out->error =
+        out->status != 0
+            ? "the server answered " + std::to_string(out->status) + " instead of a WebSocket"
+            : "WebSocket handshake with " + target.server + ": " + ec.message();
     return;
   }
   beast::get_lowest_layer(ws).expires_never();  // the WebSocket's own timer from here on
@@ -390,7 +396,8 @@ WebSocketOpen WebSocketClient::Connect(const WebSocketTarget& target) {
     return out;
   }
   ec = Step(*ioc, [&](auto done) {
-    stream.async_handshake(asio::ssl::stream_base::client, [done](beast::error_code e) { done(e); });
+    stream.async_handshake(asio::ssl::stream_base::client,
+                           [done](beast::error_code e) { done(e); });
   });
   if (ec) {
     out.error = "TLS handshake with " + target.server + " failed: " + ec.message() +

@@ -18,8 +18,8 @@
 namespace meridian::net {
 
 struct WebSocketTarget {
-  std::string server;  // http://host:port or https://host:port
-  std::string path;    // with its query
+  std::string server;                          // http://host:port or https://host:port
+  std::string path;                            // with its query
   std::map<std::string, std::string> headers;  // e.g. Authorization
   std::string ca_cert;                         // PEM file to trust; empty: the system's
   bool insecure = false;                       // skip TLS verification (tests only)

@@ -584,8 +584,8 @@ std::string Frame(Channel channel, std::string_view data) {
 }
 
 Json ToJson(const SessionOffer& o) {
-  Json j = {{"id", o.id},     {"job", o.job},   {"task", o.task},
-            {"generation", o.generation}, {"kind", o.kind}, {"tty", o.tty}};
+  Json j = {{"id", o.id},     {"job", o.job}, {"task", o.task}, {"generation", o.generation},
+            {"kind", o.kind}, {"tty", o.tty}};
   if (o.kind == "exec") j["command"] = o.command;
   if (o.port > 0) j["port"] = o.port;
   return j;
@@ -619,20 +619,22 @@ std::vector<base::Result<SessionOffer>> DecodeSessionOffers(const Json& answer) 
     return out;
   }
   for (size_t i = 0; i < answer["sessions"].size(); ++i) {
-    out.push_back(Decode<SessionOffer>(
-        answer["sessions"][i], "sessions[" + std::to_string(i) + "]",
-        [](FieldReader& r, SessionOffer& o) {
-          o.id = r.String("id", true);
-          o.job = r.Int("job", 1, kMaxInt, 0, true);
-          o.task = static_cast<int32_t>(r.Int("task", 0, 100000, 0, true));
-          o.generation = r.Int("generation", 0, kMaxInt, 0, true);
-          o.kind = r.Enum("kind", {"exec", "port-forward"}, "exec");
-          o.command = r.StringList("command");
-          o.tty = r.Bool("tty", false);
-          o.port = static_cast<int32_t>(r.Int("port", 0, 65535, 0));
-          if (o.kind == "exec" && o.command.empty()) r.Error("command", "is required for exec");
-          if (o.kind == "port-forward" && o.port == 0) r.Error("port", "is required to forward");
-        }));
+    out.push_back(Decode<SessionOffer>(answer["sessions"][i], "sessions[" + std::to_string(i) + "]",
+                                       [](FieldReader& r, SessionOffer& o) {
+                                         o.id = r.String("id", true);
+                                         o.job = r.Int("job", 1, kMaxInt, 0, true);
+                                         o.task = static_cast<int32_t>(
+                                             r.Int("task", 0, 100000, 0, true));
+                                         o.generation = r.Int("generation", 0, kMaxInt, 0, true);
+                                         o.kind = r.Enum("kind", {"exec", "port-forward"}, "exec");
+                                         o.command = r.StringList("command");
+                                         o.tty = r.Bool("tty", false);
+                                         o.port = static_cast<int32_t>(r.Int("port", 0, 65535, 0));
+                                         if (o.kind == "exec" && o.command.empty())
+                                           r.Error("command", "is required for exec");
+                                         if (o.kind == "port-forward" && o.port == 0)
+                                           r.Error("port", "is required to forward");
+                                       }));
   }
   return out;
 }
