@@ -32,6 +32,18 @@ using Json = nlohmann::json;
 volatile sig_atomic_t g_terminate = 0;
 void OnTerminate(int) { g_terminate = 1; }
 
+// The agent's blocked signals are inherited through fork and exec: neither the shim nor what it
+// runs may keep them blocked. SIGTERM and SIGINT set g_terminate.
+void CatchTermination() {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = OnTerminate;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
 double Now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -173,15 +185,7 @@ int RunShim(const std::string& dir) {
     return 1;
   }
 
-  // The agent's blocked signals are inherited through fork and exec: neither the shim nor the
-  // task may keep them blocked.
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
-  struct sigaction sa {};
-  sa.sa_handler = OnTerminate;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  CatchTermination();
   signal(SIGHUP, SIG_IGN);
 
   int gate[2];
@@ -399,14 +403,10 @@ int RunExecShim() {
     return 2;
   }
   protocol::ShimExec spec = std::move(decoded.value());
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);
+  CatchTermination();
   struct sigaction sa {};
   sa.sa_handler = OnTerminate;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGHUP, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);  // the session's end: the command's too
 
   const pid_t child = fork();
   if (child < 0) {

@@ -76,16 +76,22 @@ protocol::SessionOffer Exec(int64_t job) {
   return o;
 }
 
+// The offers for `node` once the user's side has made one (within half a second).
+std::vector<protocol::SessionOffer> OffersSoon(SessionRelay& relay, const std::string& node) {
+  std::vector<protocol::SessionOffer> offers;
+  for (int i = 0; i < 100 && offers.empty(); ++i) {
+    offers = relay.Offers(node);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return offers;
+}
+
 TEST(SessionRelay, OffersGoToTheirNodeUntilTakenAndFramesFlowBothWays) {
   CountingEntropy entropy;
   SessionRelay relay(&entropy);
   auto user = std::make_shared<FakeTunnel>();
   std::thread user_side([&] { relay.RunUserSide("n1", Exec(7), user, 10); });
-  std::vector<protocol::SessionOffer> offers;
-  for (int i = 0; i < 100 && offers.empty(); ++i) {
-    offers = relay.Offers("n1");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const std::vector<protocol::SessionOffer> offers = OffersSoon(relay, "n1");
   ASSERT_EQ(offers.size(), 1u);
   EXPECT_EQ(offers[0].job, 7);
   EXPECT_TRUE(relay.Offers("n2").empty());
@@ -132,11 +138,7 @@ TEST(SessionRelay, TheUserGoingClosesTheAgentsSide) {
   SessionRelay relay(&entropy);
   auto user = std::make_shared<FakeTunnel>();
   std::thread user_side([&] { relay.RunUserSide("n1", Exec(7), user, 10); });
-  std::vector<protocol::SessionOffer> offers;
-  for (int i = 0; i < 100 && offers.empty(); ++i) {
-    offers = relay.Offers("n1");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const std::vector<protocol::SessionOffer> offers = OffersSoon(relay, "n1");
   ASSERT_EQ(offers.size(), 1u);
   auto agent = std::make_shared<FakeTunnel>();
   std::thread agent_side([&] { relay.RunAgentSide("n1", offers[0].id, agent); });

@@ -324,13 +324,18 @@ void Reverser(HttpServer& s, std::atomic<int>* ended) {
       [](const Request& req) { return req.websocket; });
 }
 
+WebSocketTarget ReverserTarget(int port) {
+  WebSocketTarget target;
+  target.server = "http://127.0.0.1:" + std::to_string(port);
+  target.path = "/reverse";
+  target.headers["Authorization"] = "Bearer ok";
+  return target;
+}
+
 TEST(HttpServer, AHandlerTakesItsConnectionOverAsAWebSocket) {
   std::atomic<int> ended{0};
   Running r({}, [&](HttpServer& s) { Reverser(s, &ended); });
-  WebSocketTarget target;
-  target.server = "http://127.0.0.1:" + std::to_string(r.port());
-  target.path = "/reverse";
-  target.headers["Authorization"] = "Bearer ok";
+  WebSocketTarget target = ReverserTarget(r.port());
   WebSocketOpen open = WebSocketClient::Connect(target);
   ASSERT_TRUE(open.socket) << open.error;
   EXPECT_EQ(open.status, 101);
@@ -372,10 +377,7 @@ TEST(HttpServer, AHandlerTakesItsConnectionOverAsAWebSocket) {
 TEST(HttpServer, TheClientLoopCarriesAPipeAndSeesItsEnd) {
   std::atomic<int> ended{0};
   Running r({}, [&](HttpServer& s) { Reverser(s, &ended); });
-  WebSocketTarget target;
-  target.server = "http://127.0.0.1:" + std::to_string(r.port());
-  target.path = "/reverse";
-  target.headers["Authorization"] = "Bearer ok";
+  WebSocketTarget target = ReverserTarget(r.port());
   WebSocketOpen open = WebSocketClient::Connect(target);
   ASSERT_TRUE(open.socket) << open.error;
   int p[2];

@@ -352,17 +352,18 @@ WebSocketOpen WebSocketClient::Connect(const WebSocketTarget& target) {
     out.error = "cannot reach " + target.server + ": " +
                 (e == beast::error::timeout ? std::string("timed out connecting") : e.message());
   };
-  if (!origin->tls) {
-    auto client = std::make_unique<Client<beast::tcp_stream>>(ioc, nullptr, *ioc);
-    auto& tcp_stream = beast::get_lowest_layer(client->ws());
+  // TCP to the server, under the connect timeout.
+  const auto connect = [&](beast::tcp_stream& tcp_stream) {
     tcp_stream.expires_after(Seconds(target.connect_timeout));
     ec = Step(*ioc, [&](auto done) {
       tcp_stream.async_connect(endpoints, [done](beast::error_code e, const auto&) { done(e); });
     });
-    if (ec) {
-      unreachable(ec);
-      return out;
-    }
+    if (ec) unreachable(ec);
+    return !ec;
+  };
+  if (!origin->tls) {
+    auto client = std::make_unique<Client<beast::tcp_stream>>(ioc, nullptr, *ioc);
+    if (!connect(beast::get_lowest_layer(client->ws()))) return out;
     Handshake(std::move(client), *ioc, target, *origin, &out);
     return out;
   }
@@ -386,15 +387,7 @@ WebSocketOpen WebSocketClient::Connect(const WebSocketTarget& target) {
   Tls& stream = client->ws().next_layer();
   if (!target.insecure) stream.set_verify_callback(asio::ssl::host_name_verification(origin->host));
   SSL_set_tlsext_host_name(stream.native_handle(), origin->host.c_str());
-  auto& tcp_stream = beast::get_lowest_layer(client->ws());
-  tcp_stream.expires_after(Seconds(target.connect_timeout));
-  ec = Step(*ioc, [&](auto done) {
-    tcp_stream.async_connect(endpoints, [done](beast::error_code e, const auto&) { done(e); });
-  });
-  if (ec) {
-    unreachable(ec);
-    return out;
-  }
+  if (!connect(beast::get_lowest_layer(client->ws()))) return out;
   ec = Step(*ioc, [&](auto done) {
     stream.async_handshake(asio::ssl::stream_base::client,
                            [done](beast::error_code e) { done(e); });
