@@ -1295,6 +1295,11 @@ TEST_F(AgentTest, ExecRunsInsideTheTaskAsItsUserAndExitsWithItsCode) {
   CliResult cat = Run("exec -i " + id + " -- sh -c 'wc -l; echo done' < " + input);
   EXPECT_EQ(cat.code, 0) << cat.output;
   EXPECT_NE(cat.output.find("2\ndone"), std::string::npos) << cat.output;
+  // A file larger than one message may be (1 MiB) goes through whole, a chunk at a time.
+  const std::string big = WriteFile("big.bin", std::string(3 << 20, 'x'));
+  CliResult counted = Run("exec -i " + id + " -- wc -c < " + big);
+  EXPECT_EQ(counted.code, 0) << counted.output;
+  EXPECT_NE(counted.output.find(std::to_string(3 << 20)), std::string::npos) << counted.output;
   // Without -i the command reads an empty input at once rather than waiting.
   CliResult none = Run("exec " + id + " -- sh -c 'cat; echo read-nothing'");
   EXPECT_NE(none.output.find("read-nothing"), std::string::npos) << none.output;
@@ -1346,7 +1351,8 @@ TEST_F(AgentTest, ExecIsForThoseWhoMayManageTheJob) {
   EXPECT_EQ(denied.code, 4) << denied.output;
   EXPECT_NE(denied.output.find("may not exec into job"), std::string::npos) << denied.output;
   EXPECT_EQ(Cli(kBinary, "logs " + std::to_string(job), server_->url(), viewer).code, 0);
-  // The agent's own credential cannot take up a session that is not its node's.
+  // A token that registers nodes but speaks for none cannot take up a node's session (another
+  // node's claim is refused by the relay: SessionRelay's unit tests).
   HttpResult stolen = Http(*server_, "GET", "/api/v1/agents/n1/sessions/0123", agent_token_);
   EXPECT_EQ(stolen.status, 403) << stolen.text;
 }

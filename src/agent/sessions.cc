@@ -20,19 +20,11 @@ namespace meridian::agent {
 
 using Json = nlohmann::json;
 using protocol::Channel;
+using protocol::EndFrame;
+using protocol::ErrorFrame;
 using protocol::Frame;
 
 namespace {
-
-std::string EndFrame(const protocol::SessionEnd& end) {
-  return Frame(Channel::kStatus, protocol::ToJson(end).dump());
-}
-
-std::string ErrorFrame(const std::string& error) {
-  protocol::SessionEnd end;
-  end.error = error;
-  return EndFrame(end);
-}
 
 // A file descriptor closed when it goes out of scope.
 struct Fd {

@@ -9,16 +9,6 @@ namespace meridian::api {
 using base::Status;
 using protocol::Channel;
 
-namespace {
-
-std::string EndFrame(const std::string& error) {
-  protocol::SessionEnd end;
-  end.error = error;
-  return protocol::Frame(Channel::kStatus, protocol::ToJson(end).dump());
-}
-
-}  // namespace
-
 std::string SessionRelay::RunUserSide(const std::string& node, protocol::SessionOffer offer,
                                       std::shared_ptr<net::Tunnel> user, double attach_timeout) {
   auto session = std::make_shared<Session>();
@@ -36,9 +26,10 @@ std::string SessionRelay::RunUserSide(const std::string& node, protocol::Session
     if (!agent) sessions_.erase(offer.id);
   }
   if (!agent) {
-    user->Write(EndFrame("node " + node + "'s agent did not take the session up within " +
-                         base::Decimal(attach_timeout) +
-                         " s: is it running, and does it heartbeat to this server?"));
+    user->Write(protocol::ErrorFrame("node " + node +
+                                     "'s agent did not take the session up within " +
+                                     base::Decimal(attach_timeout) +
+                                     " s: is it running, and does it heartbeat to this server?"));
     return "not taken up by node " + node + "'s agent";
   }
   std::string message;
@@ -82,7 +73,7 @@ void SessionRelay::RunAgentSide(const std::string& node, const std::string& id,
     }
   }
   if (!user) {
-    agent->Write(EndFrame("session " + id + " is not node " + node + "'s to take up"));
+    agent->Write(protocol::ErrorFrame("session " + id + " is not node " + node + "'s to take up"));
     return;
   }
   taken_.notify_all();

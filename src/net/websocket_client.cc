@@ -100,6 +100,9 @@ struct Local {
   }
 };
 
+// Messages waiting to be sent past which a file is read no further until they drain.
+constexpr size_t kMaxQueued = 16;
+
 template <class Stream>
 class Client final : public WebSocketClient {
  public:
@@ -127,15 +130,9 @@ class Client final : public WebSocketClient {
       return;
     }
     if (!local->stream) {
-      // A regular file cannot be waited on: it is read now, whole, and given to the loop.
-      std::string all;
-      for (ssize_t n; (n = ::read(local->fd, local->buffer.data(), local->buffer.size())) > 0;) {
-        all.append(local->buffer.data(), static_cast<size_t>(n));
-      }
-      asio::post(*ioc_, [on_data, all = std::move(all)] {
-        if (!all.empty()) on_data(all);
-        on_data({});
-      });
+      // A regular file cannot be waited on: it is read a chunk at a time on the loop, each
+      // while few messages wait to be sent, so that neither memory nor a message grows with it.
+      ReadFile(std::shared_ptr<Local>(std::move(local)), std::move(on_data));
       return;
     }
     readers_.push_back(std::move(local));
@@ -205,6 +202,19 @@ class Client final : public WebSocketClient {
     auto local = Open(fd);
     if (!local) return nullptr;
     return writers_.emplace(fd, std::move(local)).first->second.get();
+  }
+
+  void ReadFile(std::shared_ptr<Local> file, std::function<void(std::string_view)> on_data) {
+    asio::post(*ioc_, [this, file, on_data = std::move(on_data)]() mutable {
+      if (out_.size() > kMaxQueued) {
+        After(0.005, [this, file, on_data]() mutable { ReadFile(file, std::move(on_data)); });
+        return;
+      }
+      const ssize_t n = ::read(file->fd, file->buffer.data(), file->buffer.size());
+      if (n <= 0) return on_data({});
+      on_data(std::string_view(file->buffer.data(), static_cast<size_t>(n)));
+      ReadFile(file, std::move(on_data));
+    });
   }
 
   void ReadFrom(Local* local, std::function<void(std::string_view)> on_data) {

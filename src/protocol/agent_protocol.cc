@@ -583,6 +583,14 @@ std::string Frame(Channel channel, std::string_view data) {
   return out;
 }
 
+std::string EndFrame(const SessionEnd& end) { return Frame(Channel::kStatus, ToJson(end).dump()); }
+
+std::string ErrorFrame(const std::string& error) {
+  SessionEnd end;
+  end.error = error;
+  return EndFrame(end);
+}
+
 Json ToJson(const SessionOffer& o) {
   Json j = {{"id", o.id},     {"job", o.job}, {"task", o.task}, {"generation", o.generation},
             {"kind", o.kind}, {"tty", o.tty}};

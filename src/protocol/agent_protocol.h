@@ -338,6 +338,10 @@ struct SessionEnd {
   std::string error;
 };
 
+// The last frame of a session (Channel::kStatus): its end, or the error that ended it.
+std::string EndFrame(const SessionEnd& end);
+std::string ErrorFrame(const std::string& error);
+
 struct TerminalSize {
   int32_t cols = 80;
   int32_t rows = 24;
