@@ -1469,5 +1469,47 @@ TEST_F(AgentTest, PortForwardReachesAServerInsideTheTask) {
   })) << ReadFile(dir_.File("nowhere.log"));
 }
 
+// Orders are pushed (docs/adr/0030): with heartbeats 10 s apart, a job placed on a node starts,
+// is seen running, and its exit is heard, each within about a second, not at the node's next
+// heartbeat; a cancel reaches the task as soon. The figures are printed.
+TEST_F(AgentTest, OrdersReachTheAgentAtOnceNotAtItsNextHeartbeat) {
+  RestartWithPolicy("{heartbeatInterval: 10, nodeLostTimeout: 60}");
+  StartAgent("n1");
+  const std::string trace = SharedFile("trace.log");
+  auto seconds_until = [&](const std::function<bool()>& ready) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(Eventually(ready, 15));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> to_running, to_done, to_stopped;
+  for (int i = 0; i < 5; ++i) {
+    // One that ends by itself: its exit is reported when it happens.
+    const int64_t quick = Submit({{"gpus", 1}, {"command", {"sh", "-c", "sleep 0.5"}}}, "quick");
+    to_done.push_back(seconds_until([&] { return Phase(quick) == "Succeeded"; }));
+    // One that runs until it is cancelled: the cancel's notice (SIGUSR1, at once; SIGTERM would
+    // come half the 30 s grace later) reaches its task at once, and it ends on it.
+    const int64_t held =
+        Submit({{"gpus", 1},
+                {"noticeSignal", "SIGUSR1"},
+                {"command", {"sh", "-c", "trap 'exit 0' USR1; while true; do sleep 0.05; done"}}},
+               "held");
+    to_running.push_back(seconds_until([&] { return Phase(held) == "Running"; }));
+    ASSERT_EQ(Run("cancel " + std::to_string(held)).code, 0);
+    to_stopped.push_back(seconds_until([&] { return Phase(held) == "Cancelled"; }));
+    ASSERT_EQ(Phase(held), "Cancelled") << Job(held).dump() << "\n"
+                                        << ReadFile(dir_.File("agent-n1.log"));
+  }
+  auto worst = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+  std::printf(
+      "submitted to Running: max %.2f s; to Succeeded (0.5 s task): max %.2f s; "
+      "cancel to Cancelled (the task ends on its notice): max %.2f s (heartbeats every "
+      "10 s)\n",
+      worst(to_running), worst(to_done), worst(to_stopped));
+  // A heartbeat's interval would be 10 s; these take one cycle and a round trip or two.
+  EXPECT_LT(worst(to_running), 3.0);
+  EXPECT_LT(worst(to_done), 3.5);
+  EXPECT_LT(worst(to_stopped), 3.0);
+}
+
 }  // namespace
 }  // namespace meridian::testing

@@ -115,7 +115,10 @@ int64_t HostMemoryMib() {
 }
 
 Agent::Agent(AgentOptions options, std::unique_ptr<GpuDiscovery> gpus)
-    : o_(std::move(options)), gpus_(std::move(gpus)), client_(o_.server) {
+    : o_(std::move(options)),
+      gpus_(std::move(gpus)),
+      client_(o_.server),
+      orders_(o_.node.empty() ? HostName() : o_.node) {
   if (o_.node.empty()) o_.node = HostName();
   if (o_.address.empty()) o_.address = HostName();
   if (o_.cpu_milli <= 0) o_.cpu_milli = HostCpuMilli();
@@ -168,6 +171,7 @@ Status Agent::Register() {
   // file (from the last heartbeat, which comes only after) stay until a heartbeat's answer.
   RenewLease(sent, LeaseValues::kKeep);
   registered_ = true;
+  orders_.Use(client_.config());
   base::log::Info(base::log::Fields{{"node", o_.node}, {"cluster", o_.cluster}},
                   "node {} registered in cluster {} with {} GPU(s){}; heartbeat every {:.1f} s, "
                   "lease {:.1f} s, fence grace {:.1f} s, cgroups {}",
@@ -193,6 +197,7 @@ void Agent::UseCredential(const std::string& credential, bool keep) {
   c.token = credential;
   client_ = cli::Client(c);
   credentialed_ = true;
+  if (registered_) orders_.Use(c);
 }
 
 void Agent::ForgetCredential(const std::string& why) {
@@ -212,7 +217,9 @@ void Agent::TakeTerms(const protocol::AgentTerms& terms) {
 Status Agent::Beat() {
   Poll();
   beat_soon_ = false;
+  orders_.TakeRung();  // a ring from now on brings another heartbeat
   protocol::Heartbeat beat{Telemetry(), Reports(), {}, {}};
+  auto states = States();
   beat.remediations = remediated_;
   Json body = protocol::ToJson(beat);
   const double sent = Now();
@@ -234,6 +241,7 @@ Status Agent::Beat() {
   TakeTerms(*terms);
   RenewLease(sent, LeaseValues::kWrite);
   remediated_.clear();  // the server has them
+  reported_ = std::move(states);
   Reconcile(r->body);
   TakeHealthOrders(r->body);
   TakeSessions(r->body);
@@ -263,10 +271,19 @@ Status Agent::Run(const std::atomic<bool>& stop) {
   const std::string kept = ReadAll(o_.work_dir + "/credential");
   if (!kept.empty()) UseCredential(kept.substr(0, kept.find_last_not_of(" \n") + 1), false);
   double backoff = 0.5;
-  auto sleep = [&](double seconds) {
+  // Sleeps until the next heartbeat is due, or sooner: the server rang (new orders), or a task
+  // started, exited or backs off (looked at every 100 ms), which the server should hear of now.
+  // After a failed call (`backing_off`), only the backoff's end.
+  auto sleep = [&](double seconds, bool backing_off) {
     const double until = Now() + seconds;
-    while (!stop && !beat_soon_ && Now() < until) {
+    double polled = Now();
+    while (!stop && (backing_off || (!beat_soon_ && !orders_.rung())) && Now() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (!backing_off && registered_ && Now() - polled >= 0.1) {
+        polled = Now();
+        Poll();
+        if (States() != reported_) break;
+      }
     }
   };
   while (!stop) {
@@ -275,7 +292,7 @@ Status Agent::Run(const std::atomic<bool>& stop) {
       if (!last_error_.empty()) base::log::Info("connected again");
       last_error_.clear();
       backoff = 0.5;
-      sleep(registered_ ? interval_ : 0);
+      sleep(registered_ ? interval_ : 0, false);
       continue;
     }
     Poll();  // tasks go on (until the lease runs out) while the server is away
@@ -283,7 +300,7 @@ Status Agent::Run(const std::atomic<bool>& stop) {
       base::log::Warn("{} (retrying with backoff)", s.message());
       last_error_ = s.message();
     }
-    sleep(backoff);
+    sleep(backoff, true);
     // Retries come often enough that the lease is renewed soon after the server is back: an
     // outage shorter than the lease (less a tenth of it, at most 5 s) stops no task.
     backoff = std::min(backoff * 2, std::max(interval_, std::min(5.0, lease_ / 10)));
@@ -501,6 +518,12 @@ void Agent::RequestStop(Task& t, const std::string& reason, std::optional<double
     return;
   }
   WriteFile(t.dir + "/stop", protocol::ToJson(protocol::ShimStop{reason, within}).dump());
+}
+
+std::map<Agent::Key, std::string> Agent::States() const {
+  std::map<Key, std::string> states;
+  for (const auto& [key, t] : tasks_) states.emplace(key, t.state);
+  return states;
 }
 
 void Agent::Poll() {

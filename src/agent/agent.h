@@ -12,6 +12,7 @@
 
 #include "agent/cgroups.h"
 #include "agent/gpu_discovery.h"
+#include "agent/orders_waiter.h"
 #include "agent/task_isolation.h"
 #include "agent/task_uids.h"
 #include "base/status.h"
@@ -119,6 +120,9 @@ class Agent {
   domain::Diagnosis Diagnose(const Task& t, const protocol::ShimExit& exit);
   std::map<int32_t, int64_t> XidCounts();
   void Poll();  // exits, restarts, backoffs
+  // Each task's state, as a heartbeat reports it: a change the server has not heard of (a task
+  // started, exited or backing off) is sent at once rather than at the next interval.
+  std::map<Key, std::string> States() const;
   void UploadLogs();
   void Cleanup();
   std::vector<protocol::TaskReport> Reports() const;
@@ -172,6 +176,9 @@ class Agent {
   // News the server acts on at once (an injected fault the GPU now reports, a remediation's
   // result): the next heartbeat goes now rather than an interval later.
   bool beat_soon_ = false;
+  // The server rings it when this node's orders change: the next heartbeat goes now.
+  OrdersWaiter orders_;
+  std::map<Key, std::string> reported_;  // States() as the last heartbeat the server took
   // Sessions started, by id, oldest first: an offer repeated before the server saw it taken up
   // starts once. The newest few hundred are kept.
   std::deque<std::string> sessions_started_;

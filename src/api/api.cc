@@ -355,7 +355,9 @@ Api::Api(store::Store* store, const base::Clock* clock, base::Entropy* entropy,
       writes_(options.write_rate, options.write_burst),
       failed_auths_(options.failed_auths_per_minute / 60, options.failed_auths_per_minute),
       waiting_(options.max_waits_per_token),
-      sessions_(std::make_unique<SessionRelay>(entropy)) {
+      doorbells_(std::make_unique<Doorbells>(static_cast<uint64_t>(clock->Now() * 1000))),
+      sessions_(std::make_unique<SessionRelay>(
+          entropy, [this](const std::string& node) { doorbells_->Ring(node); })) {
   HttpFetcher* fetcher = options_.oidc_fetcher;
   if (!fetcher) {
     own_fetcher_ = std::make_unique<HttplibFetcher>();
@@ -432,6 +434,9 @@ void Api::Register(net::HttpServer& server) {
   // Heartbeats come every few seconds from every node: audited only when refused.
   Route(server, "POST", v1 + "/agents/([^/]+)/heartbeat", "agents.heartbeat", Kind::kRead,
         bind(&Api::AgentHeartbeat));
+  // An agent's long poll for news of its orders: it holds no thread while it waits.
+  Route(server, "GET", v1 + "/agents/([^/]+)/wait", "agents.wait", Kind::kRead,
+        bind(&Api::AgentWait));
   Route(server, "POST", v1 + "/agents/([^/]+)/logs", "agents.logs", Kind::kRead,
         bind(&Api::UploadLogs));
   Route(server, "GET", v1 + R"(/jobs/(\d+)/logs)", "jobs.logs", Kind::kRead, bind(&Api::JobLogs));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "api/auth.h"
+#include "api/doorbells.h"
 #include "api/metrics.h"
 #include "api/oidc.h"
 #include "api/rate_limit.h"
@@ -297,6 +298,8 @@ class Api {
     agents_ = agents;
     logs_ = logs;
   }
+  // Rung when a node's orders change, so that its agent heartbeats at once (api/doorbells.h).
+  Doorbells& doorbells() { return *doorbells_; }
   // Serves cordon, uncordon, drain and delete of nodes; without it those answer 404.
   void ServeNodeOperations(NodeOperations* nodes) { node_ops_ = nodes; }
   // Serves GET /api/v1/alerts; without it the list is empty.
@@ -370,6 +373,7 @@ class Api {
   base::Result<bool> LiveUnderCredential(const std::string& node);
   base::Result<std::string> IssueNodeCredential(const std::string& node, double now);
   void AgentHeartbeat(Call& call);
+  void AgentWait(Call& call);
   void UploadLogs(Call& call);
   void JobLogs(Call& call);
   // A session into a running task over a WebSocket (api_sessions.cc): the user's end (exec,
@@ -443,6 +447,7 @@ class Api {
   RateLimiter writes_;                      // by token id
   RateLimiter failed_auths_;                // by client address
   ConcurrencyLimit waiting_;                // long polls and watches, by token id
+  std::unique_ptr<Doorbells> doorbells_;    // agents told at once that their orders changed
   std::unique_ptr<SessionRelay> sessions_;  // sessions into tasks (exec, port-forward)
   std::unique_ptr<HttpFetcher> own_fetcher_;
   HttpFetcher* oidc_fetcher_ = nullptr;

@@ -195,6 +195,25 @@ void Api::AgentHeartbeat(Call& call) {
   Respond(call, 200, *answer);
 }
 
+void Api::AgentWait(Call& call) {
+  if (!agents_) return Fail(call, 404, "not_found", "this server takes no agents");
+  if (!RunsNodes(call)) return;
+  const std::string node = call.Arg(1);
+  if (!ActsFor(call, node)) return;
+  auto seen = IntParam(call, "seen", 0, 0, INT64_MAX);
+  if (!seen) return;
+  auto timeout = IntParam(call, "timeout", 25, 1, 60);
+  if (!timeout) return;
+  // Answered when the node rings (or at once, when it rang since `seen`); at the timeout with
+  // `seen` itself: nothing new.
+  Respond(call, 200, {{"version", *seen}});
+  call.res.later_timeout = static_cast<double>(*timeout);
+  call.res.later = [this, node,
+                    seen = static_cast<uint64_t>(*seen)](std::shared_ptr<net::Later> later) {
+    doorbells_->Wait(node, seen, std::move(later));
+  };
+}
+
 void Api::UploadLogs(Call& call) {
   if (!agents_ || !logs_) return Fail(call, 404, "not_found", "this server takes no agents");
   if (!RunsNodes(call)) return;

@@ -18,8 +18,12 @@ std::string SessionRelay::RunUserSide(const std::string& node, protocol::Session
   session->user = user;
   std::shared_ptr<net::Tunnel> agent;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     sessions_[offer.id] = session;
+  }
+  if (offered_) offered_(node);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
     taken_.wait_for(lock, std::chrono::duration<double>(attach_timeout),
                     [&] { return session->agent != nullptr; });
     agent = session->agent;

@@ -7,6 +7,7 @@
 // a follower sends users to the leader (server::Leadership::Gate), whose agents heartbeat to it.
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,7 +24,9 @@ namespace meridian::api {
 // Thread-safe: each side runs on its own request's thread.
 class SessionRelay {
  public:
-  explicit SessionRelay(base::Entropy* entropy) : entropy_(entropy) {}
+  // `offered` is told the node of each session offered (its agent is rung for it).
+  SessionRelay(base::Entropy* entropy, std::function<void(const std::string& node)> offered)
+      : entropy_(entropy), offered_(std::move(offered)) {}
 
   // The user's side, on its request's thread: offers the session to `node` (the offer's id is
   // chosen here), waits up to `attach_timeout` seconds for its agent to take it up, then carries
@@ -52,6 +55,7 @@ class SessionRelay {
   };
 
   base::Entropy* entropy_;
+  std::function<void(const std::string& node)> offered_;
   std::mutex mu_;
   std::condition_variable taken_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;  // by id

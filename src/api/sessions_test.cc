@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <thread>
 
 namespace meridian::api {
@@ -88,11 +89,20 @@ std::vector<protocol::SessionOffer> OffersSoon(SessionRelay& relay, const std::s
 
 TEST(SessionRelay, OffersGoToTheirNodeUntilTakenAndFramesFlowBothWays) {
   CountingEntropy entropy;
-  SessionRelay relay(&entropy);
+  std::mutex mu;
+  std::vector<std::string> rung;  // nodes whose agents were told at once
+  SessionRelay relay(&entropy, [&](const std::string& node) {
+    std::lock_guard<std::mutex> lock(mu);
+    rung.push_back(node);
+  });
   auto user = std::make_shared<FakeTunnel>();
   std::thread user_side([&] { relay.RunUserSide("n1", Exec(7), user, 10); });
   const std::vector<protocol::SessionOffer> offers = OffersSoon(relay, "n1");
   ASSERT_EQ(offers.size(), 1u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(rung, std::vector<std::string>{"n1"});
+  }
   EXPECT_EQ(offers[0].job, 7);
   EXPECT_TRUE(relay.Offers("n2").empty());
   const std::string id = offers[0].id;
@@ -121,7 +131,7 @@ TEST(SessionRelay, OffersGoToTheirNodeUntilTakenAndFramesFlowBothWays) {
 
 TEST(SessionRelay, AnOfferNoAgentTakesUpEndsWithAnErrorTheUserReads) {
   CountingEntropy entropy;
-  SessionRelay relay(&entropy);
+  SessionRelay relay(&entropy, nullptr);
   auto user = std::make_shared<FakeTunnel>();
   relay.RunUserSide("n1", Exec(7), user, 0.05);
   const std::vector<std::string> written = user->Written(1);
@@ -135,11 +145,20 @@ TEST(SessionRelay, AnOfferNoAgentTakesUpEndsWithAnErrorTheUserReads) {
 
 TEST(SessionRelay, TheUserGoingClosesTheAgentsSide) {
   CountingEntropy entropy;
-  SessionRelay relay(&entropy);
+  std::mutex mu;
+  std::vector<std::string> rung;  // nodes whose agents were told at once
+  SessionRelay relay(&entropy, [&](const std::string& node) {
+    std::lock_guard<std::mutex> lock(mu);
+    rung.push_back(node);
+  });
   auto user = std::make_shared<FakeTunnel>();
   std::thread user_side([&] { relay.RunUserSide("n1", Exec(7), user, 10); });
   const std::vector<protocol::SessionOffer> offers = OffersSoon(relay, "n1");
   ASSERT_EQ(offers.size(), 1u);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(rung, std::vector<std::string>{"n1"});
+  }
   auto agent = std::make_shared<FakeTunnel>();
   std::thread agent_side([&] { relay.RunAgentSide("n1", offers[0].id, agent); });
   for (int i = 0; i < 100 && !relay.Offers("n1").empty(); ++i) {

@@ -64,6 +64,20 @@ class Tunnel {
   virtual void Close() = 0;
 };
 
+struct Response;
+
+// An answer a handler gives later, from any thread (Response::later): meanwhile the connection
+// waits holding no thread, so that many clients can wait at once (agents for their next orders).
+class Later {
+ public:
+  virtual ~Later() = default;
+  // Sends `response` as the answer; false when an answer was sent already (this one or the
+  // timeout's), or the connection is gone. Thread-safe.
+  virtual bool Answer(Response response) = 0;
+  // Whether the connection still waits for its answer.
+  virtual bool waiting() const = 0;
+};
+
 struct Response {
   int status = 200;
   Headers headers;
@@ -76,6 +90,12 @@ struct Response {
   // route's waits, and closes the connection when it returns. A request that asked for no
   // WebSocket is answered 400.
   std::function<void(std::shared_ptr<Tunnel>)> upgrade;
+  // Set to answer later without holding a thread (a long poll): the server calls this on the
+  // handler's thread, once the handler has returned, with the Later to answer through. If
+  // nothing answers within later_timeout seconds, the server sends this Response as it is
+  // (status, headers, body) instead.
+  std::function<void(std::shared_ptr<Later>)> later;
+  double later_timeout = 30;
 
   void set_header(const std::string& key, const std::string& value);
   void set_content(std::string content, const std::string& content_type);

@@ -249,7 +249,10 @@ template <class Stream>
 class Session : public std::enable_shared_from_this<Session<Stream>> {
  public:
   Session(HttpServer::Impl* server, Stream stream, std::string address)
-      : server_(server), stream_(std::move(stream)), address_(std::move(address)) {}
+      : server_(server),
+        stream_(std::move(stream)),
+        address_(std::move(address)),
+        later_timer_(stream_.get_executor()) {}
   ~Session() {
     {
       std::lock_guard<std::mutex> lock(server_->live_mu);
@@ -390,10 +393,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         base::log::Error("{} {}: handler failed: {}", req->method, req->path, e.what());
         res = self->server_->ErrorResponse(500, "internal error; the server logs it");
       }
-      if (res.status >= 400 && res.body.empty() && !res.stream) {
+      if (res.status >= 400 && res.body.empty() && !res.stream && !res.later) {
         res = self->server_->ErrorResponse(res.status, "request failed");
       }
       if (res.upgrade) return self->Upgrade(std::move(res));
+      if (res.later) return self->Defer(std::move(res));
       if (res.stream) return self->StreamFrom(std::move(res));
       asio::post(self->stream_.get_executor(),
                  [self, res = std::move(res)]() mutable { self->Write(std::move(res)); });
@@ -434,6 +438,44 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
                         if (!keep) return self->LingerThenClose();
                         self->ReadNext();
                       });
+  }
+
+  // The answer to this request comes through a Later (Response::later), or at the timeout `r`
+  // itself. The timer's wait holds the session meanwhile; the Later only points at it, so that
+  // a Later kept by its handler past the server's end keeps nothing of it alive.
+  class LaterAnswer : public Later {
+   public:
+    explicit LaterAnswer(std::weak_ptr<Session> s) : s_(std::move(s)) {}
+    bool Answer(Response r) override {
+      if (answered_.exchange(true)) return false;
+      auto s = s_.lock();
+      if (!s) return false;
+      asio::post(s->stream_.get_executor(), [s, r = std::move(r)]() mutable {
+        s->later_timer_.cancel();
+        s->Write(std::move(r));
+      });
+      return true;
+    }
+    bool waiting() const override { return !answered_ && !s_.expired(); }
+
+   private:
+    std::weak_ptr<Session> s_;
+    std::atomic<bool> answered_{false};
+  };
+
+  void Defer(Response r) {
+    auto self = this->shared_from_this();
+    auto later = std::make_shared<LaterAnswer>(self);
+    auto hand_over = std::move(r.later);
+    r.later = nullptr;
+    const double timeout = r.later_timeout;
+    asio::post(stream_.get_executor(), [self, later, timeout, r = std::move(r)]() mutable {
+      self->later_timer_.expires_after(Seconds(timeout));
+      self->later_timer_.async_wait([self, later, r = std::move(r)](beast::error_code ec) mutable {
+        if (!ec) later->Answer(std::move(r));
+      });
+    });
+    hand_over(later);
   }
 
   void Close() {
@@ -630,6 +672,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // A WebSocket handshake's request, kept for the handshake; then the WebSocket on this stream.
   std::optional<http::request<http::string_body>> upgrade_request_;
   std::optional<websocket::stream<Stream&>> ws_;
+  asio::steady_timer later_timer_;  // the timeout of an answer given later
   uint64_t id_ = 0;
   bool first_ = true;
   bool keep_alive_ = true;

@@ -402,5 +402,80 @@ TEST(HttpServer, TheClientLoopCarriesAPipeAndSeesItsEnd) {
   EXPECT_TRUE(pipe_ended);
 }
 
+// A handler that answers later holds no thread: more requests wait than there are workers, and
+// each gets its own answer, from another thread or at its timeout, on a connection that stays
+// open for the next request.
+TEST(HttpServer, AnAnswerGivenLaterHoldsNoThreadAndTimesOutWithTheHandlersResponse) {
+  std::mutex mu;
+  std::vector<std::shared_ptr<Later>> waiting;
+  ServerOptions o;
+  o.workers = 2;
+  Running r(o, [&](HttpServer& s) {
+    Hello(s);
+    s.Handle("GET", "/wait", [&](const Request& req, Response& res) {
+      res.set_content("timed out", "text/plain");
+      res.later_timeout = req.has_param("short") ? 0.3 : 30;
+      res.later = [&](std::shared_ptr<Later> later) {
+        std::lock_guard<std::mutex> lock(mu);
+        waiting.push_back(std::move(later));
+      };
+    });
+  });
+  constexpr size_t kWaiting = 8;  // four times the workers
+  std::vector<std::thread> clients;
+  std::vector<std::string> answers(kWaiting);
+  for (size_t i = 0; i < kWaiting; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", r.port());
+      auto res = c.Get("/wait");
+      if (res) answers[i] = std::to_string(res->status) + " " + res->body;
+    });
+  }
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (waiting.size() == kWaiting) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(waiting.size(), kWaiting);
+  }
+  // Every worker is free meanwhile.
+  httplib::Client other("127.0.0.1", r.port());
+  auto hello = other.Get("/hello");
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->body, "hi");
+  std::thread answering([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& later : waiting) {
+      Response res;
+      res.status = 201;
+      res.set_content("answer", "text/plain");
+      EXPECT_TRUE(later->waiting());
+      EXPECT_TRUE(later->Answer(std::move(res)));
+      EXPECT_FALSE(later->Answer(Response{})) << "only the first answer counts";
+      EXPECT_FALSE(later->waiting());
+    }
+  });
+  answering.join();
+  for (auto& c : clients) c.join();
+  for (const std::string& a : answers) EXPECT_EQ(a, "201 answer");
+
+  // Unanswered: the handler's own response at the timeout, and the connection goes on.
+  RawConnection raw(r.port());
+  raw.Send("GET /wait?short HTTP/1.1\r\nHost: x\r\n\r\n");
+  const double ms = MillisecondsOf([&] {
+    const std::string timed_out = raw.Read(5, "timed out");
+    EXPECT_NE(timed_out.find("200 OK"), std::string::npos) << timed_out;
+  });
+  EXPECT_GE(ms, 250);
+  raw.Send("GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_NE(raw.Read(5, "hi").find("200 OK"), std::string::npos);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_FALSE(waiting.back()->Answer(Response{})) << "answered at its timeout already";
+}
+
 }  // namespace
 }  // namespace meridian::net

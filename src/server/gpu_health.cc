@@ -71,9 +71,8 @@ std::string Hours(double seconds) {
 
 // Stores what operators (or GPU health, `by`) now ask of the node, then appends `events` in
 // order; `seq` is the last one's.
-Status PutOps(store::Tx& tx, store::Object* node, const domain::NodeOps& ops,
-              const std::string& by, double now, const std::vector<store::Event>& events,
-              int64_t* seq) {
+Status PutOps(store::Tx& tx, store::Object* node, const domain::NodeOps& ops, const std::string& by,
+              double now, const std::vector<store::Event>& events, int64_t* seq) {
   domain::EncodeNodeOps(ops, &node->spec);
   node->updated_at = now;
   node->updated_by = by;
@@ -341,6 +340,7 @@ base::Result<Json> NodeService::InjectFault(const std::string& node, const std::
   });
   if (!s.ok()) return s;
   bus_->Notify(appended);
+  Ring({node});  // the agent takes the fault up at once
   if (!fault.warning.empty()) return Json{{"node", node}, {"gpu", gpu}, {"warning", fault.warning}};
   const domain::XidClass c = domain::ClassifyXid(xid);
   return Json{{"node", node},

@@ -91,9 +91,11 @@ void Leadership::Loop() {
 }
 
 bool Leadership::Gate(const net::Request& req, net::Response& res) const {
-  // Reads are served here; writes, and sessions into tasks (WebSockets: the leader's agents take
-  // them up), go to the leader.
-  if (leading_ || ((req.method == "GET" || req.method == "HEAD") && !req.websocket)) return false;
+  // Reads are served here; writes, sessions into tasks (WebSockets: the leader's agents take
+  // them up) and agents' waits for orders (the leader gives them) go to the leader.
+  const bool read = (req.method == "GET" || req.method == "HEAD") && !req.websocket &&
+                    req.path.rfind("/api/v1/agents/", 0) != 0;
+  if (leading_ || read) return false;
   std::string leader;
   {
     std::lock_guard<std::mutex> lock(mu_);

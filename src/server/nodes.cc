@@ -333,8 +333,54 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
   return seq;
 }
 
+namespace {
+
+// What an agent is told of a task that changes what it does: which run, and whether and by when
+// to stop it. (A job's phase moving from Placed to Running changes none of it.)
+bool SameOrders(const protocol::Assignment& a, double a_deadline, const protocol::Assignment& b,
+                double b_deadline) {
+  return a.generation == b.generation && a.stop == b.stop && a_deadline == b_deadline;
+}
+
+}  // namespace
+
+void NodeService::Ring(const std::set<std::string>& nodes) const {
+  if (!ring_) return;
+  for (const std::string& node : nodes) ring_(node);
+}
+
 void NodeService::Reset(const Estate& estate, const std::vector<store::JobRecord>& jobs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> changed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto before = std::move(assigned_);
+    ResetLocked(estate, jobs);
+    // Only the nodes whose orders the rebuild changed are rung: a rebuild of 10,000 nodes must
+    // not make every agent heartbeat at once.
+    for (const auto& [node, tasks] : before) {
+      auto now = assigned_.find(node);
+      if (now == assigned_.end() || now->second.size() != tasks.size()) {
+        changed.insert(node);
+        continue;
+      }
+      for (const auto& [key, was] : tasks) {
+        auto is = now->second.find(key);
+        if (is == now->second.end() ||
+            !SameOrders(was.assignment, was.stop_deadline, is->second.assignment,
+                        is->second.stop_deadline)) {
+          changed.insert(node);
+          break;
+        }
+      }
+    }
+    for (const auto& [node, tasks] : assigned_) {
+      if (!before.count(node)) changed.insert(node);
+    }
+  }
+  Ring(changed);
+}
+
+void NodeService::ResetLocked(const Estate& estate, const std::vector<store::JobRecord>& jobs) {
   assigned_.clear();
   nodes_of_job_.clear();
   // Which nodes an agent runs is this service's to know (registrations and deletions come
@@ -348,24 +394,60 @@ void NodeService::Reset(const Estate& estate, const std::vector<store::JobRecord
   gpu_health_ = estate.gpu_health;
   gpu_warnings_ = estate.gpu_warnings;
   failing_nodes_ = estate.failing_nodes;
-  for (const store::JobRecord& j : jobs) TrackLocked(j);
+  for (const store::JobRecord& j : jobs) TrackLocked(j, nullptr);
   indexed_ = true;
 }
 
 void NodeService::Track(const store::JobRecord& j) {
-  std::lock_guard<std::mutex> lock(mu_);
-  TrackLocked(j);
+  std::set<std::string> changed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TrackLocked(j, &changed);
+  }
+  Ring(changed);
 }
 
-void NodeService::TrackLocked(const store::JobRecord& j) {
+void NodeService::TrackLocked(const store::JobRecord& j, std::set<std::string>* changed) {
+  // The job's tasks as they were, to tell which nodes' orders change.
+  std::map<std::pair<std::string, int32_t>, Assigned> before;
   for (const std::string& n : nodes_of_job_[j.id]) {
     auto it = assigned_.find(n);
     if (it == assigned_.end()) continue;
     for (auto a = it->second.begin(); a != it->second.end();) {
-      a = a->first.first == j.id ? it->second.erase(a) : std::next(a);
+      if (a->first.first != j.id) {
+        ++a;
+        continue;
+      }
+      if (changed) before.emplace(std::make_pair(n, a->first.second), std::move(a->second));
+      a = it->second.erase(a);
     }
   }
   nodes_of_job_.erase(j.id);
+  AssignLocked(j);
+  if (!changed) return;
+  // A node is told when one of the job's tasks came, went, or changed its orders there.
+  auto now_on = [&](const std::string& node, int32_t task) -> const Assigned* {
+    auto on = assigned_.find(node);
+    if (on == assigned_.end()) return nullptr;
+    auto is = on->second.find({j.id, task});
+    return is == on->second.end() ? nullptr : &is->second;
+  };
+  for (const auto& [key, was] : before) {
+    const Assigned* is = now_on(key.first, key.second);
+    if (!is || !SameOrders(was.assignment, was.stop_deadline, is->assignment, is->stop_deadline)) {
+      changed->insert(key.first);
+    }
+  }
+  if (auto nodes = nodes_of_job_.find(j.id); nodes != nodes_of_job_.end()) {
+    for (const std::string& node : nodes->second) {
+      for (const auto& [key, task] : assigned_[node]) {
+        if (key.first == j.id && !before.count({node, key.second})) changed->insert(node);
+      }
+    }
+  }
+}
+
+void NodeService::AssignLocked(const store::JobRecord& j) {
   if (!HasAllocation(j.phase) || !j.allocation.is_array() || j.allocation.empty()) return;
   auto spec = api::SpecOf(j);
   if (!spec.ok()) {

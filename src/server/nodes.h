@@ -123,6 +123,9 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
 
   // Called whenever a job changed here, so the scheduler looks soon.
   void OnChange(std::function<void()> wake) { wake_ = std::move(wake); }
+  // Told each node whose orders changed (a task placed, stopped or moved; a fault to inject), so
+  // that its agent heartbeats at once for them (api/doorbells.h). Set before serving.
+  void OnOrders(std::function<void(const std::string& node)> ring) { ring_ = std::move(ring); }
 
  private:
   struct NodeEntry {
@@ -183,7 +186,11 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   base::Result<int64_t> ApplyReports(const std::string& node,
                                      const std::vector<protocol::TaskReport>& tasks,
                                      std::vector<domain::NodeFailure>* failed);
-  void TrackLocked(const store::JobRecord& job);
+  // Adds to `changed` each node whose orders the job's change changed.
+  void TrackLocked(const store::JobRecord& job, std::set<std::string>* changed);
+  void AssignLocked(const store::JobRecord& job);  // the job's tasks into assigned_
+  void ResetLocked(const Estate& estate, const std::vector<store::JobRecord>& jobs);
+  void Ring(const std::set<std::string>& nodes) const;
   protocol::AgentTerms TermsLocked() const;  // what agents are told
   Json OperationsLocked(const std::string& node);
   // After a node operation's write: the in-memory entry, watchers and the scheduler.
@@ -193,6 +200,7 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   const base::Clock* clock_;
   api::EventBus* bus_;
   std::function<void()> wake_;
+  std::function<void(const std::string& node)> ring_;
 
   std::mutex mu_;
   bool loaded_ = false;
