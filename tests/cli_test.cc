@@ -138,6 +138,22 @@ TEST_F(CliTest, BenchScheduleReportsItsFigures) {
   EXPECT_GT(j["cycle_seconds"].get<double>(), 0.0);
 }
 
+// A real server with simulated agents that keep their waits for orders open: every heartbeat
+// answered, and jobs submitted meanwhile Running well before a heartbeat interval (2 s) passes.
+TEST_F(CliTest, BenchAgentsHeartbeatsAndStartsJobsAtOnce) {
+  CliRun r = Meridian(
+      "bench agents --agents 20 --seconds 6 --jobs 20 --probes 5 --dashboards 1 --json", false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["heartbeats"].get<int>(), 40);
+  EXPECT_EQ(j["errors"], 0);
+  EXPECT_EQ(j["nodes_lost"], 0);
+  EXPECT_GE(j["tasks_running"].get<int>(), 20);
+  EXPECT_GE(j["probes"].get<int>(), 3) << r.out;
+  EXPECT_EQ(j["probes_late"], 0);
+  EXPECT_LT(j["probe_max_ms"].get<double>(), 1500) << "pushed, not at a heartbeat 2 s later";
+}
+
 TEST_F(CliTest, ReplayComparesPoliciesAndWritesItsReports) {
   CliRun g = Meridian("sim generate --jobs 300 --gpus 32 --load 0.9 --seed 3 --out " + Path("w"));
   ASSERT_EQ(g.code, 0) << g.out;

@@ -165,8 +165,13 @@ TEST_F(IdleReclaimE2ETest, AnIdleInteractiveJobIsNoticedThenStoppedAndTheOthersA
       },
       30))
       << Http(*server_, "GET", "/api/v1/alerts", admin_).text;
-  // GET /api/v1/idle and `meridian get idle` list the training job as alerting, nothing else.
-  const Json idle = Http(*server_, "GET", "/api/v1/idle", admin_).body["items"];
+  // GET /api/v1/idle and `meridian get idle` list the training job as alerting, nothing else,
+  // once the reclaimer has looked since the notebook ended (it looks every 2 s).
+  Json idle;
+  EXPECT_TRUE(Eventually([&] {
+    idle = Http(*server_, "GET", "/api/v1/idle", admin_).body["items"];
+    return idle.size() == 1;
+  }));
   ASSERT_EQ(idle.size(), 1u) << idle.dump();
   EXPECT_EQ(idle[0].value("job", int64_t{0}), training);
   EXPECT_EQ(idle[0].value("state", ""), "alerting");

@@ -1,10 +1,13 @@
 #include "bench/agent_bench.h"
 
 #include <httplib.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -41,11 +44,44 @@ base::Status Expect(const httplib::Result& r, int status, const std::string& wha
 
 }  // namespace
 
+// Runs `body` on a thread with a small stack: a wait per agent is 10,000 threads at 10,000 nodes.
+class SmallThread {
+ public:
+  explicit SmallThread(std::function<void()> body) : body_(std::move(body)) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    started_ = pthread_create(
+                   &thread_, &attr,
+                   [](void* self) -> void* {
+                     static_cast<SmallThread*>(self)->body_();
+                     return nullptr;
+                   },
+                   this) == 0;
+    pthread_attr_destroy(&attr);
+  }
+  ~SmallThread() {
+    if (started_) pthread_join(thread_, nullptr);
+  }
+  bool started() const { return started_; }
+
+ private:
+  std::function<void()> body_;
+  pthread_t thread_{};
+  bool started_ = false;
+};
+
 Json AgentBenchResult::ToJson() const {
   return {{"heartbeats", heartbeats},
           {"errors", errors},
           {"seconds", seconds},
           {"heartbeats_per_second", heartbeats_per_second},
+          {"waits_answered", waits_answered},
+          {"probes", probes},
+          {"probes_late", probes_late},
+          {"probe_p50_ms", probe_p50_ms},
+          {"probe_p99_ms", probe_p99_ms},
+          {"probe_max_ms", probe_max_ms},
           {"p50_ms", p50_ms},
           {"p99_ms", p99_ms},
           {"max_ms", max_ms},
@@ -76,7 +112,15 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
     return base::Status::Invalid("--interval: 0.05 to 600");
   if (o.seconds <= 0 || o.seconds > 3600) return base::Status::Invalid("--seconds: (0, 3600]");
   if (o.dashboards < 0 || o.dashboards > 100) return base::Status::Invalid("--dashboards: 0 to 100");
-  auto owned = StartServer(o.binary);
+  if (o.probes < 0 || o.probes > 100000) return base::Status::Invalid("--probes: 0 to 100000");
+  if (o.probes > 0 && o.jobs >= o.agents * o.gpus_per_node) {
+    return base::Status::Invalid("--probes: need free GPUs: --jobs below agents x GPUs");
+  }
+  // One admin token submits every job: its write limit (50/s after 500) is off, as in bench api.
+  // Every agent here comes from 127.0.0.1, each with a wait and a heartbeat open at times: the
+  // limit per address (2,000, against one client flooding the server) would refuse them.
+  auto owned = StartServer(o.binary, {"--write-rate", "0", "--max-connections-per-address",
+                                      std::to_string(2 * o.agents + o.threads + 100)});
   if (!owned.ok()) return owned.status();
   const int port = (*owned)->port;
   const std::string admin = (*owned)->admin_token();
@@ -146,11 +190,42 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   const auto end =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
   std::vector<std::thread> threads;
+  // Rung agents heartbeat at once; a heartbeat that brought new tasks rings its agent again, so
+  // that it reports them running at once, as a real agent does.
+  auto rung = std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(o.agents));
+  std::atomic<int64_t> waits_answered{0};
+  std::vector<std::unique_ptr<SmallThread>> waiters;
+  for (int a = 0; o.waits && a < o.agents; ++a) {
+    waiters.push_back(std::make_unique<SmallThread>([&, a] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_bearer_token_auth(credentials[static_cast<size_t>(a)]);
+      c.set_keep_alive(true);
+      c.set_read_timeout(40);
+      const std::string path = "/api/v1/agents/bench-" + std::to_string(a) + "/wait?seen=";
+      uint64_t seen = 0;
+      for (;;) {
+        const double left = std::chrono::duration<double>(end - Clock::now()).count();
+        if (left <= 0) return;
+        const int timeout = std::clamp(static_cast<int>(left), 1, 25);
+        auto r = c.Get(path + std::to_string(seen) + "&timeout=" + std::to_string(timeout));
+        if (!r || r->status != 200) {
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          continue;
+        }
+        ++waits_answered;
+        const uint64_t version = Json::parse(r->body, nullptr, false).value("version", seen);
+        if (version != seen && seen != 0) rung[static_cast<size_t>(a)] = true;
+        seen = version;
+      }
+    }));
+    if (!waiters.back()->started()) return base::Status::Io("cannot start a wait's thread");
+  }
   for (int th = 0; th < o.threads; ++th) {
     threads.emplace_back([&, th] {
       std::vector<double> mine;
       std::vector<int> agents;
       for (int a = th; a < o.agents; a += o.threads) agents.push_back(a);
+      if (agents.empty()) return;  // more threads than agents
       std::vector<Json> assigned(agents.size(), Json::array());
       Json telemetry = Json::array();
       for (int g = 0; g < o.gpus_per_node; ++g) {
@@ -161,14 +236,24 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
                              {"powerW", 400},
                              {"eccErrors", 0}});
       }
-      for (int64_t round = 0;; ++round) {
+      // Agent i's next heartbeat: start + (agents[i] / agents + k) * interval.
+      std::vector<Clock::time_point> due(agents.size());
+      for (size_t i = 0; i < agents.size(); ++i) {
+        due[i] = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                             static_cast<double>(agents[i]) / o.agents * o.interval));
+      }
+      const auto interval = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(o.interval));
+      while (Clock::now() < end) {
+        // The earliest due, or a ring: looked at every 5 ms.
+        auto next = *std::min_element(due.begin(), due.end());
+        std::this_thread::sleep_until(std::min(next, Clock::now() + std::chrono::milliseconds(5)));
         for (size_t i = 0; i < agents.size(); ++i) {
-          const double offset =
-              (static_cast<double>(agents[i]) / o.agents + static_cast<double>(round)) * o.interval;
-          const auto due = start + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double>(offset));
-          if (due >= end) goto done;
-          std::this_thread::sleep_until(due);
+          const auto now = Clock::now();
+          if (now >= end) break;
+          const bool is_rung = rung[static_cast<size_t>(agents[i])].exchange(false);
+          if (!is_rung && now < due[i]) continue;
+          if (now >= due[i]) due[i] += interval;
           Json tasks = Json::array();
           for (const Json& a : assigned[i]) {
             tasks.push_back({{"job", a.value("job", 0)},
@@ -188,13 +273,16 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
           if (r && r->status == 200) {
             ++ok;
             mine.push_back(ms);
-            assigned[i] = Json::parse(r->body, nullptr, false).value("tasks", Json::array());
+            Json now_assigned = Json::parse(r->body, nullptr, false).value("tasks", Json::array());
+            if (o.waits && now_assigned.size() > assigned[i].size()) {
+              rung[static_cast<size_t>(agents[i])] = true;  // report the new ones running now
+            }
+            assigned[i] = std::move(now_assigned);
           } else {
             ++errors;
           }
         }
       }
-    done:
       std::lock_guard<std::mutex> lock(mu);
       latencies.insert(latencies.end(), mine.begin(), mine.end());
     });
@@ -230,12 +318,52 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
       }
     });
   }
+  // Probe jobs, one at a time from 2 s in: submission to Running.
+  std::vector<double> probe_ms;
+  int64_t probes_late = 0;
+  if (o.probes > 0) {
+    threads.emplace_back([&] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_bearer_token_auth(admin);
+      const Json probe = {{"metadata", {{"name", "probe"}, {"project", "bench"}}},
+                          {"spec", {{"gpus", 1}, {"command", {"sleep", "3600"}}}}};
+      std::this_thread::sleep_until(start + std::chrono::seconds(2));
+      for (int p = 0; p < o.probes && Clock::now() < end; ++p) {
+        const auto t0 = Clock::now();
+        auto r = c.Post("/api/v1/jobs", probe.dump(), "application/json");
+        if (!r || r->status != 201) continue;
+        const int64_t id = Json::parse(r->body, nullptr, false).value("id", int64_t{0});
+        bool running = false;
+        while (!running && Clock::now() - t0 < std::chrono::seconds(30) && Clock::now() < end) {
+          auto j = c.Get("/api/v1/jobs/" + std::to_string(id));
+          running = j && j->status == 200 &&
+                    Json::parse(j->body, nullptr, false)["status"].value("phase", "") == "Running";
+          if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        std::lock_guard<std::mutex> lock(mu);
+        if (running) {
+          probe_ms.push_back(ms);
+        } else {
+          ++probes_late;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    });
+  }
   while (progress && Clock::now() < end) {
     progress(std::chrono::duration<double>(Clock::now() - start).count() / o.seconds);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   for (auto& th : threads) th.join();
+  waiters.clear();  // each ends with its last wait, at the run's end
   if (progress) progress(1.0);
+  res.waits_answered = waits_answered;
+  res.probes = static_cast<int64_t>(probe_ms.size());
+  res.probes_late = probes_late;
+  res.probe_p50_ms = Percentile(probe_ms, 0.50);
+  res.probe_p99_ms = Percentile(probe_ms, 0.99);
+  res.probe_max_ms = probe_ms.empty() ? 0 : *std::max_element(probe_ms.begin(), probe_ms.end());
   res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   (*owned)->Usage(&cpu1, &res.server_rss_mib);
   res.server_cores = (cpu1 - cpu0) / res.seconds;

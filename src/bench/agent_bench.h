@@ -17,6 +17,12 @@ struct AgentBenchOptions {
   int jobs = 2000;        // 1-GPU jobs submitted first, so heartbeats carry assignments
   int threads = 32;       // client threads the agents share
   int dashboards = 2;     // open dashboards, each reading what the Estate view reads every 5 s
+  // Each agent keeps a wait for orders open and heartbeats at once when rung, and again at once
+  // to report new tasks running, as `meridian agent` does (docs/adr/0030).
+  bool waits = true;
+  // Jobs submitted one after another while the agents heartbeat, each timed from its
+  // submission to Running (there must be free GPUs: `jobs` below agents x GPUs).
+  int probes = 20;
   std::string binary;     // the meridian binary to start (this one)
 };
 
@@ -39,6 +45,10 @@ struct AgentBenchResult {
     int64_t bytes = 0;  // of the last answer, as sent (gzip, to a browser's Accept-Encoding)
   };
   std::vector<Read> dashboard_reads;
+  int64_t waits_answered = 0;  // waits for orders the server answered (rung or timed out)
+  // Submission to Running of the probe jobs.
+  int64_t probes = 0, probes_late = 0;  // late: not Running within 30 s
+  double probe_p50_ms = 0, probe_p99_ms = 0, probe_max_ms = 0;
 
   nlohmann::json ToJson() const;
 };
@@ -46,7 +56,9 @@ struct AgentBenchResult {
 // Many agents heartbeating against one real server on SQLite: `agents` simulated nodes register
 // (8 GPUs each), `jobs` jobs are placed on them, then every agent heartbeats each `interval`
 // seconds (spread evenly) with telemetry and what runs on it, reporting its assigned tasks as
-// running. Each heartbeat is a new connection, as from a real agent. Meanwhile `dashboards`
+// running. Each heartbeat is a new connection. With `waits`, each agent also keeps a wait for
+// orders open (a thread of its own here) and heartbeats at once when rung; `probes` jobs are
+// then timed from submission to Running. Meanwhile `dashboards`
 // clients read what the dashboard's Estate view reads, every 5 s each.
 base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& options,
                                              const std::function<void(double)>& progress);
