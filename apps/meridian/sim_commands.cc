@@ -319,10 +319,11 @@ int RunBenchAgents(AgentBenchFlags f) {
   std::printf("  waits for orders      %s, %lld answered\n", f.options.waits ? "on" : "off",
               static_cast<long long>(r->waits_answered));
   if (f.options.probes > 0) {
-    std::printf("  submission to Running p50 %.0f / p99 %.0f ms (max %.0f) over %lld jobs; %lld "
-                "not Running within 30 s\n",
-                r->probe_p50_ms, r->probe_p99_ms, r->probe_max_ms,
-                static_cast<long long>(r->probes), static_cast<long long>(r->probes_late));
+    std::printf(
+        "  submission to Running p50 %.0f / p99 %.0f ms (max %.0f) over %lld jobs; %lld "
+        "not Running within 30 s\n",
+        r->probe_p50_ms, r->probe_p99_ms, r->probe_max_ms, static_cast<long long>(r->probes),
+        static_cast<long long>(r->probes_late));
   }
   if (f.options.dashboards > 0) {
     std::printf("  %d dashboards, each reading every 5 s:\n", f.options.dashboards);
@@ -485,7 +486,7 @@ void AddBenchCommands(CLI::App& app, int* rc) {
   agents_bench->add_option("--dashboards", gf.options.dashboards,
                            "open dashboards reading the Estate view every 5 s");
   agents_bench->add_flag("--waits,!--no-waits", gf.options.waits,
-                        "agents keep a wait for orders open, as meridian agent does (default)");
+                         "agents keep a wait for orders open, as meridian agent does (default)");
   agents_bench->add_option("--probes", gf.options.probes,
                            "jobs timed from submission to Running, one after another (20)");
   agents_bench->add_flag("--json", gf.json, "print one JSON object");

@@ -20,6 +20,7 @@ struct OrdersWaiter::Shared {
   uint64_t config_version = 0;  // moves on with each Use
   bool started = false;
   bool stop = false;
+  bool finished = false;  // the thread has returned
   std::atomic<bool> rung{false};
 
   // Sleeps `seconds`, or less when stopping. Returns whether to go on.
@@ -31,6 +32,17 @@ struct OrdersWaiter::Shared {
 };
 
 namespace {
+
+void WaitLoop(const std::shared_ptr<OrdersWaiter::Shared>& s);
+
+void RunWaitLoop(const std::shared_ptr<OrdersWaiter::Shared>& s) {
+  WaitLoop(s);
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->finished = true;
+  }
+  s->cv.notify_all();
+}
 
 void WaitLoop(const std::shared_ptr<OrdersWaiter::Shared>& s) {
   std::optional<cli::Client> client;
@@ -77,11 +89,13 @@ OrdersWaiter::OrdersWaiter(std::string node) : shared_(std::make_shared<Shared>(
 }
 
 OrdersWaiter::~OrdersWaiter() {
-  {
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    shared_->stop = true;
-  }
+  std::unique_lock<std::mutex> lock(shared_->mu);
+  shared_->stop = true;
   shared_->cv.notify_all();
+  // A wait answered meanwhile (the agent's last heartbeat rings it, when tasks ended) lets the
+  // thread end here; one still held by the server ends with its answer, on its own.
+  shared_->cv.wait_for(lock, std::chrono::milliseconds(200),
+                       [this] { return !shared_->started || shared_->finished; });
 }
 
 void OrdersWaiter::Use(const cli::ClientConfig& config) {
@@ -94,7 +108,7 @@ void OrdersWaiter::Use(const cli::ClientConfig& config) {
     start = !shared_->started;
     shared_->started = true;
   }
-  if (start) std::thread(WaitLoop, shared_).detach();
+  if (start) std::thread(RunWaitLoop, shared_).detach();
 }
 
 bool OrdersWaiter::TakeRung() { return shared_->rung.exchange(false); }

@@ -111,7 +111,8 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   if (o.interval < 0.05 || o.interval > 600)
     return base::Status::Invalid("--interval: 0.05 to 600");
   if (o.seconds <= 0 || o.seconds > 3600) return base::Status::Invalid("--seconds: (0, 3600]");
-  if (o.dashboards < 0 || o.dashboards > 100) return base::Status::Invalid("--dashboards: 0 to 100");
+  if (o.dashboards < 0 || o.dashboards > 100)
+    return base::Status::Invalid("--dashboards: 0 to 100");
   if (o.probes < 0 || o.probes > 100000) return base::Status::Invalid("--probes: 0 to 100000");
   if (o.probes > 0 && o.jobs >= o.agents * o.gpus_per_node) {
     return base::Status::Invalid("--probes: need free GPUs: --jobs below agents x GPUs");
@@ -242,8 +243,8 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
         due[i] = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
                              static_cast<double>(agents[i]) / o.agents * o.interval));
       }
-      const auto interval = std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double>(o.interval));
+      const auto interval =
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.interval));
       while (Clock::now() < end) {
         // The earliest due, or a ring: looked at every 5 ms.
         auto next = *std::min_element(due.begin(), due.end());

@@ -23,7 +23,7 @@ struct AgentBenchOptions {
   // Jobs submitted one after another while the agents heartbeat, each timed from its
   // submission to Running (there must be free GPUs: `jobs` below agents x GPUs).
   int probes = 20;
-  std::string binary;     // the meridian binary to start (this one)
+  std::string binary;  // the meridian binary to start (this one)
 };
 
 struct AgentBenchResult {
