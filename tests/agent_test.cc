@@ -570,10 +570,13 @@ TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNone
           {"metadata", {{"name", "j" + std::to_string(i)}, {"project", "research"}}},
           {"spec",
            {{"cpuMilli", 500}, {"command", {"sh", "-c", "echo $MERIDIAN_JOB_ID >> " + runs}}}}};
-      // A submission the server did not acknowledge is sent again (a new job).
+      // A submission the server did not acknowledge is sent again, with the same
+      // Idempotency-Key: the job it may have made unacknowledged is answered (200), not made
+      // twice.
       for (;;) {
-        HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_, job.dump());
-        if (r.status == 201) {
+        HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_, job.dump(),
+                            {{"Idempotency-Key", "submission-" + std::to_string(i)}});
+        if (r.status == 201 || r.status == 200) {
           {
             std::lock_guard<std::mutex> lock(mu);
             ids.insert(r.body.value("id", int64_t{0}));
@@ -608,11 +611,12 @@ TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNone
   std::istringstream lines(ReadFile(runs));
   for (std::string line; std::getline(lines, line);) count[std::stoll(line)] += 1;
   for (int64_t id : ids) EXPECT_EQ(count[id], 1) << "acknowledged job " << id;
-  // Submissions in flight when the server died may have landed unacknowledged (their clients
-  // sent them again): they are jobs too, and ran once each as well.
+  // Submissions in flight when the server died landed at most once: their retries, with the
+  // same key, were answered with the job they had made.
   for (const auto& [id, n] : count) EXPECT_EQ(n, 1) << "job " << id;
   HttpResult all = Http(*server_, "GET", "/api/v1/jobs?limit=1000", admin_);
-  EXPECT_EQ(all.body["items"].size(), count.size());
+  EXPECT_EQ(all.body["items"].size(), static_cast<size_t>(kJobs)) << "a submission made twice";
+  EXPECT_EQ(count.size(), static_cast<size_t>(kJobs));
 }
 
 // The agent's NVML path end to end, against a FAKE libnvidia-ml (tests/fake_nvml): what it

@@ -383,6 +383,11 @@ TEST_F(ApiDocumentTest, EveryAnswerOfEveryPathMatchesItsSchema) {
   r.Call("GET", "/api/v1/tokens", "/api/v1/tokens", a);
   r.Call("DELETE", "/api/v1/tokens/{id}", "/api/v1/tokens/" + mine.body.value("id", ""), a);
   r.Call("GET", "/api/v1/audit", "/api/v1/audit?limit=20&order=newest", a);
+  // n1's agent's wait for orders: `seen` 0 is answered at once with the node's version.
+  HttpResult waited =
+      r.Call("GET", "/api/v1/agents/{name}/wait", "/api/v1/agents/n1/wait?seen=0&timeout=5", a);
+  EXPECT_EQ(waited.status, 200) << waited.text;
+  EXPECT_GT(waited.body.value("version", uint64_t{0}), 0u) << waited.text;
   // Last, as n1's agent would heartbeat (an admin may speak for a node): the answer lists the
   // idle job's task, an assignment with its devices.
   HttpResult assigned = r.Call("POST", "/api/v1/agents/{name}/heartbeat",

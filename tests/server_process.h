@@ -176,10 +176,10 @@ struct HttpResult {
 };
 
 inline HttpResult Http(const ServerProcess& s, const std::string& method, const std::string& path,
-                       const std::string& token, const std::string& body = "") {
+                       const std::string& token, const std::string& body = "",
+                       httplib::Headers h = {}) {
   httplib::Client c("127.0.0.1", s.port());
   c.set_read_timeout(30);
-  httplib::Headers h;
   if (!token.empty()) h.emplace("Authorization", "Bearer " + token);
   httplib::Result r = method == "GET"      ? c.Get(path, h)
                       : method == "DELETE" ? c.Delete(path, h)

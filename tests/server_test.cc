@@ -169,6 +169,47 @@ TEST_F(ServerTest, FirstStartWritesAnAdminTokenOnlyItsOwnerCanRead) {
   EXPECT_EQ(Http(*server_, "GET", "/api/v1/whoami", admin_).status, 200);
 }
 
+// A client that lost the answer to a submission sends it again with the same Idempotency-Key
+// and gets the job it made; the key is the user's own, survives a restart, and names one
+// submission only.
+TEST_F(ServerTest, ASubmissionSentAgainWithItsIdempotencyKeyMakesOneJob) {
+  ApplyEstate();
+  const std::string bob = User("bob", {{"role", "member"}, {"project", "research"}});
+  auto post = [&](const std::string& token, const std::string& name, const std::string& key) {
+    Json job = {{"metadata", {{"name", name}, {"project", "research"}}},
+                {"spec", {{"gpus", 1}, {"command", {"true"}}}}};
+    return Http(*server_, "POST", "/api/v1/jobs", token, job.dump(), {{"Idempotency-Key", key}});
+  };
+  HttpResult first = post(admin_, "train", "k-1");
+  ASSERT_EQ(first.status, 201) << first.text;
+  const int64_t id = first.body.value("id", int64_t{0});
+  HttpResult again = post(admin_, "train", "k-1");
+  ASSERT_EQ(again.status, 200) << again.text;
+  EXPECT_EQ(again.body.value("id", int64_t{0}), id);
+  // The same key from another user is another submission.
+  HttpResult bobs = post(bob, "train", "k-1");
+  ASSERT_EQ(bobs.status, 201) << bobs.text;
+  EXPECT_NE(bobs.body.value("id", int64_t{0}), id);
+  // Used for another submission: refused, naming the job it made.
+  HttpResult other = post(admin_, "evaluate", "k-1");
+  EXPECT_EQ(other.status, 409) << other.text;
+  EXPECT_NE(other.text.find("job " + std::to_string(id)), std::string::npos) << other.text;
+  EXPECT_EQ(other.body["error"].value("field", ""), "Idempotency-Key");
+  EXPECT_EQ(post(admin_, "train", "has space").status, 400);
+  EXPECT_EQ(post(admin_, "train", std::string(256, 'k')).status, 400);
+  // Kept across a restart (it is in the store, written with the job).
+  server_->Stop(SIGKILL);
+  ASSERT_TRUE(server_->Start());
+  HttpResult after = post(admin_, "train", "k-1");
+  ASSERT_EQ(after.status, 200) << after.text;
+  EXPECT_EQ(after.body.value("id", int64_t{0}), id);
+  HttpResult listed = Http(*server_, "GET", "/api/v1/jobs?limit=100", admin_);
+  EXPECT_EQ(listed.body["items"].size(), 2u) << "one job each for admin and bob";
+  // The CLI sends a key of its own with each submission.
+  CliResult cli = Run("submit --project research --gpus 1 -- true");
+  EXPECT_EQ(cli.code, 0) << cli.output;
+}
+
 TEST_F(ServerTest, ASecondServerOnTheSameDataDirExitsAtOnce) {
   ApplyEstate();
   // It must exit by itself, at once: RunToExit kills it after 10 s and reports code -1.

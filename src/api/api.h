@@ -349,6 +349,9 @@ class Api {
 
   // Jobs and events (api_jobs.cc).
   void SubmitJob(Call& call);
+  // A submission whose Idempotency-Key made job `id` before: that job again (200).
+  void ReplaySubmission(Call& call, int64_t id, const std::string& key,
+                        const domain::JobDocument& doc);
   void ListJobs(Call& call);
   void GetJob(Call& call);
   void CancelJob(Call& call);

@@ -74,6 +74,15 @@ Status CheckDependencies(const Api::Call& call, store::Tx& tx, const domain::Job
 
 }  // namespace
 
+namespace {
+
+bool ValidIdempotencyKey(const std::string& key) {
+  return !key.empty() && key.size() <= 255 &&
+         std::all_of(key.begin(), key.end(), [](char ch) { return ch > 0x20 && ch < 0x7f; });
+}
+
+}  // namespace
+
 void Api::SubmitJob(Call& call) {
   auto body = JsonBody(call);
   if (!body) return;
@@ -123,9 +132,27 @@ void Api::SubmitJob(Call& call) {
   // (ADR 0023): the first element's id is the array's.
   std::vector<int64_t> indices;
   if (doc->typed.array) indices = doc->typed.array->Indices();
+  // A client that may retry (its connection cut before the answer) names the submission: the
+  // same key from the same user returns the job it made, never a second one.
+  const std::string key = call.req.get_header_value("Idempotency-Key");
+  if (call.req.has_header("Idempotency-Key") && !ValidIdempotencyKey(key)) {
+    return Fail(call, 400, "invalid_argument",
+                "Idempotency-Key: 1 to 255 visible ASCII characters, unique per submission (a "
+                "UUID)",
+                "Idempotency-Key");
+  }
+  int64_t replayed = 0;
   int64_t seq = 0;
   std::string refused_field;
   Status s = store_->Write([&](store::Tx& tx) {
+    if (!key.empty()) {
+      auto earlier = tx.FindSubmission(job.user, key, call.started);
+      if (earlier.ok()) {
+        replayed = *earlier;
+        return Status::Ok();
+      }
+      if (earlier.status().code() != base::StatusCode::kNotFound) return earlier.status();
+    }
     if (Status d = CheckDependencies(call, tx, doc->typed, &refused_field); !d.ok()) return d;
     const size_t n = indices.empty() ? 1 : indices.size();
     for (size_t i = 0; i < n; ++i) {
@@ -148,6 +175,9 @@ void Api::SubmitJob(Call& call) {
       if (!e.ok()) return e.status();
       seq = *e;
     }
+    if (!key.empty()) {
+      if (Status k = tx.PutSubmission(job.user, key, job.id, call.started); !k.ok()) return k;
+    }
     const std::string what =
         indices.empty() ? "job " + std::to_string(job.id)
                         : "array " + std::to_string(job.id) + " of " + std::to_string(n) + " jobs";
@@ -159,6 +189,7 @@ void Api::SubmitJob(Call& call) {
     return Fail(call, 400, "invalid_argument", s.message(), refused_field);
   }
   if (!s.ok()) return Fail(call, s);
+  if (replayed > 0) return ReplaySubmission(call, replayed, key, *doc);
   call.audited = true;
   Changed(seq, false);
   Json out = JobToJson(job);
@@ -389,6 +420,22 @@ void Api::GetJob(Call& call) {
   }
   JobMentions(call.access, store_).Hide(&out);
   Respond(call, 200, out);
+}
+
+void Api::ReplaySubmission(Call& call, int64_t id, const std::string& key,
+                           const domain::JobDocument& doc) {
+  auto job = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetJob(id); });
+  if (!job.ok()) return Fail(call, job.status());
+  // The same key for another submission is the client's mistake, said rather than hidden.
+  if (job->name != doc.name || job->project != doc.project) {
+    return Fail(call, 409, "conflict",
+                "Idempotency-Key " + key + " was used for job " + std::to_string(id) + " (" +
+                    job->name + " in project " + job->project +
+                    "); a new submission needs a new key",
+                "Idempotency-Key");
+  }
+  call.res.set_header("Idempotent-Replayed", "true");
+  Respond(call, 200, JobToJson(*job));
 }
 
 void Api::CancelJob(Call& call) {

@@ -70,8 +70,9 @@ ClientConfig ResolveConfig(const ClientConfig& flags, const ClientConfig& file) 
 }
 
 base::Result<Response> Client::Call(const std::string& method, const std::string& path,
-                                    const Json* body) const {
-  auto r = Raw(method, path, body ? body->dump() : "", "application/json");
+                                    const Json* body,
+                                    const std::map<std::string, std::string>& headers) const {
+  auto r = Raw(method, path, body ? body->dump() : "", "application/json", headers);
   if (!r.ok()) return r.status();
   Response out;
   out.status = r->status;
@@ -111,11 +112,12 @@ std::unique_ptr<httplib::Client> NewHttpClient(const ClientConfig& config,
 }
 
 httplib::Result Send(httplib::Client& http, const std::string& method, const std::string& path,
-                     const std::string& payload, const char* content_type) {
-  return method == "GET"      ? http.Get(path)
-         : method == "DELETE" ? http.Delete(path)
-         : method == "PUT"    ? http.Put(path, payload, content_type)
-                              : http.Post(path, payload, content_type);
+                     const std::string& payload, const char* content_type,
+                     const httplib::Headers& headers) {
+  return method == "GET"      ? http.Get(path, headers)
+         : method == "DELETE" ? http.Delete(path, headers)
+         : method == "PUT"    ? http.Put(path, headers, payload, content_type)
+                              : http.Post(path, headers, payload, content_type);
 }
 
 std::vector<std::string> Servers(const std::string& list) {
@@ -168,7 +170,9 @@ std::string Unreachable(const ClientConfig& config, const std::string& server, h
 // follower's 307 names its leader, which the call (and the next ones) goes to instead. A call
 // that was sent and got no answer is not sent again: it may have been done.
 base::Result<RawResponse> Client::Raw(const std::string& method, const std::string& path,
-                                      const std::string& payload, const char* content_type) const {
+                                      const std::string& payload, const char* content_type,
+                                      const std::map<std::string, std::string>& extra) const {
+  const httplib::Headers headers(extra.begin(), extra.end());
   const std::vector<std::string> servers = Servers(config_.server);
   if (servers.empty()) {
     return Status::Invalid(
@@ -197,21 +201,21 @@ base::Result<RawResponse> Client::Raw(const std::string& method, const std::stri
   for (;;) {
     httplib::Result r = [&] {
       if (!config_.keep_connection) {
-        return Send(*NewHttpClient(config_, server), method, path, payload, content_type);
+        return Send(*NewHttpClient(config_, server), method, path, payload, content_type, headers);
       }
       const bool reused = c.http != nullptr && c.http_base == server;
       if (!reused) {
         c.http = NewHttpClient(config_, server);
         c.http_base = server;
       }
-      httplib::Result sent = Send(*c.http, method, path, payload, content_type);
+      httplib::Result sent = Send(*c.http, method, path, payload, content_type, headers);
       if (!sent) {
         // The server may have closed the kept connection (its idle timeout, a restart): a call
         // that was not sent goes once more on a new one.
         const bool unsent =
             sent.error() == httplib::Error::Write || sent.error() == httplib::Error::Connection;
         c.http = NewHttpClient(config_, server);
-        if (reused && unsent) sent = Send(*c.http, method, path, payload, content_type);
+        if (reused && unsent) sent = Send(*c.http, method, path, payload, content_type, headers);
         if (!sent) c.http.reset();
       }
       return sent;

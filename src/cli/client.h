@@ -60,11 +60,14 @@ class Client {
   explicit Client(ClientConfig config);
   const ClientConfig& config() const { return config_; }
 
+  // `headers`: sent besides the token's (an Idempotency-Key).
   base::Result<Response> Call(const std::string& method, const std::string& path,
-                              const Json* body = nullptr) const;
+                              const Json* body = nullptr,
+                              const std::map<std::string, std::string>& headers = {}) const;
   // Any body (log uploads, task output): sent and answered as it is.
   base::Result<RawResponse> Raw(const std::string& method, const std::string& path,
-                                const std::string& payload, const char* content_type) const;
+                                const std::string& payload, const char* content_type,
+                                const std::map<std::string, std::string>& headers = {}) const;
 
  private:
   ClientConfig config_;

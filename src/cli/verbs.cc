@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/entropy.h"
 #include "base/strings.h"
 #include "cli/output.h"
 #include "cli/tables.h"
@@ -38,9 +39,9 @@ std::string AtItsLine(const Response& r, const domain::SourceDoc& source) {
 
 // Calls the API. On failure prints why and stores the exit code in *code. With the `source` a
 // body was read from, a refused field is shown at its line there.
-std::optional<Json> Do(Context& c, const std::string& method, const std::string& path,
-                       const Json* body, int* code, const domain::SourceDoc* source = nullptr) {
-  auto r = c.client.Call(method, path, body);
+// The answer's body, or nullopt with the error said and *code set.
+std::optional<Json> Answered(Context& c, const base::Result<Response>& r, int* code,
+                             const domain::SourceDoc* source) {
   if (!r.ok()) {
     c.err << "meridian: " << r.status().message() << "\n";
     *code = r.status().code() == base::StatusCode::kInvalidArgument ? kExitUsage : kExitUnavailable;
@@ -54,6 +55,29 @@ std::optional<Json> Do(Context& c, const std::string& method, const std::string&
   }
   *code = kExitOk;
   return r->body;
+}
+
+std::optional<Json> Do(Context& c, const std::string& method, const std::string& path,
+                       const Json* body, int* code, const domain::SourceDoc* source = nullptr) {
+  return Answered(c, c.client.Call(method, path, body), code, source);
+}
+
+// A POST that makes something, sent with an Idempotency-Key of its own and sent again (the same
+// key) while the server cannot be reached or has no leader, for about 15 s: a server restart or
+// a failover between the request and its answer leaves one result, never two.
+std::optional<Json> DoOnce(Context& c, const std::string& path, const Json* body, int* code,
+                           const domain::SourceDoc* source) {
+  const std::map<std::string, std::string> key = {
+      {"Idempotency-Key", base::Hex(base::SystemEntropy().Bytes(16))}};
+  double pause = 0.25;
+  for (int attempt = 1;; ++attempt) {
+    auto r = c.client.Call("POST", path, body, key);
+    const bool unreachable = !r.ok() && r.status().code() == base::StatusCode::kIoError;
+    const bool leaderless = r.ok() && r->status == 503;
+    if (!(unreachable || leaderless) || attempt == 7) return Answered(c, r, code, source);
+    std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+    pause *= 2;
+  }
 }
 
 bool Structured(const Context& c) { return c.output == "json" || c.output == "yaml"; }
@@ -635,7 +659,7 @@ int Submit(Context& c, const SubmitFlags& f) {
     doc["spec"]["dependencies"] = deps;
   }
   int code = 0;
-  auto job = Do(c, "POST", "/api/v1/jobs", &doc, &code, source ? &*source : nullptr);
+  auto job = DoOnce(c, "/api/v1/jobs", &doc, &code, source ? &*source : nullptr);
   if (!job) return code;
   if (Structured(c)) {
     PrintStructured(c, *job);

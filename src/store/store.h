@@ -27,6 +27,8 @@ struct Object {
   std::string updated_by;
 };
 
+inline constexpr double kSubmissionKeySeconds = 24 * 3600;  // as Stripe keeps its keys
+
 inline constexpr int64_t kAnyVersion = -1;  // a write that does not check the version
 inline constexpr int64_t kMustNotExist = 0;
 
@@ -195,6 +197,14 @@ class Tx {
   // Fair-share usage, so that it survives restarts: replaced whole, read whole (by scope).
   virtual base::Status PutFairShare(const std::vector<FairShareUsage>& usage) = 0;
   virtual base::Result<std::vector<FairShareUsage>> ListFairShare() = 0;
+
+  // Submissions by idempotency key (the client's Idempotency-Key, per user): the job a key
+  // created, so that a retried submission returns it rather than making another. Keys are kept
+  // kSubmissionKeySeconds; Put drops older ones.
+  virtual base::Result<int64_t> FindSubmission(const std::string& user, const std::string& key,
+                                               double now) = 0;  // NotFound when none
+  virtual base::Status PutSubmission(const std::string& user, const std::string& key, int64_t job,
+                                     double now) = 0;
 
   virtual base::Result<int64_t> AddRevision(const Revision& revision) = 0;
   virtual base::Result<Revision> GetRevision(int64_t number) = 0;

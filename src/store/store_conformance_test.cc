@@ -1,9 +1,8 @@
 // The conformance suite every Store backend must pass. A backend joins by adding a factory to
 // kBackends: SQLite on a file, PostgreSQL on a real server that the suite starts.
 #include <gtest/gtest.h>
-#include <sqlite3.h>
-
 #include <libpq-fe.h>
+#include <sqlite3.h>
 
 #include <atomic>
 #include <chrono>
@@ -226,6 +225,30 @@ TEST_P(StoreConformance, FairShareUsageIsReplacedWhole) {
   EXPECT_DOUBLE_EQ((*got)[0].at, 200);
   EXPECT_EQ((*got)[1].scope, "vision");
   EXPECT_FALSE(store_->Read([&](Tx& tx) { return tx.PutFairShare(first); }).ok());
+}
+
+TEST_P(StoreConformance, SubmissionKeysAreOnePerUserAndKeptADay) {
+  auto put = [&](const std::string& user, const std::string& key, int64_t job, double at) {
+    return store_->Write([&](Tx& tx) { return tx.PutSubmission(user, key, job, at); });
+  };
+  auto find = [&](const std::string& user, const std::string& key, double now) {
+    return ReadValue(*store_, [&](Tx& tx) { return tx.FindSubmission(user, key, now); });
+  };
+  ASSERT_TRUE(put("alice", "k1", 7, 1000).ok());
+  ASSERT_TRUE(put("bob", "k1", 8, 1000).ok()) << "keys are per user";
+  EXPECT_FALSE(put("alice", "k1", 9, 1001).ok()) << "a key names one submission";
+  auto alice = find("alice", "k1", 1002);
+  ASSERT_TRUE(alice.ok()) << alice.status().message();
+  EXPECT_EQ(*alice, 7);
+  EXPECT_EQ(*find("bob", "k1", 1002), 8);
+  EXPECT_EQ(find("alice", "k2", 1002).status().code(), base::StatusCode::kNotFound);
+  // A day later the key is forgotten, and the next write drops it.
+  const double later = 1000 + kSubmissionKeySeconds + 1;
+  EXPECT_EQ(find("alice", "k1", later).status().code(), base::StatusCode::kNotFound);
+  ASSERT_TRUE(put("carol", "k3", 10, later).ok());
+  ASSERT_TRUE(put("alice", "k1", 11, later).ok()) << "the old one was dropped";
+  EXPECT_EQ(*find("alice", "k1", later), 11);
+  EXPECT_FALSE(store_->Read([&](Tx& tx) { return tx.PutSubmission("x", "y", 1, 1); }).ok());
 }
 
 TEST_P(StoreConformance, ReadsCannotWrite) {

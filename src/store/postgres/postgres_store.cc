@@ -77,6 +77,13 @@ CREATE TABLE leader (
   elected_at DOUBLE PRECISION NOT NULL);
 INSERT INTO leader (id, epoch, url, elected_at) VALUES (1, 0, '', 0);
 )sql",
+    // 7: submissions by the client's idempotency key (per user), kept a day.
+    R"sql(
+CREATE TABLE submission_keys (
+  owner TEXT NOT NULL, request_key TEXT NOT NULL, job_id BIGINT NOT NULL,
+  at DOUBLE PRECISION NOT NULL, PRIMARY KEY (owner, request_key));
+CREATE INDEX submission_keys_by_at ON submission_keys (at);
+)sql",
 };
 
 // Taken for the migrations, so that servers starting together on one database migrate once.

@@ -335,6 +335,28 @@ class SqlTx final : public Tx {
     return out;
   }
 
+  Result<int64_t> FindSubmission(const std::string& user, const std::string& key,
+                                 double now) override {
+    auto q = c_->Query(
+        "SELECT job_id FROM submission_keys WHERE owner = ? AND request_key = ? AND at >= ?");
+    q->Bind(user).Bind(key).Bind(now - kSubmissionKeySeconds);
+    if (q->Next()) return q->Int(0);
+    if (!q->status().ok()) return q->status();
+    return Status::NotFound("no submission with key " + key);
+  }
+
+  Status PutSubmission(const std::string& user, const std::string& key, int64_t job,
+                       double now) override {
+    if (read_only_) return ReadOnly();
+    auto old = c_->Query("DELETE FROM submission_keys WHERE at < ?");
+    old->Bind(now - kSubmissionKeySeconds);
+    if (Status s = old->Run(); !s.ok()) return s;
+    auto q = c_->Query(
+        "INSERT INTO submission_keys (owner, request_key, job_id, at) VALUES (?, ?, ?, ?)");
+    q->Bind(user).Bind(key).Bind(job).Bind(now);
+    return q->Run();
+  }
+
   Result<int64_t> AddRevision(const Revision& r) override {
     if (read_only_) return ReadOnly();
     auto q = c_->Query(

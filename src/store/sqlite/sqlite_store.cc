@@ -77,6 +77,13 @@ CREATE TABLE leader (
   elected_at REAL NOT NULL);
 INSERT INTO leader (id, epoch, url, elected_at) VALUES (1, 0, '', 0);
 )sql",
+    // 7: submissions by the client's idempotency key (per user), kept a day.
+    R"sql(
+CREATE TABLE submission_keys (
+  owner TEXT NOT NULL, request_key TEXT NOT NULL, job_id INTEGER NOT NULL, at REAL NOT NULL,
+  PRIMARY KEY (owner, request_key)) WITHOUT ROWID;
+CREATE INDEX submission_keys_by_at ON submission_keys (at);
+)sql",
 };
 
 Status SqlError(sqlite3* db, const std::string& what) {
