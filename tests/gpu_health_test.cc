@@ -44,6 +44,13 @@ const Json kTrainer = {"sh", "-c",
                        "while [ ! -e \"$MERIDIAN_NOTICE_FILE\" ]; do sleep 0.05; done; "
                        "echo checkpointed"};
 
+// The same, with a checkpoint that takes 3 s after the notice: the faulty GPU stays held (and
+// cordoned, its fault on record) for that long, a window the test looks through. Orders reach
+// agents at once (ADR 0030), so without it the GPU could heal before the test looks.
+const Json kSlowTrainer = {"sh", "-c",
+                           "while [ ! -e \"$MERIDIAN_NOTICE_FILE\" ]; do sleep 0.05; done; "
+                           "sleep 3; echo checkpointed"};
+
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
@@ -153,8 +160,8 @@ class GpuHealthTest : public ::testing::Test {
 // the probe passes, and the GPU takes work again.
 TEST_F(GpuHealthTest, AResetClassXidCordonsTheGpuRequeuesTheGangAndTheGpuHeals) {
   for (const char* n : {"n1", "n2", "n3"}) StartAgent(n);
-  const int64_t gang =
-      Submit({{"tasks", 2}, {"gpus", 4}, {"restartPolicy", "on-failure"}, {"command", kTrainer}});
+  const int64_t gang = Submit(
+      {{"tasks", 2}, {"gpus", 4}, {"restartPolicy", "on-failure"}, {"command", kSlowTrainer}});
   ASSERT_TRUE(Eventually([&] { return Phase(gang) == "Running"; }, 30)) << Job(gang).dump();
   const int64_t generation = Job(gang)["status"].value("generation", int64_t{0});
   const auto before = Placement(gang);
