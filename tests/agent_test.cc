@@ -1137,6 +1137,87 @@ TEST_F(AgentTest, AFailedJobSaysWhyItFailed) {
       << described.output;
 }
 
+// What-if on real history: jobs that ran on a real agent are exported as a replay trace, which
+// `sim replay` reads, and `plan --what-if` replays it under the live documents and under
+// proposed ones (shortest first, and the pool declaring two more nodes) without applying them.
+TEST_F(AgentTest, HistoryExportedFromALiveServerIsReplayedUnderProposedDocuments) {
+  StartAgent("n1");
+  const int64_t from = static_cast<int64_t>(WallNow()) - 1;
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 3; ++i) {
+    jobs.push_back(
+        Submit({{"gpus", 4}, {"command", {"sleep", "0.5"}}}, "wide" + std::to_string(i)));
+  }
+  jobs.push_back(Submit({{"gpus", 1}, {"command", {"sleep", "0.2"}}}, "narrow"));
+  for (int64_t j : jobs) {
+    ASSERT_TRUE(Eventually([&] { return Phase(j) == "Succeeded"; }, 30)) << Job(j).dump();
+  }
+  const std::string trace = dir_.File("trace");
+  CliResult exported = Run("sim export --from " + std::to_string(from) + " --out " + trace);
+  ASSERT_EQ(exported.code, 0) << exported.output;
+  EXPECT_NE(exported.output.find("(4 jobs)"), std::string::npos) << exported.output;
+  const std::string csv = ReadFile(trace + "/jobs.csv");
+  // One row per job, each lasting what it ran: at least its sleep.
+  std::istringstream rows(csv);
+  std::string row;
+  std::getline(rows, row);  // the header
+  int count = 0;
+  while (std::getline(rows, row)) {
+    ++count;
+    const std::vector<std::string> cells = [&] {
+      std::vector<std::string> v;
+      std::stringstream in(row);
+      for (std::string c; std::getline(in, c, ',');) v.push_back(c);
+      return v;
+    }();
+    ASSERT_GE(cells.size(), 5u) << row;
+    EXPECT_GE(std::stod(cells[2]), cells[4] == "4" ? 0.5 : 0.2) << row;
+  }
+  EXPECT_EQ(count, 4) << csv;
+  EXPECT_NE(ReadFile(trace + "/cluster.yaml").find("\"n1\""), std::string::npos);
+  CliResult replayed = Run("sim replay --cluster " + trace + "/cluster.yaml --jobs " + trace +
+                           "/jobs.csv --policy fifo");
+  ASSERT_EQ(replayed.code, 0) << replayed.output;
+
+  const std::string proposal = WriteFile("proposal.yaml", R"(kind: Policy
+metadata: {name: default}
+spec: {queueOrder: sjf, heartbeatInterval: 0.2, nodeLostTimeout: 2}
+---
+kind: NodePool
+metadata: {name: h100}
+spec: {cluster: onprem, gpusPerNode: 4, gpuModel: H100-80GB, nodes: 2}
+)");
+  CliResult table = Run("plan -f " + proposal + " --what-if " + trace);
+  ASSERT_EQ(table.code, 0) << table.output;
+  std::cout << table.output;  // what a user reads, in the test's log
+  EXPECT_NE(table.output.find("queueOrder"), std::string::npos) << table.output;  // the plan
+  EXPECT_NE(table.output.find("What if (4 jobs"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("queue order meridian -> sjf"), std::string::npos) << table.output;
+  CliResult structured = Run("-o json plan -f " + proposal + " --what-if " + trace);
+  ASSERT_EQ(structured.code, 0) << structured.output;
+  const size_t at = structured.output.find("{\n");  // after the progress lines on stderr
+  ASSERT_NE(at, std::string::npos) << structured.output;
+  const Json report = Json::parse(structured.output.substr(at));
+  EXPECT_EQ(report["current"]["gpus"], 4) << report.dump();
+  EXPECT_EQ(report["proposed"]["gpus"], 12) << report.dump();
+  EXPECT_EQ(report["proposed"]["policy"], "sjf");
+  EXPECT_FALSE(report["changes"].empty()) << report.dump();
+  ASSERT_EQ(report["projects"].size(), 1u) << report.dump();
+  const Json& research = report["projects"][0];
+  EXPECT_EQ(research["project"], "research");
+  EXPECT_EQ(research["current"]["jobs"], 4);
+  // On 4 GPUs the wide jobs ran one after another; on 12 they would all start at once.
+  EXPECT_GT(research["current"]["meanWaitSeconds"].get<double>(), 0.3) << report.dump();
+  EXPECT_LT(research["proposed"]["meanWaitSeconds"].get<double>(),
+            research["current"]["meanWaitSeconds"].get<double>())
+      << report.dump();
+  // Nothing was applied.
+  HttpResult policy = Http(*server_, "GET", "/api/v1/policies/default", admin_);
+  EXPECT_EQ(policy.body["spec"].value("queueOrder", ""), "meridian") << policy.text;
+  HttpResult pool = Http(*server_, "GET", "/api/v1/nodepools/h100", admin_);
+  EXPECT_EQ(pool.body["spec"].value("nodes", -1), 0) << pool.text;
+}
+
 // A drain's deadline bounds the grace of the jobs it stops: a task that ignores SIGTERM and has
 // a minute of grace is killed by the drain's two seconds, and its job requeued then.
 TEST_F(AgentTest, ADrainsDeadlineShortensTheGraceOfItsJobs) {

@@ -326,7 +326,21 @@ void AddClientCommands(CLI::App& app, int* rc) {
                    "the files are the whole desired state: delete what they do not hold");
   }
   apply->add_option("-m,--message", cf.message, "what this revision is for");
-  plan->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Plan(c, cf); }); });
+  static std::string what_if;
+  plan->add_option("--what-if", what_if,
+                   "a replay trace (a folder with cluster.yaml and jobs.csv, as `meridian sim "
+                   "export` writes): replay it under the live and the proposed documents and "
+                   "print the difference per project");
+  plan->callback([rc] {
+    Run(g, rc, [](Context& c) {
+      // -o json or yaml: one object, the plan's changes in it.
+      const bool structured = c.output == "json" || c.output == "yaml";
+      if (!what_if.empty() && structured) return RunWhatIf(c, cf, what_if);
+      const int code = meridian::cli::Plan(c, cf);
+      if (code != 0 || what_if.empty()) return code;
+      return RunWhatIf(c, cf, what_if);
+    });
+  });
   apply->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::Apply(c, cf); }); });
   static int64_t to = 0;
   CLI::App* rollback = app.add_subcommand("rollback", "Restore an earlier revision");

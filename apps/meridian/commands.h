@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "cli/client.h"
+#include "cli/verbs.h"
 
 void AddSimCommands(CLI::App& app, int* rc);
 void AddBenchCommands(CLI::App& app, int* rc);
@@ -14,6 +15,13 @@ void AddServerCommands(CLI::App& app, int* rc);
 void AddClientCommands(CLI::App& app, int* rc);
 void AddAgentCommands(CLI::App& app, int* rc);
 void AddStoreCommands(CLI::App& app, int* rc);
+
+// `meridian sim export` (a live server's history as a replay trace), added to `sim`.
+void AddSimExport(CLI::App* sim, int* rc);
+// `meridian plan --what-if TRACE`: the trace replayed under the live documents and under the
+// live ones changed by the plan's files, per project side by side (src/sim/history.h).
+int RunWhatIf(meridian::cli::Context& c, const meridian::cli::ConfigFlags& f,
+              const std::string& trace_dir);
 
 // The server and token from the global flags, the environment and the client's config file.
 meridian::base::Result<meridian::cli::ClientConfig> GlobalClientConfig();

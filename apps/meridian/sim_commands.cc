@@ -435,6 +435,7 @@ void AddSimCommands(CLI::App& app, int* rc) {
   generate->add_option("--seed", gf.options.seed, "random seed");
   generate->add_option("--out", gf.out_dir, "directory to write into")->required();
   generate->callback([rc] { *rc = RunSimGenerate(gf); });
+  AddSimExport(sim, rc);
 }
 
 void AddBenchCommands(CLI::App& app, int* rc) {

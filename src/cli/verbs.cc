@@ -176,33 +176,6 @@ const std::vector<std::string>& ConfigResources() {
 }
 
 // Reads the documents a -f names: a file, or every *.yaml/*.yml in a folder (sorted).
-base::Result<Json> ReadFiles(const std::vector<std::string>& paths) {
-  Json files = Json::array();
-  for (const std::string& p : paths) {
-    std::vector<std::string> names;
-    std::error_code ec;
-    if (std::filesystem::is_directory(p, ec)) {
-      for (const auto& entry : std::filesystem::directory_iterator(p, ec)) {
-        const std::string ext = entry.path().extension().string();
-        if (entry.is_regular_file() && (ext == ".yaml" || ext == ".yml")) {
-          names.push_back(entry.path().string());
-        }
-      }
-      std::sort(names.begin(), names.end());
-      if (names.empty()) return base::Status::Invalid(p + ": no .yaml or .yml files");
-    } else {
-      names.push_back(p);
-    }
-    for (const std::string& name : names) {
-      std::ifstream in(name);
-      if (!in) return base::Status::Invalid(name + ": cannot read");
-      std::stringstream text;
-      text << in.rdbuf();
-      files.push_back({{"name", name}, {"content", text.str()}});
-    }
-  }
-  return files;
-}
 
 // A field's value in a plan: JSON, compact; absent as "(none)".
 std::string FieldValue(const Json& v) { return v.is_null() ? "(none)" : v.dump(); }
@@ -333,6 +306,34 @@ int Watch(Context& c, const WatchArgs& w) {
 }
 
 }  // namespace
+
+base::Result<Json> ReadFiles(const std::vector<std::string>& paths) {
+  Json files = Json::array();
+  for (const std::string& p : paths) {
+    std::vector<std::string> names;
+    std::error_code ec;
+    if (std::filesystem::is_directory(p, ec)) {
+      for (const auto& entry : std::filesystem::directory_iterator(p, ec)) {
+        const std::string ext = entry.path().extension().string();
+        if (entry.is_regular_file() && (ext == ".yaml" || ext == ".yml")) {
+          names.push_back(entry.path().string());
+        }
+      }
+      std::sort(names.begin(), names.end());
+      if (names.empty()) return base::Status::Invalid(p + ": no .yaml or .yml files");
+    } else {
+      names.push_back(p);
+    }
+    for (const std::string& name : names) {
+      std::ifstream in(name);
+      if (!in) return base::Status::Invalid(name + ": cannot read");
+      std::stringstream text;
+      text << in.rdbuf();
+      files.push_back({{"name", name}, {"content", text.str()}});
+    }
+  }
+  return files;
+}
 
 int Login(Context& c, bool save) {
   int code = 0;

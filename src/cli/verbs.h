@@ -131,6 +131,9 @@ bool JobId(Context& c, const std::string& text);
 std::string JobPath(const std::string& text, const std::string& sub = "");
 int Top(Context& c);
 int Quota(Context& c, const std::string& scope);
+// The YAML files and folders of them that plan and apply send: [{name, content}], in the order
+// given, a folder's files by name.
+base::Result<Json> ReadFiles(const std::vector<std::string>& paths);
 int Plan(Context& c, const ConfigFlags& f);
 int Apply(Context& c, const ConfigFlags& f);
 int Rollback(Context& c, int64_t to);

@@ -431,4 +431,45 @@ std::optional<JobDocument> ValidateJobDocument(const SourceDoc& src, ErrorList* 
   return job;
 }
 
+Cluster ClusterOfSpec(const std::string& name, const Json& spec) {
+  Cluster c;
+  c.name = name;
+  c.kind = spec.value("type", "on-prem") == "cloud" ? SiteKind::kCloud : SiteKind::kOnPrem;
+  c.region = spec.value("region", "");
+  const std::string backend = spec.value("backend", "agent");
+  c.backend = backend == "slurm"        ? Backend::kSlurm
+              : backend == "kubernetes" ? Backend::kKubernetes
+                                        : Backend::kAgent;
+  if (spec.contains("prices")) {
+    for (const auto& [model, price] : spec.at("prices").items()) {
+      c.price_per_gpu_hour[model] = price.get<double>();
+    }
+  }
+  if (spec.contains("datasets")) {
+    for (const Json& d : spec.at("datasets")) c.datasets.push_back(d.get<std::string>());
+  }
+  return c;
+}
+
+Node DeclaredPoolNode(const std::string& pool, const Json& spec, int64_t i) {
+  const int64_t gpus = spec.value("gpusPerNode", 0);
+  const int64_t rack_size = spec.value("rackSize", 0);
+  const int64_t domain_size = spec.value("nvlinkDomainSize", 0);
+  Node n;
+  n.name = pool + "-" + std::to_string(i);
+  n.cluster = spec.value("cluster", "");
+  n.pool = pool;
+  n.rack = pool + "-r" + std::to_string(rack_size > 0 ? i / rack_size : 0);
+  n.cpu_milli = spec.value("cpuMilli", 64000);
+  n.memory_mib = spec.value("memoryMib", 512 * 1024);
+  for (int64_t g = 0; g < gpus; ++g) {
+    GpuDevice d;
+    d.uuid = "GPU-" + n.name + "-" + std::to_string(g);
+    d.model = spec.value("gpuModel", "");
+    d.nvlink_domain = domain_size > 0 ? static_cast<int>(g / domain_size) : 0;
+    n.gpus.push_back(d);
+  }
+  return n;
+}
+
 }  // namespace meridian::domain

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "domain/cluster.h"
 #include "domain/job_spec.h"
 #include "domain/spec.h"
 
@@ -32,6 +33,14 @@ std::optional<Document> ValidateDocument(const SourceDoc& source, ErrorList* err
 // Checks a whole desired state: names unique per kind, references to organizations, teams,
 // projects and clusters that exist in it, at most one Policy (named "default").
 void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors);
+
+// A Cluster document's spec (canonical form) as the scheduler's cluster named `name`.
+Cluster ClusterOfSpec(const std::string& name, const Json& spec);
+
+// Node `i` of a NodePool that declares its nodes (`nodes: N`), from the pool's spec in canonical
+// form: "<pool>-<i>", racks of rackSize nodes, NVLink domains of nvlinkDomainSize GPUs. The
+// pool's labels, taints and purpose are the estate's to give (its nodes and agents' alike).
+Node DeclaredPoolNode(const std::string& pool, const Json& spec, int64_t i);
 
 // A job as submitted: {kind: Job (optional), metadata: {name, project}, spec: {...}}. The
 // canonical form keeps metadata and spec. References (project, priority class) are checked by

@@ -55,8 +55,10 @@ TEST_F(ControlPlane, TheServerAndTheReplayMakeTheSameDecisions) {
   }
   auto estate = BuildEstate(docs);
   ASSERT_TRUE(estate.ok());
-  sim::ReplayCluster cluster{
-      (*estate)->clusters, (*estate)->nodes, {{"p1", "lab", 1, 0, -1}, {"p2", "lab", 2, 0, -1}}};
+  sim::ReplayCluster cluster;
+  cluster.clusters = (*estate)->clusters;
+  cluster.nodes = (*estate)->nodes;
+  cluster.projects = {{"p1", "lab", 1, 0, -1}, {"p2", "lab", 2, 0, -1}};
   auto replay = sim::ReplayFirstCycle(cluster, replay_jobs, {});
   ASSERT_TRUE(replay.ok()) << replay.status().message();
   EXPECT_GE(server.size(), 4u) << "a cycle that places little compares little";

@@ -4,6 +4,7 @@
 
 #include "api/job_life.h"
 #include "domain/agent_timing.h"
+#include "domain/documents.h"
 #include "domain/gpu_model.h"
 #include "domain/job.h"
 #include "domain/node_ops.h"
@@ -42,55 +43,12 @@ domain::Node NodeOfObject(const store::Object& o) {
 
 namespace {
 
-domain::Cluster ClusterOf(const store::Object& o) {
-  domain::Cluster c;
-  c.name = o.name;
-  c.kind = o.spec.value("type", "on-prem") == "cloud" ? domain::SiteKind::kCloud
-                                                      : domain::SiteKind::kOnPrem;
-  c.region = o.spec.value("region", "");
-  const std::string backend = o.spec.value("backend", "agent");
-  c.backend = backend == "slurm"        ? domain::Backend::kSlurm
-              : backend == "kubernetes" ? domain::Backend::kKubernetes
-                                        : domain::Backend::kAgent;
-  if (o.spec.contains("prices")) {
-    for (const auto& [model, price] : o.spec.at("prices").items()) {
-      c.price_per_gpu_hour[model] = price.get<double>();
-    }
-  }
-  if (o.spec.contains("datasets")) {
-    for (const Json& d : o.spec.at("datasets")) c.datasets.push_back(d.get<std::string>());
-  }
-  return c;
-}
-
-// Node `i` of a pool: "<pool>-<i>", racks of rackSize nodes, NVLink domains of nvlinkDomainSize
-// GPUs.
-domain::Node PoolNode(const store::Object& pool, int64_t i) {
-  const Json& s = pool.spec;
-  const int64_t gpus = s.value("gpusPerNode", 0);
-  const int64_t rack_size = s.value("rackSize", 0);
-  const int64_t domain_size = s.value("nvlinkDomainSize", 0);
-  domain::Node n;
-  n.name = pool.name + "-" + std::to_string(i);
-  n.cluster = s.value("cluster", "");
-  n.pool = pool.name;
-  n.rack = pool.name + "-r" + std::to_string(rack_size > 0 ? i / rack_size : 0);
-  n.cpu_milli = s.value("cpuMilli", 64000);
-  n.memory_mib = s.value("memoryMib", 512 * 1024);
-  for (int64_t g = 0; g < gpus; ++g) {
-    domain::GpuDevice d;
-    d.uuid = "GPU-" + n.name + "-" + std::to_string(g);
-    d.model = s.value("gpuModel", "");
-    d.nvlink_domain = domain_size > 0 ? static_cast<int>(g / domain_size) : 0;
-    n.gpus.push_back(d);
-  }
-  return n;
-}
-
 // The nodes a pool declares (`nodes: N`), which no agent runs.
 void AddPoolNodes(const store::Object& pool, std::vector<domain::Node>* nodes) {
   const int64_t count = pool.spec.value("nodes", 0);
-  for (int64_t i = 0; i < count; ++i) nodes->push_back(PoolNode(pool, i));
+  for (int64_t i = 0; i < count; ++i) {
+    nodes->push_back(domain::DeclaredPoolNode(pool.name, pool.spec, i));
+  }
 }
 
 PoolTraits TraitsOf(const store::Object& pool) {
@@ -261,7 +219,7 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
   for (const store::Object& o : objects) {
     if (o.kind != "Cluster") continue;
     Guarded(o, e.get(), [&] {
-      e->clusters.push_back(ClusterOf(o));
+      e->clusters.push_back(domain::ClusterOfSpec(o.name, o.spec));
       clusters.insert(o.name);
     });
   }
@@ -278,7 +236,7 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
       Guarded(o, e.get(), [&] {
         if (!in_known_cluster(o, "the pool's nodes are")) return;
         AddPoolNodes(o, &e->nodes);
-        e->pool_shapes.push_back(PoolNode(o, 0));
+        e->pool_shapes.push_back(domain::DeclaredPoolNode(o.name, o.spec, 0));
         origin.resize(e->nodes.size(), {o.kind, o.name});
         e->pool_traits[o.name] = TraitsOf(o);
       });

@@ -73,6 +73,8 @@ base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<R
   if (!snapshot.ok()) return snapshot.status();
   auto order = PolicyOptions(options.policy);
   if (!order.ok()) return order.status();
+  if (options.preemption) order->preemption = *options.preemption;
+  if (options.backfill) order->backfill = *options.backfill;
 
   Setup out;
   sched::QuotaTree quotas;
@@ -90,7 +92,11 @@ base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<R
     }
     projects[p.name] = static_cast<int32_t>(out.projects.size());
     out.leaf_of_project.push_back(leaf);
-    out.projects.push_back({p.name, p.weight, p.guaranteed_gpus, 0, 0, 0, 0});
+    ProjectStats stats;
+    stats.name = p.name;
+    stats.weight = p.weight;
+    stats.guaranteed_gpus = p.guaranteed_gpus;
+    out.projects.push_back(std::move(stats));
   };
   for (const ReplayProject& p : cluster.projects) add_project(p);
   std::vector<sched::TaskSpec> all_tasks;
@@ -399,16 +405,26 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   if (options.progress) options.progress(1.0);
 
   std::vector<double> jct, delay;
+  std::vector<std::vector<double>> project_jct(n_projects), project_delay(n_projects);
   double last_end = first;
   for (size_t i = 0; i < jobs.size(); ++i) {
+    const auto p = static_cast<size_t>(setup->project_of_job[i]);
+    ++res.projects[p].jobs;
     if (st[i].end < 0) continue;
+    ++res.projects[p].completed;
     jct.push_back(st[i].end - jobs[i].submit_time);
     delay.push_back(st[i].first_start - jobs[i].submit_time);
+    project_jct[p].push_back(jct.back());
+    project_delay[p].push_back(delay.back());
     last_end = std::max(last_end, st[i].end);
   }
   res.never_started = res.jobs - res.completed;
   res.jct = Summarise(jct);
   res.queueing_delay = Summarise(delay);
+  for (size_t p = 0; p < n_projects; ++p) {
+    res.projects[p].jct = Summarise(std::move(project_jct[p]));
+    res.projects[p].queueing_delay = Summarise(std::move(project_delay[p]));
+  }
   res.makespan = last_end - first;
   const double capacity_time = res.total_gpus * std::max(res.makespan, 1e-9);
   res.utilization = res.makespan > 0 ? res.utilization / capacity_time : 0;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,11 +26,11 @@ struct ReplayOptions {
   // seconds (an IdlePolicy's idleFor plus its grace) is stopped and leaves, its GPUs free for
   // the queue. 0: off.
   double reclaim_idle_after = 0;
+  // A live Policy's switches over the queue order's own (a what-if of the live estate runs its
+  // queue order with its preemption and backfill, src/sim/history.h); unset: the order's.
+  std::optional<bool> preemption;
+  std::optional<bool> backfill;
   std::function<void(double done)> progress;  // fraction of jobs arrived; may be empty
-};
-
-struct Percentiles {
-  double mean = 0, p50 = 0, p95 = 0, p99 = 0;
 };
 
 struct ReplaySample {
@@ -40,6 +41,10 @@ struct ReplaySample {
   std::vector<double> project_gpus;  // GPUs held per project
 };
 
+struct Percentiles {
+  double mean = 0, p50 = 0, p95 = 0, p99 = 0;
+};
+
 struct ProjectStats {
   std::string name;
   double weight = 1;
@@ -48,6 +53,10 @@ struct ProjectStats {
   double mean_gpus = 0;    // over the makespan
   double share = 0;        // of all GPU-hours delivered
   double quota_share = 0;  // its guarantee as a share of all guarantees (0 when none)
+  int64_t jobs = 0;
+  int64_t completed = 0;
+  Percentiles jct;             // seconds, its completed jobs
+  Percentiles queueing_delay;  // seconds from submission to first start
 };
 
 struct ReplayResult {
@@ -89,8 +98,8 @@ base::Result<std::map<int64_t, std::vector<std::string>>> ReplayFirstCycle(
     const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs, const ReplayOptions& options);
 
 // Every policy on the same jobs, side by side, one thread each; with `reclaim_idle_after` > 0,
-// each policy again with idle reclamation ("meridian+reclaim"), so that the report shows its gain. `progress` (may be empty) is
-// called, serialised, with the fraction done by the slowest policy.
+// each policy again with idle reclamation ("meridian+reclaim"), so that the report shows its gain.
+// `progress` (may be empty) is called, serialised, with the fraction done by the slowest policy.
 std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
                                                    const std::vector<ReplayJob>& jobs,
                                                    const std::vector<std::string>& policies,

@@ -29,7 +29,10 @@ void ReadNodeGroup(const domain::SourceDoc& doc, const Json& g, const std::strin
   const int64_t domain_size = r.Int("nvlink_domain_size", 0, 64, 0);
   const int64_t rack_size = r.Int("rack_size", 1, 100000, 8);
   const std::map<std::string, std::string> labels = r.StringMap("labels");
+  const std::string pool = r.String("pool", false);
+  const bool declared = r.Bool("declared", false);
   if (gpus > 0 && model.empty()) r.Error("model", "is required with gpus");
+  if (declared && pool.empty()) r.Error("declared", "needs pool: the node pool that declares it");
   r.Finish();
   if (errors->size() != before) return;
   for (int64_t i = 0; i < count; ++i) {
@@ -40,6 +43,8 @@ void ReadNodeGroup(const domain::SourceDoc& doc, const Json& g, const std::strin
     n.cpu_milli = cpu;
     n.memory_mib = mem;
     n.labels = labels;
+    n.pool = pool;
+    if (declared) out->declared.insert(n.name);
     for (int64_t k = 0; k < gpus; ++k) {
       domain::GpuDevice d;
       d.uuid = "GPU-" + n.name + "-" + std::to_string(k);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,9 @@ struct ReplayCluster {
   std::vector<domain::Cluster> clusters;
   std::vector<domain::Node> nodes;
   std::vector<ReplayProject> projects;
+  // Nodes that a node pool declares (`nodes: N`), which a what-if resizes with the pool; the
+  // others are agents' nodes, kept as they are (src/sim/history.h).
+  std::set<std::string> declared;
 };
 
 // One job of a replay: `tasks` replicas of the same request, run for `duration` seconds.
