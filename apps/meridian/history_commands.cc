@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -12,7 +13,6 @@
 
 #include "apps/meridian/commands.h"
 #include "base/duration.h"
-#include "base/strings.h"
 #include "domain/documents.h"
 #include "sim/history.h"
 
@@ -63,10 +63,9 @@ Result<Json> LiveDocuments(const Client& client) {
 // (7d, 36h) meaning that long before now.
 Result<double> ParseWhen(const std::string& flag, const std::string& text, double now) {
   if (text.empty()) return Status::Invalid(flag + ": empty");
-  long long unix_seconds = 0;
-  if (meridian::base::ParseInt64(text, &unix_seconds) && unix_seconds >= 1'000'000'000) {
-    return static_cast<double>(unix_seconds);
-  }
+  char* end = nullptr;
+  const double unix_seconds = std::strtod(text.c_str(), &end);
+  if (end && *end == '\0' && unix_seconds >= 1e9) return unix_seconds;
   for (const char* format : {"%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"}) {
     struct tm tm = {};
     const char* end = strptime(text.c_str(), format, &tm);
@@ -121,14 +120,30 @@ int RunExport(const ExportFlags& f) {
   live.jobs = std::move(*jobs);
   auto trace = meridian::sim::TraceOfHistory(live, *from, to, now);
   if (!trace.ok()) return Fail(trace.status());
+  // Jobs are listed as the caller may read them: anyone but an admin sees part of the load.
+  auto me = client.Call("GET", "/api/v1/whoami");
+  bool admin = false;
+  if (me.ok() && me->status == 200) {
+    for (const Json& r : me->body.value("roles", Json::array())) {
+      admin = admin || r.value("role", "") == "admin";
+    }
+  }
+  if (!admin) {
+    trace->notes.push_back(
+        "only the jobs of the projects you may read are in the trace; the "
+        "others' load on the estate is not");
+  }
   std::error_code ec;
   std::filesystem::create_directories(f.out, ec);
   if (ec) return Fail(Status::Invalid(f.out + ": " + ec.message()));
   const std::string cluster = (std::filesystem::path(f.out) / "cluster.yaml").string();
   const std::string jobs_csv = (std::filesystem::path(f.out) / "jobs.csv").string();
+  std::string notes;
+  for (const std::string& note : trace->notes) notes += note + "\n";
   for (const auto& [path, text] :
        {std::pair{cluster, meridian::sim::ReplayClusterYaml(trace->cluster)},
-        std::pair{jobs_csv, meridian::sim::ReplayJobsCsv(trace->jobs)}}) {
+        std::pair{jobs_csv, meridian::sim::ReplayJobsCsv(trace->jobs)},
+        std::pair{(std::filesystem::path(f.out) / "notes.txt").string(), notes}}) {
     if (Status s = WriteFile(path, text); !s.ok()) return Fail(s);
   }
   std::cout << "wrote " << jobs_csv << " (" << trace->jobs.size() << " jobs) and " << cluster
@@ -186,6 +201,20 @@ int RunWhatIf(meridian::cli::Context& c, const meridian::cli::ConfigFlags& f,
   const Json proposed = meridian::sim::ProposedDocuments(*live, *changes, f.prune);
   const meridian::sim::ReplaySetup now = meridian::sim::SetupOfDocuments(*cluster, *live);
   const meridian::sim::ReplaySetup then = meridian::sim::SetupOfDocuments(*cluster, proposed);
+  // -o json or yaml: the plan's changes go into the one object, and the server checks the files
+  // before anything is replayed.
+  const bool structured = c.output == "json" || c.output == "yaml";
+  Json changes_planned = Json::array();
+  if (structured) {
+    const Json body = {{"files", *files}, {"prune", f.prune}};
+    auto plan = c.client.Call("POST", "/api/v1/config/plan", &body);
+    if (!plan.ok()) return Fail(plan.status());
+    if (plan->status != 200) {
+      c.err << "meridian: " << meridian::cli::ErrorMessage(*plan) << "\n";
+      return meridian::cli::ExitCodeFor(plan->status);
+    }
+    changes_planned = plan->body.value("changes", Json::array());
+  }
 
   c.err << "what-if: replaying " << jobs->size() << " jobs of " << trace_dir
         << " under the live and the proposed documents\n";
@@ -218,22 +247,20 @@ int RunWhatIf(meridian::cli::Context& c, const meridian::cli::ConfigFlags& f,
   for (const auto& r : results) {
     if (!r.ok()) return Fail(r.status());
   }
+  // The trace's own notes (what the export approximated), then the documents'.
   std::vector<std::string> notes;
+  std::ifstream trace_notes(fs::path(trace_dir) / "notes.txt");
+  for (std::string line; std::getline(trace_notes, line);) {
+    if (!line.empty()) notes.push_back(line);
+  }
   for (const auto* s : setups) {
     for (const std::string& n : s->notes) {
       if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
     }
   }
-  if (c.output == "json" || c.output == "yaml") {  // JSON is YAML
+  if (structured) {  // JSON, which is YAML too
     Json out = meridian::sim::WhatIfJson(*results[0], *results[1]);
-    const Json body = {{"files", *files}, {"prune", f.prune}};
-    auto plan = c.client.Call("POST", "/api/v1/config/plan", &body);
-    if (!plan.ok()) return Fail(plan.status());
-    if (plan->status != 200) {
-      c.err << "meridian: " << meridian::cli::ErrorMessage(*plan) << "\n";
-      return meridian::cli::ExitCodeFor(plan->status);
-    }
-    out["changes"] = plan->body.value("changes", Json::array());
+    out["changes"] = changes_planned;
     out["trace"] = trace_dir;
     out["notes"] = notes;
     c.out << out.dump(2) << "\n";

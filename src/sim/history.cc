@@ -38,13 +38,11 @@ domain::Node PoolNode(const std::string& pool, const Json& spec, int64_t i) {
 }
 
 // Projects (team, weight) and their project-level quotas without a GPU model, which is what a
-// replay's tenancy holds (docs/replay-format.md). Returns false when there is no Project.
-bool ProjectsOfDocuments(const Json& documents, std::vector<ReplayProject>* out,
-                         std::vector<std::string>* notes) {
-  const auto projects = OfKind(documents, "Project");
-  if (projects.empty()) return false;
+// replay's tenancy holds (docs/replay-format.md).
+std::vector<ReplayProject> ProjectsOfDocuments(const Json& documents,
+                                               std::vector<std::string>* notes) {
   std::map<std::string, ReplayProject> by_name;
-  for (const auto& [name, spec] : projects) {
+  for (const auto& [name, spec] : OfKind(documents, "Project")) {
     ReplayProject p;
     p.name = name;
     p.team = spec->value("team", "");
@@ -68,8 +66,15 @@ bool ProjectsOfDocuments(const Json& documents, std::vector<ReplayProject>* out,
   }
   if (above) notes->push_back("quotas of teams and organizations are not replayed");
   if (by_model) notes->push_back("quotas of one GPU model are not replayed");
-  for (auto& [name, p] : by_name) out->push_back(std::move(p));
-  return true;
+  std::vector<ReplayProject> out;
+  for (auto& [name, p] : by_name) out.push_back(std::move(p));
+  return out;
+}
+
+// A time of a job's status: Unix seconds, or -1 when absent or not a number.
+double StatusTime(const Json& status, const char* key) {
+  auto it = status.find(key);
+  return it != status.end() && it->is_number() ? it->get<double>() : -1;
 }
 
 std::string Number(double v) {
@@ -87,7 +92,9 @@ base::Result<HistoryTrace> TraceOfHistory(const LiveState& live, double from, do
                                           double now) {
   if (to <= 0) to = now;
   if (to <= from) {
-    return base::Status::Invalid("--to: must be after --from (" + Number(from) + ")");
+    return base::Status::Invalid("the window is empty: --from (" + Number(from) +
+                                 ") is not before --to (" + Number(to) +
+                                 ", which is now when not given)");
   }
   HistoryTrace out;
   out.origin = from;
@@ -117,26 +124,43 @@ base::Result<HistoryTrace> TraceOfHistory(const LiveState& live, double from, do
   }
   if (out.cluster.nodes.empty()) return base::Status::Invalid("the estate has no nodes");
   for (auto& [name, c] : clusters) out.cluster.clusters.push_back(std::move(c));
-  ProjectsOfDocuments(live.documents, &out.cluster.projects, &out.notes);
+  out.cluster.projects = ProjectsOfDocuments(live.documents, &out.notes);
 
   std::map<std::string, int32_t> priority_of;
   for (const auto& [name, spec] : OfKind(live.documents, "PriorityClass")) {
     priority_of[name] = spec->value("value", 0);
   }
   bool mig = false, running = false, unran = false;
+  int64_t undecoded = 0, before = 0, constrained = 0;
+  const Json no_status = Json::object();
   for (const Json& j : live.jobs) {
-    const Json& st = j.at("status");
-    const double submitted = st.value("submittedAt", 0.0);
+    const Json& st =
+        j.contains("status") && j.at("status").is_object() ? j.at("status") : no_status;
+    const double submitted = StatusTime(st, "submittedAt");
+    const double started = StatusTime(st, "startedAt");
+    const double finished = StatusTime(st, "finishedAt");
+    if (submitted < from && started >= 0 && started < from && (finished < 0 || finished > from)) {
+      ++before;  // held GPUs when the window opened
+    }
     if (submitted < from || submitted >= to) continue;
+    if (!j.contains("spec") || !j.contains("id") || !j.at("id").is_number_integer()) {
+      ++undecoded;
+      continue;
+    }
     auto spec = domain::DecodeJobSpec(j.at("spec"));
     if (!spec.ok()) {
-      return base::Status::Invalid("job " + std::to_string(j.value("id", int64_t{0})) + ": " +
-                                   spec.status().message());
+      ++undecoded;
+      continue;
+    }
+    if (!spec->node_selector.empty() || !spec->tolerations.empty() || !spec->clusters.empty()) {
+      ++constrained;
     }
     ReplayJob r;
     r.id = j.value("id", int64_t{0});
     r.submit_time = submitted - from;
-    r.project = j.at("metadata").value("project", "default");
+    r.project = j.contains("metadata") && j.at("metadata").is_object()
+                    ? j.at("metadata").value("project", "default")
+                    : "default";
     r.tasks = spec->tasks;
     r.cpu_milli = spec->cpu_milli;
     r.memory_mib = spec->memory_mib;
@@ -163,10 +187,9 @@ base::Result<HistoryTrace> TraceOfHistory(const LiveState& live, double from, do
         mig = true;
         break;
     }
-    if (st.contains("startedAt")) {
-      const double started = st.at("startedAt").get<double>();
-      const double ended = st.contains("finishedAt") ? st.at("finishedAt").get<double>() : now;
-      running = running || !st.contains("finishedAt");
+    if (started >= 0) {
+      const double ended = finished >= 0 ? finished : now;
+      running = running || finished < 0;
       r.duration = std::max(0.0, std::min(ended, now) - started);
     } else if (r.runtime_limit > 0 || r.runtime_estimate > 0) {
       const std::string phase = st.value("phase", "");
@@ -191,6 +214,20 @@ base::Result<HistoryTrace> TraceOfHistory(const LiveState& live, double from, do
     out.notes.push_back(
         "jobs that have not run are replayed with their runtime limit, or else "
         "their estimate");
+  }
+  if (before > 0) {
+    out.notes.push_back(std::to_string(before) +
+                        " job(s) submitted before the window still held GPUs when it opened: "
+                        "the replay starts on an empty estate");
+  }
+  if (constrained > 0) {
+    out.notes.push_back(std::to_string(constrained) +
+                        " job(s) name node selectors, tolerations or clusters, which are not "
+                        "replayed");
+  }
+  if (undecoded > 0) {
+    out.notes.push_back(std::to_string(undecoded) +
+                        " job(s) left out: their stored spec no longer reads");
   }
   if (out.left_out > 0) {
     out.notes.push_back(std::to_string(out.left_out) +
@@ -262,8 +299,7 @@ std::string ReplayJobsCsv(const std::vector<ReplayJob>& jobs) {
 ReplaySetup SetupOfDocuments(const ReplayCluster& trace, const Json& documents) {
   ReplaySetup out;
   out.cluster = trace;
-  std::vector<ReplayProject> projects;
-  if (ProjectsOfDocuments(documents, &projects, &out.notes)) out.cluster.projects = projects;
+  out.cluster.projects = ProjectsOfDocuments(documents, &out.notes);
   // Clusters: the documents' prices and kinds; those only the trace knows stay.
   for (const auto& [name, spec] : OfKind(documents, "Cluster")) {
     domain::Cluster c = domain::ClusterOfSpec(name, *spec);
@@ -292,13 +328,25 @@ ReplaySetup SetupOfDocuments(const ReplayCluster& trace, const Json& documents) 
   }
   out.cluster.nodes = std::move(nodes);
   const auto policies = OfKind(documents, "Policy");
-  if (auto p = policies.find("default"); p != policies.end()) {
-    out.options.policy = p->second->value("queueOrder", "meridian");
-    out.options.preemption = p->second->value("preemption", true);
-    out.options.backfill = p->second->value("backfill", true);
-  } else {
-    out.options.preemption = true;
-    out.options.backfill = true;
+  // The Policy's fields as the server reads them (server/estate.cc, ApplyPolicy). Documents are
+  // in canonical form, every field present; without a Policy the replay's defaults are the
+  // scheduler's, as the server's are.
+  static const Json kNoPolicy = Json::object();
+  auto p = policies.find("default");
+  const Json& policy = p != policies.end() ? *p->second : kNoPolicy;
+  out.options.policy = policy.value("queueOrder", "meridian");
+  if (policy.contains("preemption")) out.options.preemption = policy.at("preemption").get<bool>();
+  if (policy.contains("backfill")) out.options.backfill = policy.at("backfill").get<bool>();
+  for (const auto& [key, field] :
+       {std::pair{"fairShareHalfLife", &out.options.fair_share_half_life},
+        std::pair{"reserveAfter", &out.options.reserve_after},
+        std::pair{"starvationHorizon", &out.options.starvation_horizon}}) {
+    if (policy.contains(key) && policy.at(key).is_number()) *field = policy.at(key).get<double>();
+  }
+  const std::string placement = policy.value("placement", "meridian");
+  if (placement != "meridian") {
+    out.notes.push_back("the Policy's placement \"" + placement +
+                        "\" is not replayed: jobs are placed as meridian places them");
   }
   return out;
 }
@@ -401,14 +449,17 @@ Json WhatIfJson(const ReplayResult& current, const ReplayResult& proposed) {
 
 std::string WhatIfTable(const ReplayResult& current, const ReplayResult& proposed) {
   std::vector<std::vector<std::string>> rows = {
-      {"project", "jobs", "mean JCT", "p95 JCT", "mean wait", "p95 wait", "GPU share"}};
+      {"project", "jobs run", "mean JCT", "p95 JCT", "mean wait", "p95 wait", "GPU share"}};
   const ProjectStats none;
   for (const std::string& name : ProjectNames(current, proposed)) {
     const ProjectStats& a = Find(current, name) ? *Find(current, name) : none;
     const ProjectStats& b = Find(proposed, name) ? *Find(proposed, name) : none;
     char share[64];
     std::snprintf(share, sizeof share, "%.0f%% -> %.0f%%", 100 * a.share, 100 * b.share);
-    rows.push_back({name, std::to_string(std::max(a.jobs, b.jobs)),
+    // Figures are of the jobs that ran: how many did says what they leave out.
+    rows.push_back({name,
+                    std::to_string(a.completed) + " -> " + std::to_string(b.completed) + " of " +
+                        std::to_string(std::max(a.jobs, b.jobs)),
                     Change(a.jct.mean, b.jct.mean, true), Change(a.jct.p95, b.jct.p95, true),
                     Change(a.queueing_delay.mean, b.queueing_delay.mean, true),
                     Change(a.queueing_delay.p95, b.queueing_delay.p95, true), share});

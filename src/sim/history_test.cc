@@ -128,6 +128,35 @@ TEST(History, AWindowWithNothingThatRanIsAnErrorThatSaysSo) {
   EXPECT_NE(backwards.status().message().find("--to"), std::string::npos);
 }
 
+// What a store written by hand or by another version may hold: a null time, a spec that no longer
+// reads, a job without one. Each is left out and said, never the end of the export.
+TEST(History, JobsThatDoNotReadAreLeftOutAndCountedNotFatal) {
+  LiveState live = Live();
+  live.jobs.push_back(
+      JobJson(7, "nlp", {{"command", Command()}, {"gpus", 1}},
+              {{"phase", "Running"}, {"submittedAt", kT0 + 20}, {"startedAt", nullptr}}));
+  live.jobs.push_back(JobJson(8, "nlp", {{"command", Command()}, {"gpus", "many"}},
+                              {{"phase", "Succeeded"},
+                               {"submittedAt", kT0 + 30},
+                               {"startedAt", kT0 + 31},
+                               {"finishedAt", kT0 + 40}}));
+  live.jobs.push_back({{"id", 9}, {"status", {{"submittedAt", kT0 + 40}}}});
+  auto trace = TraceOfHistory(live, kT0, 0, kT0 + 10000);
+  ASSERT_TRUE(trace.ok()) << trace.status().message();
+  EXPECT_EQ(trace->jobs.size(), 3u);  // those of Live() that ran or have a limit
+  const std::string notes = [&] {
+    std::string all;
+    for (const std::string& n : trace->notes) all += n + "\n";
+    return all;
+  }();
+  EXPECT_NE(notes.find("2 job(s) left out: their stored spec no longer reads"), std::string::npos)
+      << notes;
+  // Job 7 has no start to read and nothing says how long it would run.
+  EXPECT_EQ(trace->left_out, 3);
+  EXPECT_NE(notes.find("1 job(s) submitted before the window still held GPUs"), std::string::npos)
+      << notes;  // job 6 ran from before kT0 to after it
+}
+
 TEST(History, TheWrittenTraceIsReadBackAsItWasWritten) {
   auto trace = TraceOfHistory(Live(), kT0, 0, kT0 + 10000);
   ASSERT_TRUE(trace.ok());
@@ -177,7 +206,7 @@ TEST(History, ProposedDocumentsResizePoolsAndChangeTenantsAndPolicyButKeepAgents
   EXPECT_EQ(now.options.preemption, false);
   EXPECT_EQ(then.options.policy, "sjf");
   EXPECT_EQ(then.options.backfill, false);
-  EXPECT_EQ(then.options.preemption, true);  // the proposed Policy leaves it at its default
+  EXPECT_FALSE(then.options.preemption.has_value());  // left out: the queue order's own
   ASSERT_EQ(now.cluster.nodes.size(), 2u);
   ASSERT_EQ(then.cluster.nodes.size(), 4u);  // agent-0 and three declared nodes of 4 GPUs
   EXPECT_EQ(then.cluster.nodes[0].name, "agent-0");
@@ -188,10 +217,10 @@ TEST(History, ProposedDocumentsResizePoolsAndChangeTenantsAndPolicyButKeepAgents
                           [](const ReplayProject& p) { return p.name == "nlp"; });
   ASSERT_NE(nlp, then.cluster.projects.end());
   EXPECT_EQ(nlp->guaranteed_gpus, 2);
-  // With --prune the files are the whole state: no Project left, the trace's projects stay.
+  // With --prune the files are the whole state: no Project, no quota is left.
   const ReplaySetup pruned =
       SetupOfDocuments(trace->cluster, ProposedDocuments(Live().documents, changes, true));
-  EXPECT_EQ(pruned.cluster.projects.size(), trace->cluster.projects.size());
+  EXPECT_TRUE(pruned.cluster.projects.empty());
 }
 
 // Eight GPUs; "big" fills them with ten 1 h jobs at once, "small" then asks for ten 10-minute

@@ -75,6 +75,9 @@ base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<R
   if (!order.ok()) return order.status();
   if (options.preemption) order->preemption = *options.preemption;
   if (options.backfill) order->backfill = *options.backfill;
+  if (options.fair_share_half_life) order->fair_share_half_life = *options.fair_share_half_life;
+  if (options.reserve_after) order->reserve_after = *options.reserve_after;
+  if (options.starvation_horizon) order->starvation_horizon = *options.starvation_horizon;
 
   Setup out;
   sched::QuotaTree quotas;

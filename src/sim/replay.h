@@ -30,6 +30,9 @@ struct ReplayOptions {
   // queue order with its preemption and backfill, src/sim/history.h); unset: the order's.
   std::optional<bool> preemption;
   std::optional<bool> backfill;
+  std::optional<double> fair_share_half_life;
+  std::optional<double> reserve_after;
+  std::optional<double> starvation_horizon;
   std::function<void(double done)> progress;  // fraction of jobs arrived; may be empty
 };
 
