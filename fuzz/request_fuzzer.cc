@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "api/api.h"
 #include "api/auth.h"
+#include "api/json_body.h"
 #include "domain/documents.h"
 #include "protocol/agent_protocol.h"
 

@@ -13,6 +13,7 @@
 
 #include "api/auth.h"
 #include "api/doorbells.h"
+#include "api/json_body.h"
 #include "api/metrics.h"
 #include "api/oidc.h"
 #include "api/rate_limit.h"
@@ -30,18 +31,6 @@ struct Request;
 }  // namespace meridian::net
 
 namespace meridian::api {
-
-// Decodes a request body: JSON nested at most 64 deep, no object with a key twice (a body with
-// two "project" keys means two things; which one wins is a guess, as YAML's rule says). The one
-// decoder of untrusted JSON. A body that is not JSON is refused with a message of our own that
-// says what was found where ("malformed JSON at line 2, column 7 (byte 19): unexpected '}'"),
-// never the parser's exception text; `where`, when given, gets that place (line 0: none).
-struct JsonBodyError {
-  int64_t byte = 0;  // 1-based offset of the byte the parser stopped at
-  int64_t line = 0;
-  int64_t column = 0;
-};
-base::Result<Json> DecodeJsonBody(const std::string& body, JsonBodyError* where = nullptr);
 
 // One sample of the estate, taken every few seconds by the server for the dashboard's charts
 // (GET /api/v1/history).
