@@ -2,7 +2,6 @@
 // trace, and proposed documents replayed on it beside the live ones (src/sim/history.h).
 #include <time.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -12,7 +11,9 @@
 #include <thread>
 
 #include "apps/meridian/commands.h"
+#include "base/clock.h"
 #include "base/duration.h"
+#include "cli/output.h"
 #include "domain/documents.h"
 #include "sim/history.h"
 
@@ -22,10 +23,6 @@ using meridian::base::Result;
 using meridian::base::Status;
 using meridian::cli::Client;
 using meridian::sim::Json;
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // Every item of a listing, page after page.
 Result<Json> Items(const Client& client, const std::string& path) {
@@ -96,7 +93,7 @@ int RunExport(const ExportFlags& f) {
   auto config = GlobalClientConfig();
   if (!config.ok()) return Fail(config.status());
   const Client client(*config);
-  const double now = Now();
+  const double now = meridian::base::SystemClock().Now();
   auto from = ParseWhen("--from", f.from, now);
   if (!from.ok()) return Fail(from.status());
   double to = 0;
@@ -219,7 +216,7 @@ int RunWhatIf(meridian::cli::Context& c, const meridian::cli::ConfigFlags& f,
   c.err << "what-if: replaying " << jobs->size() << " jobs of " << trace_dir
         << " under the live and the proposed documents\n";
   std::mutex mu;
-  std::atomic<int> shown{0};
+  int shown = 0;  // under mu
   double done[2] = {0, 0};
   auto progress = [&](int which) {
     return [&, which](double d) {
@@ -258,17 +255,19 @@ int RunWhatIf(meridian::cli::Context& c, const meridian::cli::ConfigFlags& f,
       if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(n);
     }
   }
-  if (structured) {  // JSON, which is YAML too
+  if (structured) {
     Json out = meridian::sim::WhatIfJson(*results[0], *results[1]);
     out["changes"] = changes_planned;
     out["trace"] = trace_dir;
     out["notes"] = notes;
-    c.out << out.dump(2) << "\n";
+    c.out << (c.output == "yaml" ? meridian::cli::ToYaml(out) : out.dump(2) + "\n");
     return 0;
   }
+  const meridian::sim::WhatIfText text = meridian::sim::WhatIfTable(*results[0], *results[1]);
   c.out << "\nWhat if (" << jobs->size() << " jobs of " << trace_dir
-        << " replayed; live -> proposed):\n"
-        << meridian::sim::WhatIfTable(*results[0], *results[1]);
+        << " replayed; live -> proposed):\n";
+  meridian::cli::Table{text.headers, text.rows}.Print(c.out);
+  c.out << "\n" << text.estate << "\n";
   for (const std::string& n : notes) c.out << "note: " << n << "\n";
   return 0;
 }

@@ -447,9 +447,11 @@ Json WhatIfJson(const ReplayResult& current, const ReplayResult& proposed) {
   return {{"current", estate(current)}, {"proposed", estate(proposed)}, {"projects", projects}};
 }
 
-std::string WhatIfTable(const ReplayResult& current, const ReplayResult& proposed) {
-  std::vector<std::vector<std::string>> rows = {
-      {"project", "jobs run", "mean JCT", "p95 JCT", "mean wait", "p95 wait", "GPU share"}};
+WhatIfText WhatIfTable(const ReplayResult& current, const ReplayResult& proposed) {
+  WhatIfText out;
+  out.headers = {"project",   "jobs run", "mean JCT", "p95 JCT",
+                 "mean wait", "p95 wait", "GPU share"};
+  std::vector<std::vector<std::string>>& rows = out.rows;
   const ProjectStats none;
   for (const std::string& name : ProjectNames(current, proposed)) {
     const ProjectStats& a = Find(current, name) ? *Find(current, name) : none;
@@ -464,24 +466,12 @@ std::string WhatIfTable(const ReplayResult& current, const ReplayResult& propose
                     Change(a.queueing_delay.mean, b.queueing_delay.mean, true),
                     Change(a.queueing_delay.p95, b.queueing_delay.p95, true), share});
   }
-  std::vector<size_t> width(rows.front().size(), 0);
-  for (const auto& r : rows) {
-    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
-  }
-  std::string out;
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t i = 0; i < r.size(); ++i) {
-      line += r[i] + (i + 1 < r.size() ? std::string(width[i] - r[i].size() + 2, ' ') : "");
-    }
-    out += line + "\n";
-  }
-  char tail[512];
+  char estate[512];
   std::snprintf(
-      tail, sizeof tail,
-      "\nestate: GPUs %s -> %s; queue order %s -> %s; utilisation %.1f%% -> %.1f%%; "
+      estate, sizeof estate,
+      "estate: GPUs %s -> %s; queue order %s -> %s; utilisation %.1f%% -> %.1f%%; "
       "mean JCT %s; "
-      "mean wait %s; preemptions %lld -> %lld; never started %lld -> %lld\n",
+      "mean wait %s; preemptions %lld -> %lld; never started %lld -> %lld",
       Number(current.total_gpus).c_str(), Number(proposed.total_gpus).c_str(),
       current.policy.c_str(), proposed.policy.c_str(), 100 * current.utilization,
       100 * proposed.utilization, Change(current.jct.mean, proposed.jct.mean, true).c_str(),
@@ -489,7 +479,8 @@ std::string WhatIfTable(const ReplayResult& current, const ReplayResult& propose
       static_cast<long long>(current.preemptions), static_cast<long long>(proposed.preemptions),
       static_cast<long long>(current.never_started),
       static_cast<long long>(proposed.never_started));
-  return out + tail;
+  out.estate = estate;
+  return out;
 }
 
 }  // namespace meridian::sim

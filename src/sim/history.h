@@ -63,6 +63,12 @@ Json ProposedDocuments(const Json& live, const Json& changes, bool prune);
 // The two replays side by side: per project, jobs, mean and p95 JCT and wait, GPU share; and the
 // estate's utilisation, preemptions and makespan.
 Json WhatIfJson(const ReplayResult& current, const ReplayResult& proposed);
-std::string WhatIfTable(const ReplayResult& current, const ReplayResult& proposed);
+// The same as a table (a row per project, each cell "live -> proposed") and the estate's line.
+struct WhatIfText {
+  std::vector<std::string> headers;
+  std::vector<std::vector<std::string>> rows;
+  std::string estate;
+};
+WhatIfText WhatIfTable(const ReplayResult& current, const ReplayResult& proposed);
 
 }  // namespace meridian::sim

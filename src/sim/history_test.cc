@@ -276,9 +276,10 @@ TEST(History, AQueueOrderProposedForTheTraceShowsItsEffectPerProject) {
   // Shortest first serves it after the big job that runs, and after the big jobs that waited
   // past the Policy's reserveAfter (an hour) and hold a reservation.
   EXPECT_LT(wait_then, wait_now / 2);
-  const std::string table = WhatIfTable(*a, *b);
-  EXPECT_NE(table.find("small"), std::string::npos) << table;
-  EXPECT_NE(table.find("queue order fifo -> sjf"), std::string::npos) << table;
+  const WhatIfText table = WhatIfTable(*a, *b);
+  ASSERT_EQ(table.rows.size(), 2u);
+  EXPECT_EQ(table.rows[1][0], "small");
+  EXPECT_NE(table.estate.find("queue order fifo -> sjf"), std::string::npos) << table.estate;
 }
 
 }  // namespace
