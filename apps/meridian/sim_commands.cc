@@ -25,6 +25,7 @@
 #include "sim/replay.h"
 #include "sim/replay_report.h"
 #include "sim/synthetic.h"
+#include "sim/trace_variants.h"
 
 namespace {
 
@@ -52,7 +53,8 @@ Result<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
 }
 
 struct FgdFlags {
-  std::string nodes, tasks, seeds = "42-51", compare, workload;
+  std::string nodes, tasks, seeds = "42-51", compare, compare_curves, workload, html, write_tasks;
+  meridian::sim::TraceVariant variant;
   std::vector<std::string> policies;
   double inflate = 1.3;
   int threads = 0;
@@ -68,6 +70,19 @@ int RunSimFgd(const FgdFlags& f) {
   if (!nodes.ok()) return Fail(nodes.status());
   auto trace = meridian::sim::ReadAlibabaTasks(f.tasks);
   if (!trace.ok()) return Fail(trace.status());
+  if (f.variant.Any()) {
+    if (!f.compare.empty() || !f.compare_curves.empty()) {
+      return Fail(Status::Invalid(
+          "--compare: the published figures are of the task list as it is, not of a variant"));
+    }
+    trace = meridian::sim::VaryTrace(std::move(*trace), *nodes, f.variant);
+    if (!trace.ok()) return Fail(trace.status());
+  }
+  if (!f.write_tasks.empty()) {
+    std::ofstream out(f.write_tasks);
+    out << meridian::sim::AlibabaTasksCsv(*trace);
+    if (!out) return Fail(Status::Io(f.write_tasks + ": cannot write"));
+  }
   auto snapshot = meridian::sim::SnapshotFromTrace(*nodes);
   if (!snapshot.ok()) return Fail(snapshot.status());
   auto tasks = meridian::sim::TasksFromTrace(*trace, *snapshot);
@@ -81,6 +96,7 @@ int RunSimFgd(const FgdFlags& f) {
     std::string base = f.tasks.substr(f.tasks.find_last_of('/') + 1);
     if (base.rfind("openb_pod_list_", 0) == 0) base = base.substr(15);
     workload = base.substr(0, base.find('.'));
+    if (f.variant.Any()) workload += "+" + f.variant.Name();
   }
   const bool tty = isatty(STDERR_FILENO);
   std::vector<meridian::sim::FgdResult> results;
@@ -98,8 +114,48 @@ int RunSimFgd(const FgdFlags& f) {
     if (!r.ok()) return Fail(r.status());
     results.push_back(std::move(*r));
   }
+  meridian::sim::PublishedCurves curves;
+  if (!f.compare_curves.empty()) {
+    auto c = meridian::sim::ReadPublishedCurves(f.compare_curves, workload);
+    if (!c.ok()) return Fail(c.status());
+    curves = std::move(*c);
+  }
+  if (!f.html.empty()) {
+    std::ofstream out(f.html);
+    out << meridian::sim::FgdHtml(results, curves, "Meridian on the FGD protocol: " + workload);
+    if (!out) return Fail(Status::Io(f.html + ": cannot write"));
+  }
+  // Where each policy is least ahead of FGD (ours, and the published curve) over the arrived
+  // points 50..130%.
+  struct MarginOf {
+    std::string policy, against;
+    meridian::sim::Margin margin;
+  };
+  std::vector<MarginOf> margins;
+  const meridian::sim::FgdResult* fgd = nullptr;
+  for (const auto& r : results) {
+    if (r.policy == "fgd") fgd = &r;
+  }
+  for (const auto& r : results) {
+    if (fgd && &r != fgd) {
+      margins.push_back(
+          {r.policy, "fgd", meridian::sim::LowestMargin(r.curve, fgd->curve, 50, 130)});
+    }
+    if (auto c = curves.find("fgd"); c != curves.end() && r.policy != "fgd") {
+      margins.push_back(
+          {r.policy, "published fgd", meridian::sim::LowestMargin(r.curve, c->second, 50, 130)});
+    }
+  }
   if (f.json) {
-    std::cout << meridian::sim::FgdJson(results, workload).dump(2) << "\n";
+    nlohmann::json j = meridian::sim::FgdJson(results, workload);
+    j["margins"] = nlohmann::json::array();
+    for (const MarginOf& m : margins) {
+      j["margins"].push_back({{"policy", m.policy},
+                              {"against", m.against},
+                              {"gap", m.margin.gap},
+                              {"arrived", m.margin.arrived}});
+    }
+    std::cout << j.dump(2) << "\n";
     return 0;
   }
   meridian::sim::PublishedTable published;
@@ -114,6 +170,12 @@ int RunSimFgd(const FgdFlags& f) {
             << snapshot->TotalGpuMilli() / 1000 << " GPUs, " << tasks.size() << " tasks, inflate "
             << f.inflate << ", " << seeds->size() << " seeds\n";
   meridian::sim::PrintFgdTable(results, have_published ? &published : nullptr, std::cout);
+  for (const MarginOf& m : margins) {
+    if (m.margin.arrived < 0) continue;
+    std::printf("lowest margin of %s over %s, 50-130%% arrived: %+.2f points at %d%%\n",
+                m.policy.c_str(), m.against.c_str(), m.margin.gap, m.margin.arrived);
+  }
+  if (!f.html.empty()) std::cout << "report: " << f.html << "\n";
   return 0;
 }
 
@@ -383,8 +445,30 @@ void AddSimCommands(CLI::App& app, int* rc) {
   fgd_cmd->add_option("--threads", fgd.threads, "worker threads (default: one per core)");
   fgd_cmd->add_option("--compare", fgd.compare,
                       "published summary-allocation.txt to print beside our allocation");
+  fgd_cmd->add_option("--compare-curves", fgd.compare_curves,
+                      "published analysis_allo_discrete.csv: the margin over the published FGD "
+                      "at every arrived point, and its curves in --html");
   fgd_cmd->add_option("--workload", fgd.workload,
                       "workload name in --compare (default: from the task file name)");
+  fgd_cmd->add_option("--html", fgd.html,
+                      "write an HTML report: allocation against arrived, each policy beside the "
+                      "published ones, and the margins over FGD");
+  auto share = [&](const char* flag, std::optional<double>* into, const char* what) {
+    fgd_cmd->add_option_function<double>(
+        flag, [into](double v) { *into = v; }, what);
+  };
+  share("--constrained", &fgd.variant.constrained,
+        "a variant: this share (0..1) of GPU tasks may run only on one family of GPU models, "
+        "drawn in proportion to the family's GPUs");
+  share("--multi-gpu", &fgd.variant.multi_gpu,
+        "a variant: this share of GPU tasks asks for several GPUs (drawn from the list's own)");
+  share("--fractional", &fgd.variant.fractional,
+        "a variant: this share of single-GPU tasks asks for a fraction of a GPU");
+  share("--cpu-only", &fgd.variant.cpu_only,
+        "a variant: this share of all tasks asks for no GPU (CPU-only tasks added or dropped)");
+  fgd_cmd->add_option("--variant-seed", fgd.variant.seed, "seed of the variant's draws (1)");
+  fgd_cmd->add_option("--write-tasks", fgd.write_tasks,
+                      "write the task list used (the variant, when one is asked) as CSV");
   fgd_cmd->add_flag("--json", fgd.json, "print one JSON object");
   fgd_cmd->callback([rc] { *rc = RunSimFgd(fgd); });
 

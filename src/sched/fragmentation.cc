@@ -11,6 +11,14 @@ namespace meridian::sched {
 
 FragmentationModel::FragmentationModel(std::vector<TypicalShape> shapes)
     : shapes_(std::move(shapes)) {
+  double demand = 0;
+  for (const TypicalShape& s : shapes_) demand += s.weight * s.gpu_milli * s.gpu_count;
+  for (const TypicalShape& s : shapes_) {
+    if (s.gpu_count > 1 && demand > 0) {
+      multi_gpu_shapes_.push_back(s);
+      multi_gpu_shapes_.back().weight = s.weight * s.gpu_milli * s.gpu_count / demand;
+    }
+  }
   for (const TypicalShape& s : shapes_) {
     if (s.gpu_milli == 0) {
       cpu_only_weight_ += s.weight;
@@ -58,7 +66,18 @@ FragmentationModel FragmentationModel::FromTasks(const std::vector<TaskSpec>& ta
     covered += static_cast<double>(n);
   }
   for (TypicalShape& s : shapes) s.weight /= covered;
-  return FragmentationModel(std::move(shapes));
+  FragmentationModel model(std::move(shapes));
+  // Every multi-GPU shape, by its share of all the GPU demand.
+  double demand = 0;
+  for (const TaskSpec& t : tasks) demand += static_cast<double>(t.GpuMilliTotal());
+  model.multi_gpu_shapes_.clear();
+  for (const auto& [key, n] : sorted) {
+    const auto& [cpu, milli, count, models] = key;
+    if (count < 2 || demand <= 0) continue;
+    const double weight = static_cast<double>(n) * milli * count / demand;
+    model.multi_gpu_shapes_.push_back({cpu, 0, milli, count, models, weight});
+  }
+  return model;
 }
 
 double FragmentationModel::NodeFragmentation(ModelId model, int64_t cpu_free, int64_t memory_free,

@@ -45,9 +45,14 @@ class FragmentationModel {
   double NodeFragmentation(const Snapshot& s, const NodeState& n) const;
 
   const std::vector<TypicalShape>& shapes() const { return shapes_; }
+  // The shapes that ask for several GPUs, typical or not, each weighted by its share of the
+  // workload's GPU demand. They need idle GPUs of one node together; being rare, they are often
+  // left out of the typical shapes, though their demand is not small.
+  const std::vector<TypicalShape>& multi_gpu_shapes() const { return multi_gpu_shapes_; }
 
  private:
   std::vector<TypicalShape> shapes_;
+  std::vector<TypicalShape> multi_gpu_shapes_;
   // The GPU shapes sorted by milli-GPU, so that a node's GPUs are counted once per distinct
   // milli value rather than once per shape (this is the hot path of the fragmentation scores).
   std::vector<TypicalShape> gpu_shapes_by_milli_;

@@ -1,5 +1,9 @@
 #include "sched/node_index.h"
 
+#include <algorithm>
+
+#include "sched/node_math.h"
+
 namespace meridian::sched {
 
 NodeIndex::NodeIndex(const Snapshot& s) {
@@ -9,7 +13,27 @@ NodeIndex::NodeIndex(const Snapshot& s) {
     if (static_cast<int>(b.whole.size()) < n.gpu_count + 1) b.whole.resize(n.gpu_count + 1);
   }
   where_.resize(s.nodes.size());
-  for (size_t i = 0; i < s.nodes.size(); ++i) Insert(s, static_cast<int32_t>(i));
+  free_by_model_.assign(by_model_.size(), 0);
+  counted_free_.assign(s.nodes.size(), 0);
+  for (size_t i = 0; i < s.nodes.size(); ++i) {
+    Insert(s, static_cast<int32_t>(i));
+    Recount(s, static_cast<int32_t>(i));
+  }
+}
+
+void NodeIndex::Recount(const Snapshot& s, int32_t node) {
+  ++version_;
+  const NodeState& n = s.nodes[node];
+  if (n.model != kNoModel) {
+    if (largest_.size() <= static_cast<size_t>(n.model)) largest_.resize(n.model + 1);
+    Largest& l = largest_[n.model];
+    l.gpus = std::max(l.gpus, n.gpu_count);
+    l.cpu_milli = std::max(l.cpu_milli, n.cpu_capacity);
+    l.memory_mib = std::max(l.memory_mib, n.memory_capacity);
+  }
+  const int64_t free = n.schedulable ? GpuMilliLeft(s, n) : 0;
+  free_by_model_[BucketsIndex(n)] += free - counted_free_[node];
+  counted_free_[node] = free;
 }
 
 size_t NodeIndex::BucketsIndex(const NodeState& n) const {
@@ -50,6 +74,8 @@ void NodeIndex::Insert(const Snapshot& s, int32_t node) {
   w.whole = c.whole;
   w.whole_pos = static_cast<int32_t>(b.whole[c.whole].size());
   b.whole[c.whole].push_back(node);
+  if (b.at_least.size() < b.whole.size()) b.at_least.resize(b.whole.size(), 0);
+  for (int16_t level = 0; level <= c.whole; ++level) ++b.at_least[level];
   if (c.partial >= 0) {
     w.partial = c.partial;
     w.partial_pos = static_cast<int32_t>(b.partial[c.partial].size());
@@ -75,6 +101,7 @@ void NodeIndex::Remove(int32_t node) {
   // Copy the positions: swap_remove may rewrite where_[node] when the node is last in a list.
   Where old = w;
   swap_remove(b.whole[old.whole], old.whole_pos, &Where::whole_pos);
+  for (int16_t level = 0; level <= old.whole; ++level) --b.at_least[level];
   if (old.partial >= 0) swap_remove(b.partial[old.partial], old.partial_pos, &Where::partial_pos);
   if (old.mig) swap_remove(b.mig, old.mig_pos, &Where::mig_pos);
   where_[node] = Where{};
@@ -85,10 +112,13 @@ void NodeIndex::Add(const Snapshot& s, int32_t node) {
   ModelBuckets& b = by_model_[BucketsIndex(n)];
   if (static_cast<int>(b.whole.size()) < n.gpu_count + 1) b.whole.resize(n.gpu_count + 1);
   if (where_.size() <= static_cast<size_t>(node)) where_.resize(node + 1);
+  if (counted_free_.size() <= static_cast<size_t>(node)) counted_free_.resize(node + 1, 0);
   Insert(s, node);
+  Recount(s, node);
 }
 
 void NodeIndex::Update(const Snapshot& s, int32_t node) {
+  Recount(s, node);
   Class c = Classify(s, s.nodes[node]);
   const Where& w = where_[node];
   if (c.whole == w.whole && c.partial == w.partial && c.mig == w.mig) return;

@@ -252,7 +252,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
   int64_t ties = 0;
   double best_score = 0;
   std::vector<DeviceGrant> best_devices;
-  PluginContext ctx{*s_, task, cycle};
+  PluginContext ctx{*s_, task, cycle, &index_};
   if (task.gpu_kind == GpuKind::kMig) {
     mig_profile_of_model_.assign(static_cast<size_t>(s_->model_count()), -1);
     for (int m = 0; m < s_->model_count(); ++m) {

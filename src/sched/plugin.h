@@ -11,6 +11,7 @@
 namespace meridian::sched {
 
 struct CycleState;
+class NodeIndex;
 
 // A placement being considered: a node and the devices the task would get on it.
 struct Candidate {
@@ -23,6 +24,9 @@ struct PluginContext {
   const Snapshot& snapshot;
   const TaskSpec& task;
   const CycleState& cycle;
+  // What is free across the estate, as the engine keeps it (free GPUs by model, nodes by idle
+  // GPUs); null when the caller keeps none, and a plugin that needs it is then neutral.
+  const NodeIndex* index = nullptr;
 };
 
 // Turns nodes away for a reason of policy (labels, taints, CPU and memory, clusters). GPU fit is

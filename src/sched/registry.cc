@@ -9,6 +9,8 @@
 #include "sched/plugins/fragmentation/fragmentation.h"
 #include "sched/plugins/gpu_clustering/gpu_clustering.h"
 #include "sched/plugins/gpu_packing/gpu_packing.h"
+#include "sched/plugins/model_reserve/model_reserve.h"
+#include "sched/plugins/multi_gpu_reserve/multi_gpu_reserve.h"
 #include "sched/plugins/node_resources/node_resources.h"
 #include "sched/plugins/node_selector/node_selector.h"
 #include "sched/plugins/on_prem_first/on_prem_first.h"
@@ -103,6 +105,27 @@ ScoreFactory CpuStrandingFactory() {
   };
 }
 
+ScoreFactory ModelReserveFactory() {
+  return [](const PluginArgs& args) -> base::Result<std::unique_ptr<ScorePlugin>> {
+    if (!args.fragmentation) {
+      return base::Status::Invalid("the model-reserve score needs a workload mix (typical shapes)");
+    }
+    return std::unique_ptr<ScorePlugin>(
+        std::make_unique<plugins::ModelReserve>(*args.fragmentation));
+  };
+}
+
+ScoreFactory MultiGpuReserveFactory() {
+  return [](const PluginArgs& args) -> base::Result<std::unique_ptr<ScorePlugin>> {
+    if (!args.fragmentation) {
+      return base::Status::Invalid(
+          "the multi-gpu-reserve score needs a workload mix (typical shapes)");
+    }
+    return std::unique_ptr<ScorePlugin>(
+        std::make_unique<plugins::MultiGpuReserve>(*args.fragmentation));
+  };
+}
+
 Registry MakeBuiltin() {
   using plugins::BestFit;
   using plugins::Fragmentation;
@@ -132,6 +155,8 @@ Registry MakeBuiltin() {
   must(r.RegisterScore("fragmentation", FragmentationFactory(Fragmentation::Mode::kExact)));
   must(r.RegisterScore("fgd", FragmentationFactory(Fragmentation::Mode::kPaper)));
   must(r.RegisterScore("cpu-stranding", CpuStrandingFactory()));
+  must(r.RegisterScore("model-reserve", ModelReserveFactory()));
+  must(r.RegisterScore("multi-gpu-reserve", MultiGpuReserveFactory()));
   must(r.RegisterScore("topology", Simple<plugins::Topology>()));
   must(r.RegisterScore("data-locality", Simple<plugins::DataLocality>()));
   must(r.RegisterScore("cost", Simple<plugins::Cost>()));
@@ -182,12 +207,17 @@ base::Result<ProfileSpec> PolicySpec(std::string_view policy) {
     s.device_choice = DeviceChoice::kEnumerate;
   } else if (policy == "meridian") {
     // Exact fragmentation descent that also counts host memory, plus the GPU share stranded
-    // behind the node's CPU at the workload's CPU:GPU ratio, then the least absolute free
-    // capacity (keep big nodes whole) among near-equal candidates; see docs/adr/0003. On-prem
-    // first outweighs all of it (100 x 100 against about 1,000 per GPU of fragmentation): work
-    // bursts to cloud clusters only when no on-prem node can hold it.
-    s.scores = {{"fragmentation", 1000}, {"cpu-stranding", 500}, {"best-fit-absolute", 1},
-                {"topology", 1},         {"data-locality", 1},   {"cost", 0.1},
+    // behind the node's CPU at the workload's CPU:GPU ratio, plus the GPUs taken from models that
+    // constrained work needs beyond balance (model-reserve) and the room taken from multi-GPU
+    // work where few nodes can hold it (multi-gpu-reserve; both ADR 0033, both 0 on an estate
+    // with room to spare), then the least absolute free capacity (keep big nodes whole) among
+    // near-equal candidates; see docs/adr/0003. On-prem first outweighs all of it (100 x 100
+    // against about 1,000 per GPU of fragmentation): work bursts to cloud clusters only when no
+    // on-prem node can hold it.
+    s.scores = {{"fragmentation", 1000},  {"cpu-stranding", 500},
+                {"model-reserve", 1000},  {"multi-gpu-reserve", 200},
+                {"best-fit-absolute", 1}, {"topology", 1},
+                {"data-locality", 1},     {"cost", 0.1},
                 {"on-prem-first", 100}};
     s.device_choice = DeviceChoice::kEnumerate;
     s.quantize_scores = false;

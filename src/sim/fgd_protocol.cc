@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -84,6 +85,10 @@ base::Result<FgdRun> RunFgdSeed(const sched::Snapshot& cluster,
     } else {
       ++run.failed;
     }
+    while (arrived * 100 >= static_cast<int64_t>(run.curve.size()) * capacity &&
+           run.curve.size() <= static_cast<size_t>(options.inflate * 100 + 1e-9)) {
+      run.curve.push_back(100.0 * static_cast<double>(allocated) / static_cast<double>(capacity));
+    }
     while (next < options.points.size() && arrived * 100 >= options.points[next] * capacity) {
       double f = ClusterFragmentation(state, frag);
       double idle = static_cast<double>(capacity - allocated);
@@ -163,6 +168,18 @@ base::Result<FgdResult> RunFgd(const sched::Snapshot& cluster,
     s.frag_amount = band([](const FgdSample& x) { return x.frag_amount; });
     s.frag_ratio = band([](const FgdSample& x) { return x.frag_ratio; });
     result.points.push_back(s);
+  }
+  size_t curve = SIZE_MAX;
+  for (const FgdRun& r : result.runs) curve = std::min(curve, r.curve.size());
+  for (size_t k = 0; k < curve; ++k) {
+    Band b{0, result.runs[0].curve[k], result.runs[0].curve[k]};
+    for (const FgdRun& r : result.runs) {
+      b.mean += r.curve[k];
+      b.min = std::min(b.min, r.curve[k]);
+      b.max = std::max(b.max, r.curve[k]);
+    }
+    b.mean /= static_cast<double>(result.runs.size());
+    result.curve.push_back(b);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -21,6 +21,8 @@ struct FgdOptions {
   std::vector<uint64_t> seeds = {42, 43, 44, 45, 46, 47, 48, 49, 50, 51};
   double inflate = 1.3;
   std::vector<int> points = {50, 80, 90, 100, 110, 120, 130};  // % of GPU capacity arrived
+  // The allocation is also read at every whole percent arrived, from 0 up to `inflate` (the
+  // curve the reports draw and the margins are taken on).
   double typical_coverage = 0.95;  // the typical shapes cover this share of the tasks
   int threads = 0;                 // 0: one per core
 };
@@ -37,6 +39,7 @@ struct FgdRun {
   int64_t tasks = 0;
   int64_t failed = 0;
   std::vector<FgdSample> samples;
+  std::vector<double> curve;  // allocation %, [k]: when k% of the capacity had arrived
 };
 
 struct Band {
@@ -52,6 +55,7 @@ struct FgdResult {
   std::string policy;
   std::vector<FgdRun> runs;
   std::vector<FgdPointSummary> points;
+  std::vector<Band> curve;  // allocation % over the seeds at each whole percent arrived
   double seconds = 0;
 };
 

@@ -5,6 +5,9 @@
 #include <sstream>
 
 #include "base/strings.h"
+#include "sim/alibaba_trace.h"
+#include "sim/csv.h"
+#include "sim/svg_chart.h"
 
 namespace meridian::sim {
 namespace {
@@ -96,6 +99,143 @@ base::Result<PublishedTable> ReadPublishedSummary(const std::string& path,
   return table;
 }
 
+base::Result<PublishedCurves> ReadPublishedCurves(const std::string& path,
+                                                  const std::string& workload) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  CsvTable t(*text, path);
+  if (auto s = t.ReadHeader({"workload", "sc_policy", "0"}); !s.ok()) return s;
+  std::map<std::string, std::vector<std::vector<double>>> seeds;  // policy -> seed -> curve
+  while (t.NextLine()) {
+    if (auto s = t.CheckWidth(); !s.ok()) return s;
+    std::string w(t.Field("workload"));
+    if (w.rfind("openb_pod_list_", 0) == 0) w = w.substr(15);
+    if (w != workload) continue;
+    std::vector<double> curve;
+    for (int k = 0; t.Has(std::to_string(k)); ++k) {
+      double v = 0;
+      if (auto s = t.Double(std::to_string(k), 0, 1000, &v); !s.ok()) return s;
+      curve.push_back(v);
+    }
+    seeds[MeridianPolicyName(t.Field("sc_policy"))].push_back(std::move(curve));
+  }
+  if (seeds.empty()) {
+    return base::Status::NotFound(path + ": no rows for workload \"" + workload + "\"");
+  }
+  PublishedCurves out;
+  for (const auto& [policy, runs] : seeds) {
+    std::vector<Band>& bands = out[policy];
+    for (size_t k = 0; k < runs[0].size(); ++k) {
+      Band b{0, runs[0][k], runs[0][k]};
+      for (const std::vector<double>& r : runs) {
+        b.mean += r[k];
+        b.min = std::min(b.min, r[k]);
+        b.max = std::max(b.max, r[k]);
+      }
+      b.mean /= static_cast<double>(runs.size());
+      bands.push_back(b);
+    }
+  }
+  return out;
+}
+
+Margin LowestMargin(const std::vector<Band>& policy, const std::vector<Band>& against, int from,
+                    int to) {
+  Margin m;
+  for (int k = std::max(from, 0); k <= to; ++k) {
+    if (static_cast<size_t>(k) >= policy.size() || static_cast<size_t>(k) >= against.size()) break;
+    const double gap = policy[k].mean - against[k].mean;
+    if (m.arrived < 0 || gap < m.gap) m = {k, gap};
+  }
+  return m;
+}
+
+std::string FgdHtml(const std::vector<FgdResult>& results, const PublishedCurves& published,
+                    const std::string& title) {
+  constexpr int kFrom = 50;
+  auto series = [](const std::string& name, const std::vector<Band>& curve, int from, bool dashed) {
+    Series s{name, {}, {}, dashed};
+    for (size_t k = from; k < curve.size(); ++k) {
+      s.x.push_back(static_cast<double>(k));
+      s.y.push_back(curve[k].mean);
+    }
+    return s;
+  };
+  std::vector<Series> all, tail;
+  for (const FgdResult& r : results) {
+    all.push_back(series(r.policy, r.curve, kFrom, false));
+    tail.push_back(series(r.policy, r.curve, 90, false));
+  }
+  for (const auto& [policy, curve] : published) {
+    all.push_back(series(policy + " (published)", curve, kFrom, true));
+    tail.push_back(series(policy + " (published)", curve, 90, true));
+  }
+  std::string html = HtmlReportStart(title);
+  html +=
+      "<p>The FGD paper's protocol: tasks arrive in a seeded shuffle until their GPU request "
+      "reaches 130% of the cluster's capacity; each is placed once or fails. Lines are means over "
+      "the seeds; dashed lines are the authors' published means.</p>";
+  // The margins over FGD, ours and published, where both exist.
+  const FgdResult* fgd = nullptr;
+  for (const FgdResult& r : results) {
+    if (r.policy == "fgd") fgd = &r;
+  }
+  auto published_fgd = published.find("fgd");
+  html +=
+      "<table><tr><th>policy</th><th>seeds</th><th>allocation at 100%</th>"
+      "<th>at 130%</th><th>lowest margin over fgd, 50-130%</th>"
+      "<th>over published fgd</th></tr>";
+  auto cell = [](const std::vector<Band>& curve, size_t k) {
+    char buf[32];
+    if (k >= curve.size()) return std::string("-");
+    std::snprintf(buf, sizeof buf, "%.2f", curve[k].mean);
+    return std::string(buf);
+  };
+  auto margin = [](const Margin& m) {
+    if (m.arrived < 0) return std::string("-");
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%+.2f at %d%%", m.gap, m.arrived);
+    return std::string(buf);
+  };
+  std::vector<Series> gaps;
+  for (const FgdResult& r : results) {
+    html += "<tr><td>" + HtmlEscape(r.policy) + "</td><td>" + std::to_string(r.runs.size()) +
+            "</td><td>" + cell(r.curve, 100) + "</td><td>" + cell(r.curve, 130) + "</td><td>" +
+            (fgd && fgd != &r ? margin(LowestMargin(r.curve, fgd->curve, kFrom, 130)) : "-") +
+            "</td><td>" +
+            (published_fgd != published.end()
+                 ? margin(LowestMargin(r.curve, published_fgd->second, kFrom, 130))
+                 : "-") +
+            "</td></tr>";
+    if (fgd && fgd != &r) {
+      Series g{r.policy + " - fgd", {}, {}, false};
+      for (size_t k = kFrom; k < r.curve.size() && k < fgd->curve.size(); ++k) {
+        g.x.push_back(static_cast<double>(k));
+        g.y.push_back(r.curve[k].mean - fgd->curve[k].mean);
+      }
+      gaps.push_back(std::move(g));
+    }
+    if (published_fgd != published.end() && r.policy != "fgd") {
+      Series g{r.policy + " - published fgd", {}, {}, true};
+      for (size_t k = kFrom; k < r.curve.size() && k < published_fgd->second.size(); ++k) {
+        g.x.push_back(static_cast<double>(k));
+        g.y.push_back(r.curve[k].mean - published_fgd->second[k].mean);
+      }
+      gaps.push_back(std::move(g));
+    }
+  }
+  html += "</table>";
+  html += SvgLineChart("GPU allocation against arrived demand", "arrived, % of GPU capacity",
+                       "allocated, %", all, true);
+  html += SvgLineChart("The same, from 90% arrived", "arrived, % of GPU capacity", "allocated, %",
+                       tail, true);
+  if (!gaps.empty()) {
+    html += SvgLineChart("Margin over FGD (points of allocation; above 0 is ahead)",
+                         "arrived, % of GPU capacity", "points", gaps, true);
+  }
+  return html + "</body></html>\n";
+}
+
 void PrintFgdTable(const std::vector<FgdResult>& results, const PublishedTable* published,
                    std::ostream& out) {
   for (const FgdResult& r : results) {
@@ -139,8 +279,13 @@ nlohmann::json FgdJson(const std::vector<FgdResult>& results, const std::string&
     for (const FgdRun& run : r.runs) {
       seeds.push_back({{"seed", run.seed}, {"tasks", run.tasks}, {"failed", run.failed}});
     }
-    policies.push_back(
-        {{"policy", r.policy}, {"seconds", r.seconds}, {"seeds", seeds}, {"points", points}});
+    nlohmann::json curve = nlohmann::json::array();
+    for (const Band& b : r.curve) curve.push_back(b.mean);
+    policies.push_back({{"policy", r.policy},
+                        {"seconds", r.seconds},
+                        {"seeds", seeds},
+                        {"points", points},
+                        {"curve", curve}});
   }
   nlohmann::json out = {{"workload", workload}, {"policies", policies}};
   // With one policy the object also carries its points at the top level, as the issue's

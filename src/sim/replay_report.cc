@@ -195,13 +195,7 @@ std::string ReplayHtml(const std::vector<ReplayResult>& results, const std::stri
     for (const ProjectStats& p : results[0].projects) quota.y.push_back(100 * p.quota_share);
     share.push_back(std::move(quota));
   }
-  std::string html =
-      "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + HtmlEscape(title) +
-      "</title><style>body{font-family:sans-serif;margin:24px;color:#111;max-width:1000px}"
-      "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:4px 10px;"
-      "text-align:right}th:first-child,td:first-child{text-align:left}"
-      "svg{display:block;margin:18px 0;max-width:100%;height:auto}</style></head><body><h1>" +
-      HtmlEscape(title) + "</h1><table><tr><th></th>";
+  std::string html = HtmlReportStart(title) + "<table><tr><th></th>";
   for (const ReplayResult& r : results) html += "<th>" + HtmlEscape(r.policy) + "</th>";
   html += "</tr>";
   for (const Row& row : kRows) {

@@ -88,21 +88,31 @@ std::string HtmlEscape(const std::string& text) {
 }
 
 std::string SvgLineChart(const std::string& title, const std::string& x_label,
-                         const std::string& y_label, const std::vector<Series>& series) {
-  double x_lo = 0, x_hi = 1, y_hi = 0;
+                         const std::string& y_label, const std::vector<Series>& series,
+                         bool fit_y) {
+  double x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 0;
   bool first = true;
   for (const Series& s : series) {
     for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
       x_lo = first ? s.x[i] : std::min(x_lo, s.x[i]);
       x_hi = first ? s.x[i] : std::max(x_hi, s.x[i]);
-      y_hi = std::max(y_hi, s.y[i]);
+      y_lo = first && fit_y ? s.y[i] : std::min(y_lo, s.y[i]);
+      y_hi = first && fit_y ? s.y[i] : std::max(y_hi, s.y[i]);
       first = false;
     }
   }
   if (x_hi <= x_lo) x_hi = x_lo + 1;
-  if (y_hi <= 0) y_hi = 1;
+  if (fit_y) {
+    // A margin of a tenth of the range, so lines do not run along the frame.
+    const double pad = std::max(0.1 * (y_hi - y_lo), 0.05);
+    y_lo -= pad;
+    y_hi += pad;
+  } else {
+    y_lo = 0;
+    if (y_hi <= 0) y_hi = 1;
+  }
   const int plot_w = kWidth - kLeft - kRight, plot_h = kHeight - kTop - kBottom;
-  std::string out = Header(title, y_label) + YAxis(0, y_hi);
+  std::string out = Header(title, y_label) + YAxis(y_lo, y_hi);
   for (int k = 0; k <= 4; ++k) {
     int x = kLeft + plot_w * k / 4;
     out += "<text x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(kHeight - kBottom + 16) +
@@ -115,15 +125,25 @@ std::string SvgLineChart(const std::string& title, const std::string& x_label,
     std::string points;
     for (size_t k = 0; k < series[i].x.size() && k < series[i].y.size(); ++k) {
       double px = kLeft + plot_w * (series[i].x[k] - x_lo) / (x_hi - x_lo);
-      double py = kTop + plot_h - plot_h * series[i].y[k] / y_hi;
+      double py = kTop + plot_h - plot_h * (series[i].y[k] - y_lo) / (y_hi - y_lo);
       char buf[48];
       std::snprintf(buf, sizeof buf, "%.1f,%.1f ", px, py);
       points += buf;
     }
     out += "<polyline fill=\"none\" stroke-width=\"1.6\" stroke=\"" + std::string(kColours[i % 8]) +
-           "\" points=\"" + points + "\"/>";
+           (series[i].dashed ? "\" stroke-dasharray=\"5,3" : "") + "\" points=\"" + points + "\"/>";
   }
   return out + Legend(series) + "</svg>";
+}
+
+std::string HtmlReportStart(const std::string& title) {
+  return "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
+         HtmlEscape(title) +
+         "</title><style>body{font-family:sans-serif;margin:24px;color:#111;max-width:1000px}"
+         "table{border-collapse:collapse}td,th{border:1px solid #bbb;padding:4px 10px;"
+         "text-align:right}th:first-child,td:first-child{text-align:left}"
+         "svg{display:block;margin:18px 0;max-width:100%;height:auto}</style></head><body><h1>" +
+         HtmlEscape(title) + "</h1>";
 }
 
 std::string SvgBarChart(const std::string& title, const std::string& y_label,
