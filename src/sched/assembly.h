@@ -42,5 +42,19 @@ base::Result<Profile> BuildProfile(const Assembly& a, size_t nodes,
 base::Result<std::unique_ptr<Scheduler>> BuildScheduler(const Assembly& a, Snapshot snapshot,
                                                         QuotaTree quotas,
                                                         const std::vector<TaskSpec>& shapes);
+base::Result<std::unique_ptr<Scheduler>> BuildScheduler(
+    const Assembly& a, Snapshot snapshot, QuotaTree quotas,
+    std::shared_ptr<const FragmentationModel> fragmentation);
+
+// The workload mix of `tasks` as `a` learns it (its typical coverage).
+std::shared_ptr<const FragmentationModel> LearnMix(const Assembly& a,
+                                                   const std::vector<TaskSpec>& tasks);
+
+// A live scheduler's mix moved (by more than kMixMoved, FragmentationModel::Distance) from
+// `current`: the mix of its live tasks, to rebuild its profile with; null when it has not moved,
+// or there are no live tasks to learn from (an empty queue keeps the mix it had).
+inline constexpr double kMixMoved = 0.1;
+std::shared_ptr<const FragmentationModel> MovedMix(const Assembly& a, const Scheduler& scheduler,
+                                                   const FragmentationModel* current);
 
 }  // namespace meridian::sched

@@ -80,6 +80,21 @@ FragmentationModel FragmentationModel::FromTasks(const std::vector<TaskSpec>& ta
   return model;
 }
 
+double FragmentationModel::Distance(const FragmentationModel& other) const {
+  using Key = std::tuple<int64_t, int32_t, int32_t, Mask>;
+  auto sum = [](const std::vector<TypicalShape>& a, const std::vector<TypicalShape>& b) {
+    std::map<Key, double> diff;
+    for (const TypicalShape& s : a)
+      diff[{s.cpu_milli, s.gpu_milli, s.gpu_count, s.models}] += s.weight;
+    for (const TypicalShape& s : b)
+      diff[{s.cpu_milli, s.gpu_milli, s.gpu_count, s.models}] -= s.weight;
+    double total = 0;
+    for (const auto& [key, d] : diff) total += d < 0 ? -d : d;
+    return total / 2;
+  };
+  return std::max(sum(shapes_, other.shapes_), sum(multi_gpu_shapes_, other.multi_gpu_shapes_));
+}
+
 double FragmentationModel::NodeFragmentation(ModelId model, int64_t cpu_free, int64_t memory_free,
                                              std::span<const int32_t> gpu_free) const {
   int64_t total = 0;

@@ -35,6 +35,10 @@ class FragmentationModel {
   // (CPU-only tasks included), with weights renormalised to sum to 1.
   static FragmentationModel FromTasks(const std::vector<TaskSpec>& tasks, double coverage);
 
+  // How far apart two mixes are: half the sum, over every typical and multi-GPU shape of either,
+  // of the difference of its weights (0: the same mix; 1: nothing in common).
+  double Distance(const FragmentationModel& other) const;
+
   static constexpr int64_t kIgnoreMemory = INT64_MAX;
 
   // Fragmented milli-GPU of a node of `model` with `cpu_free`, `memory_free` and these free

@@ -49,5 +49,16 @@ TEST(Fragmentation, TypicalShapesCoverTheAskedShareMostPopularFirst) {
   EXPECT_EQ(FragmentationModel::FromTasks(tasks, 1.0).shapes().size(), 3u);
 }
 
+TEST(FragmentationModel, DistanceIsTheShareOfTheMixThatMoved) {
+  FragmentationModel a({{1000, 0, 1000, 1, kAll, 0.5}, {2000, 0, 500, 1, kAll, 0.5}});
+  FragmentationModel same({{1000, 0, 1000, 1, kAll, 0.5}, {2000, 0, 500, 1, kAll, 0.5}});
+  FragmentationModel shifted({{1000, 0, 1000, 1, kAll, 0.8}, {2000, 0, 500, 1, kAll, 0.2}});
+  FragmentationModel other({{4000, 0, 1000, 2, kAll, 1.0}});
+  EXPECT_DOUBLE_EQ(a.Distance(same), 0.0);
+  EXPECT_NEAR(a.Distance(shifted), 0.3, 1e-12);
+  EXPECT_DOUBLE_EQ(a.Distance(other), 1.0);
+  EXPECT_DOUBLE_EQ(other.Distance(a), 1.0);
+}
+
 }  // namespace
 }  // namespace meridian::sched

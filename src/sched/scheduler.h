@@ -159,6 +159,11 @@ class Scheduler {
                              const std::unordered_map<int64_t, int32_t>& tenant_of_job, double now);
   // New options (a Policy changed); usage decays at the old half-life up to `now`.
   void SetOptions(const SchedulerOptions& options, double now);
+  // A new placement profile, as when the workload mix it was built for has changed; what the
+  // placer remembered of shapes that fit nowhere is forgotten.
+  void ReplaceProfile(Profile profile);
+  // The tasks of the jobs it holds, pending jobs' first, at most `limit`: the live workload mix.
+  std::vector<TaskSpec> LiveTasks(size_t limit) const;
   // A job's priority class changed (its value, or whether it may preempt).
   void SetPriority(int64_t job, int32_t priority, bool preempting);
   // The clusters and models a job's tasks may use changed (a cluster was added, or changed its

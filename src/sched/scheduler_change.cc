@@ -110,6 +110,26 @@ void Scheduler::SetOptions(const SchedulerOptions& options, double now) {
   placer_.InvalidateCache();
 }
 
+void Scheduler::ReplaceProfile(Profile profile) {
+  profile_ = std::move(profile);  // the placer points at profile_, which stays where it is
+  placer_.InvalidateCache();
+}
+
+std::vector<TaskSpec> Scheduler::LiveTasks(size_t limit) const {
+  std::vector<TaskSpec> tasks;
+  for (const std::vector<int64_t>* ids : {&pending_, &running_}) {
+    for (int64_t id : *ids) {
+      auto it = jobs_.find(id);
+      if (it == jobs_.end()) continue;
+      for (const TaskSpec& t : it->second.spec.tasks) {
+        if (tasks.size() >= limit) return tasks;
+        tasks.push_back(t);
+      }
+    }
+  }
+  return tasks;
+}
+
 void Scheduler::SetPriority(int64_t id, int32_t priority, bool preempting) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;

@@ -119,6 +119,9 @@ SchedulerController::SchedulerController(store::Store* store, const base::Clock*
   metrics_->Add("meridian_scheduler_errors_total", {}, 0);
   metrics_->Describe("meridian_quota_limit_gpus", "gauge",
                      "GPU limit of each node of the tenancy tree that has one, for all models.");
+  metrics_->Describe("meridian_scheduler_mix_changes_total", "counter",
+                     "Times the placement profile was rebuilt in place for a workload mix that "
+                     "moved (the shapes of the jobs the scheduler holds, checked every 30 s).");
   metrics_->Describe("meridian_scheduler_rebuilds_total", "counter",
                      "Times the scheduler was built from the store: at start, and after changes "
                      "it cannot follow in place (a new placement policy, a cluster removed, a "
@@ -328,8 +331,9 @@ Status SchedulerController::Rebuild() {
     converted.emplace_back(std::move(j), std::move(spec));
   }
   for (const std::string& p : orphans) (*estate)->tenant_of_project.erase(p);
-  auto built =
-      sched::BuildScheduler(AssemblyOf(**estate), (*estate)->snapshot, (*estate)->quotas, shapes);
+  const sched::Assembly assembly = AssemblyOf(**estate);
+  std::shared_ptr<const sched::FragmentationModel> mix = sched::LearnMix(assembly, shapes);
+  auto built = sched::BuildScheduler(assembly, (*estate)->snapshot, (*estate)->quotas, mix);
   if (!built.ok()) return built.status();
   std::unique_ptr<sched::Scheduler> scheduler = std::move(built.value());
   const double now = clock_->Now();
@@ -370,6 +374,8 @@ Status SchedulerController::Rebuild() {
   for (const auto& entry : converted) assigned.push_back(entry.first);
   backend_->Reset(**estate, assigned);
   estate_ = std::move(estate.value());
+  mix_ = std::move(mix);
+  mix_checked_at_ = now;
   scheduler_ = std::move(scheduler);
   admission_stale_ = true;
   metrics_->Add("meridian_scheduler_rebuilds_total", {}, 1);
@@ -500,6 +506,30 @@ Status SchedulerController::CatchUp() {
   }
 }
 
+void SchedulerController::FollowMix(double now) {
+  if (now - mix_checked_at_ < kMixCheckSeconds) return;
+  mix_checked_at_ = now;
+  const sched::Assembly assembly = AssemblyOf(*estate_);
+  std::shared_ptr<const sched::FragmentationModel> next =
+      sched::MovedMix(assembly, *scheduler_, mix_.get());
+  if (!next) return;
+  auto profile = sched::BuildProfile(assembly, scheduler_->snapshot().nodes.size(), next);
+  if (!profile.ok()) {
+    base::log::Log(base::log::Level::kWarn, {{"kind", "scheduler"}},
+                   "the workload mix moved, but its profile could not be built: {}",
+                   profile.status().message());
+    return;
+  }
+  const double moved = mix_ ? mix_->Distance(*next) : 1.0;
+  scheduler_->ReplaceProfile(std::move(*profile));
+  mix_ = std::move(next);
+  base::log::Log(base::log::Level::kInfo, {{"kind", "scheduler"}},
+                 "placement follows the live workload mix: {} typical shapes, {} multi-GPU, moved "
+                 "{:.2f}",
+                 mix_->shapes().size(), mix_->multi_gpu_shapes().size(), moved);
+  metrics_->Add("meridian_scheduler_mix_changes_total", {}, 1);
+}
+
 Status SchedulerController::RunOnce() {
   const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -517,6 +547,7 @@ Status SchedulerController::RunOnce() {
   const double now = clock_->Now();
   if (Status s = SettleStops(now); !s.ok()) return s;
   if (Status s = ReleaseHeld(now); !s.ok()) return s;
+  FollowMix(now);
   sched::CycleResult result = scheduler_->Cycle(now);
   std::vector<int64_t> started;
   for (const sched::StartDecision& d : result.started) started.push_back(d.job);

@@ -164,6 +164,11 @@ class SchedulerController final : public api::SchedulerHooks {
   void PublishAdmission();
   void Sample(double now);
   void Loop();
+  // Every kMixCheckSeconds, learns the workload mix from the jobs the scheduler holds and, when
+  // it has moved from the one its placement profile was built for (sched::MovedMix), rebuilds
+  // the profile for it: what placement keeps room for follows the queue, not one trace.
+  void FollowMix(double now);
+  static constexpr double kMixCheckSeconds = 30;
 
   store::Store* store_;
   const base::Clock* clock_;
@@ -189,7 +194,9 @@ class SchedulerController final : public api::SchedulerHooks {
   // indexes cannot shrink) until they register again.
   std::set<std::string> deleted_nodes_;
   int64_t last_seq_ = 0;
-  bool dirty_ = true;  // rebuild before the next cycle
+  bool dirty_ = true;                                     // rebuild before the next cycle
+  std::shared_ptr<const sched::FragmentationModel> mix_;  // what the profile was built for
+  double mix_checked_at_ = 0;
 
   bool admission_stale_ = true;  // the estate changed since PublishAdmission
 

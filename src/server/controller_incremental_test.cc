@@ -443,3 +443,42 @@ TEST_F(ControlPlane, AProjectDeletedUnderItsJobsKeepsWhatTheyHoldCounted) {
 
 }  // namespace
 }  // namespace meridian::server
+
+namespace meridian::server {
+namespace {
+
+double MixChanges(api::Metrics& metrics) {
+  const std::string text = metrics.Render();
+  const std::string name = "meridian_scheduler_mix_changes_total ";
+  const size_t at = text.find("\n" + name);
+  return at == std::string::npos ? 0 : std::stod(text.substr(at + 1 + name.size()));
+}
+
+// What placement keeps room for is learnt from the live queue: started on an empty queue, the
+// scheduler takes the mix of the work that arrives within the next check, in place (no rebuild),
+// and keeps it while the queue holds that mix.
+TEST_F(ControlPlane, PlacementFollowsTheLiveWorkloadMixInPlace) {
+  Open(Estate(0));
+  Register("n1");
+  Register("n2");
+  Round();
+  ASSERT_EQ(MixChanges(metrics_), 0);
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 6; ++i) jobs.push_back(Submit("p1", {{"gpus", 4}}));
+  for (int i = 0; i < 6; ++i) jobs.push_back(Submit("p2", {{"gpus", 1}}));
+  Round();
+  EXPECT_EQ(MixChanges(metrics_), 0) << "the mix is checked every 30 s, not every cycle";
+  clock_.Advance(31);
+  Round();
+  EXPECT_EQ(MixChanges(metrics_), 1);
+  EXPECT_EQ(Rebuilds(), 1);
+  clock_.Advance(31);
+  Round();
+  EXPECT_EQ(MixChanges(metrics_), 1) << "the same queue is the same mix";
+  int placed = 0;
+  for (int64_t id : jobs) placed += Phase(id) == "Placed" ? 1 : 0;
+  EXPECT_GT(placed, 0);
+}
+
+}  // namespace
+}  // namespace meridian::server
