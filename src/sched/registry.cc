@@ -95,34 +95,15 @@ ScoreFactory FragmentationFactory(plugins::Fragmentation::Mode mode) {
   };
 }
 
-ScoreFactory CpuStrandingFactory() {
-  return [](const PluginArgs& args) -> base::Result<std::unique_ptr<ScorePlugin>> {
+// A score built from the workload mix alone (its constructor takes the FragmentationModel).
+template <typename T>
+ScoreFactory FromMix(const char* name) {
+  return [name](const PluginArgs& args) -> base::Result<std::unique_ptr<ScorePlugin>> {
     if (!args.fragmentation) {
-      return base::Status::Invalid("the cpu-stranding score needs a workload mix (typical shapes)");
+      return base::Status::Invalid(std::string("the ") + name +
+                                   " score needs a workload mix (typical shapes)");
     }
-    return std::unique_ptr<ScorePlugin>(
-        std::make_unique<plugins::CpuStranding>(*args.fragmentation));
-  };
-}
-
-ScoreFactory ModelReserveFactory() {
-  return [](const PluginArgs& args) -> base::Result<std::unique_ptr<ScorePlugin>> {
-    if (!args.fragmentation) {
-      return base::Status::Invalid("the model-reserve score needs a workload mix (typical shapes)");
-    }
-    return std::unique_ptr<ScorePlugin>(
-        std::make_unique<plugins::ModelReserve>(*args.fragmentation));
-  };
-}
-
-ScoreFactory MultiGpuReserveFactory() {
-  return [](const PluginArgs& args) -> base::Result<std::unique_ptr<ScorePlugin>> {
-    if (!args.fragmentation) {
-      return base::Status::Invalid(
-          "the multi-gpu-reserve score needs a workload mix (typical shapes)");
-    }
-    return std::unique_ptr<ScorePlugin>(
-        std::make_unique<plugins::MultiGpuReserve>(*args.fragmentation));
+    return std::unique_ptr<ScorePlugin>(std::make_unique<T>(*args.fragmentation));
   };
 }
 
@@ -154,9 +135,10 @@ Registry MakeBuiltin() {
   must(r.RegisterScore("spread", Simple<plugins::Spread>()));
   must(r.RegisterScore("fragmentation", FragmentationFactory(Fragmentation::Mode::kExact)));
   must(r.RegisterScore("fgd", FragmentationFactory(Fragmentation::Mode::kPaper)));
-  must(r.RegisterScore("cpu-stranding", CpuStrandingFactory()));
-  must(r.RegisterScore("model-reserve", ModelReserveFactory()));
-  must(r.RegisterScore("multi-gpu-reserve", MultiGpuReserveFactory()));
+  must(r.RegisterScore("cpu-stranding", FromMix<plugins::CpuStranding>("cpu-stranding")));
+  must(r.RegisterScore("model-reserve", FromMix<plugins::ModelReserve>("model-reserve")));
+  must(
+      r.RegisterScore("multi-gpu-reserve", FromMix<plugins::MultiGpuReserve>("multi-gpu-reserve")));
   must(r.RegisterScore("topology", Simple<plugins::Topology>()));
   must(r.RegisterScore("data-locality", Simple<plugins::DataLocality>()));
   must(r.RegisterScore("cost", Simple<plugins::Cost>()));
