@@ -1,12 +1,24 @@
 #include "sched/node_index.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "sched/node_math.h"
 
 namespace meridian::sched {
 
-NodeIndex::NodeIndex(const Snapshot& s) {
+namespace {
+
+// Each index counts its versions from its own start, far from every other's, so that a version
+// names one state of one index even when a new index takes the address of one gone.
+uint64_t FirstVersion() {
+  static std::atomic<uint64_t> next{0};
+  return (next.fetch_add(1) + 1) << 40;
+}
+
+}  // namespace
+
+NodeIndex::NodeIndex(const Snapshot& s) : version_(FirstVersion()) {
   by_model_.resize(s.model_count() + 1);
   for (const NodeState& n : s.nodes) {
     ModelBuckets& b = by_model_[BucketsIndex(n)];

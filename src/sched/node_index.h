@@ -38,7 +38,7 @@ class NodeIndex {
     return std::span<const int64_t>(free_by_model_.data(), free_by_model_.size() - 1);
   }
   // Bumped by every change of what the index holds, so that a reader may keep what it worked
-  // out from it until the next.
+  // out from it until the next; no two indexes of one process share a version.
   uint64_t version() const { return version_; }
   // Schedulable nodes of `model` with at least `gpus` idle GPUs.
   int64_t NodesWithIdleGpus(ModelId model, int gpus) const {
