@@ -122,4 +122,20 @@ inline Profile MakeProfile(std::vector<std::pair<std::string, double>> scores,
   return std::move(*p);
 }
 
+// Places `tasks` one after another on a copy of `s` under `profile`, each committed when placed;
+// which of them placed, in order.
+inline std::vector<bool> PlaceInTurn(const Snapshot& s, const Profile& profile,
+                                     const std::vector<TaskSpec>& tasks, uint64_t seed = 1) {
+  Snapshot copy = s;
+  Placer placer(&copy, &profile, seed);
+  CycleState cycle;
+  std::vector<bool> placed;
+  for (const TaskSpec& t : tasks) {
+    PlaceOutcome o = placer.Place(t, cycle);
+    if (o.placed) placer.Commit(t, o.placement, &cycle);
+    placed.push_back(o.placed);
+  }
+  return placed;
+}
+
 }  // namespace meridian::sched::testing

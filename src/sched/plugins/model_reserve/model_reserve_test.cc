@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "sched/node_index.h"
 #include "sched/testing/estate.h"
 
@@ -54,21 +56,13 @@ TEST(ModelReserve, CostsOnlyTheModelsConstrainedWorkNeedsBeyondBalance) {
 TEST(ModelReserve, TheEngineKeepsAConstrainedModelForItsWork) {
   TwoModels e;
   auto mix = std::make_shared<FragmentationModel>(e.mix);
+  TaskSpec any = testing::Whole(1);
+  TaskSpec on_a = testing::Whole(1);
+  on_a.allowed_models = Bit(e.a);
   auto placed = [&](const Profile& profile) {
-    Snapshot s = e.s;
-    Placer placer(&s, &profile, 1);
-    CycleState cycle;
-    int n = 0;
-    TaskSpec any = testing::Whole(1);
-    TaskSpec on_a = testing::Whole(1);
-    on_a.allowed_models = Bit(e.a);
-    for (const TaskSpec* t : {&any, &any, &any, &any, &on_a, &on_a, &on_a, &on_a}) {
-      PlaceOutcome o = placer.Place(*t, cycle);
-      if (!o.placed) continue;
-      placer.Commit(*t, o.placement, &cycle);
-      ++n;
-    }
-    return n;
+    const std::vector<bool> p =
+        testing::PlaceInTurn(e.s, profile, {any, any, any, any, on_a, on_a, on_a, on_a});
+    return std::count(p.begin(), p.end(), true);
   };
   EXPECT_EQ(placed(testing::MakeProfile({{"model-reserve", 1}}, DeviceChoice::kEnumerate, mix)), 8);
   // Without it, every node ties, and ties go to the node listed first: the A100s.

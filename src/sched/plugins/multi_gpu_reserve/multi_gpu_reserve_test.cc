@@ -46,18 +46,12 @@ TEST(MultiGpuReserve, CostsTheRoomOfAShapeOnlyTheFewNodesThatHoldItHave) {
 TEST(MultiGpuReserve, TheEngineKeepsTheLargeNodeForTheWorkOnlyItCanHold) {
   Estate e;
   auto mix = std::make_shared<FragmentationModel>(e.mix);
+  const TaskSpec one = testing::Whole(1);
   auto big_placed = [&](const Profile& profile) {
-    Snapshot s = e.s;
-    Placer placer(&s, &profile, 1);
-    CycleState cycle;
-    TaskSpec one = testing::Whole(1);
-    for (int i = 0; i < 4; ++i) {
-      PlaceOutcome o = placer.Place(one, cycle);
-      EXPECT_TRUE(o.placed);
-      placer.Commit(one, o.placement, &cycle);
-    }
-    TaskSpec big = testing::Whole(8, 100000);
-    return placer.Place(big, cycle).placed;
+    const std::vector<bool> p =
+        testing::PlaceInTurn(e.s, profile, {one, one, one, one, testing::Whole(8, 100000)});
+    EXPECT_TRUE(p[0] && p[1] && p[2] && p[3]);
+    return p[4];
   };
   EXPECT_TRUE(
       big_placed(testing::MakeProfile({{"multi-gpu-reserve", 1}}, DeviceChoice::kEnumerate, mix)));
