@@ -9,7 +9,9 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -115,6 +117,57 @@ TEST_F(CliTest, BadInputGetsAClearErrorAndExitCode2) {
   r = Meridian("sim fgd --nodes " + Path("missing.csv") + " --tasks " + Path("tasks.csv"));
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("cannot open"), std::string::npos) << r.out;
+}
+
+// A variant of the task list, its report and its margins; a share out of range or a comparison
+// with published figures of another list is refused with the flag named.
+TEST_F(CliTest, SimFgdVariantsWriteTheListTheReportAndTheMargins) {
+  CliRun r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("tasks.csv") +
+                          " --policy meridian --policy fgd --seeds 1-2 --constrained 0.5"
+                          " --write-tasks " +
+                          Path("variant.csv") + " --html " + Path("report.html") + " --json",
+                      false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["workload"], "tasks+constrained50");
+  ASSERT_EQ(j["policies"][0]["curve"].size(), 131u);  // 0..130% arrived
+  ASSERT_EQ(j["margins"].size(), 1u);
+  EXPECT_EQ(j["margins"][0]["policy"], "meridian");
+  EXPECT_EQ(j["margins"][0]["against"], "fgd");
+  EXPECT_GE(j["margins"][0]["arrived"].get<int>(), 50);
+  std::ifstream variant(Path("variant.csv"));
+  std::string line;
+  int constrained = 0, gpu = 0;
+  std::getline(variant, line);  // the header
+  while (std::getline(variant, line)) {
+    std::vector<std::string> cells;
+    std::stringstream in(line);
+    for (std::string c; std::getline(in, c, ',');) cells.push_back(c);
+    ASSERT_GE(cells.size(), 6u) << line;
+    if (cells[3] == "0") continue;
+    ++gpu;
+    constrained += cells[5].empty() ? 0 : 1;
+  }
+  EXPECT_EQ(gpu, 20);
+  EXPECT_EQ(constrained, 10);
+  std::ifstream html(Path("report.html"));
+  std::string page((std::istreambuf_iterator<char>(html)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("Margin over FGD"), std::string::npos);
+
+  r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("tasks.csv") +
+               " --constrained 1.5");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--constrained: a share in [0, 1]"), std::string::npos) << r.out;
+  r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("tasks.csv") +
+               " --multi-gpu 0.2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("--multi-gpu: the task list has no multi-GPU task to draw from"),
+            std::string::npos)
+      << r.out;
+  r = Meridian("sim fgd --nodes " + Path("nodes.csv") + " --tasks " + Path("tasks.csv") +
+               " --fractional 0.9 --compare " + Path("tasks.csv"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("not of a variant"), std::string::npos) << r.out;
 }
 
 TEST_F(CliTest, DemoPlacesOnBothClusters) {
