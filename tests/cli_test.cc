@@ -117,6 +117,20 @@ TEST_F(CliTest, BadInputGetsAClearErrorAndExitCode2) {
   r = Meridian("sim fgd --nodes " + Path("missing.csv") + " --tasks " + Path("tasks.csv"));
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("cannot open"), std::string::npos) << r.out;
+
+  // The generator's shape flags name themselves when out of range.
+  for (const auto& [flags, named] : std::vector<std::pair<std::string, std::string>>{
+           {"--shape deep --max-gang-gpus 96", "--max-gang-gpus"},
+           {"--shape deep --gpus 64 --max-gang-gpus 128", "--max-gang-gpus"},
+           {"--shape deep --max-gang-gpus 1", "--max-gang-gpus"},
+           {"--shape deep --estimate-noise -1", "--estimate-noise"},
+           {"--estimate-noise 1", "--shape deep"},
+           {"--tenants 0", "--tenants"},
+           {"--shape wide", "--shape"}}) {
+    r = Meridian("sim generate --out " + Path("g") + " " + flags);
+    EXPECT_EQ(r.code, 2) << flags << ": " << r.out;
+    EXPECT_NE(r.out.find(named), std::string::npos) << flags << ": " << r.out;
+  }
 }
 
 // A variant of the task list, its report and its margins; a share out of range or a comparison

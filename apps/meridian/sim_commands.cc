@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -254,8 +255,22 @@ struct GenerateFlags {
 };
 
 int RunSimGenerate(const GenerateFlags& f) {
-  if (f.options.jobs < 1 || f.options.gpus < 8 || f.options.load <= 0) {
+  const meridian::sim::SyntheticReplayOptions& o = f.options;
+  if (o.jobs < 1 || o.gpus < 8 || o.load <= 0) {
     return Fail(Status::Invalid("--jobs >= 1, --gpus >= 8 and --load > 0"));
+  }
+  if (o.tenants < 1 || o.tenants > 99) return Fail(Status::Invalid("--tenants: 1 to 99"));
+  if (o.tenant_skew < 0) return Fail(Status::Invalid("--tenant-skew: 0 or more"));
+  if (o.estimate_noise < 0) return Fail(Status::Invalid("--estimate-noise: 0 or more"));
+  const bool deep = o.shape == meridian::sim::WorkloadShape::kDeep;
+  if (deep && o.max_gang_gpus != 0 &&
+      (o.max_gang_gpus < 2 || (o.max_gang_gpus & (o.max_gang_gpus - 1)) != 0 ||
+       o.max_gang_gpus > o.gpus)) {
+    return Fail(Status::Invalid("--max-gang-gpus: a power of two from 2 to --gpus (" +
+                                std::to_string(o.gpus) + ")"));
+  }
+  if (!deep && o.estimate_noise > 0) {
+    return Fail(Status::Invalid("--estimate-noise applies to --shape deep"));
   }
   std::string cluster, jobs;
   meridian::sim::SyntheticReplay(f.options, &cluster, &jobs);
@@ -518,6 +533,25 @@ void AddSimCommands(CLI::App& app, int* rc) {
   generate->add_option("--load", gf.options.load, "offered demand as a share of capacity");
   generate->add_option("--seed", gf.options.seed, "random seed");
   generate->add_option("--out", gf.out_dir, "directory to write into")->required();
+  generate
+      ->add_option("--shape", gf.options.shape,
+                   "mixed (1-8 GPUs, durations 1 min-14 h, estimates 1-3x over) or deep "
+                   "(lognormal durations, median 20 min, p90 3 h; gangs up to "
+                   "--max-gang-gpus; estimates exact or --estimate-noise)")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, meridian::sim::WorkloadShape>{
+              {"mixed", meridian::sim::WorkloadShape::kMixed},
+              {"deep", meridian::sim::WorkloadShape::kDeep}},
+          CLI::ignore_case));
+  generate->add_option("--tenants", gf.options.tenants,
+                       "projects (4: vision, language, speech, research; else t01..tNN)");
+  generate->add_option("--tenant-skew", gf.options.tenant_skew,
+                       "Zipf exponent of the projects' shares of the jobs (0: equal)");
+  generate->add_option(
+      "--max-gang-gpus", gf.options.max_gang_gpus,
+      "deep: the largest job in GPUs, a power of two (128, or what the cluster holds)");
+  generate->add_option("--estimate-noise", gf.options.estimate_noise,
+                       "deep: sigma of the lognormal factor on each runtime estimate (0: exact)");
   generate->callback([rc] { *rc = RunSimGenerate(gf); });
   AddSimExport(sim, rc);
 }

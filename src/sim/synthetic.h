@@ -30,15 +30,40 @@ void SyntheticEstate(const SyntheticEstateOptions& o, std::vector<domain::Cluste
 std::vector<sched::TaskSpec> SyntheticTasks(const sched::Snapshot& snapshot, int count,
                                             uint64_t seed);
 
+// The kinds of workload `sim generate` writes.
+enum class WorkloadShape {
+  // Durations log-uniform from 1 minute to about 14 hours; jobs of 1-8 GPUs, fractions, and
+  // 2-node gangs; users over-estimate by 1-3x.
+  kMixed,
+  // The properties of a production deep-learning trace (not its data): durations lognormal with
+  // a median of 20 minutes and a p90 of 3 hours, capped at 53 days; most jobs one GPU, the rest
+  // powers of two up to `max_gang_gpus`, halving in number at each doubling; estimates exact
+  // unless `estimate_noise` says otherwise.
+  kDeep,
+};
+
 struct SyntheticReplayOptions {
   int jobs = 1000;
   int gpus = 64;      // total, in 8-GPU nodes
   double load = 0.9;  // offered GPU demand as a share of capacity
   uint64_t seed = 1;
+  WorkloadShape shape = WorkloadShape::kMixed;
+  // Projects. Four are vision, language, speech and research with guarantees of 40/30/20/10% of
+  // the GPUs; any other number are t01..tNN, each guaranteed in proportion to 1/i^(skew/2).
+  int tenants = 4;
+  // Zipf exponent of each tenant's share of the submissions (tenant i draws 1/i^skew of them):
+  // 0 is equal use; 1.5 gives the first of 15 tenants about half of the jobs.
+  double tenant_skew = 0;
+  // kDeep: the largest job, in GPUs (a power of two); 0: 128, or the largest power of two the
+  // cluster holds when that is smaller.
+  int max_gang_gpus = 0;
+  // kDeep: the estimate is the true duration times exp(N(0, noise)); 0 is exact. The runtime
+  // limit stays an upper bound users set: 1-3x the true duration, so no job is killed by it.
+  double estimate_noise = 0;
 };
 
 // A replay workload in Meridian's formats: a cluster description (YAML, one on-prem cluster of
-// 8-GPU nodes and four projects with guarantees) and a job list (CSV) with Poisson arrivals,
+// 8-GPU nodes and its projects with guarantees) and a job list (CSV) with Poisson arrivals,
 // heavy-tailed durations, priorities, gangs and fractions, offering `load` of the capacity.
 void SyntheticReplay(const SyntheticReplayOptions& o, std::string* cluster_yaml,
                      std::string* jobs_csv);
