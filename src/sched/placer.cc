@@ -289,6 +289,14 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
         continue;
       }
       ++feasible_nodes;
+      if (first_fit_) {
+        const Option& o = options_.front();
+        out.placed = true;
+        out.placement.node = node_id;
+        out.placement.devices.assign(grants_.begin() + o.begin,
+                                     grants_.begin() + o.begin + o.count);
+        return out;
+      }
       for (const Option& o : options_) {
         Candidate c{node_id, std::span<const DeviceGrant>(grants_.data() + o.begin, o.count)};
         double score = ScoreOf(ctx, c);

@@ -48,6 +48,9 @@ class Placer {
     if (reclaim_mig_ != on) ++epoch_;
     reclaim_mig_ = on;
   }
+  // Whether any node that fits will do: Place then takes the first feasible node it visits,
+  // scoring nothing (a what-if that asks only whether a job fits, not where it would be best).
+  void set_first_fit(bool on) { first_fit_ = on; }
   // The snapshot gained a node (the last), or one changed other than by Commit and Release
   // (it became unschedulable, a GPU's health moved).
   void NodeAdded(int32_t node);
@@ -75,6 +78,7 @@ class Placer {
   NodeIndex index_;
   std::vector<uint32_t> visited_;
   bool reclaim_mig_ = true;
+  bool first_fit_ = false;
   uint32_t stamp_ = 0;
   uint64_t rotor_ = 0;
   uint64_t epoch_ = 0;  // bumped whenever capacity is released

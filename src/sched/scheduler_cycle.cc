@@ -279,7 +279,11 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
 }
 
 double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes) {
-  // What-if on a copy: give back what runs, in order of expected end, until the job fits.
+  // What-if on a copy: give back what runs, in order of expected end, until the job fits. A
+  // trial asks only whether the job fits (the first node that fits, no scores), and is made only
+  // once enough GPU is free anywhere for it to have a chance; where the job would go is scored
+  // once, at the moment found. Behind a large gang, a cycle costs a few placements rather than
+  // a scored placement per running job.
   Snapshot what_if = snapshot_;
   Placer p(&what_if, &profile_, 1);
   std::vector<std::pair<double, int64_t>> ends;
@@ -291,8 +295,12 @@ double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* 
     ends.emplace_back(std::max(end, now), id);
   }
   std::sort(ends.begin(), ends.end());
+  // At most what is free: an idle MIG GPU counts whole, and an unhealthy one too.
+  int64_t free_milli = 0;
+  for (const GpuState& g : what_if.gpus) free_milli += g.mig_enabled ? 1000 : g.free_milli;
   CycleState scratch;
-  auto fits = [&]() {
+  auto fits = [&](bool scored) {
+    p.set_first_fit(!scored);
     std::vector<std::pair<const TaskSpec*, Placement>> done;
     bool ok = true;
     if (nodes) nodes->clear();
@@ -309,12 +317,21 @@ double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* 
     for (auto it = done.rbegin(); it != done.rend(); ++it) p.Release(*it->first, it->second);
     return ok;
   };
-  if (fits()) return now;
+  auto fits_now = [&] {
+    if (free_milli < j.milli || !fits(false)) return false;
+    if (nodes) {  // the nodes a scored placement picks; the first fit's if it finds none
+      std::vector<int32_t> first = *nodes;
+      if (!fits(true)) *nodes = std::move(first);
+    }
+    return true;
+  };
+  if (fits_now()) return now;
   for (const auto& [end, id] : ends) {
     if (end == kNever) break;
     const Job& r = jobs_.at(id);
     for (size_t i = 0; i < r.placements.size(); ++i) p.Release(r.spec.tasks[i], r.placements[i]);
-    if (fits()) return end;
+    free_milli += r.milli;
+    if (fits_now()) return end;
   }
   return kNever;
 }

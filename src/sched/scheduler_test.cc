@@ -378,6 +378,35 @@ TEST(Scheduler, GangsArePlacedWholeInOneCluster) {
   EXPECT_NE(p[0].node, p[1].node);
 }
 
+// The estimated start of a gang is when what has ended frees whole nodes for it, not when
+// enough GPU is free in pieces: at 300, 16 GPUs are free but in halves of two nodes.
+TEST(Scheduler, AGangIsEstimatedToStartWhenWholeNodesHaveFreed) {
+  SchedulerOptions o;
+  o.preemption = false;
+  Fixture f(3, o);
+  // Pairs of 4-GPU jobs share a node (best fit), the 8-GPU job has the third; they end at the
+  // estimates below, in this order: 100 (n0), 200 (n1), 300 (n2), 400 (n0), 500 (n1).
+  const std::vector<std::pair<int, double>> running = {
+      {4, 100}, {4, 400}, {4, 200}, {4, 500}, {8, 300}};
+  for (size_t i = 0; i < running.size(); ++i) {
+    JobSpec j = Job(static_cast<int64_t>(i + 1), f.a, running[i].first);
+    j.runtime_estimate = running[i].second;
+    ASSERT_TRUE(f.sched->Submit(j).ok());
+    ASSERT_TRUE(Started(f.sched->Cycle(0), j.id)) << "job " << j.id;
+  }
+  JobSpec gang = Job(6, f.b, 8, 2);
+  ASSERT_TRUE(f.sched->Submit(gang).ok());
+  EXPECT_FALSE(Started(f.sched->Cycle(1), 6));
+  EXPECT_DOUBLE_EQ(f.sched->Explain(6, 1).estimated_start, 400);
+  // One node's worth fits as soon as the 8-GPU job ends.
+  JobSpec one = Job(7, f.b, 8);
+  ASSERT_TRUE(f.sched->Submit(one).ok());
+  EXPECT_DOUBLE_EQ(f.sched->Explain(7, 1).estimated_start, 300);
+  // Four whole nodes never free on three: no estimate.
+  ASSERT_TRUE(f.sched->Submit(Job(8, f.b, 8, 4)).ok());
+  EXPECT_DOUBLE_EQ(f.sched->Explain(8, 1).estimated_start, -1);
+}
+
 TEST(Scheduler, BackfillRunsShortJobsBeforeTheReservation) {
   SchedulerOptions o;
   o.preemption = false;
