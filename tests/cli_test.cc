@@ -126,6 +126,8 @@ TEST_F(CliTest, BadInputGetsAClearErrorAndExitCode2) {
            {"--shape deep --estimate-noise -1", "--estimate-noise"},
            {"--estimate-noise 1", "--shape deep"},
            {"--tenants 0", "--tenants"},
+           {"--shape deep --sweep-share 1.5", "--sweep-share"},
+           {"--sweep-share 0.3", "--shape deep"},
            {"--shape wide", "--shape"}}) {
     r = Meridian("sim generate --out " + Path("g") + " " + flags);
     EXPECT_EQ(r.code, 2) << flags << ": " << r.out;

@@ -269,6 +269,9 @@ int RunSimGenerate(const GenerateFlags& f) {
     return Fail(Status::Invalid("--max-gang-gpus: a power of two from 2 to --gpus (" +
                                 std::to_string(o.gpus) + ")"));
   }
+  if (o.sweep_share < 0 || o.sweep_share > 1) return Fail(Status::Invalid("--sweep-share: 0 to 1"));
+  if (!deep && o.sweep_share > 0)
+    return Fail(Status::Invalid("--sweep-share applies to --shape deep"));
   if (!deep && o.estimate_noise > 0) {
     return Fail(Status::Invalid("--estimate-noise applies to --shape deep"));
   }
@@ -552,6 +555,8 @@ void AddSimCommands(CLI::App& app, int* rc) {
       "deep: the largest job in GPUs, a power of two (128, or what the cluster holds)");
   generate->add_option("--estimate-noise", gf.options.estimate_noise,
                        "deep: sigma of the lognormal factor on each runtime estimate (0: exact)");
+  generate->add_option("--sweep-share", gf.options.sweep_share,
+                       "deep: share of the jobs submitted in sweeps of 10-1,000 at once (0)");
   generate->callback([rc] { *rc = RunSimGenerate(gf); });
   AddSimExport(sim, rc);
 }

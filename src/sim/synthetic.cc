@@ -108,6 +108,7 @@ struct Drawn {
   double duration;
   int tasks, gpus;
   int milli;
+  bool follows = false;  // submitted with the job before it, in one sweep
 };
 
 // Durations log-uniform from 1 minute to about 14 hours; sizes: mostly 1 GPU, some 2-8, a few
@@ -209,30 +210,56 @@ void SyntheticReplay(const SyntheticReplayOptions& o, std::string* cluster_yaml,
   // Arrivals: Poisson at the rate that offers `load`.
   std::vector<Drawn> drawn;
   double demand = 0;  // GPU-seconds
-  for (int i = 0; i < o.jobs; ++i) {
+  // Sweeps (kDeep): one user submits 10-1,000 variants of a job of up to 8 GPUs at once, their
+  // durations spread around the first's. A sweep starts with the probability that puts
+  // `sweep_share` of the jobs in sweeps (their mean size is 990 / ln 100, about 215).
+  const double mean_sweep = 990 / std::log(100.0);
+  const double sweep_start = o.sweep_share / (mean_sweep * (1 - o.sweep_share) + o.sweep_share);
+  int arrivals = 0;
+  for (int i = 0; i < o.jobs; ++arrivals) {
+    if (o.shape == WorkloadShape::kDeep && o.sweep_share > 0 && rng.UniformDouble() < sweep_start) {
+      const int size = std::min(
+          o.jobs - i,
+          static_cast<int>(std::exp(std::log(10.0) + rng.UniformDouble() * std::log(100.0))));
+      const Drawn first = DrawDeep(rng, std::min(8, max_gang));
+      for (int k = 0; k < size; ++k, ++i) {
+        Drawn d = first;
+        d.duration = std::clamp(first.duration * std::exp(0.5 * Normal(rng)), 1.0, 53 * 86400.0);
+        d.follows = k > 0;
+        demand += d.duration * d.tasks * d.gpus * d.milli / 1000.0;
+        drawn.push_back(d);
+      }
+      continue;
+    }
     const Drawn d = o.shape == WorkloadShape::kDeep ? DrawDeep(rng, max_gang) : DrawMixed(rng);
     demand += d.duration * d.tasks * d.gpus * d.milli / 1000.0;
     drawn.push_back(d);
+    ++i;
   }
-  const double mean_gap = demand / (gpus * std::max(0.05, o.load)) / std::max(1, o.jobs);
+  const double mean_gap = demand / (gpus * std::max(0.05, o.load)) / std::max(1, arrivals);
   *jobs_csv =
       "id,submit_time,duration,tasks,gpus_per_task,gpu_milli,project,priority,runtime_estimate,"
       "runtime_limit,gang\n";
   double t = 0;
   char line[256];
+  size_t project = 0;
+  int priority = 0;
   for (int i = 0; i < o.jobs; ++i) {
-    t += -std::log(1.0 - rng.UniformDouble()) * mean_gap;
     const Drawn& d = drawn[i];
-    size_t project;
-    if (use_cdf.empty()) {
-      project = rng.Uniform(names.size());
+    if (d.follows) {  // a sweep's next job: the same user and priority, a second later
+      t += 1;
     } else {
-      const double u = rng.UniformDouble();
-      project = static_cast<size_t>(std::lower_bound(use_cdf.begin(), use_cdf.end(), u) -
-                                    use_cdf.begin());
-      project = std::min(project, names.size() - 1);
+      t += -std::log(1.0 - rng.UniformDouble()) * mean_gap;
+      if (use_cdf.empty()) {
+        project = rng.Uniform(names.size());
+      } else {
+        const double u = rng.UniformDouble();
+        project = static_cast<size_t>(std::lower_bound(use_cdf.begin(), use_cdf.end(), u) -
+                                      use_cdf.begin());
+        project = std::min(project, names.size() - 1);
+      }
+      priority = rng.Uniform(10) == 0 ? 100 : 0;
     }
-    const int priority = rng.Uniform(10) == 0 ? 100 : 0;
     double estimate, limit;
     if (o.shape == WorkloadShape::kDeep) {
       // A noisy estimate (what a predictor or a user says) beside a limit that is an upper

@@ -60,6 +60,9 @@ struct SyntheticReplayOptions {
   // kDeep: the estimate is the true duration times exp(N(0, noise)); 0 is exact. The runtime
   // limit stays an upper bound users set: 1-3x the true duration, so no job is killed by it.
   double estimate_noise = 0;
+  // kDeep: the share of jobs submitted in sweeps (one user's 10-1,000 variants of a job of up to
+  // 8 GPUs, a second apart), which is what makes queues thousands deep at a moderate load.
+  double sweep_share = 0;
 };
 
 // A replay workload in Meridian's formats: a cluster description (YAML, one on-prem cluster of

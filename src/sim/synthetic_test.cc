@@ -121,6 +121,32 @@ TEST(SyntheticReplay, EstimatesAreExactOrOffByTheStatedNoiseAndLimitsAreUpperBou
   }
 }
 
+TEST(SyntheticReplay, SweepsSubmitManyJobsOfOneUserAtOnce) {
+  SyntheticReplayOptions o = Deep();
+  o.sweep_share = 0.3;
+  const Generated g = Generate(o);
+  ASSERT_EQ(g.jobs.size(), 20000u);
+  // A sweep: jobs a second apart, of one project and one size, 10 to 1,000 of them.
+  int in_sweeps = 0, sweeps = 0;
+  for (size_t i = 0; i < g.jobs.size();) {
+    size_t k = i + 1;
+    while (k < g.jobs.size() && g.jobs[k].submit_time - g.jobs[k - 1].submit_time == 1.0 &&
+           g.jobs[k].project == g.jobs[i].project &&
+           g.jobs[k].gpus_per_task == g.jobs[i].gpus_per_task && g.jobs[k].tasks == 1) {
+      ++k;
+    }
+    if (k - i >= 10) {
+      ++sweeps;
+      in_sweeps += static_cast<int>(k - i);
+      EXPECT_LE(k - i, 1000u);
+      EXPECT_LE(g.jobs[i].gpus_per_task, 8);
+    }
+    i = k;
+  }
+  EXPECT_GE(sweeps, 5);
+  EXPECT_NEAR(in_sweeps / 20000.0, 0.3, 0.12);
+}
+
 TEST(SyntheticReplay, TheMixedShapeKeepsItsFourProjectsAndItsSizes) {
   SyntheticReplayOptions o;
   o.jobs = 5000;
