@@ -225,6 +225,7 @@ class Scheduler {
     bool borrowed = false;
     int64_t on_loan_from = -1;  // the reserved job whose nodes it borrows
     int64_t stopping_for = -1;  // kStopping: the job it was preempted for, which counts on it
+    double preempted_at = -1;   // its last preemption; it neither starts nor preempts again then
     int64_t milli = 0;          // GPU milli of the whole job
   };
   struct Usage {

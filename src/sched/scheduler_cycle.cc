@@ -61,6 +61,13 @@ void Scheduler::Pass(double now, CycleResult* result) {
   for (int64_t id : Order(now)) {
     Job& j = jobs_.at(id);
     if (j.phase != Phase::kPending) continue;
+    // A job preempted in this cycle waits for the next: placed again at once it could take back
+    // what it was stopped for, or stop others in turn (a cascade within one cycle), and a
+    // cycle's decisions start or stop each job once.
+    if (j.preempted_at == now) {
+      out.pending.emplace_back(id, "preempted in this cycle; it is placed again in the next");
+      continue;
+    }
     if (std::string q = QuotaBlock(j); !q.empty()) {
       out.pending.emplace_back(id, q);
       continue;
@@ -193,8 +200,11 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
                             quotas_.Borrowing(v.spec.tenant) && theirs <= mine;
     const bool by_loan = v.on_loan_from == j.spec.id && theirs <= mine;
     if (!by_priority && !by_reclaim && !by_loan) continue;
-    victims.push_back({id, by_loan, v.borrowed && by_reclaim, theirs,
-                       static_cast<double>(v.milli) * (now - v.start_time)});
+    // Work on borrowed quota goes first for any reason: the owner's reclaim would stop it next,
+    // and stopping another job instead would cost two preemptions for one.
+    const bool borrowing = v.borrowed && quotas_.Borrowing(v.spec.tenant);
+    victims.push_back(
+        {id, by_loan, borrowing, theirs, static_cast<double>(v.milli) * (now - v.start_time)});
   }
   // Not even every candidate together frees enough GPU: no search.
   int64_t freeable = gpu_capacity_ - allocated_milli_ + claimed_milli;
@@ -255,6 +265,7 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
                                : victim.borrowed && reclaim     ? "quota reclaim"
                                                                 : "priority";
     out->preempted.push_back({id, j.spec.id, reason, now + victim.spec.grace_period});
+    victim.preempted_at = now;
     if (immediate) {
       Stop(victim, now);
       victim.phase = Phase::kPending;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "base/rng.h"
 #include "sched/scheduler.h"
@@ -84,6 +85,13 @@ void CheckInvariants(const World& w, const CycleResult& r) {
             << "gang " << d.job << " split across clusters";
       }
     }
+  }
+  // A cycle starts or stops each job once, never both.
+  std::set<int64_t> started, stopped;
+  for (const StartDecision& d : r.started) ASSERT_TRUE(started.insert(d.job).second) << d.job;
+  for (const PreemptDecision& p : r.preempted) {
+    ASSERT_TRUE(stopped.insert(p.job).second) << p.job;
+    ASSERT_FALSE(started.count(p.job)) << "job " << p.job << " started and stopped in one cycle";
   }
   for (const PreemptDecision& p : r.preempted) {
     const JobSpec& victim = w.specs.at(p.job);

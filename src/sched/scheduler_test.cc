@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "sched/testing/estate.h"
 
 namespace meridian::sched {
@@ -376,6 +378,38 @@ TEST(Scheduler, GangsArePlacedWholeInOneCluster) {
   EXPECT_EQ(g.sched->snapshot().nodes[p[0].node].cluster,
             g.sched->snapshot().nodes[p[1].node].cluster);
   EXPECT_NE(p[0].node, p[1].node);
+}
+
+// A high-priority job takes the GPUs of the job running on borrowed quota, not those of a job
+// within its guarantee, which would then take back its guarantee from the borrower in the same
+// cycle: two preemptions for one, and a job both stopped and started by one cycle.
+TEST(Scheduler, PreemptionTakesBorrowedWorkFirstAndNoJobIsStoppedAndStartedInOneCycle) {
+  SchedulerOptions o;
+  o.queue_depth = 1;  // a pass per start, so that a victim back in the queue is looked at again
+  Fixture f(2, o);
+  f.quotas.SetQuota(f.a, kNoModel, 8000, kUnlimited);  // a is guaranteed one node; b nothing
+  f.Init(2, o);
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.b, 8)).ok());  // on borrowed quota
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 2));
+  JobSpec urgent = Job(3, f.b, 8, 1, 100);
+  urgent.submit_time = 100;
+  JobSpec later = Job(4, f.b, 8);
+  later.submit_time = 100;
+  ASSERT_TRUE(f.sched->Submit(urgent).ok());
+  ASSERT_TRUE(f.sched->Submit(later).ok());
+  CycleResult r = f.sched->Cycle(100);
+  EXPECT_TRUE(Started(r, 3));
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].job, 2) << "the borrower, not the job within its guarantee";
+  std::set<int64_t> stopped, started;
+  for (const PreemptDecision& p : r.preempted) EXPECT_TRUE(stopped.insert(p.job).second);
+  for (const StartDecision& d : r.started) {
+    EXPECT_TRUE(started.insert(d.job).second);
+    EXPECT_FALSE(stopped.count(d.job)) << "job " << d.job << " stopped and started in one cycle";
+  }
+  EXPECT_FALSE(Started(f.sched->Cycle(200), 2)) << "job 2 waits: job 1 keeps its guarantee";
 }
 
 // The estimated start of a gang is when what has ended frees whole nodes for it, not when

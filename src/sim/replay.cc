@@ -355,6 +355,10 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       const size_t i = index_of.at(d.job);
       State& s = st[i];
       const ReplayJob& j = jobs[i];
+      if (s.running) {  // its GPUs would be counted twice from here on
+        return base::Status::Internal("replay: the scheduler started job " + std::to_string(j.id) +
+                                      " at " + std::to_string(now) + ", which runs already");
+      }
       s.running = true;
       s.start = now;
       if (s.first_start < 0) s.first_start = now;
