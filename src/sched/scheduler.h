@@ -262,6 +262,16 @@ class Scheduler {
   // When `j` could start if what runs ends as estimated; the nodes it would use then go to
   // `nodes` when given.
   double EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes = nullptr);
+  // The last estimate, which holds while nothing was placed or released and its moment is still
+  // ahead (a reservation is asked for again by every pass).
+  struct Estimate {
+    int64_t job = -1;
+    std::pair<uint64_t, uint64_t> version;
+    double at = 0;
+    std::vector<int32_t> nodes;
+  };
+  Estimate estimate_;
+  double Estimated(const Job& j, double now, std::vector<int32_t>* nodes);
   std::string QuotaBlock(const Job& j) const;
   std::string NeverFits(const JobSpec& spec) const;
 

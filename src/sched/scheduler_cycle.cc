@@ -290,6 +290,20 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
 }
 
 double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes) {
+  // Jobs overrunning their estimates end "now" in the what-if, so an estimate holds only while
+  // its moment is ahead.
+  if (estimate_.job == j.spec.id && estimate_.version == placer_.version() && estimate_.at > now) {
+    if (nodes) *nodes = estimate_.nodes;
+    return estimate_.at;
+  }
+  std::vector<int32_t> used;
+  const double at = Estimated(j, now, &used);
+  estimate_ = {j.spec.id, placer_.version(), at, used};
+  if (nodes) *nodes = std::move(used);
+  return at;
+}
+
+double Scheduler::Estimated(const Job& j, double now, std::vector<int32_t>* nodes) {
   // What-if on a copy: give back what runs, in order of expected end, until the job fits. A
   // trial asks only whether the job fits (the first node that fits, no scores), and is made only
   // once enough GPU is free anywhere for it to have a chance; where the job would go is scored
@@ -309,30 +323,55 @@ double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* 
   // At most what is free: an idle MIG GPU counts whole, and an unhealthy one too.
   int64_t free_milli = 0;
   for (const GpuState& g : what_if.gpus) free_milli += g.mig_enabled ? 1000 : g.free_milli;
-  CycleState scratch;
-  auto fits = [&](bool scored) {
-    p.set_first_fit(!scored);
+  p.set_first_fit(true);
+  auto fits = [&](Placer& placer) {
+    CycleState scratch;  // each trial places the job's tasks as one group, afresh
     std::vector<std::pair<const TaskSpec*, Placement>> done;
     bool ok = true;
     if (nodes) nodes->clear();
     for (const TaskSpec& t : j.spec.tasks) {
-      PlaceOutcome o = p.Place(t, scratch);
+      PlaceOutcome o = placer.Place(t, scratch);
       if (!o.placed) {
         ok = false;
         break;
       }
-      p.Commit(t, o.placement, &scratch);
+      placer.Commit(t, o.placement, &scratch);
       if (nodes) nodes->push_back(o.placement.node);
       done.emplace_back(&t, std::move(o.placement));
     }
-    for (auto it = done.rbegin(); it != done.rend(); ++it) p.Release(*it->first, it->second);
+    for (auto it = done.rbegin(); it != done.rend(); ++it) placer.Release(*it->first, it->second);
     return ok;
   };
+  // A job of like whole-GPU tasks fits only where idle GPUs hold each task on one node: how many
+  // tasks they could hold (CPU, memory and filters may allow fewer) is read off the index.
+  const TaskSpec& first = j.spec.tasks.front();
+  const bool like_whole =
+      std::all_of(j.spec.tasks.begin(), j.spec.tasks.end(), [&](const TaskSpec& t) {
+        return t.gpu_kind == GpuKind::kWhole && t.gpu_count == first.gpu_count && t.gpu_count > 0 &&
+               t.allowed_models == first.allowed_models;
+      });
+  auto room_for_tasks = [&] {
+    if (!like_whole) return true;
+    int64_t slots = 0;
+    for (int m = 0; m < what_if.model_count(); ++m) {
+      if (!(first.allowed_models & Bit(m))) continue;
+      const auto model = static_cast<ModelId>(m);
+      for (int k = first.gpu_count; const int64_t nodes = p.index().NodesWithIdleGpus(model, k);
+           k += first.gpu_count) {
+        slots += nodes;
+      }
+    }
+    return slots >= static_cast<int64_t>(j.spec.tasks.size());
+  };
   auto fits_now = [&] {
-    if (free_milli < j.milli || !fits(false)) return false;
-    if (nodes) {  // the nodes a scored placement picks; the first fit's if it finds none
-      std::vector<int32_t> first = *nodes;
-      if (!fits(true)) *nodes = std::move(first);
+    if (free_milli < j.milli || !room_for_tasks() || !fits(p)) return false;
+    if (nodes) {
+      // The nodes a scored placement picks, by a placer of its own so that the choice does not
+      // hang on how many trials came before (they draw on the tie-breaks' stream); the first
+      // fit's if it finds none.
+      Placer scored(&what_if, &profile_, 1);
+      std::vector<int32_t> first_fit = *nodes;
+      if (!fits(scored)) *nodes = std::move(first_fit);
     }
     return true;
   };
