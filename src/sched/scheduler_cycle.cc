@@ -35,6 +35,7 @@ CycleResult Scheduler::Cycle(double now) {
 void Scheduler::Pass(double now, CycleResult* result) {
   AdvanceUsage(now);
   CycleResult& out = *result;
+  const size_t started_before = out.started.size();
   const bool head_of_line = options_.order == QueueOrder::kFifo && !options_.backfill;
   int32_t preemptors = options_.preemptors_per_cycle;
   // A reservation sticks to its job until that job starts: moving it from job to job would
@@ -116,7 +117,11 @@ void Scheduler::Pass(double now, CycleResult* result) {
     cycle_.reserved_nodes.clear();
     placer_.InvalidateCache();
   }
-  std::erase_if(pending_, [this](int64_t id) { return jobs_.at(id).phase != Phase::kPending; });
+  // Only a start takes a job out of the queue in a pass: without one, a deep queue is not
+  // walked again.
+  if (out.started.size() > started_before) {
+    std::erase_if(pending_, [this](int64_t id) { return jobs_.at(id).phase != Phase::kPending; });
+  }
 }
 
 void Scheduler::Lend(const std::vector<int64_t>& borrowers, double now, CycleResult* out) {
