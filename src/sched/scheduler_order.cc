@@ -1,9 +1,11 @@
-// Queue orders. FIFO, SJF and LAS sort one list; Meridian's order is two-level, as Kueue and
-// YuniKorn do fair sharing: the next job comes from the tenant with the smallest weighted
-// dominant share (counting the jobs already ordered ahead in this pass), and within a tenant the
-// job with the shortest runtime estimate goes first, so that fairness across tenants does not
-// cost each tenant's short jobs their turnaround. See docs/adr/0004-queue-order.md for the
-// orders measured against each other (response-ratio and aging variants among them).
+// Queue orders. FIFO, SJF and LAS sort one list. Meridian's order takes, among the tenants'
+// queue heads, the job with the shortest runtime estimate stretched by its tenant's usage: the
+// estimate counts for more the more the tenant (and its team and organization) has received
+// lately, and the tenants' dominant shares break ties, so a heavy user's short job may still go
+// before a light user's long one, but not for ever. Within a tenant the shortest estimate goes
+// first. An estimate is never taken above the job's runtime limit, which users set as an upper
+// bound. See docs/adr/0004-queue-order.md and docs/adr/0034-deep-queues.md for the orders
+// measured against each other.
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -61,9 +63,11 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
   std::map<int32_t, std::vector<Entry>> by_tenant;
   for (int64_t id : pending_) {
     const Job& j = jobs_.at(id);
-    const double estimate = j.spec.runtime_estimate > 0
-                                ? j.spec.runtime_estimate
-                                : (j.spec.runtime_limit > 0 ? j.spec.runtime_limit : 1e9);
+    double estimate = j.spec.runtime_estimate > 0
+                          ? j.spec.runtime_estimate
+                          : (j.spec.runtime_limit > 0 ? j.spec.runtime_limit : 1e9);
+    // A job is stopped at its limit, so it cannot run longer: an estimate beyond it is wrong.
+    if (j.spec.runtime_limit > 0) estimate = std::min(estimate, j.spec.runtime_limit);
     // Aging within the tenant: the estimate the order sees halves for every starvation
     // horizon a job has waited, so a long job cannot be passed over for ever.
     const double waited = std::max(0.0, now - j.spec.submit_time);
@@ -104,10 +108,22 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
     }
     return 0;
   };
+  // What two tenants have received lately, in hours of the whole estate, compared where their
+  // paths part, as fairer does: organization against organization, then team against team.
+  auto received = [&](const Queue& a, const Queue& b) {
+    size_t i = 0;
+    while (i + 1 < a.path.size() && i + 1 < b.path.size() && a.path[i] == b.path[i]) ++i;
+    return std::pair(share[static_cast<size_t>(a.path[i])] / 3600.0,
+                     share[static_cast<size_t>(b.path[i])] / 3600.0);
+  };
   auto better = [&](const Queue& a, const Queue& b) {
     const Entry& x = a.jobs.back();
     const Entry& y = b.jobs.back();
     if (x.priority != y.priority) return x.priority > y.priority;
+    const auto [ha, hb] = received(a, b);
+    const double kx = x.estimate * (1.0 + options_.usage_stretch * ha);
+    const double ky = y.estimate * (1.0 + options_.usage_stretch * hb);
+    if (kx != ky) return kx < ky;
     if (int f = fairer(a, b); f != 0) return f < 0;
     if (x.submit != y.submit) return x.submit < y.submit;
     return x.id < y.id;

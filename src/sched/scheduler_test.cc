@@ -310,6 +310,44 @@ TEST(Scheduler, FairShareComparesTeamsBeforeTheirProjects) {
   EXPECT_FALSE(Started(r, 3));
 }
 
+// Across tenants the shortest estimate goes first, stretched by what each tenant has received:
+// a heavy user's short job goes before a light user's long one, but one of comparable length
+// goes after it.
+TEST(Scheduler, TheShortestEstimateGoesFirstStretchedByWhatItsTenantReceived) {
+  for (const auto& [a_estimate, a_first] : {std::pair(600.0, true), std::pair(30000.0, false)}) {
+    SCOPED_TRACE("a's estimate " + std::to_string(a_estimate));
+    Fixture f(1);
+    ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+    ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+    f.sched->Finish(1, 7200);  // a has had the whole estate for two hours; b nothing
+    JobSpec from_a = Job(2, f.a, 8);
+    from_a.runtime_estimate = a_estimate;
+    from_a.submit_time = 7200;
+    JobSpec from_b = Job(3, f.b, 8);
+    from_b.runtime_estimate = 36000;
+    from_b.submit_time = 7200;
+    ASSERT_TRUE(f.sched->Submit(from_a).ok());
+    ASSERT_TRUE(f.sched->Submit(from_b).ok());
+    CycleResult r = f.sched->Cycle(7200);
+    EXPECT_EQ(Started(r, 2), a_first);
+    EXPECT_EQ(Started(r, 3), !a_first);
+  }
+}
+
+// A job is stopped at its runtime limit, so an estimate beyond the limit is not believed.
+TEST(Scheduler, AnEstimateCountsForNoMoreThanTheRuntimeLimit) {
+  Fixture f(1);
+  JobSpec honest = Job(1, f.b, 8);
+  honest.runtime_estimate = 500;
+  JobSpec overstated = Job(2, f.a, 8);  // submitted later
+  overstated.runtime_estimate = 10000;
+  overstated.runtime_limit = 100;
+  overstated.submit_time = 1;
+  ASSERT_TRUE(f.sched->Submit(honest).ok());
+  ASSERT_TRUE(f.sched->Submit(overstated).ok());
+  EXPECT_TRUE(Started(f.sched->Cycle(1), 2)) << "it ends within 100 s, before the other";
+}
+
 // What a tenant received outlives the scheduler: exported, restored into a new one (a restart,
 // or a rebuild after a configuration change), decayed by the time between.
 TEST(Scheduler, UsageRestoredIntoANewSchedulerKeepsTheOrder) {
