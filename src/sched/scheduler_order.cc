@@ -86,8 +86,13 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
     std::vector<Entry> jobs;
   };
   std::vector<Queue> queues;
+  const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
   for (auto& [tenant, jobs] : by_tenant) {
-    std::sort(jobs.begin(), jobs.end(), [](const Entry& a, const Entry& b) { return b < a; });
+    // No pass takes more than `depth` jobs from one tenant: only those are put in order.
+    const auto keep = static_cast<long>(std::min(depth, jobs.size()));
+    std::partial_sort(jobs.begin(), jobs.begin() + keep, jobs.end());
+    jobs.resize(static_cast<size_t>(keep));
+    std::reverse(jobs.begin(), jobs.end());
     std::vector<int32_t> path;
     for (int32_t n = tenant; n >= 0; n = quotas_.parent(n)) path.push_back(n);
     std::reverse(path.begin(), path.end());
@@ -129,7 +134,6 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
     return x.id < y.id;
   };
   std::vector<int64_t> out;
-  const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
   // Charging one tenant moves every tenant under the same ancestors, so the next queue is
   // chosen by a scan rather than from a heap; there are few tenants beside the depth.
   std::vector<size_t> live(queues.size());
