@@ -68,8 +68,8 @@ base::Status Scheduler::Submit(JobSpec spec) {
   }
   if (std::string why = NeverFits(spec); !why.empty()) {
     return base::Status(base::StatusCode::kFailedPrecondition,
-                        "job " + std::to_string(spec.id) + " fits no node here, even idle: " +
-                            why + "; it waits for a node that can hold it to join");
+                        "job " + std::to_string(spec.id) + " fits no node here, even idle: " + why +
+                            "; it waits for a node that can hold it to join");
   }
   Job j;
   // Tasks of one job keep together (racks, NVLink); a single task has nobody to keep with, and
@@ -80,8 +80,8 @@ base::Status Scheduler::Submit(JobSpec spec) {
     j.milli += t.GpuMilliTotal();
   }
   j.spec = std::move(spec);
-  pending_.push_back(j.spec.id);
-  jobs_.emplace(j.spec.id, std::move(j));
+  const int64_t id = j.spec.id;
+  Enqueue(jobs_.emplace(id, std::move(j)).first->second);
   return base::Status::Ok();
 }
 
@@ -488,7 +488,7 @@ void Scheduler::Evicted(int64_t id, double now) {
   it->second.phase = Phase::kPending;
   it->second.stopping_for = -1;
   it->second.placements.clear();
-  pending_.push_back(id);
+  Enqueue(it->second);
 }
 
 base::Result<int32_t> Scheduler::AddNode(const domain::Node& node) {

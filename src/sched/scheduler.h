@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -232,6 +233,7 @@ class Scheduler {
     int64_t on_loan_from = -1;  // the reserved job whose nodes it borrows
     int64_t stopping_for = -1;  // kStopping: the job it was preempted for, which counts on it
     double preempted_at = -1;   // its last preemption; it neither starts nor preempts again then
+    uint32_t queued = 0;        // bumped each time it joins the queue (its entry in ordered_)
     int64_t milli = 0;          // GPU milli of the whole job
   };
   struct Usage {
@@ -244,6 +246,27 @@ class Scheduler {
   std::vector<double> Shares() const;
   void Pass(double now, CycleResult* out);
   std::vector<int64_t> Order(double now);
+  // FIFO, SJF and LAS: a pending job's place in the order does not change while it waits, so the
+  // queue is kept sorted as jobs join it rather than sorted again by every pass. Entries of jobs
+  // that left are dropped when met (a job's `queued` tells an old entry from its current one).
+  struct QueueKey {
+    double priority, second, submit;
+    int64_t id;
+    uint32_t queued;
+    bool operator<(const QueueKey& o) const {
+      if (priority != o.priority) return priority > o.priority;
+      if (second != o.second) return second < o.second;
+      if (submit != o.submit) return submit < o.submit;
+      if (id != o.id) return id < o.id;
+      return queued < o.queued;
+    }
+  };
+  QueueKey KeyOf(const Job& j) const;
+  // A job joins the queue: submitted, requeued, or a start taken back (which may find it there
+  // still: `maybe_queued`).
+  void Enqueue(Job& j, bool maybe_queued = false);
+  std::set<QueueKey> ordered_;
+  bool ordered_valid_ = false;  // false: rebuilt from pending_ at the next Order
   std::vector<int64_t> FairOrder(double now);
   double EffectivePriority(const Job& j, double now) const;
   // What preemption compares: the priority class (aging orders the queue but never preempts,

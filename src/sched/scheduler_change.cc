@@ -107,6 +107,7 @@ base::Status Scheduler::ReplaceQuotas(QuotaTree quotas, const std::vector<int32_
 void Scheduler::SetOptions(const SchedulerOptions& options, double now) {
   AdvanceUsage(now);  // decayed at the half-life it had until now
   options_ = options;
+  ordered_valid_ = false;  // the order, or LAS's levels, may have changed
   placer_.InvalidateCache();
 }
 
@@ -151,7 +152,7 @@ void Scheduler::Unstart(int64_t id, double now) {
   j.phase = Phase::kPending;
   j.placements.clear();
   j.borrowed = false;
-  if (std::find(pending_.begin(), pending_.end(), id) == pending_.end()) pending_.push_back(id);
+  Enqueue(j, true);
   if (reservation_used_by_ == id) {
     reserved_job_ = id;
     reservation_used_by_ = -1;

@@ -275,7 +275,7 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
       Stop(victim, now);
       victim.phase = Phase::kPending;
       victim.placements.clear();
-      pending_.push_back(id);
+      Enqueue(victim);
     } else {
       victim.phase = Phase::kStopping;
       victim.stopping_for = j.spec.id;

@@ -14,35 +14,48 @@
 
 namespace meridian::sched {
 
+Scheduler::QueueKey Scheduler::KeyOf(const Job& j) const {
+  // What EffectivePriority gives a pending job under these orders: nothing that moves with time.
+  const double priority =
+      options_.order == QueueOrder::kLeastAttainedService ? -LasLevel(j.attained) : 0;
+  QueueKey k{priority, 0, j.spec.submit_time, j.spec.id, j.queued};
+  if (options_.order == QueueOrder::kShortestJobFirst) {
+    k.second = j.spec.runtime_estimate > 0 ? j.spec.runtime_estimate : kNever;
+  }
+  return k;
+}
+
+void Scheduler::Enqueue(Job& j, bool maybe_queued) {
+  ++j.queued;
+  if (!maybe_queued || std::find(pending_.begin(), pending_.end(), j.spec.id) == pending_.end()) {
+    pending_.push_back(j.spec.id);
+  }
+  if (ordered_valid_) ordered_.insert(KeyOf(j));
+}
+
 std::vector<int64_t> Scheduler::Order(double now) {
   if (options_.order == QueueOrder::kMeridian) return FairOrder(now);
-  struct Key {
-    double priority;
-    double second;
-    double submit;
-    int64_t id;
-  };
-  std::vector<Key> keys;
-  keys.reserve(pending_.size());
-  for (int64_t id : pending_) {
-    const Job& j = jobs_.at(id);
-    Key k{EffectivePriority(j, now), 0, j.spec.submit_time, id};
-    if (options_.order == QueueOrder::kShortestJobFirst) {
-      k.second = j.spec.runtime_estimate > 0 ? j.spec.runtime_estimate : kNever;
+  // Entries of jobs that started or left pile up until met; past twice the queue, start again.
+  if (!ordered_valid_ || ordered_.size() > 2 * pending_.size() + 1024) {
+    ordered_.clear();
+    for (int64_t id : pending_) {
+      const Job& j = jobs_.at(id);
+      if (j.phase == Phase::kPending) ordered_.insert(KeyOf(j));
     }
-    keys.push_back(k);
+    ordered_valid_ = true;
   }
-  auto before = [](const Key& a, const Key& b) {
-    if (a.priority != b.priority) return a.priority > b.priority;
-    if (a.second != b.second) return a.second < b.second;
-    if (a.submit != b.submit) return a.submit < b.submit;
-    return a.id < b.id;
-  };
-  const size_t depth = std::min(keys.size(), static_cast<size_t>(options_.queue_depth));
-  std::partial_sort(keys.begin(), keys.begin() + static_cast<long>(depth), keys.end(), before);
+  const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
   std::vector<int64_t> out;
   out.reserve(depth);
-  for (size_t i = 0; i < depth; ++i) out.push_back(keys[i].id);
+  for (auto it = ordered_.begin(); it != ordered_.end() && out.size() < depth;) {
+    auto j = jobs_.find(it->id);
+    if (j == jobs_.end() || j->second.phase != Phase::kPending || j->second.queued != it->queued) {
+      it = ordered_.erase(it);
+      continue;
+    }
+    out.push_back(it->id);
+    ++it;
+  }
   return out;
 }
 

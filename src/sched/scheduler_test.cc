@@ -348,6 +348,30 @@ TEST(Scheduler, AnEstimateCountsForNoMoreThanTheRuntimeLimit) {
   EXPECT_TRUE(Started(f.sched->Cycle(1), 2)) << "it ends within 100 s, before the other";
 }
 
+// SJF keeps its queue sorted as jobs join it: a start taken back puts the job back in its place,
+// and a change of order is followed at the next cycle.
+TEST(Scheduler, AKeptQueueTakesBackAStartAndFollowsAChangeOfOrder) {
+  SchedulerOptions o;
+  o.order = QueueOrder::kShortestJobFirst;
+  o.preemption = false;
+  o.backfill = false;
+  Fixture f(1, o);
+  JobSpec longer = Job(1, f.a, 8);
+  longer.runtime_estimate = 200;
+  JobSpec shorter = Job(2, f.a, 8);
+  shorter.runtime_estimate = 100;
+  shorter.submit_time = 1;
+  ASSERT_TRUE(f.sched->Submit(longer).ok());
+  ASSERT_TRUE(f.sched->Submit(shorter).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(1), 2));
+  f.sched->Unstart(2, 1);  // the control plane could not write the start
+  EXPECT_TRUE(Started(f.sched->Cycle(2), 2)) << "back in its place, ahead of the longer job";
+  f.sched->Unstart(2, 2);
+  o.order = QueueOrder::kFifo;
+  f.sched->SetOptions(o, 2);
+  EXPECT_TRUE(Started(f.sched->Cycle(3), 1)) << "FIFO: the first submitted";
+}
+
 // What a tenant received outlives the scheduler: exported, restored into a new one (a restart,
 // or a rebuild after a configuration change), decayed by the time between.
 TEST(Scheduler, UsageRestoredIntoANewSchedulerKeepsTheOrder) {
