@@ -42,6 +42,23 @@ JobSpec Job(int64_t id, int32_t tenant, int gpus, int tasks = 1, int priority = 
   return j;
 }
 
+// A job of `gpus` whole GPUs with a runtime estimate, submitted at `submit`.
+JobSpec Estimated(int64_t id, int32_t tenant, int gpus, double estimate, double submit = 0) {
+  JobSpec j = Job(id, tenant, gpus);
+  j.runtime_estimate = estimate;
+  j.submit_time = submit;
+  return j;
+}
+
+// A plain order, without preemption or backfill.
+SchedulerOptions Plain(QueueOrder order) {
+  SchedulerOptions o;
+  o.order = order;
+  o.preemption = false;
+  o.backfill = false;
+  return o;
+}
+
 bool Started(const CycleResult& r, int64_t id) {
   for (const StartDecision& s : r.started) {
     if (s.job == id) return true;
@@ -320,14 +337,8 @@ TEST(Scheduler, TheShortestEstimateGoesFirstStretchedByWhatItsTenantReceived) {
     ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
     ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
     f.sched->Finish(1, 7200);  // a has had the whole estate for two hours; b nothing
-    JobSpec from_a = Job(2, f.a, 8);
-    from_a.runtime_estimate = a_estimate;
-    from_a.submit_time = 7200;
-    JobSpec from_b = Job(3, f.b, 8);
-    from_b.runtime_estimate = 36000;
-    from_b.submit_time = 7200;
-    ASSERT_TRUE(f.sched->Submit(from_a).ok());
-    ASSERT_TRUE(f.sched->Submit(from_b).ok());
+    ASSERT_TRUE(f.sched->Submit(Estimated(2, f.a, 8, a_estimate, 7200)).ok());
+    ASSERT_TRUE(f.sched->Submit(Estimated(3, f.b, 8, 36000, 7200)).ok());
     CycleResult r = f.sched->Cycle(7200);
     EXPECT_EQ(Started(r, 2), a_first);
     EXPECT_EQ(Started(r, 3), !a_first);
@@ -337,13 +348,9 @@ TEST(Scheduler, TheShortestEstimateGoesFirstStretchedByWhatItsTenantReceived) {
 // A job is stopped at its runtime limit, so an estimate beyond the limit is not believed.
 TEST(Scheduler, AnEstimateCountsForNoMoreThanTheRuntimeLimit) {
   Fixture f(1);
-  JobSpec honest = Job(1, f.b, 8);
-  honest.runtime_estimate = 500;
-  JobSpec overstated = Job(2, f.a, 8);  // submitted later
-  overstated.runtime_estimate = 10000;
+  JobSpec overstated = Estimated(2, f.a, 8, 10000, 1);  // submitted later
   overstated.runtime_limit = 100;
-  overstated.submit_time = 1;
-  ASSERT_TRUE(f.sched->Submit(honest).ok());
+  ASSERT_TRUE(f.sched->Submit(Estimated(1, f.b, 8, 500)).ok());
   ASSERT_TRUE(f.sched->Submit(overstated).ok());
   EXPECT_TRUE(Started(f.sched->Cycle(1), 2)) << "it ends within 100 s, before the other";
 }
@@ -351,18 +358,10 @@ TEST(Scheduler, AnEstimateCountsForNoMoreThanTheRuntimeLimit) {
 // SJF keeps its queue sorted as jobs join it: a start taken back puts the job back in its place,
 // and a change of order is followed at the next cycle.
 TEST(Scheduler, AKeptQueueTakesBackAStartAndFollowsAChangeOfOrder) {
-  SchedulerOptions o;
-  o.order = QueueOrder::kShortestJobFirst;
-  o.preemption = false;
-  o.backfill = false;
+  SchedulerOptions o = Plain(QueueOrder::kShortestJobFirst);
   Fixture f(1, o);
-  JobSpec longer = Job(1, f.a, 8);
-  longer.runtime_estimate = 200;
-  JobSpec shorter = Job(2, f.a, 8);
-  shorter.runtime_estimate = 100;
-  shorter.submit_time = 1;
-  ASSERT_TRUE(f.sched->Submit(longer).ok());
-  ASSERT_TRUE(f.sched->Submit(shorter).ok());
+  ASSERT_TRUE(f.sched->Submit(Estimated(1, f.a, 8, 200)).ok());
+  ASSERT_TRUE(f.sched->Submit(Estimated(2, f.a, 8, 100, 1)).ok());  // shorter, later
   ASSERT_TRUE(Started(f.sched->Cycle(1), 2));
   f.sched->Unstart(2, 1);  // the control plane could not write the start
   EXPECT_TRUE(Started(f.sched->Cycle(2), 2)) << "back in its place, ahead of the longer job";
@@ -657,10 +656,7 @@ TEST(Scheduler, ShortJobsFirstButALongWaitWins) {
 }
 
 TEST(Scheduler, FifoBlocksBehindItsHead) {
-  SchedulerOptions o;
-  o.order = QueueOrder::kFifo;
-  o.preemption = false;
-  o.backfill = false;
+  SchedulerOptions o = Plain(QueueOrder::kFifo);
   Fixture f(1, o);
   JobSpec head = Job(1, f.a, 16);
   head.tasks = {testing::Whole(8), testing::Whole(8)};
