@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "base/rng.h"
@@ -59,9 +58,6 @@ class Placer {
 
   const Snapshot& snapshot() const { return *s_; }
   const NodeIndex& index() const { return index_; }
-  // Changes whenever what Place would answer may change: a resource committed or released, a
-  // node added or changed, the cache invalidated. Equal versions, equal answers.
-  std::pair<uint64_t, uint64_t> version() const { return {index_.version(), epoch_}; }
   int64_t cache_hits() const { return cache_hits_; }
 
  private:

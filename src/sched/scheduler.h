@@ -246,9 +246,11 @@ class Scheduler {
   std::vector<double> Shares() const;
   void Pass(double now, CycleResult* out);
   std::vector<int64_t> Order(double now);
-  // FIFO, SJF and LAS: a pending job's place in the order does not change while it waits, so the
-  // queue is kept sorted as jobs join it rather than sorted again by every pass. Entries of jobs
-  // that left are dropped when met (a job's `queued` tells an old entry from its current one).
+  // A job's place in a queue: priority first, then `second` (the order's own: an estimate, or
+  // nothing), then age. FIFO, SJF and LAS: a pending job's key does not change while it waits,
+  // so the queue is kept sorted as jobs join it rather than sorted again by every pass; entries
+  // of jobs that left are dropped when met (a job's `queued` tells an old entry from its current
+  // one). The meridian order sorts each tenant's jobs by the same key.
   struct QueueKey {
     double priority, second, submit;
     int64_t id;
@@ -291,16 +293,6 @@ class Scheduler {
   // When `j` could start if what runs ends as estimated; the nodes it would use then go to
   // `nodes` when given.
   double EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes = nullptr);
-  // The last estimate, which holds while nothing was placed or released and its moment is still
-  // ahead (a reservation is asked for again by every pass).
-  struct Estimate {
-    int64_t job = -1;
-    std::pair<uint64_t, uint64_t> version;
-    double at = 0;
-    std::vector<int32_t> nodes;
-  };
-  Estimate estimate_;
-  double Estimated(const Job& j, double now, std::vector<int32_t>* nodes);
   std::string QuotaBlock(const Job& j) const;
   std::string NeverFits(const JobSpec& spec) const;
 

@@ -295,20 +295,6 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
 }
 
 double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes) {
-  // Jobs overrunning their estimates end "now" in the what-if, so an estimate holds only while
-  // its moment is ahead.
-  if (estimate_.job == j.spec.id && estimate_.version == placer_.version() && estimate_.at > now) {
-    if (nodes) *nodes = estimate_.nodes;
-    return estimate_.at;
-  }
-  std::vector<int32_t> used;
-  const double at = Estimated(j, now, &used);
-  estimate_ = {j.spec.id, placer_.version(), at, used};
-  if (nodes) *nodes = std::move(used);
-  return at;
-}
-
-double Scheduler::Estimated(const Job& j, double now, std::vector<int32_t>* nodes) {
   // What-if on a copy: give back what runs, in order of expected end, until the job fits. A
   // trial asks only whether the job fits (the first node that fits, no scores), and is made only
   // once enough GPU is free anywhere for it to have a chance; where the job would go is scored

@@ -60,18 +60,11 @@ std::vector<int64_t> Scheduler::Order(double now) {
 }
 
 std::vector<int64_t> Scheduler::FairOrder(double now) {
+  // The queue key, its second field the (aged) estimate in seconds: jobs without one come last.
   struct Entry {
-    double priority;
-    double estimate;  // seconds; jobs without one come last
-    double work;      // estimated GPU milli-seconds, what the tenant is charged in this pass
-    double submit;
-    int64_t id;
-    bool operator<(const Entry& o) const {
-      if (priority != o.priority) return priority > o.priority;
-      if (estimate != o.estimate) return estimate < o.estimate;
-      if (submit != o.submit) return submit < o.submit;
-      return id < o.id;
-    }
+    QueueKey key;
+    double work;  // estimated GPU milli-seconds, what the tenant is charged in this pass
+    bool operator<(const Entry& o) const { return key < o.key; }
   };
   std::map<int32_t, std::vector<Entry>> by_tenant;
   for (int64_t id : pending_) {
@@ -88,8 +81,8 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
                             ? estimate / (1.0 + waited / options_.starvation_horizon)
                             : estimate;
     by_tenant[j.spec.tenant].push_back(
-        {EffectivePriority(j, now), aged,
-         estimate * static_cast<double>(std::max<int64_t>(j.milli, 1)), j.spec.submit_time, id});
+        {{EffectivePriority(j, now), aged, j.spec.submit_time, id, 0},
+         estimate * static_cast<double>(std::max<int64_t>(j.milli, 1))});
   }
   // Each tenant's queue, best first (reversed so that the best is at the back), with its path
   // in the tenancy tree from the root down.
@@ -135,12 +128,12 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
                      share[static_cast<size_t>(b.path[i])] / 3600.0);
   };
   auto better = [&](const Queue& a, const Queue& b) {
-    const Entry& x = a.jobs.back();
-    const Entry& y = b.jobs.back();
+    const QueueKey& x = a.jobs.back().key;
+    const QueueKey& y = b.jobs.back().key;
     if (x.priority != y.priority) return x.priority > y.priority;
     const auto [ha, hb] = received(a, b);
-    const double kx = x.estimate * (1.0 + options_.usage_stretch * ha);
-    const double ky = y.estimate * (1.0 + options_.usage_stretch * hb);
+    const double kx = x.second * (1.0 + options_.usage_stretch * ha);
+    const double ky = y.second * (1.0 + options_.usage_stretch * hb);
     if (kx != ky) return kx < ky;
     if (int f = fairer(a, b); f != 0) return f < 0;
     if (x.submit != y.submit) return x.submit < y.submit;
@@ -159,7 +152,7 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
     Queue& q = queues[live[best]];
     const Entry e = q.jobs.back();
     q.jobs.pop_back();
-    out.push_back(e.id);
+    out.push_back(e.key.id);
     // The tenant and everything above it are charged, in this pass, as if the job ran for its
     // estimate.
     for (int32_t n : q.path) {

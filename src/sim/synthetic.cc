@@ -98,6 +98,8 @@ std::vector<sched::TaskSpec> SyntheticTasks(const sched::Snapshot& snapshot, int
 
 namespace {
 
+constexpr double kLongestJob = 53 * 86400.0;  // the deep shape's cap on a duration
+
 // A standard normal draw (Box-Muller).
 double Normal(base::Rng& rng) {
   const double u = 1.0 - rng.UniformDouble();  // (0, 1]
@@ -137,9 +139,9 @@ Drawn DrawMixed(base::Rng& rng) {
 // days; 60% of jobs take one GPU (15% of those a fraction), the rest 2^k GPUs with
 // probability 2^-k up to the largest size; above 8 GPUs a job is a gang of 8-GPU tasks.
 Drawn DrawDeep(base::Rng& rng, int max_gang_gpus) {
-  constexpr double kMedian = 1200, kSigma = 1.7145, kLongest = 53 * 86400.0;
+  constexpr double kMedian = 1200, kSigma = 1.7145;
   Drawn d;
-  d.duration = std::clamp(kMedian * std::exp(kSigma * Normal(rng)), 1.0, kLongest);
+  d.duration = std::clamp(kMedian * std::exp(kSigma * Normal(rng)), 1.0, kLongestJob);
   d.tasks = 1;
   d.milli = 1000;
   d.gpus = 1;
@@ -209,7 +211,6 @@ void SyntheticReplay(const SyntheticReplayOptions& o, std::string* cluster_yaml,
   base::Rng rng(o.seed);
   // Arrivals: Poisson at the rate that offers `load`.
   std::vector<Drawn> drawn;
-  double demand = 0;  // GPU-seconds
   // Sweeps (kDeep): one user submits 10-1,000 variants of a job of up to 8 GPUs at once, their
   // durations spread around the first's. A sweep starts with the probability that puts
   // `sweep_share` of the jobs in sweeps (their mean size is 990 / ln 100, about 215).
@@ -224,18 +225,17 @@ void SyntheticReplay(const SyntheticReplayOptions& o, std::string* cluster_yaml,
       const Drawn first = DrawDeep(rng, std::min(8, max_gang));
       for (int k = 0; k < size; ++k, ++i) {
         Drawn d = first;
-        d.duration = std::clamp(first.duration * std::exp(0.5 * Normal(rng)), 1.0, 53 * 86400.0);
+        d.duration = std::clamp(first.duration * std::exp(0.5 * Normal(rng)), 1.0, kLongestJob);
         d.follows = k > 0;
-        demand += d.duration * d.tasks * d.gpus * d.milli / 1000.0;
         drawn.push_back(d);
       }
       continue;
     }
-    const Drawn d = o.shape == WorkloadShape::kDeep ? DrawDeep(rng, max_gang) : DrawMixed(rng);
-    demand += d.duration * d.tasks * d.gpus * d.milli / 1000.0;
-    drawn.push_back(d);
+    drawn.push_back(o.shape == WorkloadShape::kDeep ? DrawDeep(rng, max_gang) : DrawMixed(rng));
     ++i;
   }
+  double demand = 0;  // GPU-seconds
+  for (const Drawn& d : drawn) demand += d.duration * d.tasks * d.gpus * d.milli / 1000.0;
   const double mean_gap = demand / (gpus * std::max(0.05, o.load)) / std::max(1, arrivals);
   *jobs_csv =
       "id,submit_time,duration,tasks,gpus_per_task,gpu_milli,project,priority,runtime_estimate,"
