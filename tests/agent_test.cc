@@ -1247,6 +1247,9 @@ TEST_F(AgentTest, ADrainsDeadlineShortensTheGraceOfItsJobs) {
 // A cordoned node takes no new job, also after its agent registers again; what runs there
 // goes on; uncordon makes it schedulable again.
 TEST_F(AgentTest, ACordonedNodeTakesNoNewJobUntilUncordoned) {
+  // The server restarts below: its agents' lease must outlast that outage (the fixture's 1.4 s
+  // does not under ASan), or they stop their tasks as the lease says they must.
+  RestartWithPolicy("{heartbeatInterval: 0.2, nodeLostTimeout: 10}");
   StartAgent("n1");
   const int64_t running = Submit({{"gpus", 2}, {"command", {"sleep", "30"}}}, "running");
   ASSERT_TRUE(Eventually([&] { return Phase(running) == "Running"; })) << Job(running).dump();
@@ -1282,7 +1285,8 @@ TEST_F(AgentTest, ACordonedNodeTakesNoNewJobUntilUncordoned) {
   ASSERT_EQ(Run("uncordon n1").code, 0);
   EXPECT_TRUE(Eventually([&] { return Phase(waiting) == "Running"; })) << Job(waiting).dump();
   EXPECT_EQ(NodeOf(Job(waiting)), "n1");
-  EXPECT_EQ(Phase(running), "Running") << "what ran on the cordoned node went on";
+  EXPECT_EQ(Phase(running), "Running") << "what ran on the cordoned node went on\n"
+                                       << Job(running).dump();
   for (int64_t id : {running, fill, waiting}) Run("cancel " + std::to_string(id));
 }
 
