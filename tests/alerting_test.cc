@@ -387,7 +387,7 @@ TEST_F(AlertingTest, RuleDocumentsAreValidatedPlannedAppliedAndRolledBack) {
                                         "spec: {type: pager, url: 'http://x'}\n");
   CliResult r = Cli(kBinary, "apply -f " + bad, server_->url(), admin_);
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("bad.yaml:4:3: spec.threshold: must be between 0.01 and 1.0"),
+  EXPECT_NE(r.output.find("bad.yaml:4:3: spec.threshold: must be between 0.01 and 1"),
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("bad.yaml:5:3: spec.window: is not used by condition quota-near-limit"),

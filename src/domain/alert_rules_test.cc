@@ -67,7 +67,7 @@ TEST(AlertRules, EveryErrorNamesFileLineAndField) {
        "spec.condition: the built-in rule node-lost watches node-lost"},
       {"kind: AlertRule\nmetadata: {name: r}\nspec:\n  condition: quota-near-limit\n  "
        "threshold: 1.5\n",
-       "alerts.yaml:5:3: spec.threshold: must be between 0.01 and 1.0"},
+       "alerts.yaml:5:3: spec.threshold: must be between 0.01 and 1"},
       {"kind: AlertRule\nmetadata: {name: r}\nspec:\n  condition: node-lost\n  window: 60\n",
        "alerts.yaml:5:3: spec.window: is not used by condition node-lost"},
       {"kind: AlertRule\nmetadata: {name: r}\nspec:\n  condition: gpu-idle\n",

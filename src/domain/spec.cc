@@ -373,7 +373,12 @@ double FieldReader::Number(const std::string& key, double min, double max, doubl
   }
   const double d = v->get<double>();
   if (!(d >= min && d <= max)) {
-    Error(key, "must be between " + Json(min).dump() + " and " + Json(max).dump());
+    // Whole bounds as people write them: "between 0 and 100", not "0.0 and 100.0".
+    auto bound = [](double b) {
+      return b == std::floor(b) && std::abs(b) < 1e15 ? std::to_string(static_cast<int64_t>(b))
+                                                      : Json(b).dump();
+    };
+    Error(key, "must be between " + bound(min) + " and " + bound(max));
     return fallback;
   }
   (*out_)[key] = d;
