@@ -112,6 +112,9 @@ void PolicySpec(FieldReader& s) {
   s.Duration("fairShareHalfLife", 1, kMaxSeconds, 3600);
   s.Duration("reserveAfter", 0, kMaxSeconds, 3600);
   s.Duration("starvationHorizon", 0, kMaxSeconds, 24 * 3600.0);
+  // The meridian order across tenants: a job's estimate counts (1 + usageStretch × hours of the
+  // whole estate its tenant received lately) times over (docs/adr/0034-deep-queues.md).
+  s.Number("usageStretch", 0, 100, 0.36);
   s.Duration("cycleInterval", 0.01, 3600, 1.0);
   // Agents heartbeat this often. An agent that has not reached the server for agentLease stops
   // its tasks (SIGTERM at once, SIGKILL at most fenceGrace later), and a node silent for
@@ -124,8 +127,8 @@ void PolicySpec(FieldReader& s) {
   t.heartbeat_interval = heartbeat;
   t.node_lost_timeout = lost;
   t.fence_grace = s.Duration("fenceGrace", 0, 3600, DefaultFenceGrace(lost));
-  t.agent_lease =
-      s.Duration("agentLease", 0.05, kMaxTimeout, DefaultAgentLease(lost, t.fence_grace, heartbeat));
+  t.agent_lease = s.Duration("agentLease", 0.05, kMaxTimeout,
+                             DefaultAgentLease(lost, t.fence_grace, heartbeat));
   for (const TimingProblem& p : CheckAgentTiming(t, given)) s.Error(p.field, p.message);
   // What the agent runs on a GPU cordoned for a fault before probing it and putting it back
   // (domain/gpu_health.h), and how many faults in a window keep a GPU out.

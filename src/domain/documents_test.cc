@@ -227,12 +227,18 @@ TEST(Documents, PolicyDurationsTakeUnits) {
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(docs[0].spec["fairShareHalfLife"], 7200.0);
   EXPECT_EQ(docs[0].spec["starvationHorizon"], 129600.0);
+  EXPECT_EQ(docs[0].spec["usageStretch"], 0.36) << "the default, written out";
   EXPECT_EQ(GpuHealthPolicyOf(docs[0].spec).fault_window, 43200.0);
   ErrorList bad;
   Parse("kind: Policy\nmetadata: {name: default}\nspec:\n  reserveAfter: 1 hour\n", &bad);
   EXPECT_NE(bad.ToString().find(":4:3: spec.reserveAfter: \"1 hour\" is not a duration"),
             std::string::npos)
       << bad.ToString();
+  ErrorList negative;
+  Parse("kind: Policy\nmetadata: {name: default}\nspec:\n  usageStretch: -1\n", &negative);
+  EXPECT_NE(negative.ToString().find(":4:3: spec.usageStretch: must be between 0 and 100"),
+            std::string::npos)
+      << negative.ToString();
 }
 
 TEST(Documents, JobDocuments) {

@@ -331,9 +331,19 @@ TEST(Scheduler, FairShareComparesTeamsBeforeTheirProjects) {
 // a heavy user's short job goes before a light user's long one, but one of comparable length
 // goes after it.
 TEST(Scheduler, TheShortestEstimateGoesFirstStretchedByWhatItsTenantReceived) {
-  for (const auto& [a_estimate, a_first] : {std::pair(600.0, true), std::pair(30000.0, false)}) {
-    SCOPED_TRACE("a's estimate " + std::to_string(a_estimate));
-    Fixture f(1);
+  struct Case {
+    double stretch;
+    double a_estimate;
+    bool a_first;
+  };
+  // The default stretch, then none: the shortest estimate first whatever a received.
+  for (const Case& c : {Case{0.36, 600, true}, Case{0.36, 30000, false}, Case{0, 30000, true}}) {
+    const auto& [stretch, a_estimate, a_first] = c;
+    SCOPED_TRACE("stretch " + std::to_string(stretch) + ", a's estimate " +
+                 std::to_string(a_estimate));
+    SchedulerOptions o;
+    o.usage_stretch = stretch;
+    Fixture f(1, o);
     ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
     ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
     f.sched->Finish(1, 7200);  // a has had the whole estate for two hours; b nothing

@@ -95,6 +95,7 @@ void ApplyPolicy(const store::Object& o, Estate* e) {
   e->options.fair_share_half_life = o.spec.value("fairShareHalfLife", 3600.0);
   e->options.reserve_after = o.spec.value("reserveAfter", 3600.0);
   e->options.starvation_horizon = o.spec.value("starvationHorizon", 24 * 3600.0);
+  e->options.usage_stretch = o.spec.value("usageStretch", sched::SchedulerOptions{}.usage_stretch);
   e->placement = o.spec.value("placement", "meridian");
   e->cycle_interval = o.spec.value("cycleInterval", 1.0);
   const domain::AgentTiming timing = domain::AgentTimingOf(o.spec);

@@ -340,7 +340,8 @@ ReplaySetup SetupOfDocuments(const ReplayCluster& trace, const Json& documents) 
   for (const auto& [key, field] :
        {std::pair{"fairShareHalfLife", &out.options.fair_share_half_life},
         std::pair{"reserveAfter", &out.options.reserve_after},
-        std::pair{"starvationHorizon", &out.options.starvation_horizon}}) {
+        std::pair{"starvationHorizon", &out.options.starvation_horizon},
+        std::pair{"usageStretch", &out.options.usage_stretch}}) {
     if (policy.contains(key) && policy.at(key).is_number()) *field = policy.at(key).get<double>();
   }
   const std::string placement = policy.value("placement", "meridian");

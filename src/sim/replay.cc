@@ -78,6 +78,7 @@ base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<R
   if (options.fair_share_half_life) order->fair_share_half_life = *options.fair_share_half_life;
   if (options.reserve_after) order->reserve_after = *options.reserve_after;
   if (options.starvation_horizon) order->starvation_horizon = *options.starvation_horizon;
+  if (options.usage_stretch) order->usage_stretch = *options.usage_stretch;
 
   Setup out;
   sched::QuotaTree quotas;

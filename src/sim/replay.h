@@ -33,6 +33,7 @@ struct ReplayOptions {
   std::optional<double> fair_share_half_life;
   std::optional<double> reserve_after;
   std::optional<double> starvation_horizon;
+  std::optional<double> usage_stretch;
   std::function<void(double done)> progress;  // fraction of jobs arrived; may be empty
 };
 
