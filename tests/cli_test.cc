@@ -223,6 +223,26 @@ TEST_F(CliTest, BenchAgentsHeartbeatsAndStartsJobsAtOnce) {
   EXPECT_LT(j["probe_max_ms"].get<double>(), 1500) << "pushed, not at a heartbeat 2 s later";
 }
 
+// bench server, small: every busy node filled, the queue behind it, the probes on the spare node.
+TEST_F(CliTest, BenchServerFillsTheEstateQueuesBehindItAndStartsProbesOnTheSpareNode) {
+  CliRun r = Meridian(
+      "bench server --nodes 12 --pending 150 --seconds 3 --probes 3 --interval 1 --json", false);
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["spare_nodes"], 1);
+  EXPECT_EQ(j["running"], 11) << "one whole-node job on each H100 node";
+  EXPECT_EQ(j["pending"], 150) << "and none of the queue on the spare A100 node";
+  EXPECT_EQ(j["probes"], 3) << r.out;
+  EXPECT_EQ(j["probes_late"], 0);
+  EXPECT_GT(j["heartbeats"].get<int>(), 12);
+  EXPECT_EQ(j["heartbeat_errors"], 0);
+  EXPECT_GT(j["cycles"].get<int>(), 0);
+  EXPECT_GT(j["server_rss_mib"].get<double>(), 0);
+  CliRun bad = Meridian("bench server --nodes 12 --probes 9");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--probes: 0 to the spare nodes' GPUs (8)"), std::string::npos) << bad.out;
+}
+
 TEST_F(CliTest, ReplayComparesPoliciesAndWritesItsReports) {
   CliRun g = Meridian("sim generate --jobs 300 --gpus 32 --load 0.9 --seed 3 --out " + Path("w"));
   ASSERT_EQ(g.code, 0) << g.out;

@@ -18,6 +18,7 @@
 #include "bench/agent_bench.h"
 #include "bench/api_bench.h"
 #include "bench/schedule_bench.h"
+#include "bench/server_bench.h"
 #include "sched/registry.h"
 #include "sim/alibaba_trace.h"
 #include "sim/demo.h"
@@ -417,6 +418,43 @@ int RunBenchAgents(AgentBenchFlags f) {
   return 0;
 }
 
+struct ServerBenchFlags {
+  meridian::bench::ServerBenchOptions options;
+  bool json = false;
+};
+
+int RunBenchServer(ServerBenchFlags f) {
+  f.options.binary = "/proc/self/exe";
+  // Progress on stderr: setting up 10,000 nodes and a deep queue takes a minute or more.
+  const bool tell = !f.json || isatty(STDERR_FILENO);
+  auto r = meridian::bench::RunServerBench(f.options, [tell](const std::string& line) {
+    if (tell) std::fprintf(stderr, "%s\n", line.c_str());
+  });
+  if (!r.ok()) return Fail(r.status());
+  if (f.json) {
+    std::cout << r->ToJson().dump(2) << "\n";
+    return 0;
+  }
+  std::printf(
+      "server benchmark: %d nodes x %d GPUs (%d spare), %lld jobs running, %lld pending; "
+      "a heartbeat each %.1f s, measured for %.0f s after %.0f s of set-up\n",
+      r->nodes, f.options.gpus_per_node, r->spare_nodes, static_cast<long long>(r->running),
+      static_cast<long long>(r->pending), f.options.interval, r->seconds, r->setup_seconds);
+  std::printf("  scheduling cycles     %lld; p50 <= %.3f s, p99 <= %.3f s (histogram buckets)\n",
+              static_cast<long long>(r->cycles), r->cycle_p50_s, r->cycle_p99_s);
+  std::printf("  heartbeats            %lld (%lld errors), %.0f/s; p50 %.1f / p99 %.1f ms\n",
+              static_cast<long long>(r->heartbeats), static_cast<long long>(r->heartbeat_errors),
+              r->heartbeats_per_second, r->heartbeat_p50_ms, r->heartbeat_p99_ms);
+  std::printf(
+      "  submission to Running p50 %.0f / p99 %.0f ms (max %.0f) over %lld jobs; %lld not "
+      "Running within 30 s\n",
+      r->probe_p50_ms, r->probe_p99_ms, r->probe_max_ms, static_cast<long long>(r->probes),
+      static_cast<long long>(r->probes_late));
+  std::printf("  server                %.2f cores, RSS %.0f MiB\n", r->server_cores,
+              r->server_rss_mib);
+  return 0;
+}
+
 int RunBenchSchedule(const BenchFlags& f) {
   if (!f.json && isatty(STDERR_FILENO)) {
     std::fprintf(stderr, "building %d nodes x %d GPUs and %d pending tasks...\n", f.options.nodes,
@@ -615,4 +653,23 @@ void AddBenchCommands(CLI::App& app, int* rc) {
                            "jobs timed from submission to Running, one after another (20)");
   agents_bench->add_flag("--json", gf.json, "print one JSON object");
   agents_bench->callback([rc] { *rc = RunBenchAgents(gf); });
+
+  static ServerBenchFlags sf;
+  CLI::App* server_bench = bench->add_subcommand(
+      "server",
+      "A real server at scale: agents (simulated in-process) filling every node, a deep queue "
+      "behind them, and jobs timed from submission to Running");
+  server_bench->add_option("--nodes", sf.options.nodes, "simulated agents (nodes of 8 GPUs)");
+  server_bench->add_option("--pending", sf.options.pending,
+                           "whole-node jobs queued behind the running ones");
+  server_bench->add_option("--spare-nodes", sf.options.spare_nodes,
+                           "nodes left free for the probe jobs (0: a hundredth of --nodes)");
+  server_bench->add_option("--interval", sf.options.interval, "heartbeat interval (2s, seconds)")
+      ->transform(DurationFlag());
+  server_bench->add_option("--seconds", sf.options.seconds, "how long the estate is measured")
+      ->transform(DurationFlag());
+  server_bench->add_option("--probes", sf.options.probes,
+                           "1-GPU jobs timed from submission to Running, one after another");
+  server_bench->add_flag("--json", sf.json, "print one JSON object");
+  server_bench->callback([rc] { *rc = RunBenchServer(sf); });
 }

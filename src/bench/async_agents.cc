@@ -1,0 +1,239 @@
+#include "bench/async_agents.h"
+
+// Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>: it must
+// come first.
+// clang-format off
+#include <utility>
+// clang-format on
+
+#include <boost/asio.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+namespace meridian::bench {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+namespace {
+
+struct Agent {
+  std::string node;
+  std::string credential;
+  std::unique_ptr<asio::steady_timer> timer;  // its next heartbeat; cancelled to ring it
+  Clock::time_point due;
+  bool rung = false;
+  Json assigned = Json::array();  // the tasks the last answer listed
+};
+
+Clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+struct AsyncAgents::Loop {
+  AsyncAgentsOptions o;
+  asio::io_context io{1};  // first: destroyed last, after what its coroutines refer to
+  tcp::endpoint server;
+  std::vector<Agent> agents;
+  std::string telemetry;  // the GPUs' samples, as JSON text: the same in every heartbeat
+  AsyncAgentsStats stats;
+  std::thread thread;
+  bool running = false;
+
+  explicit Loop(AsyncAgentsOptions options)
+      : o(std::move(options)),
+        server(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(o.port)) {
+    Json samples = Json::array();
+    for (int g = 0; g < o.gpus_per_node; ++g) {
+      samples.push_back({{"index", g},
+                         {"utilization", 0.5},
+                         {"memoryUsedMib", 40000},
+                         {"temperatureC", 55},
+                         {"powerW", 400},
+                         {"eccErrors", 0}});
+    }
+    telemetry = samples.dump();
+  }
+
+  std::string HeartbeatBody(const Agent& a) const {
+    Json tasks = Json::array();
+    for (const Json& t : a.assigned) {
+      tasks.push_back({{"job", t.value("job", 0)},
+                       {"task", t.value("task", 0)},
+                       {"generation", t.value("generation", 0)},
+                       {"state", "Running"},
+                       {"restarts", 0}});
+    }
+    return R"({"telemetry":)" + telemetry + R"(,"tasks":)" + tasks.dump() + "}";
+  }
+
+  // One heartbeat on a new connection, as `meridian agent` sends it.
+  asio::awaitable<void> Heartbeat(Agent& a) {
+    http::request<http::string_body> req{http::verb::post,
+                                         "/api/v1/agents/" + a.node + "/heartbeat", 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.set(http::field::authorization, "Bearer " + a.credential);
+    req.set(http::field::content_type, "application/json");
+    req.keep_alive(false);
+    req.body() = HeartbeatBody(a);
+    req.prepare_payload();
+    const auto t0 = Clock::now();
+    http::response<http::string_body> res;
+    try {
+      beast::tcp_stream stream(io);
+      stream.expires_after(std::chrono::seconds(30));
+      co_await stream.async_connect(server, asio::use_awaitable);
+      stream.socket().set_option(tcp::no_delay(true));
+      co_await http::async_write(stream, req, asio::use_awaitable);
+      beast::flat_buffer buffer;
+      co_await http::async_read(stream, buffer, res, asio::use_awaitable);
+    } catch (const std::exception&) {
+      ++stats.errors;
+      co_return;
+    }
+    if (res.result_int() != 200) {
+      ++stats.errors;
+      co_return;
+    }
+    ++stats.heartbeats;
+    stats.latency_ms.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    const Json answer = Json::parse(res.body(), nullptr, false);
+    Json tasks = answer.is_object() ? answer.value("tasks", Json::array()) : Json::array();
+    // New tasks are reported running at once, as an agent does once it has started them.
+    if (o.waits && tasks.size() > a.assigned.size()) a.rung = true;
+    a.assigned = std::move(tasks);
+  }
+
+  // Agent a's heartbeats: every interval, and at once when rung.
+  asio::awaitable<void> Heartbeats(Agent& a) {
+    const Clock::duration interval = Seconds(o.interval);
+    for (;;) {
+      if (!a.rung) {
+        a.timer->expires_at(a.due);
+        boost::system::error_code ignored;
+        co_await a.timer->async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+      }
+      const auto now = Clock::now();
+      const bool rung = std::exchange(a.rung, false);
+      if (!rung && now < a.due) continue;
+      // One that fell behind skips what it missed: heartbeats/s then says so.
+      while (a.due <= now) a.due += interval;
+      co_await Heartbeat(a);
+    }
+  }
+
+  // Agent a's wait for orders: a long poll on one kept-alive connection; a new version rings it.
+  asio::awaitable<void> Waits(Agent& a) {
+    uint64_t seen = 0;
+    std::optional<beast::tcp_stream> stream;
+    beast::flat_buffer buffer;
+    for (;;) {
+      bool failed = false;
+      try {
+        if (!stream) {
+          stream.emplace(io);
+          stream->expires_after(std::chrono::seconds(10));
+          co_await stream->async_connect(server, asio::use_awaitable);
+        }
+        http::request<http::empty_body> req{
+            http::verb::get,
+            "/api/v1/agents/" + a.node + "/wait?seen=" + std::to_string(seen) + "&timeout=25", 11};
+        req.set(http::field::host, "127.0.0.1");
+        req.set(http::field::authorization, "Bearer " + a.credential);
+        req.keep_alive(true);
+        stream->expires_after(std::chrono::seconds(40));
+        co_await http::async_write(*stream, req, asio::use_awaitable);
+        http::response<http::string_body> res;
+        co_await http::async_read(*stream, buffer, res, asio::use_awaitable);
+        if (res.result_int() != 200) {
+          failed = true;
+        } else {
+          ++stats.waits_answered;
+          const Json answer = Json::parse(res.body(), nullptr, false);
+          const uint64_t version = answer.is_object() ? answer.value("version", seen) : seen;
+          if (version != seen && seen != 0) {
+            a.rung = true;
+            a.timer->cancel();
+          }
+          seen = version;
+          if (!res.keep_alive()) stream.reset();
+        }
+      } catch (const std::exception&) {
+        failed = true;
+      }
+      if (failed) {
+        stream.reset();
+        buffer.clear();
+        asio::steady_timer pause(io, std::chrono::seconds(1));
+        boost::system::error_code ignored;
+        co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+      }
+    }
+  }
+};
+
+AsyncAgents::AsyncAgents(AsyncAgentsOptions options)
+    : loop_(std::make_unique<Loop>(std::move(options))) {}
+
+AsyncAgents::~AsyncAgents() { Stop(); }
+
+void AsyncAgents::Start() {
+  Loop& l = *loop_;
+  if (l.running) return;
+  const size_t n = l.o.nodes.size();
+  l.agents.resize(n);
+  const auto start = Clock::now();
+  for (size_t i = 0; i < n; ++i) {
+    Agent& a = l.agents[i];
+    a.node = l.o.nodes[i];
+    a.credential = i < l.o.credentials.size() ? l.o.credentials[i] : "";
+    a.timer = std::make_unique<asio::steady_timer>(l.io);
+    a.due = start + Seconds(static_cast<double>(i) / static_cast<double>(n) * l.o.interval);
+    asio::co_spawn(l.io, l.Heartbeats(a), asio::detached);
+    if (l.o.waits) asio::co_spawn(l.io, l.Waits(a), asio::detached);
+  }
+  l.running = true;
+  l.thread = std::thread([&l] { l.io.run(); });
+}
+
+void AsyncAgents::Stop() {
+  Loop& l = *loop_;
+  if (!l.running) return;
+  l.io.stop();
+  l.thread.join();
+  l.running = false;
+  l.stats.tasks_reported = 0;
+  for (const Agent& a : l.agents) l.stats.tasks_reported += static_cast<int64_t>(a.assigned.size());
+}
+
+const AsyncAgentsStats& AsyncAgents::stats() const { return loop_->stats; }
+
+AsyncAgentsStats AsyncAgents::Snapshot() const {
+  Loop& l = *loop_;
+  if (!l.running) return l.stats;
+  std::promise<AsyncAgentsStats> copy;
+  asio::post(l.io, [&] {
+    AsyncAgentsStats s = l.stats;
+    for (const Agent& a : l.agents) s.tasks_reported += static_cast<int64_t>(a.assigned.size());
+    copy.set_value(std::move(s));
+  });
+  return copy.get_future().get();
+}
+
+}  // namespace meridian::bench

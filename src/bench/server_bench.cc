@@ -1,0 +1,334 @@
+#include "bench/server_bench.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "bench/async_agents.h"
+#include "bench/owned_server.h"
+
+namespace meridian::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+// Busy nodes are H100s, spare ones A100s; the probes' project is not the queue's.
+const std::string kEstate = std::string(kBenchTenancy) + R"(---
+kind: Project
+metadata: {name: probe}
+spec: {team: bench}
+---
+kind: NodePool
+metadata: {name: busy}
+spec: {cluster: onprem, gpuModel: H100-80GB}
+---
+kind: NodePool
+metadata: {name: spare}
+spec: {cluster: onprem, gpuModel: A100-80GB}
+---
+kind: Policy
+metadata: {name: default}
+spec: {heartbeatInterval: INTERVAL, nodeLostTimeout: LOST}
+)";
+
+constexpr int kMaxArray = 100000;  // elements in one array (the API's limit)
+constexpr const char* kCycleMetric = "meridian_scheduler_cycle_duration_seconds";
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+base::Status Expect(const httplib::Result& r, int status, const std::string& what) {
+  if (r && r->status == status) return base::Status::Ok();
+  return base::Status::Io(what + " failed: " + (r ? r->body : httplib::to_string(r.error())));
+}
+
+// The cycle histogram's cumulative buckets (upper bound -> count), from /metrics.
+std::map<double, int64_t> CycleBuckets(httplib::Client& http) {
+  std::map<double, int64_t> buckets;
+  auto r = http.Get("/metrics");
+  if (!r || r->status != 200) return buckets;
+  std::istringstream in(r->body);
+  const std::string prefix = std::string(kCycleMetric) + "_bucket{le=\"";
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    const size_t end = line.find('"', prefix.size());
+    if (end == std::string::npos) continue;
+    const std::string le = line.substr(prefix.size(), end - prefix.size());
+    const double bound = le == "+Inf" ? std::numeric_limits<double>::infinity() : std::stod(le);
+    buckets[bound] = std::stoll(line.substr(line.rfind(' ') + 1));
+  }
+  return buckets;
+}
+
+// The upper bound of the bucket where the q-quantile of (after - before) falls.
+double BucketQuantile(const std::map<double, int64_t>& before,
+                      const std::map<double, int64_t>& after, double q, int64_t* total) {
+  *total =
+      after.empty() ? 0 : after.rbegin()->second - (before.empty() ? 0 : before.rbegin()->second);
+  if (*total <= 0) return 0;
+  for (const auto& [bound, count] : after) {
+    auto b = before.find(bound);
+    const int64_t delta = count - (b == before.end() ? 0 : b->second);
+    if (static_cast<double>(delta) >= q * static_cast<double>(*total)) return bound;
+  }
+  return after.rbegin()->first;
+}
+
+// Submits `count` whole-node jobs as arrays of at most kMaxArray; returns the arrays' ids.
+base::Result<std::vector<int64_t>> SubmitArrays(httplib::Client& http, int count,
+                                                const std::string& model, const std::string& name) {
+  std::vector<int64_t> ids;
+  for (int first = 0; first < count; first += kMaxArray) {
+    const int last = std::min(count, first + kMaxArray) - 1;
+    const Json job = {{"metadata", {{"name", name}, {"project", "bench"}}},
+                      {"spec",
+                       {{"gpus", 8},
+                        {"gpuModels", {model}},
+                        {"array", std::to_string(first) + "-" + std::to_string(last)},
+                        {"command", {"sleep", "86400"}}}}};
+    auto r = http.Post("/api/v1/jobs", job.dump(), "application/json");
+    if (auto s = Expect(r, 201, "submitting " + name); !s.ok()) return s;
+    ids.push_back(Json::parse(r->body, nullptr, false).value("id", int64_t{0}));
+  }
+  return ids;
+}
+
+// Elements of the arrays in `phase`.
+int64_t InPhase(httplib::Client& http, const std::vector<int64_t>& arrays,
+                const std::string& phase) {
+  int64_t n = 0;
+  for (int64_t id : arrays) {
+    auto r = http.Get("/api/v1/jobs/" + std::to_string(id));
+    if (!r || r->status != 200) continue;
+    const Json j = Json::parse(r->body, nullptr, false);
+    if (!j.is_object()) continue;
+    n += j["status"]["array"]["phases"].value(phase, int64_t{0});
+  }
+  return n;
+}
+
+}  // namespace
+
+Json ServerBenchResult::ToJson() const {
+  return {{"nodes", nodes},
+          {"spare_nodes", spare_nodes},
+          {"running", running},
+          {"pending", pending},
+          {"setup_seconds", setup_seconds},
+          {"seconds", seconds},
+          {"cycles", cycles},
+          {"cycle_p50_s", cycle_p50_s},
+          {"cycle_p99_s", cycle_p99_s},
+          {"heartbeats", heartbeats},
+          {"heartbeat_errors", heartbeat_errors},
+          {"heartbeats_per_second", heartbeats_per_second},
+          {"heartbeat_p50_ms", heartbeat_p50_ms},
+          {"heartbeat_p99_ms", heartbeat_p99_ms},
+          {"probes", probes},
+          {"probes_late", probes_late},
+          {"probe_p50_ms", probe_p50_ms},
+          {"probe_p99_ms", probe_p99_ms},
+          {"probe_max_ms", probe_max_ms},
+          {"server_cores", server_cores},
+          {"server_rss_mib", server_rss_mib}};
+}
+
+base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
+                                               const std::function<void(const std::string&)>& say) {
+  if (o.nodes < 2 || o.nodes > 100000) return base::Status::Invalid("--nodes: 2 to 100000");
+  if (o.pending < 0 || o.pending > 10000000) {
+    return base::Status::Invalid("--pending: 0 to 10000000");
+  }
+  if (o.spare_nodes < 0 || o.spare_nodes >= o.nodes) {
+    return base::Status::Invalid("--spare-nodes: 0 (a hundredth) to one less than --nodes");
+  }
+  if (o.interval < 0.05 || o.interval > 600) {
+    return base::Status::Invalid("--interval: 0.05 to 600");
+  }
+  if (o.seconds <= 0 || o.seconds > 3600) return base::Status::Invalid("--seconds: (0, 3600]");
+  ServerBenchResult res;
+  res.nodes = o.nodes;
+  res.spare_nodes = o.spare_nodes > 0 ? o.spare_nodes : std::max(1, o.nodes / 100);
+  if (o.probes < 0 || o.probes > res.spare_nodes * o.gpus_per_node) {
+    return base::Status::Invalid("--probes: 0 to the spare nodes' GPUs (" +
+                                 std::to_string(res.spare_nodes * o.gpus_per_node) + ")");
+  }
+  const int busy = o.nodes - res.spare_nodes;
+  const auto setup = Clock::now();
+
+  auto owned = StartServer(o.binary, {"--write-rate", "0", "--max-connections-per-address",
+                                      std::to_string(2 * o.nodes + 100)});
+  if (!owned.ok()) return owned.status();
+  const int port = (*owned)->port;
+  const std::string admin = (*owned)->admin_token();
+  httplib::Client http("127.0.0.1", port);
+  http.set_bearer_token_auth(admin);
+  http.set_read_timeout(300);
+  http.set_write_timeout(300);
+  std::string estate = kEstate;
+  estate.replace(estate.find("INTERVAL"), 8, std::to_string(o.interval));
+  estate.replace(estate.find("LOST"), 4, std::to_string(std::max(15 * o.interval, 30.0)));
+  Json apply = {{"files", {{{"name", "bench.yaml"}, {"content", estate}}}}};
+  if (auto s = Expect(http.Post("/api/v1/config/apply", apply.dump(), "application/json"), 200,
+                      "applying the estate");
+      !s.ok()) {
+    return s;
+  }
+  Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
+  if (auto s = Expect(http.Put("/api/v1/users/agents", user.dump(), "application/json"), 201,
+                      "creating the agent user");
+      !s.ok()) {
+    return s;
+  }
+  auto t = http.Post("/api/v1/tokens", Json{{"user", "agents"}}.dump(), "application/json");
+  if (auto s = Expect(t, 201, "creating the agent token"); !s.ok()) return s;
+  const std::string token = Json::parse(t->body).value("token", "");
+
+  // Registration, from a few threads: each node gets its own credential, as a real agent does.
+  AsyncAgentsOptions agents_options;
+  agents_options.port = port;
+  agents_options.gpus_per_node = o.gpus_per_node;
+  agents_options.interval = o.interval;
+  agents_options.nodes.resize(static_cast<size_t>(o.nodes));
+  agents_options.credentials.resize(static_cast<size_t>(o.nodes));
+  say("registering " + std::to_string(o.nodes) + " agents (" + std::to_string(busy) +
+      " H100 nodes, " + std::to_string(res.spare_nodes) + " spare A100 nodes)");
+  std::atomic<int> next{0};
+  std::mutex mu;
+  std::string failure;
+  std::vector<std::thread> registrars;
+  for (int th = 0; th < 4; ++th) {
+    registrars.emplace_back([&] {
+      httplib::Client c("127.0.0.1", port);
+      c.set_bearer_token_auth(token);
+      for (int a = next++; a < o.nodes; a = next++) {
+        const bool spare = a >= busy;
+        const std::string node = "bench-" + std::to_string(a);
+        Json gpus = Json::array();
+        for (int g = 0; g < o.gpus_per_node; ++g) {
+          gpus.push_back({{"index", g},
+                          {"uuid", "GPU-bench-" + std::to_string(a) + "-" + std::to_string(g)},
+                          {"model", spare ? "A100-80GB" : "H100-80GB"},
+                          {"memoryMib", 81920},
+                          {"nvlinkDomain", 0}});
+        }
+        Json body = {
+            {"node", node},       {"cluster", "onprem"},  {"pool", spare ? "spare" : "busy"},
+            {"cpuMilli", 128000}, {"memoryMib", 1048576}, {"simulated", true},
+            {"gpus", gpus}};
+        auto r = c.Post("/api/v1/agents/register", body.dump(), "application/json");
+        if (auto s = Expect(r, 200, "registering " + node); !s.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          failure = s.message();
+          return;
+        }
+        agents_options.nodes[static_cast<size_t>(a)] = node;
+        agents_options.credentials[static_cast<size_t>(a)] =
+            Json::parse(r->body, nullptr, false).value("credential", "");
+      }
+    });
+  }
+  for (auto& th : registrars) th.join();
+  if (!failure.empty()) return base::Status::Io(failure);
+  say("registered in " + std::to_string(static_cast<int>(Since(setup))) + " s");
+
+  // Every H100 node gets a whole-node job; the agents start them, as agents would.
+  AsyncAgents agents(agents_options);
+  agents.Start();
+  auto fill = SubmitArrays(http, busy, "H100-80GB", "fill");
+  if (!fill.ok()) return fill.status();
+  const auto filling = Clock::now();
+  int64_t running = 0;
+  while (running < busy) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    running = InPhase(http, *fill, "Running");
+    say("filling: " + std::to_string(running) + " of " + std::to_string(busy) + " running");
+    if (Since(filling) > 120 + busy / 50.0) {
+      return base::Status::Io("the estate did not fill: " + std::to_string(running) + " of " +
+                              std::to_string(busy) + " jobs running after " +
+                              std::to_string(static_cast<int>(Since(filling))) + " s");
+    }
+  }
+  // The queue: whole-node jobs that need H100s, all taken.
+  say("queueing " + std::to_string(o.pending) + " jobs");
+  auto queued = SubmitArrays(http, o.pending, "H100-80GB", "queued");
+  if (!queued.ok()) return queued.status();
+  res.setup_seconds = Since(setup);
+  say("set up in " + std::to_string(static_cast<int>(res.setup_seconds)) + " s; measuring for " +
+      std::to_string(static_cast<int>(o.seconds)) + " s");
+
+  // The window: cycles, heartbeats, probes, server CPU.
+  const std::map<double, int64_t> buckets0 = CycleBuckets(http);
+  const AsyncAgentsStats beats0 = agents.Snapshot();
+  double cpu0 = 0, cpu1 = 0, rss = 0;
+  (*owned)->Usage(&cpu0, &rss);
+  const auto start = Clock::now();
+  const auto end =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  std::vector<double> probe_ms;
+  {
+    httplib::Client c("127.0.0.1", port);
+    c.set_bearer_token_auth(admin);
+    const Json probe = {{"metadata", {{"name", "probe"}, {"project", "probe"}}},
+                        {"spec", {{"gpus", 1}, {"command", {"sleep", "86400"}}}}};
+    for (int p = 0; p < o.probes && Clock::now() < end; ++p) {
+      const auto t0 = Clock::now();
+      auto r = c.Post("/api/v1/jobs", probe.dump(), "application/json");
+      if (!r || r->status != 201) continue;
+      const int64_t id = Json::parse(r->body, nullptr, false).value("id", int64_t{0});
+      bool up = false;
+      while (!up && Clock::now() - t0 < std::chrono::seconds(30)) {
+        auto j = c.Get("/api/v1/jobs/" + std::to_string(id));
+        up = j && j->status == 200 &&
+             Json::parse(j->body, nullptr, false)["status"].value("phase", "") == "Running";
+        if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      if (up) {
+        probe_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      } else {
+        ++res.probes_late;
+      }
+      say("probe " + std::to_string(p + 1) + ": " +
+          (up ? std::to_string(static_cast<int>(probe_ms.back())) + " ms" : "late"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  std::this_thread::sleep_until(end);
+  res.seconds = Since(start);
+  (*owned)->Usage(&cpu1, &res.server_rss_mib);
+  const AsyncAgentsStats beats1 = agents.Snapshot();
+  const std::map<double, int64_t> buckets1 = CycleBuckets(http);
+  agents.Stop();
+
+  res.server_cores = (cpu1 - cpu0) / res.seconds;
+  res.cycle_p50_s = BucketQuantile(buckets0, buckets1, 0.50, &res.cycles);
+  res.cycle_p99_s = BucketQuantile(buckets0, buckets1, 0.99, &res.cycles);
+  res.heartbeats = beats1.heartbeats - beats0.heartbeats;
+  res.heartbeat_errors = beats1.errors - beats0.errors;
+  res.heartbeats_per_second = static_cast<double>(res.heartbeats) / res.seconds;
+  std::vector<double> window(
+      beats1.latency_ms.begin() + static_cast<std::ptrdiff_t>(beats0.latency_ms.size()),
+      beats1.latency_ms.end());
+  res.heartbeat_p50_ms = Percentile(window, 0.50);
+  res.heartbeat_p99_ms = Percentile(window, 0.99);
+  res.probes = static_cast<int64_t>(probe_ms.size());
+  res.probe_max_ms = probe_ms.empty() ? 0 : *std::max_element(probe_ms.begin(), probe_ms.end());
+  res.probe_p50_ms = Percentile(probe_ms, 0.50);
+  res.probe_p99_ms = Percentile(probe_ms, 0.99);
+  res.running = InPhase(http, *fill, "Running");
+  res.pending = InPhase(http, *queued, "Pending");
+  return res;
+}
+
+}  // namespace meridian::bench
