@@ -644,7 +644,6 @@ void AddBenchCommands(CLI::App& app, int* rc) {
   agents_bench->add_option("--seconds", gf.options.seconds, "how long they heartbeat")
       ->transform(DurationFlag());
   agents_bench->add_option("--jobs", gf.options.jobs, "1-GPU jobs placed on them first");
-  agents_bench->add_option("--threads", gf.options.threads, "client threads the agents share");
   agents_bench->add_option("--dashboards", gf.options.dashboards,
                            "open dashboards reading the Estate view every 5 s");
   agents_bench->add_flag("--waits,!--no-waits", gf.options.waits,

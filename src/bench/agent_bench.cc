@@ -1,10 +1,8 @@
 #include "bench/agent_bench.h"
 
 #include <httplib.h>
-#include <pthread.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -12,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/async_agents.h"
 #include "bench/owned_server.h"
 
 namespace meridian::bench {
@@ -43,33 +42,6 @@ base::Status Expect(const httplib::Result& r, int status, const std::string& wha
 }
 
 }  // namespace
-
-// Runs `body` on a thread with a small stack: a wait per agent is 10,000 threads at 10,000 nodes.
-class SmallThread {
- public:
-  explicit SmallThread(std::function<void()> body) : body_(std::move(body)) {
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
-    started_ = pthread_create(
-                   &thread_, &attr,
-                   [](void* self) -> void* {
-                     static_cast<SmallThread*>(self)->body_();
-                     return nullptr;
-                   },
-                   this) == 0;
-    pthread_attr_destroy(&attr);
-  }
-  ~SmallThread() {
-    if (started_) pthread_join(thread_, nullptr);
-  }
-  bool started() const { return started_; }
-
- private:
-  std::function<void()> body_;
-  pthread_t thread_{};
-  bool started_ = false;
-};
 
 Json AgentBenchResult::ToJson() const {
   return {{"heartbeats", heartbeats},
@@ -107,7 +79,6 @@ Json AgentBenchResult::ToJson() const {
 base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
                                              const std::function<void(double)>& progress) {
   if (o.agents < 1 || o.agents > 100000) return base::Status::Invalid("--agents: 1 to 100000");
-  if (o.threads < 1 || o.threads > 1024) return base::Status::Invalid("--threads: 1 to 1024");
   if (o.interval < 0.05 || o.interval > 600)
     return base::Status::Invalid("--interval: 0.05 to 600");
   if (o.seconds <= 0 || o.seconds > 3600) return base::Status::Invalid("--seconds: (0, 3600]");
@@ -121,7 +92,7 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   // Every agent here comes from 127.0.0.1, each with a wait and a heartbeat open at times: the
   // limit per address (2,000, against one client flooding the server) would refuse them.
   auto owned = StartServer(o.binary, {"--write-rate", "0", "--max-connections-per-address",
-                                      std::to_string(2 * o.agents + o.threads + 100)});
+                                      std::to_string(2 * o.agents + 100)});
   if (!owned.ok()) return owned.status();
   const int port = (*owned)->port;
   const std::string admin = (*owned)->admin_token();
@@ -180,114 +151,23 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
     }
   }
 
-  // Agent a heartbeats at start + (a / agents + k) * interval; each thread serves the agents
-  // a = thread, thread + threads, ...
-  std::atomic<int64_t> ok{0}, errors{0};
+  // The agents heartbeat, and wait for orders, on one event loop (bench/async_agents.h).
+  AsyncAgentsOptions agents_options;
+  agents_options.port = port;
+  agents_options.gpus_per_node = o.gpus_per_node;
+  agents_options.interval = o.interval;
+  agents_options.waits = o.waits;
+  for (int a = 0; a < o.agents; ++a) agents_options.nodes.push_back("bench-" + std::to_string(a));
+  agents_options.credentials = credentials;
   std::mutex mu;
-  std::vector<double> latencies;
   double cpu0 = 0, cpu1 = 0, rss = 0;
   (*owned)->Usage(&cpu0, &rss);
+  AsyncAgents agents(agents_options);
+  agents.Start();
   const auto start = Clock::now();
   const auto end =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
   std::vector<std::thread> threads;
-  // Rung agents heartbeat at once; a heartbeat that brought new tasks rings its agent again, so
-  // that it reports them running at once, as a real agent does.
-  auto rung = std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(o.agents));
-  std::atomic<int64_t> waits_answered{0};
-  std::vector<std::unique_ptr<SmallThread>> waiters;
-  for (int a = 0; o.waits && a < o.agents; ++a) {
-    waiters.push_back(std::make_unique<SmallThread>([&, a] {
-      httplib::Client c("127.0.0.1", port);
-      c.set_bearer_token_auth(credentials[static_cast<size_t>(a)]);
-      c.set_keep_alive(true);
-      c.set_read_timeout(40);
-      const std::string path = "/api/v1/agents/bench-" + std::to_string(a) + "/wait?seen=";
-      uint64_t seen = 0;
-      for (;;) {
-        const double left = std::chrono::duration<double>(end - Clock::now()).count();
-        if (left <= 0) return;
-        const int timeout = std::clamp(static_cast<int>(left), 1, 25);
-        auto r = c.Get(path + std::to_string(seen) + "&timeout=" + std::to_string(timeout));
-        if (!r || r->status != 200) {
-          std::this_thread::sleep_for(std::chrono::seconds(1));
-          continue;
-        }
-        ++waits_answered;
-        const uint64_t version = Json::parse(r->body, nullptr, false).value("version", seen);
-        if (version != seen && seen != 0) rung[static_cast<size_t>(a)] = true;
-        seen = version;
-      }
-    }));
-    if (!waiters.back()->started()) return base::Status::Io("cannot start a wait's thread");
-  }
-  for (int th = 0; th < o.threads; ++th) {
-    threads.emplace_back([&, th] {
-      std::vector<double> mine;
-      std::vector<int> agents;
-      for (int a = th; a < o.agents; a += o.threads) agents.push_back(a);
-      if (agents.empty()) return;  // more threads than agents
-      std::vector<Json> assigned(agents.size(), Json::array());
-      Json telemetry = Json::array();
-      for (int g = 0; g < o.gpus_per_node; ++g) {
-        telemetry.push_back({{"index", g},
-                             {"utilization", 0.5},
-                             {"memoryUsedMib", 40000},
-                             {"temperatureC", 55},
-                             {"powerW", 400},
-                             {"eccErrors", 0}});
-      }
-      // Agent i's next heartbeat: start + (agents[i] / agents + k) * interval.
-      std::vector<Clock::time_point> due(agents.size());
-      for (size_t i = 0; i < agents.size(); ++i) {
-        due[i] = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                             static_cast<double>(agents[i]) / o.agents * o.interval));
-      }
-      const auto interval =
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.interval));
-      while (Clock::now() < end) {
-        // The earliest due, or a ring: looked at every 5 ms.
-        auto next = *std::min_element(due.begin(), due.end());
-        std::this_thread::sleep_until(std::min(next, Clock::now() + std::chrono::milliseconds(5)));
-        for (size_t i = 0; i < agents.size(); ++i) {
-          const auto now = Clock::now();
-          if (now >= end) break;
-          const bool is_rung = rung[static_cast<size_t>(agents[i])].exchange(false);
-          if (!is_rung && now < due[i]) continue;
-          if (now >= due[i]) due[i] += interval;
-          Json tasks = Json::array();
-          for (const Json& a : assigned[i]) {
-            tasks.push_back({{"job", a.value("job", 0)},
-                             {"task", a.value("task", 0)},
-                             {"generation", a.value("generation", 0)},
-                             {"state", "Running"},
-                             {"restarts", 0}});
-          }
-          const Json body = {{"telemetry", telemetry}, {"tasks", tasks}};
-          httplib::Client c("127.0.0.1", port);
-          c.set_bearer_token_auth(credentials[static_cast<size_t>(agents[i])]);
-          c.set_tcp_nodelay(true);
-          const auto t0 = Clock::now();
-          auto r = c.Post("/api/v1/agents/bench-" + std::to_string(agents[i]) + "/heartbeat",
-                          body.dump(), "application/json");
-          const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-          if (r && r->status == 200) {
-            ++ok;
-            mine.push_back(ms);
-            Json now_assigned = Json::parse(r->body, nullptr, false).value("tasks", Json::array());
-            if (o.waits && now_assigned.size() > assigned[i].size()) {
-              rung[static_cast<size_t>(agents[i])] = true;  // report the new ones running now
-            }
-            assigned[i] = std::move(now_assigned);
-          } else {
-            ++errors;
-          }
-        }
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      latencies.insert(latencies.end(), mine.begin(), mine.end());
-    });
-  }
   // Open dashboards: each reads the Estate view's paths every 5 s, starting at once.
   const size_t paths = std::size(kDashboardPaths);
   std::vector<std::vector<double>> read_ms(paths);
@@ -357,9 +237,10 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   for (auto& th : threads) th.join();
-  waiters.clear();  // each ends with its last wait, at the run's end
+  agents.Stop();
   if (progress) progress(1.0);
-  res.waits_answered = waits_answered;
+  std::vector<double> latencies = agents.stats().latency_ms;
+  res.waits_answered = agents.stats().waits_answered;
   res.probes = static_cast<int64_t>(probe_ms.size());
   res.probes_late = probes_late;
   res.probe_p50_ms = Percentile(probe_ms, 0.50);
@@ -368,8 +249,8 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   (*owned)->Usage(&cpu1, &res.server_rss_mib);
   res.server_cores = (cpu1 - cpu0) / res.seconds;
-  res.heartbeats = ok;
-  res.errors = errors;
+  res.heartbeats = agents.stats().heartbeats;
+  res.errors = agents.stats().errors;
   res.heartbeats_per_second = static_cast<double>(res.heartbeats) / res.seconds;
   res.p50_ms = Percentile(latencies, 0.50);
   res.p99_ms = Percentile(latencies, 0.99);

@@ -15,7 +15,6 @@ struct AgentBenchOptions {
   double interval = 2.0;  // heartbeat interval (the policy's default)
   double seconds = 20;    // how long they heartbeat, after registering
   int jobs = 2000;        // 1-GPU jobs submitted first, so heartbeats carry assignments
-  int threads = 32;       // client threads the agents share
   int dashboards = 2;     // open dashboards, each reading what the Estate view reads every 5 s
   // Each agent keeps a wait for orders open and heartbeats at once when rung, and again at once
   // to report new tasks running, as `meridian agent` does (docs/adr/0030).
@@ -57,7 +56,8 @@ struct AgentBenchResult {
 // (8 GPUs each), `jobs` jobs are placed on them, then every agent heartbeats each `interval`
 // seconds (spread evenly) with telemetry and what runs on it, reporting its assigned tasks as
 // running. Each heartbeat is a new connection. With `waits`, each agent also keeps a wait for
-// orders open (a thread of its own here) and heartbeats at once when rung; `probes` jobs are
+// orders open and heartbeats at once when rung (all agents on one event loop:
+// bench/async_agents.h); `probes` jobs are
 // then timed from submission to Running. Meanwhile `dashboards`
 // clients read what the dashboard's Estate view reads, every 5 s each.
 base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& options,
