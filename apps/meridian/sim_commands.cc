@@ -440,8 +440,9 @@ int RunBenchServer(ServerBenchFlags f) {
       "a heartbeat each %.1f s, measured for %.0f s after %.0f s of set-up\n",
       r->nodes, f.options.gpus_per_node, r->spare_nodes, static_cast<long long>(r->running),
       static_cast<long long>(r->pending), f.options.interval, r->seconds, r->setup_seconds);
-  std::printf("  scheduling cycles     %lld; p50 <= %.3f s, p99 <= %.3f s (histogram buckets)\n",
-              static_cast<long long>(r->cycles), r->cycle_p50_s, r->cycle_p99_s);
+  std::printf(
+      "  scheduling cycles     %lld; p50 %.3f s, p99 %.3f s (from the server's histogram)\n",
+      static_cast<long long>(r->cycles), r->cycle_p50_s, r->cycle_p99_s);
   std::printf("  heartbeats            %lld (%lld errors), %.0f/s; p50 %.1f / p99 %.1f ms\n",
               static_cast<long long>(r->heartbeats), static_cast<long long>(r->heartbeat_errors),
               r->heartbeats_per_second, r->heartbeat_p50_ms, r->heartbeat_p99_ms);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -71,18 +72,32 @@ std::map<double, int64_t> CycleBuckets(httplib::Client& http) {
   return buckets;
 }
 
-// The upper bound of the bucket where the q-quantile of (after - before) falls.
+// The q-quantile of the observations between two scrapes of a histogram, interpolated within
+// its bucket as Prometheus' histogram_quantile does (the highest finite bound past the last).
 double BucketQuantile(const std::map<double, int64_t>& before,
                       const std::map<double, int64_t>& after, double q, int64_t* total) {
-  *total =
-      after.empty() ? 0 : after.rbegin()->second - (before.empty() ? 0 : before.rbegin()->second);
-  if (*total <= 0) return 0;
-  for (const auto& [bound, count] : after) {
+  auto delta = [&](double bound, int64_t count) {
     auto b = before.find(bound);
-    const int64_t delta = count - (b == before.end() ? 0 : b->second);
-    if (static_cast<double>(delta) >= q * static_cast<double>(*total)) return bound;
+    return count - (b == before.end() ? 0 : b->second);
+  };
+  *total = after.empty() ? 0 : delta(after.rbegin()->first, after.rbegin()->second);
+  if (*total <= 0) return 0;
+  const double rank = q * static_cast<double>(*total);
+  double lower = 0;
+  int64_t below = 0;
+  for (const auto& [bound, count] : after) {
+    const int64_t cumulative = delta(bound, count);
+    if (static_cast<double>(cumulative) >= rank) {
+      if (std::isinf(bound)) return lower;
+      const int64_t in = cumulative - below;
+      return in <= 0 ? bound
+                     : lower + (bound - lower) * (rank - static_cast<double>(below)) /
+                                   static_cast<double>(in);
+    }
+    lower = bound;
+    below = cumulative;
   }
-  return after.rbegin()->first;
+  return lower;
 }
 
 // Submits `count` whole-node jobs as arrays of at most kMaxArray; returns the arrays' ids.

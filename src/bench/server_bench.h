@@ -26,8 +26,8 @@ struct ServerBenchResult {
   int64_t running = 0, pending = 0;  // the jobs the server lists at the end
   double setup_seconds = 0;          // registering, filling and queueing
   double seconds = 0;                // the measured window
-  // Scheduling cycles in the window, from the server's histogram (the bucket's upper bound
-  // where the quantile falls).
+  // Scheduling cycles in the window, from the server's histogram of them (interpolated within
+  // a bucket, as Prometheus' histogram_quantile does).
   int64_t cycles = 0;
   double cycle_p50_s = 0, cycle_p99_s = 0;
   int64_t heartbeats = 0, heartbeat_errors = 0;
