@@ -386,7 +386,7 @@ int RunBenchAgents(AgentBenchFlags f) {
       "agents benchmark: %d agents x %d GPUs, a heartbeat each %.1f s for %.0f s, %d jobs\n",
       f.options.agents, f.options.gpus_per_node, f.options.interval, f.options.seconds,
       f.options.jobs);
-  std::printf("  registration          %.1f s for all agents, one after another\n",
+  std::printf("  registration          %.1f s for all agents, from 4 clients\n",
               r->register_seconds);
   std::printf("  heartbeats            %lld (%lld errors), %.0f/s\n",
               static_cast<long long>(r->heartbeats), static_cast<long long>(r->errors),

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/agent_estate.h"
 #include "bench/async_agents.h"
 #include "bench/owned_server.h"
 
@@ -35,11 +36,6 @@ spec: {heartbeatInterval: INTERVAL, nodeLostTimeout: LOST}
 const char* const kDashboardPaths[] = {
     "/api/v1/nodes", "/api/v1/clusters",
     "/api/v1/jobs?phase=Pending,Placed,Running,Stopping&limit=1000", "/api/v1/history"};
-
-base::Status Expect(const httplib::Result& r, int status, const std::string& what) {
-  if (r && r->status == status) return base::Status::Ok();
-  return base::Status::Io(what + " failed: " + (r ? r->body : httplib::to_string(r.error())));
-}
 
 }  // namespace
 
@@ -88,64 +84,25 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   if (o.probes > 0 && o.jobs >= o.agents * o.gpus_per_node) {
     return base::Status::Invalid("--probes: need free GPUs: --jobs below agents x GPUs");
   }
-  // One admin token submits every job: its write limit (50/s after 500) is off, as in bench api.
-  // Every agent here comes from 127.0.0.1, each with a wait and a heartbeat open at times: the
-  // limit per address (2,000, against one client flooding the server) would refuse them.
-  auto owned = StartServer(o.binary, {"--write-rate", "0", "--max-connections-per-address",
-                                      std::to_string(2 * o.agents + 100)});
-  if (!owned.ok()) return owned.status();
-  const int port = (*owned)->port;
-  const std::string admin = (*owned)->admin_token();
+  auto estate = StartAgentEstate(o.binary, o.agents, kEstate, o.interval);
+  if (!estate.ok()) return estate.status();
+  OwnedServer& server = *estate->server;
+  const int port = server.port;
   httplib::Client http("127.0.0.1", port);
-  http.set_bearer_token_auth(admin);
-  std::string estate = kEstate;
-  estate.replace(estate.find("INTERVAL"), 8, std::to_string(o.interval));
-  estate.replace(estate.find("LOST"), 4, std::to_string(std::max(15 * o.interval, 30.0)));
-  Json apply = {{"files", {{{"name", "bench.yaml"}, {"content", estate}}}}};
-  if (auto s = Expect(http.Post("/api/v1/config/apply", apply.dump(), "application/json"), 200,
-                      "applying the estate");
-      !s.ok()) {
-    return s;
-  }
-  Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
-  if (auto s = Expect(http.Put("/api/v1/users/agents", user.dump(), "application/json"), 201,
-                      "creating the agent user");
-      !s.ok()) {
-    return s;
-  }
-  auto t = http.Post("/api/v1/tokens", Json{{"user", "agents"}}.dump(), "application/json");
-  if (auto s = Expect(t, 201, "creating the agent token"); !s.ok()) return s;
-  const std::string token = Json::parse(t->body).value("token", "");
+  http.set_bearer_token_auth(estate->admin);
 
   AgentBenchResult res;
-  // Each node heartbeats with the credential its registration returned, as a real agent does.
-  std::vector<std::string> credentials(static_cast<size_t>(o.agents));
   const auto registering = Clock::now();
-  for (int a = 0; a < o.agents; ++a) {
-    const std::string node = "bench-" + std::to_string(a);
-    Json gpus = Json::array();
-    for (int g = 0; g < o.gpus_per_node; ++g) {
-      gpus.push_back({{"index", g},
-                      {"uuid", "GPU-bench-" + std::to_string(a) + "-" + std::to_string(g)},
-                      {"model", "H100-80GB"},
-                      {"memoryMib", 81920},
-                      {"nvlinkDomain", 0}});
-    }
-    Json body = {{"node", node},       {"cluster", "onprem"},  {"pool", "gpu"},
-                 {"cpuMilli", 128000}, {"memoryMib", 1048576}, {"simulated", true},
-                 {"gpus", gpus}};
-    httplib::Client c("127.0.0.1", port);
-    c.set_bearer_token_auth(token);
-    auto registered = c.Post("/api/v1/agents/register", body.dump(), "application/json");
-    if (auto s = Expect(registered, 200, "registering " + node); !s.ok()) return s;
-    credentials[static_cast<size_t>(a)] =
-        Json::parse(registered->body, nullptr, false).value("credential", "");
-  }
+  auto credentials = RegisterAgents(*estate, o.agents, o.gpus_per_node, [](int) {
+    return AgentNode{"gpu", "H100-80GB"};
+  });
+  if (!credentials.ok()) return credentials.status();
   res.register_seconds = std::chrono::duration<double>(Clock::now() - registering).count();
   const Json job = {{"metadata", {{"name", "bench"}, {"project", "bench"}}},
                     {"spec", {{"gpus", 1}, {"command", {"sleep", "3600"}}}}};
   for (int j = 0; j < o.jobs; ++j) {
-    if (auto s = Expect(http.Post("/api/v1/jobs", job.dump(), "application/json"), 201, "a job");
+    if (auto s =
+            ExpectStatus(http.Post("/api/v1/jobs", job.dump(), "application/json"), 201, "a job");
         !s.ok()) {
       return s;
     }
@@ -158,10 +115,10 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   agents_options.interval = o.interval;
   agents_options.waits = o.waits;
   for (int a = 0; a < o.agents; ++a) agents_options.nodes.push_back("bench-" + std::to_string(a));
-  agents_options.credentials = credentials;
+  agents_options.credentials = std::move(credentials.value());
   std::mutex mu;
   double cpu0 = 0, cpu1 = 0, rss = 0;
-  (*owned)->Usage(&cpu0, &rss);
+  server.Usage(&cpu0, &rss);
   AsyncAgents agents(agents_options);
   agents.Start();
   const auto start = Clock::now();
@@ -175,7 +132,7 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   for (int d = 0; d < o.dashboards; ++d) {
     threads.emplace_back([&, d] {
       httplib::Client c("127.0.0.1", port);
-      c.set_bearer_token_auth(admin);
+      c.set_bearer_token_auth(estate->admin);
       c.set_read_timeout(30);
       c.set_decompress(false);  // the size on the wire, as a browser gets it
       const httplib::Headers browser = {{"Accept-Encoding", "gzip, deflate, br, zstd"}};
@@ -205,7 +162,7 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   if (o.probes > 0) {
     threads.emplace_back([&] {
       httplib::Client c("127.0.0.1", port);
-      c.set_bearer_token_auth(admin);
+      c.set_bearer_token_auth(estate->admin);
       const Json probe = {{"metadata", {{"name", "probe"}, {"project", "bench"}}},
                           {"spec", {{"gpus", 1}, {"command", {"sleep", "3600"}}}}};
       std::this_thread::sleep_until(start + std::chrono::seconds(2));
@@ -247,7 +204,7 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   res.probe_p99_ms = Percentile(probe_ms, 0.99);
   res.probe_max_ms = probe_ms.empty() ? 0 : *std::max_element(probe_ms.begin(), probe_ms.end());
   res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  (*owned)->Usage(&cpu1, &res.server_rss_mib);
+  server.Usage(&cpu1, &res.server_rss_mib);
   res.server_cores = (cpu1 - cpu0) / res.seconds;
   res.heartbeats = agents.stats().heartbeats;
   res.errors = agents.stats().errors;

@@ -3,16 +3,15 @@
 #include <httplib.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include "bench/agent_estate.h"
 #include "bench/async_agents.h"
 #include "bench/owned_server.h"
 
@@ -47,11 +46,6 @@ constexpr const char* kCycleMetric = "meridian_scheduler_cycle_duration_seconds"
 
 double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-base::Status Expect(const httplib::Result& r, int status, const std::string& what) {
-  if (r && r->status == status) return base::Status::Ok();
-  return base::Status::Io(what + " failed: " + (r ? r->body : httplib::to_string(r.error())));
 }
 
 // The cycle histogram's cumulative buckets (upper bound -> count), from /metrics.
@@ -113,7 +107,7 @@ base::Result<std::vector<int64_t>> SubmitArrays(httplib::Client& http, int count
                         {"array", std::to_string(first) + "-" + std::to_string(last)},
                         {"command", {"sleep", "86400"}}}}};
     auto r = http.Post("/api/v1/jobs", job.dump(), "application/json");
-    if (auto s = Expect(r, 201, "submitting " + name); !s.ok()) return s;
+    if (auto s = ExpectStatus(r, 201, "submitting " + name); !s.ok()) return s;
     ids.push_back(Json::parse(r->body, nullptr, false).value("id", int64_t{0}));
   }
   return ids;
@@ -182,81 +176,27 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   const int busy = o.nodes - res.spare_nodes;
   const auto setup = Clock::now();
 
-  auto owned = StartServer(o.binary, {"--write-rate", "0", "--max-connections-per-address",
-                                      std::to_string(2 * o.nodes + 100)});
-  if (!owned.ok()) return owned.status();
-  const int port = (*owned)->port;
-  const std::string admin = (*owned)->admin_token();
+  auto estate = StartAgentEstate(o.binary, o.nodes, kEstate, o.interval);
+  if (!estate.ok()) return estate.status();
+  OwnedServer& server = *estate->server;
+  const int port = server.port;
   httplib::Client http("127.0.0.1", port);
-  http.set_bearer_token_auth(admin);
+  http.set_bearer_token_auth(estate->admin);
   http.set_read_timeout(300);
   http.set_write_timeout(300);
-  std::string estate = kEstate;
-  estate.replace(estate.find("INTERVAL"), 8, std::to_string(o.interval));
-  estate.replace(estate.find("LOST"), 4, std::to_string(std::max(15 * o.interval, 30.0)));
-  Json apply = {{"files", {{{"name", "bench.yaml"}, {"content", estate}}}}};
-  if (auto s = Expect(http.Post("/api/v1/config/apply", apply.dump(), "application/json"), 200,
-                      "applying the estate");
-      !s.ok()) {
-    return s;
-  }
-  Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
-  if (auto s = Expect(http.Put("/api/v1/users/agents", user.dump(), "application/json"), 201,
-                      "creating the agent user");
-      !s.ok()) {
-    return s;
-  }
-  auto t = http.Post("/api/v1/tokens", Json{{"user", "agents"}}.dump(), "application/json");
-  if (auto s = Expect(t, 201, "creating the agent token"); !s.ok()) return s;
-  const std::string token = Json::parse(t->body).value("token", "");
-
-  // Registration, from a few threads: each node gets its own credential, as a real agent does.
+  say("registering " + std::to_string(o.nodes) + " agents (" + std::to_string(busy) +
+      " H100 nodes, " + std::to_string(res.spare_nodes) + " spare A100 nodes)");
+  auto credentials = RegisterAgents(*estate, o.nodes, o.gpus_per_node, [busy](int a) {
+    return a < busy ? AgentNode{"busy", "H100-80GB"} : AgentNode{"spare", "A100-80GB"};
+  });
+  if (!credentials.ok()) return credentials.status();
+  say("registered in " + std::to_string(static_cast<int>(Since(setup))) + " s");
   AsyncAgentsOptions agents_options;
   agents_options.port = port;
   agents_options.gpus_per_node = o.gpus_per_node;
   agents_options.interval = o.interval;
-  agents_options.nodes.resize(static_cast<size_t>(o.nodes));
-  agents_options.credentials.resize(static_cast<size_t>(o.nodes));
-  say("registering " + std::to_string(o.nodes) + " agents (" + std::to_string(busy) +
-      " H100 nodes, " + std::to_string(res.spare_nodes) + " spare A100 nodes)");
-  std::atomic<int> next{0};
-  std::mutex mu;
-  std::string failure;
-  std::vector<std::thread> registrars;
-  for (int th = 0; th < 4; ++th) {
-    registrars.emplace_back([&] {
-      httplib::Client c("127.0.0.1", port);
-      c.set_bearer_token_auth(token);
-      for (int a = next++; a < o.nodes; a = next++) {
-        const bool spare = a >= busy;
-        const std::string node = "bench-" + std::to_string(a);
-        Json gpus = Json::array();
-        for (int g = 0; g < o.gpus_per_node; ++g) {
-          gpus.push_back({{"index", g},
-                          {"uuid", "GPU-bench-" + std::to_string(a) + "-" + std::to_string(g)},
-                          {"model", spare ? "A100-80GB" : "H100-80GB"},
-                          {"memoryMib", 81920},
-                          {"nvlinkDomain", 0}});
-        }
-        Json body = {
-            {"node", node},       {"cluster", "onprem"},  {"pool", spare ? "spare" : "busy"},
-            {"cpuMilli", 128000}, {"memoryMib", 1048576}, {"simulated", true},
-            {"gpus", gpus}};
-        auto r = c.Post("/api/v1/agents/register", body.dump(), "application/json");
-        if (auto s = Expect(r, 200, "registering " + node); !s.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          failure = s.message();
-          return;
-        }
-        agents_options.nodes[static_cast<size_t>(a)] = node;
-        agents_options.credentials[static_cast<size_t>(a)] =
-            Json::parse(r->body, nullptr, false).value("credential", "");
-      }
-    });
-  }
-  for (auto& th : registrars) th.join();
-  if (!failure.empty()) return base::Status::Io(failure);
-  say("registered in " + std::to_string(static_cast<int>(Since(setup))) + " s");
+  for (int a = 0; a < o.nodes; ++a) agents_options.nodes.push_back("bench-" + std::to_string(a));
+  agents_options.credentials = std::move(credentials.value());
 
   // Every H100 node gets a whole-node job; the agents start them, as agents would.
   AsyncAgents agents(agents_options);
@@ -287,14 +227,14 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   const std::map<double, int64_t> buckets0 = CycleBuckets(http);
   const AsyncAgentsStats beats0 = agents.Snapshot();
   double cpu0 = 0, cpu1 = 0, rss = 0;
-  (*owned)->Usage(&cpu0, &rss);
+  server.Usage(&cpu0, &rss);
   const auto start = Clock::now();
   const auto end =
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
   std::vector<double> probe_ms;
   {
     httplib::Client c("127.0.0.1", port);
-    c.set_bearer_token_auth(admin);
+    c.set_bearer_token_auth(estate->admin);
     const Json probe = {{"metadata", {{"name", "probe"}, {"project", "probe"}}},
                         {"spec", {{"gpus", 1}, {"command", {"sleep", "86400"}}}}};
     for (int p = 0; p < o.probes && Clock::now() < end; ++p) {
@@ -321,7 +261,7 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   }
   std::this_thread::sleep_until(end);
   res.seconds = Since(start);
-  (*owned)->Usage(&cpu1, &res.server_rss_mib);
+  server.Usage(&cpu1, &res.server_rss_mib);
   const AsyncAgentsStats beats1 = agents.Snapshot();
   const std::map<double, int64_t> buckets1 = CycleBuckets(http);
   agents.Stop();
