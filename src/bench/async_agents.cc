@@ -6,6 +6,8 @@
 #include <utility>
 // clang-format on
 
+#include <sys/resource.h>
+
 #include <boost/asio.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -196,6 +198,13 @@ AsyncAgents::~AsyncAgents() { Stop(); }
 void AsyncAgents::Start() {
   Loop& l = *loop_;
   if (l.running) return;
+  // A wait per agent is a descriptor each, and heartbeats take more: the soft limit (often
+  // 1,024) is raised as far as the hard one allows.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   const size_t n = l.o.nodes.size();
   l.agents.resize(n);
   const auto start = Clock::now();
