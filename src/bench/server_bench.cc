@@ -113,6 +113,14 @@ base::Result<std::vector<int64_t>> SubmitArrays(httplib::Client& http, int count
   return ids;
 }
 
+// The last lines of the server's log.
+std::string LogTail(const OwnedServer& server) {
+  const std::string log = Slurp(server.dir + "/server.log");
+  size_t from = log.size();
+  for (int lines = 0; lines < 30 && from > 0; ++lines) from = log.rfind('\n', from - 1);
+  return from == std::string::npos ? log : log.substr(from + 1);
+}
+
 // Elements of the arrays in `phase`.
 int64_t InPhase(httplib::Client& http, const std::vector<int64_t>& arrays,
                 const std::string& phase) {
@@ -208,11 +216,15 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   while (running < busy) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     running = InPhase(http, *fill, "Running");
-    say("filling: " + std::to_string(running) + " of " + std::to_string(busy) + " running");
+    const AsyncAgentsStats beats = agents.Snapshot();
+    say("filling: " + std::to_string(running) + " of " + std::to_string(busy) + " running; " +
+        std::to_string(beats.heartbeats) + " heartbeats (" + std::to_string(beats.errors) +
+        " errors), " + std::to_string(beats.tasks_reported) + " tasks reported");
     if (Since(filling) > 120 + busy / 50.0) {
       return base::Status::Io("the estate did not fill: " + std::to_string(running) + " of " +
                               std::to_string(busy) + " jobs running after " +
-                              std::to_string(static_cast<int>(Since(filling))) + " s");
+                              std::to_string(static_cast<int>(Since(filling))) +
+                              " s; the server's log ends:\n" + LogTail(server));
     }
   }
   // The queue: whole-node jobs that need H100s, all taken.
