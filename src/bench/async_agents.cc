@@ -104,12 +104,14 @@ struct AsyncAgents::Loop {
       co_await http::async_write(stream, req, asio::use_awaitable);
       beast::flat_buffer buffer;
       co_await http::async_read(stream, buffer, res, asio::use_awaitable);
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
       ++stats.errors;
+      ++stats.error_kinds[e.what()];
       co_return;
     }
     if (res.result_int() != 200) {
       ++stats.errors;
+      ++stats.error_kinds["HTTP " + std::to_string(res.result_int())];
       co_return;
     }
     ++stats.heartbeats;

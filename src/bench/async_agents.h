@@ -5,6 +5,7 @@
 // that 10,000 of them cost one client thread instead of 10,000.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,8 +25,9 @@ struct AsyncAgentsOptions {
 
 // What the agents saw, read after Stop.
 struct AsyncAgentsStats {
-  int64_t heartbeats = 0;  // answered 200
-  int64_t errors = 0;      // refused, or the connection failed
+  int64_t heartbeats = 0;                      // answered 200
+  int64_t errors = 0;                          // refused, or the connection failed
+  std::map<std::string, int64_t> error_kinds;  // "HTTP 503", or what the connection said
   int64_t waits_answered = 0;
   std::vector<double> latency_ms;  // of each answered heartbeat, connection included
   int64_t tasks_reported = 0;      // tasks the agents last reported running, all together

@@ -74,8 +74,8 @@ base::Result<std::unique_ptr<OwnedServer>> StartServer(const std::string& binary
     const std::string data = s->dir + "/data";
     const std::string log = s->dir + "/server.log";
     std::freopen(log.c_str(), "w", stderr);
-    std::vector<std::string> args = {binary,        "server",      "--data-dir", data,
-                                     "--listen",    "127.0.0.1:0", "--port-file", port_file};
+    std::vector<std::string> args = {binary,     "server",      "--data-dir",  data,
+                                     "--listen", "127.0.0.1:0", "--port-file", port_file};
     args.insert(args.end(), flags.begin(), flags.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

@@ -113,6 +113,18 @@ base::Result<std::vector<int64_t>> SubmitArrays(httplib::Client& http, int count
   return ids;
 }
 
+// The kinds of heartbeat errors seen, most frequent first: "; 12 HTTP 503, ...".
+std::string ErrorKinds(const AsyncAgentsStats& stats) {
+  std::vector<std::pair<int64_t, std::string>> kinds;
+  for (const auto& [kind, n] : stats.error_kinds) kinds.emplace_back(n, kind);
+  std::sort(kinds.rbegin(), kinds.rend());
+  std::string out;
+  for (size_t i = 0; i < kinds.size() && i < 3; ++i) {
+    out += (i ? ", " : "; ") + std::to_string(kinds[i].first) + " " + kinds[i].second;
+  }
+  return out;
+}
+
 // The last lines of the server's log.
 std::string LogTail(const OwnedServer& server) {
   const std::string log = Slurp(server.dir + "/server.log");
@@ -219,7 +231,8 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
     const AsyncAgentsStats beats = agents.Snapshot();
     say("filling: " + std::to_string(running) + " of " + std::to_string(busy) + " running; " +
         std::to_string(beats.heartbeats) + " heartbeats (" + std::to_string(beats.errors) +
-        " errors), " + std::to_string(beats.tasks_reported) + " tasks reported");
+        " errors), " + std::to_string(beats.tasks_reported) + " tasks reported" +
+        ErrorKinds(beats));
     if (Since(filling) > 120 + busy / 50.0) {
       return base::Status::Io("the estate did not fill: " + std::to_string(running) + " of " +
                               std::to_string(busy) + " jobs running after " +
