@@ -336,7 +336,9 @@ TEST_F(OidcTest, TheCliSignsInWithTheDeviceFlowAndKeepsTheIdToken) {
     EXPECT_EQ(Issuer("GET", "/device?user_code=" + code + "&login=alice").value("approved", false),
               true);
   });
-  ASSERT_EQ(r.code, 0) << r.output;
+  // Once, under load in a full ASan run, the CLI printed nothing for 90 s: what the issuer saw
+  // says which call hung.
+  ASSERT_EQ(r.code, 0) << r.output << "\nthe issuer's log:\n" << ReadFile(dir_.File("issuer.log"));
   EXPECT_NE(r.output.find("open " + issuer_url_ + "/device"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Logged in to " + server_->url() + " as corp:alice with corp"),
             std::string::npos)
