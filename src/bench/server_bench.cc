@@ -262,7 +262,9 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
     c.set_bearer_token_auth(estate->admin);
     const Json probe = {{"metadata", {{"name", "probe"}, {"project", "probe"}}},
                         {"spec", {{"gpus", 1}, {"command", {"sleep", "86400"}}}}};
-    for (int p = 0; p < o.probes && Clock::now() < end; ++p) {
+    // Every probe runs, past the window if need be (each waits at most 30 s): a slow start is
+    // what the figure is for, not a reason to leave it out.
+    for (int p = 0; p < o.probes; ++p) {
       const auto t0 = Clock::now();
       auto r = c.Post("/api/v1/jobs", probe.dump(), "application/json");
       if (!r || r->status != 201) continue;
