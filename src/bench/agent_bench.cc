@@ -93,10 +93,10 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
 
   AgentBenchResult res;
   const auto registering = Clock::now();
-  auto credentials = RegisterAgents(*estate, o.agents, o.gpus_per_node, [](int) {
+  auto registered = RegisterAgents(*estate, o.agents, o.gpus_per_node, [](int) {
     return AgentNode{"gpu", "H100-80GB"};
   });
-  if (!credentials.ok()) return credentials.status();
+  if (!registered.ok()) return registered.status();
   res.register_seconds = std::chrono::duration<double>(Clock::now() - registering).count();
   const Json job = {{"metadata", {{"name", "bench"}, {"project", "bench"}}},
                     {"spec", {{"gpus", 1}, {"command", {"sleep", "3600"}}}}};
@@ -109,13 +109,9 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   }
 
   // The agents heartbeat, and wait for orders, on one event loop (bench/async_agents.h).
-  AsyncAgentsOptions agents_options;
-  agents_options.port = port;
-  agents_options.gpus_per_node = o.gpus_per_node;
+  AsyncAgentsOptions agents_options = std::move(registered.value());
   agents_options.interval = o.interval;
   agents_options.waits = o.waits;
-  for (int a = 0; a < o.agents; ++a) agents_options.nodes.push_back("bench-" + std::to_string(a));
-  agents_options.credentials = std::move(credentials.value());
   std::mutex mu;
   double cpu0 = 0, cpu1 = 0, rss = 0;
   server.Usage(&cpu0, &rss);

@@ -45,10 +45,15 @@ base::Result<AgentEstate> StartAgentEstate(const std::string& binary, int agents
   return e;
 }
 
-base::Result<std::vector<std::string>> RegisterAgents(const AgentEstate& estate, int count,
-                                                      int gpus_per_node,
-                                                      const std::function<AgentNode(int)>& node) {
-  std::vector<std::string> credentials(static_cast<size_t>(count));
+base::Result<AsyncAgentsOptions> RegisterAgents(const AgentEstate& estate, int count,
+                                                int gpus_per_node,
+                                                const std::function<AgentNode(int)>& node) {
+  AsyncAgentsOptions agents;
+  agents.port = estate.server->port;
+  agents.gpus_per_node = gpus_per_node;
+  for (int a = 0; a < count; ++a) agents.nodes.push_back("bench-" + std::to_string(a));
+  std::vector<std::string>& credentials = agents.credentials;
+  credentials.resize(static_cast<size_t>(count));
   std::atomic<int> next{0};
   std::mutex mu;
   base::Status failure = base::Status::Ok();
@@ -59,7 +64,7 @@ base::Result<std::vector<std::string>> RegisterAgents(const AgentEstate& estate,
       c.set_bearer_token_auth(estate.agent_token);
       for (int a = next++; a < count; a = next++) {
         const AgentNode n = node(a);
-        const std::string name = "bench-" + std::to_string(a);
+        const std::string& name = agents.nodes[static_cast<size_t>(a)];
         Json gpus = Json::array();
         for (int g = 0; g < gpus_per_node; ++g) {
           gpus.push_back({{"index", g},
@@ -85,7 +90,7 @@ base::Result<std::vector<std::string>> RegisterAgents(const AgentEstate& estate,
   }
   for (auto& th : threads) th.join();
   if (!failure.ok()) return failure;
-  return credentials;
+  return agents;
 }
 
 }  // namespace meridian::bench

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "bench/async_agents.h"
 #include "bench/owned_server.h"
 
 namespace meridian::bench {
@@ -38,9 +39,10 @@ struct AgentNode {
 };
 
 // Registers nodes "bench-0" .. "bench-(count-1)" of `gpus_per_node` GPUs each, as `node(i)`
-// says, from a few threads; returns each one's credential, which its heartbeats carry.
-base::Result<std::vector<std::string>> RegisterAgents(const AgentEstate& estate, int count,
-                                                      int gpus_per_node,
-                                                      const std::function<AgentNode(int)>& node);
+// says, from a few threads; returns the agents to run for them (each node's credential, which
+// its heartbeats carry), the heartbeat interval and waits left to the caller.
+base::Result<AsyncAgentsOptions> RegisterAgents(const AgentEstate& estate, int count,
+                                                int gpus_per_node,
+                                                const std::function<AgentNode(int)>& node);
 
 }  // namespace meridian::bench

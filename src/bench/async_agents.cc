@@ -72,6 +72,14 @@ struct AsyncAgents::Loop {
     telemetry = samples.dump();
   }
 
+  // What they saw so far, with the tasks they last reported running.
+  AsyncAgentsStats Tally() const {
+    AsyncAgentsStats s = stats;
+    s.tasks_reported = 0;
+    for (const Agent& a : agents) s.tasks_reported += static_cast<int64_t>(a.assigned.size());
+    return s;
+  }
+
   std::string HeartbeatBody(const Agent& a) const {
     Json tasks = Json::array();
     for (const Json& t : a.assigned) {
@@ -229,8 +237,7 @@ void AsyncAgents::Stop() {
   l.io.stop();
   l.thread.join();
   l.running = false;
-  l.stats.tasks_reported = 0;
-  for (const Agent& a : l.agents) l.stats.tasks_reported += static_cast<int64_t>(a.assigned.size());
+  l.stats = l.Tally();
 }
 
 const AsyncAgentsStats& AsyncAgents::stats() const { return loop_->stats; }
@@ -239,11 +246,7 @@ AsyncAgentsStats AsyncAgents::Snapshot() const {
   Loop& l = *loop_;
   if (!l.running) return l.stats;
   std::promise<AsyncAgentsStats> copy;
-  asio::post(l.io, [&] {
-    AsyncAgentsStats s = l.stats;
-    for (const Agent& a : l.agents) s.tasks_reported += static_cast<int64_t>(a.assigned.size());
-    copy.set_value(std::move(s));
-  });
+  asio::post(l.io, [&] { copy.set_value(l.Tally()); });
   return copy.get_future().get();
 }
 

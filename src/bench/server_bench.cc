@@ -14,6 +14,7 @@
 #include "bench/agent_estate.h"
 #include "bench/async_agents.h"
 #include "bench/owned_server.h"
+#include "domain/job_spec.h"
 
 namespace meridian::bench {
 
@@ -41,7 +42,6 @@ metadata: {name: default}
 spec: {heartbeatInterval: INTERVAL, nodeLostTimeout: LOST}
 )";
 
-constexpr int kMaxArray = 100000;  // elements in one array (the API's limit)
 constexpr const char* kCycleMetric = "meridian_scheduler_cycle_duration_seconds";
 
 double Since(Clock::time_point t0) {
@@ -94,12 +94,13 @@ double BucketQuantile(const std::map<double, int64_t>& before,
   return lower;
 }
 
-// Submits `count` whole-node jobs as arrays of at most kMaxArray; returns the arrays' ids.
+// Submits `count` whole-node jobs as arrays of at most the API's limit; returns the arrays' ids.
 base::Result<std::vector<int64_t>> SubmitArrays(httplib::Client& http, int count,
                                                 const std::string& model, const std::string& name) {
   std::vector<int64_t> ids;
-  for (int first = 0; first < count; first += kMaxArray) {
-    const int last = std::min(count, first + kMaxArray) - 1;
+  const int most = static_cast<int>(domain::kMaxArrayElements);
+  for (int first = 0; first < count; first += most) {
+    const int last = std::min(count, first + most) - 1;
     const Json job = {{"metadata", {{"name", name}, {"project", "bench"}}},
                       {"spec",
                        {{"gpus", 8},
@@ -206,17 +207,13 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   http.set_write_timeout(300);
   say("registering " + std::to_string(o.nodes) + " agents (" + std::to_string(busy) +
       " H100 nodes, " + std::to_string(res.spare_nodes) + " spare A100 nodes)");
-  auto credentials = RegisterAgents(*estate, o.nodes, o.gpus_per_node, [busy](int a) {
+  auto registered = RegisterAgents(*estate, o.nodes, o.gpus_per_node, [busy](int a) {
     return a < busy ? AgentNode{"busy", "H100-80GB"} : AgentNode{"spare", "A100-80GB"};
   });
-  if (!credentials.ok()) return credentials.status();
+  if (!registered.ok()) return registered.status();
   say("registered in " + std::to_string(static_cast<int>(Since(setup))) + " s");
-  AsyncAgentsOptions agents_options;
-  agents_options.port = port;
-  agents_options.gpus_per_node = o.gpus_per_node;
+  AsyncAgentsOptions agents_options = std::move(registered.value());
   agents_options.interval = o.interval;
-  for (int a = 0; a < o.nodes; ++a) agents_options.nodes.push_back("bench-" + std::to_string(a));
-  agents_options.credentials = std::move(credentials.value());
 
   // Every H100 node gets a whole-node job; the agents start them, as agents would.
   AsyncAgents agents(agents_options);
