@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -521,6 +522,12 @@ TEST_F(AgentTest, PreemptedJobGetsItsNoticeStopsWithinItsGracePeriodAndRequeues)
                 "while true; do sleep 0.05; done"}}},
              "low");
   ASSERT_TRUE(Eventually([&] { return Phase(low) == "Running"; }));
+  // Its traps are set once it has said so: a notice before then would end the shell at once
+  // (a shell slow to start under load, ASan and -j2, is not what this test is about).
+  const std::string path =
+      server_->data_dir() + "/logs/" + std::to_string(low) + "/task-0.gen-1.log";
+  ASSERT_TRUE(Eventually([&] { return ReadFile(path).find("run 1") != std::string::npos; }))
+      << Job(low).dump();
   const int64_t high = Submit(
       {{"gpus", 4}, {"priorityClass", "high"}, {"command", {"sh", "-c", "echo high; sleep 0.3"}}},
       "high");
@@ -537,8 +544,6 @@ TEST_F(AgentTest, PreemptedJobGetsItsNoticeStopsWithinItsGracePeriodAndRequeues)
   // Stopped within the grace period (4 s), plus a heartbeat or two to hear of it.
   EXPECT_LE(stopped->value("at", 0.0) - preempted->value("at", 0.0), 4.6);
   // The first run saw the notice (why, and by when), then SIGTERM half the grace period later.
-  const std::string path =
-      server_->data_dir() + "/logs/" + std::to_string(low) + "/task-0.gen-1.log";
   EXPECT_TRUE(Eventually([&] { return ReadFile(path).find("terminated") != std::string::npos; }));
   const std::string first_run = ReadFile(path);
   EXPECT_NE(first_run.find("notice: {\"deadline\""), std::string::npos) << first_run;
@@ -970,9 +975,10 @@ TEST_F(AgentTest, ACancelledJobsGpusAreGivenAwayOnlyOnceItsTaskHasStopped) {
   CliResult c = Run("cancel " + std::to_string(first));
   ASSERT_EQ(c.code, 0) << c.output;
   EXPECT_EQ(Phase(first), "Stopping") << "its task still runs";
-  const int64_t next = Submit({{"gpus", 4}, {"command", {"sh", "-c", Heartbeats("B", trace)}}});
-  // Cancelling again changes nothing and is no error.
+  // Cancelling again while it stops changes nothing and is no error (once it has ended, it
+  // would be a conflict: asked at once, as a slow machine may end the 4 s grace meanwhile).
   EXPECT_EQ(Run("cancel " + std::to_string(first)).code, 0);
+  const int64_t next = Submit({{"gpus", 4}, {"command", {"sh", "-c", Heartbeats("B", trace)}}});
   ASSERT_TRUE(Eventually([&] { return Phase(first) == "Cancelled"; })) << Job(first).dump();
   ASSERT_TRUE(Eventually([&] { return Phase(next) == "Running"; })) << Job(next).dump();
   ASSERT_TRUE(Eventually([&] { return Spans(ReadFile(trace)).count("B") > 0; }));
@@ -1004,6 +1010,12 @@ TEST_F(AgentTest, PreemptionWithTheDefaultGraceStopsOneJob) {
                name));
   }
   for (int64_t id : low) ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }));
+  // Both have set their trap once they have written: a notice before then would end a shell
+  // slow to start under load before it wrote a line, leaving no span to compare.
+  ASSERT_TRUE(Eventually([&] {
+    const auto spans = Spans(ReadFile(trace));
+    return spans.count("l1") > 0 && spans.count("l2") > 0;
+  }));
   const int64_t high = Submit(
       {{"gpus", 4}, {"priorityClass", "high"}, {"command", {"sh", "-c", Heartbeats("H", trace)}}},
       "high");
@@ -1226,8 +1238,12 @@ spec: {cluster: onprem, gpusPerNode: 4, gpuModel: H100-80GB, nodes: 2}
 TEST_F(AgentTest, ADrainsDeadlineShortensTheGraceOfItsJobs) {
   StartAgent("n1");
   const int64_t job = Submit(
-      {{"gpus", 2}, {"gracePeriod", 60}, {"command", {"sh", "-c", "trap '' TERM; sleep 300"}}});
+      {{"gpus", 2},
+       {"gracePeriod", 60},
+       {"command", {"sh", "-c", "trap '' TERM; touch " + SharedPath("ready") + "; sleep 300"}}});
   ASSERT_TRUE(Eventually([&] { return Phase(job) == "Running"; })) << Job(job).dump();
+  // Its trap is set: a SIGTERM before then would end it at once, under load.
+  ASSERT_TRUE(Eventually([&] { return std::filesystem::exists(SharedPath("ready")); }));
   const auto asked = std::chrono::steady_clock::now();
   CliResult drained = Run("drain n1 --timeout 2 --no-wait");
   ASSERT_EQ(drained.code, 0) << drained.output;
