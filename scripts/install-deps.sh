@@ -29,6 +29,8 @@ packages=(
   libspdlog-dev
   # The PostgreSQL store: libpq, and the server the store's conformance suite starts.
   libpq-dev postgresql
+  # The binary's allocator (not under ASan): jemalloc.
+  libjemalloc-dev
   # The Debian package (`make package`, CPack): dpkg-shlibdeps derives its Depends.
   dpkg-dev
 )

@@ -56,7 +56,7 @@ TEST(Package, InstallsIntoAScratchRootAndItsServerStartsFromThePackagedConfig) {
   const std::string f = ReadFile(fields);
   EXPECT_NE(f.find("Package: meridian"), std::string::npos) << f;
   EXPECT_NE(f.find("Version: " + std::string(MERIDIAN_VERSION)), std::string::npos) << f;
-  for (const char* lib : {"libpq5", "libsqlite3-0", "libssl3", "adduser"}) {
+  for (const char* lib : {"libpq5", "libsqlite3-0", "libssl3", "libjemalloc2", "adduser"}) {
     EXPECT_NE(f.find(lib), std::string::npos) << lib << " in " << f;
   }
   EXPECT_EQ(ReadFile(control + "/conffiles"), "/etc/meridian/meridian.yaml");
