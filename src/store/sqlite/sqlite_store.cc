@@ -115,6 +115,19 @@ class SqliteConnection final : public SqlConnection {
   }
 
   Status Exec(const std::string& sql) override {
+    // One statement (BEGIN, COMMIT, a pragma) is prepared once and kept, as queries are: a
+    // read's BEGIN and COMMIT parsed each time cost as much as its query. A script of several
+    // (a migration) goes through sqlite3_exec.
+    if (sql.find(';') == std::string::npos) {
+      auto stmt = Prepare(sql);
+      if (!stmt.ok()) return Status::Io(sql.substr(0, 40) + ": " + stmt.status().message());
+      int rc = SQLITE_ROW;
+      while (rc == SQLITE_ROW) rc = sqlite3_step(*stmt);
+      const std::string message = rc == SQLITE_DONE ? "" : sqlite3_errmsg(db_);
+      sqlite3_reset(*stmt);
+      if (rc != SQLITE_DONE) return Status::Io(sql.substr(0, 40) + ": " + message);
+      return Status::Ok();
+    }
     char* error = nullptr;
     if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
       std::string message = error ? error : sqlite3_errmsg(db_);
