@@ -300,10 +300,7 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
   for (const protocol::TaskReport& t : tasks) by_job[t.job].push_back(t.report);
   const double now = clock_->Now();
   int64_t seq = 0;
-  // Takes the reports in on `tx`: the failures they tell of go to `found`, and their
-  // transitions are committed when `commit`; `changes` says whether any job would change.
-  auto take_in = [&](store::Tx& tx, bool commit, std::vector<domain::NodeFailure>* found,
-                     bool* changes) -> Status {
+  Status s = store_->Write([&](store::Tx& tx) {
     for (const auto& [id, reports] : by_job) {
       auto job = tx.GetJob(id);
       if (!job.ok()) continue;  // reports of a job that does not exist change nothing
@@ -321,36 +318,19 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
       for (const domain::TaskReport& r : reports) {
         if (r.generation == job->generation && r.state == domain::TaskStatus::State::kExited &&
             domain::PointsAtNode(r.cause)) {
-          found->push_back({now, id, r.generation, job->project, r.cause});
+          failed->push_back({now, id, r.generation, job->project, r.cause});
         }
       }
       const domain::Transition t =
           domain::lifecycle::Report(*life, node, reports, task_nodes, max_restarts, now);
       if (t.events.empty()) continue;  // stale or unchanged
-      *changes = true;
-      if (!commit) continue;
       auto e = api::CommitTransition(tx, t, now, &*job);
       if (!e.ok()) return e.status();
       seq = *e;
     }
     return Status::Ok();
-  };
-  // Most heartbeats repeat what the store holds (tasks still running): they are checked on a
-  // read, which does not wait for the writer, and only reports that change a job are written.
-  std::vector<domain::NodeFailure> found;
-  bool changes = false;
-  Status s = store_->Read([&](store::Tx& tx) {
-    found.clear();
-    return take_in(tx, false, &found, &changes);
   });
-  if (s.ok() && changes) {
-    s = store_->Write([&](store::Tx& tx) {
-      found.clear();
-      return take_in(tx, true, &found, &changes);
-    });
-  }
   if (!s.ok()) return s;
-  failed->insert(failed->end(), found.begin(), found.end());
   return seq;
 }
 
