@@ -54,23 +54,24 @@ Json WebhookAlert(const Alert& a, const std::string& generator) {
 // The nodes as the rules see them: the scheduler's node list (every GPU, its health) with the
 // node service's reports of registered nodes (liveness, the last samples, who holds each GPU).
 std::vector<AlertInputs::Node> NodeInputs(
-    const Json& nodes, const std::map<std::string, NodeService::NodeReport>& reports) {
+    const std::vector<SchedulerController::ScheduledNode>& nodes,
+    const std::map<std::string, NodeService::NodeReport>& reports) {
   std::vector<AlertInputs::Node> out;
-  for (const Json& n : nodes.is_array() ? nodes : Json::array()) {
-    if (!n.is_object()) continue;
+  out.reserve(nodes.size());
+  for (const SchedulerController::ScheduledNode& n : nodes) {
     AlertInputs::Node node;
-    node.name = Text(n, "name");
-    node.cluster = Text(n, "cluster");
+    node.name = n.name;
+    node.cluster = n.cluster;
     auto r = reports.find(node.name);
     const NodeService::NodeReport* report = r == reports.end() ? nullptr : &r->second;
     node.registered = report != nullptr;
     node.lost = report && report->state == "Lost";
     if (report) node.conditions = report->conditions;
-    for (const Json& g : n.contains("gpus") && n["gpus"].is_array() ? n["gpus"] : Json::array()) {
+    for (const SchedulerController::ScheduledNode::Gpu& g : n.gpus) {
       AlertInputs::Gpu gpu;
-      gpu.index = g.value("index", 0);
-      gpu.uuid = Text(g, "uuid");
-      gpu.healthy = g.value("healthy", true);
+      gpu.index = g.index;
+      gpu.uuid = g.uuid;
+      gpu.healthy = g.healthy;
       // A held GPU stays held while its node is lost: it waits for an operator either way.
       if (const domain::GpuHealth* health =
               report ? domain::FindGpu(report->ops.gpus, gpu.index) : nullptr;
@@ -184,7 +185,7 @@ Status AlertService::Gather(AlertInputs* in, std::vector<domain::AlertRule>* rul
     receivers->push_back(domain::AlertReceiverFromSpec(o.name, o.spec));
   }
 
-  in->nodes = NodeInputs(scheduler_->Nodes(), nodes_->Reports());
+  in->nodes = NodeInputs(scheduler_->ScheduledNodes(), nodes_->Reports());
   in->oldest_pending = scheduler_->OldestPending();
   for (const Json& q : scheduler_->Usage()) {
     AlertInputs::Quota quota;

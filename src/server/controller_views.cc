@@ -334,6 +334,27 @@ std::optional<domain::FieldError> SchedulerController::NeverHeld(const domain::J
   return check(view);
 }
 
+std::vector<SchedulerController::ScheduledNode> SchedulerController::ScheduledNodes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ScheduledNode> out;
+  if (!scheduler_ || !estate_) return out;
+  const sched::Snapshot& snap = scheduler_->snapshot();
+  out.reserve(snap.nodes.size());
+  for (size_t i = 0; i < snap.nodes.size() && i < estate_->nodes.size(); ++i) {
+    const sched::NodeState& n = snap.nodes[i];
+    const domain::Node& d = estate_->nodes[i];
+    if (deleted_nodes_.count(d.name)) continue;  // a slot the snapshot cannot give back
+    ScheduledNode& node = out.emplace_back();
+    node.name = n.name;
+    node.cluster = snap.clusters[n.cluster].name;
+    node.gpus.reserve(static_cast<size_t>(n.gpu_count));
+    for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
+      node.gpus.push_back({g - n.gpu_begin, d.gpus[g - n.gpu_begin].uuid, snap.gpus[g].healthy});
+    }
+  }
+  return out;
+}
+
 Json SchedulerController::Nodes() {
   std::lock_guard<std::mutex> lock(mu_);
   Json out = Json::array();
