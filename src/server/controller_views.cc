@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "base/log.h"
 #include "domain/admission.h"
@@ -176,6 +177,17 @@ std::vector<api::NodeSample> SchedulerController::NodeHistory(const std::string&
 
 namespace {
 
+// Calls `fn(i, n, d)` for each node of the snapshot (its state `n`, its declaration `d`) but the
+// deleted ones, whose slots the snapshot cannot give back.
+template <typename Fn>
+void ForEachLiveNode(const sched::Snapshot& snap, const Estate& estate,
+                     const std::set<std::string>& deleted, Fn&& fn) {
+  for (size_t i = 0; i < snap.nodes.size() && i < estate.nodes.size(); ++i) {
+    if (deleted.count(estate.nodes[i].name)) continue;
+    fn(i, snap.nodes[i], estate.nodes[i]);
+  }
+}
+
 // What one node's agent last reported of each of its GPUs.
 api::NodeSample SampleOfNode(const Json& node, double now) {
   api::NodeSample out;
@@ -340,18 +352,17 @@ std::vector<SchedulerController::ScheduledNode> SchedulerController::ScheduledNo
   if (!scheduler_ || !estate_) return out;
   const sched::Snapshot& snap = scheduler_->snapshot();
   out.reserve(snap.nodes.size());
-  for (size_t i = 0; i < snap.nodes.size() && i < estate_->nodes.size(); ++i) {
-    const sched::NodeState& n = snap.nodes[i];
-    const domain::Node& d = estate_->nodes[i];
-    if (deleted_nodes_.count(d.name)) continue;  // a slot the snapshot cannot give back
-    ScheduledNode& node = out.emplace_back();
-    node.name = n.name;
-    node.cluster = snap.clusters[n.cluster].name;
-    node.gpus.reserve(static_cast<size_t>(n.gpu_count));
-    for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
-      node.gpus.push_back({g - n.gpu_begin, d.gpus[g - n.gpu_begin].uuid, snap.gpus[g].healthy});
-    }
-  }
+  ForEachLiveNode(snap, *estate_, deleted_nodes_,
+                  [&](size_t, const sched::NodeState& n, const domain::Node& d) {
+                    ScheduledNode& node = out.emplace_back();
+                    node.name = n.name;
+                    node.cluster = snap.clusters[n.cluster].name;
+                    node.gpus.reserve(static_cast<size_t>(n.gpu_count));
+                    for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
+                      node.gpus.push_back(
+                          {g - n.gpu_begin, d.gpus[g - n.gpu_begin].uuid, snap.gpus[g].healthy});
+                    }
+                  });
   return out;
 }
 
@@ -360,52 +371,52 @@ Json SchedulerController::Nodes() {
   Json out = Json::array();
   if (!scheduler_ || !estate_) return out;
   const sched::Snapshot& snap = scheduler_->snapshot();
-  for (size_t i = 0; i < snap.nodes.size() && i < estate_->nodes.size(); ++i) {
-    const sched::NodeState& n = snap.nodes[i];
-    const domain::Node& d = estate_->nodes[i];
-    if (deleted_nodes_.count(d.name)) continue;  // a slot the snapshot cannot give back
-    Json gpus = Json::array();
-    for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
-      const sched::GpuState& gpu = snap.gpus[g];
-      gpus.push_back({{"index", g - n.gpu_begin},
-                      {"uuid", d.gpus[g - n.gpu_begin].uuid},
-                      {"allocatedMilli", snap.GpuAllocatedMilli(g)},
-                      {"freeMilli", snap.GpuFreeMilli(static_cast<int32_t>(i), g)},
-                      {"mig", gpu.mig_enabled},
-                      {"healthy", gpu.healthy}});
-    }
-    out.push_back({{"name", n.name},
-                   {"cluster", snap.clusters[n.cluster].name},
-                   {"pool", d.pool},
-                   {"rack", d.rack},
-                   {"model", n.model == sched::kNoModel ? "" : snap.model(n.model).name},
-                   {"cpuMilli", n.cpu_capacity},
-                   {"cpuFreeMilli", n.cpu_free},
-                   {"memoryMib", n.memory_capacity},
-                   {"memoryFreeMib", n.memory_free},
-                   {"schedulable", n.schedulable},
-                   {"labels", d.labels},
-                   {"gpus", std::move(gpus)}});
-    Json& row = out.back();
-    // Registered by an agent (with liveness and telemetry), or declared by a node pool.
-    Json status = estate_->Registered(d.name) ? nodes_->NodeStatus(d.name) : Json();
-    row["source"] = status.is_null() ? "declared" : "registered";
-    if (status.is_null()) continue;
-    row["state"] = status["state"];
-    row["lastHeartbeat"] = status["lastHeartbeat"];
-    row["simulated"] = status["simulated"];
-    row["conditions"] = status["conditions"];
-    row["address"] = estate_->agent_address.at(d.name);
-    for (const Json& t : status["telemetry"]) {
-      const bool indexed = t.is_object() && t.contains("index") && t["index"].is_number_integer();
-      const int64_t index = indexed ? t["index"].get<int64_t>() : -1;
-      if (index < 0 || index >= static_cast<int64_t>(row["gpus"].size())) continue;
-      // Only telemetry: an agent's report cannot overwrite what the scheduler says.
-      for (const auto& [k, v] : t.items()) {
-        if (k != "index") row["gpus"][index][k] = v;
-      }
-    }
-  }
+  ForEachLiveNode(
+      snap, *estate_, deleted_nodes_,
+      [&](size_t i, const sched::NodeState& n, const domain::Node& d) {
+        Json gpus = Json::array();
+        for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
+          const sched::GpuState& gpu = snap.gpus[g];
+          gpus.push_back({{"index", g - n.gpu_begin},
+                          {"uuid", d.gpus[g - n.gpu_begin].uuid},
+                          {"allocatedMilli", snap.GpuAllocatedMilli(g)},
+                          {"freeMilli", snap.GpuFreeMilli(static_cast<int32_t>(i), g)},
+                          {"mig", gpu.mig_enabled},
+                          {"healthy", gpu.healthy}});
+        }
+        out.push_back({{"name", n.name},
+                       {"cluster", snap.clusters[n.cluster].name},
+                       {"pool", d.pool},
+                       {"rack", d.rack},
+                       {"model", n.model == sched::kNoModel ? "" : snap.model(n.model).name},
+                       {"cpuMilli", n.cpu_capacity},
+                       {"cpuFreeMilli", n.cpu_free},
+                       {"memoryMib", n.memory_capacity},
+                       {"memoryFreeMib", n.memory_free},
+                       {"schedulable", n.schedulable},
+                       {"labels", d.labels},
+                       {"gpus", std::move(gpus)}});
+        Json& row = out.back();
+        // Registered by an agent (with liveness and telemetry), or declared by a node pool.
+        Json status = estate_->Registered(d.name) ? nodes_->NodeStatus(d.name) : Json();
+        row["source"] = status.is_null() ? "declared" : "registered";
+        if (status.is_null()) return;
+        row["state"] = status["state"];
+        row["lastHeartbeat"] = status["lastHeartbeat"];
+        row["simulated"] = status["simulated"];
+        row["conditions"] = status["conditions"];
+        row["address"] = estate_->agent_address.at(d.name);
+        for (const Json& t : status["telemetry"]) {
+          const bool indexed =
+              t.is_object() && t.contains("index") && t["index"].is_number_integer();
+          const int64_t index = indexed ? t["index"].get<int64_t>() : -1;
+          if (index < 0 || index >= static_cast<int64_t>(row["gpus"].size())) continue;
+          // Only telemetry: an agent's report cannot overwrite what the scheduler says.
+          for (const auto& [k, v] : t.items()) {
+            if (k != "index") row["gpus"][index][k] = v;
+          }
+        }
+      });
   return out;
 }
 
