@@ -228,18 +228,71 @@ double Placer::ScoreOf(const PluginContext& ctx, const Candidate& c) const {
   return total;
 }
 
+namespace {
+
+// Whether the reservation was kept off is part of what is remembered: the same shape may fit
+// only on the reserved nodes.
+uint64_t CacheSlot(uint64_t hash, const CycleState& cycle) {
+  return cycle.avoid_reserved ? hash ^ 0x5bd1e9955bd1e995ULL : hash;
+}
+
+}  // namespace
+
+const Placer::Infeasible* Placer::Slot(uint64_t hash, const CycleState& cycle) const {
+  auto it = infeasible_.find(CacheSlot(hash, cycle));
+  if (it == infeasible_.end() || it->second.epoch != epoch_ ||
+      (cycle.avoid_reserved && it->second.reservation != reservation_)) {
+    return nullptr;
+  }
+  return &it->second;
+}
+
+const Unschedulable* Placer::Known(uint64_t hash, const std::string& key, const CycleState& cycle) {
+  const Infeasible* known = Slot(hash, cycle);
+  if (!known || known->key != key) return nullptr;
+  ++cache_hits_;
+  return &known->why;
+}
+
+void Placer::Remember(uint64_t hash, std::string key, const CycleState& cycle, Unschedulable why) {
+  if (in_trial_ && trial_held_ > 0) return;
+  infeasible_[CacheSlot(hash, cycle)] =
+      Infeasible{std::move(key), epoch_, reservation_, std::move(why)};
+}
+
+void Placer::BeginTrial() {
+  in_trial_ = true;
+  trial_version_ = version_;
+  trial_held_ = 0;
+  trial_changed_ = false;
+}
+
+void Placer::Undo(const TaskSpec& task, const Placement& placement) {
+  const uint64_t epoch = epoch_;
+  Release(task, placement);
+  if (!in_trial_) return;
+  --trial_held_;
+  // What fit nowhere before the trial fits nowhere now, with at most as much free: unless the
+  // trial changed a MIG layout, which Release leaves changed.
+  if (trial_changed_) return;
+  epoch_ = epoch;
+  if (trial_held_ == 0) version_ = trial_version_;
+}
+
+void Placer::EndTrial() { in_trial_ = false; }
+
 PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
   PlaceOutcome out;
   const uint64_t hash = task.FeasibilityHash();
-  if (auto it = infeasible_.find(hash); it != infeasible_.end() && it->second.epoch == epoch_ &&
-                                        it->second.key == task.FeasibilityKey()) {
+  if (const Infeasible* known = Slot(hash, cycle); known && known->key == task.FeasibilityKey()) {
     ++cache_hits_;
     // Nothing was released since the same shape failed, so the same nodes turn it away for the
     // same reasons: a pending job keeps saying why, cycle after cycle.
-    out.why = it->second.why;
+    out.why = known->why;
     out.why.cached = true;
     return out;
   }
+  ++searches_;
   if (++stamp_ == 0) {
     std::fill(visited_.begin(), visited_.end(), 0);
     stamp_ = 1;
@@ -331,7 +384,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
     }
   }
   if (gpu_rejects > 0) out.why.Reject("gpu-fit", gpu_rejects);
-  infeasible_[hash] = Infeasible{task.FeasibilityKey(), epoch_, out.why};
+  Remember(hash, task.FeasibilityKey(), cycle, out.why);
   return out;
 }
 
@@ -340,8 +393,10 @@ void Placer::Commit(const TaskSpec& task, const Placement& p, CycleState* cycle)
   NodeState& node = s_->nodes[p.node];
   node.cpu_free -= task.cpu_milli;
   node.memory_free -= task.memory_mib;
+  if (in_trial_) ++trial_held_;
   for (const DeviceGrant& d : p.devices) {
     GpuState& g = s_->gpus[d.gpu];
+    if (in_trial_ && d.mig_change != MigChange::kNone) trial_changed_ = true;
     if (d.mig_profile < 0) {
       if (d.mig_change == MigChange::kDisableMig) {
         g.mig_enabled = false;
@@ -385,6 +440,7 @@ void Placer::Commit(const TaskSpec& task, const Placement& p, CycleState* cycle)
     }
   }
   index_.Update(*s_, p.node);
+  version_ = ++last_epoch_;
   if (cycle && task.group >= 0) {
     auto& racks = cycle->group_racks[task.group];
     if (std::find(racks.begin(), racks.end(), node.rack) == racks.end()) racks.push_back(node.rack);
@@ -463,7 +519,7 @@ void Placer::Release(const TaskSpec& task, const Placement& p) {
     if (it != node.gpu_affinity.end() && --it->second == 0) node.gpu_affinity.erase(it);
   }
   index_.Update(*s_, p.node);
-  ++epoch_;
+  epoch_ = version_ = ++last_epoch_;
 }
 
 void Placer::NodeAdded(int32_t node) {

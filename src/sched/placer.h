@@ -21,7 +21,9 @@ namespace meridian::sched {
 //
 // It works from a NodeIndex and remembers, per task shape, that nothing fits until capacity is
 // released, so a pass over many pending tasks of few shapes costs little more than the tasks
-// that place. Not thread-safe; use one Placer per thread, each with its own snapshot.
+// that place. A caller that places several tasks as one (a gang) can keep what it learns the
+// same way (Remember), and try placements it takes back (a trial) without that counting as a
+// release. Not thread-safe; use one Placer per thread, each with its own snapshot.
 class Placer {
  public:
   Placer(Snapshot* snapshot, const Profile* profile, uint64_t seed);
@@ -39,15 +41,47 @@ class Placer {
   bool Fits(const TaskSpec& task, const Placement& placement) const;
 
   // Forgets which task shapes fit nowhere: the caller changed something the placer cannot see
-  // (the cycle's reservation), so earlier answers may no longer hold.
-  void InvalidateCache() { ++epoch_; }
+  // (scores' inputs, the estate), so earlier answers may no longer hold.
+  void InvalidateCache() { epoch_ = version_ = ++last_epoch_; }
+  // Forgets the answers alone, the snapshot unchanged (an explanation wants reasons afresh).
+  void ForgetAnswers() { epoch_ = ++last_epoch_; }
+  // The cycle's reservation (CycleState::reserved_nodes) changed: what was learnt while keeping
+  // off the reserved nodes no longer holds; what was learnt with the reservation ignored does.
+  // Which of the two a Place asks is CycleState::avoid_reserved, part of what is remembered.
+  void ReservationChanged() { ++reservation_; }
   // Whether whole-GPU tasks may take idle MIG GPUs back (MigChange::kDisableMig). Off during a
   // preemption search, whose trial placements are undone by Release, which does not undo a
   // layout change.
   void set_reclaim_mig(bool on) {
-    if (reclaim_mig_ != on) ++epoch_;
+    if (reclaim_mig_ != on) ForgetAnswers();  // other answers; the snapshot is the same
     reclaim_mig_ = on;
   }
+
+  // A trial: placements committed after BeginTrial and taken back by Undo leave the snapshot
+  // as it was, so what fit nowhere before still fits nowhere, and the trial costs no release
+  // (a gang that fit in part and was rolled back released nothing). Nothing is learnt inside a
+  // trial while it holds a placement: it saw less capacity than there is. A placement that
+  // changed a GPU's MIG layout, which Release leaves changed, makes its trial's undoing count
+  // as releases. Trials do not nest; Undo outside one is Release.
+  void BeginTrial();
+  void Undo(const TaskSpec& task, const Placement& placement);
+  void EndTrial();
+  // The same for a caller that released and committed again what it released (a preemption
+  // search that stopped nobody): Rewind(mark) says the snapshot is as it was at Mark(), and the
+  // placer takes up what it knew then.
+  struct Mark {
+    uint64_t epoch, version;
+  };
+  Mark MarkState() const { return {epoch_, version_}; }
+  void Rewind(const Mark& mark) {
+    epoch_ = mark.epoch;
+    version_ = mark.version;
+  }
+
+  // What a caller learnt fits nowhere under `key` (a gang: its tasks' keys), kept and forgotten
+  // under the same rule as a task shape's; null when nothing is known.
+  const Unschedulable* Known(uint64_t hash, const std::string& key, const CycleState& cycle);
+  void Remember(uint64_t hash, std::string key, const CycleState& cycle, Unschedulable why);
   // Whether any node that fits will do: Place then takes the first feasible node it visits,
   // scoring nothing (a what-if that asks only whether a job fits, not where it would be best).
   void set_first_fit(bool on) { first_fit_ = on; }
@@ -56,9 +90,16 @@ class Placer {
   void NodeAdded(int32_t node);
   void NodeChanged(int32_t node);
 
+  // Tells states of the snapshot apart: a new value after every Commit, Release and change the
+  // placer is told of, and the old one again once a trial is undone. A caller keeps what it
+  // computed from the state while the version stays.
+  uint64_t version() const { return version_; }
+
   const Snapshot& snapshot() const { return *s_; }
   const NodeIndex& index() const { return index_; }
   int64_t cache_hits() const { return cache_hits_; }
+  // How many Place calls searched the nodes (not answered from what was remembered).
+  int64_t searches() const { return searches_; }
 
  private:
   struct Option {
@@ -82,15 +123,27 @@ class Placer {
   bool first_fit_ = false;
   uint32_t stamp_ = 0;
   uint64_t rotor_ = 0;
-  uint64_t epoch_ = 0;  // bumped whenever capacity is released
-  // Shapes that fit nowhere, by FeasibilityHash; the full key guards against collisions.
+  uint64_t epoch_ = 0;       // a new one whenever capacity is released
+  uint64_t last_epoch_ = 0;  // the last epoch or version handed out: each is new
+  uint64_t version_ = 0;
+  uint64_t trial_version_ = 0;  // the version when the trial began
+  uint64_t reservation_ = 0;
+  bool in_trial_ = false;
+  int32_t trial_held_ = 0;      // placements committed in the trial and not undone
+  bool trial_changed_ = false;  // a placement in the trial changed a MIG layout
+  // Shapes that fit nowhere, by hash (FeasibilityHash, or the caller's) and whether the
+  // reservation was kept off; the full key guards against collisions.
   struct Infeasible {
     std::string key;
     uint64_t epoch = 0;
-    Unschedulable why;  // what Place answered when the shape failed
+    uint64_t reservation = 0;  // when learnt keeping off the reserved nodes
+    Unschedulable why;         // what Place answered when the shape failed
   };
   std::unordered_map<uint64_t, Infeasible> infeasible_;
+  // The entry for `hash` if it still holds (its key still to be compared), else null.
+  const Infeasible* Slot(uint64_t hash, const CycleState& cycle) const;
   int64_t cache_hits_ = 0;
+  int64_t searches_ = 0;
   std::vector<Option> options_;
   std::vector<DeviceGrant> grants_;
   std::vector<const std::vector<int32_t>*> lists_;

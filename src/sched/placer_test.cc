@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sched/registry.h"
 #include "sched/testing/estate.h"
 
 namespace meridian::sched {
@@ -238,6 +239,71 @@ TEST(Placer, RemembersInfeasibleShapesUntilCapacityIsReleased) {
   EXPECT_EQ(again.why.Summary(), first.why.Summary());
   p.Release(testing::Whole(2), held.placement);
   EXPECT_TRUE(p.Place(testing::Whole(1), cycle).placed);
+}
+
+// A gang that fits in part is placed and taken back: that is no release, so what was known to
+// fit nowhere still is, and nothing is learnt while the trial holds capacity.
+TEST(Placer, AnUndoneTrialReleasesNothingAndTeachesNothing) {
+  Snapshot s = Build({{"n1", "H100-80GB", 2}, {"n2", "H100-80GB", 2}});
+  Profile prof = MakeProfile({{"best-fit", 1}});
+  Placer p(&s, &prof, 1);
+  CycleState cycle;
+  ASSERT_TRUE(PlaceAndCommit(p, testing::Whole(2), &cycle).placed);
+  EXPECT_FALSE(p.Place(testing::Whole(3), cycle).placed);
+  const uint64_t before = p.version();
+
+  p.BeginTrial();
+  PlaceOutcome part = PlaceAndCommit(p, testing::Whole(1), &cycle);
+  ASSERT_TRUE(part.placed);
+  EXPECT_NE(p.version(), before);
+  // With one GPU of n2 held by the trial, two whole GPUs fit nowhere: not to be remembered.
+  EXPECT_FALSE(p.Place(testing::Whole(2), cycle).placed);
+  p.Undo(testing::Whole(1), part.placement);
+  p.EndTrial();
+
+  EXPECT_EQ(p.version(), before) << "the snapshot is as it was";
+  const int64_t hits = p.cache_hits();
+  PlaceOutcome again = p.Place(testing::Whole(3), cycle);
+  EXPECT_FALSE(again.placed);
+  EXPECT_TRUE(again.why.cached) << "the undone trial released nothing";
+  EXPECT_EQ(p.cache_hits(), hits + 1);
+  PlaceOutcome two = p.Place(testing::Whole(2), cycle);
+  EXPECT_TRUE(two.placed) << "what failed inside the trial was not remembered";
+
+  // Outside a trial, the same placement taken back is a release: the answer is asked afresh.
+  PlaceOutcome one = PlaceAndCommit(p, testing::Whole(1), &cycle);
+  ASSERT_TRUE(one.placed);
+  p.Release(testing::Whole(1), one.placement);
+  EXPECT_NE(p.version(), before);
+  EXPECT_FALSE(p.Place(testing::Whole(3), cycle).why.cached);
+}
+
+// What was learnt keeping off the reserved nodes holds only for that reservation; what was
+// learnt with the reservation ignored holds through its changes.
+TEST(Placer, AnswersKeepingOffAReservationAreForgottenWhenItChanges) {
+  Snapshot s = Build({{"n1", "H100-80GB", 2}, {"n2", "H100-80GB", 2}});
+  ProfileSpec spec;
+  spec.name = "reserving";
+  spec.filters = {"node-resources", "reservation"};
+  spec.scores = {{"best-fit", 1}};
+  auto built = BuiltinRegistry().Build(spec, PluginArgs{});
+  ASSERT_TRUE(built.ok()) << built.status().message();
+  Profile prof = std::move(*built);
+  Placer p(&s, &prof, 1);
+  CycleState cycle;
+  cycle.reserved_nodes = {1, 1};
+  cycle.avoid_reserved = true;
+  EXPECT_FALSE(p.Place(testing::Whole(1), cycle).placed) << "both nodes are reserved";
+  cycle.avoid_reserved = false;
+  EXPECT_FALSE(p.Place(testing::Whole(3), cycle).placed) << "no node has three GPUs";
+  EXPECT_TRUE(p.Place(testing::Whole(1), cycle).placed) << "the other answer is not this one's";
+  cycle.avoid_reserved = true;
+  EXPECT_TRUE(p.Place(testing::Whole(1), cycle).why.cached);
+  cycle.reserved_nodes = {1, 0};
+  p.ReservationChanged();
+  EXPECT_TRUE(p.Place(testing::Whole(1), cycle).placed) << "n2 is no longer reserved";
+  cycle.avoid_reserved = false;
+  EXPECT_TRUE(p.Place(testing::Whole(3), cycle).why.cached);
 }
 
 TEST(Placer, CostAndLocalityChooseTheCluster) {

@@ -230,6 +230,29 @@ void Scheduler::Rollback(const Job& j, const std::vector<Placement>& done) {
 
 bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why) {
   out->clear();
+  // A job of several tasks may place some before one fits nowhere: what it took is undone
+  // (inside TryPlace's trial, no capacity was released), and the job's shape, its tasks' shapes
+  // together, is remembered as fitting nowhere until capacity is, as a task's is. Behind a large
+  // gang, a deep queue is otherwise placed in part and rolled back job by job, pass after pass.
+  const bool several = j.spec.tasks.size() > 1;
+  uint64_t hash = 0;
+  std::string key;
+  if (several) {
+    if (j.shape_key.empty()) {
+      j.shape_hash = j.spec.gang ? 0x9e3779b97f4a7c15ULL : 0;
+      j.shape_key = j.spec.gang ? "G" : "A";
+      for (const TaskSpec& t : j.spec.tasks) {
+        j.shape_hash = (j.shape_hash ^ t.FeasibilityHash()) * 0xbf58476d1ce4e5b9ULL;
+        j.shape_key.append(1, '\x03').append(t.FeasibilityKey());
+      }
+    }
+    hash = (j.shape_hash ^ clusters) * 0xbf58476d1ce4e5b9ULL;
+    key = clusters == kAll ? j.shape_key : j.shape_key + '@' + std::to_string(clusters);
+    if (const Unschedulable* known = placer_.Known(hash, key, cycle_)) {
+      if (why) *why = known->Summary();
+      return false;
+    }
+  }
   for (const TaskSpec& original : j.spec.tasks) {
     // Copy the task only when it must be narrowed to some clusters.
     TaskSpec narrowed;
@@ -253,7 +276,8 @@ bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std:
         }
         *why = o.why.Summary();
       }
-      Rollback(j, *out);
+      Undo(j, *out);
+      if (several) placer_.Remember(hash, std::move(key), cycle_, std::move(o.why));
       out->clear();
       return false;
     }
@@ -266,7 +290,17 @@ bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std:
   return true;
 }
 
+void Scheduler::Undo(const Job& j, const std::vector<Placement>& done) {
+  for (size_t i = done.size(); i-- > 0;) placer_.Undo(j.spec.tasks[i], done[i]);
+}
+
 bool Scheduler::TryPlace(Job& j, std::string* why) {
+  // What is placed here and taken back before returning releases nothing (Placer::BeginTrial).
+  struct Trial {
+    Placer& p;
+    explicit Trial(Placer& placer) : p(placer) { p.BeginTrial(); }
+    ~Trial() { p.EndTrial(); }
+  } trial(placer_);
   std::vector<Placement> placements;
   if (!PlaceIn(j, kAll, &placements, why)) {
     if (!j.spec.gang || snapshot_.clusters.size() < 2) return false;
@@ -288,7 +322,7 @@ bool Scheduler::TryPlace(Job& j, std::string* why) {
     std::string v = quotas_.LimitViolation(j.spec.tenant, models[i], millis[i]);
     if (!v.empty()) {
       if (why) *why = v;
-      Rollback(j, placements);
+      Undo(j, placements);
       return false;
     }
   }

@@ -203,6 +203,9 @@ class Scheduler {
   size_t pending() const { return pending_.size(); }
   size_t running() const { return running_.size(); }
   int64_t cache_hits() const { return placer_.cache_hits(); }
+  int64_t placements_searched() const { return placer_.searches(); }
+  // How many start estimates (backfill reservations, explanations) were worked out afresh.
+  int64_t estimates_computed() const { return estimates_computed_; }
   // The weighted dominant share of a node of the tenancy tree (a project, or a team or an
   // organization with everything under it): decayed resource-seconds received over capacity,
   // divided by the node's weight.
@@ -235,6 +238,10 @@ class Scheduler {
     double preempted_at = -1;   // its last preemption; it neither starts nor preempts again then
     uint32_t queued = 0;        // bumped each time it joins the queue (its entry in ordered_)
     int64_t milli = 0;          // GPU milli of the whole job
+    // A job of several tasks: its tasks' shapes together, as PlaceIn remembers the job fitting
+    // nowhere (built when first needed; emptied when its tasks change).
+    uint64_t shape_hash = 0;
+    std::string shape_key;
   };
   struct Usage {
     double gpu = 0, cpu = 0, mem = 0;  // decayed resource-seconds
@@ -279,7 +286,11 @@ class Scheduler {
   bool TryPlace(Job& j, std::string* why);
   bool PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why);
   void Rollback(const Job& j, const std::vector<Placement>& done);
+  // Rollback of what this TryPlace placed itself (Placer::Undo).
+  void Undo(const Job& j, const std::vector<Placement>& done);
   bool TryPreempt(Job& j, double now, CycleResult* out);
+  // TryPreempt's search; `stopped_some` says whether it changed anything.
+  bool SearchVictims(Job& j, double now, CycleResult* out, bool* stopped_some);
   // The victim search of TryPreempt, with j's earlier victims (`claimed`) released in the
   // placer; it restores them (and empties `claimed`) once it has decided.
   bool PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, CycleResult* out);
@@ -291,8 +302,19 @@ class Scheduler {
   // Adopt: the MIG change that makes each MIG grant of `p` on the snapshot as it is now.
   void RedoMigLayout(Placement* p) const;
   // When `j` could start if what runs ends as estimated; the nodes it would use then go to
-  // `nodes` when given.
+  // `nodes` when given. Kept while the placer's state stays (Placer::version): a pass behind a
+  // reservation that started nothing since asks again for the same answer.
   double EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes = nullptr);
+  // EstimateStart's answer, before it is brought up to `now`, with its nodes.
+  double EstimateStartFromScratch(const Job& j, std::vector<int32_t>* nodes);
+  struct LastEstimate {
+    int64_t job = -1;
+    uint64_t version = 0;
+    bool with_nodes = false;
+    double at = kNever;
+    std::vector<int32_t> nodes;
+  } last_estimate_;
+  int64_t estimates_computed_ = 0;
   std::string QuotaBlock(const Job& j) const;
   std::string NeverFits(const JobSpec& spec) const;
 

@@ -53,6 +53,8 @@ void Scheduler::Retarget(int64_t id, const std::vector<TaskSpec>& tasks) {
     mine[i].allowed_clusters = tasks[i].allowed_clusters;
     mine[i].allowed_models = tasks[i].allowed_models;
   }
+  it->second.shape_key.clear();  // PlaceIn builds it again from the tasks as they are now
+  last_estimate_.job = -1;
 }
 
 base::Status Scheduler::ReplaceQuotas(QuotaTree quotas, const std::vector<int32_t>& node_of,

@@ -55,6 +55,7 @@ void Scheduler::Pass(double now, CycleResult* result) {
     out.reserved_at = at;
     cycle_.reserved_nodes.assign(snapshot_.nodes.size(), 0);
     for (int32_t n : nodes) cycle_.reserved_nodes[n] = 1;
+    placer_.ReservationChanged();
     return true;
   };
   if (reserved_job_ >= 0 && !reserve(jobs_.at(reserved_job_))) reserved_job_ = -1;
@@ -77,10 +78,7 @@ void Scheduler::Pass(double now, CycleResult* result) {
     // job holding the reservation may use them.
     const bool avoid = reservation < kNever && id != reserved_job_ &&
                        !(j.spec.runtime_limit > 0 && now + j.spec.runtime_limit <= reservation);
-    if (avoid != cycle_.avoid_reserved) {
-      cycle_.avoid_reserved = avoid;
-      placer_.InvalidateCache();
-    }
+    cycle_.avoid_reserved = avoid;  // part of what the placer remembers of a shape
     std::string why;
     if (TryPlace(j, &why)) {
       Start(j, now, &out);
@@ -115,7 +113,7 @@ void Scheduler::Pass(double now, CycleResult* result) {
   if (cycle_.avoid_reserved || !cycle_.reserved_nodes.empty()) {
     cycle_.avoid_reserved = false;
     cycle_.reserved_nodes.clear();
-    placer_.InvalidateCache();
+    placer_.ReservationChanged();
   }
   // Only a start takes a job out of the queue in a pass: without one, a deep queue is not
   // walked again.
@@ -126,7 +124,6 @@ void Scheduler::Pass(double now, CycleResult* result) {
 
 void Scheduler::Lend(const std::vector<int64_t>& borrowers, double now, CycleResult* out) {
   cycle_.avoid_reserved = false;
-  placer_.InvalidateCache();
   std::vector<int64_t> lent;
   for (int64_t id : borrowers) {
     Job& j = jobs_.at(id);
@@ -146,6 +143,15 @@ void Scheduler::Lend(const std::vector<int64_t>& borrowers, double now, CycleRes
 }
 
 bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
+  // A search that stops nobody gives back all it took: the placer keeps what it knew.
+  const Placer::Mark mark = placer_.MarkState();
+  bool stopped_some = false;
+  const bool answered = SearchVictims(j, now, out, &stopped_some);
+  if (!stopped_some) placer_.Rewind(mark);
+  return answered;
+}
+
+bool Scheduler::SearchVictims(Job& j, double now, CycleResult* out, bool* stopped_some) {
   // Trial placements here are undone by Release, which cannot undo taking a MIG GPU back whole.
   struct NoMigReclaim {
     Placer& p;
@@ -178,6 +184,7 @@ bool Scheduler::TryPreempt(Job& j, double now, CycleResult* out) {
   }
   const bool found = PreemptMore(j, now, &claimed, out);
   give_back();
+  *stopped_some = found;
   return found;
 }
 
@@ -295,6 +302,19 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
 }
 
 double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes) {
+  LastEstimate& last = last_estimate_;
+  if (last.job != j.spec.id || last.version != placer_.version() || (nodes && !last.with_nodes)) {
+    last.at = EstimateStartFromScratch(j, &last.nodes);
+    ++estimates_computed_;
+    last.job = j.spec.id;
+    last.version = placer_.version();
+    last.with_nodes = true;
+  }
+  if (nodes) *nodes = last.nodes;
+  return std::max(last.at, now);  // what ended as estimated and still runs ends now at the earliest
+}
+
+double Scheduler::EstimateStartFromScratch(const Job& j, std::vector<int32_t>* nodes) {
   // What-if on a copy: give back what runs, in order of expected end, until the job fits. A
   // trial asks only whether the job fits (the first node that fits, no scores), and is made only
   // once enough GPU is free anywhere for it to have a chance; where the job would go is scored
@@ -307,8 +327,7 @@ double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* 
     const Job& r = jobs_.at(id);
     // What j lent out of its reservation comes back whenever j asks.
     const bool back_now = r.phase == Phase::kStopping || r.on_loan_from == j.spec.id;
-    double end = back_now ? now : ExpectedEnd(r.spec, r.start_time);
-    ends.emplace_back(std::max(end, now), id);
+    ends.emplace_back(back_now ? -kNever : ExpectedEnd(r.spec, r.start_time), id);
   }
   std::sort(ends.begin(), ends.end());
   // At most what is free: an idle MIG GPU counts whole, and an unhealthy one too.
@@ -366,7 +385,7 @@ double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* 
     }
     return true;
   };
-  if (fits_now()) return now;
+  if (fits_now()) return -kNever;
   for (const auto& [end, id] : ends) {
     if (end == kNever) break;
     const Job& r = jobs_.at(id);
@@ -384,15 +403,17 @@ Explanation Scheduler::Explain(int64_t id, double now) {
   Job& j = it->second;
   e.known = true;
   // The same-shape cache would answer "failed before"; an explanation wants the reasons.
-  placer_.InvalidateCache();
+  placer_.ForgetAnswers();
   e.quota = QuotaBlock(j);
   for (size_t c = 0; c < snapshot_.clusters.size(); ++c) {
     std::vector<Placement> placements;
     std::string why;
+    placer_.BeginTrial();  // what fits is taken back: nothing changes
     if (PlaceIn(j, Bit(static_cast<int>(c)), &placements, &why)) {
-      Rollback(j, placements);
+      Undo(j, placements);
       why = "fits now";
     }
+    placer_.EndTrial();
     e.clusters.emplace_back(snapshot_.clusters[c].name, why);
   }
   double at = EstimateStart(j, now);

@@ -483,6 +483,81 @@ TEST(Scheduler, PreemptionTakesBorrowedWorkFirstAndNoJobIsStoppedAndStartedInOne
   EXPECT_FALSE(Started(f.sched->Cycle(200), 2)) << "job 2 waits: job 1 keeps its guarantee";
 }
 
+// A gang that fits in part is placed in part and taken back; the next gang of its shape is
+// known to fit nowhere until capacity is released, and the partial placement released nothing
+// that a job behind them could not use.
+TEST(Scheduler, AGangThatFitsInPartIsRememberedAndTakesNothingFromTheJobsBehind) {
+  SchedulerOptions o = Plain(QueueOrder::kFifo);
+  o.backfill = true;  // in submission order, past the gangs, without a reservation for them
+  o.reserve_after = 1e9;
+  Fixture f(2, o);
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 4)).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  for (int64_t id : {2, 3}) {
+    JobSpec gang = Job(id, f.b, 8, 2);
+    gang.gang = true;
+    gang.submit_time = static_cast<double>(id);
+    ASSERT_TRUE(f.sched->Submit(gang).ok());
+  }
+  JobSpec small = Job(4, f.a, 4);
+  small.submit_time = 4;
+  ASSERT_TRUE(f.sched->Submit(small).ok());
+  CycleResult r = f.sched->Cycle(10);
+  EXPECT_FALSE(Started(r, 2));
+  EXPECT_FALSE(Started(r, 3));
+  EXPECT_TRUE(Started(r, 4)) << "the gangs' first tasks took n1 only on trial";
+  EXPECT_FALSE(Reason(r, 3).empty());
+  EXPECT_EQ(Reason(r, 3), Reason(r, 2)) << "the remembered answer says why, as the first did";
+  // Nothing changed since: the next pass searches no node for either gang.
+  const int64_t searched = f.sched->placements_searched();
+  const int64_t hits = f.sched->cache_hits();
+  r = f.sched->Cycle(11);
+  EXPECT_EQ(f.sched->placements_searched(), searched);
+  EXPECT_GT(f.sched->cache_hits(), hits);
+  EXPECT_EQ(Reason(r, 3), Reason(r, 2));
+  // Capacity released: the gang is asked afresh and starts.
+  f.sched->Finish(1, 20);
+  f.sched->Finish(4, 20);
+  r = f.sched->Cycle(20);
+  EXPECT_TRUE(Started(r, 2));
+}
+
+// A pass behind a reservation that changed nothing since the last asks for the same estimate;
+// it is worked out again only once something starts or ends.
+TEST(Scheduler, AStartEstimateIsWorkedOutAgainOnlyWhenSomethingChanged) {
+  SchedulerOptions o;
+  o.preemption = false;
+  o.reserve_after = 0;
+  Fixture f(2, o);
+  JobSpec running = Job(1, f.a, 8);
+  running.runtime_estimate = 1000;
+  ASSERT_TRUE(f.sched->Submit(running).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  JobSpec big = Job(2, f.a, 8, 2);
+  big.submit_time = 1;
+  ASSERT_TRUE(f.sched->Submit(big).ok());
+  CycleResult r = f.sched->Cycle(10);
+  ASSERT_EQ(r.reserved_job, 2);
+  EXPECT_DOUBLE_EQ(r.reserved_at, 1000);
+  const int64_t computed = f.sched->estimates_computed();
+  r = f.sched->Cycle(20);
+  EXPECT_EQ(r.reserved_job, 2);
+  EXPECT_DOUBLE_EQ(r.reserved_at, 1000);
+  EXPECT_DOUBLE_EQ(f.sched->Explain(2, 30).estimated_start, 1000);
+  EXPECT_EQ(f.sched->estimates_computed(), computed) << "nothing started or ended";
+  // Later than the estimate, with job 1 still running: it ends now at the earliest.
+  EXPECT_DOUBLE_EQ(f.sched->Explain(2, 1500).estimated_start, 1500);
+  JobSpec other = Job(3, f.b, 4);
+  other.submit_time = 40;
+  other.runtime_limit = 100;  // ends before the reservation: backfilled
+  ASSERT_TRUE(f.sched->Submit(other).ok());
+  r = f.sched->Cycle(40);
+  EXPECT_TRUE(Started(r, 3));
+  r = f.sched->Cycle(50);
+  EXPECT_GT(f.sched->estimates_computed(), computed) << "job 3 started since";
+  EXPECT_DOUBLE_EQ(r.reserved_at, 1000);
+}
+
 // The estimated start of a gang is when what has ended frees whole nodes for it, not when
 // enough GPU is free in pieces: at 300, 16 GPUs are free but in halves of two nodes.
 TEST(Scheduler, AGangIsEstimatedToStartWhenWholeNodesHaveFreed) {
