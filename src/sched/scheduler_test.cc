@@ -73,6 +73,19 @@ std::string Reason(const CycleResult& r, int64_t id) {
   return "";
 }
 
+// Two nodes with backfill (reserving at once) and no preemption; job 1 of team a, submitted and
+// not yet started, takes a node for an estimated 1,000 s.
+Fixture OneNodeHeldUntil1000() {
+  SchedulerOptions o;
+  o.preemption = false;
+  o.reserve_after = 0;
+  Fixture f(2, o);
+  JobSpec running = Job(1, f.a, 8);
+  running.runtime_estimate = 1000;
+  EXPECT_TRUE(f.sched->Submit(running).ok());
+  return f;
+}
+
 TEST(Scheduler, HigherPriorityGoesFirst) {
   Fixture f(1);
   ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8, 1, 0)).ok());
@@ -525,13 +538,7 @@ TEST(Scheduler, AGangThatFitsInPartIsRememberedAndTakesNothingFromTheJobsBehind)
 // A pass behind a reservation that changed nothing since the last asks for the same estimate;
 // it is worked out again only once something starts or ends.
 TEST(Scheduler, AStartEstimateIsWorkedOutAgainOnlyWhenSomethingChanged) {
-  SchedulerOptions o;
-  o.preemption = false;
-  o.reserve_after = 0;
-  Fixture f(2, o);
-  JobSpec running = Job(1, f.a, 8);
-  running.runtime_estimate = 1000;
-  ASSERT_TRUE(f.sched->Submit(running).ok());
+  Fixture f = OneNodeHeldUntil1000();
   ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
   JobSpec big = Job(2, f.a, 8, 2);
   big.submit_time = 1;
@@ -588,13 +595,7 @@ TEST(Scheduler, AGangIsEstimatedToStartWhenWholeNodesHaveFreed) {
 }
 
 TEST(Scheduler, BackfillRunsShortJobsBeforeTheReservation) {
-  SchedulerOptions o;
-  o.preemption = false;
-  o.reserve_after = 0;
-  Fixture f(2, o);
-  JobSpec running = Job(1, f.a, 8);
-  running.runtime_estimate = 1000;
-  ASSERT_TRUE(f.sched->Submit(running).ok());
+  Fixture f = OneNodeHeldUntil1000();
   ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
   JobSpec big = Job(2, f.a, 16, 1, 1);  // first in line; needs both nodes: waits until 1000
   big.tasks = {testing::Whole(8), testing::Whole(8)};
