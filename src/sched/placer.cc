@@ -241,7 +241,8 @@ uint64_t CacheSlot(uint64_t hash, const CycleState& cycle) {
 const Placer::Infeasible* Placer::Slot(uint64_t hash, const CycleState& cycle) const {
   auto it = infeasible_.find(CacheSlot(hash, cycle));
   if (it == infeasible_.end() || it->second.epoch != epoch_ ||
-      (cycle.avoid_reserved && it->second.reservation != reservation_)) {
+      (cycle.avoid_reserved && it->second.reservation != reservation_) ||
+      (it->second.version != 0 && it->second.version != version_)) {
     return nullptr;
   }
   return &it->second;
@@ -254,10 +255,12 @@ const Unschedulable* Placer::Known(uint64_t hash, const std::string& key, const 
   return &known->why;
 }
 
-void Placer::Remember(uint64_t hash, std::string key, const CycleState& cycle, Unschedulable why) {
-  if (in_trial_ && trial_held_ > 0) return;
-  infeasible_[CacheSlot(hash, cycle)] =
-      Infeasible{std::move(key), epoch_, reservation_, std::move(why)};
+void Placer::Remember(uint64_t hash, std::string key, const CycleState& cycle, Unschedulable why,
+                      bool while_unchanged) {
+  // Inside a trial that holds capacity, or changed a layout, the answer is of another state.
+  if (in_trial_ && (trial_held_ > 0 || trial_changed_)) return;
+  infeasible_[CacheSlot(hash, cycle)] = Infeasible{std::move(key), epoch_, reservation_,
+                                                   while_unchanged ? version_ : 0, std::move(why)};
 }
 
 void Placer::BeginTrial() {
@@ -396,7 +399,10 @@ void Placer::Commit(const TaskSpec& task, const Placement& p, CycleState* cycle)
   if (in_trial_) ++trial_held_;
   for (const DeviceGrant& d : p.devices) {
     GpuState& g = s_->gpus[d.gpu];
-    if (in_trial_ && d.mig_change != MigChange::kNone) trial_changed_ = true;
+    if (d.mig_change != MigChange::kNone) {
+      ++layout_changes_;
+      if (in_trial_) trial_changed_ = true;
+    }
     if (d.mig_profile < 0) {
       if (d.mig_change == MigChange::kDisableMig) {
         g.mig_enabled = false;

@@ -69,19 +69,26 @@ class Placer {
   // The same for a caller that released and committed again what it released (a preemption
   // search that stopped nobody): Rewind(mark) says the snapshot is as it was at Mark(), and the
   // placer takes up what it knew then.
+  // A placement in between that changed a MIG layout, which Release leaves changed, makes
+  // Rewind a no-op: the snapshot is not as it was.
   struct Mark {
-    uint64_t epoch, version;
+    uint64_t epoch, version, layout_changes;
   };
-  Mark MarkState() const { return {epoch_, version_}; }
+  Mark MarkState() const { return {epoch_, version_, layout_changes_}; }
   void Rewind(const Mark& mark) {
+    if (layout_changes_ != mark.layout_changes) return;
     epoch_ = mark.epoch;
     version_ = mark.version;
   }
 
-  // What a caller learnt fits nowhere under `key` (a gang: its tasks' keys), kept and forgotten
-  // under the same rule as a task shape's; null when nothing is known.
+  // What a caller learnt fits nowhere under `key` (a gang: its tasks' keys); null when nothing
+  // is known. With `while_unchanged` the answer holds only while the snapshot stays as it was
+  // (version()), not also through commits: a gang of unlike tasks placed one by one may fit
+  // after a commit moved where its first task goes. Otherwise it is kept and forgotten under
+  // the same rule as a task shape's.
   const Unschedulable* Known(uint64_t hash, const std::string& key, const CycleState& cycle);
-  void Remember(uint64_t hash, std::string key, const CycleState& cycle, Unschedulable why);
+  void Remember(uint64_t hash, std::string key, const CycleState& cycle, Unschedulable why,
+                bool while_unchanged = false);
   // Whether any node that fits will do: Place then takes the first feasible node it visits,
   // scoring nothing (a what-if that asks only whether a job fits, not where it would be best).
   void set_first_fit(bool on) { first_fit_ = on; }
@@ -123,20 +130,22 @@ class Placer {
   bool first_fit_ = false;
   uint32_t stamp_ = 0;
   uint64_t rotor_ = 0;
-  uint64_t epoch_ = 0;       // a new one whenever capacity is released
-  uint64_t last_epoch_ = 0;  // the last epoch or version handed out: each is new
-  uint64_t version_ = 0;
+  uint64_t epoch_ = 0;          // a new one whenever capacity is released
+  uint64_t last_epoch_ = 1;     // the last epoch or version handed out: each is new
+  uint64_t version_ = 1;        // never 0 (Infeasible::version's "always")
   uint64_t trial_version_ = 0;  // the version when the trial began
   uint64_t reservation_ = 0;
   bool in_trial_ = false;
-  int32_t trial_held_ = 0;      // placements committed in the trial and not undone
-  bool trial_changed_ = false;  // a placement in the trial changed a MIG layout
+  int32_t trial_held_ = 0;       // placements committed in the trial and not undone
+  bool trial_changed_ = false;   // a placement in the trial changed a MIG layout
+  uint64_t layout_changes_ = 0;  // placements that changed a MIG layout, ever
   // Shapes that fit nowhere, by hash (FeasibilityHash, or the caller's) and whether the
   // reservation was kept off; the full key guards against collisions.
   struct Infeasible {
     std::string key;
     uint64_t epoch = 0;
     uint64_t reservation = 0;  // when learnt keeping off the reserved nodes
+    uint64_t version = 0;      // when it holds only while the snapshot is unchanged; else 0
     Unschedulable why;         // what Place answered when the shape failed
   };
   std::unordered_map<uint64_t, Infeasible> infeasible_;

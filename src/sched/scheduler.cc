@@ -241,9 +241,13 @@ bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std:
     if (j.shape_key.empty()) {
       j.shape_hash = j.spec.gang ? 0x9e3779b97f4a7c15ULL : 0;
       j.shape_key = j.spec.gang ? "G" : "A";
+      const std::string first = j.spec.tasks.front().FeasibilityKey();
+      j.alike_tasks = true;
       for (const TaskSpec& t : j.spec.tasks) {
+        const std::string task_key = t.FeasibilityKey();
         j.shape_hash = (j.shape_hash ^ t.FeasibilityHash()) * 0xbf58476d1ce4e5b9ULL;
-        j.shape_key.append(1, '\x03').append(t.FeasibilityKey());
+        j.shape_key.append(1, '\x03').append(task_key);
+        j.alike_tasks = j.alike_tasks && task_key == first && t.gpu_kind != GpuKind::kMig;
       }
     }
     hash = (j.shape_hash ^ clusters) * 0xbf58476d1ce4e5b9ULL;
@@ -277,7 +281,9 @@ bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std:
         *why = o.why.Summary();
       }
       Undo(j, *out);
-      if (several) placer_.Remember(hash, std::move(key), cycle_, std::move(o.why));
+      if (several) {
+        placer_.Remember(hash, std::move(key), cycle_, std::move(o.why), !j.alike_tasks);
+      }
       out->clear();
       return false;
     }
@@ -504,6 +510,7 @@ void Scheduler::Cancel(int64_t id, double now) {
   std::erase(pending_, id);
   std::erase(running_, id);
   if (reserved_job_ == id) reserved_job_ = -1;
+  if (last_estimate_.job == id) last_estimate_.job = -1;  // the id may come back as another job
   jobs_.erase(it);
 }
 
@@ -512,6 +519,7 @@ void Scheduler::Evicting(int64_t id, int64_t preempted_for) {
   if (it == jobs_.end() || it->second.phase != Phase::kRunning) return;
   it->second.phase = Phase::kStopping;
   it->second.stopping_for = preempted_for;
+  last_estimate_.job = -1;  // a stopping job is given back now, though it holds what it held
 }
 
 void Scheduler::Evicted(int64_t id, double now) {

@@ -242,6 +242,10 @@ class Scheduler {
     // nowhere (built when first needed; emptied when its tasks change).
     uint64_t shape_hash = 0;
     std::string shape_key;
+    // Its tasks are alike and take no MIG instance: placed one by one, each takes one of the
+    // places that could hold one, wherever it goes, so a commit elsewhere cannot make the job
+    // fit (Placer::Remember's while_unchanged is for the others).
+    bool alike_tasks = false;
   };
   struct Usage {
     double gpu = 0, cpu = 0, mem = 0;  // decayed resource-seconds
@@ -303,7 +307,8 @@ class Scheduler {
   void RedoMigLayout(Placement* p) const;
   // When `j` could start if what runs ends as estimated; the nodes it would use then go to
   // `nodes` when given. Kept while the placer's state stays (Placer::version): a pass behind a
-  // reservation that started nothing since asks again for the same answer.
+  // reservation that started nothing since asks again for the same answer. What changes the
+  // answer without a placement (a job told to stop, or back) forgets it.
   double EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes = nullptr);
   // EstimateStart's answer, before it is brought up to `now`, with its nodes.
   double EstimateStartFromScratch(const Job& j, std::vector<int32_t>* nodes);

@@ -166,6 +166,7 @@ void Scheduler::Unevict(int64_t id) {
   if (it == jobs_.end() || it->second.phase != Phase::kStopping) return;
   it->second.phase = Phase::kRunning;
   it->second.stopping_for = -1;
+  last_estimate_.job = -1;  // running again: given back at its expected end
 }
 
 void Scheduler::Reserve(int64_t id) {

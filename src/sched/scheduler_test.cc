@@ -512,9 +512,9 @@ TEST(Scheduler, AGangThatFitsInPartIsRememberedAndTakesNothingFromTheJobsBehind)
     gang.submit_time = static_cast<double>(id);
     ASSERT_TRUE(f.sched->Submit(gang).ok());
   }
-  JobSpec small = Job(4, f.a, 4);
-  small.submit_time = 4;
-  ASSERT_TRUE(f.sched->Submit(small).ok());
+  JobSpec behind = Job(4, f.a, 8);  // fits only on n1, where each gang's first task went
+  behind.submit_time = 4;
+  ASSERT_TRUE(f.sched->Submit(behind).ok());
   CycleResult r = f.sched->Cycle(10);
   EXPECT_FALSE(Started(r, 2));
   EXPECT_FALSE(Started(r, 3));
@@ -533,6 +533,33 @@ TEST(Scheduler, AGangThatFitsInPartIsRememberedAndTakesNothingFromTheJobsBehind)
   f.sched->Finish(4, 20);
   r = f.sched->Cycle(20);
   EXPECT_TRUE(Started(r, 2));
+}
+
+// A gang of unlike tasks is placed one by one, and where its first task goes decides whether the
+// others fit: a commit elsewhere may make it fit, so it is remembered only while nothing changes.
+TEST(Scheduler, AGangOfUnlikeTasksIsRememberedOnlyWhileNothingChanges) {
+  SchedulerOptions o = Plain(QueueOrder::kFifo);
+  o.backfill = true;
+  o.reserve_after = 1e9;
+  Fixture f(2, o);
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 4)).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));  // n0: 4 free, n1: 8 free
+  JobSpec gang = Job(2, f.b, 8, 2);
+  gang.tasks[1] = testing::Whole(6, 1000, 1024);
+  gang.gang = true;
+  gang.submit_time = 1;
+  ASSERT_TRUE(f.sched->Submit(gang).ok());
+  EXPECT_FALSE(Started(f.sched->Cycle(10), 2));
+  int64_t searched = f.sched->placements_searched();
+  EXPECT_FALSE(Started(f.sched->Cycle(11), 2));
+  EXPECT_EQ(f.sched->placements_searched(), searched) << "nothing changed";
+  JobSpec one = Job(3, f.a, 1);
+  one.submit_time = 12;
+  ASSERT_TRUE(f.sched->Submit(one).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(12), 3));
+  searched = f.sched->placements_searched();
+  EXPECT_FALSE(Started(f.sched->Cycle(13), 2));
+  EXPECT_GT(f.sched->placements_searched(), searched) << "job 3's start changed the snapshot";
 }
 
 // A pass behind a reservation that changed nothing since the last asks for the same estimate;
@@ -563,6 +590,21 @@ TEST(Scheduler, AStartEstimateIsWorkedOutAgainOnlyWhenSomethingChanged) {
   r = f.sched->Cycle(50);
   EXPECT_GT(f.sched->estimates_computed(), computed) << "job 3 started since";
   EXPECT_DOUBLE_EQ(r.reserved_at, 1000);
+}
+
+// A job told to stop counts as given back now in an estimate, and as running again when the
+// stop is taken back, though neither changes what it holds.
+TEST(Scheduler, AnEstimateFollowsAJobToldToStopAndBack) {
+  Fixture f = OneNodeHeldUntil1000();
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  JobSpec big = Job(2, f.a, 8, 2);
+  big.submit_time = 1;
+  ASSERT_TRUE(f.sched->Submit(big).ok());
+  EXPECT_DOUBLE_EQ(f.sched->Explain(2, 10).estimated_start, 1000);
+  f.sched->Evicting(1, 2);
+  EXPECT_DOUBLE_EQ(f.sched->Explain(2, 20).estimated_start, 20);
+  f.sched->Unevict(1);
+  EXPECT_DOUBLE_EQ(f.sched->Explain(2, 30).estimated_start, 1000);
 }
 
 // The estimated start of a gang is when what has ended frees whole nodes for it, not when
