@@ -86,6 +86,16 @@ Fixture OneNodeHeldUntil1000() {
   return f;
 }
 
+// The same, with job 1 started and job 2 (two nodes' worth, submitted at 1) waiting for it.
+Fixture TwoNodeJobBehindOneHeldUntil1000() {
+  Fixture f = OneNodeHeldUntil1000();
+  EXPECT_TRUE(Started(f.sched->Cycle(0), 1));
+  JobSpec big = Job(2, f.a, 8, 2);
+  big.submit_time = 1;
+  EXPECT_TRUE(f.sched->Submit(big).ok());
+  return f;
+}
+
 TEST(Scheduler, HigherPriorityGoesFirst) {
   Fixture f(1);
   ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8, 1, 0)).ok());
@@ -565,11 +575,7 @@ TEST(Scheduler, AGangOfUnlikeTasksIsRememberedOnlyWhileNothingChanges) {
 // A pass behind a reservation that changed nothing since the last asks for the same estimate;
 // it is worked out again only once something starts or ends.
 TEST(Scheduler, AStartEstimateIsWorkedOutAgainOnlyWhenSomethingChanged) {
-  Fixture f = OneNodeHeldUntil1000();
-  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
-  JobSpec big = Job(2, f.a, 8, 2);
-  big.submit_time = 1;
-  ASSERT_TRUE(f.sched->Submit(big).ok());
+  Fixture f = TwoNodeJobBehindOneHeldUntil1000();
   CycleResult r = f.sched->Cycle(10);
   ASSERT_EQ(r.reserved_job, 2);
   EXPECT_DOUBLE_EQ(r.reserved_at, 1000);
@@ -595,11 +601,7 @@ TEST(Scheduler, AStartEstimateIsWorkedOutAgainOnlyWhenSomethingChanged) {
 // A job told to stop counts as given back now in an estimate, and as running again when the
 // stop is taken back, though neither changes what it holds.
 TEST(Scheduler, AnEstimateFollowsAJobToldToStopAndBack) {
-  Fixture f = OneNodeHeldUntil1000();
-  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
-  JobSpec big = Job(2, f.a, 8, 2);
-  big.submit_time = 1;
-  ASSERT_TRUE(f.sched->Submit(big).ok());
+  Fixture f = TwoNodeJobBehindOneHeldUntil1000();
   EXPECT_DOUBLE_EQ(f.sched->Explain(2, 10).estimated_start, 1000);
   f.sched->Evicting(1, 2);
   EXPECT_DOUBLE_EQ(f.sched->Explain(2, 20).estimated_start, 20);
