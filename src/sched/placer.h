@@ -66,11 +66,21 @@ class Placer {
   void BeginTrial();
   void Undo(const TaskSpec& task, const Placement& placement);
   void EndTrial();
+  // BeginTrial for the scope, EndTrial at its end.
+  class Trial {
+   public:
+    explicit Trial(Placer& placer) : p_(placer) { p_.BeginTrial(); }
+    ~Trial() { p_.EndTrial(); }
+    Trial(const Trial&) = delete;
+    Trial& operator=(const Trial&) = delete;
+
+   private:
+    Placer& p_;
+  };
   // The same for a caller that released and committed again what it released (a preemption
-  // search that stopped nobody): Rewind(mark) says the snapshot is as it was at Mark(), and the
-  // placer takes up what it knew then.
-  // A placement in between that changed a MIG layout, which Release leaves changed, makes
-  // Rewind a no-op: the snapshot is not as it was.
+  // search that stopped nobody): Rewind(mark) says the snapshot is as it was at MarkState(), and
+  // the placer takes up what it knew then. A placement in between that changed a MIG layout, which
+  // Release leaves changed, makes Rewind a no-op: the snapshot is not as it was.
   struct Mark {
     uint64_t epoch, version, layout_changes;
   };

@@ -302,11 +302,7 @@ void Scheduler::Undo(const Job& j, const std::vector<Placement>& done) {
 
 bool Scheduler::TryPlace(Job& j, std::string* why) {
   // What is placed here and taken back before returning releases nothing (Placer::BeginTrial).
-  struct Trial {
-    Placer& p;
-    explicit Trial(Placer& placer) : p(placer) { p.BeginTrial(); }
-    ~Trial() { p.EndTrial(); }
-  } trial(placer_);
+  Placer::Trial trial(placer_);
   std::vector<Placement> placements;
   if (!PlaceIn(j, kAll, &placements, why)) {
     if (!j.spec.gang || snapshot_.clusters.size() < 2) return false;
@@ -510,7 +506,7 @@ void Scheduler::Cancel(int64_t id, double now) {
   std::erase(pending_, id);
   std::erase(running_, id);
   if (reserved_job_ == id) reserved_job_ = -1;
-  if (last_estimate_.job == id) last_estimate_.job = -1;  // the id may come back as another job
+  ForgetEstimate();  // the id may come back as another job
   jobs_.erase(it);
 }
 
@@ -519,7 +515,7 @@ void Scheduler::Evicting(int64_t id, int64_t preempted_for) {
   if (it == jobs_.end() || it->second.phase != Phase::kRunning) return;
   it->second.phase = Phase::kStopping;
   it->second.stopping_for = preempted_for;
-  last_estimate_.job = -1;  // a stopping job is given back now, though it holds what it held
+  ForgetEstimate();  // a stopping job is given back now, though it holds what it held
 }
 
 void Scheduler::Evicted(int64_t id, double now) {

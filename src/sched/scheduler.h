@@ -312,13 +312,15 @@ class Scheduler {
   double EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes = nullptr);
   // EstimateStart's answer, before it is brought up to `now`, with its nodes.
   double EstimateStartFromScratch(const Job& j, std::vector<int32_t>* nodes);
-  struct LastEstimate {
+  struct LastEstimate {  // always with its nodes
     int64_t job = -1;
     uint64_t version = 0;
-    bool with_nodes = false;
     double at = kNever;
     std::vector<int32_t> nodes;
   } last_estimate_;
+  // What changes an estimate without a placement (a job told to stop or back, its tasks
+  // retargeted, its id freed) calls this.
+  void ForgetEstimate() { last_estimate_.job = -1; }
   int64_t estimates_computed_ = 0;
   std::string QuotaBlock(const Job& j) const;
   std::string NeverFits(const JobSpec& spec) const;

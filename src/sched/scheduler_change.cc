@@ -54,7 +54,7 @@ void Scheduler::Retarget(int64_t id, const std::vector<TaskSpec>& tasks) {
     mine[i].allowed_models = tasks[i].allowed_models;
   }
   it->second.shape_key.clear();  // PlaceIn builds it again from the tasks as they are now
-  last_estimate_.job = -1;
+  ForgetEstimate();
 }
 
 base::Status Scheduler::ReplaceQuotas(QuotaTree quotas, const std::vector<int32_t>& node_of,
@@ -166,7 +166,7 @@ void Scheduler::Unevict(int64_t id) {
   if (it == jobs_.end() || it->second.phase != Phase::kStopping) return;
   it->second.phase = Phase::kRunning;
   it->second.stopping_for = -1;
-  last_estimate_.job = -1;  // running again: given back at its expected end
+  ForgetEstimate();  // running again: given back at its expected end
 }
 
 void Scheduler::Reserve(int64_t id) {

@@ -303,12 +303,11 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
 
 double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes) {
   LastEstimate& last = last_estimate_;
-  if (last.job != j.spec.id || last.version != placer_.version() || (nodes && !last.with_nodes)) {
+  if (last.job != j.spec.id || last.version != placer_.version()) {
     last.at = EstimateStartFromScratch(j, &last.nodes);
     ++estimates_computed_;
     last.job = j.spec.id;
     last.version = placer_.version();
-    last.with_nodes = true;
   }
   if (nodes) *nodes = last.nodes;
   return std::max(last.at, now);  // what ended as estimated and still runs ends now at the earliest
@@ -408,12 +407,11 @@ Explanation Scheduler::Explain(int64_t id, double now) {
   for (size_t c = 0; c < snapshot_.clusters.size(); ++c) {
     std::vector<Placement> placements;
     std::string why;
-    placer_.BeginTrial();  // what fits is taken back: nothing changes
+    Placer::Trial trial(placer_);  // what fits is taken back: nothing changes
     if (PlaceIn(j, Bit(static_cast<int>(c)), &placements, &why)) {
       Undo(j, placements);
       why = "fits now";
     }
-    placer_.EndTrial();
     e.clusters.emplace_back(snapshot_.clusters[c].name, why);
   }
   double at = EstimateStart(j, now);
