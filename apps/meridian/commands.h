@@ -14,6 +14,7 @@ void AddBenchCommands(CLI::App& app, int* rc);
 void AddServerCommands(CLI::App& app, int* rc);
 void AddClientCommands(CLI::App& app, int* rc);
 void AddAgentCommands(CLI::App& app, int* rc);
+void AddSlurmCommands(CLI::App& app, int* rc);
 void AddStoreCommands(CLI::App& app, int* rc);
 
 // `meridian sim export` (a live server's history as a replay trace), added to `sim`.

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   AddServerCommands(app, &rc);
   AddClientCommands(app, &rc);
   AddAgentCommands(app, &rc);
+  AddSlurmCommands(app, &rc);
   AddStoreCommands(app, &rc);
   try {
     app.parse(argc, argv);

@@ -206,7 +206,7 @@ Json ToJson(const Registration& r) {
           {"address", r.address},     {"labels", StringMap(r.labels)},
           {"cpuMilli", r.cpu_milli},  {"memoryMib", r.memory_mib},
           {"simulated", r.simulated}, {"agentVersion", r.agent_version},
-          {"gpus", std::move(gpus)}};
+          {"gpus", std::move(gpus)},  {"unavailable", r.unavailable}};
 }
 
 Json ToJson(const RegistrationAnswer& a) {
@@ -404,6 +404,7 @@ base::Result<Registration> DecodeRegistration(const Json& j) {
     out.memory_mib = r.Int("memoryMib", 1, int64_t{1} << 40, d.memory_mib);
     out.simulated = r.Bool("simulated", false);
     out.agent_version = r.String("agentVersion", false);
+    out.unavailable = r.String("unavailable", false);
     int32_t i = 0;
     r.ObjectList("gpus", [&](FieldReader& g) {
       GpuInventory gpu;

@@ -61,6 +61,9 @@ struct Registration {
   bool simulated = false;
   std::string agent_version;
   std::vector<GpuInventory> gpus;
+  // Why the node's runner takes no new work there, when it says so (an engine it runs for, such
+  // as Slurm, drained or downed the node); empty: it does. Such a node is not schedulable.
+  std::string unavailable;
 };
 
 // The timing every answer to an agent carries (domain/agent_timing.h has the rule between them).

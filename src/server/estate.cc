@@ -23,7 +23,9 @@ domain::Node NodeOfObject(const store::Object& o) {
   n.cpu_milli = s.value("cpuMilli", 0);
   n.memory_mib = s.value("memoryMib", 0);
   const domain::NodeOps ops = domain::DecodeNodeOps(s);
-  n.schedulable = domain::NodeSchedulable(s.value("state", "Ready"), ops);
+  // A node its runner will not start work on (Slurm drained it) is not schedulable either.
+  n.schedulable =
+      domain::NodeSchedulable(s.value("state", "Ready"), ops) && s.value("unavailable", "").empty();
   if (s.contains("labels")) {
     for (const auto& [k, v] : s.at("labels").items()) n.labels[k] = v.get<std::string>();
   }

@@ -1,0 +1,100 @@
+// `meridian slurm-connector`: a Slurm cluster as a Meridian back end (src/slurm/connector.h).
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "apps/meridian/commands.h"
+#include "apps/meridian/config_file.h"
+#include "slurm/connector.h"
+
+namespace {
+
+struct SlurmFlags {
+  meridian::slurm::ConnectorOptions o;
+  std::string token_file;
+  std::vector<std::string> gpu_models;
+};
+
+int RunConnector(SlurmFlags& f) {
+  using meridian::base::Status;
+  if (f.o.cluster.empty()) return Fail(Status::Invalid("--cluster is required"));
+  auto config = GlobalClientConfig();
+  if (!config.ok()) return Fail(config.status());
+  f.o.server = *config;
+  if (!f.token_file.empty()) {
+    std::ifstream in(f.token_file);
+    std::string token;
+    if (!(in >> token))
+      return Fail(Status::Invalid("--token-file " + f.token_file + ": cannot read"));
+    f.o.server.token = token;
+  }
+  for (const std::string& m : f.gpu_models) {
+    const size_t eq = m.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
+      return Fail(Status::Invalid("--gpu-model " + m + ": expected TYPE=MODEL"));
+    f.o.gpu_models[m.substr(0, eq)] = m.substr(eq + 1);
+  }
+  if (f.o.work_dir.empty()) f.o.work_dir = "/var/lib/meridian/slurm/" + f.o.cluster;
+  if (f.o.interval <= 0) return Fail(Status::Invalid("--interval must be positive"));
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::atomic<bool> stop{false};
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    stop = true;
+  });
+  waiter.detach();
+  // Slurm's jobs run on when the connector stops: a connector started again adopts them.
+  meridian::slurm::SlurmConnector connector(f.o);
+  Status s = connector.Run(stop);
+  return s.ok() ? 0 : Fail(s);
+}
+
+}  // namespace
+
+void AddSlurmCommands(CLI::App& app, int* rc) {
+  static SlurmFlags f;
+  CLI::App* c = app.add_subcommand(
+      "slurm-connector",
+      "Run a Slurm cluster's connector: its nodes join a Meridian cluster, Meridian's jobs run "
+      "there as Slurm jobs");
+  c->add_option("--cluster", f.o.cluster, "the Meridian cluster (backend: slurm) (required)");
+  c->add_option("--slurm-conf", f.o.slurm_conf,
+                "SLURM_CONF for Slurm's commands (default: Slurm's own)");
+  c->add_option("--partition", f.o.partitions,
+                "a partition Meridian may use (repeatable; jobs go to the first; default: every "
+                "node, Slurm's default partition)");
+  c->add_option("--account", f.o.account, "the Slurm account jobs are charged to");
+  c->add_option("--node-prefix", f.o.node_prefix,
+                "prefix of Meridian's names for Slurm's nodes (default: none)");
+  c->add_option("--gpu-model", f.gpu_models,
+                "TYPE=MODEL: the GPU model of a GRES type, e.g. a100=A100-40GB (repeatable)");
+  c->add_option("--work-dir", f.o.work_dir,
+                "run folders, on a filesystem Slurm's nodes share (default "
+                "/var/lib/meridian/slurm/CLUSTER)");
+  c->add_option("--token-file", f.token_file, "read the agent token from this file");
+  c->add_option("--interval", f.o.interval, "seconds between looks at Slurm")
+      ->capture_default_str();
+  c->add_option("--slurm-timeout", f.o.slurm_timeout,
+                "seconds Slurm may not answer before its nodes are no longer heartbeated")
+      ->capture_default_str();
+  static LogFlags log_flags;
+  AddLogFlags(c, &log_flags);
+  static std::string config;
+  AddConfigFlag(c, &config);
+  c->callback([rc, c] {
+    if (meridian::base::Status s = ApplyConfigFile(c, config); !s.ok()) {
+      *rc = Fail(s);
+      return;
+    }
+    InitLog(log_flags, "meridian slurm-connector");
+    *rc = RunConnector(f);
+  });
+}

@@ -1,0 +1,668 @@
+#include "slurm/connector.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "base/log.h"
+#include "base/version.h"
+
+namespace meridian::slurm {
+
+using base::Status;
+namespace fs = std::filesystem;
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Writes whole or not at all (a temporary file renamed over), with `mode`.
+bool WriteFile(const std::string& path, const std::string& content, mode_t mode = 0644) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!(out << content)) return false;
+  }
+  chmod(tmp.c_str(), mode);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  return !ec;
+}
+
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// "SIGUSR1" -> "USR1", as scancel and sbatch want it; "" for none.
+std::string SignalName(const std::string& notice) {
+  if (notice.empty() || notice == "none") return "";
+  return notice.rfind("SIG", 0) == 0 ? notice.substr(3) : notice;
+}
+
+// A wait status as the exit code a task's runner reports: the code, or 128 + the signal.
+int64_t ExitCodeOf(int64_t wait_status) {
+  const int64_t signal = wait_status & 0x7f;
+  return signal != 0 ? 128 + signal : (wait_status >> 8) & 0xff;
+}
+
+bool Runs(const std::string& state) {
+  return state == "RUNNING" || state == "COMPLETING" || state == "SUSPENDED";
+}
+
+}  // namespace
+
+const std::map<std::string, std::string>& DefaultGpuModels() {
+  static const std::map<std::string, std::string> kModels = {{"a100", "A100-80GB"},
+                                                             {"a100_80gb", "A100-80GB"},
+                                                             {"a100-80gb", "A100-80GB"},
+                                                             {"a100_40gb", "A100-40GB"},
+                                                             {"a100-40gb", "A100-40GB"},
+                                                             {"h100", "H100-80GB"},
+                                                             {"h200", "H200-141GB"},
+                                                             {"t4", "T4"},
+                                                             {"v100", "V100"},
+                                                             {"p100", "P100"},
+                                                             {"a10", "A10"},
+                                                             {"l4", "L4"},
+                                                             {"l40s", "L40S"}};
+  return kModels;
+}
+
+SlurmConnector::SlurmConnector(ConnectorOptions options)
+    : o_(std::move(options)), slurm_(o_.slurm_conf) {
+  for (const auto& [type, model] : DefaultGpuModels()) o_.gpu_models.emplace(type, model);
+  o_.server.keep_connection = true;
+}
+
+std::string SlurmConnector::RunDir(const RunTag& tag) const {
+  return o_.work_dir + "/runs/" + std::to_string(tag.job) + "-" + std::to_string(tag.generation);
+}
+
+Status SlurmConnector::LoadRuns() {
+  std::error_code ec;
+  fs::create_directories(o_.work_dir + "/runs", ec);
+  if (ec) return Status::Io("--work-dir " + o_.work_dir + ": " + ec.message());
+  fs::create_directories(o_.work_dir + "/credentials", ec);
+  chmod((o_.work_dir + "/credentials").c_str(), 0700);
+  for (const auto& entry : fs::directory_iterator(o_.work_dir + "/runs", ec)) {
+    const std::string name = entry.path().filename();
+    auto tag = ParseTagName("meridian-" + name);
+    if (!tag || !fs::exists(entry.path() / "slurm-job")) continue;
+    RunState& run = runs_[*tag];
+    run.tag = *tag;
+    run.submitted = true;
+    const std::string id = ReadFile(entry.path() / "slurm-job");
+    run.slurm_id = id.empty() ? 0 : std::atoll(id.c_str());
+    // Until squeue says otherwise: gone (it ended long ago), never submitted again.
+    run.slurm_state = "GONE";
+  }
+  return Status::Ok();
+}
+
+protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n) const {
+  protocol::Registration r;
+  r.node = o_.node_prefix + n.name;
+  r.cluster = o_.cluster;
+  r.address = n.address.empty() ? n.name : n.address;
+  r.cpu_milli = std::max<int64_t>(1, n.cpus) * 1000;
+  r.memory_mib = std::max<int64_t>(1, n.memory_mib);
+  r.agent_version = std::string("slurm-connector ") + base::Version();
+  r.unavailable = n.Unavailable();
+  auto model = o_.gpu_models.find(n.gpu_type);
+  for (int32_t i = 0; i < n.gpus && model != o_.gpu_models.end(); ++i) {
+    protocol::GpuInventory g;
+    g.index = i;
+    g.uuid = "slurm-" + o_.cluster + "-" + n.name + "-gpu" + std::to_string(i);
+    g.model = model->second;
+    r.gpus.push_back(g);
+  }
+  return r;
+}
+
+void SlurmConnector::Sync(const std::vector<SlurmNode>& nodes) {
+  std::set<std::string> present;
+  for (const SlurmNode& n : nodes) {
+    if (!o_.partitions.empty() &&
+        std::none_of(n.partitions.begin(), n.partitions.end(), [&](const std::string& p) {
+          return std::find(o_.partitions.begin(), o_.partitions.end(), p) != o_.partitions.end();
+        })) {
+      continue;
+    }
+    if (n.gpus > 0 && !o_.gpu_models.count(n.gpu_type)) {
+      base::log::Warn(
+          "Slurm node {}: GRES gpu type \"{}\" has no GPU model (--gpu-model {}=MODEL);"
+          " not offered to Meridian",
+          n.name, n.gpu_type, n.gpu_type.empty() ? "TYPE" : n.gpu_type);
+      continue;
+    }
+    const protocol::Registration reg = RegistrationOf(n);
+    present.insert(reg.node);
+    Link& link = links_[reg.node];
+    link.slurm_name = n.name;
+    if (!link.client) {
+      cli::ClientConfig c = o_.server;
+      const std::string kept = ReadFile(o_.work_dir + "/credentials/" + reg.node);
+      if (!kept.empty()) c.token = kept.substr(0, kept.find_last_not_of(" \n") + 1);
+      link.client = std::make_unique<cli::Client>(c);
+    }
+    if (!link.registered || protocol::ToJson(reg) != protocol::ToJson(link.registration)) {
+      link.registration = reg;
+      link.registered = false;
+      if (Status s = Register(link); !s.ok()) {
+        base::log::Warn("registering Slurm node {}: {}", n.name, s.message());
+      }
+    }
+  }
+  // A node that left Slurm (or its partitions) is no longer heartbeated: the server declares
+  // it lost in time, as it would an agent's.
+  for (auto it = links_.begin(); it != links_.end();) {
+    it = present.count(it->first) ? std::next(it) : links_.erase(it);
+  }
+}
+
+Status SlurmConnector::Register(Link& link) {
+  Json body = protocol::ToJson(link.registration);
+  auto r = link.client->Call("POST", "/api/v1/agents/register", &body);
+  if (!r.ok()) return r.status();
+  if (r->status == 401 && link.client->config().token != o_.server.token) {
+    // The node's credential was revoked (or this is a new server): start again as a new node.
+    std::error_code ec;
+    fs::remove(o_.work_dir + "/credentials/" + link.registration.node, ec);
+    link.client = std::make_unique<cli::Client>(o_.server);
+    return Status(base::StatusCode::kPermissionDenied, "credential refused; registering again");
+  }
+  if (r->status != 200) return Status::Invalid("registration refused: " + cli::ErrorMessage(*r));
+  auto answer = protocol::DecodeRegistrationAnswer(r->body);
+  if (!answer.ok()) return answer.status();
+  lease_ = answer->terms.lease;
+  if (!answer->credential.empty()) {
+    WriteFile(o_.work_dir + "/credentials/" + link.registration.node, answer->credential + "\n",
+              0600);
+    cli::ClientConfig c = o_.server;
+    c.token = answer->credential;
+    link.client = std::make_unique<cli::Client>(c);
+  }
+  link.registered = true;
+  base::log::Info(base::log::Fields{{"node", link.registration.node}},
+                  "Slurm node {} registered as {} in cluster {} with {} GPU(s){}", link.slurm_name,
+                  link.registration.node, o_.cluster, link.registration.gpus.size(),
+                  link.registration.unavailable.empty()
+                      ? ""
+                      : " (unavailable: " + link.registration.unavailable + ")");
+  return Status::Ok();
+}
+
+void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
+  std::map<RunTag, const SlurmJob*> seen;
+  for (const SlurmJob& j : jobs) {
+    auto tag = ParseTagName(j.name);
+    if (!tag) continue;  // foreign: Slurm's own users' work
+    auto known = runs_.find(*tag);
+    const int64_t want = known == runs_.end() ? 0 : known->second.slurm_id;
+    auto& slot = seen[*tag];
+    // The one this connector submitted; else (adopted) the newest of that name.
+    if (!slot || j.id == want || (slot->id != want && j.id > slot->id)) slot = &j;
+  }
+  for (auto& [tag, run] : runs_) {
+    auto it = seen.find(tag);
+    if (it == seen.end()) {
+      if (run.submitted && run.slurm_id > 0 && IsActiveState(run.slurm_state)) {
+        run.slurm_state = "GONE";  // it ended and aged out of squeue between two looks
+      }
+      continue;
+    }
+    run.slurm_id = it->second->id;
+    run.slurm_state = it->second->state;
+    run.slurm_reason = it->second->reason;
+    run.wait_status = it->second->exit_code;
+  }
+  for (const auto& [tag, job] : seen) {
+    if (runs_.count(tag)) continue;
+    // A run of Meridian's that this connector does not know: an earlier life's, whose folder is
+    // gone, or another connector's. Kept if an answer lists it, fenced otherwise.
+    RunState& run = runs_[tag];
+    run.tag = tag;
+    run.submitted = true;
+    run.slurm_id = job->id;
+    run.slurm_state = job->state;
+    run.slurm_reason = job->reason;
+    run.wait_status = job->exit_code;
+  }
+}
+
+std::vector<protocol::TaskReport> SlurmConnector::ReportsFor(const std::string& node) const {
+  std::vector<protocol::TaskReport> out;
+  for (const auto& [tag, run] : runs_) {
+    for (const auto& [index, task] : run.tasks) {
+      if (task.node != node) continue;
+      protocol::TaskReport t;
+      t.job = tag.job;
+      domain::TaskReport& r = t.report;
+      r.task = index;
+      r.generation = tag.generation;
+      r.state = domain::TaskStatus::State::kExited;
+      if (!run.refused.empty()) {
+        r.cause = domain::FailureCause::kNotStarted;
+        r.message = run.refused;
+        out.push_back(t);
+        continue;
+      }
+      if (!run.submitted) {
+        if (!run.stop) continue;  // not submitted yet
+        r.message = "stopped before it was submitted to Slurm";
+        out.push_back(t);
+        continue;
+      }
+      const std::string exit_file = RunDir(tag) + "/task-" + std::to_string(index) + ".exit";
+      const std::string code = ReadFile(exit_file);
+      const bool ended = !IsActiveState(run.slurm_state);
+      if (code.empty() && !ended) {
+        if (!Runs(run.slurm_state)) continue;  // pending in Slurm: still Placed
+        r.state = domain::TaskStatus::State::kRunning;
+        r.message = "Slurm job " + std::to_string(run.slurm_id) + " on " + run.slurm_state;
+        out.push_back(t);
+        continue;
+      }
+      if (!code.empty()) {
+        r.exit_code = std::atoll(code.c_str());
+      } else if (run.slurm_state != "GONE") {
+        r.exit_code = ExitCodeOf(run.wait_status);
+      }
+      const std::string& s = run.slurm_state;
+      r.message =
+          "Slurm job " + std::to_string(run.slurm_id) + " " +
+          (s == "GONE" ? std::string("ended (no longer in squeue)") : s) +
+          (run.slurm_reason.empty() || run.slurm_reason == "None" ? ""
+                                                                  : " (" + run.slurm_reason + ")");
+      const int64_t c = r.exit_code.value_or(-1);
+      if (s == "TIMEOUT" || s == "DEADLINE") {
+        r.cause = domain::FailureCause::kRuntimeLimit;
+      } else if (s == "OUT_OF_MEMORY") {
+        r.cause = domain::FailureCause::kOomKilled;
+      } else if (s == "NODE_FAIL" || s == "BOOT_FAIL") {
+        r.cause = domain::FailureCause::kNodeLost;
+      } else if (run.stop) {
+        r.cause = domain::FailureCause::kNone;
+      } else if (s == "CANCELLED") {
+        r.cause = domain::FailureCause::kSignal;
+        r.message += ": cancelled in Slurm, not by Meridian";
+      } else if (c == 0) {
+        r.cause = domain::FailureCause::kNone;
+      } else if (c == 127) {
+        r.cause = domain::FailureCause::kCommandNotFound;
+      } else if (c == 126) {
+        r.cause = domain::FailureCause::kPermissionDenied;
+      } else if (c > 128 || c < 0) {
+        r.cause = domain::FailureCause::kSignal;
+      } else {
+        r.cause = domain::FailureCause::kExitCode;
+      }
+      out.push_back(t);
+    }
+  }
+  return out;
+}
+
+void SlurmConnector::Beat(Link& link) {
+  link.heard = false;
+  if (!link.registered) return;
+  protocol::Heartbeat beat;
+  beat.tasks = ReportsFor(link.registration.node);
+  Json body = protocol::ToJson(beat);
+  auto r =
+      link.client->Call("POST", "/api/v1/agents/" + link.registration.node + "/heartbeat", &body);
+  if (!r.ok()) return;
+  if (r->status == 404 || r->status == 401) {
+    link.registered = false;  // forgotten or revoked: register again next round
+    if (r->status == 401) {
+      std::error_code ec;
+      fs::remove(o_.work_dir + "/credentials/" + link.registration.node, ec);
+      link.client = std::make_unique<cli::Client>(o_.server);
+    }
+    return;
+  }
+  if (r->status != 200) {
+    base::log::Warn("heartbeat of {} refused: {}", link.registration.node, cli::ErrorMessage(*r));
+    return;
+  }
+  auto terms = protocol::DecodeTerms(r->body);
+  if (terms.ok()) lease_ = terms->lease;
+  link.heard = true;
+  server_seen_at_ = Now();
+  for (const protocol::DecodedAssignment& d : protocol::DecodeAssignments(r->body)) {
+    if (!d.assignment.ok()) {
+      base::log::Warn("an assignment to {} does not decode: {}", link.registration.node,
+                      d.assignment.status().message());
+      continue;
+    }
+    const protocol::Assignment& a = *d.assignment;
+    RunState& run = runs_[RunTag{a.job, a.generation}];
+    run.tag = RunTag{a.job, a.generation};
+    run.listed = true;
+    TaskState& task = run.tasks[a.task];
+    task.assignment = a;
+    task.node = link.registration.node;
+    if (a.stop) run.stop = true;
+  }
+}
+
+void SlurmConnector::Submit(RunState& run) {
+  const protocol::Assignment& first = run.tasks.begin()->second.assignment;
+  const std::string dir = RunDir(run.tag);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    base::log::Warn("run folder {}: {}", dir, ec.message());
+    return;
+  }
+  // One task per Slurm node, with one shape: what --gres, --cpus-per-task and --mem ask for.
+  std::set<std::string> nodes;
+  std::string nodelist, cases;
+  size_t gpus = 0;
+  int64_t cpu_milli = 0, memory_mib = 0;
+  for (const auto& [index, task] : run.tasks) {
+    auto link = links_.find(task.node);
+    const std::string slurm_name = link == links_.end() ? task.node : link->second.slurm_name;
+    if (!nodes.insert(slurm_name).second) {
+      run.refused = "two tasks of one job on Slurm node " + slurm_name +
+                    ": the Slurm back end runs one task per node";
+      return;
+    }
+    nodelist += (nodelist.empty() ? "" : ",") + slurm_name;
+    cases += "  " + Quote(slurm_name) + ") i=" + std::to_string(index) +
+             " node=" + Quote(task.node) + " ;;\n";
+    gpus = std::max(gpus, task.assignment.devices.size());
+    cpu_milli = std::max(cpu_milli, task.assignment.run.cpu_milli);
+    memory_mib = std::max(memory_mib, task.assignment.run.memory_mib);
+  }
+  const protocol::TaskRun& spec = first.run;
+  if (!spec.image.empty()) {
+    run.refused = "image " + spec.image + ": the Slurm back end runs commands, not images";
+    return;
+  }
+  if (spec.command.empty()) {
+    run.refused = "the job has no command";
+    return;
+  }
+  std::string command;
+  for (const std::string& w : spec.command) command += (command.empty() ? "" : " ") + Quote(w);
+  std::map<std::string, std::string> env = spec.env;
+  env["MERIDIAN_JOB_ID"] = std::to_string(run.tag.job);
+  env["MERIDIAN_JOB_NAME"] = first.name;
+  env["MERIDIAN_PROJECT"] = first.project;
+  env["MERIDIAN_WORLD_SIZE"] = std::to_string(first.world_size);
+  env["MERIDIAN_MASTER_ADDR"] = first.master_addr;
+  env["MERIDIAN_GENERATION"] = std::to_string(run.tag.generation);
+  env["MERIDIAN_RESTART"] = "0";
+  if (first.array_id > 0) {
+    env["MERIDIAN_ARRAY_JOB_ID"] = std::to_string(first.array_id);
+    env["MERIDIAN_ARRAY_INDEX"] = std::to_string(first.array_index);
+  }
+  const std::string notice = SignalName(spec.notice_signal);
+  std::string script =
+      "#!/bin/bash\n"
+      "# Meridian job " +
+      std::to_string(run.tag.job) + ", generation " + std::to_string(run.tag.generation) +
+      ": one task per node (written by meridian slurm-connector).\n"
+      "R=" +
+      Quote(dir) +
+      "\n"
+      "case \"$SLURMD_NODENAME\" in\n" +
+      cases +
+      "  *) echo \"meridian: $SLURMD_NODENAME is not a node of this run\" >&2; exit 125 ;;\n"
+      "esac\n";
+  for (const auto& [k, v] : env) script += "export " + k + "=" + Quote(v) + "\n";
+  script += "export MERIDIAN_TASK_INDEX=$i MERIDIAN_NODE=$node\n";
+  if (!spec.working_dir.empty()) {
+    script += "cd " + Quote(spec.working_dir) + " || exit 125\n";
+  }
+  // The wrapper outlives the task's signals (its notice, Slurm's SIGTERM) to write its exit code.
+  script += "trap : TERM" + (notice.empty() ? std::string() : " " + notice) + "\n" + command +
+            " > \"$R/task-$i.out\" 2>&1 &\n"
+            "child=$!\n"
+            "while :; do wait \"$child\"; rc=$?; kill -0 \"$child\" 2>/dev/null || break; done\n"
+            "echo \"$rc\" > \"$R/task-$i.exit.tmp\" && mv \"$R/task-$i.exit.tmp\" "
+            "\"$R/task-$i.exit\"\n"
+            "exit \"$rc\"\n";
+  if (!WriteFile(dir + "/task.sh", script, 0755)) {
+    base::log::Warn("cannot write {}/task.sh", dir);
+    return;
+  }
+  std::vector<std::string> options = {
+      "--job-name=" + TagName(run.tag),
+      "--comment=meridian job " + std::to_string(run.tag.job) + " generation " +
+          std::to_string(run.tag.generation) + " project " + first.project,
+      "--nodes=" + std::to_string(nodes.size()),
+      "--nodelist=" + nodelist,
+      "--ntasks-per-node=1",
+      "--cpus-per-task=" + std::to_string(std::max<int64_t>(1, (cpu_milli + 999) / 1000)),
+      "--mem=" + std::to_string(std::max<int64_t>(1, memory_mib)) + "M",
+      "--no-requeue",
+      "--output=" + dir + "/slurm.out",
+      "--chdir=" + (spec.working_dir.empty() ? dir : spec.working_dir)};
+  if (gpus > 0) options.push_back("--gres=gpu:" + std::to_string(gpus));
+  if (!o_.partitions.empty()) options.push_back("--partition=" + o_.partitions.front());
+  if (!o_.account.empty()) options.push_back("--account=" + o_.account);
+  if (spec.runtime_limit > 0) {
+    options.push_back("--time=" +
+                      std::to_string(static_cast<int64_t>((spec.runtime_limit + 59) / 60)));
+    if (!notice.empty()) {
+      options.push_back("--signal=" + notice + "@" +
+                        std::to_string(static_cast<int64_t>(std::max(1.0, spec.grace_period))));
+    }
+  }
+  // The run is recorded before sbatch: whatever happens next, it is never submitted again.
+  if (!WriteFile(dir + "/slurm-job", "")) {
+    base::log::Warn("cannot write {}/slurm-job", dir);
+    return;
+  }
+  run.submitted = true;
+  run.slurm_state = "GONE";
+  auto id = slurm_.Submit(options,
+                          "#!/bin/bash\nexec srun --kill-on-bad-exit=0 "
+                          "--ntasks-per-node=1 /bin/bash " +
+                              Quote(dir + "/task.sh") + "\n");
+  if (!id.ok()) {
+    run.refused = id.status().message();
+    base::log::Warn("job {} generation {}: {}", run.tag.job, run.tag.generation, run.refused);
+    return;
+  }
+  WriteFile(dir + "/slurm-job", std::to_string(*id) + "\n");
+  run.slurm_id = *id;
+  run.slurm_state = "PENDING";
+  base::log::Info(base::log::Fields{{"job", std::to_string(run.tag.job)}},
+                  "job {} generation {} submitted to Slurm as job {} on {}", run.tag.job,
+                  run.tag.generation, *id, nodelist);
+}
+
+void SlurmConnector::Stop(RunState& run) {
+  if (!run.submitted || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) return;
+  const double now = Now();
+  const protocol::Assignment& a = run.tasks.begin()->second.assignment;
+  if (run.noticed_at == 0) {
+    const double within = a.stop_within.value_or(a.run.grace_period);
+    run.noticed_at = now;
+    run.kill_at = now + within;
+    const std::string notice = SignalName(a.run.notice_signal);
+    run.term_at = notice.empty() ? now : now + within / 2;
+    if (!notice.empty()) {
+      Status s = slurm_.Cancel(run.slurm_id, notice);
+      base::log::Info("job {} generation {}: {} to Slurm job {} ({}){}", run.tag.job,
+                      run.tag.generation, a.run.notice_signal, run.slurm_id, a.stop_reason,
+                      s.ok() ? "" : ": " + s.message());
+    }
+  }
+  if (!run.termed && now >= run.term_at) {
+    run.termed = true;
+    (void)slurm_.Cancel(run.slurm_id);
+  }
+  if (!run.killed && now >= run.kill_at) {
+    run.killed = true;
+    (void)slurm_.Cancel(run.slurm_id, "KILL");
+  }
+}
+
+void SlurmConnector::Act() {
+  for (auto& [tag, run] : runs_) {
+    if (!run.listed || run.tasks.empty()) continue;
+    if (run.stop) {
+      Stop(run);
+      continue;
+    }
+    const int32_t world = run.tasks.begin()->second.assignment.world_size;
+    if (!run.submitted && run.refused.empty() &&
+        run.tasks.size() == static_cast<size_t>(std::max(1, world))) {
+      Submit(run);
+    }
+  }
+}
+
+void SlurmConnector::Fence() {
+  for (auto& [tag, run] : runs_) {
+    if (run.listed || run.killed) continue;
+    // Only once every node it ran on has been heard from this round: a node not heard may still
+    // list it.
+    bool all_heard = true;
+    for (const auto& [index, task] : run.tasks) {
+      auto link = links_.find(task.node);
+      all_heard &= link != links_.end() && link->second.heard;
+    }
+    if (run.tasks.empty()) {
+      all_heard = !links_.empty() && std::all_of(links_.begin(), links_.end(),
+                                                 [](const auto& l) { return l.second.heard; });
+    }
+    if (!all_heard || !run.submitted || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) {
+      continue;
+    }
+    run.killed = true;
+    Status s = slurm_.Cancel(run.slurm_id);
+    base::log::Warn(
+        "fenced Slurm job {} ({}): Meridian no longer runs job {} generation {} "
+        "there{}",
+        run.slurm_id, TagName(tag), tag.job, tag.generation, s.ok() ? "" : ": " + s.message());
+  }
+}
+
+void SlurmConnector::UploadLogs() {
+  constexpr int64_t kChunk = 1 << 20;
+  for (auto& [tag, run] : runs_) {
+    for (auto& [index, task] : run.tasks) {
+      auto link = links_.find(task.node);
+      if (link == links_.end() || !link->second.registered) continue;
+      const std::string path = RunDir(tag) + "/task-" + std::to_string(index) + ".out";
+      std::error_code ec;
+      const auto size = static_cast<int64_t>(fs::file_size(path, ec));
+      if (ec || size <= task.uploaded) continue;
+      std::ifstream in(path, std::ios::binary);
+      in.seekg(task.uploaded);
+      std::string chunk(static_cast<size_t>(std::min(kChunk, size - task.uploaded)), '\0');
+      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+      chunk.resize(static_cast<size_t>(in.gcount()));
+      const std::string target =
+          "/api/v1/agents/" + task.node + "/logs?job=" + std::to_string(tag.job) +
+          "&task=" + std::to_string(index) + "&generation=" + std::to_string(tag.generation) +
+          "&offset=" + std::to_string(task.uploaded);
+      auto r = link->second.client->Raw("POST", target, chunk, "application/octet-stream");
+      if (!r.ok()) continue;
+      if (r->status == 403 || r->status == 404) {
+        task.uploaded = size;  // the server will never take it
+        continue;
+      }
+      const Json answer = Json::parse(r->body, nullptr, false);
+      if (r->status != 200 || !answer.is_object() || !answer.contains("size")) continue;
+      task.uploaded = answer.value("full", false) ? size : answer.at("size").get<int64_t>();
+    }
+  }
+}
+
+void SlurmConnector::Cleanup() {
+  for (auto it = runs_.begin(); it != runs_.end();) {
+    RunState& run = it->second;
+    bool done = !run.listed && !IsActiveState(run.slurm_state);
+    for (const auto& [index, task] : run.tasks) {
+      auto link = links_.find(task.node);
+      done &= link != links_.end() && link->second.heard;
+    }
+    if (run.tasks.empty()) done &= !links_.empty() && server_seen_at_ > 0;
+    if (!done) {
+      ++it;
+      continue;
+    }
+    std::error_code ec;
+    fs::remove_all(RunDir(it->first), ec);
+    it = runs_.erase(it);
+  }
+}
+
+Status SlurmConnector::Round() {
+  const double now = Now();
+  auto nodes = slurm_.Nodes();
+  auto jobs = nodes.ok() ? slurm_.Jobs() : base::Result<std::vector<SlurmJob>>(nodes.status());
+  if (nodes.ok() && jobs.ok()) {
+    if (slurm_lost_said_) base::log::Info("Slurm answers again");
+    slurm_lost_said_ = false;
+    slurm_seen_at_ = now;
+    Observe(*jobs);
+    Sync(*nodes);
+  } else if (now - slurm_seen_at_ > o_.slurm_timeout) {
+    // Nothing Slurm runs can be vouched for: its nodes go silent, and the server gives them up.
+    if (!slurm_lost_said_) {
+      base::log::Warn(
+          "Slurm has not answered for {:.0f} s ({}); its nodes are no longer "
+          "heartbeated",
+          now - slurm_seen_at_, (nodes.ok() ? jobs.status() : nodes.status()).message());
+    }
+    slurm_lost_said_ = true;
+    for (auto& [name, link] : links_) link.heard = false;
+    return Status::Ok();
+  }
+  for (auto& [tag, run] : runs_) run.listed = false;
+  for (auto& [name, link] : links_) Beat(link);
+  if (server_seen_at_ > 0 && now - server_seen_at_ > lease_) {
+    // The lease ran out: the server may have given these runs to other nodes. Stop them, as an
+    // agent's shims stop their tasks.
+    for (auto& [tag, run] : runs_) {
+      if (run.killed || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) continue;
+      run.killed = true;
+      (void)slurm_.Cancel(run.slurm_id);
+      base::log::Warn("lease ran out: cancelled Slurm job {} ({})", run.slurm_id, TagName(tag));
+    }
+  }
+  Act();
+  UploadLogs();
+  Fence();
+  Cleanup();
+  return Status::Ok();
+}
+
+Status SlurmConnector::Run(const std::atomic<bool>& stop) {
+  if (Status s = LoadRuns(); !s.ok()) return s;
+  server_seen_at_ = Now();  // the lease counts from the start
+  slurm_seen_at_ = Now();
+  base::log::Info("Slurm connector for cluster {} (SLURM_CONF {}), every {:.1f} s", o_.cluster,
+                  o_.slurm_conf.empty() ? "default" : o_.slurm_conf, o_.interval);
+  while (!stop) {
+    if (Status s = Round(); !s.ok()) base::log::Warn("{}", s.message());
+    const double until = Now() + o_.interval;
+    while (!stop && Now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Status::Ok();
+}
+
+}  // namespace meridian::slurm

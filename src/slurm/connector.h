@@ -1,0 +1,122 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "cli/client.h"
+#include "protocol/agent_protocol.h"
+#include "slurm/slurm_cli.h"
+
+namespace meridian::slurm {
+
+// The GPU model of each GRES type Meridian knows by default (a Cluster's connector adds to it or
+// overrides it with --gpu-model TYPE=MODEL); docs/user-guide.md has the table.
+const std::map<std::string, std::string>& DefaultGpuModels();
+
+struct ConnectorOptions {
+  cli::ClientConfig server;  // the control plane, and the connector's agent token
+  std::string cluster;       // the Meridian Cluster (backend: slurm) its nodes join
+  std::string slurm_conf;    // SLURM_CONF for every Slurm command; empty: Slurm's default
+  // The partitions whose nodes Meridian may use (empty: every node); jobs are submitted to the
+  // first, or to Slurm's default partition when none is named.
+  std::vector<std::string> partitions;
+  std::string account;      // the Slurm account jobs are charged to; empty: the user's default
+  std::string node_prefix;  // Meridian's name of a Slurm node is this prefix and Slurm's name
+  std::map<std::string, std::string> gpu_models;  // GRES type -> Meridian GPU model
+  // Run folders (scripts, output, exit codes: on the filesystem that Slurm's nodes share with
+  // the connector) and the nodes' credentials.
+  std::string work_dir;
+  double interval = 1.0;  // seconds between looks at Slurm (and heartbeats)
+  // Slurm unreachable this long: its nodes' heartbeats stop, so that the server declares them
+  // lost after its nodeLostTimeout and requeues their jobs, exactly once.
+  double slurm_timeout = 30;
+};
+
+// A Slurm cluster as Meridian's back end (docs/adr/0037-slurm-connector.md). It runs where
+// Slurm's commands work (a login node) and speaks for each Slurm node as that node's agent
+// would: it registers the node (CPUs, memory, GPUs from GRES, and whether Slurm will start work
+// there), heartbeats what Meridian's runs there do, and turns the assignments it is answered
+// with into Slurm jobs. So the server's lifecycle, fencing, lost nodes, logs and quotas apply to
+// Slurm's nodes unchanged; the connector never decides placement and never writes a phase.
+//
+// - A run (a job's generation) becomes one Slurm job named meridian-JOB-GENERATION, on exactly
+//   the nodes Meridian chose (--nodelist), one task per node through srun, with the task's GPUs,
+//   CPUs and memory, its runtime limit as --time, and its notice signal before that limit.
+// - A run the server asks to stop gets its notice signal at once, Slurm's stop (SIGTERM, then
+//   SIGKILL after KillWait) at half its time left, and scancel again at its deadline.
+// - A Slurm job of Meridian's that no answer lists (a stale generation, a job Meridian gave up)
+//   is cancelled once every node it ran on has been heard from: fencing.
+// - Each run's folder records its Slurm job before sbatch returns, so that a run is never
+//   submitted twice, across restarts of the connector or of Slurm.
+// Single-threaded: Run() is its loop.
+class SlurmConnector {
+ public:
+  explicit SlurmConnector(ConnectorOptions options);
+
+  // Loops until `stop`; fails only on a local problem (the work directory).
+  base::Status Run(const std::atomic<bool>& stop);
+  // One look at Slurm, one heartbeat per node, and what the answers ask for.
+  base::Status Round();
+
+ private:
+  struct Link {  // one Slurm node, as its agent
+    std::string slurm_name;
+    protocol::Registration registration;
+    bool registered = false;
+    std::unique_ptr<cli::Client> client;  // with the node's credential once it has one
+    bool heard = false;                   // its heartbeat was answered this round
+  };
+  struct TaskState {
+    protocol::Assignment assignment;
+    std::string node;      // Meridian's node name
+    int64_t uploaded = 0;  // bytes of output the server has
+  };
+  struct RunState {
+    RunTag tag;
+    std::map<int32_t, TaskState> tasks;  // as last assigned
+    int64_t slurm_id = 0;                // 0: not submitted
+    bool submitted = false;              // sbatch was run (the folder says so)
+    std::string slurm_state;             // as squeue last showed it; "GONE" once it left squeue
+    std::string slurm_reason;
+    int64_t wait_status = 0;
+    std::string refused;    // sbatch's refusal
+    bool stop = false;      // the server asked for a stop
+    double noticed_at = 0;  // the notice signal was sent (0: not yet)
+    double term_at = 0, kill_at = 0;
+    bool termed = false, killed = false;
+    bool listed = false;  // an answer listed it this round
+  };
+
+  base::Status LoadRuns();  // the run folders an earlier life left
+  void Observe(const std::vector<SlurmJob>& jobs);
+  void Sync(const std::vector<SlurmNode>& nodes);  // registrations
+  base::Status Register(Link& link);
+  void Beat(Link& link);
+  std::vector<protocol::TaskReport> ReportsFor(const std::string& node) const;
+  void Act();
+  void Submit(RunState& run);
+  void Stop(RunState& run);
+  void Fence();
+  void UploadLogs();
+  void Cleanup();
+  std::string RunDir(const RunTag& tag) const;
+  protocol::Registration RegistrationOf(const SlurmNode& node) const;
+
+  ConnectorOptions o_;
+  SlurmCli slurm_;
+  std::map<std::string, Link> links_;  // by Meridian node name
+  std::map<RunTag, RunState> runs_;
+  double slurm_seen_at_ = 0;   // Slurm last answered
+  double server_seen_at_ = 0;  // a heartbeat was last answered
+  double lease_ = 15;          // from the server's terms
+  bool slurm_lost_said_ = false;
+};
+
+}  // namespace meridian::slurm

@@ -1,0 +1,334 @@
+#include "slurm/slurm_cli.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+
+extern char** environ;
+
+namespace meridian::slurm {
+
+using base::Status;
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool Has(const std::vector<std::string>& list, const std::string& value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// A field of a JSON object as a string: Slurm writes null for what it does not know.
+std::string Text(const Json& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+int64_t Number(const Json& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_number() ? it->get<int64_t>() : 0;
+}
+
+}  // namespace
+
+std::string SlurmNode::Unavailable() const {
+  const std::string why = reason.empty() ? "" : ": " + reason;
+  if (Has(flags, "DRAIN")) return "drained in Slurm" + why;
+  const std::string s = Lower(state);
+  if (s == "down" || s == "error" || s == "future" || s == "unknown") {
+    return s + " in Slurm" + why;
+  }
+  if (Has(flags, "NOT_RESPONDING")) return "not responding to Slurm";
+  return "";
+}
+
+bool IsActiveState(const std::string& state) {
+  static const std::array<const char*, 7> kActive = {
+      "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"};
+  return std::any_of(kActive.begin(), kActive.end(), [&](const char* s) { return state == s; });
+}
+
+bool SlurmJob::Active() const { return IsActiveState(state); }
+
+GpuGres ParseGpuGres(const std::string& gres) {
+  GpuGres out;
+  size_t at = 0;
+  while (at <= gres.size()) {
+    size_t end = gres.find(',', at);
+    if (end == std::string::npos) end = gres.size();
+    std::string item = gres.substr(at, end - at);
+    at = end + 1;
+    item = item.substr(0, item.find('('));  // "(S:0-1)", "(IDX:0-1)"
+    if (item.rfind("gpu", 0) != 0) continue;
+    std::vector<std::string> parts;
+    size_t p = 0;
+    while (p <= item.size()) {
+      size_t q = item.find(':', p);
+      if (q == std::string::npos) q = item.size();
+      parts.push_back(item.substr(p, q - p));
+      p = q + 1;
+    }
+    if (parts.front() != "gpu") continue;
+    const std::string count = parts.size() >= 2 ? parts.back() : "";
+    if (count.empty() || !std::all_of(count.begin(), count.end(), ::isdigit)) continue;
+    out.count += static_cast<int32_t>(std::min<int64_t>(std::stoll(count.substr(0, 9)), 1024));
+    if (parts.size() >= 3) out.type = parts[1];
+  }
+  return out;
+}
+
+base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo) {
+  if (!sinfo.is_object() || !sinfo.contains("nodes") || !sinfo.at("nodes").is_array()) {
+    return Status::Invalid("sinfo --json: no \"nodes\" list");
+  }
+  std::vector<SlurmNode> out;
+  size_t i = 0;
+  for (const Json& n : sinfo.at("nodes")) {
+    const std::string at = "sinfo --json: nodes[" + std::to_string(i++) + "]";
+    if (!n.is_object() || Text(n, "name").empty()) return Status::Invalid(at + ": no name");
+    SlurmNode node;
+    node.name = Text(n, "name");
+    node.address = Text(n, "address");
+    node.cpus = static_cast<int32_t>(Number(n, "cpus"));
+    node.memory_mib = Number(n, "real_memory");
+    const GpuGres gpus = ParseGpuGres(Text(n, "gres"));
+    node.gpu_type = gpus.type;
+    node.gpus = gpus.count;
+    node.state = Text(n, "state");
+    node.reason = Text(n, "reason");
+    for (const char* list : {"state_flags", "partitions"}) {
+      auto it = n.find(list);
+      if (it == n.end() || !it->is_array()) continue;
+      for (const Json& v : *it) {
+        if (!v.is_string()) continue;
+        (std::strcmp(list, "partitions") == 0 ? node.partitions : node.flags)
+            .push_back(v.get<std::string>());
+      }
+    }
+    out.push_back(std::move(node));
+  }
+  return out;
+}
+
+base::Result<std::vector<SlurmJob>> DecodeJobs(const Json& squeue) {
+  if (!squeue.is_object() || !squeue.contains("jobs") || !squeue.at("jobs").is_array()) {
+    return Status::Invalid("squeue --json: no \"jobs\" list");
+  }
+  std::vector<SlurmJob> out;
+  size_t i = 0;
+  for (const Json& j : squeue.at("jobs")) {
+    const std::string at = "squeue --json: jobs[" + std::to_string(i++) + "]";
+    if (!j.is_object() || Number(j, "job_id") <= 0) return Status::Invalid(at + ": no job_id");
+    SlurmJob job;
+    job.id = Number(j, "job_id");
+    job.name = Text(j, "name");
+    job.state = Text(j, "job_state");
+    job.reason = Text(j, "state_reason");
+    job.exit_code = Number(j, "exit_code");
+    job.partition = Text(j, "partition");
+    job.user = Text(j, "user_name");
+    job.nodes = Text(j, "nodes");
+    out.push_back(std::move(job));
+  }
+  return out;
+}
+
+std::string TagName(const RunTag& tag) {
+  return "meridian-" + std::to_string(tag.job) + "-" + std::to_string(tag.generation);
+}
+
+std::optional<RunTag> ParseTagName(const std::string& name) {
+  static const std::string kPrefix = "meridian-";
+  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string rest = name.substr(kPrefix.size());
+  const size_t dash = rest.find('-');
+  if (dash == std::string::npos || dash == 0 || dash + 1 >= rest.size()) return std::nullopt;
+  const std::string job = rest.substr(0, dash), generation = rest.substr(dash + 1);
+  auto digits = [](const std::string& s) {
+    return s.size() <= 18 && std::all_of(s.begin(), s.end(), ::isdigit);
+  };
+  if (!digits(job) || !digits(generation)) return std::nullopt;
+  return RunTag{std::stoll(job), std::stoll(generation)};
+}
+
+base::Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
+                                       const std::map<std::string, std::string>& extra_env,
+                                       const std::string& input, double timeout) {
+  if (argv.empty()) return Status::Invalid("no command to run");
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    if (!extra_env.count(kv.substr(0, kv.find('=')))) env_strings.push_back(kv);
+  }
+  for (const auto& [k, v] : extra_env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (std::string& a : argv_copy) args.push_back(a.data());
+  args.push_back(nullptr);
+
+  int in[2], out[2], err[2];
+  if (pipe2(in, O_CLOEXEC) != 0) return Status::Io("pipe: " + std::string(strerror(errno)));
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(in[0]), close(in[1]);
+    return Status::Io("pipe: " + std::string(strerror(errno)));
+  }
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+    return Status::Io("pipe: " + std::string(strerror(errno)));
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+  pid_t pid = 0;
+  const int spawned = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(in[0]), close(out[1]), close(err[1]);
+  if (spawned != 0) {
+    close(in[1]), close(out[0]), close(err[0]);
+    return Status::Io("cannot run " + argv[0] + ": " + strerror(spawned));
+  }
+  // Feed the input and drain both outputs together, so that a full pipe never stalls either side.
+  CommandResult result;
+  size_t written = 0;
+  int in_fd = in[1];
+  if (input.empty()) close(in_fd), in_fd = -1;
+  if (in_fd >= 0) fcntl(in_fd, F_SETFL, O_NONBLOCK);
+  const double deadline = Now() + timeout;
+  bool timed_out = false;
+  int open_outputs = 2;
+  while (open_outputs > 0 || in_fd >= 0) {
+    std::array<pollfd, 3> fds{};
+    fds[0] = {out[0], POLLIN, 0};
+    fds[1] = {err[0], POLLIN, 0};
+    fds[2] = {in_fd, POLLOUT, 0};
+    const double left = deadline - Now();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    if (poll(fds.data(), 3, static_cast<int>(std::min(left, 1.0) * 1000) + 1) < 0 &&
+        errno != EINTR) {
+      break;
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[65536];
+      const ssize_t n = read(fds[k].fd, buf, sizeof buf);
+      if (n > 0) {
+        (k == 0 ? result.out : result.err).append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[k].fd);
+        (k == 0 ? out[0] : err[0]) = -1;
+        --open_outputs;
+      }
+    }
+    if (in_fd >= 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      const ssize_t n = write(in_fd, input.data() + written, input.size() - written);
+      if (n > 0) written += static_cast<size_t>(n);
+      if (n < 0 && errno != EAGAIN && errno != EINTR) written = input.size();
+      if (written >= input.size()) close(in_fd), in_fd = -1;
+    }
+  }
+  if (in_fd >= 0) close(in_fd);
+  if (out[0] >= 0) close(out[0]);
+  if (err[0] >= 0) close(err[0]);
+  if (timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    return Status(
+        base::StatusCode::kUnavailable,
+        argv[0] + " did not answer within " + std::to_string(static_cast<int>(timeout)) + " s");
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+SlurmCli::SlurmCli(std::string slurm_conf, double timeout)
+    : slurm_conf_(std::move(slurm_conf)), timeout_(timeout) {}
+
+std::map<std::string, std::string> SlurmCli::Env() const {
+  if (slurm_conf_.empty()) return {};
+  return {{"SLURM_CONF", slurm_conf_}};
+}
+
+namespace {
+
+// The first line of what a failed command said, for an error message.
+std::string Said(const CommandResult& r) {
+  std::string s = r.err.empty() ? r.out : r.err;
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s.empty() ? "exit code " + std::to_string(r.exit_code) : s;
+}
+
+}  // namespace
+
+base::Result<Json> SlurmCli::JsonOf(const std::vector<std::string>& argv) const {
+  auto r = RunCommand(argv, Env(), "", timeout_);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) {
+    return Status(base::StatusCode::kUnavailable, argv[0] + ": " + Said(*r));
+  }
+  Json j = Json::parse(r->out, nullptr, false);
+  if (j.is_discarded()) return Status::Invalid(argv[0] + " --json: output is not JSON");
+  return j;
+}
+
+base::Result<std::vector<SlurmNode>> SlurmCli::Nodes() const {
+  auto j = JsonOf({"sinfo", "--json"});
+  if (!j.ok()) return j.status();
+  return DecodeNodes(*j);
+}
+
+base::Result<std::vector<SlurmJob>> SlurmCli::Jobs() const {
+  auto j = JsonOf({"squeue", "--json"});
+  if (!j.ok()) return j.status();
+  return DecodeJobs(*j);
+}
+
+base::Result<int64_t> SlurmCli::Submit(const std::vector<std::string>& options,
+                                       const std::string& script) const {
+  std::vector<std::string> argv = {"sbatch", "--parsable"};
+  argv.insert(argv.end(), options.begin(), options.end());
+  auto r = RunCommand(argv, Env(), script, timeout_);
+  if (!r.ok()) return r.status();
+  // --parsable prints "ID" or "ID;CLUSTER".
+  const std::string id = r->out.substr(0, r->out.find_first_of(";\n"));
+  if (r->exit_code != 0 || id.empty() || id.size() > 18 ||
+      !std::all_of(id.begin(), id.end(), ::isdigit)) {
+    return Status::Invalid("sbatch refused the job: " + Said(*r));
+  }
+  return static_cast<int64_t>(std::stoll(id));
+}
+
+Status SlurmCli::Cancel(int64_t id, const std::string& signal) const {
+  std::vector<std::string> argv = {"scancel"};
+  if (!signal.empty()) argv.insert(argv.end(), {"--full", "--signal=" + signal});
+  argv.push_back(std::to_string(id));
+  auto r = RunCommand(argv, Env(), "", timeout_);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "scancel: " + Said(*r));
+  return Status::Ok();
+}
+
+}  // namespace meridian::slurm

@@ -1,0 +1,117 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+// Slurm as its command-line tools show it (docs/adr/0037-slurm-connector.md): `sinfo --json` and
+// `squeue --json` decoded once into typed values, and `sbatch` and `scancel` run with the
+// cluster's SLURM_CONF. The tools, not libslurm, so that one Meridian binary works with every
+// Slurm release that has them (libslurm's ABI changes with each one), and with the munge key and
+// configuration the site's login nodes already have.
+namespace meridian::slurm {
+
+using Json = nlohmann::json;
+
+// One node as `sinfo --json` describes it.
+struct SlurmNode {
+  std::string name;
+  std::string address;
+  int32_t cpus = 0;
+  int64_t memory_mib = 0;  // RealMemory
+  std::string gpu_type;    // from GRES gpu:TYPE:N; empty for an untyped gpu:N
+  int32_t gpus = 0;
+  std::string state;               // idle, mixed, allocated, down, ...
+  std::vector<std::string> flags;  // DRAIN, NOT_RESPONDING, ...
+  std::string reason;              // why an administrator drained or downed it
+  std::vector<std::string> partitions;
+
+  // Why Slurm will not start new work on it ("drained: maintenance", "down: Not responding");
+  // empty when it will.
+  std::string Unavailable() const;
+};
+
+// One job as `squeue --json` describes it (jobs that ended stay there for MinJobAge).
+struct SlurmJob {
+  int64_t id = 0;
+  std::string name;
+  std::string state;      // PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
+  std::string reason;     // state_reason: Resources, NonZeroExitCode, ...
+  int64_t exit_code = 0;  // a wait status: the code in bits 8-15, a signal in bits 0-6
+  std::string partition;
+  std::string user;
+  std::string nodes;  // Slurm's host list ("n[2-3]"), as shown
+
+  bool Active() const;  // pending, starting, running or being stopped: it holds or will hold nodes
+};
+
+// Whether a job in this state (squeue's job_state) holds or will hold nodes.
+bool IsActiveState(const std::string& state);
+
+// The GPUs of a GRES string ("gpu:h100:4", "gpu:4(S:0-1)", "gpu:a100:2,tmpdisk:100").
+struct GpuGres {
+  std::string type;
+  int32_t count = 0;
+};
+GpuGres ParseGpuGres(const std::string& gres);
+
+base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo);
+base::Result<std::vector<SlurmJob>> DecodeJobs(const Json& squeue);
+
+// What a Meridian run is called in Slurm: its job's ID and generation in the Slurm job's name
+// ("meridian-42-3"), which squeue always shows, so that a connector finds its runs again after a
+// restart with nothing of its own.
+struct RunTag {
+  int64_t job = 0;
+  int64_t generation = 0;
+  bool operator<(const RunTag& o) const {
+    return job < o.job || (job == o.job && generation < o.generation);
+  }
+  bool operator==(const RunTag& o) const { return job == o.job && generation == o.generation; }
+};
+std::string TagName(const RunTag& tag);
+std::optional<RunTag> ParseTagName(const std::string& name);
+
+// What a process printed and how it ended.
+struct CommandResult {
+  int exit_code = 0;  // -1: killed by a signal or by the timeout
+  std::string out;
+  std::string err;
+};
+
+// Runs argv (searched in PATH) with `extra_env` added to this process's environment, `input` on
+// its standard input, for at most `timeout` seconds. An error only when it could not be started
+// or did not end in time; a non-zero exit is a result.
+base::Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
+                                       const std::map<std::string, std::string>& extra_env,
+                                       const std::string& input, double timeout);
+
+// Slurm's commands for one cluster. Thread-compatible; every call runs one command.
+class SlurmCli {
+ public:
+  // `slurm_conf` is given to every command as SLURM_CONF (empty: Slurm's own default).
+  explicit SlurmCli(std::string slurm_conf, double timeout = 20);
+
+  base::Result<std::vector<SlurmNode>> Nodes() const;
+  base::Result<std::vector<SlurmJob>> Jobs() const;
+  // sbatch with these options and this batch script; returns Slurm's job ID.
+  base::Result<int64_t> Submit(const std::vector<std::string>& options,
+                               const std::string& script) const;
+  // scancel: `signal` to the batch shell and every step of the job (its notice), or, with no
+  // signal, the job itself (Slurm sends SIGTERM, then SIGKILL after KillWait).
+  base::Status Cancel(int64_t id, const std::string& signal = "") const;
+
+ private:
+  base::Result<Json> JsonOf(const std::vector<std::string>& argv) const;
+  std::map<std::string, std::string> Env() const;
+
+  std::string slurm_conf_;
+  double timeout_;
+};
+
+}  // namespace meridian::slurm
