@@ -128,8 +128,14 @@ class AgentProcess {
         env_(std::move(env)) {}
   ~AgentProcess() { Stop(SIGKILL); }
 
+  // Runs `meridian SUBCOMMAND` instead of `meridian agent` (the Slurm connector).
+  AgentProcess& As(std::string subcommand) {
+    subcommand_ = std::move(subcommand);
+    return *this;
+  }
+
   void Start(const std::string& server, const std::string& token) {
-    std::vector<std::string> args = {binary_, "agent"};
+    std::vector<std::string> args = {binary_, subcommand_};
     args.insert(args.end(), args_.begin(), args_.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -166,6 +172,7 @@ class AgentProcess {
   std::vector<std::string> args_;
   std::string log_;
   std::vector<std::pair<std::string, std::string>> env_;
+  std::string subcommand_ = "agent";
   pid_t pid_ = -1;
 };
 
