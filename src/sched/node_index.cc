@@ -43,7 +43,7 @@ void NodeIndex::Recount(const Snapshot& s, int32_t node) {
     l.cpu_milli = std::max(l.cpu_milli, n.cpu_capacity);
     l.memory_mib = std::max(l.memory_mib, n.memory_capacity);
   }
-  const int64_t free = n.schedulable ? GpuMilliLeft(s, n) : 0;
+  const int64_t free = n.Usable() ? GpuMilliLeft(s, n) : 0;
   free_by_model_[BucketsIndex(n)] += free - counted_free_[node];
   counted_free_[node] = free;
 }
@@ -54,7 +54,7 @@ size_t NodeIndex::BucketsIndex(const NodeState& n) const {
 
 NodeIndex::Class NodeIndex::Classify(const Snapshot& s, const NodeState& n) const {
   Class c;
-  if (!n.schedulable) return c;
+  if (!n.Usable()) return c;
   c.whole = 0;
   int32_t best_partial = 0;
   for (int32_t i = 0; i < n.gpu_count; ++i) {

@@ -550,4 +550,12 @@ void Scheduler::SetSchedulable(int32_t node, bool schedulable) {
   placer_.NodeChanged(node);
 }
 
+void Scheduler::SetReachable(int32_t node, bool reachable) {
+  if (node < 0 || node >= static_cast<int32_t>(snapshot_.nodes.size())) return;
+  NodeState& n = snapshot_.nodes[static_cast<size_t>(node)];
+  if (n.reachable == reachable) return;
+  n.reachable = reachable;
+  placer_.NodeChanged(node);
+}
+
 }  // namespace meridian::sched

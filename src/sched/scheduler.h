@@ -149,6 +149,8 @@ class Scheduler {
   // caller reports how they ended (Cancel, Evicted).
   base::Result<int32_t> AddNode(const domain::Node& node);
   void SetSchedulable(int32_t node, bool schedulable);
+  // Whether the node's runner was heard from lately (NodeState::reachable).
+  void SetReachable(int32_t node, bool reachable);
   // A node changed in place (Snapshot::UpdateNode says what may change). Jobs on a GPU that
   // turned unhealthy keep it until the caller reports how they ended.
   base::Status UpdateNode(int32_t node, const domain::Node& n);

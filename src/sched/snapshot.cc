@@ -46,7 +46,7 @@ int32_t Snapshot::GpuAllocatedMilli(int32_t gpu) const {
 
 int32_t Snapshot::GpuFreeMilli(int32_t node, int32_t gpu) const {
   const GpuState& g = gpus[static_cast<size_t>(gpu)];
-  if (!nodes[static_cast<size_t>(node)].schedulable || !g.healthy) return 0;
+  if (!nodes[static_cast<size_t>(node)].Usable() || !g.healthy) return 0;
   return 1000 - GpuAllocatedMilli(gpu);
 }
 

@@ -61,7 +61,12 @@ struct NodeState {
   int64_t memory_free = 0;
   int32_t gpu_begin = 0;  // index of the node's first GPU in Snapshot::gpus
   int32_t gpu_count = 0;
-  bool schedulable = true;
+  bool schedulable = true;  // Ready, not cordoned or drained (the node's own state)
+  // Its runner was heard from lately. A node silent for a few heartbeats is passed over for new
+  // work before it is declared lost, so that a job is not placed on one node after another of a
+  // failing rack (each placement then requeued, and counted against its restarts).
+  bool reachable = true;
+  bool Usable() const { return schedulable && reachable; }
   domain::PoolPurpose purpose = domain::PoolPurpose::kAny;  // of its pool
   std::vector<std::pair<std::string, std::string>> labels;  // sorted by key
   std::vector<domain::Taint> taints;

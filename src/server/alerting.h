@@ -114,7 +114,7 @@ class AlertService final : public api::AlertHooks {
   SchedulerController* scheduler_;
   NodeService* nodes_;
   AlertServiceOptions options_;
-  JobOutcomes outcomes_;        // jobs ended per project, for the failure rate
+  JobOutcomes outcomes_;  // jobs ended per project, for the failure rate
   std::function<std::vector<AlertInputs::IdleJob>()> idle_source_;
   AlertDispatcher dispatcher_;  // the loop's thread only
 

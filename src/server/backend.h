@@ -1,5 +1,6 @@
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ class Backend {
   // Declares lost the nodes whose runners have been silent past the lost timeout, and ends
   // their jobs' runs, in one transaction. Returns whether anything changed.
   virtual base::Result<bool> ExpireNodes() = 0;
+  // The nodes it runs whose runners have been silent for a few heartbeats but are not lost yet:
+  // no new work is placed there meanwhile.
+  virtual std::set<std::string> Unreachable() const = 0;
 };
 
 }  // namespace meridian::server

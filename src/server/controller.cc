@@ -544,6 +544,7 @@ Status SchedulerController::RunOnce() {
     if (Status s = Rebuild(); !s.ok()) return s;
   }
   PublishAdmission();
+  FollowReachability();
   const double now = clock_->Now();
   if (Status s = SettleStops(now); !s.ok()) return s;
   if (Status s = ReleaseHeld(now); !s.ok()) return s;

@@ -130,6 +130,8 @@ class SchedulerController final : public api::SchedulerHooks {
   // registered again: ChangeNode); false when only a rebuild can (a model or cluster the
   // snapshot lacks, a node that moved cluster or pool).
   bool FollowNode(const std::string& reason, const store::Object& node);
+  // Nodes whose runners went silent are passed over until heard again (Backend::Unreachable).
+  void FollowReachability();
   // A node registered again with other capacity or GPU health (controller_nodes.cc): updated in
   // place, and the jobs on GPUs it no longer has or that turned unhealthy are stopped through
   // the lifecycle. False: only a rebuild can follow (its cluster, pool or GPUs' models moved, or

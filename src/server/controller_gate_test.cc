@@ -115,7 +115,7 @@ TEST_F(Gates, APreemptedElementKeepsItsPlaceUnderTheLimit) {
   ASSERT_EQ(Phase(other), "Placed");
   Report("n1", "Running");
   Report("n2", "Running");
-  clock_.Advance(60);
+  Pass(60, {"n1", "n2"});
   const int64_t high = Submit("p2", {{"gpus", 8}, {"priorityClass", "high"}});
   const int64_t victim = [&] {
     for (int i = 0; i < 10; ++i) {

@@ -134,12 +134,12 @@ TEST_F(ControlPlane, AVictimCancelledBeforeItsPreemptionIsWrittenHoldsItsGpusUnt
   // Two jobs a preemption could take; the one that lost the least work goes first.
   const int64_t other = Submit("p1", {{"gpus", 8}, {"priorityClass", "low"}});
   Rounds();
-  clock_.Advance(30);
+  Pass(30, {"n1", "n2"});
   const int64_t victim = Submit("p1", {{"gpus", 8}, {"priorityClass", "low"}});
   Rounds();
   Report("n1", "Running");
   Report("n2", "Running");
-  clock_.Advance(60);
+  Pass(60, {"n1", "n2"});
   const int64_t high = Submit("p2", {{"gpus", 8}, {"priorityClass", "high"}});
   const int64_t cpu = Submit("p2", {{"cpuMilli", 2000}});
   hooked_->before_next_write = [&] { Cancel(victim); };
@@ -249,7 +249,7 @@ TEST_F(ControlPlane, AStructuralChangeRebuildsKeepingClaimsRefusalsTheReservatio
   Rounds();
   Report("n1", "Running");
   Report("n2", "Running");
-  clock_.Advance(60);
+  Pass(60, {"n1", "n2"});
   const int64_t high = Submit("p2", {{"gpus", 8}, {"priorityClass", "high"}});
   const int64_t gang = Submit("p2", {{"gpus", 8}, {"tasks", 2}, {"gang", true}});
   const int64_t refused = Submit("p1", {{"gpus", 16}});

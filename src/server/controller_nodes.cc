@@ -87,6 +87,23 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
   return true;
 }
 
+void SchedulerController::FollowReachability() {
+  const std::set<std::string> silent = backend_->Unreachable();
+  const sched::Snapshot& live = scheduler_->snapshot();
+  bool back = false;
+  for (size_t i = 0; i < estate_->nodes.size() && i < live.nodes.size(); ++i) {
+    const bool reachable = silent.count(estate_->nodes[i].name) == 0;
+    if (live.nodes[i].reachable == reachable) continue;
+    base::log::Log(reachable ? base::log::Level::kInfo : base::log::Level::kWarn,
+                   {{"node", estate_->nodes[i].name}}, "node {} {}", estate_->nodes[i].name,
+                   reachable ? "heard from again: takes new work"
+                             : "silent for several heartbeats: no new work until it is heard");
+    scheduler_->SetReachable(static_cast<int32_t>(i), reachable);
+    back = back || reachable;
+  }
+  if (back) RetryRefused();
+}
+
 bool SchedulerController::ChangeNode(int32_t index, const store::Object& node) {
   const domain::Node& live = estate_->nodes[static_cast<size_t>(index)];
   domain::Node again = NodeOfObject(node);

@@ -134,6 +134,39 @@ TEST_F(ControlPlane, ALostNodesJobIsRequeuedElsewhereInPlace) {
   EXPECT_EQ(Get(id).generation, 2);
 }
 
+// Two nodes fall silent a second apart (a rack losing power, its nodes last heard in turn): when
+// the first is declared lost, its job is not placed on the second, silent for as long but not
+// lost yet, where it would be requeued again a second later and counted twice.
+TEST_F(ControlPlane, ANodeSilentForSeveralHeartbeatsTakesNoNewWorkBeforeItIsLost) {
+  Open(Estate(0));
+  Register("n1");
+  Register("n2");
+  Round();
+  const int64_t id = Submit("p1", {{"gpus", 8}, {"restartPolicy", "on-failure"}});
+  Rounds();
+  const std::string first = NodeOf(id);
+  ASSERT_FALSE(first.empty());
+  const std::string other = first == "n1" ? "n2" : "n1";
+  Report(first, "Running");
+  clock_.Advance(1);
+  Heartbeat(other);
+  for (int i = 0; i < 1000 && Events(id, "Requeued").empty(); ++i) {
+    clock_.Advance(0.5);
+    Round();
+  }
+  ASSERT_EQ(Events(id, "Requeued").size(), 1u);
+  EXPECT_EQ(Phase(id), "Pending") << "placed on " << NodeOf(id) << ", silent as long";
+  clock_.Advance(2);
+  Rounds();
+  EXPECT_EQ(Events(id, "Requeued").size(), 1u);
+  // Heard again, the other node takes it.
+  Heartbeat(other);
+  Rounds();
+  EXPECT_EQ(Phase(id), "Placed");
+  EXPECT_EQ(NodeOf(id), other);
+  EXPECT_EQ(Get(id).generation, 2);
+}
+
 // Shortening nodeLostTimeout while an agent is cut off must not declare its node lost before the
 // lease that agent was told has run out and its tasks are dead: the job would run twice.
 TEST_F(ControlPlane, AShortenedLostTimeoutWaitsForTheLeaseAgentsWereTold) {

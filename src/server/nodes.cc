@@ -575,6 +575,17 @@ base::Result<bool> NodeService::ExpireNodes() {
   return true;
 }
 
+std::set<std::string> NodeService::Unreachable() const {
+  const double now = clock_->Now();
+  std::lock_guard<std::mutex> lock(mu_);
+  const double after = std::min(std::max(3 * heartbeat_interval_, 1.0), lost_timeout_ / 2);
+  std::set<std::string> out;
+  for (const auto& [name, e] : nodes_) {
+    if (e.state == "Ready" && now - e.last_seen > after) out.insert(name);
+  }
+  return out;
+}
+
 Json NodeService::NodeStatus(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
   (void)Load();

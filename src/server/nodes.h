@@ -93,6 +93,9 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   // Marks lost every registered node silent for longer than the timeout, and requeues or fails
   // its jobs, in one transaction. Returns whether anything changed (the estate must be rebuilt).
   base::Result<bool> ExpireNodes() override;
+  // Ready nodes not heard from for three heartbeat intervals (at least 1 s, and at most half the
+  // lost timeout).
+  std::set<std::string> Unreachable() const override;
 
   // Liveness and telemetry of a registered node, for /api/v1/nodes: {state, lastHeartbeat,
   // simulated, gpus: [{index, utilization, ...}]}; null when the node is not registered.
@@ -202,7 +205,7 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   std::function<void()> wake_;
   std::function<void(const std::string& node)> ring_;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   bool loaded_ = false;
   std::map<std::string, NodeEntry> nodes_;
   double heartbeat_interval_ = 2.0;

@@ -85,7 +85,10 @@ const std::map<std::string, std::string>& DefaultGpuModels() {
 }
 
 SlurmConnector::SlurmConnector(ConnectorOptions options)
-    : o_(std::move(options)), slurm_(o_.slurm_conf) {
+    : o_(std::move(options)),
+      // A command that hangs (slurmctld gone: Slurm's clients retry for MessageTimeout) must not
+      // hold the heartbeats past the time Slurm may be silent.
+      slurm_(o_.slurm_conf, std::clamp(o_.slurm_timeout / 2, 1.0, 20.0)) {
   for (const auto& [type, model] : DefaultGpuModels()) o_.gpu_models.emplace(type, model);
   o_.server.keep_connection = true;
 }

@@ -215,6 +215,15 @@ class ControlPlane : public ::testing::Test {
     Round();
   }
 
+  // `seconds` pass while the agents of `nodes` heartbeat every 2 s, as live agents do (a node
+  // silent for several heartbeats takes no new work).
+  void Pass(double seconds, const std::vector<std::string>& nodes) {
+    for (double left = seconds; left > 0; left -= 2) {
+      clock_.Advance(std::min(2.0, left));
+      for (const std::string& n : nodes) Heartbeat(n);
+    }
+  }
+
   // An agent with 8 simulated H100s registers `name`, less the GPUs named in `without`.
   void Register(const std::string& name, const std::vector<std::string>& without = {},
                 const std::string& cluster = "onprem") {
