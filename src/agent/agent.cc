@@ -147,7 +147,7 @@ Status Agent::Register() {
   reg.agent_version = "0.5.0";
   for (const GpuInfo& g : *inventory) {
     reg.gpus.push_back({g.index, g.uuid, g.model, g.memory_mib, g.nvlink_domain, g.mig_capable,
-                        g.mig_enabled, true});
+                        g.mig_enabled, true, ""});
   }
   Json body = protocol::ToJson(reg);
   const double sent = Now();

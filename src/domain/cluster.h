@@ -49,6 +49,9 @@ struct GpuDevice {
   std::string model;
   int nvlink_domain = 0;  // GPUs of one node that share an NVLink/NVSwitch domain
   bool healthy = true;
+  // Held by work Meridian does not manage (a job submitted to Slurm directly): what it is. Such a
+  // GPU is an unhealthy slot to the scheduler, nothing is placed there.
+  std::string unmanaged;
   bool mig_enabled = false;
   std::vector<MigInstance> mig_instances;  // the current layout when MIG is enabled
 };
@@ -65,6 +68,8 @@ struct Node {
   std::map<std::string, std::string> labels;
   std::vector<Taint> taints;
   bool schedulable = true;
+  // Why its runner starts no new work there (Slurm drained it); empty: it does.
+  std::string unavailable;
 };
 
 }  // namespace meridian::domain

@@ -58,7 +58,8 @@ void ReadIdlePolicySpec(FieldReader& s) {
   };
   const bool acts = action != "none";
   if (used("threshold", acts, "reclaim and alert")) s.Number("threshold", 0.001, 1, d.threshold);
-  if (used("idleFor", acts, "reclaim and alert")) s.Duration("idleFor", 1, kMaxDuration, d.idle_for);
+  if (used("idleFor", acts, "reclaim and alert"))
+    s.Duration("idleFor", 1, kMaxDuration, d.idle_for);
   if (used("grace", action == "reclaim", "reclaim")) s.Duration("grace", 0, kMaxDuration, d.grace);
   if (used("dryRun", action == "reclaim", "reclaim")) s.Bool("dryRun", d.dry_run);
   if (used("exemptLabel", acts, "reclaim and alert")) {

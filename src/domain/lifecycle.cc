@@ -234,6 +234,7 @@ Transition Report(const JobLife& life, const std::string& node,
   JobLife& l = t.life;
   l.tasks.resize(n);
   bool changed = false;
+  std::string refused;  // the first task its runner gave back
   for (const TaskReport& r : reports) {
     if (r.generation != l.generation || r.task < 0 || static_cast<size_t>(r.task) >= n ||
         task_nodes[static_cast<size_t>(r.task)] != node) {
@@ -249,6 +250,10 @@ Transition Report(const JobLife& life, const std::string& node,
       s.cause = r.cause;
     }
     if (!r.message.empty()) s.message = r.message;
+    if (r.refused && r.state == TaskStatus::State::kExited && refused.empty()) {
+      refused = "task " + std::to_string(r.task) + " refused on " + node +
+                (r.message.empty() ? "" : ": " + r.message);
+    }
     if (SameTask(s, before)) continue;
     changed = true;
     if (r.restarts > before.restarts) {
@@ -282,6 +287,21 @@ Transition Report(const JobLife& life, const std::string& node,
     }
   }
   std::vector<LifeEvent> restarts = std::move(t.events);
+  if (!refused.empty() && l.phase != Phase::kStopping) {
+    // Nothing of this run failed: it never started. Back to the queue, as a placement that no
+    // longer holds; what still runs of it (other tasks) is stopped first.
+    if (running == 0) {
+      t = Into(l, Phase::kPending, "requeued: " + refused);
+      t.life.started_at = 0;
+      Say(&t, true, "Requeued", t.life.reason);
+    } else {
+      t = Into(l, Phase::kStopping, refused);
+      t.life.stop = StopIntent::kRequeue;
+      t.life.stop_deadline = now;
+      Say(&t, true, "Stopping", refused + "; stopping the other tasks to requeue the job");
+    }
+    return t;
+  }
   if (l.phase == Phase::kStopping) {
     if (exited == n) {
       t = StopDone(l, "every task stopped", now);

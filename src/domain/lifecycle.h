@@ -94,6 +94,10 @@ struct TaskReport {
   int64_t restarts = 0;
   std::string message;
   FailureCause cause = FailureCause::kNone;  // the runner's diagnosis of an exit (Diagnose)
+  // With kExited: the task never started, and its runner gives the placement back (Slurm kept
+  // the job waiting because work Meridian does not manage took its nodes). The job returns to
+  // the queue with the message as its reason; no restart is counted.
+  bool refused = false;
 };
 
 // What one dependency of a pending job names, as the store has it now: each (kind, job) pair of
@@ -159,7 +163,9 @@ base::Result<Transition> Cancel(const JobLife& life, const std::string& by, doub
 // when every task exited 0 (Succeeded), fails it when one failed for good (at once when no
 // other task still runs; through Stopping otherwise, so that its devices stay taken until the
 // others have stopped), and completes a Stopping job once every task has exited (Pending,
-// Cancelled or Failed, per its intent).
+// Cancelled or Failed, per its intent). A task its runner refused (TaskReport::refused) sends
+// the job back to the queue, at once when nothing of it runs and through Stopping otherwise,
+// without counting a restart.
 Transition Report(const JobLife& life, const std::string& node,
                   const std::vector<TaskReport>& reports,
                   const std::vector<std::string>& task_nodes, int64_t max_restarts, double now);

@@ -198,6 +198,37 @@ TEST(Lifecycle, AFailedTaskStopsTheOthersBeforeTheJobFails) {
   EXPECT_EQ(done.life.reason, "task 0 exited with code 3");
 }
 
+// A runner that gives a placement back (Slurm kept the job waiting: foreign work took its
+// nodes) sends the job back to the queue: nothing failed, no restart is counted.
+TEST(Lifecycle, ARefusedTaskSendsTheJobBackToTheQueue) {
+  const std::vector<std::string> nodes = {"n1", "n2"};
+  TaskReport no = Rep(0, State::kExited);
+  no.refused = true;
+  no.message = "Slurm kept job 9 pending (Resources)";
+  auto t = lifecycle::Report(Life(Phase::kPlaced, 2), "n1", {no}, nodes, 3, 10);
+  EXPECT_EQ(t.life.phase, Phase::kPending);
+  EXPECT_TRUE(t.released);
+  EXPECT_EQ(t.life.reason, "requeued: task 0 refused on n1: Slurm kept job 9 pending (Resources)");
+  EXPECT_EQ(t.life.requeues, 0);
+  EXPECT_TRUE(t.life.tasks.empty());
+  ASSERT_EQ(t.events.size(), 1u);
+  EXPECT_EQ(t.events[0].reason, "Requeued");
+  // Another task already runs (an agent's gang): it is stopped first, and the job requeued.
+  JobLife l =
+      lifecycle::Report(Life(Phase::kPlaced, 2), "n2", {Rep(1, State::kRunning)}, nodes, 3, 10)
+          .life;
+  auto stopping = lifecycle::Report(l, "n1", {no}, nodes, 3, 11);
+  EXPECT_EQ(stopping.life.phase, Phase::kStopping);
+  EXPECT_EQ(stopping.life.stop, StopIntent::kRequeue);
+  EXPECT_FALSE(stopping.released);
+  auto back = lifecycle::Report(stopping.life, "n2", {Rep(1, State::kExited, 143)}, nodes, 3, 12);
+  EXPECT_EQ(back.life.phase, Phase::kPending);
+  // Stale: a refusal of another generation changes nothing.
+  TaskReport old = no;
+  old.generation = 7;
+  EXPECT_TRUE(lifecycle::Report(Life(Phase::kPlaced, 2), "n1", {old}, nodes, 3, 10).events.empty());
+}
+
 TEST(Lifecycle, AStoppingJobEndsOnlyWhenEveryTaskHasStopped) {
   const std::vector<std::string> nodes = {"n1", "n1"};
   auto c = lifecycle::Cancel(Life(Phase::kRunning, 2), "alice", 30, 100);

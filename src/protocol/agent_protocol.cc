@@ -135,6 +135,7 @@ void ReadTaskReport(FieldReader& r, TaskReport& t) {
   }
   s.restarts = r.Int("restarts", 0, 1000000, 0);
   s.message = r.String("message", false);
+  s.refused = s.state == domain::TaskStatus::State::kExited && r.Bool("refused", false);
   s.exit_code = OptionalInt(r, "exitCode", std::numeric_limits<int64_t>::min(), kMaxInt);
   // A cause this version does not know reads as a plain exit (its message still says why).
   const std::string cause = r.String("cause", false);
@@ -200,6 +201,7 @@ Json ToJson(const Registration& r) {
                     {"migCapable", g.mig_capable},
                     {"migEnabled", g.mig_enabled},
                     {"healthy", g.healthy}});
+    if (!g.unmanaged.empty()) gpus.back()["unmanaged"] = g.unmanaged;
   }
   return {{"node", r.node},           {"cluster", r.cluster},
           {"pool", r.pool},           {"rack", r.rack},
@@ -270,6 +272,7 @@ Json ToJson(const TaskReport& t) {
   if (exited) out["exitCode"] = r.exit_code ? Json(*r.exit_code) : Json();
   if (!r.message.empty()) out["message"] = r.message;
   if (r.cause != domain::FailureCause::kNone) out["cause"] = domain::CauseName(r.cause);
+  if (exited && r.refused) out["refused"] = true;
   return out;
 }
 
@@ -416,6 +419,7 @@ base::Result<Registration> DecodeRegistration(const Json& j) {
       gpu.mig_capable = g.Bool("migCapable", false);
       gpu.mig_enabled = g.Bool("migEnabled", false);
       gpu.healthy = g.Bool("healthy", true);
+      gpu.unmanaged = g.String("unmanaged", false);
       out.gpus.push_back(std::move(gpu));
     });
   });

@@ -46,6 +46,9 @@ struct GpuInventory {
   bool mig_capable = false;
   bool mig_enabled = false;
   bool healthy = true;
+  // Held by work Meridian does not manage (the Slurm connector: a job Slurm's own users
+  // submitted), described for people; empty: not.
+  std::string unmanaged;
 };
 
 // A node as its agent describes it when it registers.

@@ -300,8 +300,9 @@ TEST(AgentProtocolTest, ARegistrationSurvivesItsJsonForm) {
   r.cpu_milli = 64000;
   r.memory_mib = 512000;
   r.simulated = true;
-  r.gpus = {{0, "GPU-0", "H100-80GB", 81920, 0, true, false, true},
-            {1, "GPU-1", "H100-80GB", 81920, 0, true, true, false}};
+  r.gpus = {{0, "GPU-0", "H100-80GB", 81920, 0, true, false, true, "Slurm job 7 (alice)"},
+            {1, "GPU-1", "H100-80GB", 81920, 0, true, true, false, ""}};
+  r.unavailable = "drained in Slurm: maintenance";
   auto back = DecodeRegistration(ToJson(r));
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->node, "n1");
@@ -310,6 +311,9 @@ TEST(AgentProtocolTest, ARegistrationSurvivesItsJsonForm) {
   ASSERT_EQ(back->gpus.size(), 2u);
   EXPECT_TRUE(back->gpus[1].mig_enabled);
   EXPECT_FALSE(back->gpus[1].healthy);
+  EXPECT_EQ(back->gpus[0].unmanaged, "Slurm job 7 (alice)");
+  EXPECT_EQ(back->gpus[1].unmanaged, "");
+  EXPECT_EQ(back->unavailable, "drained in Slurm: maintenance");
   auto missing = DecodeRegistration({{"node", "n1"}});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("cluster: is required"), std::string::npos);

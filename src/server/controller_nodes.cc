@@ -63,6 +63,7 @@ bool SchedulerController::FollowNode(const std::string& reason, const store::Obj
     if (index < 0) return true;
     if (registered_again) {
       estate_->agent_address[node.name] = node.spec.value("address", "");
+      estate_->nodes[static_cast<size_t>(index)].unavailable = again.unavailable;
       deleted_nodes_.erase(node.name);
     }
     // Its jobs were requeued, failed or asked to stop in the same write; their events move the
@@ -122,6 +123,7 @@ bool SchedulerController::ChangeNode(int32_t index, const store::Object& node) {
     }
     if (now->model != slot.model) return false;
     slot.healthy = now->healthy;
+    slot.unmanaged = now->unmanaged;
     slot.nvlink_domain = now->nvlink_domain;
   }
   for (const domain::GpuDevice& g : again.gpus) {

@@ -383,6 +383,8 @@ Json SchedulerController::Nodes() {
                           {"freeMilli", snap.GpuFreeMilli(static_cast<int32_t>(i), g)},
                           {"mig", gpu.mig_enabled},
                           {"healthy", gpu.healthy}});
+          const std::string& unmanaged = d.gpus[g - n.gpu_begin].unmanaged;
+          if (!unmanaged.empty()) gpus.back()["unmanaged"] = unmanaged;
         }
         out.push_back({{"name", n.name},
                        {"cluster", snap.clusters[n.cluster].name},
@@ -394,6 +396,7 @@ Json SchedulerController::Nodes() {
                        {"memoryMib", n.memory_capacity},
                        {"memoryFreeMib", n.memory_free},
                        {"schedulable", n.schedulable},
+                       {"unavailable", d.unavailable},
                        {"labels", d.labels},
                        {"gpus", std::move(gpus)}});
         Json& row = out.back();

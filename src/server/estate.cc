@@ -24,8 +24,8 @@ domain::Node NodeOfObject(const store::Object& o) {
   n.memory_mib = s.value("memoryMib", 0);
   const domain::NodeOps ops = domain::DecodeNodeOps(s);
   // A node its runner will not start work on (Slurm drained it) is not schedulable either.
-  n.schedulable =
-      domain::NodeSchedulable(s.value("state", "Ready"), ops) && s.value("unavailable", "").empty();
+  n.unavailable = s.value("unavailable", "");
+  n.schedulable = domain::NodeSchedulable(s.value("state", "Ready"), ops) && n.unavailable.empty();
   if (s.contains("labels")) {
     for (const auto& [k, v] : s.at("labels").items()) n.labels[k] = v.get<std::string>();
   }
@@ -34,9 +34,10 @@ domain::Node NodeOfObject(const store::Object& o) {
     d.uuid = g.value("uuid", "");
     d.model = g.value("model", "");
     d.nvlink_domain = g.value("nvlinkDomain", 0);
+    d.unmanaged = g.value("unmanaged", "");
     // A GPU cordoned for a fault (pending a reset) is an unhealthy slot: nothing is placed there.
     d.healthy =
-        g.value("healthy", true) &&
+        g.value("healthy", true) && d.unmanaged.empty() &&
         !domain::GpuCordoned(ops.gpus, g.value("index", static_cast<int32_t>(n.gpus.size())));
     n.gpus.push_back(d);
   }
