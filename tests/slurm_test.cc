@@ -285,7 +285,7 @@ class SlurmTest : public ::testing::Test {
         std::vector<std::string>{"--cluster", "hpc", "--slurm-conf", slurm_->conf(), "--partition",
                                  "gpu", "--node-prefix", "slurm-", "--work-dir",
                                  dir_.File("connector"), "--interval", "0.5", "--slurm-timeout",
-                                 "3"},
+                                 "3", "--pending-timeout", "3"},
         dir_.File("connector.log"));
     connector_->As("slurm-connector").Start(server_->url(), agent_token_);
   }
@@ -497,6 +497,87 @@ TEST_F(SlurmTest, SlurmGonePastItsTimeoutMakesItsNodesLostRequeuesOnceAndStaleRu
   for (int64_t g = 1; g <= again + 1; ++g) runs += slurm_->JobsNamed(SlurmName(id, g)).size();
   EXPECT_EQ(runs, 2) << Says();
   EXPECT_EQ(slurm_->JobsNamed(SlurmName(id, again)).size(), 1u) << Says();
+}
+
+TEST_F(SlurmTest, AForeignSlurmJobsGpusAreNotDoubleBooked) {
+  // Alice submits to Slurm directly: all four GPUs of n1.
+  const std::string foreign =
+      Shell("sbatch --parsable -J alice-training -w n1 --gres=gpu:4 --mem=1000 --wrap 'sleep 120'");
+  ASSERT_TRUE(Eventually(
+      [&] {
+        int unmanaged = 0;
+        for (const Json& g : Node("slurm-n1").value("gpus", Json::array())) {
+          unmanaged += g.contains("unmanaged");
+        }
+        return unmanaged == 4;
+      },
+      20))
+      << foreign << Node("slurm-n1").dump() << Says();
+  // Four jobs of four GPUs (a project without a quota): three nodes are left for them.
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 4; ++i) {
+    jobs.push_back(Submit({{"command", {"sleep", "60"}}, {"gpus", 4}}, "four", "other"));
+  }
+  ASSERT_TRUE(Eventually(
+      [&] {
+        int running = 0;
+        for (int64_t id : jobs) running += Phase(id) == "Running";
+        return running == 3;
+      },
+      20))
+      << Says();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  int64_t waiting = 0;
+  for (int64_t id : jobs) {
+    const Json j = Job(id);
+    if (Phase(id) == "Pending") waiting = id;
+    for (const Json& a : j["status"].value("allocation", Json::array())) {
+      EXPECT_NE(a.value("node", ""), "slurm-n1") << j.dump();
+    }
+  }
+  ASSERT_NE(waiting, 0) << Says();
+  EXPECT_TRUE(slurm_->JobsNamed(SlurmName(waiting)).empty()) << Says();
+  // Alice's job ends: its GPUs are Meridian's to place again.
+  Shell("scancel " + foreign);
+  ASSERT_TRUE(Eventually([&] { return Phase(waiting) == "Running"; }, 20)) << Says();
+  EXPECT_EQ(Job(waiting)["status"]["allocation"][0].value("node", ""), "slurm-n1");
+}
+
+TEST_F(SlurmTest, ARunSlurmKeepsWaitingIsGivenBackToMeridiansQueueWithSlurmsReason) {
+  // The partition is down: Slurm takes the job and keeps it pending.
+  Shell("scontrol update partitionname=gpu state=down");
+  const int64_t id = Submit({{"command", {"bash", "-c", "echo \"run $MERIDIAN_GENERATION\""}}});
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const Json& e : JobEvents(*server_, admin_, id)) {
+          if (e.value("reason", "") == "Requeued" &&
+              e.value("message", "").find("PartitionDown") != std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      20))
+      << Says();
+  EXPECT_TRUE(Eventually([&] {
+    const std::vector<Json> first = slurm_->JobsNamed(SlurmName(id, 1));
+    return first.size() == 1 && first[0].value("job_state", "") == "CANCELLED";
+  })) << Says();
+  Shell("scontrol update partitionname=gpu state=up");
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Succeeded"; }, 30)) << Says();
+  const Json status = Job(id)["status"];
+  EXPECT_EQ(status.value("restarts", 0), 0) << "a run that never started counts no restart";
+  const int64_t last = status.value("generation", 0);
+  EXPECT_GE(last, 2);
+  EXPECT_TRUE(Eventually([&] {
+    return Logs(id).find("run " + std::to_string(last)) != std::string::npos;
+  })) << Logs(id);
+  // Only the last run ran: every earlier one was cancelled in Slurm before it started.
+  for (int64_t g = 1; g < last; ++g) {
+    for (const Json& j : slurm_->JobsNamed(SlurmName(id, g))) {
+      EXPECT_EQ(j.value("job_state", ""), "CANCELLED") << g << Says();
+    }
+  }
 }
 
 TEST_F(SlurmTest, AProjectsQuotaHoldsAcrossTheAgentsClusterAndTheSlurmCluster) {

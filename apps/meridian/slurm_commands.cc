@@ -82,6 +82,9 @@ void AddSlurmCommands(CLI::App& app, int* rc) {
   c->add_option("--token-file", f.token_file, "read the agent token from this file");
   c->add_option("--interval", f.o.interval, "seconds between looks at Slurm")
       ->capture_default_str();
+  c->add_option("--pending-timeout", f.o.pending_timeout,
+                "seconds a job may wait in Slurm before it is given back to Meridian's queue")
+      ->capture_default_str();
   c->add_option("--slurm-timeout", f.o.slurm_timeout,
                 "seconds Slurm may not answer before its nodes are no longer heartbeated")
       ->capture_default_str();

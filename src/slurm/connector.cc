@@ -118,7 +118,30 @@ Status SlurmConnector::LoadRuns() {
   return Status::Ok();
 }
 
-protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n) const {
+std::set<int32_t> SlurmConnector::MeridianDevices(const std::string& node) const {
+  std::set<int32_t> out;
+  for (const auto& [tag, run] : runs_) {
+    if (run.submitted && !IsActiveState(run.slurm_state)) continue;
+    for (const auto& [index, task] : run.tasks) {
+      if (task.node != node) continue;
+      for (const protocol::DeviceGrant& d : task.assignment.devices) out.insert(d.gpu);
+    }
+  }
+  return out;
+}
+
+int32_t SlurmConnector::MeridianGpusRunning(const std::string& node) const {
+  int32_t out = 0;
+  for (const auto& [tag, run] : runs_) {
+    if (!Runs(run.slurm_state)) continue;
+    for (const auto& [index, task] : run.tasks) {
+      if (task.node == node) out += static_cast<int32_t>(task.assignment.devices.size());
+    }
+  }
+  return out;
+}
+
+protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n, int32_t foreign) const {
   protocol::Registration r;
   r.node = o_.node_prefix + n.name;
   r.cluster = o_.cluster;
@@ -134,6 +157,14 @@ protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n) const 
     g.uuid = "slurm-" + o_.cluster + "-" + n.name + "-gpu" + std::to_string(i);
     g.model = model->second;
     r.gpus.push_back(g);
+  }
+  // Slurm chooses the devices of its jobs itself: what Meridian counts as taken is a number of
+  // GPUs, the highest indices that Meridian's own runs do not hold.
+  const std::set<int32_t> ours = MeridianDevices(r.node);
+  for (auto g = r.gpus.rbegin(); g != r.gpus.rend() && foreign > 0; ++g) {
+    if (ours.count(g->index)) continue;
+    g->unmanaged = "held by a Slurm job submitted outside Meridian";
+    --foreign;
   }
   return r;
 }
@@ -154,9 +185,13 @@ void SlurmConnector::Sync(const std::vector<SlurmNode>& nodes) {
           n.name, n.gpu_type, n.gpu_type.empty() ? "TYPE" : n.gpu_type);
       continue;
     }
-    const protocol::Registration reg = RegistrationOf(n);
+    const std::string name = o_.node_prefix + n.name;
+    Link& link = links_[name];
+    const int32_t foreign = std::max(0, n.gpus_used - MeridianGpusRunning(name));
+    if (foreign == link.foreign_seen) link.foreign = foreign;
+    link.foreign_seen = foreign;
+    const protocol::Registration reg = RegistrationOf(n, link.foreign);
     present.insert(reg.node);
-    Link& link = links_[reg.node];
     link.slurm_name = n.name;
     if (!link.client) {
       cli::ClientConfig c = o_.server;
@@ -263,6 +298,12 @@ std::vector<protocol::TaskReport> SlurmConnector::ReportsFor(const std::string& 
       if (!run.refused.empty()) {
         r.cause = domain::FailureCause::kNotStarted;
         r.message = run.refused;
+        out.push_back(t);
+        continue;
+      }
+      if (!run.given_back.empty()) {
+        r.refused = true;
+        r.message = run.given_back;
         out.push_back(t);
         continue;
       }
@@ -489,6 +530,7 @@ void SlurmConnector::Submit(RunState& run) {
   WriteFile(dir + "/slurm-job", std::to_string(*id) + "\n");
   run.slurm_id = *id;
   run.slurm_state = "PENDING";
+  run.submitted_at = Now();
   base::log::Info(base::log::Fields{{"job", std::to_string(run.tag.job)}},
                   "job {} generation {} submitted to Slurm as job {} on {}", run.tag.job,
                   run.tag.generation, *id, nodelist);
@@ -518,6 +560,27 @@ void SlurmConnector::Stop(RunState& run) {
   if (!run.killed && now >= run.kill_at) {
     run.killed = true;
     (void)slurm_.Cancel(run.slurm_id, "KILL");
+  }
+}
+
+void SlurmConnector::GiveBackStuck() {
+  const double now = Now();
+  for (auto& [tag, run] : runs_) {
+    if (!run.listed || run.stop || !run.given_back.empty() || run.slurm_id <= 0 ||
+        run.slurm_state != "PENDING" || run.submitted_at == 0 ||
+        now - run.submitted_at < o_.pending_timeout) {
+      continue;
+    }
+    // Meridian chose free nodes; Slurm still keeps the job waiting: its own users' work took them
+    // first. Cancelled before it can start, and given back.
+    Status s = slurm_.Cancel(run.slurm_id);
+    if (!s.ok()) continue;  // it may have just started: looked at again next round
+    run.killed = true;
+    run.given_back = "Slurm kept job " + std::to_string(run.slurm_id) + " pending for " +
+                     std::to_string(static_cast<int>(now - run.submitted_at)) + " s (" +
+                     run.slurm_reason + ")";
+    base::log::Warn("job {} generation {}: {}; cancelled there and given back", tag.job,
+                    tag.generation, run.given_back);
   }
 }
 
@@ -648,6 +711,7 @@ Status SlurmConnector::Round() {
     }
   }
   Act();
+  GiveBackStuck();
   UploadLogs();
   Fence();
   Cleanup();

@@ -37,6 +37,9 @@ struct ConnectorOptions {
   // Slurm unreachable this long: its nodes' heartbeats stop, so that the server declares them
   // lost after its nodeLostTimeout and requeues their jobs, exactly once.
   double slurm_timeout = 30;
+  // A run Slurm keeps pending this long (work Meridian does not manage took its nodes first) is
+  // cancelled there and given back to Meridian's queue.
+  double pending_timeout = 30;
 };
 
 // A Slurm cluster as Meridian's back end (docs/adr/0037-slurm-connector.md). It runs where
@@ -72,6 +75,9 @@ class SlurmConnector {
     bool registered = false;
     std::unique_ptr<cli::Client> client;  // with the node's credential once it has one
     bool heard = false;                   // its heartbeat was answered this round
+    // GPUs that Slurm's own users' jobs hold: as registered, and as last counted (a count is
+    // registered once two looks in a row agree, as sinfo and squeue are not read at one instant).
+    int32_t foreign = 0, foreign_seen = 0;
   };
   struct TaskState {
     protocol::Assignment assignment;
@@ -92,6 +98,8 @@ class SlurmConnector {
     double term_at = 0, kill_at = 0;
     bool termed = false, killed = false;
     bool listed = false;  // an answer listed it this round
+    double submitted_at = 0;
+    std::string given_back;  // why it was cancelled in Slurm and given back to Meridian's queue
   };
 
   base::Status LoadRuns();  // the run folders an earlier life left
@@ -107,7 +115,13 @@ class SlurmConnector {
   void UploadLogs();
   void Cleanup();
   std::string RunDir(const RunTag& tag) const;
-  protocol::Registration RegistrationOf(const SlurmNode& node) const;
+  // The node as its agent would register it, with `foreign` of its GPUs (none that Meridian's
+  // runs hold) marked as held by Slurm's own users' work.
+  protocol::Registration RegistrationOf(const SlurmNode& node, int32_t foreign) const;
+  // The GPU indices Meridian's runs hold on `node`, and how many of them Slurm runs now.
+  std::set<int32_t> MeridianDevices(const std::string& node) const;
+  int32_t MeridianGpusRunning(const std::string& node) const;
+  void GiveBackStuck();
 
   ConnectorOptions o_;
   SlurmCli slurm_;

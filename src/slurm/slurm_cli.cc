@@ -109,6 +109,7 @@ base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo) {
     const GpuGres gpus = ParseGpuGres(Text(n, "gres"));
     node.gpu_type = gpus.type;
     node.gpus = gpus.count;
+    node.gpus_used = ParseGpuGres(Text(n, "gres_used")).count;
     node.state = Text(n, "state");
     node.reason = Text(n, "reason");
     for (const char* list : {"state_flags", "partitions"}) {

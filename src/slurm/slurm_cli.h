@@ -26,6 +26,7 @@ struct SlurmNode {
   int64_t memory_mib = 0;  // RealMemory
   std::string gpu_type;    // from GRES gpu:TYPE:N; empty for an untyped gpu:N
   int32_t gpus = 0;
+  int32_t gpus_used = 0;           // GPUs Slurm's jobs hold now (gres_used), Meridian's among them
   std::string state;               // idle, mixed, allocated, down, ...
   std::vector<std::string> flags;  // DRAIN, NOT_RESPONDING, ...
   std::string reason;              // why an administrator drained or downed it
