@@ -269,6 +269,12 @@ void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
     run.slurm_state = it->second->state;
     run.slurm_reason = it->second->reason;
     run.wait_status = it->second->exit_code;
+    run.ran = run.ran || Runs(run.slurm_state) || !IsActiveState(run.slurm_state);
+    if (run.slurm_state != "PENDING") {
+      run.pending_since = 0;
+    } else if (run.pending_since == 0) {
+      run.pending_since = Now();
+    }
   }
   for (const auto& [tag, job] : seen) {
     if (runs_.count(tag)) continue;
@@ -530,7 +536,7 @@ void SlurmConnector::Submit(RunState& run) {
   WriteFile(dir + "/slurm-job", std::to_string(*id) + "\n");
   run.slurm_id = *id;
   run.slurm_state = "PENDING";
-  run.submitted_at = Now();
+  run.pending_since = Now();
   base::log::Info(base::log::Fields{{"job", std::to_string(run.tag.job)}},
                   "job {} generation {} submitted to Slurm as job {} on {}", run.tag.job,
                   run.tag.generation, *id, nodelist);
@@ -566,9 +572,11 @@ void SlurmConnector::Stop(RunState& run) {
 void SlurmConnector::GiveBackStuck() {
   const double now = Now();
   for (auto& [tag, run] : runs_) {
-    if (!run.listed || run.stop || !run.given_back.empty() || run.slurm_id <= 0 ||
-        run.slurm_state != "PENDING" || run.submitted_at == 0 ||
-        now - run.submitted_at < o_.pending_timeout) {
+    // A reason of None: Slurm has not looked at it yet (it just took it, or came back from a
+    // restart and is recovering what its nodes run).
+    if (!run.listed || run.stop || run.ran || !run.given_back.empty() || run.slurm_id <= 0 ||
+        run.slurm_state != "PENDING" || run.slurm_reason == "None" || run.pending_since == 0 ||
+        now - run.pending_since < o_.pending_timeout) {
       continue;
     }
     // Meridian chose free nodes; Slurm still keeps the job waiting: its own users' work took them
@@ -577,7 +585,7 @@ void SlurmConnector::GiveBackStuck() {
     if (!s.ok()) continue;  // it may have just started: looked at again next round
     run.killed = true;
     run.given_back = "Slurm kept job " + std::to_string(run.slurm_id) + " pending for " +
-                     std::to_string(static_cast<int>(now - run.submitted_at)) + " s (" +
+                     std::to_string(static_cast<int>(now - run.pending_since)) + " s (" +
                      run.slurm_reason + ")";
     base::log::Warn("job {} generation {}: {}; cancelled there and given back", tag.job,
                     tag.generation, run.given_back);

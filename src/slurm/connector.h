@@ -98,7 +98,10 @@ class SlurmConnector {
     double term_at = 0, kill_at = 0;
     bool termed = false, killed = false;
     bool listed = false;  // an answer listed it this round
-    double submitted_at = 0;
+    // Since when Slurm has shown it pending without a break (0: not pending), and whether it was
+    // ever seen running (then it is never given back: its tasks may still run).
+    double pending_since = 0;
+    bool ran = false;
     std::string given_back;  // why it was cancelled in Slurm and given back to Meridian's queue
   };
 
