@@ -29,6 +29,9 @@ packages=(
   libspdlog-dev
   # The PostgreSQL store: libpq, and the server the store's conformance suite starts.
   libpq-dev postgresql
+  # The Slurm connector: its end-to-end test starts a real Slurm cluster (slurmctld, slurmd and
+  # Slurm's commands from slurm-wlm, with munge for their authentication).
+  slurm-wlm munge
   # The binary's allocator (not under ASan): jemalloc.
   libjemalloc-dev
   # The Debian package (`make package`, CPack): dpkg-shlibdeps derives its Depends.
