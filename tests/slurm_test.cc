@@ -89,9 +89,32 @@ class SlurmCluster {
   SlurmCluster(std::string dir, int nodes, int gpus)
       : dir_(std::move(dir)), nodes_(nodes), gpus_(gpus), slurmd_(static_cast<size_t>(nodes)) {}
   ~SlurmCluster() {
+    // Jobs first, while the daemons run: a slurmd stopped before its jobs leaves their
+    // slurmstepd and tasks behind, running on through the rest of the suite.
+    if (controller_.Running()) {
+      Shell("scancel --user=root");
+      Eventually([&] { return Shell("squeue -h").empty(); }, 15);
+    }
     for (Daemon& d : slurmd_) d.Stop();
     controller_.Stop();
     munge_.Stop();
+    KillLeftovers();
+  }
+
+  // Whatever still runs with this cluster's SLURM_CONF in its environment (slurmstepd and the
+  // tasks under it inherit it): after a slurmctld killed and restarted from a state saved
+  // before a job started, Slurm can show the job cancelled while its step runs on.
+  void KillLeftovers() const {
+    const std::string mine = "SLURM_CONF=" + conf();
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string pid = entry.path().filename();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (std::stoi(pid) == getpid()) continue;
+      std::ifstream in(entry.path() / "environ", std::ios::binary);
+      std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (env.find(mine + '\0') != std::string::npos) kill(std::stoi(pid), SIGKILL);
+    }
   }
 
   std::string conf() const { return dir_ + "/etc/slurm.conf"; }

@@ -229,6 +229,7 @@ Status SlurmConnector::Register(Link& link) {
   auto answer = protocol::DecodeRegistrationAnswer(r->body);
   if (!answer.ok()) return answer.status();
   lease_ = answer->terms.lease;
+  heartbeat_interval_ = answer->terms.heartbeat_interval;
   if (!answer->credential.empty()) {
     WriteFile(o_.work_dir + "/credentials/" + link.registration.node, answer->credential + "\n",
               0600);
@@ -392,7 +393,10 @@ void SlurmConnector::Beat(Link& link) {
     return;
   }
   auto terms = protocol::DecodeTerms(r->body);
-  if (terms.ok()) lease_ = terms->lease;
+  if (terms.ok()) {
+    lease_ = terms->lease;
+    heartbeat_interval_ = terms->heartbeat_interval;
+  }
   link.heard = true;
   server_seen_at_ = Now();
   for (const protocol::DecodedAssignment& d : protocol::DecodeAssignments(r->body)) {
@@ -536,7 +540,6 @@ void SlurmConnector::Submit(RunState& run) {
   WriteFile(dir + "/slurm-job", std::to_string(*id) + "\n");
   run.slurm_id = *id;
   run.slurm_state = "PENDING";
-  run.pending_since = Now();
   base::log::Info(base::log::Fields{{"job", std::to_string(run.tag.job)}},
                   "job {} generation {} submitted to Slurm as job {} on {}", run.tag.job,
                   run.tag.generation, *id, nodelist);
@@ -575,8 +578,8 @@ void SlurmConnector::GiveBackStuck() {
     // A reason of None: Slurm has not looked at it yet (it just took it, or came back from a
     // restart and is recovering what its nodes run).
     if (!run.listed || run.stop || run.ran || !run.given_back.empty() || run.slurm_id <= 0 ||
-        run.slurm_state != "PENDING" || run.slurm_reason == "None" || run.pending_since == 0 ||
-        now - run.pending_since < o_.pending_timeout) {
+        run.slurm_state != "PENDING" || run.slurm_reason.empty() || run.slurm_reason == "None" ||
+        run.pending_since == 0 || now - run.pending_since < o_.pending_timeout) {
       continue;
     }
     // Meridian chose free nodes; Slurm still keeps the job waiting: its own users' work took them
@@ -593,6 +596,7 @@ void SlurmConnector::GiveBackStuck() {
 }
 
 void SlurmConnector::Act() {
+  std::vector<RunState*> ready;
   for (auto& [tag, run] : runs_) {
     if (!run.listed || run.tasks.empty()) continue;
     if (run.stop) {
@@ -602,9 +606,31 @@ void SlurmConnector::Act() {
     const int32_t world = run.tasks.begin()->second.assignment.world_size;
     if (!run.submitted && run.refused.empty() &&
         run.tasks.size() == static_cast<size_t>(std::max(1, world))) {
-      Submit(run);
+      ready.push_back(&run);
     }
   }
+  SubmitAll(ready);
+}
+
+void SlurmConnector::SubmitAll(const std::vector<RunState*>& ready) {
+  if (ready.empty()) return;
+  // Several sbatch at once (Slurm takes them faster so), for no longer than the server expects
+  // between heartbeats: the nodes' heartbeats must go on. The rest go next round, at once.
+  constexpr size_t kParallel = 16;
+  const double until = Now() + std::max(0.5, heartbeat_interval_);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    while (Now() < until) {
+      const size_t i = next++;
+      if (i >= ready.size()) return;
+      Submit(*ready[i]);  // touches only its own run (and reads links_)
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < std::min(kParallel, ready.size()); ++i) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+  backlog_ = next < ready.size();
 }
 
 void SlurmConnector::Fence() {
@@ -621,7 +647,9 @@ void SlurmConnector::Fence() {
       all_heard = !links_.empty() && std::all_of(links_.begin(), links_.end(),
                                                  [](const auto& l) { return l.second.heard; });
     }
-    if (!all_heard || !run.submitted || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) {
+    // COMPLETING: it has ended, Slurm is cleaning up after it.
+    if (!all_heard || !run.submitted || run.slurm_id <= 0 || !IsActiveState(run.slurm_state) ||
+        run.slurm_state == "COMPLETING") {
       continue;
     }
     run.killed = true;
@@ -734,7 +762,8 @@ Status SlurmConnector::Run(const std::atomic<bool>& stop) {
                   o_.slurm_conf.empty() ? "default" : o_.slurm_conf, o_.interval);
   while (!stop) {
     if (Status s = Round(); !s.ok()) base::log::Warn("{}", s.message());
-    const double until = Now() + o_.interval;
+    // Runs left to submit: the next round at once.
+    const double until = backlog_ ? 0 : Now() + o_.interval;
     while (!stop && Now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return Status::Ok();

@@ -112,6 +112,8 @@ class SlurmConnector {
   void Beat(Link& link);
   std::vector<protocol::TaskReport> ReportsFor(const std::string& node) const;
   void Act();
+  // Submits runs in parallel, for at most one interval; Submit touches only its run.
+  void SubmitAll(const std::vector<RunState*>& ready);
   void Submit(RunState& run);
   void Stop(RunState& run);
   void Fence();
@@ -133,6 +135,8 @@ class SlurmConnector {
   double slurm_seen_at_ = 0;   // Slurm last answered
   double server_seen_at_ = 0;  // a heartbeat was last answered
   double lease_ = 15;          // from the server's terms
+  double heartbeat_interval_ = 2;
+  bool backlog_ = false;  // runs were left to submit in the last round
   bool slurm_lost_said_ = false;
 };
 
