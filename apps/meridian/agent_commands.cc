@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -37,16 +36,9 @@ std::string SelfPath() {
 int RunAgent(AgentFlags& f) {
   using meridian::base::Status;
   if (f.o.cluster.empty()) return Fail(Status::Invalid("--cluster is required"));
-  auto config = GlobalClientConfig();
+  auto config = RunnerClientConfig(f.token_file);
   if (!config.ok()) return Fail(config.status());
   f.o.server = *config;
-  if (!f.token_file.empty()) {
-    std::ifstream in(f.token_file);
-    std::string token;
-    if (!(in >> token))
-      return Fail(Status::Invalid("--token-file " + f.token_file + ": cannot read"));
-    f.o.server.token = token;
-  }
   for (const std::string& l : f.labels) {
     const size_t eq = l.find('=');
     if (eq == std::string::npos)

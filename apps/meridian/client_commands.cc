@@ -1,6 +1,7 @@
 // Client verbs in kubectl's style: flags, and calls into the cli module.
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 
 #include "apps/meridian/commands.h"
 #include "apps/meridian/completion.h"
@@ -46,6 +47,19 @@ meridian::base::Result<meridian::cli::ClientConfig> GlobalClientConfig() {
   auto file = meridian::cli::LoadConfig(path);
   if (!file.ok()) return file.status();
   return meridian::cli::ResolveConfig(g.flags, *file);
+}
+
+meridian::base::Result<meridian::cli::ClientConfig> RunnerClientConfig(
+    const std::string& token_file) {
+  auto config = GlobalClientConfig();
+  if (!config.ok() || token_file.empty()) return config;
+  std::ifstream in(token_file);
+  std::string token;
+  if (!(in >> token)) {
+    return meridian::base::Status::Invalid("--token-file " + token_file + ": cannot read");
+  }
+  config->token = token;
+  return config;
 }
 
 void AddClientCommands(CLI::App& app, int* rc) {

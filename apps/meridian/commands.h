@@ -26,6 +26,9 @@ int RunWhatIf(meridian::cli::Context& c, const meridian::cli::ConfigFlags& f,
 
 // The server and token from the global flags, the environment and the client's config file.
 meridian::base::Result<meridian::cli::ClientConfig> GlobalClientConfig();
+// The same, with the token read from `token_file` when one is named (agents, connectors).
+meridian::base::Result<meridian::cli::ClientConfig> RunnerClientConfig(
+    const std::string& token_file);
 
 // Prints "meridian: <message>" to stderr; returns 2 for invalid input, 1 otherwise.
 int Fail(const meridian::base::Status& s);

@@ -2,7 +2,6 @@
 #include <signal.h>
 
 #include <atomic>
-#include <fstream>
 #include <thread>
 
 #include "apps/meridian/commands.h"
@@ -20,16 +19,9 @@ struct SlurmFlags {
 int RunConnector(SlurmFlags& f) {
   using meridian::base::Status;
   if (f.o.cluster.empty()) return Fail(Status::Invalid("--cluster is required"));
-  auto config = GlobalClientConfig();
+  auto config = RunnerClientConfig(f.token_file);
   if (!config.ok()) return Fail(config.status());
   f.o.server = *config;
-  if (!f.token_file.empty()) {
-    std::ifstream in(f.token_file);
-    std::string token;
-    if (!(in >> token))
-      return Fail(Status::Invalid("--token-file " + f.token_file + ": cannot read"));
-    f.o.server.token = token;
-  }
   for (const std::string& m : f.gpu_models) {
     const size_t eq = m.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())

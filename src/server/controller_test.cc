@@ -104,16 +104,8 @@ TEST_F(ControlPlane, CancelFreesTheGpusOnlyWhenTheAgentReportsTheTaskStopped) {
 // A node silent past its lost timeout: its job is requeued (restartPolicy on-failure) and runs
 // on the other node; the lost node takes nothing; all without a rebuild of the scheduler.
 TEST_F(ControlPlane, ALostNodesJobIsRequeuedElsewhereInPlace) {
-  Open(Estate(0));
-  Register("n1");
-  Register("n2");
-  Round();
-  const int64_t id = Submit("p1", {{"gpus", 8}, {"restartPolicy", "on-failure"}});
-  Rounds();
-  const std::string first = NodeOf(id);
+  const auto [id, first, other] = RequeuableJobOnOneOfTwoNodes();
   ASSERT_FALSE(first.empty());
-  const std::string other = first == "n1" ? "n2" : "n1";
-  Report(first, "Running");
   // Only the other node heartbeats from now on.
   for (int i = 0; i < 31; ++i) {
     clock_.Advance(10);
@@ -138,16 +130,8 @@ TEST_F(ControlPlane, ALostNodesJobIsRequeuedElsewhereInPlace) {
 // the first is declared lost, its job is not placed on the second, silent for as long but not
 // lost yet, where it would be requeued again a second later and counted twice.
 TEST_F(ControlPlane, ANodeSilentForSeveralHeartbeatsTakesNoNewWorkBeforeItIsLost) {
-  Open(Estate(0));
-  Register("n1");
-  Register("n2");
-  Round();
-  const int64_t id = Submit("p1", {{"gpus", 8}, {"restartPolicy", "on-failure"}});
-  Rounds();
-  const std::string first = NodeOf(id);
+  const auto [id, first, other] = RequeuableJobOnOneOfTwoNodes();
   ASSERT_FALSE(first.empty());
-  const std::string other = first == "n1" ? "n2" : "n1";
-  Report(first, "Running");
   clock_.Advance(1);
   Heartbeat(other);
   for (int i = 0; i < 1000 && Events(id, "Requeued").empty(); ++i) {

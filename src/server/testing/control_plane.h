@@ -215,6 +215,26 @@ class ControlPlane : public ::testing::Test {
     Round();
   }
 
+  // Two nodes, n1 and n2, and a job of 8 GPUs (restartPolicy on-failure) running on one of them.
+  struct JobOnOneOfTwo {
+    int64_t job = 0;
+    std::string node, other;  // `node` empty: it was not placed
+  };
+  JobOnOneOfTwo RequeuableJobOnOneOfTwoNodes() {
+    Open(Estate(0));
+    Register("n1");
+    Register("n2");
+    Round();
+    JobOnOneOfTwo out;
+    out.job = Submit("p1", {{"gpus", 8}, {"restartPolicy", "on-failure"}});
+    Rounds();
+    out.node = NodeOf(out.job);
+    if (out.node.empty()) return out;
+    out.other = out.node == "n1" ? "n2" : "n1";
+    Report(out.node, "Running");
+    return out;
+  }
+
   // `seconds` pass while the agents of `nodes` heartbeat every 2 s, as live agents do (a node
   // silent for several heartbeats takes no new work).
   void Pass(double seconds, const std::vector<std::string>& nodes) {
