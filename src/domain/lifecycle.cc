@@ -287,19 +287,14 @@ Transition Report(const JobLife& life, const std::string& node,
     }
   }
   std::vector<LifeEvent> restarts = std::move(t.events);
-  if (!refused.empty() && l.phase != Phase::kStopping) {
-    // Nothing of this run failed: it never started. Back to the queue, as a placement that no
-    // longer holds; what still runs of it (other tasks) is stopped first.
-    if (running == 0) {
-      t = Into(l, Phase::kPending, "requeued: " + refused);
-      t.life.started_at = 0;
-      Say(&t, true, "Requeued", t.life.reason);
-    } else {
-      t = Into(l, Phase::kStopping, refused);
-      t.life.stop = StopIntent::kRequeue;
-      t.life.stop_deadline = now;
-      Say(&t, true, "Stopping", refused + "; stopping the other tasks to requeue the job");
-    }
+  if (!refused.empty() && l.phase == Phase::kPlaced && running == 0) {
+    // Nothing of this run started, so nothing failed: back to the queue, as a placement that no
+    // longer holds, without a restart counted. (Once a task of it ran, a refusal is an exit
+    // like any other, and counts as a failure.)
+    t = Into(l, Phase::kPending, "requeued: " + refused);
+    t.life.started_at = 0;
+    Say(&t, true, "Requeued", t.life.reason);
+    t.events.insert(t.events.begin(), restarts.begin(), restarts.end());
     return t;
   }
   if (l.phase == Phase::kStopping) {

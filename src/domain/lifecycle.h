@@ -95,8 +95,8 @@ struct TaskReport {
   std::string message;
   FailureCause cause = FailureCause::kNone;  // the runner's diagnosis of an exit (Diagnose)
   // With kExited: the task never started, and its runner gives the placement back (Slurm kept
-  // the job waiting because work Meridian does not manage took its nodes). The job returns to
-  // the queue with the message as its reason; no restart is counted.
+  // the job waiting because work Meridian does not manage took its nodes). A Placed job returns
+  // to the queue with the message as its reason; no restart is counted.
   bool refused = false;
 };
 
@@ -164,8 +164,8 @@ base::Result<Transition> Cancel(const JobLife& life, const std::string& by, doub
 // other task still runs; through Stopping otherwise, so that its devices stay taken until the
 // others have stopped), and completes a Stopping job once every task has exited (Pending,
 // Cancelled or Failed, per its intent). A task its runner refused (TaskReport::refused) sends
-// the job back to the queue, at once when nothing of it runs and through Stopping otherwise,
-// without counting a restart.
+// a Placed job of which nothing runs back to the queue, without counting a restart; once a task
+// of the run has run, a refusal is an exit like any other.
 Transition Report(const JobLife& life, const std::string& node,
                   const std::vector<TaskReport>& reports,
                   const std::vector<std::string>& task_nodes, int64_t max_restarts, double now);

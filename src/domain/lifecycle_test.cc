@@ -213,16 +213,15 @@ TEST(Lifecycle, ARefusedTaskSendsTheJobBackToTheQueue) {
   EXPECT_TRUE(t.life.tasks.empty());
   ASSERT_EQ(t.events.size(), 1u);
   EXPECT_EQ(t.events[0].reason, "Requeued");
-  // Another task already runs (an agent's gang): it is stopped first, and the job requeued.
+  // Once another task of the run has run, a refusal is an exit like any other: the job fails
+  // (through Stopping, the other task still running), so that a refusal cannot requeue a job
+  // past its restart limit.
   JobLife l =
       lifecycle::Report(Life(Phase::kPlaced, 2), "n2", {Rep(1, State::kRunning)}, nodes, 3, 10)
           .life;
-  auto stopping = lifecycle::Report(l, "n1", {no}, nodes, 3, 11);
-  EXPECT_EQ(stopping.life.phase, Phase::kStopping);
-  EXPECT_EQ(stopping.life.stop, StopIntent::kRequeue);
-  EXPECT_FALSE(stopping.released);
-  auto back = lifecycle::Report(stopping.life, "n2", {Rep(1, State::kExited, 143)}, nodes, 3, 12);
-  EXPECT_EQ(back.life.phase, Phase::kPending);
+  auto failing = lifecycle::Report(l, "n1", {no}, nodes, 3, 11);
+  EXPECT_EQ(failing.life.phase, Phase::kStopping);
+  EXPECT_EQ(failing.life.stop, StopIntent::kFail);
   // Stale: a refusal of another generation changes nothing.
   TaskReport old = no;
   old.generation = 7;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -106,7 +107,8 @@ Status SlurmConnector::LoadRuns() {
   for (const auto& entry : fs::directory_iterator(o_.work_dir + "/runs", ec)) {
     const std::string name = entry.path().filename();
     auto tag = ParseTagName("meridian-" + name);
-    if (!tag || !fs::exists(entry.path() / "slurm-job")) continue;
+    std::error_code missing;
+    if (!tag || !fs::exists(entry.path() / "slurm-job", missing)) continue;
     RunState& run = runs_[*tag];
     run.tag = *tag;
     run.submitted = true;
@@ -187,8 +189,13 @@ void SlurmConnector::Sync(const std::vector<SlurmNode>& nodes) {
     }
     const std::string name = o_.node_prefix + n.name;
     Link& link = links_[name];
+    // Not while a run found again after a restart has no tasks known yet: its GPUs would count
+    // as foreign, and the re-registration would stop it.
+    const bool all_known = std::none_of(runs_.begin(), runs_.end(), [](const auto& r) {
+      return r.second.tasks.empty() && IsActiveState(r.second.slurm_state);
+    });
     const int32_t foreign = std::max(0, n.gpus_used - MeridianGpusRunning(name));
-    if (foreign == link.foreign_seen) link.foreign = foreign;
+    if (all_known && foreign == link.foreign_seen) link.foreign = foreign;
     link.foreign_seen = foreign;
     const protocol::Registration reg = RegistrationOf(n, link.foreign);
     present.insert(reg.node);
@@ -270,7 +277,11 @@ void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
     run.slurm_state = it->second->state;
     run.slurm_reason = it->second->reason;
     run.wait_status = it->second->exit_code;
-    run.ran = run.ran || Runs(run.slurm_state) || !IsActiveState(run.slurm_state);
+    run.ran = run.ran || Runs(run.slurm_state) ||
+              (!IsActiveState(run.slurm_state) && run.give_back_why.empty());
+    if (!run.give_back_why.empty() && run.slurm_state == "CANCELLED" && !run.ran) {
+      run.given_back = run.give_back_why;  // cancelled while still pending: nothing of it ran
+    }
     if (run.slurm_state != "PENDING") {
       run.pending_since = 0;
     } else if (run.pending_since == 0) {
@@ -322,6 +333,7 @@ std::vector<protocol::TaskReport> SlurmConnector::ReportsFor(const std::string& 
       }
       const std::string exit_file = RunDir(tag) + "/task-" + std::to_string(index) + ".exit";
       const std::string code = ReadFile(exit_file);
+      if (run.slurm_state == "SUBMITTING") continue;  // not known to Slurm yet: still Placed
       const bool ended = !IsActiveState(run.slurm_state);
       if (code.empty() && !ended) {
         if (!Runs(run.slurm_state)) continue;  // pending in Slurm: still Placed
@@ -439,8 +451,8 @@ void SlurmConnector::Submit(RunState& run) {
       return;
     }
     nodelist += (nodelist.empty() ? "" : ",") + slurm_name;
-    cases += "  " + Quote(slurm_name) + ") i=" + std::to_string(index) +
-             " node=" + Quote(task.node) + " ;;\n";
+    cases += "  " + Quote(slurm_name) + ") __meridian_i=" + std::to_string(index) +
+             " __meridian_node=" + Quote(task.node) + " ;;\n";
     gpus = std::max(gpus, task.assignment.devices.size());
     cpu_milli = std::max(cpu_milli, task.assignment.run.cpu_milli);
     memory_mib = std::max(memory_mib, task.assignment.run.memory_mib);
@@ -469,31 +481,41 @@ void SlurmConnector::Submit(RunState& run) {
     env["MERIDIAN_ARRAY_INDEX"] = std::to_string(first.array_index);
   }
   const std::string notice = SignalName(spec.notice_signal);
-  std::string script =
-      "#!/bin/bash\n"
-      "# Meridian job " +
-      std::to_string(run.tag.job) + ", generation " + std::to_string(run.tag.generation) +
-      ": one task per node (written by meridian slurm-connector).\n"
-      "R=" +
-      Quote(dir) +
-      "\n"
-      "case \"$SLURMD_NODENAME\" in\n" +
-      cases +
-      "  *) echo \"meridian: $SLURMD_NODENAME is not a node of this run\" >&2; exit 125 ;;\n"
-      "esac\n";
-  for (const auto& [k, v] : env) script += "export " + k + "=" + Quote(v) + "\n";
-  script += "export MERIDIAN_TASK_INDEX=$i MERIDIAN_NODE=$node\n";
+  // The job's environment first; the wrapper's own variables after, under names no job uses,
+  // so that a job's R or i cannot move its output or its exit code.
+  std::string script = "#!/bin/bash\n# Meridian job " + std::to_string(run.tag.job) +
+                       ", generation " + std::to_string(run.tag.generation) +
+                       ": one task per node (written by meridian slurm-connector).\n";
+  for (const auto& [k, v] : env) {
+    const bool name = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0])) &&
+                      std::all_of(k.begin(), k.end(),
+                                  [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+    if (!name || k.rfind("__meridian", 0) == 0) {
+      run.refused = "env: \"" + k + "\" is not a variable name the Slurm back end can set";
+      return;
+    }
+    script += "export " + k + "=" + Quote(v) + "\n";
+  }
+  script += "__meridian_r=" + Quote(dir) +
+            "\n"
+            "case \"$SLURMD_NODENAME\" in\n" +
+            cases +
+            "  *) echo \"meridian: $SLURMD_NODENAME is not a node of this run\" >&2; exit 125 ;;\n"
+            "esac\n"
+            "export MERIDIAN_TASK_INDEX=$__meridian_i MERIDIAN_NODE=$__meridian_node\n";
   if (!spec.working_dir.empty()) {
     script += "cd " + Quote(spec.working_dir) + " || exit 125\n";
   }
   // The wrapper outlives the task's signals (its notice, Slurm's SIGTERM) to write its exit code.
   script += "trap : TERM" + (notice.empty() ? std::string() : " " + notice) + "\n" + command +
-            " > \"$R/task-$i.out\" 2>&1 &\n"
-            "child=$!\n"
-            "while :; do wait \"$child\"; rc=$?; kill -0 \"$child\" 2>/dev/null || break; done\n"
-            "echo \"$rc\" > \"$R/task-$i.exit.tmp\" && mv \"$R/task-$i.exit.tmp\" "
-            "\"$R/task-$i.exit\"\n"
-            "exit \"$rc\"\n";
+            " > \"$__meridian_r/task-$__meridian_i.out\" 2>&1 &\n"
+            "__meridian_child=$!\n"
+            "while :; do wait \"$__meridian_child\"; __meridian_rc=$?;"
+            " kill -0 \"$__meridian_child\" 2>/dev/null || break; done\n"
+            "echo \"$__meridian_rc\" > \"$__meridian_r/task-$__meridian_i.exit.tmp\" &&"
+            " mv \"$__meridian_r/task-$__meridian_i.exit.tmp\""
+            " \"$__meridian_r/task-$__meridian_i.exit\"\n"
+            "exit \"$__meridian_rc\"\n";
   if (!WriteFile(dir + "/task.sh", script, 0755)) {
     base::log::Warn("cannot write {}/task.sh", dir);
     return;
@@ -532,6 +554,15 @@ void SlurmConnector::Submit(RunState& run) {
                           "#!/bin/bash\nexec srun --kill-on-bad-exit=0 "
                           "--ntasks-per-node=1 /bin/bash " +
                               Quote(dir + "/task.sh") + "\n");
+  if (!id.ok() && id.status().code() == base::StatusCode::kUnavailable) {
+    // Taken or not, nobody knows yet: looked for by name in squeue, and given back if it never
+    // shows (GiveBackStuck). Never submitted again.
+    run.slurm_state = "SUBMITTING";
+    run.pending_since = Now();
+    base::log::Warn("job {} generation {}: {}; looking for it in squeue", run.tag.job,
+                    run.tag.generation, id.status().message());
+    return;
+  }
   if (!id.ok()) {
     run.refused = id.status().message();
     base::log::Warn("job {} generation {}: {}", run.tag.job, run.tag.generation, run.refused);
@@ -562,36 +593,39 @@ void SlurmConnector::Stop(RunState& run) {
                       s.ok() ? "" : ": " + s.message());
     }
   }
-  if (!run.termed && now >= run.term_at) {
-    run.termed = true;
-    (void)slurm_.Cancel(run.slurm_id);
-  }
-  if (!run.killed && now >= run.kill_at) {
-    run.killed = true;
-    (void)slurm_.Cancel(run.slurm_id, "KILL");
-  }
+  // Each step is marked done only once Slurm took it: a scancel lost to a slurmctld hiccup is
+  // sent again next round.
+  if (!run.termed && now >= run.term_at) run.termed = slurm_.Cancel(run.slurm_id).ok();
+  if (!run.killed && now >= run.kill_at) run.killed = slurm_.Cancel(run.slurm_id, "KILL").ok();
 }
 
 void SlurmConnector::GiveBackStuck() {
   const double now = Now();
   for (auto& [tag, run] : runs_) {
+    if (run.listed && !run.stop && run.given_back.empty() && run.slurm_state == "SUBMITTING" &&
+        now - run.pending_since >= o_.pending_timeout) {
+      run.given_back = "sbatch's answer was lost and Slurm never showed the job";
+      continue;  // should it show up later, it is not listed: fenced
+    }
     // A reason of None: Slurm has not looked at it yet (it just took it, or came back from a
     // restart and is recovering what its nodes run).
-    if (!run.listed || run.stop || run.ran || !run.given_back.empty() || run.slurm_id <= 0 ||
-        run.slurm_state != "PENDING" || run.slurm_reason.empty() || run.slurm_reason == "None" ||
-        run.pending_since == 0 || now - run.pending_since < o_.pending_timeout) {
+    if (!run.listed || run.stop || run.ran || !run.give_back_why.empty() ||
+        !run.given_back.empty() || run.slurm_id <= 0 || run.slurm_state != "PENDING" ||
+        run.slurm_reason.empty() || run.slurm_reason == "None" || run.pending_since == 0 ||
+        now - run.pending_since < o_.pending_timeout) {
       continue;
     }
     // Meridian chose free nodes; Slurm still keeps the job waiting: its own users' work took them
     // first. Cancelled before it can start, and given back.
-    Status s = slurm_.Cancel(run.slurm_id);
-    if (!s.ok()) continue;  // it may have just started: looked at again next round
-    run.killed = true;
-    run.given_back = "Slurm kept job " + std::to_string(run.slurm_id) + " pending for " +
-                     std::to_string(static_cast<int>(now - run.pending_since)) + " s (" +
-                     run.slurm_reason + ")";
-    base::log::Warn("job {} generation {}: {}; cancelled there and given back", tag.job,
-                    tag.generation, run.given_back);
+    // Only while still pending: one that has just started is left alone. Given back once squeue
+    // shows it cancelled (Observe).
+    Status s = slurm_.Cancel(run.slurm_id, "", "PENDING");
+    if (!s.ok()) continue;
+    run.give_back_why = "Slurm kept job " + std::to_string(run.slurm_id) + " pending for " +
+                        std::to_string(static_cast<int>(now - run.pending_since)) + " s (" +
+                        run.slurm_reason + ")";
+    base::log::Warn("job {} generation {}: {}; cancelled there, to be given back", tag.job,
+                    tag.generation, run.give_back_why);
   }
 }
 
@@ -652,8 +686,8 @@ void SlurmConnector::Fence() {
         run.slurm_state == "COMPLETING") {
       continue;
     }
-    run.killed = true;
     Status s = slurm_.Cancel(run.slurm_id);
+    run.killed = s.ok();  // else again next round
     base::log::Warn(
         "fenced Slurm job {} ({}): Meridian no longer runs job {} generation {} "
         "there{}",
@@ -687,8 +721,13 @@ void SlurmConnector::UploadLogs() {
         continue;
       }
       const Json answer = Json::parse(r->body, nullptr, false);
-      if (r->status != 200 || !answer.is_object() || !answer.contains("size")) continue;
-      task.uploaded = answer.value("full", false) ? size : answer.at("size").get<int64_t>();
+      if (r->status != 200 || !answer.is_object() || !answer.contains("size") ||
+          !answer.at("size").is_number_integer()) {
+        continue;
+      }
+      const bool full = answer.contains("full") && answer.at("full").is_boolean() &&
+                        answer.at("full").get<bool>();
+      task.uploaded = full ? size : answer.at("size").get<int64_t>();
     }
   }
 }
@@ -700,8 +739,18 @@ void SlurmConnector::Cleanup() {
     for (const auto& [index, task] : run.tasks) {
       auto link = links_.find(task.node);
       done &= link != links_.end() && link->second.heard;
+      // Its output is all with the server first (or the server refused it for good).
+      std::error_code ec;
+      const auto size =
+          fs::file_size(RunDir(it->first) + "/task-" + std::to_string(index) + ".out", ec);
+      done &= ec || task.uploaded >= static_cast<int64_t>(size);
     }
-    if (run.tasks.empty()) done &= !links_.empty() && server_seen_at_ > 0;
+    // A run found again after a restart (no tasks known): only once every node has been heard
+    // from this round, so that no answer still lists it (it would be submitted again).
+    if (run.tasks.empty()) {
+      done &= !links_.empty() && std::all_of(links_.begin(), links_.end(),
+                                             [](const auto& l) { return l.second.heard; });
+    }
     if (!done) {
       ++it;
       continue;
@@ -741,8 +790,7 @@ Status SlurmConnector::Round() {
     // agent's shims stop their tasks.
     for (auto& [tag, run] : runs_) {
       if (run.killed || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) continue;
-      run.killed = true;
-      (void)slurm_.Cancel(run.slurm_id);
+      run.killed = slurm_.Cancel(run.slurm_id).ok();
       base::log::Warn("lease ran out: cancelled Slurm job {} ({})", run.slurm_id, TagName(tag));
     }
   }

@@ -102,7 +102,8 @@ class SlurmConnector {
     // ever seen running (then it is never given back: its tasks may still run).
     double pending_since = 0;
     bool ran = false;
-    std::string given_back;  // why it was cancelled in Slurm and given back to Meridian's queue
+    std::string give_back_why;  // cancelled while pending; given back once squeue says so
+    std::string given_back;     // why it was cancelled in Slurm and given back to Meridian's queue
   };
 
   base::Status LoadRuns();  // the run folders an earlier life left

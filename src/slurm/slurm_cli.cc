@@ -33,15 +33,59 @@ std::string Lower(std::string s) {
   return s;
 }
 
-// A field of a JSON object as a string: Slurm writes null for what it does not know.
+// Fields as Slurm's JSON writes them. 22.05 writes states as strings and numbers as numbers;
+// 23.02 and later write states as lists of flags ("job_state": ["RUNNING"]) and many numbers as
+// {"set": true, "infinite": false, "number": N}. Both are read; null is what Slurm does not know.
 std::string Text(const Json& o, const char* key) {
   auto it = o.find(key);
-  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  if (it == o.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array() && !it->empty() && it->front().is_string()) return it->front();
+  return "";
+}
+
+std::optional<int64_t> NumberOf(const Json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number()) return static_cast<int64_t>(v.get<double>());
+  if (v.is_object() && v.value("set", true) && v.contains("number")) return NumberOf(v["number"]);
+  return std::nullopt;
 }
 
 int64_t Number(const Json& o, const char* key) {
   auto it = o.find(key);
-  return it != o.end() && it->is_number() ? it->get<int64_t>() : 0;
+  return it == o.end() ? 0 : NumberOf(*it).value_or(0);
+}
+
+// The rest of a state list: the flags (["IDLE", "DRAIN"] -> DRAIN).
+std::vector<std::string> StateFlags(const Json& o, const char* key) {
+  std::vector<std::string> out;
+  auto it = o.find(key);
+  if (it == o.end() || !it->is_array()) return out;
+  for (size_t i = 1; i < it->size(); ++i) {
+    if ((*it)[i].is_string()) out.push_back((*it)[i].get<std::string>());
+  }
+  return out;
+}
+
+// A job's exit as a wait status: 22.05's number, or 23.02's {"return_code", "signal"}.
+std::optional<int64_t> WaitStatus(const Json& j) {
+  auto it = j.find("exit_code");
+  if (it == j.end() || it->is_null()) return 0;
+  if (it->is_number()) return NumberOf(*it);
+  if (!it->is_object()) return std::nullopt;
+  const Json& e = *it;
+  int64_t signal = 0;
+  if (e.contains("signal") && e["signal"].is_object()) {
+    const Json& s = e["signal"];
+    if (s.contains("id")) signal = NumberOf(s["id"]).value_or(0);
+    if (s.contains("signal_id")) signal = NumberOf(s["signal_id"]).value_or(signal);
+  }
+  const std::string status = Text(e, "status");
+  if (signal > 0 && status == "SIGNALED") return signal & 0x7f;
+  if (!e.contains("return_code")) return std::nullopt;
+  auto code = NumberOf(e["return_code"]);
+  if (!code) return std::nullopt;
+  return (*code & 0xff) << 8;
 }
 
 }  // namespace
@@ -111,6 +155,8 @@ base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo) {
     node.gpus = gpus.count;
     node.gpus_used = ParseGpuGres(Text(n, "gres_used")).count;
     node.state = Text(n, "state");
+    if (node.state.empty()) return Status::Invalid(at + ": no state");
+    node.flags = StateFlags(n, "state");
     node.reason = Text(n, "reason");
     for (const char* list : {"state_flags", "partitions"}) {
       auto it = n.find(list);
@@ -139,8 +185,13 @@ base::Result<std::vector<SlurmJob>> DecodeJobs(const Json& squeue) {
     job.id = Number(j, "job_id");
     job.name = Text(j, "name");
     job.state = Text(j, "job_state");
+    // A job whose state cannot be read is not guessed at (running or ended): the whole answer
+    // is refused, and nothing is reported from it.
+    if (job.state.empty()) return Status::Invalid(at + ": no job_state");
     job.reason = Text(j, "state_reason");
-    job.exit_code = Number(j, "exit_code");
+    auto exit = WaitStatus(j);
+    if (!exit) return Status::Invalid(at + ".exit_code: not a form this connector reads");
+    job.exit_code = *exit;
     job.partition = Text(j, "partition");
     job.user = Text(j, "user_name");
     job.nodes = Text(j, "nodes");
@@ -228,6 +279,7 @@ base::Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
     }
     if (poll(fds.data(), 3, static_cast<int>(std::min(left, 1.0) * 1000) + 1) < 0 &&
         errno != EINTR) {
+      timed_out = true;  // cannot wait for it any more: killed, never waited on blocked
       break;
     }
     for (int k = 0; k < 2; ++k) {
@@ -317,14 +369,25 @@ base::Result<int64_t> SlurmCli::Submit(const std::vector<std::string>& options,
   const std::string id = r->out.substr(0, r->out.find_first_of(";\n"));
   if (r->exit_code != 0 || id.empty() || id.size() > 18 ||
       !std::all_of(id.begin(), id.end(), ::isdigit)) {
-    return Status::Invalid("sbatch refused the job: " + Said(*r));
+    // Slurm's words when slurmctld could not be reached or was too busy: the job may or may not
+    // have been taken.
+    const std::string said = Said(*r);
+    for (const char* transient : {"Unable to contact slurm controller", "Socket timed out",
+                                  "temporarily unable", "Zero Bytes were transmitted",
+                                  "Connection refused", "Communication connection failure"}) {
+      if (said.find(transient) != std::string::npos) {
+        return Status(base::StatusCode::kUnavailable, "sbatch: " + said);
+      }
+    }
+    return Status::Invalid("sbatch refused the job: " + said);
   }
   return static_cast<int64_t>(std::stoll(id));
 }
 
-Status SlurmCli::Cancel(int64_t id, const std::string& signal) const {
+Status SlurmCli::Cancel(int64_t id, const std::string& signal, const std::string& only_if) const {
   std::vector<std::string> argv = {"scancel"};
-  if (!signal.empty()) argv.insert(argv.end(), {"--full", "--signal=" + signal});
+  if (!signal.empty()) argv.push_back("--signal=" + signal);
+  if (!only_if.empty()) argv.push_back("--state=" + only_if);
   argv.push_back(std::to_string(id));
   auto r = RunCommand(argv, Env(), "", timeout_);
   if (!r.ok()) return r.status();

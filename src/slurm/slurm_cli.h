@@ -100,12 +100,16 @@ class SlurmCli {
 
   base::Result<std::vector<SlurmNode>> Nodes() const;
   base::Result<std::vector<SlurmJob>> Jobs() const;
-  // sbatch with these options and this batch script; returns Slurm's job ID.
+  // sbatch with these options and this batch script; returns Slurm's job ID. kUnavailable when
+  // the outcome is unknown (sbatch timed out, or could not reach slurmctld): the job may have
+  // been taken. kInvalidArgument when Slurm refused it (an account, a partition).
   base::Result<int64_t> Submit(const std::vector<std::string>& options,
                                const std::string& script) const;
-  // scancel: `signal` to the batch shell and every step of the job (its notice), or, with no
-  // signal, the job itself (Slurm sends SIGTERM, then SIGKILL after KillWait).
-  base::Status Cancel(int64_t id, const std::string& signal = "") const;
+  // scancel: `signal` to every step of the job (its notice), or, with no signal, the job itself
+  // (Slurm sends SIGTERM, then SIGKILL after KillWait); with `only_if`, only a job in that state
+  // (PENDING: never one that has just started).
+  base::Status Cancel(int64_t id, const std::string& signal = "",
+                      const std::string& only_if = "") const;
 
  private:
   base::Result<Json> JsonOf(const std::vector<std::string>& argv) const;
