@@ -784,7 +784,11 @@ Status SlurmConnector::Round() {
     return Status::Ok();
   }
   for (auto& [tag, run] : runs_) run.listed = false;
+  const double heard_before = server_seen_at_;
   for (auto& [name, link] : links_) Beat(link);
+  if (server_seen_at_ != heard_before) {
+    WriteFile(o_.work_dir + "/lease", fmt::format("{} {:.3f}\n", lease_, server_seen_at_), 0600);
+  }
   if (server_seen_at_ > 0 && now - server_seen_at_ > lease_) {
     // The lease ran out: the server may have given these runs to other nodes. Stop them, as an
     // agent's shims stop their tasks.
@@ -804,7 +808,16 @@ Status SlurmConnector::Round() {
 
 Status SlurmConnector::Run(const std::atomic<bool>& stop) {
   if (Status s = LoadRuns(); !s.ok()) return s;
-  server_seen_at_ = Now();  // the lease counts from the start
+  // The lease counts from the server's last answer, of this life or of the one before (kept in
+  // the work directory with the lease it gave), as an agent's shims count it from the lease
+  // file: a connector restarted during a server outage keeps its runs no longer than it may.
+  server_seen_at_ = Now();
+  std::istringstream kept(ReadFile(o_.work_dir + "/lease"));
+  double lease = 0, seen = 0;
+  if (kept >> lease >> seen && lease > 0 && seen > 0) {
+    lease_ = lease;
+    server_seen_at_ = std::min(seen, server_seen_at_);
+  }
   slurm_seen_at_ = Now();
   base::log::Info("Slurm connector for cluster {} (SLURM_CONF {}), every {:.1f} s", o_.cluster,
                   o_.slurm_conf.empty() ? "default" : o_.slurm_conf, o_.interval);
