@@ -33,6 +33,24 @@ std::string SelfPath() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "meridian";
 }
 
+}  // namespace
+
+void StopOnSignals(std::atomic<bool>* stop) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::thread([signals, stop] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    *stop = true;
+  }).detach();
+}
+
+namespace {
+
 int RunAgent(AgentFlags& f) {
   using meridian::base::Status;
   if (f.o.cluster.empty()) return Fail(Status::Invalid("--cluster is required"));
@@ -81,19 +99,8 @@ int RunAgent(AgentFlags& f) {
     gpus = std::make_unique<meridian::agent::NoGpus>();
   }
   // SIGINT/SIGTERM stop the loop; the agent then stops its tasks and reports them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
   std::atomic<bool> stop{false};
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    stop = true;
-  });
-  waiter.detach();
+  StopOnSignals(&stop);
   meridian::agent::Agent agent(f.o, std::move(gpus));
   Status s = agent.Run(stop);
   return s.ok() ? 0 : Fail(s);

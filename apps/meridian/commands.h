@@ -4,6 +4,7 @@
 // the one that runs stores its exit code in *rc.
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 
 #include "base/status.h"
 #include "cli/client.h"
@@ -29,6 +30,10 @@ meridian::base::Result<meridian::cli::ClientConfig> GlobalClientConfig();
 // The same, with the token read from `token_file` when one is named (agents, connectors).
 meridian::base::Result<meridian::cli::ClientConfig> RunnerClientConfig(
     const std::string& token_file);
+
+// SIGINT and SIGTERM set `stop` (a thread waits for them; the process blocks them); SIGPIPE is
+// ignored. For the long-running loops: agents, connectors.
+void StopOnSignals(std::atomic<bool>* stop);
 
 // Prints "meridian: <message>" to stderr; returns 2 for invalid input, 1 otherwise.
 int Fail(const meridian::base::Status& s);

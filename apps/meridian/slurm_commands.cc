@@ -1,8 +1,6 @@
 // `meridian slurm-connector`: a Slurm cluster as a Meridian back end (src/slurm/connector.h).
-#include <signal.h>
 
 #include <atomic>
-#include <thread>
 
 #include "apps/meridian/commands.h"
 #include "apps/meridian/config_file.h"
@@ -30,19 +28,8 @@ int RunConnector(SlurmFlags& f) {
   }
   if (f.o.work_dir.empty()) f.o.work_dir = "/var/lib/meridian/slurm/" + f.o.cluster;
   if (f.o.interval <= 0) return Fail(Status::Invalid("--interval must be positive"));
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
   std::atomic<bool> stop{false};
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    stop = true;
-  });
-  waiter.detach();
+  StopOnSignals(&stop);
   // Slurm's jobs run on when the connector stops: a connector started again adopts them.
   meridian::slurm::SlurmConnector connector(f.o);
   Status s = connector.Run(stop);
