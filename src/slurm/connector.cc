@@ -120,30 +120,37 @@ Status SlurmConnector::LoadRuns() {
   return Status::Ok();
 }
 
-std::set<int32_t> SlurmConnector::MeridianDevices(const std::string& node) const {
-  std::set<int32_t> out;
+std::map<std::string, SlurmConnector::NodeUse> SlurmConnector::MeridianUse() const {
+  std::map<std::string, NodeUse> out;
   for (const auto& [tag, run] : runs_) {
-    if (run.submitted && !IsActiveState(run.slurm_state)) continue;
+    const bool holds = !run.submitted || IsActiveState(run.slurm_state);
     for (const auto& [index, task] : run.tasks) {
-      if (task.node != node) continue;
-      for (const protocol::DeviceGrant& d : task.assignment.devices) out.insert(d.gpu);
+      NodeUse& use = out[task.node];
+      if (holds) {
+        for (const protocol::DeviceGrant& d : task.assignment.devices) use.devices.insert(d.gpu);
+      }
+      if (Runs(run.slurm_state))
+        use.running += static_cast<int32_t>(task.assignment.devices.size());
     }
   }
   return out;
 }
 
-int32_t SlurmConnector::MeridianGpusRunning(const std::string& node) const {
-  int32_t out = 0;
-  for (const auto& [tag, run] : runs_) {
-    if (!Runs(run.slurm_state)) continue;
-    for (const auto& [index, task] : run.tasks) {
-      if (task.node == node) out += static_cast<int32_t>(task.assignment.devices.size());
-    }
+bool SlurmConnector::HeardFromAll(const RunState& run) const {
+  auto heard = [&](const std::string& node) {
+    auto link = links_.find(node);
+    return link != links_.end() && link->second.heard;
+  };
+  if (run.tasks.empty()) {
+    return !links_.empty() &&
+           std::all_of(links_.begin(), links_.end(), [](const auto& l) { return l.second.heard; });
   }
-  return out;
+  return std::all_of(run.tasks.begin(), run.tasks.end(),
+                     [&](const auto& t) { return heard(t.second.node); });
 }
 
-protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n, int32_t foreign) const {
+protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n, int32_t foreign,
+                                                      const std::set<int32_t>& ours) const {
   protocol::Registration r;
   r.node = o_.node_prefix + n.name;
   r.cluster = o_.cluster;
@@ -162,7 +169,6 @@ protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n, int32_
   }
   // Slurm chooses the devices of its jobs itself: what Meridian counts as taken is a number of
   // GPUs, the highest indices that Meridian's own runs do not hold.
-  const std::set<int32_t> ours = MeridianDevices(r.node);
   for (auto g = r.gpus.rbegin(); g != r.gpus.rend() && foreign > 0; ++g) {
     if (ours.count(g->index)) continue;
     g->unmanaged = "held by a Slurm job submitted outside Meridian";
@@ -173,6 +179,12 @@ protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n, int32_
 
 void SlurmConnector::Sync(const std::vector<SlurmNode>& nodes) {
   std::set<std::string> present;
+  const std::map<std::string, NodeUse> ours = MeridianUse();
+  // Not while a run found again after a restart has no tasks known yet: its GPUs would count as
+  // foreign, and the re-registration would stop it.
+  const bool all_known = std::none_of(runs_.begin(), runs_.end(), [](const auto& r) {
+    return r.second.tasks.empty() && IsActiveState(r.second.slurm_state);
+  });
   for (const SlurmNode& n : nodes) {
     if (!o_.partitions.empty() &&
         std::none_of(n.partitions.begin(), n.partitions.end(), [&](const std::string& p) {
@@ -189,15 +201,13 @@ void SlurmConnector::Sync(const std::vector<SlurmNode>& nodes) {
     }
     const std::string name = o_.node_prefix + n.name;
     Link& link = links_[name];
-    // Not while a run found again after a restart has no tasks known yet: its GPUs would count
-    // as foreign, and the re-registration would stop it.
-    const bool all_known = std::none_of(runs_.begin(), runs_.end(), [](const auto& r) {
-      return r.second.tasks.empty() && IsActiveState(r.second.slurm_state);
-    });
-    const int32_t foreign = std::max(0, n.gpus_used - MeridianGpusRunning(name));
+    auto use = ours.find(name);
+    const NodeUse none;
+    const NodeUse& mine = use == ours.end() ? none : use->second;
+    const int32_t foreign = std::max(0, n.gpus_used - mine.running);
     if (all_known && foreign == link.foreign_seen) link.foreign = foreign;
     link.foreign_seen = foreign;
-    const protocol::Registration reg = RegistrationOf(n, link.foreign);
+    const protocol::Registration reg = RegistrationOf(n, link.foreign, mine.devices);
     present.insert(reg.node);
     link.slurm_name = n.name;
     if (!link.client) {
@@ -671,19 +681,9 @@ void SlurmConnector::Fence() {
   for (auto& [tag, run] : runs_) {
     if (run.listed || run.killed) continue;
     // Only once every node it ran on has been heard from this round: a node not heard may still
-    // list it.
-    bool all_heard = true;
-    for (const auto& [index, task] : run.tasks) {
-      auto link = links_.find(task.node);
-      all_heard &= link != links_.end() && link->second.heard;
-    }
-    if (run.tasks.empty()) {
-      all_heard = !links_.empty() && std::all_of(links_.begin(), links_.end(),
-                                                 [](const auto& l) { return l.second.heard; });
-    }
-    // COMPLETING: it has ended, Slurm is cleaning up after it.
-    if (!all_heard || !run.submitted || run.slurm_id <= 0 || !IsActiveState(run.slurm_state) ||
-        run.slurm_state == "COMPLETING") {
+    // list it. COMPLETING: it has ended, Slurm is cleaning up after it.
+    if (!HeardFromAll(run) || !run.submitted || run.slurm_id <= 0 ||
+        !IsActiveState(run.slurm_state) || run.slurm_state == "COMPLETING") {
       continue;
     }
     Status s = slurm_.Cancel(run.slurm_id);
@@ -735,21 +735,15 @@ void SlurmConnector::UploadLogs() {
 void SlurmConnector::Cleanup() {
   for (auto it = runs_.begin(); it != runs_.end();) {
     RunState& run = it->second;
-    bool done = !run.listed && !IsActiveState(run.slurm_state);
-    for (const auto& [index, task] : run.tasks) {
-      auto link = links_.find(task.node);
-      done &= link != links_.end() && link->second.heard;
-      // Its output is all with the server first (or the server refused it for good).
+    // Once no answer can still list it: every node it ran on heard from this round (every node,
+    // for a run found again after a restart, whose tasks are unknown), or it would be submitted
+    // again. And once its output is all with the server (or refused by it for good).
+    bool done = !run.listed && !IsActiveState(run.slurm_state) && HeardFromAll(run);
+    for (auto t = run.tasks.begin(); done && t != run.tasks.end(); ++t) {
       std::error_code ec;
       const auto size =
-          fs::file_size(RunDir(it->first) + "/task-" + std::to_string(index) + ".out", ec);
-      done &= ec || task.uploaded >= static_cast<int64_t>(size);
-    }
-    // A run found again after a restart (no tasks known): only once every node has been heard
-    // from this round, so that no answer still lists it (it would be submitted again).
-    if (run.tasks.empty()) {
-      done &= !links_.empty() && std::all_of(links_.begin(), links_.end(),
-                                             [](const auto& l) { return l.second.heard; });
+          fs::file_size(RunDir(it->first) + "/task-" + std::to_string(t->first) + ".out", ec);
+      done = ec || t->second.uploaded >= static_cast<int64_t>(size);
     }
     if (!done) {
       ++it;

@@ -123,10 +123,18 @@ class SlurmConnector {
   std::string RunDir(const RunTag& tag) const;
   // The node as its agent would register it, with `foreign` of its GPUs (none that Meridian's
   // runs hold) marked as held by Slurm's own users' work.
-  protocol::Registration RegistrationOf(const SlurmNode& node, int32_t foreign) const;
-  // The GPU indices Meridian's runs hold on `node`, and how many of them Slurm runs now.
-  std::set<int32_t> MeridianDevices(const std::string& node) const;
-  int32_t MeridianGpusRunning(const std::string& node) const;
+  protocol::Registration RegistrationOf(const SlurmNode& node, int32_t foreign,
+                                        const std::set<int32_t>& ours) const;
+  // Per node, the GPU indices Meridian's runs hold and how many of them Slurm runs now: worked
+  // out once a round for every node.
+  struct NodeUse {
+    std::set<int32_t> devices;
+    int32_t running = 0;
+  };
+  std::map<std::string, NodeUse> MeridianUse() const;
+  // Whether every node `run` is on was heard from this round (every node, when its tasks are
+  // not known): only then can no answer still list it.
+  bool HeardFromAll(const RunState& run) const;
   void GiveBackStuck();
 
   ConnectorOptions o_;
