@@ -181,7 +181,10 @@ TEST_F(GpuWarningsTest, AnInjectedWarningIsANodeConditionAndAFiringAlertWhileThe
   EXPECT_EQ(alert["labels"].value("alertname", ""), "MeridianGpuEccCorrectedRate");
   EXPECT_EQ(alert["labels"].value("severity", ""), "warning");
   EXPECT_EQ(alert["labels"].value("UUID", ""), "GPU-sim-n1-1");
-  // The temperature's rule waits 120 s before it fires: pending now.
+  // The temperature's rule waits 120 s before it fires: pending once an evaluation has seen its
+  // condition (which may have come a heartbeat after the ECC's), and not firing.
+  ASSERT_TRUE(Eventually([&] { return !Alert("gpu-temperature-near-slowdown", 2).empty(); }, 10))
+      << Http(*server_, "GET", "/api/v1/alerts", admin_).text;
   EXPECT_EQ(Alert("gpu-temperature-near-slowdown", 2).value("state", ""), "pending");
   std::printf(
       "GPU warnings: corrected ECC on GPU 1 was a node condition %.2f s after injection and a "
