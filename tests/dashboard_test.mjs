@@ -169,26 +169,38 @@ try {
   step('the estate shows both clusters');
 
   // A node whose GPU 5 is unhealthy, registered as its agent would (too small for any job, so
-  // nothing is placed there): the estate and the heatmap say so.
+  // nothing is placed there): the estate and the heatmap say so. Its GPU 6 is held by work outside
+  // Meridian, as a Slurm connector registers a GPU that a Slurm user's own job holds: occupied,
+  // not unhealthy.
   const sick = await api('POST', '/agents/register', admin, {
     node: 'cloud-sick', cluster: 'cloud', pool: 'a100', cpuMilli: 1, memoryMib: 1, simulated: true,
-    gpus: [...Array(8).keys()].map((i) => ({ index: i, uuid: `GPU-sick-${i}`, model: 'A100-80GB', healthy: i !== 5 })),
+    gpus: [...Array(8).keys()].map((i) => ({
+      index: i, uuid: `GPU-sick-${i}`, model: 'A100-80GB', healthy: i !== 5,
+      ...(i === 6 ? { unmanaged: 'Slurm job 7 (alice)' } : {}),
+    })),
   });
   assert.equal(sick.status, 200, JSON.stringify(sick.body));
   await page.waitForSelector('[data-testid=cluster-cloud]:has-text("1 GPU unhealthy")');
   assert.match(await page.textContent('[data-testid=cluster-cloud]'), /2 of 3 nodes ready|3 of 3 nodes ready/);
   assert.match(await page.textContent('.stat.warn'), /Unhealthy GPUs\s*1/);
+  assert.match(await page.textContent('[data-testid=cluster-cloud]'), /1 GPU held outside Meridian/);
+  assert.match(await page.textContent('.stats'), /Held outside Meridian\s*1/);
   await page.click('[data-testid=cluster-cloud] h3 a');
   await page.waitForSelector('[data-testid=node-cloud-sick] .gpu.unhealthy');
   const sickCells = page.locator('[data-testid=node-cloud-sick] .gpu.unhealthy');
   assert.equal(await sickCells.count(), 1);
   assert.match(await sickCells.getAttribute('aria-label'), /cloud-sick GPU 5 .*UNHEALTHY/);
+  const heldCells = page.locator('[data-testid=node-cloud-sick] .gpu.unmanaged');
+  assert.equal(await heldCells.count(), 1);
+  assert.match(await heldCells.getAttribute('aria-label'), /cloud-sick GPU 6 .*held outside Meridian: Slurm job 7 \(alice\)/);
   await shot('02-cluster-cloud-unhealthy');
   step('an unhealthy GPU shows in the estate and in the heatmap');
   // The built-in gpu-unhealthy rule fires for it, and the estate's alerts panel lists it.
   await page.click('nav >> text=Estate');
   await page.waitForSelector('[data-testid=alerts] tr[data-alert=MeridianGpuUnhealthy]:has-text("cloud-sick")', { timeout: 20000 });
   assert.match(await page.textContent('[data-testid=alerts] tr[data-alert=MeridianGpuUnhealthy]'), /critical.*node cloud-sick · gpu 5/s);
+  // The GPU held outside Meridian is not alerted on as broken.
+  assert.equal(await page.locator('[data-testid=alerts] tr[data-alert=MeridianGpuUnhealthy]:has-text("cloud-sick")').count(), 1);
   await shot('02b-estate-alerts');
   step('the firing alert for the unhealthy GPU shows in the estate');
   await page.click('[data-testid=cluster-cloud] h3 a');

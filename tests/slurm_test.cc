@@ -511,6 +511,24 @@ TEST_F(SlurmTest, SlurmGonePastItsTimeoutMakesItsNodesLostRequeuesOnceAndStaleRu
       },
       20))
       << Says();
+  // The cancel is an event of the node it ran on, naming the Slurm job and Meridian's run.
+  const std::string fenced_id =
+      std::to_string(slurm_->JobsNamed(SlurmName(id, 1))[0].value("job_id", int64_t{0}));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const Json& e : Http(*server_, "GET", "/api/v1/events?limit=1000", admin_)
+                                 .body.value("items", Json::array())) {
+          if (e.value("reason", "") == "BackendJobFenced" && e.value("objectKind", "") == "Node" &&
+              e.value("object", "") == node &&
+              e.value("message", "").find("Slurm job " + fenced_id + " (" + SlurmName(id, 1)) !=
+                  std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      10))
+      << Http(*server_, "GET", "/api/v1/events?limit=1000", admin_).text;
   // Slurm ran the job twice in all: the first run (cancelled on Slurm's return) and the second.
   int runs = 0;
   for (int64_t g = 1; g <= again + 1; ++g) runs += slurm_->JobsNamed(SlurmName(id, g)).size();
@@ -532,6 +550,26 @@ TEST_F(SlurmTest, AForeignSlurmJobsGpusAreNotDoubleBooked) {
       },
       20))
       << foreign << Node("slurm-n1").dump() << Says();
+  // Occupied, not broken: healthy in the API and in /metrics, no GPU-unhealthy alert, and said
+  // in `get nodes` and `top`.
+  for (const Json& g : Node("slurm-n1").value("gpus", Json::array())) {
+    EXPECT_TRUE(g.value("healthy", false)) << g.dump();
+    EXPECT_EQ(g.value("freeMilli", -1), 0) << g.dump();
+  }
+  const std::string metrics = Http(*server_, "GET", "/metrics", admin_).text;
+  int unmanaged_series = 0;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("meridian_gpu_unmanaged{", 0) == 0 && line.ends_with(" 1")) {
+      EXPECT_NE(line.find("node=\"slurm-n1\""), std::string::npos) << line;
+      ++unmanaged_series;
+    }
+  }
+  EXPECT_EQ(unmanaged_series, 4) << metrics;
+  const std::string nodes = Run("get nodes").output;
+  EXPECT_NE(nodes.find("Ready,4 GPUs unmanaged"), std::string::npos) << nodes;
+  const std::string top = Run("top").output;
+  EXPECT_NE(top.find(" GPUs allocated, 4 held by work outside Meridian"), std::string::npos) << top;
   // Four jobs of four GPUs (a project without a quota): three nodes are left for them.
   std::vector<int64_t> jobs;
   for (int i = 0; i < 4; ++i) {
@@ -539,6 +577,10 @@ TEST_F(SlurmTest, AForeignSlurmJobsGpusAreNotDoubleBooked) {
   }
   ASSERT_TRUE(Eventually([&] { return Count(jobs, "Running") == 3; }, 20)) << Says();
   std::this_thread::sleep_for(std::chrono::seconds(2));
+  // Alert rules have been evaluated since (every 2 s): none took the held GPUs for broken ones.
+  for (const Json& a : Http(*server_, "GET", "/api/v1/alerts", admin_).body["items"]) {
+    EXPECT_NE(a["labels"].value("alertname", ""), "MeridianGpuUnhealthy") << a.dump();
+  }
   int64_t waiting = 0;
   for (int64_t id : jobs) {
     const Json j = Job(id);

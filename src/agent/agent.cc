@@ -218,7 +218,7 @@ Status Agent::Beat() {
   Poll();
   beat_soon_ = false;
   orders_.TakeRung();  // a ring from now on brings another heartbeat
-  protocol::Heartbeat beat{Telemetry(), Reports(), {}, {}};
+  protocol::Heartbeat beat{Telemetry(), Reports(), {}, {}, {}};
   auto states = States();
   beat.remediations = remediated_;
   Json body = protocol::ToJson(beat);
@@ -318,7 +318,7 @@ Status Agent::Run(const std::atomic<bool>& stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (registered_) {
-    Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports(), {}, {}});
+    Json body = protocol::ToJson(protocol::Heartbeat{Telemetry(), Reports(), {}, {}, {}});
     (void)client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
     UploadLogs();
   }

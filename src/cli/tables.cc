@@ -91,6 +91,17 @@ std::string NodeState(const Json& n) {
     scheduling[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(scheduling[0])));
     state += "," + scheduling;
   }
+  // A node its back end will not take work on (a Slurm node drained or down in Slurm):
+  // "Ready,Unavailable"; `describe node` says why.
+  if (!n.value("unavailable", "").empty()) state += ",Unavailable";
+  // GPUs that work outside Meridian holds (a Slurm user's own job): "Ready,4 GPUs unmanaged".
+  int64_t unmanaged = 0;
+  for (const Json& g : n.value("gpus", Json::array())) {
+    unmanaged += g.is_object() && !g.value("unmanaged", "").empty() ? 1 : 0;
+  }
+  if (unmanaged > 0) {
+    state += "," + std::to_string(unmanaged) + (unmanaged == 1 ? " GPU" : " GPUs") + " unmanaged";
+  }
   // GPUs cordoned for a fault: "Ready,GPU 2 cordoned", "Ready,GPUs 0 1 cordoned,GPU 3 held".
   std::vector<std::string> cordoned, held;
   for (const Json& g : n.value("gpuHealth", Json::array())) {
@@ -304,9 +315,9 @@ Table JobHistoryTable(const Json& items, double now) {
     // A running job's elapsed time runs to now; one that never started has none.
     const std::string elapsed =
         start > 0 ? base::FormatElapsed((end > 0 ? end : now) - start) : "00:00:00";
-    t.rows.push_back({ListedId(j), m.value("name", ""), m.value("user", ""),
-                      m.value("project", ""), s.value("phase", ""), Timestamp(start),
-                      Timestamp(end), elapsed, ExitCode(s)});
+    t.rows.push_back({ListedId(j), m.value("name", ""), m.value("user", ""), m.value("project", ""),
+                      s.value("phase", ""), Timestamp(start), Timestamp(end), elapsed,
+                      ExitCode(s)});
   }
   return t;
 }

@@ -934,9 +934,11 @@ int Top(Context& c) {
   if (!nodes) return code;
   auto usage = Do(c, "GET", "/api/v1/usage", nullptr, &code);
   if (!usage) return code;
+  // Allocated is Meridian's; unmanaged is held by work outside it (a Slurm user's own job), which
+  // is occupied capacity all the same.
   struct Row {
     int nodes = 0;
-    double gpus = 0, free = 0;
+    double gpus = 0, free = 0, unmanaged = 0;
   };
   std::map<std::string, Row> clusters;
   for (const Json& n : nodes->at("items")) {
@@ -945,6 +947,7 @@ int Top(Context& c) {
     for (const Json& g : n.at("gpus")) {
       r.gpus += 1;
       r.free += g.value("freeMilli", 0) / 1000.0;
+      r.unmanaged += g.value("unmanaged", "").empty() ? 0 : 1;
     }
   }
   if (Structured(c)) {
@@ -952,16 +955,19 @@ int Top(Context& c) {
     return kExitOk;
   }
   Table estate;
-  estate.headers = {"cluster", "model", "nodes", "gpus", "allocated", "free", "use"};
-  double all = 0, used = 0;
+  estate.headers = {"cluster", "model", "nodes", "gpus", "allocated", "unmanaged", "free", "use"};
+  double all = 0, used = 0, foreign = 0;
   for (const auto& [key, r] : clusters) {
     const size_t tab = key.find('\t');
-    const double alloc = r.gpus - r.free;
+    const double alloc = r.gpus - r.free - r.unmanaged;
+    const double occupied = alloc + r.unmanaged;
     all += r.gpus;
     used += alloc;
-    estate.rows.push_back({key.substr(0, tab), key.substr(tab + 1), std::to_string(r.nodes),
-                           Num(Json(r.gpus)), Num(Json(alloc)), Num(Json(r.free)),
-                           r.gpus > 0 ? Num(Json(std::round(100 * alloc / r.gpus))) + "%" : "-"});
+    foreign += r.unmanaged;
+    estate.rows.push_back(
+        {key.substr(0, tab), key.substr(tab + 1), std::to_string(r.nodes), Num(Json(r.gpus)),
+         Num(Json(alloc)), Num(Json(r.unmanaged)), Num(Json(r.free)),
+         r.gpus > 0 ? Num(Json(std::round(100 * occupied / r.gpus))) + "%" : "-"});
   }
   estate.Print(c.out);
   c.out << "\n";
@@ -975,7 +981,9 @@ int Top(Context& c) {
                            u.contains("pending") ? Num(u.at("pending")) : ""});
   }
   queues.Print(c.out);
-  c.out << "\n" << Num(Json(used)) << " of " << Num(Json(all)) << " GPUs allocated\n";
+  c.out << "\n" << Num(Json(used)) << " of " << Num(Json(all)) << " GPUs allocated";
+  if (foreign > 0) c.out << ", " << Num(Json(foreign)) << " held by work outside Meridian";
+  c.out << "\n";
   return kExitOk;
 }
 

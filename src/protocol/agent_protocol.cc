@@ -317,6 +317,13 @@ Json ToJson(const Heartbeat& h) {
     }
     out["remediations"] = std::move(results);
   }
+  if (!h.notices.empty()) {
+    Json notices = Json::array();
+    for (const NodeNotice& n : h.notices) {
+      notices.push_back({{"reason", n.reason}, {"message", n.message}});
+    }
+    out["notices"] = std::move(notices);
+  }
   return out;
 }
 
@@ -499,6 +506,12 @@ base::Result<Heartbeat> DecodeHeartbeat(const Json& j) {
       x.healthy = item.Bool("healthy", false);
       x.message = item.String("message", false);
       out.remediations.push_back(std::move(x));
+    });
+    r.ObjectList("notices", [&](FieldReader& item) {
+      NodeNotice n;
+      n.reason = item.String("reason", true);
+      n.message = item.String("message", true);
+      out.notices.push_back(std::move(n));
     });
   });
 }

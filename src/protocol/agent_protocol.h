@@ -204,6 +204,15 @@ struct RemediationResult {
   std::string message;
 };
 
+// What a node's agent (or a back end's connector, for the nodes it speaks for) did on its own
+// that operators should see: a Slurm job of Meridian's cancelled because no answer lists it any
+// more. Each becomes a Warning event of the node, `reason` as given (CamelCase, as events'
+// reasons are: "BackendJobFenced"). Sent until a heartbeat carrying it is answered.
+struct NodeNotice {
+  std::string reason;
+  std::string message;
+};
+
 struct Heartbeat {
   std::vector<GpuSample> telemetry;
   std::vector<TaskReport> tasks;
@@ -211,6 +220,7 @@ struct Heartbeat {
   // dropped, and the rest of the heartbeat (task reports above all) is taken as usual.
   std::vector<std::string> telemetry_errors;
   std::vector<RemediationResult> remediations;
+  std::vector<NodeNotice> notices;
 };
 
 struct HeartbeatAnswer {

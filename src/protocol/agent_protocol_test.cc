@@ -215,6 +215,22 @@ TEST(AgentProtocolTest, GpuHealthOrdersAndResultsSurviveTheirJsonForm) {
   EXPECT_EQ(back->remediations[1].message, "a row remap failed");
 }
 
+// What a connector did on its own (a fenced Slurm job) travels as notices; none, none sent.
+TEST(AgentProtocolTest, NoticesSurviveTheirJsonForm) {
+  Heartbeat beat;
+  beat.notices = {{"BackendJobFenced", "cancelled Slurm job 12 (meridian-7-1, on n2)"}};
+  auto back = DecodeHeartbeat(ToJson(beat));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->notices.size(), 1u);
+  EXPECT_EQ(back->notices[0].reason, "BackendJobFenced");
+  EXPECT_EQ(back->notices[0].message, "cancelled Slurm job 12 (meridian-7-1, on n2)");
+  EXPECT_FALSE(ToJson(Heartbeat{}).contains("notices"));
+  auto bad = DecodeHeartbeat(Json{{"notices", {{{"reason", "BackendJobFenced"}}}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("notices[0].message"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(AgentProtocolTest, BadReportsAreRefusedNamingTheField) {
   struct Case {
     Json heartbeat;

@@ -62,7 +62,7 @@ class SchedulerController final : public api::SchedulerHooks {
     struct Gpu {
       int32_t index = 0;
       std::string uuid;
-      bool healthy = true;
+      bool healthy = true;  // a GPU held by work outside Meridian is healthy (and occupied)
     };
     std::string name;
     std::string cluster;

@@ -1,6 +1,7 @@
 #include "server/nodes.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 
 #include "api/job_life.h"
@@ -242,6 +243,11 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     if (!healed.ok()) return healed.status();
     seq = std::max(seq, *healed);
   }
+  if (!beat->notices.empty()) {
+    auto said = RecordNotices(node, beat->notices);
+    if (!said.ok()) return said.status();
+    seq = std::max(seq, *said);
+  }
   if (seq > 0) {
     bus_->Notify(seq);
     if (wake_) wake_();
@@ -263,6 +269,50 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     }
   }
   return protocol::ToJson(answer);
+}
+
+base::Result<int64_t> NodeService::RecordNotices(const std::string& node,
+                                                 const std::vector<protocol::NodeNotice>& notices) {
+  constexpr size_t kMaxNotices = 32;
+  constexpr size_t kMaxMessage = 1024;
+  std::vector<store::Event> events;
+  const double now = clock_->Now();
+  size_t dropped = 0;
+  for (const protocol::NodeNotice& n : notices) {
+    const bool named = !n.reason.empty() && n.reason.size() <= 64 &&
+                       std::all_of(n.reason.begin(), n.reason.end(),
+                                   [](unsigned char c) { return std::isalpha(c) != 0; });
+    if (!named || events.size() == kMaxNotices) {
+      ++dropped;
+      continue;
+    }
+    // Cut on a character's first byte: the message is UTF-8, and stays so.
+    size_t cut = std::min(n.message.size(), kMaxMessage);
+    while (cut < n.message.size() && cut > 0 &&
+           (static_cast<unsigned char>(n.message[cut]) & 0xC0) == 0x80) {
+      --cut;
+    }
+    events.push_back({0, now, "Node", node, "", "Warning", n.reason, n.message.substr(0, cut)});
+  }
+  if (dropped > 0) {
+    base::log::Warn(base::log::Fields{{"node", node}},
+                    "node {}: {} notice(s) dropped (a reason that is not a word, or more than {} "
+                    "in one heartbeat)",
+                    node, dropped, kMaxNotices);
+  }
+  int64_t seq = 0;
+  if (events.empty()) return seq;
+  Status s = store_->Write([&](store::Tx& tx) {
+    seq = 0;
+    for (const store::Event& e : events) {
+      auto appended = tx.AppendEvent(e);
+      if (!appended.ok()) return appended.status();
+      seq = *appended;
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return seq;
 }
 
 Status NodeService::MayUpload(const std::string& node, int64_t job, int32_t task,

@@ -177,6 +177,11 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   // Takes a heartbeat's samples into the node's warnings; returns the conditions that began.
   std::vector<domain::NodeCondition> ObserveWarningsLocked(
       NodeEntry& e, const std::vector<protocol::GpuSample>& samples, double now);
+  // Appends a Warning event of the node for each notice its agent or connector sent: at most
+  // kMaxNotices of one heartbeat, a reason of 1-64 letters (others are dropped, and logged), a
+  // message cut at 1,024 bytes.
+  base::Result<int64_t> RecordNotices(const std::string& node,
+                                      const std::vector<protocol::NodeNotice>& notices);
   // Appends an event for each warning that began (nothing is cordoned for one).
   base::Result<int64_t> RecordWarnings(const std::string& node,
                                        const std::vector<domain::NodeCondition>& began);

@@ -70,5 +70,33 @@ TEST_F(RungNodes, ARebuildRingsOnlyTheNodesWhoseOrdersItChanged) {
   EXPECT_EQ(Take(), std::set<std::string>{}) << "the same orders as before";
 }
 
+// What a connector did on its own comes as notices in a heartbeat: each one an event of the node,
+// a message cut at 1,024 bytes; a notice whose reason is not a word, or one past 32 in one
+// heartbeat, is dropped, and the heartbeat is taken all the same.
+class NodeNotices : public ControlPlane {};
+
+TEST_F(NodeNotices, AreEventsOfTheNodeWithinBounds) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  Json notices = Json::array();
+  notices.push_back({{"reason", "BackendJobFenced"}, {"message", std::string(5000, 'x')}});
+  // 1,023 bytes, then a 2-byte character across the cut: it goes whole.
+  notices.push_back(
+      {{"reason", "Cut"}, {"message", std::string(1023, 'y') + "\u00e9" + std::string(10, 'y')}});
+  notices.push_back({{"reason", "Not a word!"}, {"message", "dropped"}});
+  for (int i = 0; i < 40; ++i) {
+    notices.push_back({{"reason", "Many"}, {"message", std::to_string(i)}});
+  }
+  auto r = nodes_->Heartbeat("n1", {{"notices", notices}});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<std::string> fenced = EventsOf("Node", "n1", "BackendJobFenced");
+  ASSERT_EQ(fenced.size(), 1u);
+  EXPECT_EQ(fenced[0], std::string(1024, 'x'));
+  EXPECT_EQ(EventsOf("Node", "n1", "Cut"), std::vector<std::string>{std::string(1023, 'y')});
+  EXPECT_EQ(EventsOf("Node", "n1", "Many").size(), 30u);  // 32 in all
+  EXPECT_TRUE(EventsOf("Node", "n1", "Not a word!").empty());
+}
+
 }  // namespace
 }  // namespace meridian::server

@@ -22,9 +22,12 @@ struct Family {
   const char* type;
   const char* help;
 };
-constexpr std::array<Family, 26> kFamilies = {{
+constexpr std::array<Family, 27> kFamilies = {{
     {"meridian_gpu_healthy", "gauge",
      "1 when the GPU is healthy as the scheduler takes it (what its agent registered), 0 when "
+     "not."},
+    {"meridian_gpu_unmanaged", "gauge",
+     "1 when work outside Meridian holds the GPU (a job submitted to Slurm directly), 0 when "
      "not."},
     {"meridian_gpu_allocated_ratio", "gauge",
      "Share of the GPU allocated to jobs, 0..1 (fractions and MIG slices in parts)."},
@@ -214,6 +217,7 @@ void RenderEstateMetrics(const Json& nodes,
       }
       const Labels l = GpuLabels(node, gpu, holders);
       out->Set("meridian_gpu_healthy", l, gpu.value("healthy", true) ? 1 : 0);
+      out->Set("meridian_gpu_unmanaged", l, gpu.value("unmanaged", "").empty() ? 0 : 1);
       out->Set("meridian_gpu_allocated_ratio", l, Number(gpu, "allocatedMilli") / 1000);
       // A lost node's last sample is old news: its GPUs keep only what the scheduler says.
       if (!report || report->state == "Lost") continue;

@@ -90,6 +90,20 @@ const std::string kDeclared =
     R"({gpu="0",UUID="GPU-c",device="nvidia0",modelName="A100-80GB",Hostname="n2",node="n2",)"
     R"(cluster="onprem",job_id="",project=""})";
 
+// A GPU that a Slurm user's own job holds is occupied, not broken: a dashboard of healthy GPUs
+// does not count it as failed, and the unmanaged series says who has it.
+TEST(TelemetryMetrics, AGpuHeldOutsideMeridianIsUnmanagedAndHealthy) {
+  Json nodes = Nodes();
+  nodes[0]["gpus"][1]["healthy"] = true;  // as /api/v1/nodes says it
+  nodes[0]["gpus"][1]["unmanaged"] = "held by a Slurm job submitted outside Meridian";
+  const std::string text = Render(nodes, Reports());
+  for (const std::string& want : std::vector<std::string>{
+           "meridian_gpu_unmanaged" + kGpu1 + " 1", "meridian_gpu_healthy" + kGpu1 + " 1",
+           "meridian_gpu_unmanaged" + kGpu0 + " 0", "# TYPE meridian_gpu_unmanaged gauge"}) {
+    EXPECT_TRUE(Has(text, want)) << want << "\n" << text;
+  }
+}
+
 TEST(TelemetryMetrics, EveryGpuHasItsSeriesWithDcgmLabelsInBaseUnits) {
   const std::string text = Render(Nodes(), Reports());
   const std::string l0 = kGpu0.substr(0, kGpu0.size() - 1);
@@ -111,6 +125,7 @@ TEST(TelemetryMetrics, EveryGpuHasItsSeriesWithDcgmLabelsInBaseUnits) {
            "meridian_gpu_mig_instances" + kGpu0 + " 2",
            "meridian_gpu_mig_instance_info" + l0 + ",GPU_I_PROFILE=\"1g.10gb\",mig_start=\"6\"} 1",
            "meridian_gpu_healthy" + kGpu0 + " 1",
+           "meridian_gpu_unmanaged" + kGpu0 + " 0",
            "meridian_gpu_allocated_ratio" + kGpu0 + " 0.75",
            // The idle GPU: what is counted is there at zero; the unhealthy one says so.
            "meridian_gpu_utilization_ratio" + kGpu1 + " 0",

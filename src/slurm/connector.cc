@@ -284,6 +284,7 @@ void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
       continue;
     }
     run.slurm_id = it->second->id;
+    run.slurm_nodes = it->second->nodes;
     run.slurm_state = it->second->state;
     run.slurm_reason = it->second->reason;
     run.wait_status = it->second->exit_code;
@@ -306,6 +307,7 @@ void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
     run.tag = tag;
     run.submitted = true;
     run.slurm_id = job->id;
+    run.slurm_nodes = job->nodes;
     run.slurm_state = job->state;
     run.slurm_reason = job->reason;
     run.wait_status = job->exit_code;
@@ -397,6 +399,7 @@ void SlurmConnector::Beat(Link& link) {
   if (!link.registered) return;
   protocol::Heartbeat beat;
   beat.tasks = ReportsFor(link.registration.node);
+  beat.notices = link.notices;
   Json body = protocol::ToJson(beat);
   auto r =
       link.client->Call("POST", "/api/v1/agents/" + link.registration.node + "/heartbeat", &body);
@@ -414,6 +417,8 @@ void SlurmConnector::Beat(Link& link) {
     base::log::Warn("heartbeat of {} refused: {}", link.registration.node, cli::ErrorMessage(*r));
     return;
   }
+  link.notices.erase(link.notices.begin(),
+                     link.notices.begin() + static_cast<std::ptrdiff_t>(beat.notices.size()));
   auto terms = protocol::DecodeTerms(r->body);
   if (terms.ok()) {
     lease_ = terms->lease;
@@ -688,11 +693,26 @@ void SlurmConnector::Fence() {
     }
     Status s = slurm_.Cancel(run.slurm_id);
     run.killed = s.ok();  // else again next round
-    base::log::Warn(
-        "fenced Slurm job {} ({}): Meridian no longer runs job {} generation {} "
-        "there{}",
-        run.slurm_id, TagName(tag), tag.job, tag.generation, s.ok() ? "" : ": " + s.message());
+    const std::string what = fmt::format(
+        "Slurm job {} ({}, on {}): Meridian no longer runs job {} generation {} there",
+        run.slurm_id, TagName(tag), run.slurm_nodes.empty() ? "no node yet" : run.slurm_nodes,
+        tag.job, tag.generation);
+    base::log::Warn("fenced {}{}", what, s.ok() ? "" : ": " + s.message());
+    if (s.ok()) Notify(run, "BackendJobFenced", "cancelled " + what);
   }
+}
+
+void SlurmConnector::Notify(const RunState& run, const std::string& reason,
+                            const std::string& message) {
+  constexpr size_t kMaxNotices = 32;
+  Link* link = nullptr;
+  if (!run.tasks.empty()) {
+    auto it = links_.find(run.tasks.begin()->second.node);
+    if (it != links_.end()) link = &it->second;
+  }
+  if (!link && !links_.empty()) link = &links_.begin()->second;
+  if (!link || link->notices.size() >= kMaxNotices) return;  // the log has it
+  link->notices.push_back({reason, message});
 }
 
 void SlurmConnector::UploadLogs() {
@@ -790,6 +810,12 @@ Status SlurmConnector::Round() {
       if (run.killed || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) continue;
       run.killed = slurm_.Cancel(run.slurm_id).ok();
       base::log::Warn("lease ran out: cancelled Slurm job {} ({})", run.slurm_id, TagName(tag));
+      if (run.killed) {
+        Notify(run, "BackendLeaseExpired",
+               fmt::format("cancelled Slurm job {} ({}): the server had not answered for longer "
+                           "than the agents' lease ({:.0f} s)",
+                           run.slurm_id, TagName(tag), lease_));
+      }
     }
   }
   Act();

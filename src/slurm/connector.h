@@ -78,6 +78,9 @@ class SlurmConnector {
     // GPUs that Slurm's own users' jobs hold: as registered, and as last counted (a count is
     // registered once two looks in a row agree, as sinfo and squeue are not read at one instant).
     int32_t foreign = 0, foreign_seen = 0;
+    // What the connector did on its own on this node (a fenced Slurm job): events of the node,
+    // sent with each heartbeat until one is answered (at most kMaxNotices kept).
+    std::vector<protocol::NodeNotice> notices;
   };
   struct TaskState {
     protocol::Assignment assignment;
@@ -104,6 +107,7 @@ class SlurmConnector {
     bool ran = false;
     std::string give_back_why;  // cancelled while pending; given back once squeue says so
     std::string given_back;     // why it was cancelled in Slurm and given back to Meridian's queue
+    std::string slurm_nodes;    // Slurm's host list of it, as squeue shows it
   };
 
   base::Status LoadRuns();  // the run folders an earlier life left
@@ -118,6 +122,8 @@ class SlurmConnector {
   void Submit(RunState& run);
   void Stop(RunState& run);
   void Fence();
+  // Says `message` in an event of the run's first node (of any node when its tasks are unknown).
+  void Notify(const RunState& run, const std::string& reason, const std::string& message);
   void UploadLogs();
   void Cleanup();
   std::string RunDir(const RunTag& tag) const;

@@ -84,6 +84,8 @@ export interface Gpu {
   freeMilli: number; // free to schedule: 0 on lost or cordoned nodes and unhealthy GPUs
   mig: boolean;
   healthy: boolean;
+  // Held by work outside Meridian (a Slurm user's own job), and why: occupied, not unhealthy.
+  unmanaged?: string;
   utilization?: number;
   memoryUsedMib?: number;
   temperatureC?: number;
@@ -123,6 +125,8 @@ export interface Node {
   memoryMib: number;
   memoryFreeMib: number;
   schedulable: boolean;
+  // Why its back end takes no work there now (a Slurm node drained or down in Slurm); '' if it does.
+  unavailable?: string;
   gpus: Gpu[];
   source: 'registered' | 'declared';
   state?: string;

@@ -10,6 +10,7 @@ export interface ModelSum {
   allocated: number; // in GPUs: fractions and MIG slices in parts
   idle: number; // allocated, and reporting under IDLE_BELOW utilisation
   unhealthy: number;
+  unmanaged: number; // held by work outside Meridian (a Slurm user's own job)
   utilization: number | null; // mean of the GPUs that report it
   pricePerHour: number; // per GPU
 }
@@ -54,7 +55,7 @@ export function summarise(nodes: Node[], clusters: ConfigObject<ClusterSpec>[]):
     if (!n.gpus.length) continue;
     let m = c.models.find((x) => x.model === n.model);
     if (!m) {
-      m = { model: n.model, gpus: 0, allocated: 0, idle: 0, unhealthy: 0, utilization: null, pricePerHour: prices.get(n.cluster)?.[n.model] ?? 0 };
+      m = { model: n.model, gpus: 0, allocated: 0, idle: 0, unhealthy: 0, unmanaged: 0, utilization: null, pricePerHour: prices.get(n.cluster)?.[n.model] ?? 0 };
       c.models.push(m);
       reporting.set(m, { sum: 0, n: 0 });
     }
@@ -62,7 +63,8 @@ export function summarise(nodes: Node[], clusters: ConfigObject<ClusterSpec>[]):
     for (const g of n.gpus) {
       m.gpus++;
       m.allocated += allocatedOf(g);
-      if (!g.healthy) m.unhealthy++;
+      if (g.unmanaged) m.unmanaged++;
+      else if (!g.healthy) m.unhealthy++;
       if (g.utilization !== undefined) {
         r.sum += g.utilization;
         r.n++;
@@ -81,7 +83,7 @@ export function summarise(nodes: Node[], clusters: ConfigObject<ClusterSpec>[]):
 }
 
 export function totals(cs: ClusterSum[]) {
-  const t = { gpus: 0, allocated: 0, idle: 0, unhealthy: 0, cost: 0, utilSum: 0, utilN: 0 };
+  const t = { gpus: 0, allocated: 0, idle: 0, unhealthy: 0, unmanaged: 0, cost: 0, utilSum: 0, utilN: 0 };
   for (const c of cs) {
     t.cost += c.costPerHour;
     for (const m of c.models) {
@@ -89,6 +91,7 @@ export function totals(cs: ClusterSum[]) {
       t.allocated += m.allocated;
       t.idle += m.idle;
       t.unhealthy += m.unhealthy;
+      t.unmanaged += m.unmanaged;
       if (m.utilization !== null) {
         t.utilSum += m.utilization * m.gpus;
         t.utilN += m.gpus;

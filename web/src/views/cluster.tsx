@@ -29,7 +29,8 @@ function gpuLabel(n: Node, g: Gpu): string {
   if (g.temperatureC !== undefined) parts.push(`${g.temperatureC} °C`);
   if (g.powerW !== undefined) parts.push(`${Math.round(g.powerW)} W`);
   if (g.mig) parts.push(`MIG ${g.migInstances?.length ? g.migInstances.join(' ') : 'enabled, no instances'}`);
-  if (!g.healthy) parts.push('UNHEALTHY');
+  if (g.unmanaged) parts.push(`held outside Meridian: ${g.unmanaged}`);
+  else if (!g.healthy) parts.push('UNHEALTHY');
   const record = n.gpuHealth?.find((h) => h.index === g.index && h.cordoned);
   if (record) parts.push(`${record.held ? 'held' : 'cordoned pending a reset'}: ${record.reason}`);
   if (g.xidErrors) parts.push(`${g.xidErrors} XID errors (last ${g.lastXid})`);
@@ -47,9 +48,9 @@ function Cell({ n, g, mode }: { n: Node; g: Gpu; mode: Mode }) {
   const text = value === undefined ? '–' : pct(value);
   const label = gpuLabel(n, g);
   return (
-    <li class={`gpu${g.healthy ? '' : ' unhealthy'}${alloc > 0 ? ' allocated' : ''}`} style={style} title={label} aria-label={label}>
+    <li class={`gpu${g.unmanaged ? ' unmanaged' : g.healthy ? '' : ' unhealthy'}${alloc > 0 ? ' allocated' : ''}`} style={style} title={label} aria-label={label}>
       <span class="gpu-index">{g.index}</span>
-      <span class="gpu-value">{g.healthy ? text : '✕'}</span>
+      <span class="gpu-value">{g.unmanaged ? '⊘' : g.healthy ? text : '✕'}</span>
       {g.mig && <span class="gpu-mig">{g.migInstances?.length ? g.migInstances.map((m) => m.split('@')[0]).join(' ') : 'MIG'}</span>}
     </li>
   );
@@ -90,6 +91,7 @@ export function ClusterView({ name }: { name: string }) {
           <span style={shade(0.5)}>50%</span>
           <span style={shade(1)}>100%</span>
           <span class="gpu-legend-unhealthy">✕ unhealthy</span>
+          <span class="gpu-legend-unmanaged">⊘ held outside Meridian</span>
         </span>
       </fieldset>
       <div class="nodes">
@@ -101,6 +103,11 @@ export function ClusterView({ name }: { name: string }) {
               {n.scheduling ? (
                 <span class="badge badge-warn" title={n.drain?.reason ? `drain: ${n.drain.reason}` : undefined}>
                   {n.scheduling}
+                </span>
+              ) : null}
+              {n.unavailable ? (
+                <span class="badge badge-warn" title={n.unavailable}>
+                  unavailable
                 </span>
               ) : null}
               {n.conditions?.length ? (

@@ -29,7 +29,8 @@ export function EstateView() {
       <div class="stats" role="list" aria-label="Totals">
         <Stat label="GPUs" value={String(t.gpus)} />
         <Stat label="Allocated" value={`${num(t.allocated)} (${pct(t.gpus ? t.allocated / t.gpus : null)})`} />
-        <Stat label="Free" value={num(t.gpus - t.allocated)} />
+        <Stat label="Free" value={num(t.gpus - t.allocated - t.unmanaged)} />
+        {t.unmanaged > 0 && <Stat label="Held outside Meridian" value={String(t.unmanaged)} hint="GPUs that work submitted to a back end directly holds" />}
         <Stat label="Allocated but idle" value={String(t.idle)} hint={`under ${pct(IDLE_BELOW)} busy`} />
         <Stat label="Utilisation" value={pct(t.utilization)} />
         <Stat label="Cost / hour" value={money(t.cost)} />
@@ -81,6 +82,7 @@ export function EstateView() {
 
 function ClusterCard({ c }: { c: ClusterSum }) {
   const unhealthy = c.models.reduce((s, m) => s + m.unhealthy, 0);
+  const unmanaged = c.models.reduce((s, m) => s + m.unmanaged, 0);
   const health =
     c.lost || unhealthy
       ? [c.lost ? `${c.lost} node${c.lost > 1 ? 's' : ''} lost` : '', unhealthy ? `${unhealthy} GPU${unhealthy > 1 ? 's' : ''} unhealthy` : '']
@@ -100,7 +102,8 @@ function ClusterCard({ c }: { c: ClusterSum }) {
         {c.simulated && <span class="badge">simulated GPUs</span>}
       </header>
       <p>
-        {c.ready} of {c.nodes} nodes ready · <span class={c.lost || unhealthy ? 'bad' : 'good'}>{health}</span> · {money(c.costPerHour)}/h
+        {c.ready} of {c.nodes} nodes ready · <span class={c.lost || unhealthy ? 'bad' : 'good'}>{health}</span>
+        {unmanaged ? ` · ${unmanaged} GPU${unmanaged > 1 ? 's' : ''} held outside Meridian` : ''} · {money(c.costPerHour)}/h
       </p>
       <Table
         caption={<span class="sr-only">GPUs of {c.name} by model</span>}
@@ -111,7 +114,8 @@ function ClusterCard({ c }: { c: ClusterSum }) {
           { label: 'Model', rowHeader: true, cell: (m) => m.model },
           { label: 'GPUs', numeric: true, cell: (m) => m.gpus },
           { label: 'Allocated', numeric: true, cell: (m) => num(m.allocated) },
-          { label: 'Free', numeric: true, cell: (m) => num(m.gpus - m.allocated) },
+          { label: 'Free', numeric: true, cell: (m) => num(m.gpus - m.allocated - m.unmanaged) },
+          { label: 'Unmanaged', numeric: true, cell: (m) => m.unmanaged },
           { label: 'Idle', numeric: true, cell: (m) => m.idle },
           { label: 'Utilisation', numeric: true, cell: (m) => pct(m.utilization) },
           { label: 'Cost/h', numeric: true, cell: (m) => money(m.allocated * m.pricePerHour) },

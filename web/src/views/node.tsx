@@ -128,6 +128,12 @@ export function NodeView({ name, admin }: { name: string; admin: boolean }) {
         <dd>
           {Math.round((n.memoryMib - n.memoryFreeMib) / 1024)} of {Math.round(n.memoryMib / 1024)} GiB allocated
         </dd>
+        {n.unavailable ? (
+          <>
+            <dt>Unavailable</dt>
+            <dd>{n.unavailable}</dd>
+          </>
+        ) : null}
         <dt>Heartbeat</dt>
         <dd>{n.lastHeartbeat ? ago(n.lastHeartbeat) : n.source === 'declared' ? 'declared by its pool' : '–'}</dd>
         {n.drain && (
@@ -156,7 +162,10 @@ export function NodeView({ name, admin }: { name: string; admin: boolean }) {
           columns={[
             { label: 'GPU', rowHeader: true, cell: (g) => g.index },
             { label: 'UUID', cell: (g) => <code>{g.uuid}</code> },
-            { label: 'Health', cell: (g) => (g.healthy ? 'healthy' : <span class="bad">unhealthy</span>) },
+            {
+              label: 'Health',
+              cell: (g) => (g.unmanaged ? <span title={g.unmanaged}>held outside Meridian</span> : g.healthy ? 'healthy' : <span class="bad">unhealthy</span>),
+            },
             { label: 'Allocated', numeric: true, cell: (g) => pct(allocatedOf(g)) },
             { label: 'Job', cell: (g) => (jobOfGpu.get(g.index) ? <JobLink id={jobOfGpu.get(g.index)!.id} name={jobOfGpu.get(g.index)!.metadata.name} /> : '–') },
             { label: 'Utilisation', numeric: true, cell: (g) => pct(g.utilization) },
