@@ -50,8 +50,11 @@ const portFile = join(work, 'port');
 rmSync(artifacts, { recursive: true, force: true }); // this run's screenshots only
 mkdirSync(artifacts, { recursive: true });
 step(`starting ${binary} server --dev in ${work}`);
-const server = spawn(binary, ['server', '--dev', '--listen', '127.0.0.1:0', '--port-file', portFile, '--data-dir', dataDir,
-  '--history-interval', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+// Without the local Slurm cluster: the jobs below use exec and port-forward, which Slurm runs do
+// not offer, and Meridian may place them anywhere (meridian_slurm_e2e_test runs the dev estate
+// with it).
+const server = spawn(binary, ['server', '--dev', '--dev-slurm', 'off', '--listen', '127.0.0.1:0', '--port-file', portFile,
+  '--data-dir', dataDir, '--history-interval', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
 let serverOutput = '';
 server.stdout.on('data', (d) => (serverOutput += d));
 server.stderr.on('data', (d) => (serverOutput += d));

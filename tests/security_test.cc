@@ -268,8 +268,8 @@ TEST_F(SecurityTest, MetricsNeedTheMetricsRole) {
 }
 
 TEST_F(SecurityTest, DevModeLeavesMetricsOpenAndSaysSo) {
-  server_ =
-      std::make_unique<ServerProcess>(kBinary, dir_.File("dev"), std::vector<std::string>{"--dev"});
+  server_ = std::make_unique<ServerProcess>(
+      kBinary, dir_.File("dev"), std::vector<std::string>{"--dev", "--dev-slurm", "off"});
   // The dev estate's agents are stopped by the server's SIGTERM, not by a SIGKILL.
   struct StopGently {
     ServerProcess* s;

@@ -1763,7 +1763,8 @@ TEST(ServerLogs, JsonLinesWithAccessAndTransitionLines) {
 TEST(DevEstate, StopsWithinSecondsOfSigtermItsAgentsFirst) {
   base::testing::TempDir dir;
   ASSERT_EQ(::chmod(dir.path().c_str(), 0711), 0);  // the agents' tasks run under uids of their own
-  ServerProcess server(kBinary, dir.File("dev"), {"--dev"});
+  // Agents only (the dev estate's Slurm cluster and its stop: meridian_slurm_e2e_test).
+  ServerProcess server(kBinary, dir.File("dev"), {"--dev", "--dev-slurm", "off"});
   ASSERT_TRUE(server.Start()) << ReadFile(dir.File("dev.log"));
   ASSERT_TRUE(Eventually(
       [&] {

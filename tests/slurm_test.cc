@@ -2,10 +2,7 @@
 // slurmd per logical node, four nodes on this host, each with four fake GPU device files), a real
 // `meridian server`, a real `meridian slurm-connector`, and real Slurm jobs.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,24 +11,13 @@
 #include <sstream>
 
 #include "base/testing/temp_dir.h"
+#include "slurm/local_cluster.h"
 #include "tests/server_process.h"
 
 namespace meridian::testing {
 namespace {
 
 const std::string kBinary = MERIDIAN_BINARY;
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::string Shell(const std::string& cmd) {
   std::string out;
@@ -44,144 +30,23 @@ std::string Shell(const std::string& cmd) {
   return out;
 }
 
-// A daemon started in the foreground, its output in `log`; stopped by its PID.
-class Daemon {
+// The real Slurm cluster under test, as the dev estate runs it (slurm::LocalCluster): four nodes
+// of four fake H100s. Slurm's commands in this process find it through SLURM_CONF.
+class SlurmCluster : public slurm::LocalCluster {
  public:
-  Daemon() = default;
-  Daemon(const Daemon&) = delete;
-  Daemon& operator=(const Daemon&) = delete;
-  ~Daemon() { Stop(SIGKILL); }
-  void Start(std::vector<std::string> args, const std::string& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      std::freopen(log.c_str(), "a", stdout);
-      std::freopen(log.c_str(), "a", stderr);
-      execvp(argv[0], argv.data());
-      _exit(127);
-    }
+  explicit SlurmCluster(const std::string& dir) : LocalCluster(dir, 4, 4) {}
+  std::string Up() {
+    base::Status s = Start();
+    if (s.ok()) setenv("SLURM_CONF", conf().c_str(), 1);
+    return s.ok() ? "" : s.message();
   }
-  bool Running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
-  // SIGTERM, then SIGKILL after 10 s (a slurmd whose controller is gone may ignore SIGTERM).
-  void Stop(int sig = SIGTERM) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    if (!Eventually([&] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, 10)) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    pid_ = -1;
+  std::string Restart() {
+    base::Status s = StartController(false);
+    return s.ok() ? "" : s.message();
   }
-
- private:
-  pid_t pid_ = -1;
-};
-
-// A real Slurm cluster on loopback, configured and started under `dir` as
-// ../shared/components/ shows: fake GPUs as character devices 1:3 (what /dev/null is), one slurmd
-// per logical node (`slurmd -N`), no accounting database. Slurm's commands in this process and
-// its children find it through SLURM_CONF.
-class SlurmCluster {
- public:
-  SlurmCluster(std::string dir, int nodes, int gpus)
-      : dir_(std::move(dir)), nodes_(nodes), gpus_(gpus), slurmd_(static_cast<size_t>(nodes)) {}
-  ~SlurmCluster() {
-    // Jobs first, while the daemons run: a slurmd stopped before its jobs leaves their
-    // slurmstepd and tasks behind, running on through the rest of the suite.
-    if (controller_.Running()) {
-      Shell("scancel --user=root");
-      Eventually([&] { return Shell("squeue -h").empty(); }, 15);
-    }
-    for (Daemon& d : slurmd_) d.Stop();
-    controller_.Stop();
-    munge_.Stop();
-    KillLeftovers();
-  }
-
-  // Whatever still runs with this cluster's SLURM_CONF in its environment (slurmstepd and the
-  // tasks under it inherit it): after a slurmctld killed and restarted from a state saved
-  // before a job started, Slurm can show the job cancelled while its step runs on.
-  void KillLeftovers() const {
-    const std::string mine = "SLURM_CONF=" + conf();
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-      const std::string pid = entry.path().filename();
-      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-      if (std::stoi(pid) == getpid()) continue;
-      std::ifstream in(entry.path() / "environ", std::ios::binary);
-      std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (env.find(mine + '\0') != std::string::npos) kill(std::stoi(pid), SIGKILL);
-    }
-  }
-
-  std::string conf() const { return dir_ + "/etc/slurm.conf"; }
-
-  // Empty when the cluster is up with every node idle; otherwise what went wrong.
-  std::string Start() {
-    for (const char* d : {"etc", "state", "log", "run", "dev", "munge/key", "munge/run", "spool"}) {
-      std::filesystem::create_directories(dir_ + "/" + d);
-    }
-    // munged wants its key's folder private and every folder above its socket searchable.
-    ::chmod((dir_ + "/munge/key").c_str(), 0700);
-    for (std::string d = dir_ + "/munge/run"; d.size() > 1; d = d.substr(0, d.rfind('/'))) {
-      struct stat st {};
-      if (::stat(d.c_str(), &st) == 0) ::chmod(d.c_str(), (st.st_mode & 07777) | 0111);
-    }
-    for (int i = 0; i < gpus_; ++i) {
-      const std::string dev = dir_ + "/dev/nvidia" + std::to_string(i);
-      if (mknod(dev.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) return "mknod " + dev;
-    }
-    const std::string key = dir_ + "/munge/key/munge.key";
-    Shell("mungekey --create --keyfile=" + key);
-    munge_socket_ = dir_ + "/munge/run/munge.socket";
-    munge_.Start(
-        {"munged", "-F", "--socket=" + munge_socket_, "--key-file=" + key,
-         "--log-file=" + dir_ + "/munge/munged.log", "--pid-file=" + dir_ + "/munge/munged.pid",
-         "--seed-file=" + dir_ + "/munge/munged.seed"},
-        dir_ + "/log/munged.out");
-    if (!Eventually([&] { return std::filesystem::exists(munge_socket_); }, 10)) {
-      return "munged did not start: " + ReadFile(dir_ + "/log/munged.out");
-    }
-    WriteConf();
-    setenv("SLURM_CONF", conf().c_str(), 1);
-    if (std::string e = StartController(true); !e.empty()) return e;
-    for (int i = 0; i < nodes_; ++i) {
-      const std::string name = "n" + std::to_string(i + 1);
-      std::filesystem::create_directories(dir_ + "/spool/" + name);
-      slurmd_[static_cast<size_t>(i)].Start({"slurmd", "-D", "-N", name},
-                                            dir_ + "/log/slurmd-" + name + ".out");
-    }
-    if (!Eventually([&] { return IdleNodes() >= nodes_; }, 30)) {
-      return "nodes not idle: " + Shell("sinfo -N") + ReadFile(dir_ + "/log/slurmctld.log");
-    }
-    return "";
-  }
-
-  // Starts slurmctld and waits until it answers; `clear` starts from no saved state.
-  std::string StartController(bool clear) {
-    std::vector<std::string> args = {"slurmctld", "-D", "-i"};
-    if (clear) args.push_back("-c");
-    controller_.Start(args, dir_ + "/log/slurmctld.out");
-    if (!Eventually([&] { return Shell("scontrol ping").find("UP") != std::string::npos; }, 20)) {
-      return "slurmctld did not answer: " + ReadFile(dir_ + "/log/slurmctld.out");
-    }
-    return "";
-  }
-  void KillController() { controller_.Stop(SIGKILL); }
-
-  int IdleNodes() {
-    std::istringstream in(Shell("sinfo -h -N -t idle -o %N"));
-    int n = 0;
-    for (std::string line; std::getline(in, line);) n += !line.empty();
-    return n;
-  }
-
   // Slurm's jobs named `name`, as squeue shows them.
-  std::vector<Json> JobsNamed(const std::string& name) {
-    const Json q = Json::parse(Shell("squeue --json"), nullptr, false);
+  std::vector<Json> JobsNamed(const std::string& name) const {
+    const Json q = Json::parse(Command({"squeue", "--json"}), nullptr, false);
     std::vector<Json> out;
     if (!q.is_object()) return out;
     for (const Json& j : q.value("jobs", Json::array())) {
@@ -189,47 +54,6 @@ class SlurmCluster {
     }
     return out;
   }
-
- private:
-  void WriteConf() {
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    const std::string h = std::string(host).substr(0, std::string(host).find('.'));
-    std::ostringstream c;
-    c << "ClusterName=meridiantest\nSlurmctldHost=" << h << "(127.0.0.1)\n"
-      << "SlurmctldPort=" << FreePort() << "\nSlurmUser=root\nSlurmdUser=root\n"
-      << "AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket=" << munge_socket_ << "\n"
-      << "StateSaveLocation=" << dir_ << "/state\nSlurmdSpoolDir=" << dir_ << "/spool/%n\n"
-      << "SlurmctldPidFile=" << dir_ << "/run/slurmctld.pid\n"
-      << "SlurmdPidFile=" << dir_ << "/run/slurmd-%n.pid\n"
-      << "SlurmctldLogFile=" << dir_ << "/log/slurmctld.log\n"
-      << "SlurmdLogFile=" << dir_ << "/log/slurmd-%n.log\n"
-      << "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
-      << "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
-      << "JobCompType=jobcomp/none\nSchedulerType=sched/backfill\n"
-      << "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,default_queue_depth=1000\n"
-      << "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
-      << "SlurmdParameters=config_overrides\nGresTypes=gpu\nReturnToService=2\nMpiDefault=none\n"
-      << "CommunicationParameters=NoCtldInAddrAny,NoInAddrAny\nMinJobAge=300\n"
-      << "SlurmdTimeout=60\nInactiveLimit=0\nKillWait=2\n";
-    for (int i = 0; i < nodes_; ++i) {
-      c << "NodeName=n" << i + 1 << " NodeHostname=" << h
-        << " NodeAddr=127.0.0.1 Port=" << FreePort()
-        << " CPUs=16 RealMemory=64000 Gres=gpu:h100:" << gpus_ << " State=UNKNOWN\n";
-    }
-    c << "PartitionName=gpu Nodes=n[1-" << nodes_
-      << "] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO\n";
-    std::ofstream(conf()) << c.str();
-    std::ofstream(dir_ + "/etc/gres.conf")
-        << "AutoDetect=off\nNodeName=n[1-" << nodes_ << "] Name=gpu Type=h100 File=" << dir_
-        << "/dev/nvidia[0-" << gpus_ - 1 << "]\n";
-  }
-
-  std::string dir_;
-  int nodes_, gpus_;
-  std::string munge_socket_;
-  Daemon munge_, controller_;
-  std::vector<Daemon> slurmd_;
 };
 
 // Two clusters under one quota: `hpc` is the Slurm cluster, `onprem` has Meridian's own agents.
@@ -280,8 +104,8 @@ spec: {heartbeatInterval: 0.5, nodeLostTimeout: 6}
 class SlurmTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    slurm_ = std::make_unique<SlurmCluster>(dir_.File("slurm"), 4, 4);
-    const std::string error = slurm_->Start();
+    slurm_ = std::make_unique<SlurmCluster>(dir_.File("slurm"));
+    const std::string error = slurm_->Up();
     ASSERT_EQ(error, "") << "a real Slurm cluster is needed (scripts/install-deps.sh installs "
                             "slurm-wlm and munge; the test runs as root)";
     server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("data"));
@@ -464,7 +288,7 @@ TEST_F(SlurmTest, SlurmctldKilledAndBackLosesNoJobAndRunsNoneTwice) {
       << Says();
   slurm_->KillController();
   std::this_thread::sleep_for(std::chrono::seconds(2));  // within --slurm-timeout (3 s)
-  ASSERT_EQ(slurm_->StartController(false), "");
+  ASSERT_EQ(slurm_->Restart(), "");
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Succeeded"; }, 40)) << Says();
   EXPECT_EQ(Job(id)["status"].value("generation", 0), 1);
   EXPECT_EQ(slurm_->JobsNamed(SlurmName(id)).size(), 1u) << Says();
@@ -492,7 +316,7 @@ TEST_F(SlurmTest, SlurmGonePastItsTimeoutMakesItsNodesLostRequeuesOnceAndStaleRu
       30))
       << Node(node).dump() << Says();
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Pending"; }, 10)) << Job(id).dump();
-  ASSERT_EQ(slurm_->StartController(false), "");
+  ASSERT_EQ(slurm_->Restart(), "");
   // Slurm's job of the first run ran on meanwhile (slurmd keeps it): it is cancelled on return,
   // and the job runs again as its second run, once.
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running"; }, 40)) << Says();
@@ -699,6 +523,95 @@ TEST_F(SlurmTest, APreemptedSlurmJobGetsItsNoticeStopsWithinItsGraceAndRunsAgain
   EXPECT_EQ(Job(low)["status"].value("generation", 0), 2);
   EXPECT_EQ(slurm_->JobsNamed(SlurmName(low, 1)).size(), 1u);
   EXPECT_EQ(slurm_->JobsNamed(SlurmName(low, 2)).size(), 1u);
+}
+
+// `meridian server --dev` with its local Slurm cluster: a newcomer's estate has the agents'
+// clusters and a real Slurm cluster side by side under one quota, `get nodes` and `top` show
+// them, the example Slurm gang runs there as one Slurm job of two nodes, and SIGTERM stops it
+// all, Slurm's jobs and daemons included, in seconds.
+TEST(DevEstateWithSlurm, RunsASlurmClusterBesideTheAgentsAndStopsItAll) {
+  base::testing::TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0711), 0);  // the agents' tasks run under uids of their own
+  const slurm::LocalCluster leftovers(dir.File("dev-slurm"), 2, 4);
+  struct KillAfter {
+    const slurm::LocalCluster& c;
+    ~KillAfter() { c.KillLeftovers(); }  // should the test fail before the estate stops
+  } kill_after{leftovers};
+  ServerProcess server(kBinary, dir.File("dev"), {"--dev", "--dev-slurm", "on"});
+  struct StopGently {  // the estate's agents and Slurm stop on SIGTERM, not on a SIGKILL
+    ServerProcess& s;
+    ~StopGently() { s.Stop(SIGTERM); }
+  } stop{server};
+  ASSERT_TRUE(server.Start()) << ReadFile(dir.File("dev.log"));
+  const std::string admin = server.admin_token();
+  std::map<std::string, int> registered;  // nodes by cluster
+  ASSERT_TRUE(Eventually(
+      [&] {
+        registered.clear();
+        for (const Json& n :
+             Http(server, "GET", "/api/v1/nodes", admin).body.value("items", Json::array())) {
+          if (n.value("source", "") != "registered") continue;
+          registered[n.value("cluster", "")] += 1;
+          if (n.value("cluster", "") == "hpc") {
+            EXPECT_EQ(n.value("model", ""), "H100-80GB") << n.dump();
+            EXPECT_EQ(n["gpus"].size(), 4u) << n.dump();
+          }
+        }
+        return registered["hpc"] == 2 && registered["onprem"] == 4 && registered["cloud"] == 2;
+      },
+      90))
+      << ReadFile(dir.File("dev.log")) << ReadFile(dir.File("dev/agents/slurm-connector.log"));
+  const std::string nodes = Cli(kBinary, "get nodes", server.url(), admin).output;
+  EXPECT_NE(nodes.find("hpc-n2"), std::string::npos) << nodes;
+  EXPECT_NE(nodes.find("onprem-h100-3"), std::string::npos) << nodes;
+  const std::string top = Cli(kBinary, "top", server.url(), admin).output;
+  EXPECT_NE(top.find("hpc"), std::string::npos) << top;
+  EXPECT_NE(top.find(" of 56 GPUs allocated"), std::string::npos) << top;  // 32 + 16 + 8
+
+  // The example gang, as the dev estate's banner offers it.
+  CliResult submitted = Cli(
+      kBinary, "submit -f " + std::string(MERIDIAN_SOURCE_DIR) + "/examples/jobs/slurm-gang.yaml",
+      server.url(), admin);
+  ASSERT_EQ(submitted.code, 0) << submitted.output;
+  const size_t digits = submitted.output.find_first_of("0123456789");
+  ASSERT_NE(digits, std::string::npos) << submitted.output;
+  const int64_t id = std::stoll(submitted.output.substr(digits));
+  const std::string logs0 = "logs " + std::to_string(id) + " --task 0";
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return Cli(kBinary, logs0, server.url(), admin).output.find("rank 0 of 2 on hpc-n") !=
+               std::string::npos;
+      },
+      60))
+      << GetJob(server, admin, id).dump() << ReadFile(dir.File("dev/agents/slurm-connector.log"));
+  EXPECT_NE(Cli(kBinary, "logs " + std::to_string(id) + " --task 1", server.url(), admin)
+                .output.find("rank 1 of 2 on hpc-n"),
+            std::string::npos);
+  const std::string squeue = leftovers.Command({"squeue", "-h", "-o", "%j %D %T"});
+  EXPECT_NE(squeue.find("meridian-" + std::to_string(id) + "-1 2 RUNNING"), std::string::npos)
+      << squeue;
+
+  // SIGTERM while the gang runs on Slurm: everything stops, Slurm's side too.
+  const auto t0 = std::chrono::steady_clock::now();
+  server.Stop(SIGTERM);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[figure] dev estate with 6 agents and 2 Slurm nodes stopped %.2f s after SIGTERM\n",
+              seconds);
+  EXPECT_LT(seconds, 40) << ReadFile(dir.File("dev.log"));
+  const std::string mine = "SLURM_CONF=" + leftovers.conf() + std::string(1, '\0');
+  std::vector<std::string> running;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (env.find(mine) == std::string::npos) continue;
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    running.push_back(entry.path().filename().string() + " " + name);
+  }
+  EXPECT_TRUE(running.empty()) << "still running with the estate's SLURM_CONF: "
+                               << ::testing::PrintToString(running);
 }
 
 }  // namespace

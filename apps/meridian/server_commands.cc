@@ -117,6 +117,14 @@ void AddServerCommands(CLI::App& app, int* rc) {
   server->add_flag("--dev", dev,
                    "a whole hybrid estate on this machine: the example configuration and local "
                    "agents with simulated GPUs (a fresh data dir unless --data-dir is given)");
+  static std::string dev_slurm = "auto";
+  server
+      ->add_option("--dev-slurm", dev_slurm,
+                   "with --dev: a local Slurm cluster too (a real slurmctld and slurmd, fake GPU "
+                   "devices), federated through `meridian slurm-connector`; auto: when Slurm "
+                   "and munge are installed and the server runs as root")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   static std::string config;
   AddConfigFlag(server, &config);
   server->callback([rc, server] {
@@ -131,6 +139,7 @@ void AddServerCommands(CLI::App& app, int* rc) {
       d.server = o;
       d.fresh_data_dir = server->count("--data-dir") == 0;
       d.agent_args = {"--log-level", log_flags.level, "--log-format", log_flags.format};
+      d.slurm = dev_slurm;
       s = meridian::dev::RunDevEstate(d);
     } else {
       s = meridian::server::RunServer(o);

@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "base/log.h"
 #include "cli/client.h"
+#include "slurm/local_cluster.h"
 
 namespace meridian::dev {
 
@@ -36,6 +38,27 @@ Status Check(const base::Result<cli::Response>& r, const char* what) {
     return Status::Internal(std::string(what) + ": " + cli::ErrorMessage(*r));
   }
   return Status::Ok();
+}
+
+// A child process of the estate (an agent, the Slurm connector), its output appended to `log`.
+pid_t Spawn(std::vector<std::string> args, const std::string& log) {
+  std::vector<char*> argv;
+  for (std::string& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    FILE* out = std::fopen(log.c_str(), "a");
+    if (out) {
+      dup2(fileno(out), 1);
+      dup2(fileno(out), 2);
+    }
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
 }
 
 pid_t StartAgent(const std::string& self, const std::string& url, const std::string& data_dir,
@@ -73,23 +96,47 @@ pid_t StartAgent(const std::string& self, const std::string& url, const std::str
                                    "--memory-mib",
                                    a.memory_mib};
   args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<char*> argv;
-  for (std::string& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    FILE* out = std::fopen(log.c_str(), "a");
-    if (out) {
-      dup2(fileno(out), 1);
-      dup2(fileno(out), 2);
-    }
-    execv(argv[0], argv.data());
-    _exit(127);
+  return Spawn(std::move(args), log);
+}
+
+// The dev estate's Slurm cluster as a site would configure it for Meridian: a Cluster with
+// `backend: slurm`, federated by a connector.
+const char* kSlurmClusterDoc = R"(kind: Cluster
+metadata: {name: hpc}
+spec: {type: on-prem, region: eu-west, backend: slurm, prices: {H100-80GB: 1.5}}
+)";
+
+// Starts the local Slurm cluster, declares it, and starts its connector (one more child).
+Status StartSlurm(slurm::LocalCluster& cluster, cli::Client& client, const std::string& self,
+                  const std::string& url, const std::string& data_dir,
+                  const std::vector<std::string>& extra, pid_t* connector) {
+  if (Status s = cluster.Start(); !s.ok()) return s;
+  Json apply = {{"files", Json::array({{{"name", "dev estate: the local Slurm cluster"},
+                                        {"content", kSlurmClusterDoc}}})},
+                {"message", "the dev estate's local Slurm cluster"}};
+  if (Status s = Check(client.Call("POST", "/api/v1/config/apply", &apply), "the Slurm cluster");
+      !s.ok()) {
+    return s;
   }
-  return pid;
+  std::vector<std::string> args = {self,
+                                   "--server",
+                                   url,
+                                   "slurm-connector",
+                                   "--cluster",
+                                   "hpc",
+                                   "--slurm-conf",
+                                   cluster.conf(),
+                                   "--partition",
+                                   "gpu",
+                                   "--node-prefix",
+                                   "hpc-",
+                                   "--work-dir",
+                                   data_dir + "-slurm/connector",
+                                   "--token-file",
+                                   data_dir + "/agent.token"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  *connector = Spawn(std::move(args), data_dir + "/agents/slurm-connector.log");
+  return Status::Ok();
 }
 
 }  // namespace
@@ -104,8 +151,13 @@ Status RunDevEstate(DevOptions o) {
   o.server.open_metrics = true;
   const std::string self = "/proc/self/exe";  // the agents are this binary
   const std::string data_dir = o.server.data_dir;
-  std::vector<pid_t> agents;
+  std::vector<pid_t> agents;  // and the Slurm connector
   std::mutex agents_mu;
+  // The local Slurm cluster: on when asked for, or when it can run here (auto).
+  std::unique_ptr<slurm::LocalCluster> slurm_cluster;
+  if (o.slurm == "on" || (o.slurm == "auto" && slurm::LocalCluster::Runnable())) {
+    slurm_cluster = std::make_unique<slurm::LocalCluster>(data_dir + "-slurm", o.slurm_nodes, 4);
+  }
   o.server.on_ready = [&](const std::string& url, const std::string& admin) {
     cli::Client client({url, admin, "", false});
     Json apply = {
@@ -147,20 +199,50 @@ Status RunDevEstate(DevOptions o) {
       for (const AgentSpec& a : specs)
         agents.push_back(StartAgent(self, url, data_dir, a, o.agent_args));
     }
-    // Wait until every agent has registered, so that the first job has somewhere to go.
-    size_t ready = 0;
-    for (int i = 0; i < 100 && ready < specs.size(); ++i) {
+    std::string slurm_line;
+    bool slurm_up = slurm_cluster != nullptr;
+    if (slurm_up) {
+      pid_t connector = -1;
+      s = StartSlurm(*slurm_cluster, client, self, url, data_dir, o.agent_args, &connector);
+      if (connector > 0) {
+        std::lock_guard<std::mutex> lock(agents_mu);
+        agents.push_back(connector);
+      }
+      if (!s.ok()) {
+        base::log::Error("dev estate: the local Slurm cluster: {}", s.message());
+        slurm_cluster->Stop();
+        if (o.slurm == "on") {
+          kill(getpid(), SIGTERM);
+          return;
+        }
+        slurm_line = "  (no Slurm cluster: " + s.message() + ")\n";
+        slurm_up = false;
+      }
+    }
+    const size_t slurm_nodes = slurm_up ? static_cast<size_t>(o.slurm_nodes) : 0;
+    // Wait until every node has registered, so that the first job has somewhere to go.
+    size_t ready = 0, slurm_ready = 0;
+    for (int i = 0; i < 150 && (ready < specs.size() || slurm_ready < slurm_nodes); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       auto nodes = client.Call("GET", "/api/v1/nodes");
       if (!nodes.ok() || nodes->status != 200) continue;
-      ready = 0;
+      ready = slurm_ready = 0;
       for (const Json& n : nodes->body.value("items", Json::array())) {
-        ready += n.value("source", "") == "registered";
+        if (n.value("source", "") != "registered") continue;
+        (n.value("cluster", "") == "hpc" ? slurm_ready : ready) += 1;
       }
+    }
+    if (slurm_up) {
+      slurm_line = "  Slurm cluster hpc: " + std::to_string(slurm_ready) + " of " +
+                   std::to_string(slurm_nodes) +
+                   " nodes x 4 H100-80GB registered through meridian slurm-connector (a real "
+                   "slurmctld and slurmd, fake GPU devices; SLURM_CONF=" +
+                   slurm_cluster->conf() + ")\n";
     }
     std::printf(
         "\nMeridian dev estate: %zu of %zu agents registered (%d on-prem nodes x 8 H100-80GB, "
         "%d cloud nodes x 8 A100-80GB; simulated GPUs, real processes)\n"
+        "%s"
         "  dashboard     %s/  (sign in with the admin token)\n"
         "  API           %s/api/v1\n"
         "  admin token   %s\n"
@@ -170,10 +252,14 @@ Status RunDevEstate(DevOptions o) {
         "  export MERIDIAN_SERVER=%s MERIDIAN_TOKEN=%s\n"
         "  ./build/meridian submit -f examples/jobs/train-gang.yaml   # an 8-GPU gang on-prem\n"
         "  ./build/meridian get jobs && ./build/meridian logs 1 -f\n"
-        "  ./build/meridian top\n\n"
+        "  ./build/meridian top\n"
+        "%s\n"
         "Ctrl-C stops everything.\n",
-        ready, specs.size(), o.onprem_nodes, o.cloud_nodes, url.c_str(), url.c_str(), admin.c_str(),
-        data_dir.c_str(), data_dir.c_str(), url.c_str(), admin.c_str());
+        ready, specs.size(), o.onprem_nodes, o.cloud_nodes, slurm_line.c_str(), url.c_str(),
+        url.c_str(), admin.c_str(), data_dir.c_str(), data_dir.c_str(), url.c_str(), admin.c_str(),
+        slurm_up ? "  ./build/meridian submit -f examples/jobs/slurm-gang.yaml   # a 2-node gang "
+                   "on Slurm; squeue shows it\n"
+                 : "");
     std::fflush(stdout);
   };
   o.server.on_stop = [&] {
@@ -191,6 +277,8 @@ Status RunDevEstate(DevOptions o) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     }
+    // Slurm's jobs are cancelled while its daemons still run, then the daemons stop.
+    if (slurm_cluster) slurm_cluster->Stop();
     base::log::Info("dev estate stopped (data in {})", data_dir);
   };
   return server::RunServer(o.server);
