@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "base/testing/temp_dir.h"
@@ -41,7 +43,7 @@ class SlurmCluster : public slurm::LocalCluster {
     return s.ok() ? "" : s.message();
   }
   std::string Restart() {
-    base::Status s = StartController(false);
+    base::Status s = RestartController();
     return s.ok() ? "" : s.message();
   }
   // Slurm's jobs named `name`, as squeue shows them.
@@ -104,6 +106,7 @@ spec: {heartbeatInterval: 0.5, nodeLostTimeout: 6}
 class SlurmTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);  // munged's socket is under it
     slurm_ = std::make_unique<SlurmCluster>(dir_.File("slurm"));
     const std::string error = slurm_->Up();
     ASSERT_EQ(error, "") << "a real Slurm cluster is needed (scripts/install-deps.sh installs "
@@ -336,8 +339,9 @@ TEST_F(SlurmTest, SlurmGonePastItsTimeoutMakesItsNodesLostRequeuesOnceAndStaleRu
       20))
       << Says();
   // The cancel is an event of the node it ran on, naming the Slurm job and Meridian's run.
-  const std::string fenced_id =
-      std::to_string(slurm_->JobsNamed(SlurmName(id, 1))[0].value("job_id", int64_t{0}));
+  const std::vector<Json> fenced = slurm_->JobsNamed(SlurmName(id, 1));
+  ASSERT_EQ(fenced.size(), 1u) << Says();
+  const std::string fenced_id = std::to_string(fenced[0].value("job_id", int64_t{0}));
   ASSERT_TRUE(Eventually(
       [&] {
         for (const Json& e : Http(*server_, "GET", "/api/v1/events?limit=1000", admin_)
@@ -532,30 +536,35 @@ TEST_F(SlurmTest, APreemptedSlurmJobGetsItsNoticeStopsWithinItsGraceAndRunsAgain
 TEST(DevEstateWithSlurm, RunsASlurmClusterBesideTheAgentsAndStopsItAll) {
   base::testing::TempDir dir;
   ASSERT_EQ(::chmod(dir.path().c_str(), 0711), 0);  // the agents' tasks run under uids of their own
-  const slurm::LocalCluster leftovers(dir.File("dev-slurm"), 2, 4);
-  struct KillAfter {
-    const slurm::LocalCluster& c;
-    ~KillAfter() { c.KillLeftovers(); }  // should the test fail before the estate stops
-  } kill_after{leftovers};
   ServerProcess server(kBinary, dir.File("dev"), {"--dev", "--dev-slurm", "on"});
+  std::unique_ptr<slurm::LocalCluster> slurm;  // the estate's, to look at (not started here)
   struct StopGently {  // the estate's agents and Slurm stop on SIGTERM, not on a SIGKILL
     ServerProcess& s;
-    ~StopGently() { s.Stop(SIGTERM); }
-  } stop{server};
+    const std::unique_ptr<slurm::LocalCluster>& c;
+    ~StopGently() {
+      s.Stop(SIGTERM);
+      if (c) c->KillLeftovers();  // should the test have failed before the estate stopped
+    }
+  } stop{server, slurm};
   ASSERT_TRUE(server.Start()) << ReadFile(dir.File("dev.log"));
+  // The estate's Slurm cluster is in a new private folder beside its data dir.
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    if (e.path().filename().string().rfind("dev-slurm-", 0) == 0) {
+      slurm = std::make_unique<slurm::LocalCluster>(e.path().string(), 2, 4);
+    }
+  }
+  ASSERT_TRUE(slurm) << ReadFile(dir.File("dev.log"));
   const std::string admin = server.admin_token();
-  std::map<std::string, int> registered;  // nodes by cluster
+  std::map<std::string, int> registered;  // nodes by cluster ("hpc": of 4 H100-80GB)
   ASSERT_TRUE(Eventually(
       [&] {
         registered.clear();
         for (const Json& n :
              Http(server, "GET", "/api/v1/nodes", admin).body.value("items", Json::array())) {
           if (n.value("source", "") != "registered") continue;
-          registered[n.value("cluster", "")] += 1;
-          if (n.value("cluster", "") == "hpc") {
-            EXPECT_EQ(n.value("model", ""), "H100-80GB") << n.dump();
-            EXPECT_EQ(n["gpus"].size(), 4u) << n.dump();
-          }
+          const std::string cluster = n.value("cluster", "");
+          const bool h100s = n.value("model", "") == "H100-80GB" && n["gpus"].size() == 4u;
+          registered[cluster + (cluster != "hpc" || h100s ? "" : " (not 4 H100-80GB)")] += 1;
         }
         return registered["hpc"] == 2 && registered["onprem"] == 4 && registered["cloud"] == 2;
       },
@@ -587,7 +596,7 @@ TEST(DevEstateWithSlurm, RunsASlurmClusterBesideTheAgentsAndStopsItAll) {
   EXPECT_NE(Cli(kBinary, "logs " + std::to_string(id) + " --task 1", server.url(), admin)
                 .output.find("rank 1 of 2 on hpc-n"),
             std::string::npos);
-  const std::string squeue = leftovers.Command({"squeue", "-h", "-o", "%j %D %T"});
+  const std::string squeue = slurm->Command({"squeue", "-h", "-o", "%j %D %T"});
   EXPECT_NE(squeue.find("meridian-" + std::to_string(id) + "-1 2 RUNNING"), std::string::npos)
       << squeue;
 
@@ -599,18 +608,23 @@ TEST(DevEstateWithSlurm, RunsASlurmClusterBesideTheAgentsAndStopsItAll) {
   std::printf("[figure] dev estate with 6 agents and 2 Slurm nodes stopped %.2f s after SIGTERM\n",
               seconds);
   EXPECT_LT(seconds, 40) << ReadFile(dir.File("dev.log"));
-  const std::string mine = "SLURM_CONF=" + leftovers.conf() + std::string(1, '\0');
+  const std::string mine = "SLURM_CONF=" + slurm->conf() + std::string(1, '\0');
   std::vector<std::string> running;
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     std::ifstream in(entry.path() / "environ", std::ios::binary);
     std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (env.find(mine) == std::string::npos) continue;
-    std::ifstream comm(entry.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    running.push_back(entry.path().filename().string() + " " + name);
+    std::ifstream in_cmdline(entry.path() / "cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(in_cmdline)),
+                        std::istreambuf_iterator<char>());
+    // Slurm's daemons and jobs carry its SLURM_CONF; the agents and the connector, the test's
+    // folder in their arguments.
+    if (env.find(mine) == std::string::npos && cmdline.find(dir.path()) == std::string::npos) {
+      continue;
+    }
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    running.push_back(entry.path().filename().string() + ": " + cmdline);
   }
-  EXPECT_TRUE(running.empty()) << "still running with the estate's SLURM_CONF: "
+  EXPECT_TRUE(running.empty()) << "still running after the estate stopped: "
                                << ::testing::PrintToString(running);
 }
 

@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -101,16 +103,15 @@ pid_t StartAgent(const std::string& self, const std::string& url, const std::str
 
 // The dev estate's Slurm cluster as a site would configure it for Meridian: a Cluster with
 // `backend: slurm`, federated by a connector.
-const char* kSlurmClusterDoc = R"(kind: Cluster
+constexpr char kSlurmClusterDoc[] = R"(kind: Cluster
 metadata: {name: hpc}
 spec: {type: on-prem, region: eu-west, backend: slurm, prices: {H100-80GB: 1.5}}
 )";
 
-// Starts the local Slurm cluster, declares it, and starts its connector (one more child).
-Status StartSlurm(slurm::LocalCluster& cluster, cli::Client& client, const std::string& self,
-                  const std::string& url, const std::string& data_dir,
-                  const std::vector<std::string>& extra, pid_t* connector) {
-  if (Status s = cluster.Start(); !s.ok()) return s;
+// Declares the running local Slurm cluster and returns its connector's command line.
+base::Result<std::vector<std::string>> DeclareSlurm(const slurm::LocalCluster& cluster,
+                                                    cli::Client& client, const std::string& self,
+                                                    const std::string& slurm_dir) {
   Json apply = {{"files", Json::array({{{"name", "dev estate: the local Slurm cluster"},
                                         {"content", kSlurmClusterDoc}}})},
                 {"message", "the dev estate's local Slurm cluster"}};
@@ -118,25 +119,20 @@ Status StartSlurm(slurm::LocalCluster& cluster, cli::Client& client, const std::
       !s.ok()) {
     return s;
   }
-  std::vector<std::string> args = {self,
-                                   "--server",
-                                   url,
-                                   "slurm-connector",
-                                   "--cluster",
-                                   "hpc",
-                                   "--slurm-conf",
-                                   cluster.conf(),
-                                   "--partition",
-                                   "gpu",
-                                   "--node-prefix",
-                                   "hpc-",
-                                   "--work-dir",
-                                   data_dir + "-slurm/connector",
-                                   "--token-file",
-                                   data_dir + "/agent.token"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  *connector = Spawn(std::move(args), data_dir + "/agents/slurm-connector.log");
-  return Status::Ok();
+  return std::vector<std::string>{self,
+                                  "--server",
+                                  client.config().server,
+                                  "slurm-connector",
+                                  "--cluster",
+                                  "hpc",
+                                  "--slurm-conf",
+                                  cluster.conf(),
+                                  "--partition",
+                                  "gpu",
+                                  "--node-prefix",
+                                  "hpc-",
+                                  "--work-dir",
+                                  slurm_dir + "/connector"};
 }
 
 }  // namespace
@@ -152,11 +148,31 @@ Status RunDevEstate(DevOptions o) {
   const std::string self = "/proc/self/exe";  // the agents are this binary
   const std::string data_dir = o.server.data_dir;
   std::vector<pid_t> agents;  // and the Slurm connector
+  bool stopping = false;      // on_stop has begun: start no more children
   std::mutex agents_mu;
-  // The local Slurm cluster: on when asked for, or when it can run here (auto).
+  // The local Slurm cluster: on when asked for, or when it can run here (auto). Started here, on
+  // the main thread, before the server: its daemons die with this process
+  // (slurm::LocalCluster), and a stop never meets it half started. Its folder is new and
+  // private (mkdtemp): root writes its configuration and munge key there.
   std::unique_ptr<slurm::LocalCluster> slurm_cluster;
+  std::string slurm_dir, slurm_line;
   if (o.slurm == "on" || (o.slurm == "auto" && slurm::LocalCluster::Runnable())) {
-    slurm_cluster = std::make_unique<slurm::LocalCluster>(data_dir + "-slurm", o.slurm_nodes, 4);
+    std::string tmpl = data_dir + "-slurm-XXXXXX";
+    Status s = mkdtemp(tmpl.data())
+                   ? Status::Ok()
+                   : Status::Io("cannot create " + tmpl + ": " + std::strerror(errno));
+    if (s.ok()) {
+      slurm_dir = tmpl;
+      slurm_cluster = std::make_unique<slurm::LocalCluster>(slurm_dir, o.slurm_nodes, 4);
+      s = slurm_cluster->Start();
+    }
+    if (!s.ok()) {
+      if (slurm_cluster) slurm_cluster->Stop();
+      slurm_cluster.reset();
+      if (o.slurm == "on") return Status::Internal("the local Slurm cluster: " + s.message());
+      base::log::Warn("dev estate: no local Slurm cluster: {}", s.message());
+      slurm_line = "  (no Slurm cluster: " + s.message() + ")\n";
+    }
   }
   o.server.on_ready = [&](const std::string& url, const std::string& admin) {
     cli::Client client({url, admin, "", false});
@@ -196,27 +212,23 @@ Status RunDevEstate(DevOptions o) {
     }
     {
       std::lock_guard<std::mutex> lock(agents_mu);
-      for (const AgentSpec& a : specs)
-        agents.push_back(StartAgent(self, url, data_dir, a, o.agent_args));
+      for (const AgentSpec& a : specs) {
+        if (!stopping) agents.push_back(StartAgent(self, url, data_dir, a, o.agent_args));
+      }
     }
-    std::string slurm_line;
     bool slurm_up = slurm_cluster != nullptr;
     if (slurm_up) {
-      pid_t connector = -1;
-      s = StartSlurm(*slurm_cluster, client, self, url, data_dir, o.agent_args, &connector);
-      if (connector > 0) {
-        std::lock_guard<std::mutex> lock(agents_mu);
-        agents.push_back(connector);
+      auto connector = DeclareSlurm(*slurm_cluster, client, self, slurm_dir);
+      if (!connector.ok()) {
+        base::log::Error("dev estate: the local Slurm cluster: {}", connector.status().message());
+        kill(getpid(), SIGTERM);
+        return;
       }
-      if (!s.ok()) {
-        base::log::Error("dev estate: the local Slurm cluster: {}", s.message());
-        slurm_cluster->Stop();
-        if (o.slurm == "on") {
-          kill(getpid(), SIGTERM);
-          return;
-        }
-        slurm_line = "  (no Slurm cluster: " + s.message() + ")\n";
-        slurm_up = false;
+      connector->insert(connector->end(), {"--token-file", data_dir + "/agent.token"});
+      connector->insert(connector->end(), o.agent_args.begin(), o.agent_args.end());
+      std::lock_guard<std::mutex> lock(agents_mu);
+      if (!stopping) {
+        agents.push_back(Spawn(std::move(*connector), data_dir + "/agents/slurm-connector.log"));
       }
     }
     const size_t slurm_nodes = slurm_up ? static_cast<size_t>(o.slurm_nodes) : 0;
@@ -264,6 +276,7 @@ Status RunDevEstate(DevOptions o) {
   };
   o.server.on_stop = [&] {
     std::lock_guard<std::mutex> lock(agents_mu);
+    stopping = true;
     for (pid_t p : agents) kill(p, SIGTERM);
     // Agents stop their tasks (each within its grace period) before they exit.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);

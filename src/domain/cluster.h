@@ -52,6 +52,9 @@ struct GpuDevice {
   // Held by work Meridian does not manage (a job submitted to Slurm directly): what it is. Such a
   // GPU is an unhealthy slot to the scheduler, nothing is placed there.
   std::string unmanaged;
+  // Whether the GPU itself works, whoever holds it: its registration says healthy and no fault
+  // cordons it. What views say of an unmanaged GPU (occupied, not broken, unless it is broken).
+  bool working = true;
   bool mig_enabled = false;
   std::vector<MigInstance> mig_instances;  // the current layout when MIG is enabled
 };

@@ -118,11 +118,13 @@ bool SchedulerController::ChangeNode(int32_t index, const store::Object& node) {
     auto now = std::find_if(again.gpus.begin(), again.gpus.end(),
                             [&](const domain::GpuDevice& g) { return g.uuid == slot.uuid; });
     if (now == again.gpus.end()) {
-      slot.healthy = false;
+      slot.healthy = slot.working = false;
+      slot.unmanaged.clear();  // gone, not held by anyone
       continue;
     }
     if (now->model != slot.model) return false;
     slot.healthy = now->healthy;
+    slot.working = now->working;
     slot.unmanaged = now->unmanaged;
     slot.nvlink_domain = now->nvlink_domain;
   }

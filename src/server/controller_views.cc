@@ -360,8 +360,9 @@ std::vector<SchedulerController::ScheduledNode> SchedulerController::ScheduledNo
                     node.gpus.reserve(static_cast<size_t>(n.gpu_count));
                     for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
                       const domain::GpuDevice& device = d.gpus[g - n.gpu_begin];
-                      node.gpus.push_back({g - n.gpu_begin, device.uuid,
-                                           snap.gpus[g].healthy || !device.unmanaged.empty()});
+                      node.gpus.push_back(
+                          {g - n.gpu_begin, device.uuid,
+                           snap.gpus[g].healthy || (!device.unmanaged.empty() && device.working)});
                     }
                   });
   return out;
@@ -379,14 +380,15 @@ Json SchedulerController::Nodes() {
         for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
           const sched::GpuState& gpu = snap.gpus[g];
           // A GPU that work outside Meridian holds is an unhealthy slot to the scheduler (nothing
-          // is placed on it); to everyone else it is healthy and occupied.
-          const std::string& unmanaged = d.gpus[g - n.gpu_begin].unmanaged;
+          // is placed on it); to everyone else it is occupied, and healthy unless it is broken.
+          const domain::GpuDevice& device = d.gpus[g - n.gpu_begin];
+          const std::string& unmanaged = device.unmanaged;
           gpus.push_back({{"index", g - n.gpu_begin},
                           {"uuid", d.gpus[g - n.gpu_begin].uuid},
                           {"allocatedMilli", snap.GpuAllocatedMilli(g)},
                           {"freeMilli", snap.GpuFreeMilli(static_cast<int32_t>(i), g)},
                           {"mig", gpu.mig_enabled},
-                          {"healthy", gpu.healthy || !unmanaged.empty()}});
+                          {"healthy", gpu.healthy || (!unmanaged.empty() && device.working)}});
           if (!unmanaged.empty()) gpus.back()["unmanaged"] = unmanaged;
         }
         out.push_back({{"name", n.name},

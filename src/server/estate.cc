@@ -36,9 +36,10 @@ domain::Node NodeOfObject(const store::Object& o) {
     d.nvlink_domain = g.value("nvlinkDomain", 0);
     d.unmanaged = g.value("unmanaged", "");
     // A GPU cordoned for a fault (pending a reset) is an unhealthy slot: nothing is placed there.
-    d.healthy =
-        g.value("healthy", true) && d.unmanaged.empty() &&
+    d.working =
+        g.value("healthy", true) &&
         !domain::GpuCordoned(ops.gpus, g.value("index", static_cast<int32_t>(n.gpus.size())));
+    d.healthy = d.working && d.unmanaged.empty();
     n.gpus.push_back(d);
   }
   return n;

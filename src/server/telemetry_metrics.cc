@@ -24,8 +24,8 @@ struct Family {
 };
 constexpr std::array<Family, 27> kFamilies = {{
     {"meridian_gpu_healthy", "gauge",
-     "1 when the GPU is healthy as the scheduler takes it (what its agent registered), 0 when "
-     "not."},
+     "1 when the GPU is healthy (what its agent registered, not cordoned for a fault), 0 when "
+     "not; a GPU held by work outside Meridian is healthy unless it is faulted."},
     {"meridian_gpu_unmanaged", "gauge",
      "1 when work outside Meridian holds the GPU (a job submitted to Slurm directly), 0 when "
      "not."},

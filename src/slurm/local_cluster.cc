@@ -97,12 +97,15 @@ void LocalCluster::Daemon::Start(std::vector<std::string> args, const std::strin
   }
 }
 
-bool LocalCluster::Daemon::Running() const {
-  return pid > 0 && ::waitpid(pid, nullptr, WNOHANG) == 0;
+bool LocalCluster::Daemon::Running() {
+  if (pid <= 0) return false;
+  if (::waitpid(pid, nullptr, WNOHANG) == 0) return true;
+  pid = -1;  // ended and reaped: its PID may be another process's by now
+  return false;
 }
 
 void LocalCluster::Daemon::Stop(int sig) {
-  if (pid <= 0) return;
+  if (!Running()) return;
   ::kill(pid, sig);
   if (!Within(10, [&] { return ::waitpid(pid, nullptr, WNOHANG) == pid; })) {
     ::kill(pid, SIGKILL);
@@ -112,7 +115,7 @@ void LocalCluster::Daemon::Stop(int sig) {
 }
 
 LocalCluster::LocalCluster(std::string dir, int nodes, int gpus, std::string gpu_type)
-    : dir_(std::move(dir)),
+    : dir_(fs::absolute(dir).lexically_normal().string()),
       nodes_(nodes),
       gpus_(gpus),
       gpu_type_(std::move(gpu_type)),
@@ -145,11 +148,16 @@ Status LocalCluster::Start() {
     fs::create_directories(dir_ + "/" + d, ec);
     if (ec) return Status::Io("creating " + dir_ + "/" + d + ": " + ec.message());
   }
-  // munged wants its key's folder private and every folder above its socket searchable.
+  // munged wants its key's folder private and the folders above its socket searchable: those of
+  // this cluster (the ones above are the caller's).
   ::chmod((dir_ + "/munge/key").c_str(), 0700);
-  for (std::string d = dir_ + "/munge/run"; d.size() > 1; d = d.substr(0, d.rfind('/'))) {
+  for (const char* d : {"", "/munge", "/munge/run"}) ::chmod((dir_ + d).c_str(), 0711);
+  for (fs::path p = fs::path(dir_).parent_path(); p != p.parent_path(); p = p.parent_path()) {
     struct stat st {};
-    if (::stat(d.c_str(), &st) == 0) ::chmod(d.c_str(), (st.st_mode & 07777) | 0111);
+    if (::stat(p.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
+      return Status::Invalid("munged needs every folder above its socket searchable by all, and " +
+                             p.string() + " is not (chmod o+x " + p.string() + ")");
+    }
   }
   for (int i = 0; i < gpus_; ++i) {
     const std::string dev = dir_ + "/dev/nvidia" + std::to_string(i);
@@ -201,16 +209,15 @@ Status LocalCluster::StartController(bool clear) {
 void LocalCluster::KillController() { controller_.Stop(SIGKILL); }
 
 void LocalCluster::Stop() {
-  if (!started_) return;
-  started_ = false;
   if (controller_.Running()) {
-    Command({"scancel", "--user=root"});
+    Command({"scancel", "--partition=gpu"});  // everyone's, not only root's
     Within(15, [&] { return Command({"squeue", "-h"}).empty(); });
   }
   for (Daemon& d : slurmd_) d.Stop(SIGTERM);
   controller_.Stop(SIGTERM);
   munge_.Stop(SIGTERM);
-  KillLeftovers();
+  if (started_) KillLeftovers();
+  started_ = false;
 }
 
 // After a slurmctld killed and restarted from a state saved before a job started, Slurm can show

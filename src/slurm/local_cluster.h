@@ -18,7 +18,7 @@ namespace meridian::slurm {
 class LocalCluster {
  public:
   // `nodes` nodes n1..nN of `gpus` GPUs of GRES type `gpu_type`, 16 CPUs and 64,000 MiB each, in
-  // one partition `gpu`.
+  // one partition `gpu`, under `dir` (made absolute; the caller makes it, private to this user).
   LocalCluster(std::string dir, int nodes, int gpus, std::string gpu_type = "h100");
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
@@ -29,9 +29,9 @@ class LocalCluster {
 
   // Starts munged, slurmctld and the slurmd, and waits until every node is idle (seconds).
   base::Status Start();
-  // Starts slurmctld and waits until it answers; `clear`: from no saved state.
-  base::Status StartController(bool clear);
   void KillController();  // SIGKILL, as a crash
+  // Starts slurmctld again from its saved state and waits until it answers.
+  base::Status RestartController() { return StartController(/*clear=*/false); }
   // Cancels every job (while the daemons still run: a slurmd stopped first leaves its jobs'
   // processes running), stops the daemons, and kills what still runs with this SLURM_CONF.
   void Stop();
@@ -46,12 +46,13 @@ class LocalCluster {
   std::string Command(const std::vector<std::string>& argv) const;
 
  private:
+  base::Status StartController(bool clear);
   // One daemon in the foreground, its output appended to `log`, SLURM_CONF `conf` in its
   // environment (and so in its jobs'); started from the main thread, it dies with this process.
   struct Daemon {
     pid_t pid = -1;
     void Start(std::vector<std::string> args, const std::string& log, const std::string& conf);
-    bool Running() const;
+    bool Running();  // and forgets the PID of one that has ended
     // `sig`, then SIGKILL after 10 s (a slurmd whose controller is gone may ignore SIGTERM).
     void Stop(int sig);
   };
