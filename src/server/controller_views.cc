@@ -206,6 +206,13 @@ api::NodeSample SampleOfNode(const Json& node, double now) {
   return out;
 }
 
+// What views (the API, alert rules) say of a GPU's health. One that work outside Meridian holds
+// is an unhealthy slot to the scheduler (nothing is placed on it); to everyone else it is
+// occupied, and healthy unless the GPU itself is broken.
+bool ShownHealthy(const sched::GpuState& scheduled, const domain::GpuDevice& device) {
+  return scheduled.healthy || (!device.unmanaged.empty() && device.working);
+}
+
 }  // namespace
 
 void SchedulerController::Sample(double now) {
@@ -352,19 +359,18 @@ std::vector<SchedulerController::ScheduledNode> SchedulerController::ScheduledNo
   if (!scheduler_ || !estate_) return out;
   const sched::Snapshot& snap = scheduler_->snapshot();
   out.reserve(snap.nodes.size());
-  ForEachLiveNode(snap, *estate_, deleted_nodes_,
-                  [&](size_t, const sched::NodeState& n, const domain::Node& d) {
-                    ScheduledNode& node = out.emplace_back();
-                    node.name = n.name;
-                    node.cluster = snap.clusters[n.cluster].name;
-                    node.gpus.reserve(static_cast<size_t>(n.gpu_count));
-                    for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
-                      const domain::GpuDevice& device = d.gpus[g - n.gpu_begin];
-                      node.gpus.push_back(
-                          {g - n.gpu_begin, device.uuid,
-                           snap.gpus[g].healthy || (!device.unmanaged.empty() && device.working)});
-                    }
-                  });
+  ForEachLiveNode(
+      snap, *estate_, deleted_nodes_,
+      [&](size_t, const sched::NodeState& n, const domain::Node& d) {
+        ScheduledNode& node = out.emplace_back();
+        node.name = n.name;
+        node.cluster = snap.clusters[n.cluster].name;
+        node.gpus.reserve(static_cast<size_t>(n.gpu_count));
+        for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
+          const domain::GpuDevice& device = d.gpus[g - n.gpu_begin];
+          node.gpus.push_back({g - n.gpu_begin, device.uuid, ShownHealthy(snap.gpus[g], device)});
+        }
+      });
   return out;
 }
 
@@ -379,17 +385,14 @@ Json SchedulerController::Nodes() {
         Json gpus = Json::array();
         for (int32_t g = n.gpu_begin; g < n.gpu_begin + n.gpu_count; ++g) {
           const sched::GpuState& gpu = snap.gpus[g];
-          // A GPU that work outside Meridian holds is an unhealthy slot to the scheduler (nothing
-          // is placed on it); to everyone else it is occupied, and healthy unless it is broken.
           const domain::GpuDevice& device = d.gpus[g - n.gpu_begin];
-          const std::string& unmanaged = device.unmanaged;
           gpus.push_back({{"index", g - n.gpu_begin},
-                          {"uuid", d.gpus[g - n.gpu_begin].uuid},
+                          {"uuid", device.uuid},
                           {"allocatedMilli", snap.GpuAllocatedMilli(g)},
                           {"freeMilli", snap.GpuFreeMilli(static_cast<int32_t>(i), g)},
                           {"mig", gpu.mig_enabled},
-                          {"healthy", gpu.healthy || (!unmanaged.empty() && device.working)}});
-          if (!unmanaged.empty()) gpus.back()["unmanaged"] = unmanaged;
+                          {"healthy", ShownHealthy(gpu, device)}});
+          if (!device.unmanaged.empty()) gpus.back()["unmanaged"] = device.unmanaged;
         }
         out.push_back({{"name", n.name},
                        {"cluster", snap.clusters[n.cluster].name},
