@@ -84,11 +84,36 @@ void ClusterSpec(FieldReader& s) {
   s.StringList("datasets");
 }
 
+// The elastic part of a NodePool: its bounds, the provisioner that adds and removes its nodes,
+// what an instance costs, how long one takes to join and how long one may stay idle.
+void ElasticSpec(FieldReader& s, int64_t declared) {
+  if (!s.Has("maxNodes")) {
+    s.Error("maxNodes", "is required when a pool is elastic (minNodes, provisioner)");
+  }
+  const int64_t max_nodes = s.Int("maxNodes", 1, kMaxNodesPerPool, 1);
+  const int64_t min_nodes = s.Int("minNodes", 0, kMaxNodesPerPool, 0);
+  if (min_nodes > max_nodes) s.Error("minNodes", "must not be above maxNodes");
+  if (declared > 0) {
+    s.Error("nodes", "a pool either declares its nodes or is elastic (maxNodes), not both");
+  }
+  s.Name("provisioner", true);
+  s.String("region", false);
+  s.Duration("bootDelay", 0, 3600, 60);
+  s.Duration("idleTimeout", 0, 30 * 24 * 3600.0, 600);
+  // Per GPU-hour; the cluster's price of the model when left out.
+  if (s.Has("price")) {
+    FieldReader p = s.Nested("price");
+    p.Number("onDemand", 0, 1e6, 0);
+    p.Number("spot", 0, 1e6, 0);
+    p.Finish();
+  }
+}
+
 void NodePoolSpec(FieldReader& s) {
   s.Name("cluster", true);
   s.Enum("purpose", {"any", "training", "inference", "interactive"}, "any");
   s.Bool("spot", false);
-  s.Int("nodes", 0, kMaxNodesPerPool, 0);
+  const int64_t declared = s.Int("nodes", 0, kMaxNodesPerPool, 0);
   const std::string model = s.String("gpuModel", false);
   const int64_t gpus = s.Int("gpusPerNode", 0, kMaxGpusPerNode, 0);
   if (gpus > 0 && model.empty()) s.Error("gpuModel", "is required when gpusPerNode > 0");
@@ -100,6 +125,9 @@ void NodePoolSpec(FieldReader& s) {
   // win); only jobs that tolerate every taint run there.
   s.StringMap("labels");
   s.ObjectList("taints", KeyValueItem);
+  // Elastic: a provisioner adds nodes between minNodes and maxNodes (docs/adr/0039). Read only
+  // when given, so that the canonical form of a fixed pool stays as it was.
+  if (s.Has("maxNodes") || s.Has("minNodes") || s.Has("provisioner")) ElasticSpec(s, declared);
 }
 
 void PolicySpec(FieldReader& s) {

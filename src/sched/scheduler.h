@@ -103,6 +103,9 @@ struct CycleResult {
   std::vector<StartDecision> started;
   std::vector<PreemptDecision> preempted;
   std::vector<std::pair<int64_t, std::string>> pending;  // job, why it still waits
+  // Of those, the jobs that passed their quota and found no room: what more nodes would start
+  // (an elastic pool's, sched/elastic.h).
+  std::vector<int64_t> short_of_capacity;
   int64_t reserved_job = -1;  // backfill reservation for the blocked head of the queue
   double reserved_at = 0;
 };
@@ -201,6 +204,10 @@ class Scheduler {
   Explanation Explain(int64_t job, double now);
 
   const Snapshot& snapshot() const { return snapshot_; }
+  const Profile& profile() const { return profile_; }
+  // When a pending job should start on what the estate has, from the runtime estimates of what
+  // runs (kNever: it cannot tell, or the job is not pending).
+  double EstimatedStart(int64_t job, double now);
   const QuotaTree& quotas() const { return quotas_; }
   size_t pending() const { return pending_.size(); }
   size_t running() const { return running_.size(); }

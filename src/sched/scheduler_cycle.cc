@@ -26,6 +26,7 @@ CycleResult Scheduler::Cycle(double now) {
   do {
     started = out.started.size();
     out.pending.clear();
+    out.short_of_capacity.clear();
     Pass(now, &out);
   } while (out.started.size() > started &&
            pending_.size() > static_cast<size_t>(options_.queue_depth));
@@ -103,6 +104,7 @@ void Scheduler::Pass(double now, CycleResult* result) {
       }
     }
     out.pending.emplace_back(id, why);
+    out.short_of_capacity.push_back(id);
     if (head_of_line) break;
     if (options_.backfill && reserved_job_ < 0 &&
         now - j.spec.submit_time >= options_.reserve_after) {
@@ -299,6 +301,12 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     out->pending.emplace_back(j.spec.id, "preempted jobs freed too little after all");
   }
   return true;
+}
+
+double Scheduler::EstimatedStart(int64_t job, double now) {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end() || it->second.phase != Phase::kPending) return kNever;
+  return EstimateStart(it->second, now);
 }
 
 double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* nodes) {

@@ -228,9 +228,18 @@ base::Result<int32_t> Snapshot::AddCluster(const domain::Cluster& c) {
   return index;
 }
 
+Snapshot Snapshot::WithoutNodes() const {
+  Snapshot s;
+  s.clusters = clusters;
+  s.models_ = models_;
+  s.max_price_per_gpu_hour = max_price_per_gpu_hour;
+  return s;
+}
+
 base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clusters,
                                        const std::vector<domain::Node>& nodes,
-                                       const domain::GpuCatalog& catalog) {
+                                       const domain::GpuCatalog& catalog,
+                                       const std::vector<std::string>& more_models) {
   Snapshot s;
   if (clusters.size() > kMaxMaskBits) {
     return base::Status::Invalid("clusters: at most 64 clusters per snapshot, got " +
@@ -261,6 +270,9 @@ base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clust
     if (inserted) s.racks.push_back(n.rack);
     const std::string where = "nodes[" + std::to_string(ni) + "] (" + n.name + ")";
     if (Status st = s.Append(n, where, intern_model, rack_it->second); !st.ok()) return st;
+  }
+  for (const std::string& m : more_models) {
+    if (auto id = intern_model(m); !id.ok()) return id.status();
   }
   for (size_t ci = 0; ci < clusters.size(); ++ci) {
     s.clusters[ci].price_by_model.assign(s.models_.size(), 0.0);

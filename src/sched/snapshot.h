@@ -88,9 +88,15 @@ struct ClusterState {
 // placement copies the snapshot first. Not thread-safe; copies are independent.
 class Snapshot {
  public:
+  // Models that no node has yet but may (an elastic pool's) are `more_models`, so that jobs
+  // naming them resolve, and nodes of them join in place.
   static base::Result<Snapshot> Build(const std::vector<domain::Cluster>& clusters,
                                       const std::vector<domain::Node>& nodes,
-                                      const domain::GpuCatalog& catalog);
+                                      const domain::GpuCatalog& catalog,
+                                      const std::vector<std::string>& more_models = {});
+  // The same clusters and models (their ids too) with no node: where a caller places work on
+  // nodes that do not exist yet (sched/elastic.h).
+  Snapshot WithoutNodes() const;
 
   // Appends a node that joined the estate; its cluster and GPU model must be known to the
   // snapshot already (kFailedPrecondition otherwise: build a new one). Returns its index.

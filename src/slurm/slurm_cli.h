@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/command.h"
 #include "base/status.h"
 
 // Slurm as its command-line tools show it (docs/adr/0037-slurm-connector.md): `sinfo --json` and
@@ -17,6 +18,8 @@
 namespace meridian::slurm {
 
 using Json = nlohmann::json;
+using base::CommandResult;
+using base::RunCommand;
 
 // One node as `sinfo --json` describes it.
 struct SlurmNode {
@@ -77,20 +80,6 @@ struct RunTag {
 };
 std::string TagName(const RunTag& tag);
 std::optional<RunTag> ParseTagName(const std::string& name);
-
-// What a process printed and how it ended.
-struct CommandResult {
-  int exit_code = 0;  // -1: killed by a signal or by the timeout
-  std::string out;
-  std::string err;
-};
-
-// Runs argv (searched in PATH) with `extra_env` added to this process's environment, `input` on
-// its standard input, for at most `timeout` seconds. An error only when it could not be started
-// or did not end in time; a non-zero exit is a result.
-base::Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
-                                       const std::map<std::string, std::string>& extra_env,
-                                       const std::string& input, double timeout);
 
 // Slurm's commands for one cluster. Thread-compatible; every call runs one command.
 class SlurmCli {

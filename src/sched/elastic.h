@@ -1,0 +1,50 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "domain/cluster.h"
+#include "sched/profile.h"
+#include "sched/scheduler.h"
+#include "sched/snapshot.h"
+
+// Deciding to burst (docs/adr/0039-elastic-pools.md): which elastic pools should grow, and by how
+// many nodes, so that jobs that found no room on the estate can start. The jobs are placed, with
+// the estate's own placement profile, on nodes that do not exist yet: the nodes each pool is
+// already booting, then as many new ones of its shape as it may still add. Each job goes to the
+// pool where it costs least (its GPUs at the pool's price per GPU-hour), among the pools whose
+// boot delay would start it before the estate's own capacity frees up for it. A pool grows by
+// the new nodes its jobs took. Pure: no clock, no I/O.
+namespace meridian::sched {
+
+struct ElasticPool {
+  std::string name;
+  domain::Node shape;  // one new node: its cluster, pool, purpose, GPUs, CPU, memory, traits
+  int32_t booting = 0;   // asked for and not registered yet: coming anyway
+  int32_t headroom = 0;  // how many more it may ask for (maxNodes less what it has and boots)
+  double boot_seconds = 0;
+  double price_per_gpu_hour = 0;
+  bool available = true;  // false: backed off after failures, or not yet reconciled
+};
+
+// A job that found no room, and when it should start on the estate as it is (kNever: not known).
+struct WaitingJob {
+  const JobSpec* job = nullptr;
+  double estimated_start = kNever;
+};
+
+struct BurstPlan {
+  std::vector<int32_t> grow;               // new nodes per pool, by the pools' order
+  std::map<int64_t, int32_t> pool_of_job;  // the pool each job that can go to one waits for
+};
+
+// At most this many nodes of a pool are considered in one plan (booting and new together).
+inline constexpr int32_t kMaxPlannedNodesPerPool = 256;
+
+BurstPlan PlanBurst(const Snapshot& estate, const Profile& profile,
+                    const std::vector<WaitingJob>& waiting, const std::vector<ElasticPool>& pools,
+                    double now, uint64_t seed);
+
+}  // namespace meridian::sched
