@@ -16,6 +16,8 @@ void AddServerCommands(CLI::App& app, int* rc);
 void AddClientCommands(CLI::App& app, int* rc);
 void AddAgentCommands(CLI::App& app, int* rc);
 void AddSlurmCommands(CLI::App& app, int* rc);
+// `meridian dev-cloud`: a FAKE cloud provisioner for tests and the dev estate.
+void AddCloudCommands(CLI::App& app, int* rc);
 void AddStoreCommands(CLI::App& app, int* rc);
 
 // `meridian sim export` (a live server's history as a replay trace), added to `sim`.

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   AddClientCommands(app, &rc);
   AddAgentCommands(app, &rc);
   AddSlurmCommands(app, &rc);
+  AddCloudCommands(app, &rc);
   AddStoreCommands(app, &rc);
   try {
     app.parse(argc, argv);

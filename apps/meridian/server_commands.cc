@@ -1,6 +1,7 @@
 // `meridian server`: flags, and the call into the server module.
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 #include "apps/meridian/commands.h"
 #include "apps/meridian/config_file.h"
@@ -111,6 +112,11 @@ void AddServerCommands(CLI::App& app, int* rc) {
                    "failed authentications a minute per client address; then 429 (0: no limit)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  static std::vector<std::string> provisioners;
+  server->add_option("--provisioner", provisioners,
+                     "NAME=COMMAND: the program (and its arguments, split at spaces) that creates "
+                     "and deletes the instances of elastic node pools naming provisioner NAME "
+                     "(repeatable; docs/adr/0039-elastic-pools.md)");
   static LogFlags log_flags;
   AddLogFlags(server, &log_flags);
   static bool dev = false;
@@ -131,6 +137,18 @@ void AddServerCommands(CLI::App& app, int* rc) {
     if (meridian::base::Status s = ApplyConfigFile(server, config); !s.ok()) {
       *rc = Fail(s);
       return;
+    }
+    for (const std::string& p : provisioners) {
+      const size_t eq = p.find('=');
+      std::vector<std::string> argv;
+      std::istringstream words(eq == std::string::npos ? "" : p.substr(eq + 1));
+      for (std::string w; words >> w;) argv.push_back(w);
+      if (eq == 0 || eq == std::string::npos || argv.empty()) {
+        *rc = Fail(meridian::base::Status::Invalid("--provisioner " + p +
+                                                   ": expected NAME=COMMAND [ARGS...]"));
+        return;
+      }
+      o.provisioners[p.substr(0, eq)] = std::move(argv);
     }
     InitLog(log_flags, "meridian");
     meridian::base::Status s;

@@ -25,8 +25,8 @@ double Now() {
 }  // namespace
 
 Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
-                                       const std::map<std::string, std::string>& extra_env,
-                                       const std::string& input, double timeout) {
+                                 const std::map<std::string, std::string>& extra_env,
+                                 const std::string& input, double timeout) {
   if (argv.empty()) return Status::Invalid("no command to run");
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -115,9 +115,8 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out) {
-    return Status(
-        StatusCode::kUnavailable,
-        argv[0] + " did not answer within " + std::to_string(static_cast<int>(timeout)) + " s");
+    return Status(StatusCode::kUnavailable, argv[0] + " did not answer within " +
+                                                std::to_string(static_cast<int>(timeout)) + " s");
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;

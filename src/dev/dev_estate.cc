@@ -19,6 +19,7 @@
 
 #include "base/log.h"
 #include "cli/client.h"
+#include "cloud/provisioner.h"
 #include "slurm/local_cluster.h"
 
 namespace meridian::dev {
@@ -135,6 +136,23 @@ base::Result<std::vector<std::string>> DeclareSlurm(const slurm::LocalCluster& c
                                   slurm_dir + "/connector"};
 }
 
+// The fake cloud's instances are daemons of their own (as a cloud's machines outlive the control
+// plane): the dev estate deletes them when it stops.
+void DeleteCloudInstances(const cloud::Provisioner& provisioner) {
+  auto listed = provisioner.List("");
+  if (!listed.ok()) {
+    base::log::Warn("dev estate: the fake cloud's instances: {}", listed.status().message());
+    return;
+  }
+  std::map<std::string, std::vector<std::string>> by_pool;
+  for (const cloud::Instance& i : *listed) by_pool[i.pool].push_back(i.id);
+  for (const auto& [pool, ids] : by_pool) {
+    if (Status s = provisioner.Delete(pool, ids); !s.ok()) {
+      base::log::Warn("dev estate: deleting pool {}'s instances: {}", pool, s.message());
+    }
+  }
+}
+
 }  // namespace
 
 Status RunDevEstate(DevOptions o) {
@@ -173,6 +191,14 @@ Status RunDevEstate(DevOptions o) {
       base::log::Warn("dev estate: no local Slurm cluster: {}", s.message());
       slurm_line = "  (no Slurm cluster: " + s.message() + ")\n";
     }
+  }
+  // The cloud cluster's elastic pool grows through `meridian dev-cloud`, a fake cloud whose
+  // instances are local agents; what it holds at the stop is deleted then.
+  const std::vector<std::string> cloud = {self, "dev-cloud", "--state", data_dir + "-cloud"};
+  {
+    std::vector<std::string> argv = cloud;
+    for (const std::string& a : o.agent_args) argv.insert(argv.end(), {"--agent-arg", a});
+    o.server.provisioners["dev-cloud"] = argv;
   }
   o.server.on_ready = [&](const std::string& url, const std::string& admin) {
     cli::Client client({url, admin, "", false});
@@ -253,7 +279,9 @@ Status RunDevEstate(DevOptions o) {
     }
     std::printf(
         "\nMeridian dev estate: %zu of %zu agents registered (%d on-prem nodes x 8 H100-80GB, "
-        "%d cloud nodes x 8 A100-80GB; simulated GPUs, real processes)\n"
+        "%d fixed cloud nodes x 8 A100-80GB; simulated GPUs, real processes)\n"
+        "  cloud pool a100: elastic, 0 to 4 nodes x 8 A100-80GB, added when work waits for them "
+        "(meridian dev-cloud, a fake cloud: instances are local agents, state in %s-cloud)\n"
         "%s"
         "  dashboard     %s/  (sign in with the admin token)\n"
         "  API           %s/api/v1\n"
@@ -264,11 +292,14 @@ Status RunDevEstate(DevOptions o) {
         "  export MERIDIAN_SERVER=%s MERIDIAN_TOKEN=%s\n"
         "  ./build/meridian submit -f examples/jobs/train-gang.yaml   # an 8-GPU gang on-prem\n"
         "  ./build/meridian get jobs && ./build/meridian logs 1 -f\n"
+        "  ./build/meridian submit -f examples/jobs/cloud-burst.yaml  # A100 work: the cloud pool "
+        "grows\n"
         "  ./build/meridian top\n"
         "%s\n"
         "Ctrl-C stops everything.\n",
-        ready, specs.size(), o.onprem_nodes, o.cloud_nodes, slurm_line.c_str(), url.c_str(),
-        url.c_str(), admin.c_str(), data_dir.c_str(), data_dir.c_str(), url.c_str(), admin.c_str(),
+        ready, specs.size(), o.onprem_nodes, o.cloud_nodes, data_dir.c_str(), slurm_line.c_str(),
+        url.c_str(), url.c_str(), admin.c_str(), data_dir.c_str(), data_dir.c_str(), url.c_str(),
+        admin.c_str(),
         slurm_up ? "  ./build/meridian submit -f examples/jobs/slurm-gang.yaml   # a 2-node gang "
                    "on Slurm; squeue shows it\n"
                  : "");
@@ -290,6 +321,7 @@ Status RunDevEstate(DevOptions o) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     }
+    DeleteCloudInstances(cloud::Provisioner(cloud, 30));
     // Slurm's jobs are cancelled while its daemons still run, then the daemons stop.
     if (slurm_cluster) slurm_cluster->Stop();
     base::log::Info("dev estate stopped (data in {})", data_dir);

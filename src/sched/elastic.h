@@ -21,7 +21,7 @@ namespace meridian::sched {
 
 struct ElasticPool {
   std::string name;
-  domain::Node shape;  // one new node: its cluster, pool, purpose, GPUs, CPU, memory, traits
+  domain::Node shape;    // one new node: its cluster, pool, purpose, GPUs, CPU, memory, traits
   int32_t booting = 0;   // asked for and not registered yet: coming anyway
   int32_t headroom = 0;  // how many more it may ask for (maxNodes less what it has and boots)
   double boot_seconds = 0;

@@ -554,6 +554,7 @@ Status SchedulerController::RunOnce() {
   for (const sched::StartDecision& d : result.started) started.push_back(d.job);
   reasons_.Update(result.pending, started);
   Status s = Commit(result, now);
+  if (s.ok() && elastic_) elastic_->Step(now, *estate_, *scheduler_, result, refused_, &reasons_);
   Publish(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return s;
 }

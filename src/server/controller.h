@@ -14,6 +14,7 @@
 #include "api/metrics.h"
 #include "base/clock.h"
 #include "sched/scheduler.h"
+#include "server/elastic_pools.h"
 #include "server/estate.h"
 #include "server/nodes.h"
 #include "server/pending_reasons.h"
@@ -78,6 +79,9 @@ class SchedulerController final : public api::SchedulerHooks {
   // A sample of the estate every `interval` seconds, kept for `retention` seconds in the store
   // (and in memory, for reading); Start loads what the store kept. Call before Start.
   void KeepHistory(double interval, double retention);
+  // Elastic node pools grow and shrink after each round (server/elastic_pools.h). Call before
+  // Start.
+  void SetElasticPools(std::unique_ptr<ElasticPools> pools) { elastic_ = std::move(pools); }
 
   // One round: follow the event log, run a cycle, commit its decisions. Start() calls it from
   // its thread; tests may call it directly instead.
@@ -209,6 +213,7 @@ class SchedulerController final : public api::SchedulerHooks {
   // Registered nodes deleted since the last rebuild: unschedulable in the snapshot (whose
   // indexes cannot shrink) until they register again.
   std::set<std::string> deleted_nodes_;
+  std::unique_ptr<ElasticPools> elastic_;
   int64_t last_seq_ = 0;
   bool dirty_ = true;                                     // rebuild before the next cycle
   std::shared_ptr<const sched::FragmentationModel> mix_;  // what the profile was built for

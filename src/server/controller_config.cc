@@ -66,8 +66,8 @@ Status SchedulerController::ApplyConfig() {
   }
   if (!MergeEstate(next.get())) {
     base::log::Info(
-        "scheduler: rebuilding it, as the estate gained a node or cluster it cannot take in place "
-        "(a GPU model it never had, or past 64 clusters)");
+        "scheduler: rebuilding it, as the estate gained a node, cluster or GPU model it cannot "
+        "take in place (a GPU model it never had, or past 64 clusters)");
     dirty_ = true;
     return Status::Ok();
   }
@@ -115,6 +115,11 @@ std::string SchedulerController::StructuralChange(const Estate& next) const {
 bool SchedulerController::MergeEstate(Estate* next) {
   // Checked before anything changes: every node the estate gains can join in place (its
   // cluster is known or joins now, its GPUs' model is known).
+  // A model known before any node has it (an elastic pool's) is one the live snapshot lacks.
+  for (int m = 0; m < next->snapshot.model_count(); ++m) {
+    const std::string& name = next->snapshot.model(static_cast<sched::ModelId>(m)).name;
+    if (estate_->snapshot.FindModel(name) == sched::kNoModel) return false;
+  }
   std::map<std::string, size_t> live;
   for (size_t i = 0; i < estate_->nodes.size(); ++i) live[estate_->nodes[i].name] = i;
   for (const domain::Node& n : next->nodes) {

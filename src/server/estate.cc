@@ -69,6 +69,38 @@ PoolTraits TraitsOf(const store::Object& pool) {
   return t;
 }
 
+ElasticPoolSpec ElasticOf(const store::Object& o, const std::vector<domain::Cluster>& clusters) {
+  const Json& s = o.spec;
+  ElasticPoolSpec p;
+  p.name = o.name;
+  p.cluster = s.value("cluster", "");
+  p.provisioner = s.value("provisioner", "");
+  p.min_nodes = s.value("minNodes", 0);
+  p.max_nodes = s.value("maxNodes", 0);
+  p.spot = s.value("spot", false);
+  p.boot_seconds = s.value("bootDelay", 60.0);
+  p.idle_timeout = s.value("idleTimeout", 600.0);
+  p.shape = domain::DeclaredPoolNode(o.name, s, 0);
+  const PoolTraits t = TraitsOf(o);
+  p.shape.purpose = t.purpose;
+  p.shape.labels = t.labels;
+  p.shape.taints = t.taints;
+  const std::string model = s.value("gpuModel", "");
+  for (const domain::Cluster& c : clusters) {
+    if (c.name != p.cluster) continue;
+    p.region = c.region;
+    if (auto price = c.price_per_gpu_hour.find(model); price != c.price_per_gpu_hour.end()) {
+      p.price_per_gpu_hour = price->second;
+    }
+  }
+  p.region = s.value("region", p.region);
+  if (s.contains("price")) {
+    const double priced = s.at("price").value(p.spot ? "spot" : "onDemand", 0.0);
+    if (priced > 0) p.price_per_gpu_hour = priced;
+  }
+  return p;
+}
+
 void AddRegisteredNode(const store::Object& o, Estate* e) {
   e->agent_address[o.name] = o.spec.value("address", "");
   e->nodes.push_back(NodeOfObject(o));
@@ -244,6 +276,7 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
         e->pool_shapes.push_back(domain::DeclaredPoolNode(o.name, o.spec, 0));
         origin.resize(e->nodes.size(), {o.kind, o.name});
         e->pool_traits[o.name] = TraitsOf(o);
+        if (o.spec.contains("maxNodes")) e->elastic_pools.push_back(ElasticOf(o, e->clusters));
       });
     }
     if (o.kind == "Node") {
@@ -262,11 +295,18 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
     if (o.kind == "Policy") Guarded(o, e.get(), [&] { ApplyPolicy(o, e.get()); });
   }
   for (domain::Node& n : e->nodes) ApplyPoolTraits(*e, &n);
-  auto snapshot = sched::Snapshot::Build(e->clusters, e->nodes, domain::GpuCatalog::Builtin());
+  // The models of elastic pools are known before any of their nodes exist, so that jobs that
+  // ask for them resolve and wait for a node to be added.
+  std::vector<std::string> pool_models;
+  for (const ElasticPoolSpec& p : e->elastic_pools) {
+    if (!p.shape.gpus.empty()) pool_models.push_back(p.shape.gpus[0].model);
+  }
+  const auto& catalog = domain::GpuCatalog::Builtin();
+  auto snapshot = sched::Snapshot::Build(e->clusters, e->nodes, catalog, pool_models);
   if (!snapshot.ok()) {
     // Some node the snapshot refuses: leave it out and build the rest.
     DropRefusedNodes(e.get(), &origin);
-    snapshot = sched::Snapshot::Build(e->clusters, e->nodes, domain::GpuCatalog::Builtin());
+    snapshot = sched::Snapshot::Build(e->clusters, e->nodes, catalog, pool_models);
     if (!snapshot.ok()) return snapshot.status();
   }
   e->snapshot = std::move(snapshot.value());

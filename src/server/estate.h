@@ -31,6 +31,21 @@ struct PoolTraits {
   std::vector<domain::Taint> taints;
 };
 
+// A NodePool that a provisioner grows and shrinks between its bounds (server/elastic_pools.h).
+struct ElasticPoolSpec {
+  std::string name;
+  std::string cluster;
+  std::string region;  // the pool's, or its cluster's
+  std::string provisioner;
+  domain::Node shape;  // a new node: the pool's shape and traits
+  int32_t min_nodes = 0;
+  int32_t max_nodes = 0;
+  bool spot = false;
+  double boot_seconds = 60;
+  double idle_timeout = 600;
+  double price_per_gpu_hour = 0;  // spot or on-demand as the pool is; else its cluster's
+};
+
 // The scheduler's inputs built from the live desired state: the estate's capacity (clusters;
 // nodes that agents registered, and nodes that node pools declare with `nodes: N`, which no
 // agent runs), the quota tree, the priority classes and the policy.
@@ -44,6 +59,7 @@ struct Estate {
   std::vector<domain::Node> pool_shapes;
   std::map<std::string, std::string> agent_address;  // registered node -> its agent's address
   std::map<std::string, PoolTraits> pool_traits;     // by pool name
+  std::vector<ElasticPoolSpec> elastic_pools;
   sched::Snapshot snapshot;
   sched::QuotaTree quotas;
   std::map<std::string, int32_t> tenant_of_project;

@@ -286,6 +286,14 @@ Status RunServer(const ServerOptions& o) {
   const int bound = *bound_or;
   const std::string url = std::string(o.tls_cert.empty() ? "http" : "https") + "://" + host + ":" +
                           std::to_string(bound);
+  {
+    ElasticOptions elastic;
+    elastic.provisioners = o.provisioners;
+    elastic.server_url = o.advertise.empty() ? url : o.advertise;
+    controller.SetElasticPools(
+        std::make_unique<ElasticPools>(std::move(elastic), &store, &nodes, &bus, &metrics, &entropy,
+                                       [&controller] { controller.Wake(); }));
+  }
 
   // On PostgreSQL, one of the servers on the database leads (docs/adr/0028): only it acts (the
   // scheduler loop, node expiry, alerting, idle reclaim) and writes; the others follow. A

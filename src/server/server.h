@@ -1,7 +1,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -15,6 +17,10 @@ struct ServerOptions {
   // The URL clients and agents reach this server at, where followers redirect writes when it
   // leads (PostgreSQL, several servers). Empty: http(s)://listen, as bound.
   std::string advertise;
+  // Provisioners of elastic node pools by name (a NodePool's `provisioner`): the program and its
+  // leading arguments (src/cloud/provisioner.h). Set on the server, not in documents, so that
+  // applying a document never makes the server run a program of the caller's choosing.
+  std::map<std::string, std::vector<std::string>> provisioners;
   std::string tls_cert;  // PEM files; both or neither
   std::string tls_key;
   int threads = 64;  // HTTP workers: they run handlers; connections and long polls hold none

@@ -1,0 +1,113 @@
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/api.h"
+#include "api/metrics.h"
+#include "base/entropy.h"
+#include "cloud/provisioner.h"
+#include "sched/scheduler.h"
+#include "server/estate.h"
+#include "server/nodes.h"
+#include "server/pending_reasons.h"
+#include "store/store.h"
+
+// Elastic node pools (docs/adr/0039-elastic-pools.md): the controller's side of a pool that a
+// provisioner grows and shrinks. Each scheduling round, under the controller's lock, Step
+// decides from the round's outcome (sched/elastic.h): new nodes for jobs that found no room,
+// the release of nodes idle past the pool's idleTimeout (cordoned first, so that nothing is
+// placed on a node being removed; never one with work on it, never below minNodes), and the
+// deletion of instances that never registered. Provisioners run on a worker thread of this
+// object, never under the controller's lock; what they answer is taken in at the next Step.
+//
+// What the pool holds is the provisioner's to say: at its first Step a pool lists its
+// instances, and adopts them (a restarted server finds what it had asked for), before it asks
+// for more.
+namespace meridian::server {
+
+struct ElasticOptions {
+  // Provisioner name (a pool's `provisioner`) -> the program and its leading arguments.
+  std::map<std::string, std::vector<std::string>> provisioners;
+  std::string server_url;  // where new instances' agents register
+  double provisioner_timeout = 120;
+  int32_t max_creating_per_pool = 8;  // instances asked for and not yet answered, per pool
+  double min_backoff = 15;            // after a failure; doubled per failure in a row
+  double max_backoff = 600;
+};
+
+class ElasticPools {
+ public:
+  ElasticPools(ElasticOptions options, store::Store* store, NodeService* nodes, api::EventBus* bus,
+               api::Metrics* metrics, base::Entropy* entropy, std::function<void()> wake);
+  ~ElasticPools();
+  ElasticPools(const ElasticPools&) = delete;
+  ElasticPools& operator=(const ElasticPools&) = delete;
+
+  // One round, under the controller's lock, after the cycle's decisions were committed.
+  // `refused`: pending jobs the scheduler was not given, as no node of the estate could ever hold
+  // them (a pool's model that no node has yet); they wait for one to join.
+  void Step(double now, const Estate& estate, sched::Scheduler& scheduler,
+            const sched::CycleResult& cycle, const std::map<int64_t, sched::JobSpec>& refused,
+            PendingReasons* reasons);
+
+ private:
+  enum class State { kCreating, kBooting, kReady, kDeleting };
+  struct Instance {
+    std::string id;
+    State state = State::kCreating;
+    double since = 0;       // when it entered its state
+    double idle_since = 0;  // ready: when it last held work (or joined)
+  };
+  struct Pool {
+    std::map<std::string, Instance> by_node;
+    bool listed = false, listing = false;
+    int32_t failures = 0;  // in a row
+    double backoff_until = 0;
+  };
+  // What a provisioner answered, taken in at the next Step.
+  struct Outcome {
+    std::string pool, verb;
+    base::Status status;
+    std::vector<cloud::Instance> instances;  // create, list
+    std::vector<std::string> nodes;          // create: the names asked for; delete: the nodes
+  };
+
+  void TakeOutcomes(double now, const Estate& estate);
+  void Post(const std::string& provisioner, std::function<Outcome(const cloud::Provisioner&)> work);
+  void Failed(const std::string& pool, Pool& p, double now, const std::string& what);
+  void Event(const std::string& pool, const std::string& type, const std::string& reason,
+             const std::string& message, double now);
+  base::Result<std::string> BootstrapToken(double now, double lifetime);
+  void Grow(const ElasticPoolSpec& spec, Pool& p, int32_t count, double now);
+  void Release(const ElasticPoolSpec& spec, Pool& p, const std::vector<std::string>& nodes,
+               double now, const std::string& why);
+  void Publish(const Estate& estate);
+
+  ElasticOptions options_;
+  store::Store* store_;
+  NodeService* nodes_;
+  api::EventBus* bus_;
+  api::Metrics* metrics_;
+  base::Entropy* entropy_;
+  std::function<void()> wake_;
+  std::map<std::string, Pool> pools_;
+  std::map<std::string, std::unique_ptr<cloud::Provisioner>> provisioners_;
+  std::map<std::string, bool> unknown_said_;  // pools whose unknown provisioner was logged
+
+  std::mutex mu_;  // the worker's queue and its outcomes
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::vector<Outcome> outcomes_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace meridian::server
