@@ -279,8 +279,8 @@ Status RunDevEstate(DevOptions o) {
     }
     std::printf(
         "\nMeridian dev estate: %zu of %zu agents registered (%d on-prem nodes x 8 H100-80GB, "
-        "%d fixed cloud nodes x 8 A100-80GB; simulated GPUs, real processes)\n"
-        "  cloud pool a100: elastic, 0 to 4 nodes x 8 A100-80GB, added when work waits for them "
+        "%d cloud nodes x 8 A100-80GB; simulated GPUs, real processes)\n"
+        "  cloud pool h200: elastic, 0 to 4 nodes x 8 H200-141GB, added when work waits for them "
         "(meridian dev-cloud, a fake cloud: instances are local agents, state in %s-cloud)\n"
         "%s"
         "  dashboard     %s/  (sign in with the admin token)\n"
@@ -292,7 +292,7 @@ Status RunDevEstate(DevOptions o) {
         "  export MERIDIAN_SERVER=%s MERIDIAN_TOKEN=%s\n"
         "  ./build/meridian submit -f examples/jobs/train-gang.yaml   # an 8-GPU gang on-prem\n"
         "  ./build/meridian get jobs && ./build/meridian logs 1 -f\n"
-        "  ./build/meridian submit -f examples/jobs/cloud-burst.yaml  # A100 work: the cloud pool "
+        "  ./build/meridian submit -f examples/jobs/cloud-burst.yaml  # H200 work: the cloud pool "
         "grows\n"
         "  ./build/meridian top\n"
         "%s\n"
