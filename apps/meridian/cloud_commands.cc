@@ -46,7 +46,8 @@ void AddCloudCommands(CLI::App& app, int* rc) {
       "bill; the request on stdin, the answer on stdout) whose instances are agents started on "
       "this machine");
   c->add_option("--state", f.o.state_dir,
-                "folder of its instances, their logs and bills (created 0700)")
+                "folder of its instances, their logs and bills (created 0711: tasks run under uids "
+                "of their own pass through)")
       ->required();
   c->add_option("--capacity", f.capacity,
                 "POOL=N: at most N live instances in the pool (repeatable; default: unlimited)");

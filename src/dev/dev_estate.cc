@@ -194,7 +194,12 @@ Status RunDevEstate(DevOptions o) {
   }
   // The cloud cluster's elastic pool grows through `meridian dev-cloud`, a fake cloud whose
   // instances are local agents; what it holds at the stop is deleted then.
-  const std::vector<std::string> cloud = {self, "dev-cloud", "--state", data_dir + "-cloud"};
+  std::string cloud_dir = data_dir + "-cloud-XXXXXX";  // new and private, as Slurm's
+  if (!mkdtemp(cloud_dir.data())) {
+    return Status::Io("cannot create " + cloud_dir + ": " + std::strerror(errno));
+  }
+  chmod(cloud_dir.c_str(), 0711);  // tasks under uids of their own pass through to theirs
+  const std::vector<std::string> cloud = {self, "dev-cloud", "--state", cloud_dir};
   {
     std::vector<std::string> argv = cloud;
     for (const std::string& a : o.agent_args) argv.insert(argv.end(), {"--agent-arg", a});
@@ -281,7 +286,7 @@ Status RunDevEstate(DevOptions o) {
         "\nMeridian dev estate: %zu of %zu agents registered (%d on-prem nodes x 8 H100-80GB, "
         "%d cloud nodes x 8 A100-80GB; simulated GPUs, real processes)\n"
         "  cloud pool h200: elastic, 0 to 4 nodes x 8 H200-141GB, added when work waits for them "
-        "(meridian dev-cloud, a fake cloud: instances are local agents, state in %s-cloud)\n"
+        "(meridian dev-cloud, a fake cloud: instances are local agents, state in %s)\n"
         "%s"
         "  dashboard     %s/  (sign in with the admin token)\n"
         "  API           %s/api/v1\n"
@@ -297,7 +302,7 @@ Status RunDevEstate(DevOptions o) {
         "  ./build/meridian top\n"
         "%s\n"
         "Ctrl-C stops everything.\n",
-        ready, specs.size(), o.onprem_nodes, o.cloud_nodes, data_dir.c_str(), slurm_line.c_str(),
+        ready, specs.size(), o.onprem_nodes, o.cloud_nodes, cloud_dir.c_str(), slurm_line.c_str(),
         url.c_str(), url.c_str(), admin.c_str(), data_dir.c_str(), data_dir.c_str(), url.c_str(),
         admin.c_str(),
         slurm_up ? "  ./build/meridian submit -f examples/jobs/slurm-gang.yaml   # a 2-node gang "
@@ -326,7 +331,10 @@ Status RunDevEstate(DevOptions o) {
     if (slurm_cluster) slurm_cluster->Stop();
     base::log::Info("dev estate stopped (data in {})", data_dir);
   };
-  return server::RunServer(o.server);
+  Status s = server::RunServer(o.server);
+  // A create that was on its way when the stop began has answered by now.
+  DeleteCloudInstances(cloud::Provisioner(cloud, 30));
+  return s;
 }
 
 }  // namespace meridian::dev

@@ -100,6 +100,8 @@ void ElasticSpec(FieldReader& s, int64_t declared) {
   s.String("region", false);
   s.Duration("bootDelay", 0, 3600, 60);
   s.Duration("idleTimeout", 0, 30 * 24 * 3600.0, 600);
+  // An instance not registered by then is deleted (default: bootDelay + max(60 s, bootDelay)).
+  if (s.Has("joinTimeout")) s.Duration("joinTimeout", 1, 24 * 3600.0, 120);
   // Per GPU-hour; the cluster's price of the model when left out.
   if (s.Has("price")) {
     FieldReader p = s.Nested("price");

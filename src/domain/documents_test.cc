@@ -286,6 +286,51 @@ TEST(Documents, PoolsCarryPurposeLabelsAndTaints) {
   EXPECT_FALSE(plain[0].spec.contains("taints"));
 }
 
+// Elastic pools (docs/adr/0039): bounds, a provisioner, durations with units, a price; a fixed
+// pool's canonical form keeps none of them.
+TEST(Documents, ElasticPoolsHaveBoundsAProvisionerAndTimes) {
+  ErrorList errors;
+  auto docs = Parse(
+      "kind: NodePool\nmetadata: {name: burst}\nspec:\n  cluster: c\n  gpusPerNode: 8\n"
+      "  gpuModel: H200-141GB\n  provisioner: aws\n  maxNodes: 4\n  bootDelay: 2m\n"
+      "  idleTimeout: 1h\n  price: {onDemand: 6, spot: 2.5}\n",
+      &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ASSERT_EQ(docs.size(), 1u);
+  const Json& spec = docs[0].spec;
+  EXPECT_EQ(spec["maxNodes"], 4);
+  EXPECT_EQ(spec["minNodes"], 0);
+  EXPECT_EQ(spec["provisioner"], "aws");
+  EXPECT_EQ(spec["bootDelay"], 120.0);
+  EXPECT_EQ(spec["idleTimeout"], 3600.0);
+  EXPECT_EQ(spec["price"]["spot"], 2.5);
+  EXPECT_FALSE(spec.contains("joinTimeout"));  // left to bootDelay
+  auto fixed = Parse("kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c}\n", &errors);
+  ASSERT_EQ(fixed.size(), 1u);
+  EXPECT_FALSE(fixed[0].spec.contains("maxNodes"));
+  EXPECT_FALSE(fixed[0].spec.contains("bootDelay"));
+
+  const std::pair<const char*, const char*> cases[] = {
+      {"spec: {cluster: c, provisioner: aws}", "spec.maxNodes: is required when a pool is elastic"},
+      {"spec: {cluster: c, provisioner: aws, maxNodes: 2, minNodes: 3}",
+       "spec.minNodes: must not be above maxNodes"},
+      {"spec: {cluster: c, maxNodes: 2}", "spec.provisioner: is required"},
+      {"spec: {cluster: c, provisioner: aws, maxNodes: 2, nodes: 3}",
+       "spec.nodes: a pool either declares its nodes or is elastic (maxNodes), not both"},
+      {"spec: {cluster: c, provisioner: aws, maxNodes: 2, price: {reserved: 1}}",
+       "spec.price.reserved: unknown field"},
+      {"spec: {cluster: c, provisioner: aws, maxNodes: 2, bootDelay: soon}", "spec.bootDelay"},
+      {"spec: {cluster: c, provisioner: AWS, maxNodes: 2}",
+       "spec.provisioner: \"AWS\" is not a valid name"},
+  };
+  for (const auto& [spec_line, want] : cases) {
+    ErrorList e;
+    Parse(std::string("kind: NodePool\nmetadata: {name: p}\n") + spec_line + "\n", &e);
+    EXPECT_NE(e.ToString().find(want), std::string::npos)
+        << spec_line << "\nwant " << want << "\ngot  " << e.ToString();
+  }
+}
+
 TEST(Documents, PoolAndPriorityClassErrorsNameTheField) {
   struct Case {
     const char* yaml;

@@ -20,7 +20,7 @@ struct Sandbox {
 
 std::unique_ptr<Sandbox> SandboxOf(const Snapshot& estate, const Profile& profile,
                                    const ElasticPool& pool, uint64_t seed) {
-  const int32_t count = std::min(pool.booting + pool.headroom, kMaxPlannedNodesPerPool);
+  const int32_t count = std::min(pool.idle + pool.booting + pool.headroom, kMaxPlannedNodesPerPool);
   if (!pool.available || count <= 0) return nullptr;
   auto box = std::make_unique<Sandbox>();
   box->snapshot = estate.WithoutNodes();
@@ -106,7 +106,8 @@ BurstPlan PlanBurst(const Snapshot& estate, const Profile& profile,
   for (size_t p = 0; p < pools.size(); ++p) {
     if (!boxes[p]) continue;
     const int32_t used = static_cast<int32_t>(boxes[p]->used.size());
-    plan.grow[p] = std::min(std::max(0, used - pools[p].booting), pools[p].headroom);
+    const int32_t coming = pools[p].idle + pools[p].booting;
+    plan.grow[p] = std::min(std::max(0, used - coming), pools[p].headroom);
   }
   return plan;
 }

@@ -22,6 +22,7 @@ namespace meridian::sched {
 struct ElasticPool {
   std::string name;
   domain::Node shape;    // one new node: its cluster, pool, purpose, GPUs, CPU, memory, traits
+  int32_t idle = 0;      // joined and holding nothing: there, and unused by this cycle
   int32_t booting = 0;   // asked for and not registered yet: coming anyway
   int32_t headroom = 0;  // how many more it may ask for (maxNodes less what it has and boots)
   double boot_seconds = 0;

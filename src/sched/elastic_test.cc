@@ -88,6 +88,15 @@ TEST_F(ElasticTest, NodesAlreadyBootingAreUsedFirst) {
   EXPECT_EQ(plan.pool_of_job.count(1) + plan.pool_of_job.count(2), 2u);
 }
 
+// A gang that waits for its last node: the nodes that joined and wait idle count, so the pool
+// asks for the one missing, not for a whole gang's worth again.
+TEST_F(ElasticTest, IdleNodesThatJoinedCountTowardsAGang) {
+  Job(1, {Whole(8), Whole(8), Whole(8)}, "A100-80GB");
+  ElasticPool p = Pool("a100", 3.5, 3);
+  p.idle = 2;
+  EXPECT_EQ(Plan({p}).grow, std::vector<int32_t>({1}));
+}
+
 TEST_F(ElasticTest, NeverAsksBeyondTheHeadroom) {
   for (int i = 1; i <= 5; ++i) Job(i, {Whole(8)}, "A100-80GB");
   BurstPlan plan = Plan({Pool("a100", 3.5, 2)});

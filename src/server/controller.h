@@ -213,7 +213,6 @@ class SchedulerController final : public api::SchedulerHooks {
   // Registered nodes deleted since the last rebuild: unschedulable in the snapshot (whose
   // indexes cannot shrink) until they register again.
   std::set<std::string> deleted_nodes_;
-  std::unique_ptr<ElasticPools> elastic_;
   int64_t last_seq_ = 0;
   bool dirty_ = true;                                     // rebuild before the next cycle
   std::shared_ptr<const sched::FragmentationModel> mix_;  // what the profile was built for
@@ -252,6 +251,8 @@ class SchedulerController final : public api::SchedulerHooks {
   bool woken_ = false;
   bool stopping_ = false;
   std::thread thread_;
+  // Last: destroyed first, its worker joined while the wake-up it calls still exists.
+  std::unique_ptr<ElasticPools> elastic_;
 };
 
 }  // namespace meridian::server

@@ -20,10 +20,11 @@ constexpr char kBootstrapUser[] = "meridian-elastic-pools";
 // Jobs a round plans new nodes for at most (the first in the queue's order).
 constexpr size_t kMaxWaiting = 256;
 
-// How long an instance may take to register before it is taken for broken.
-double RegistrationTimeout(const ElasticPoolSpec& spec) {
-  return spec.boot_seconds + std::max(60.0, spec.boot_seconds);
-}
+// How often a pool's instances are listed again, to find those a failed or timed-out request
+// made after all, and those that went away (a spot instance taken back).
+constexpr double kRelistSeconds = 300;
+// How long after a failed delete it is asked again.
+constexpr double kDeleteRetrySeconds = 30;
 
 // Whether a node of the scheduler's snapshot holds anything.
 bool Busy(const sched::Snapshot& s, int32_t n) {
@@ -131,11 +132,21 @@ void ElasticPools::Failed(const std::string& pool, Pool& p, double now, const st
         now);
 }
 
-base::Result<std::string> ElasticPools::BootstrapToken(double now, double lifetime) {
+base::Result<std::string> ElasticPools::BootstrapToken(double now, double lifetime,
+                                                       std::string* id) {
   api::NewToken t = api::GenerateToken(*entropy_);
   Status s = store_->Write([&](store::Tx& tx) {
-    if (!tx.GetObject("User", kBootstrapUser).ok()) {
-      store::Object user{"User",
+    auto user = tx.GetObject("User", kBootstrapUser);
+    if (user.ok()) {
+      // Someone else's user of that name, or one given more: not a credential to hand out.
+      const Json roles = user->spec.value("roles", Json::array());
+      if (roles != Json::array({Json{{"role", "agent"}}})) {
+        return Status::Conflict(std::string("user ") + kBootstrapUser +
+                                " exists with roles other than agent alone: new instances get "
+                                "no credential from it");
+      }
+    } else {
+      store::Object made{"User",
                          kBootstrapUser,
                          Json{{"roles", Json::array({Json{{"role", "agent"}}})},
                               {"description",
@@ -144,16 +155,90 @@ base::Result<std::string> ElasticPools::BootstrapToken(double now, double lifeti
                          0,
                          now,
                          "meridian"};
-      if (auto v = tx.PutObject(user, store::kMustNotExist); !v.ok()) return v.status();
+      if (auto v = tx.PutObject(made, store::kMustNotExist); !v.ok()) return v.status();
     }
     return tx.PutToken({t.id, kBootstrapUser, t.secret_hash, "bootstrap of elastic pool instances",
                         now, now + lifetime, false});
   });
   if (!s.ok()) return s;
+  *id = t.id;
   return t.text;
 }
 
-void ElasticPools::TakeOutcomes(double now, const Estate& estate) {
+// A bootstrap token is revoked once every instance it was given to has joined or gone: it is
+// spent, whatever its expiry says.
+void ElasticPools::RevokeSpentTokens(const Pool& p, const std::string& token) {
+  if (token.empty()) return;
+  for (const auto& [node, i] : p.by_node) {
+    if (i.token == token && (i.state == State::kCreating || i.state == State::kBooting)) return;
+  }
+  Status s = store_->Write([&](store::Tx& tx) {
+    auto t = tx.GetToken(token);
+    if (!t.ok() || t->revoked) return Status::Ok();
+    t->revoked = true;
+    return tx.PutToken(*t);
+  });
+  if (!s.ok())
+    base::log::Warn("elastic pools: bootstrap token {} not revoked: {}", token, s.message());
+}
+
+void ElasticPools::List(const std::string& name, Pool& p, double now) {
+  p.listing = true;
+  p.relist = false;
+  Post(p.provisioner, [name, now](const cloud::Provisioner& prov) {
+    Outcome o{name, "list", Status::Ok(), {}, {}, now};
+    auto listed = prov.List(name);
+    if (listed.ok()) {
+      o.instances = std::move(*listed);
+    } else {
+      o.status = listed.status();
+    }
+    return o;
+  });
+}
+
+void ElasticPools::TakeList(const Round& r, const std::string& name, Pool& p, const Outcome& o) {
+  p.listing = false;
+  if (!o.status.ok()) {
+    Failed(name, p, r.now, "listing its instances failed: " + o.status.message());
+    return;
+  }
+  p.listed_at = o.asked_at;
+  std::set<std::string> listed;
+  std::vector<std::string> adopted, vanished;
+  for (const cloud::Instance& i : o.instances) {
+    listed.insert(i.node);
+    if (p.by_node.count(i.node)) continue;
+    const bool ready = r.estate->Registered(i.node);
+    Instance& adopted_one = p.by_node[i.node];
+    adopted_one.id = i.id;
+    adopted_one.state = ready ? State::kReady : State::kBooting;
+    adopted_one.since = adopted_one.idle_since = r.now;
+    adopted.push_back(i.node);
+  }
+  // Gone from the provisioner's list since it was asked for: taken back by the cloud, or
+  // deleted by hand. The node, if it joined, falls silent and is lost like any other.
+  for (auto it = p.by_node.begin(); it != p.by_node.end();) {
+    const Instance& i = it->second;
+    const bool known = i.state == State::kBooting || i.state == State::kReady;
+    if (known && i.since < o.asked_at && !listed.count(it->first)) {
+      vanished.push_back(it->first);
+      it = p.by_node.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (!adopted.empty()) {
+    Event(name, "Normal", "InstancesAdopted",
+          "instance(s) the provisioner holds taken in: " + Join(adopted), r.now);
+  }
+  if (!vanished.empty()) {
+    Event(name, "Warning", "InstancesVanished",
+          "no longer listed by the provisioner: " + Join(vanished), r.now);
+  }
+}
+
+void ElasticPools::TakeOutcomes(const Round& r) {
   std::vector<Outcome> outcomes;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -165,71 +250,61 @@ void ElasticPools::TakeOutcomes(double now, const Estate& estate) {
                   {{"pool", o.pool}, {"verb", o.verb}, {"result", o.status.ok() ? "ok" : "failed"}},
                   1);
     if (o.verb == "list") {
-      p.listing = false;
-      if (!o.status.ok()) {
-        Failed(o.pool, p, now, "listing its instances failed: " + o.status.message());
-        continue;
-      }
-      p.listed = true;
-      for (const cloud::Instance& i : o.instances) {
-        if (p.by_node.count(i.node)) continue;
-        const bool ready = estate.Registered(i.node);
-        p.by_node[i.node] = {i.id, ready ? State::kReady : State::kBooting, now, now};
-      }
-      if (!o.instances.empty()) {
-        Event(o.pool, "Normal", "InstancesAdopted",
-              std::to_string(o.instances.size()) + " instance(s) the provisioner holds taken in",
-              now);
-      }
+      TakeList(r, o.pool, p, o);
     } else if (o.verb == "create") {
       if (!o.status.ok()) {
-        for (const std::string& n : o.nodes) p.by_node.erase(n);
-        Failed(o.pool, p, now,
+        // It may have made some after all (a time-out): the next list finds them.
+        std::string token;
+        for (const std::string& n : o.nodes) {
+          if (auto it = p.by_node.find(n); it != p.by_node.end()) token = it->second.token;
+          p.by_node.erase(n);
+        }
+        p.relist = true;
+        RevokeSpentTokens(p, token);
+        Failed(o.pool, p, r.now,
                "asking for " + std::to_string(o.nodes.size()) +
                    " node(s) failed: " + o.status.message());
         continue;
       }
       p.failures = 0;
-      std::set<std::string> answered;
       for (const cloud::Instance& i : o.instances) {
         auto it = p.by_node.find(i.node);
-        if (it == p.by_node.end()) continue;
+        if (it == p.by_node.end() || it->second.state != State::kCreating) continue;
         it->second.id = i.id;
         it->second.state = State::kBooting;
-        it->second.since = now;
-        answered.insert(i.node);
-      }
-      for (const std::string& n : o.nodes) {
-        if (!answered.count(n)) p.by_node.erase(n);  // the provisioner made fewer than asked
+        it->second.since = r.now;
       }
     } else if (o.verb == "delete") {
+      for (const std::string& n : o.nodes) {
+        auto it = p.by_node.find(n);
+        if (it == p.by_node.end()) continue;
+        it->second.asked = false;
+        it->second.retry_at = r.now + kDeleteRetrySeconds;
+      }
       if (!o.status.ok()) {
-        // Tried again at a later round: a node being deleted stays cordoned meanwhile.
-        for (const std::string& n : o.nodes) {
-          if (auto it = p.by_node.find(n); it != p.by_node.end()) it->second.since = now;
-        }
-        Failed(o.pool, p, now, "deleting " + Join(o.nodes) + " failed: " + o.status.message());
+        // Asked again after kDeleteRetrySeconds; the nodes stay cordoned meanwhile.
+        Failed(o.pool, p, r.now, "deleting " + Join(o.nodes) + " failed: " + o.status.message());
         continue;
       }
       for (const std::string& n : o.nodes) {
         p.by_node.erase(n);
-        if (estate.Registered(n)) {
-          auto d = nodes_->Delete(n, "elastic pool " + o.pool, false);
-          if (!d.ok()) {
-            base::log::Warn("elastic pool {}: node {} stays registered: {}", o.pool, n,
-                            d.status().message());
-          }
+        if (!r.estate->Registered(n)) continue;
+        auto d = nodes_->Delete(n, "elastic pool " + o.pool, false);
+        if (!d.ok()) {
+          base::log::Warn("elastic pool {}: node {} stays registered: {}", o.pool, n,
+                          d.status().message());
         }
       }
-      Event(o.pool, "Normal", "NodesReleased", "released " + Join(o.nodes), now);
+      Event(o.pool, "Normal", "NodesReleased", "released " + Join(o.nodes), r.now);
     }
   }
 }
 
 void ElasticPools::Grow(const ElasticPoolSpec& spec, Pool& p, int32_t count, double now) {
-  auto token = BootstrapToken(now, RegistrationTimeout(spec) + 600);
+  std::string token_id;
+  auto token = BootstrapToken(now, spec.join_timeout + 600, &token_id);
   if (!token.ok()) {
-    base::log::Warn("elastic pool {}: no bootstrap token: {}", spec.name, token.status().message());
+    Failed(spec.name, p, now, "no bootstrap token for new instances: " + token.status().message());
     return;
   }
   cloud::CreateRequest r;
@@ -250,14 +325,17 @@ void ElasticPools::Grow(const ElasticPoolSpec& spec, Pool& p, int32_t count, dou
     do {
       name = spec.name + "-" + base::Hex(entropy_->Bytes(3));
     } while (p.by_node.count(name));
-    p.by_node[name] = {"", State::kCreating, now, now};
+    Instance& fresh = p.by_node[name];
+    fresh.state = State::kCreating;
+    fresh.since = fresh.idle_since = now;
+    fresh.token = token_id;
     r.nodes.push_back(name);
   }
   Event(spec.name, "Normal", "ScaleUp",
         "asked provisioner " + spec.provisioner + " for " + std::to_string(count) +
             " node(s): " + Join(r.nodes),
         now);
-  Post(spec.provisioner, [r](const cloud::Provisioner& prov) {
+  Post(p.provisioner, [r](const cloud::Provisioner& prov) {
     Outcome o{r.pool, "create", Status::Ok(), {}, r.nodes};
     auto made = prov.Create(r);
     if (made.ok()) {
@@ -269,146 +347,191 @@ void ElasticPools::Grow(const ElasticPoolSpec& spec, Pool& p, int32_t count, dou
   });
 }
 
-void ElasticPools::Release(const ElasticPoolSpec& spec, Pool& p,
-                           const std::vector<std::string>& nodes, double now,
-                           const std::string& why) {
-  std::vector<std::string> ids;
+void ElasticPools::Release(const Round& r, const std::string& name, Pool& p,
+                           const std::vector<std::string>& nodes, const std::string& why) {
+  std::vector<std::string> released;
   for (const std::string& n : nodes) {
+    // Cordoned first, in the store and in the scheduler at once, so that no job is placed on a
+    // node on its way out (an instance that joins late is cordoned too).
+    if (r.estate->Registered(n)) {
+      auto c = nodes_->Cordon(n, "elastic pool " + name, true);
+      if (!c.ok()) {
+        base::log::Warn("elastic pool {}: {} not released, as it cannot be cordoned: {}", name, n,
+                        c.status().message());
+        continue;
+      }
+      if (auto i = r.index.find(n); i != r.index.end())
+        r.scheduler->SetSchedulable(i->second, false);
+    }
     Instance& i = p.by_node.at(n);
     i.state = State::kDeleting;
-    i.since = now;
+    i.since = r.now;
+    i.retry_at = r.now;
+    released.push_back(n);
+  }
+  if (released.empty()) return;
+  Event(name, "Normal", "ScaleDown", "releasing " + Join(released) + ": " + why, r.now);
+  AskDeletes(name, p, r.now);
+}
+
+void ElasticPools::AskDeletes(const std::string& name, Pool& p, double now) {
+  std::vector<std::string> nodes, ids;
+  for (auto& [node, i] : p.by_node) {
+    if (i.state != State::kDeleting || i.asked || i.retry_at > now) continue;
+    i.asked = true;
+    nodes.push_back(node);
     if (!i.id.empty()) ids.push_back(i.id);
   }
-  Event(spec.name, "Normal", "ScaleDown", "releasing " + Join(nodes) + ": " + why, now);
-  const std::string pool = spec.name;
-  Post(spec.provisioner, [pool, ids, nodes](const cloud::Provisioner& prov) {
-    return Outcome{pool, "delete", ids.empty() ? Status::Ok() : prov.Delete(pool, ids), {}, nodes};
+  if (nodes.empty()) return;
+  Post(p.provisioner, [name, ids, nodes](const cloud::Provisioner& prov) {
+    return Outcome{name, "delete", ids.empty() ? Status::Ok() : prov.Delete(name, ids), {}, nodes};
   });
+}
+
+bool ElasticPools::Tend(const Round& r, const ElasticPoolSpec& spec, Pool& p,
+                        sched::ElasticPool* plan) {
+  const double now = r.now;
+  const sched::Snapshot& snap = r.scheduler->snapshot();
+  if (p.listed_at < 0 || p.relist || now - p.listed_at >= kRelistSeconds) {
+    if (!p.listing && now >= p.backoff_until) List(spec.name, p, now);
+  }
+  // Until its first list is answered, a pool asks for nothing: it may already hold enough.
+  if (p.listed_at < 0) return false;
+  int32_t creating = 0, booting = 0, ready = 0, deleting = 0, idle_ready = 0;
+  std::vector<std::string> never_joined, idle, gone;
+  for (auto& [node, i] : p.by_node) {
+    if (i.state == State::kBooting && r.estate->Registered(node)) {
+      i.state = State::kReady;
+      i.since = i.idle_since = now;
+      RevokeSpentTokens(p, i.token);
+    }
+    if (i.state == State::kBooting && now - i.since > spec.join_timeout) {
+      never_joined.push_back(node);
+      continue;
+    }
+    if (i.state == State::kReady && !r.estate->Registered(node)) {
+      gone.push_back(node);  // deleted by hand: its instance has nothing left to do
+      continue;
+    }
+    if (i.state == State::kReady) {
+      auto n = r.index.find(node);
+      const bool busy = n == r.index.end() || Busy(snap, n->second);
+      if (busy) i.idle_since = now;
+      if (!busy && snap.nodes[n->second].Usable()) ++idle_ready;
+      if (!busy && now - i.idle_since >= spec.idle_timeout) idle.push_back(node);
+    }
+    creating += i.state == State::kCreating;
+    booting += i.state == State::kBooting;
+    ready += i.state == State::kReady;
+    deleting += i.state == State::kDeleting;
+  }
+  if (!never_joined.empty()) {
+    Failed(spec.name, p, now,
+           Join(never_joined) + " never registered within " +
+               std::to_string(static_cast<int64_t>(spec.join_timeout)) + " s");
+    Release(r, spec.name, p, never_joined, "never registered");
+    deleting += static_cast<int32_t>(never_joined.size());
+  }
+  if (!gone.empty()) Release(r, spec.name, p, gone, "its node was deleted");
+  // Idle nodes above the pool's minimum are released, longest idle first.
+  std::sort(idle.begin(), idle.end(), [&](const std::string& a, const std::string& b) {
+    return p.by_node.at(a).idle_since < p.by_node.at(b).idle_since;
+  });
+  const int32_t spare = std::max(0, ready + booting + creating - spec.min_nodes);
+  if (static_cast<int32_t>(idle.size()) > spare) idle.resize(static_cast<size_t>(spare));
+  if (!idle.empty()) {
+    Release(r, spec.name, p, idle,
+            "idle for " + std::to_string(static_cast<int64_t>(spec.idle_timeout)) + " s");
+    ready -= static_cast<int32_t>(idle.size());
+    idle_ready = std::max(0, idle_ready - static_cast<int32_t>(idle.size()));
+    deleting += static_cast<int32_t>(idle.size());
+  }
+  AskDeletes(spec.name, p, now);
+  // Below its minimum, a pool grows whatever waits.
+  const int32_t have = creating + booting + ready;
+  if (have < spec.min_nodes && now >= p.backoff_until) {
+    Grow(spec, p, spec.min_nodes - have, now);
+    creating += spec.min_nodes - have;
+  }
+  plan->name = spec.name;
+  plan->shape = spec.shape;
+  plan->idle = idle_ready;
+  plan->booting = creating + booting;
+  // Nodes on their way out count against maxNodes until they are gone.
+  plan->headroom = std::max(0, std::min(spec.max_nodes - (creating + booting + ready + deleting),
+                                        options_.max_creating_per_pool - creating));
+  plan->boot_seconds = spec.boot_seconds;
+  plan->price_per_gpu_hour = spec.price_per_gpu_hour;
+  plan->available = now >= p.backoff_until;
+  return true;
 }
 
 void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& scheduler,
                         const sched::CycleResult& cycle,
                         const std::map<int64_t, sched::JobSpec>& refused, PendingReasons* reasons) {
   if (estate.elastic_pools.empty() && pools_.empty()) return;
-  TakeOutcomes(now, estate);
-  const sched::Snapshot& snap = scheduler.snapshot();
-  std::map<std::string, int32_t> index;  // nodes of elastic pools in the snapshot
+  Round r;
+  r.now = now;
+  r.estate = &estate;
+  r.scheduler = &scheduler;
   std::set<std::string> elastic;
   for (const ElasticPoolSpec& spec : estate.elastic_pools) elastic.insert(spec.name);
+  const sched::Snapshot& snap = scheduler.snapshot();
   for (size_t i = 0; i < estate.nodes.size() && i < snap.nodes.size(); ++i) {
-    if (elastic.count(estate.nodes[i].pool)) index[snap.nodes[i].name] = static_cast<int32_t>(i);
+    if (elastic.count(estate.nodes[i].pool)) r.index[snap.nodes[i].name] = static_cast<int32_t>(i);
+  }
+  TakeOutcomes(r);
+  // A pool gone from the configuration gives back what it still holds, through the provisioner
+  // that made it.
+  for (auto it = pools_.begin(); it != pools_.end();) {
+    Pool& p = it->second;
+    if (elastic.count(it->first)) {
+      ++it;
+      continue;
+    }
+    std::vector<std::string> left;
+    for (const auto& [node, i] : p.by_node) {
+      if (i.state != State::kDeleting && i.state != State::kCreating) left.push_back(node);
+    }
+    if (!left.empty()) Release(r, it->first, p, left, "its pool was removed");
+    AskDeletes(it->first, p, now);
+    const bool waiting = p.listing || !p.by_node.empty();
+    it = waiting ? std::next(it) : pools_.erase(it);
   }
   std::vector<sched::ElasticPool> plan_pools;
   std::vector<const ElasticPoolSpec*> specs;
   for (const ElasticPoolSpec& spec : estate.elastic_pools) {
-    if (!provisioners_.count(spec.provisioner)) {
+    auto known = pools_.find(spec.name);
+    const std::string& provisioner = known != pools_.end() && !known->second.provisioner.empty()
+                                         ? known->second.provisioner
+                                         : spec.provisioner;
+    if (!provisioners_.count(provisioner)) {
       if (!unknown_said_[spec.name]) {
         unknown_said_[spec.name] = true;
         Event(spec.name, "Warning", "UnknownProvisioner",
-              "provisioner " + spec.provisioner +
+              "provisioner " + provisioner +
                   " is not configured on this server (meridian server --provisioner " +
-                  spec.provisioner + "=COMMAND): the pool does not grow",
+                  provisioner + "=COMMAND): the pool does not grow",
               now);
       }
       continue;
     }
     Pool& p = pools_[spec.name];
-    if (!p.listed) {
-      if (!p.listing && now >= p.backoff_until) {
-        p.listing = true;
-        const std::string pool = spec.name;
-        Post(spec.provisioner, [pool](const cloud::Provisioner& prov) {
-          Outcome o{pool, "list", Status::Ok(), {}, {}};
-          auto listed = prov.List(pool);
-          if (listed.ok()) {
-            o.instances = std::move(*listed);
-          } else {
-            o.status = listed.status();
-          }
-          return o;
-        });
-      }
-      continue;
-    }
-    int32_t creating = 0, booting = 0, ready = 0;
-    std::vector<std::string> never_joined, idle, gone;
-    for (auto& [node, i] : p.by_node) {
-      if (i.state == State::kBooting && estate.Registered(node)) {
-        i.state = State::kReady;
-        i.since = i.idle_since = now;
-      }
-      if (i.state == State::kBooting && now - i.since > RegistrationTimeout(spec)) {
-        never_joined.push_back(node);
-        continue;
-      }
-      if (i.state == State::kReady && !estate.Registered(node)) {
-        gone.push_back(node);  // deleted by hand: the instance has nothing to do
-        continue;
-      }
-      if (i.state == State::kReady) {
-        auto n = index.find(node);
-        if (n != index.end() && Busy(snap, n->second)) i.idle_since = now;
-        if (n != index.end() && now - i.idle_since >= spec.idle_timeout) idle.push_back(node);
-      }
-      creating += i.state == State::kCreating;
-      booting += i.state == State::kBooting;
-      ready += i.state == State::kReady;
-    }
-    if (!never_joined.empty()) {
-      Failed(spec.name, p, now,
-             Join(never_joined) + " never registered within " +
-                 std::to_string(static_cast<int64_t>(RegistrationTimeout(spec))) + " s");
-      Release(spec, p, never_joined, now, "never registered");
-    }
-    if (!gone.empty()) Release(spec, p, gone, now, "its node was deleted");
-    // Idle nodes above the pool's minimum are released, longest idle first. Cordoned before the
-    // provisioner is asked, in the store and in the scheduler at once, so that no job is placed
-    // on a node on its way out.
-    std::sort(idle.begin(), idle.end(), [&](const std::string& a, const std::string& b) {
-      return p.by_node.at(a).idle_since < p.by_node.at(b).idle_since;
-    });
-    const int32_t spare = std::max(0, ready + booting + creating - spec.min_nodes);
-    if (static_cast<int32_t>(idle.size()) > spare) idle.resize(spare);
-    std::vector<std::string> releasing;
-    for (const std::string& node : idle) {
-      auto c = nodes_->Cordon(node, "elastic pool " + spec.name, true);
-      if (!c.ok()) {
-        base::log::Warn("elastic pool {}: cannot cordon {}: {}", spec.name, node,
-                        c.status().message());
-        continue;
-      }
-      scheduler.SetSchedulable(index.at(node), false);
-      releasing.push_back(node);
-    }
-    ready -= static_cast<int32_t>(releasing.size());
-    if (!releasing.empty()) {
-      Release(spec, p, releasing, now,
-              "idle for " + std::to_string(static_cast<int64_t>(spec.idle_timeout)) + " s");
-    }
-    // Below its minimum, a pool grows whatever waits.
-    const int32_t have = creating + booting + ready;
-    if (have < spec.min_nodes && now >= p.backoff_until) {
-      Grow(spec, p, spec.min_nodes - have, now);
-      creating += spec.min_nodes - have;
-    }
-    sched::ElasticPool e;
-    e.name = spec.name;
-    e.shape = spec.shape;
-    e.booting = creating + booting;
-    e.headroom = std::max(0, std::min(spec.max_nodes - (creating + booting + ready),
-                                      options_.max_creating_per_pool - creating));
-    e.boot_seconds = spec.boot_seconds;
-    e.price_per_gpu_hour = spec.price_per_gpu_hour;
-    e.available = now >= p.backoff_until;
-    plan_pools.push_back(std::move(e));
+    p.provisioner = provisioner;
+    sched::ElasticPool plan;
+    if (!Tend(r, spec, p, &plan)) continue;
+    plan_pools.push_back(std::move(plan));
     specs.push_back(&spec);
   }
   if ((!cycle.short_of_capacity.empty() || !refused.empty()) && !plan_pools.empty()) {
+    // Jobs lent reserved nodes in the same cycle started after all.
+    std::set<int64_t> started;
+    for (const sched::StartDecision& d : cycle.started) started.insert(d.job);
     std::vector<sched::WaitingJob> waiting;
     for (int64_t id : cycle.short_of_capacity) {
       if (waiting.size() >= kMaxWaiting) break;
       const sched::JobSpec* job = scheduler.Find(id);
-      if (job) waiting.push_back({job, scheduler.EstimatedStart(id, now)});
+      if (job && !started.count(id)) waiting.push_back({job, scheduler.EstimatedStart(id, now)});
     }
     for (const auto& [id, job] : refused) {
       if (waiting.size() >= kMaxWaiting) break;
@@ -420,7 +543,7 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
       if (plan.grow[i] > 0) Grow(*specs[i], pools_[specs[i]->name], plan.grow[i], now);
     }
     for (const auto& [job, pool] : plan.pool_of_job) {
-      const ElasticPoolSpec& spec = *specs[pool];
+      const ElasticPoolSpec& spec = *specs[static_cast<size_t>(pool)];
       reasons->Set(job, "waits for a new node of elastic pool " + spec.name + " (cluster " +
                             spec.cluster + "), which boots in about " +
                             std::to_string(static_cast<int64_t>(spec.boot_seconds)) + " s");

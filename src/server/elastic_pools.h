@@ -14,6 +14,7 @@
 #include "api/metrics.h"
 #include "base/entropy.h"
 #include "cloud/provisioner.h"
+#include "sched/elastic.h"
 #include "sched/scheduler.h"
 #include "server/estate.h"
 #include "server/nodes.h"
@@ -65,11 +66,17 @@ class ElasticPools {
     State state = State::kCreating;
     double since = 0;       // when it entered its state
     double idle_since = 0;  // ready: when it last held work (or joined)
+    std::string token;      // the id of the bootstrap token it was created with
+    bool asked = false;     // deleting: a delete is on its way to the provisioner
+    double retry_at = 0;    // deleting: when a failed delete is asked again
   };
   struct Pool {
+    std::string provisioner;  // the one its instances were made by
     std::map<std::string, Instance> by_node;
-    bool listed = false, listing = false;
-    int32_t failures = 0;  // in a row
+    bool listing = false;
+    double listed_at = -1;  // when the last list was asked; -1: never answered
+    bool relist = false;    // list again at the next round (after a failure)
+    int32_t failures = 0;   // in a row
     double backoff_until = 0;
   };
   // What a provisioner answered, taken in at the next Step.
@@ -78,17 +85,33 @@ class ElasticPools {
     base::Status status;
     std::vector<cloud::Instance> instances;  // create, list
     std::vector<std::string> nodes;          // create: the names asked for; delete: the nodes
+    double asked_at = 0;                     // list: when it was asked
+  };
+  // One round's view of the estate.
+  struct Round {
+    double now = 0;
+    const Estate* estate = nullptr;
+    sched::Scheduler* scheduler = nullptr;
+    std::map<std::string, int32_t> index;  // nodes of elastic pools in the scheduler's snapshot
   };
 
-  void TakeOutcomes(double now, const Estate& estate);
+  void TakeOutcomes(const Round& r);
+  void TakeList(const Round& r, const std::string& name, Pool& p, const Outcome& o);
   void Post(const std::string& provisioner, std::function<Outcome(const cloud::Provisioner&)> work);
+  void List(const std::string& name, Pool& p, double now);
   void Failed(const std::string& pool, Pool& p, double now, const std::string& what);
   void Event(const std::string& pool, const std::string& type, const std::string& reason,
              const std::string& message, double now);
-  base::Result<std::string> BootstrapToken(double now, double lifetime);
+  base::Result<std::string> BootstrapToken(double now, double lifetime, std::string* id);
+  void RevokeSpentTokens(const Pool& p, const std::string& token);
   void Grow(const ElasticPoolSpec& spec, Pool& p, int32_t count, double now);
-  void Release(const ElasticPoolSpec& spec, Pool& p, const std::vector<std::string>& nodes,
-               double now, const std::string& why);
+  // Cordons what of `nodes` is registered, then asks for their instances' deletion.
+  void Release(const Round& r, const std::string& name, Pool& p,
+               const std::vector<std::string>& nodes, const std::string& why);
+  void AskDeletes(const std::string& name, Pool& p, double now);
+  // A pool's instances through the round: registrations, time-outs, idle nodes; its entry for
+  // the plan (false: it takes no part).
+  bool Tend(const Round& r, const ElasticPoolSpec& spec, Pool& p, sched::ElasticPool* plan);
   void Publish(const Estate& estate);
 
   ElasticOptions options_;

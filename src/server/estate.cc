@@ -80,6 +80,7 @@ ElasticPoolSpec ElasticOf(const store::Object& o, const std::vector<domain::Clus
   p.spot = s.value("spot", false);
   p.boot_seconds = s.value("bootDelay", 60.0);
   p.idle_timeout = s.value("idleTimeout", 600.0);
+  p.join_timeout = s.value("joinTimeout", p.boot_seconds + std::max(60.0, p.boot_seconds));
   p.shape = domain::DeclaredPoolNode(o.name, s, 0);
   const PoolTraits t = TraitsOf(o);
   p.shape.purpose = t.purpose;

@@ -43,6 +43,7 @@ struct ElasticPoolSpec {
   bool spot = false;
   double boot_seconds = 60;
   double idle_timeout = 600;
+  double join_timeout = 120;      // an instance not registered by then is deleted
   double price_per_gpu_hour = 0;  // spot or on-demand as the pool is; else its cluster's
 };
 
