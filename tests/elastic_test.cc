@@ -193,7 +193,19 @@ TEST_F(ElasticPoolTest, GrowsFromZeroForWaitingWorkAndShrinksBackWhenIdle) {
   const Json bill = Cloud("fake-cloud", "bill", Json::object());
   EXPECT_EQ(bill["instances"].size(), 3u) << bill.dump();
   EXPECT_GT(bill.value("total", 0.0), 0.0);
-  EXPECT_EQ(PoolEvents("ScaleDown").size(), 2u);  // two idle nodes, then the third
+  // Each of the three nodes released once (the first two as they fell idle, then the third).
+  std::multiset<std::string> released;
+  for (const Json& e : PoolEvents("ScaleDown")) {
+    std::string m = e.value("message", "");  // "releasing a100-x, a100-y: idle for 8 s"
+    m = m.substr(10, m.find(':') - 10);
+    for (size_t at = 0; at != std::string::npos;) {
+      const size_t comma = m.find(", ", at);
+      released.insert(m.substr(at, comma == std::string::npos ? comma : comma - at));
+      at = comma == std::string::npos ? comma : comma + 2;
+    }
+  }
+  EXPECT_EQ(released.size(), 3u);
+  EXPECT_EQ(std::set<std::string>(released.begin(), released.end()).size(), 3u);
   // The bootstrap token of the three instances was revoked once they had joined.
   HttpResult tokens = Http(*server_, "GET", "/api/v1/tokens?user=meridian-elastic-pools", admin_);
   ASSERT_EQ(tokens.status, 200) << tokens.text;
@@ -243,13 +255,104 @@ TEST_F(ElasticPoolTest, AnInstanceThatNeverRegistersIsDeletedAndThePoolBackedOff
   Start(estate, {{"fake-cloud", {"--never-boot"}}});
   const int64_t id = Submit("never-served", "sleep 1");
   ASSERT_TRUE(Eventually([&] { return !PoolEvents("ScaleUp").empty(); }, 15)) << Logs();
-  EXPECT_EQ(Instances("fake-cloud"), 1u);
+  EXPECT_TRUE(Eventually([&] { return Instances("fake-cloud") == 1; }, 15));
   ASSERT_TRUE(Eventually([&] { return !PoolEvents("ProvisioningFailed").empty(); }, 30)) << Logs();
   const std::string m = PoolEvents("ProvisioningFailed")[0].value("message", "");
   EXPECT_NE(m.find("never registered within 4 s"), std::string::npos) << m;
   ASSERT_TRUE(Eventually([&] { return Instances("fake-cloud") == 0; }, 30)) << Logs();
-  EXPECT_FALSE(PoolEvents("NodesReleased").empty());
+  EXPECT_TRUE(Eventually([&] { return !PoolEvents("NodesReleased").empty(); }, 15));
   EXPECT_EQ(JobPhase(*server_, admin_, id), "Pending");
+}
+
+// Spot: a preemptible job goes to the cheaper spot pool, a job that may not be preempted to the
+// on-demand pool. When the cloud takes a spot node back (the fake's `interrupt`, with a short
+// notice), the job is told as a preemption tells it, requeued, and runs again; after its second
+// interruption it goes to on-demand.
+TEST_F(ElasticPoolTest, ASpotInterruptionRequeuesTheJobAndTheSecondSendsItToOnDemand) {
+  std::string estate = kEstate;
+  estate += R"(---
+kind: NodePool
+metadata: {name: a100-spot}
+spec:
+  cluster: cloud
+  gpusPerNode: 4
+  gpuModel: A100-80GB
+  cpuMilli: 16000
+  memoryMib: 65536
+  provisioner: fake-cloud
+  spot: true
+  price: {spot: 1.1}
+  maxNodes: 3
+  bootDelay: 2s
+  idleTimeout: 8s
+)";
+  Start(estate);
+  Json spec = {{"gpus", 4},
+               {"gpuModels", {"A100-80GB"}},
+               {"cpuMilli", 4000},
+               {"memoryMib", 8192},
+               {"gracePeriod", 2},
+               {"noticeSignal", "SIGUSR1"},
+               {"command",
+                {"sh", "-c",
+                 "trap 'echo notice: $(cat \"$MERIDIAN_NOTICE_FILE\")' USR1; "
+                 "trap 'exit 143' TERM; while true; do sleep 0.2; done"}}};
+  auto submit = [&](const std::string& name, const Json& spec) {
+    Json job = {{"metadata", {{"name", name}, {"project", "research"}}}, {"spec", spec}};
+    HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_, job.dump());
+    EXPECT_EQ(r.status, 201) << r.text;
+    return r.body.value("id", int64_t{0});
+  };
+  const int64_t id = submit("spot-able", spec);
+  auto node_of = [&](int64_t job) {
+    const Json j = GetJob(*server_, admin_, job);
+    if (j["status"].value("phase", "") != "Running") return std::string();
+    return j["status"]["allocation"][0].value("node", "");
+  };
+  auto instance_of = [&](const std::string& node) {
+    for (const Json& i :
+         Cloud("fake-cloud", "list", Json::object()).value("instances", Json::array())) {
+      if (i.value("node", "") == node) return i.value("id", "");
+    }
+    return std::string();
+  };
+  std::string node;
+  ASSERT_TRUE(Eventually([&] { return !(node = node_of(id)).empty(); }, 60)) << Logs();
+  EXPECT_EQ(node.rfind("a100-spot-", 0), 0u) << node;
+  // One at a time: a job may take whichever fitting node joins first, not the one planned for it.
+  spec["preemptible"] = false;
+  const int64_t firm = submit("not-preemptible", spec);
+  std::string firm_node;
+  ASSERT_TRUE(Eventually([&] { return !(firm_node = node_of(firm)).empty(); }, 60)) << Logs();
+  EXPECT_EQ(firm_node.rfind("a100-spot-", 0), std::string::npos) << firm_node;
+
+  for (int round = 1; round <= 2; ++round) {
+    const std::string instance = instance_of(node);
+    ASSERT_FALSE(instance.empty()) << node;
+    const Json interrupted =
+        Cloud("fake-cloud", "interrupt", Json{{"instances", {instance}}, {"noticeSeconds", 6}});
+    ASSERT_EQ(interrupted["interrupted"].size(), 1u) << interrupted.dump();
+    // Requeued and running again, elsewhere.
+    std::string next;
+    ASSERT_TRUE(Eventually(
+        [&] {
+          next = node_of(id);
+          return !next.empty() && next != node;
+        },
+        90))
+        << "round " << round << "\n"
+        << Logs();
+    // The first time back to spot; after the second interruption, on-demand.
+    EXPECT_EQ(next.rfind("a100-spot-", 0) == 0, round == 1) << "round " << round << ": " << next;
+    node = next;
+  }
+  int told = 0;
+  for (const Json& e : JobEvents(*server_, admin_, id)) {
+    told += e.value("message", "").find("spot interruption") != std::string::npos;
+  }
+  EXPECT_GE(told, 2);
+  EXPECT_EQ(PoolEvents("SpotInterruption", "a100-spot").size(), 2u);
+  EXPECT_EQ(node_of(firm), firm_node);  // never disturbed
 }
 
 }  // namespace

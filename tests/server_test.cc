@@ -1773,7 +1773,7 @@ TEST(DevEstate, StopsWithinSecondsOfSigtermItsAgentsFirst) {
         for (const Json& n : nodes.body.value("items", Json::array())) {
           registered += n.value("source", "") == "registered";
         }
-        return registered == 4;  // on-prem; the cloud pool is elastic, and empty
+        return registered == 6;
       },
       60))
       << ReadFile(dir.File("dev.log"));
@@ -1781,7 +1781,7 @@ TEST(DevEstate, StopsWithinSecondsOfSigtermItsAgentsFirst) {
   server.Stop(SIGTERM);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[figure] dev estate with 4 agents stopped %.2f s after SIGTERM\n", seconds);
+  std::printf("[figure] dev estate with 6 agents stopped %.2f s after SIGTERM\n", seconds);
   EXPECT_LT(seconds, 20) << ReadFile(dir.File("dev.log"));
   EXPECT_NE(ReadFile(dir.File("dev.log")).find("dev estate stopped"), std::string::npos);
 }

@@ -43,7 +43,8 @@ void AddCloudCommands(CLI::App& app, int* rc) {
   CLI::App* c = app.add_subcommand(
       "dev-cloud",
       "A FAKE cloud for tests and the dev estate: a provisioner program (create, delete, list, "
-      "bill; the request on stdin, the answer on stdout) whose instances are agents started on "
+      "bill, interrupt; the request on stdin, the answer on stdout) whose instances are agents "
+      "started on "
       "this machine");
   c->add_option("--state", f.o.state_dir,
                 "folder of its instances, their logs and bills (created 0711: tasks run under uids "
@@ -57,9 +58,11 @@ void AddCloudCommands(CLI::App& app, int* rc) {
   c->add_option("--agent-arg", f.o.agent_args,
                 "an extra argument for every agent, one a flag: --agent-arg --task-uids "
                 "--agent-arg off (repeatable)");
-  c->add_option("verb", f.verb, "create, delete, list or bill")
+  c->add_option("verb", f.verb,
+                "create, delete, list, bill, or interrupt (a spot interruption: "
+                "{\"instances\": [ID], \"noticeSeconds\": N})")
       ->required()
-      ->check(CLI::IsMember({"create", "delete", "list", "bill"}));
+      ->check(CLI::IsMember({"create", "delete", "list", "bill", "interrupt"}));
   // A repeatable flag takes one value each time: otherwise it would take the verb after it.
   for (CLI::Option* o : c->get_options()) {
     if (o->get_items_expected_max() > 1 && !o->get_positional()) o->allow_extra_args(false);

@@ -57,6 +57,7 @@ struct Record {
   double boot_seconds = 0;
   double created_at = 0;
   std::optional<double> deleted_at;
+  std::optional<double> interrupt_at;  // a spot instance being taken back: when it goes
   int pid = 0;              // its agent's process and process group; 0: none (never_boot)
   uint64_t start_time = 0;  // /proc/PID/stat's starttime: our process, not a reused pid
 };
@@ -79,6 +80,7 @@ Json ToJson(const Record& r) {
          {"pid", r.pid},
          {"startTime", r.start_time}};
   if (r.deleted_at) j["deletedAt"] = *r.deleted_at;
+  if (r.interrupt_at) j["interruptAt"] = *r.interrupt_at;
   return j;
 }
 
@@ -100,6 +102,7 @@ base::Result<State> StateOf(const std::string& text, const std::string& path) {
       r.boot_seconds = i.value("bootSeconds", 0.0);
       r.created_at = i.at("createdAt").get<double>();
       if (i.contains("deletedAt")) r.deleted_at = i.at("deletedAt").get<double>();
+      if (i.contains("interruptAt")) r.interrupt_at = i.at("interruptAt").get<double>();
       r.pid = i.value("pid", 0);
       r.start_time = i.value("startTime", uint64_t{0});
       s.instances.push_back(std::move(r));
@@ -406,6 +409,7 @@ Instance InstanceOfRecord(const Record& r, double now, bool* alive) {
   i.state = r.pid > 0 && *alive && now >= r.created_at + r.boot_seconds ? "running" : "booting";
   i.created_at = r.created_at;
   i.spot = r.spot;
+  i.interrupt_at = r.interrupt_at.value_or(0);
   return i;
 }
 
@@ -581,6 +585,7 @@ base::Result<Json> List(StateStore& store, const Json& request) {
   Json answer{{"instances", Json::array()}};
   for (const Record& r : state->instances) {
     if (r.deleted_at || (!pool->empty() && r.pool != *pool)) continue;
+    if (r.interrupt_at && *r.interrupt_at <= now) continue;  // taken back: gone
     answer["instances"].push_back(ListedInstance(r, now));
   }
   return answer;
@@ -598,7 +603,8 @@ base::Result<Json> Bill(StateStore& store, const Json& request) {
   double total = 0;
   for (const Record& r : state->instances) {
     if (!pool->empty() && r.pool != *pool) continue;
-    const double seconds = std::max(0.0, r.deleted_at.value_or(now) - r.created_at);
+    const double end = std::min(r.deleted_at.value_or(now), r.interrupt_at.value_or(now));
+    const double seconds = std::max(0.0, end - r.created_at);
     const double cost = seconds / 3600 * r.price_per_hour;
     total += cost;
     answer["instances"].push_back(Json{{"id", r.id},
@@ -610,6 +616,64 @@ base::Result<Json> Bill(StateStore& store, const Json& request) {
                                        {"cost", cost}});
   }
   answer["total"] = total;
+  return answer;
+}
+
+// A spot interruption, as a cloud delivers one: the instance is listed with when it goes, and
+// at that time its agent's processes are killed (a daemon of its own waits for it) and it is
+// listed no more. Billing ends then.
+base::Result<Json> Interrupt(StateStore& store, const Json& request, std::string* err) {
+  if (!request.contains("instances") || !request.at("instances").is_array()) {
+    return Status::Invalid("instances: must be a list of instance ids");
+  }
+  const Json notice = request.value("noticeSeconds", Json(120));
+  if (!notice.is_number() || notice.get<double>() < 0 || notice.get<double>() > 3600) {
+    return Status::Invalid("noticeSeconds: must be a number of seconds from 0 to 3600");
+  }
+  std::set<std::string> wanted;
+  for (const Json& id : request.at("instances")) {
+    if (!id.is_string()) return Status::Invalid("instances: must be strings");
+    wanted.insert(id.get<std::string>());
+  }
+  if (Status s = store.Lock(); !s.ok()) return s;
+  auto state = store.Read();
+  if (!state.ok()) return state.status();
+  const double now = WallNow();
+  Json answer{{"interrupted", Json::array()}};
+  for (Record& r : state->instances) {
+    if (r.deleted_at || r.interrupt_at || !wanted.count(r.id)) continue;
+    r.interrupt_at = now + notice.get<double>();
+    answer["interrupted"].push_back(Json{{"id", r.id}, {"interruptAt", *r.interrupt_at}});
+    *err += "dev-cloud: " + r.id + " (node " + r.node + ") is taken back in " +
+            std::to_string(notice.get<double>()) + " s\n";
+    if (r.pid <= 0) continue;
+    const pid_t group = r.pid;
+    const timespec wait{
+        static_cast<time_t>(notice.get<double>()),
+        static_cast<long>((notice.get<double>() -
+                           static_cast<double>(static_cast<time_t>(notice.get<double>()))) *
+                          1e9)};
+    const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    const pid_t killer = fork();
+    if (killer == 0) {  // only async-signal-safe calls from here
+      setsid();
+      // Holds neither the state's lock nor the caller's pipes while it waits.
+      if (null_fd >= 0) dup2(null_fd, 0), dup2(null_fd, 1), dup2(null_fd, 2);
+      if (close_range(3, ~0U, 0) != 0) {
+        for (int fd = 3; fd < 1024; ++fd) close(fd);
+      }
+      const pid_t inner = fork();  // not our child: nobody need wait for it
+      if (inner != 0) _exit(0);
+      timespec left = wait;
+      while (nanosleep(&left, &left) != 0) {
+      }
+      kill(-group, SIGKILL);
+      _exit(0);
+    }
+    if (null_fd >= 0) close(null_fd);
+    if (killer > 0) waitpid(killer, nullptr, 0);
+  }
+  if (Status s = store.Write(*state); !s.ok()) return s;
   return answer;
 }
 
@@ -633,9 +697,11 @@ int RunDevCloud(const DevCloudOptions& o, const std::string& verb, const std::st
                 std::string* out, std::string* err) {
   out->clear();
   StateStore store(o.state_dir);
-  if (verb != "create" && verb != "delete" && verb != "list" && verb != "bill") {
-    return Answer(Status::Invalid("unknown verb " + verb + " (create, delete, list or bill)"), out,
-                  err);
+  if (verb != "create" && verb != "delete" && verb != "list" && verb != "bill" &&
+      verb != "interrupt") {
+    return Answer(
+        Status::Invalid("unknown verb " + verb + " (create, delete, list, bill or interrupt)"), out,
+        err);
   }
   if (o.state_dir.empty()) return Answer(Status::Invalid("no state directory"), out, err);
   auto request = ParseRequest(in, verb == "list" || verb == "bill");
@@ -643,6 +709,7 @@ int RunDevCloud(const DevCloudOptions& o, const std::string& verb, const std::st
   if (verb == "create") return Answer(Create(o, store, *request, err), out, err);
   if (verb == "delete") return Answer(Delete(store, *request, err), out, err);
   if (verb == "list") return Answer(List(store, *request), out, err);
+  if (verb == "interrupt") return Answer(Interrupt(store, *request, err), out, err);
   return Answer(Bill(store, *request), out, err);
 }
 

@@ -136,6 +136,7 @@ void ReadInstance(Reader& r, Instance& i) {
   }
   i.created_at = r.Number("createdAt", 0, 1e12, 0, true);
   i.spot = r.Bool("spot", false);
+  i.interrupt_at = r.Number("interruptAt", 0, 1e12, 0, false);
 }
 
 // The first line of `text`, cut to a length that a log line or an error message can carry.
@@ -218,12 +219,14 @@ base::Result<CreateRequest> CreateRequestOf(const Json& j) {
 }
 
 Json ToJson(const Instance& i) {
-  return Json{{"id", i.id},
-              {"node", i.node},
-              {"pool", i.pool},
-              {"state", i.state},
-              {"createdAt", i.created_at},
-              {"spot", i.spot}};
+  Json j{{"id", i.id},
+         {"node", i.node},
+         {"pool", i.pool},
+         {"state", i.state},
+         {"createdAt", i.created_at},
+         {"spot", i.spot}};
+  if (i.interrupt_at > 0) j["interruptAt"] = i.interrupt_at;
+  return j;
 }
 
 base::Result<Instance> InstanceOf(const Json& j) {

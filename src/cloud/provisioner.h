@@ -30,7 +30,8 @@
 // list    {"pool"} -> {"instances": [INSTANCE...]}: every instance of the pool not deleted.
 //
 // INSTANCE: {"id", "node", "pool", "state": "booting" | "running", "createdAt" (Unix seconds),
-//            "spot"}
+//            "spot", and, for a spot instance the cloud is taking back, "interruptAt" (Unix
+//            seconds: when it goes; AWS gives two minutes' notice, GCP thirty seconds)}
 namespace meridian::cloud {
 
 using Json = nlohmann::json;
@@ -62,6 +63,7 @@ struct Instance {
   std::string state;  // booting | running
   double created_at = 0;
   bool spot = false;
+  double interrupt_at = 0;  // 0: not being taken back
 };
 
 Json ToJson(const CreateRequest& r);

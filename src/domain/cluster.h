@@ -22,6 +22,10 @@ struct Cluster {
   std::vector<std::string> datasets;
 };
 
+// The taint every node of a spot pool carries: only jobs that may be preempted run there (they
+// tolerate it without saying so), as a cloud may take a spot node back at two minutes' notice.
+inline constexpr char kSpotTaint[] = "meridian.io/spot";
+
 // Nodes of one shape in a cluster. Cloud pools are elastic between min_nodes and max_nodes.
 struct NodePool {
   std::string name;

@@ -90,7 +90,7 @@ BurstPlan PlanBurst(const Snapshot& estate, const Profile& profile,
     int32_t best = -1;
     double best_cost = 0;
     for (size_t p = 0; p < pools.size(); ++p) {
-      if (!boxes[p]) continue;
+      if (!boxes[p] || (pools[p].spot && w.avoid_spot)) continue;
       // The estate's own capacity frees up for it before a new node could boot.
       if (w.estimated_start < kNever && w.estimated_start <= now + pools[p].boot_seconds) continue;
       if (!PlaceJob(*boxes[p], *w.job, false)) continue;

@@ -27,6 +27,7 @@ struct ElasticPool {
   int32_t headroom = 0;  // how many more it may ask for (maxNodes less what it has and boots)
   double boot_seconds = 0;
   double price_per_gpu_hour = 0;
+  bool spot = false;      // for jobs that may be preempted, and that were not taken back too often
   bool available = true;  // false: backed off after failures, or not yet reconciled
 };
 
@@ -34,6 +35,7 @@ struct ElasticPool {
 struct WaitingJob {
   const JobSpec* job = nullptr;
   double estimated_start = kNever;
+  bool avoid_spot = false;  // it may not be preempted, or spot nodes were taken from it too often
 };
 
 struct BurstPlan {

@@ -23,6 +23,11 @@ constexpr size_t kMaxWaiting = 256;
 // How often a pool's instances are listed again, to find those a failed or timed-out request
 // made after all, and those that went away (a spot instance taken back).
 constexpr double kRelistSeconds = 300;
+// Spot pools are listed more often: an interruption gives two minutes' notice (AWS), or thirty
+// seconds (GCP), and the notice is for the jobs.
+constexpr double kSpotRelistSeconds = 5;
+// A job that lost spot nodes this often goes to on-demand pools.
+constexpr int32_t kMaxSpotInterruptions = 2;
 // How long after a failed delete it is asked again.
 constexpr double kDeleteRetrySeconds = 30;
 
@@ -208,7 +213,12 @@ void ElasticPools::TakeList(const Round& r, const std::string& name, Pool& p, co
   std::vector<std::string> adopted, vanished;
   for (const cloud::Instance& i : o.instances) {
     listed.insert(i.node);
-    if (p.by_node.count(i.node)) continue;
+    if (auto known = p.by_node.find(i.node); known != p.by_node.end()) {
+      if (i.interrupt_at > 0 && !known->second.interrupted) {
+        Interrupted(r, name, p, i.node, i.interrupt_at);
+      }
+      continue;
+    }
     const bool ready = r.estate->Registered(i.node);
     Instance& adopted_one = p.by_node[i.node];
     adopted_one.id = i.id;
@@ -236,6 +246,41 @@ void ElasticPools::TakeList(const Round& r, const std::string& name, Pool& p, co
     Event(name, "Warning", "InstancesVanished",
           "no longer listed by the provisioner: " + Join(vanished), r.now);
   }
+}
+
+void ElasticPools::Interrupted(const Round& r, const std::string& name, Pool& p,
+                               const std::string& node, double at) {
+  Instance& i = p.by_node.at(node);
+  i.interrupted = true;
+  std::string told;
+  if (r.estate->Registered(node)) {
+    domain::DrainRequest drain;
+    drain.deadline = std::max(0.0, at - r.now);
+    drain.reason = "spot interruption";
+    auto d = nodes_->Drain(node, "elastic pool " + name, drain);
+    if (d.ok()) {
+      for (const Json& job : d->value("stopping", Json::array())) {
+        const int64_t id = job.get<int64_t>();
+        ++interruptions_[id];
+        told += (told.empty() ? "" : ", ") + std::to_string(id);
+      }
+    } else {
+      base::log::Warn("elastic pool {}: cannot drain {} before its interruption: {}", name, node,
+                      d.status().message());
+    }
+    if (auto n = r.index.find(node); n != r.index.end()) {
+      r.scheduler->SetSchedulable(n->second, false);
+    }
+  }
+  i.state = State::kDeleting;
+  i.since = r.now;
+  i.asked = false;
+  i.retry_at = at;  // the instance is deleted (and its node) once it has gone
+  Event(name, "Warning", "SpotInterruption",
+        "the cloud takes " + node + " back in " +
+            std::to_string(static_cast<int64_t>(std::max(0.0, at - r.now))) + " s" +
+            (told.empty() ? "" : ": job(s) " + told + " told, and requeued"),
+        r.now);
 }
 
 void ElasticPools::TakeOutcomes(const Round& r) {
@@ -392,7 +437,8 @@ bool ElasticPools::Tend(const Round& r, const ElasticPoolSpec& spec, Pool& p,
                         sched::ElasticPool* plan) {
   const double now = r.now;
   const sched::Snapshot& snap = r.scheduler->snapshot();
-  if (p.listed_at < 0 || p.relist || now - p.listed_at >= kRelistSeconds) {
+  const double relist = spec.spot ? kSpotRelistSeconds : kRelistSeconds;
+  if (p.listed_at < 0 || p.relist || now - p.listed_at >= relist) {
     if (!p.listing && now >= p.backoff_until) List(spec.name, p, now);
   }
   // Until its first list is answered, a pool asks for nothing: it may already hold enough.
@@ -462,6 +508,7 @@ bool ElasticPools::Tend(const Round& r, const ElasticPoolSpec& spec, Pool& p,
                                         options_.max_creating_per_pool - creating));
   plan->boot_seconds = spec.boot_seconds;
   plan->price_per_gpu_hour = spec.price_per_gpu_hour;
+  plan->spot = spec.spot;
   plan->available = now >= p.backoff_until;
   return true;
 }
@@ -500,6 +547,7 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
   }
   std::vector<sched::ElasticPool> plan_pools;
   std::vector<const ElasticPoolSpec*> specs;
+  bool unsettled = false;  // a pool whose instances are not known yet
   for (const ElasticPoolSpec& spec : estate.elastic_pools) {
     auto known = pools_.find(spec.name);
     const std::string& provisioner = known != pools_.end() && !known->second.provisioner.empty()
@@ -519,11 +567,16 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
     Pool& p = pools_[spec.name];
     p.provisioner = provisioner;
     sched::ElasticPool plan;
-    if (!Tend(r, spec, p, &plan)) continue;
+    if (!Tend(r, spec, p, &plan)) {
+      // Not listed yet: the choice of the cheapest pool waits for it, unless it is backed off.
+      if (now >= p.backoff_until) unsettled = true;
+      continue;
+    }
     plan_pools.push_back(std::move(plan));
     specs.push_back(&spec);
   }
-  if ((!cycle.short_of_capacity.empty() || !refused.empty()) && !plan_pools.empty()) {
+  if ((!cycle.short_of_capacity.empty() || !refused.empty()) && !plan_pools.empty() &&
+      !unsettled) {
     // Jobs lent reserved nodes in the same cycle started after all.
     std::set<int64_t> started;
     for (const sched::StartDecision& d : cycle.started) started.insert(d.job);
@@ -536,6 +589,11 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
     for (const auto& [id, job] : refused) {
       if (waiting.size() >= kMaxWaiting) break;
       waiting.push_back({&job, sched::kNever});
+    }
+    for (sched::WaitingJob& w : waiting) {
+      auto lost = interruptions_.find(w.job->id);
+      w.avoid_spot = !w.job->preemptible ||
+                     (lost != interruptions_.end() && lost->second >= kMaxSpotInterruptions);
     }
     sched::BurstPlan plan = sched::PlanBurst(snap, scheduler.profile(), waiting, plan_pools, now,
                                              static_cast<uint64_t>(now * 1000));

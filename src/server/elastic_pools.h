@@ -64,11 +64,12 @@ class ElasticPools {
   struct Instance {
     std::string id;
     State state = State::kCreating;
-    double since = 0;       // when it entered its state
-    double idle_since = 0;  // ready: when it last held work (or joined)
-    std::string token;      // the id of the bootstrap token it was created with
-    bool asked = false;     // deleting: a delete is on its way to the provisioner
-    double retry_at = 0;    // deleting: when a failed delete is asked again
+    double since = 0;          // when it entered its state
+    double idle_since = 0;     // ready: when it last held work (or joined)
+    std::string token;         // the id of the bootstrap token it was created with
+    bool asked = false;        // deleting: a delete is on its way to the provisioner
+    double retry_at = 0;       // deleting: when a failed delete is asked again
+    bool interrupted = false;  // a spot instance the cloud is taking back
   };
   struct Pool {
     std::string provisioner;  // the one its instances were made by
@@ -97,6 +98,10 @@ class ElasticPools {
 
   void TakeOutcomes(const Round& r);
   void TakeList(const Round& r, const std::string& name, Pool& p, const Outcome& o);
+  // A spot instance the cloud takes back: its node is drained by the deadline (its jobs get the
+  // notice a preemption gives, and are requeued), and the instance deleted then.
+  void Interrupted(const Round& r, const std::string& name, Pool& p, const std::string& node,
+                   double at);
   void Post(const std::string& provisioner, std::function<Outcome(const cloud::Provisioner&)> work);
   void List(const std::string& name, Pool& p, double now);
   void Failed(const std::string& pool, Pool& p, double now, const std::string& what);
@@ -124,6 +129,9 @@ class ElasticPools {
   std::map<std::string, Pool> pools_;
   std::map<std::string, std::unique_ptr<cloud::Provisioner>> provisioners_;
   std::map<std::string, bool> unknown_said_;  // pools whose unknown provisioner was logged
+  // How often each job has lost a spot node; after kMaxSpotInterruptions it goes to on-demand.
+  // In memory: a restarted server gives every job its chances again.
+  std::map<int64_t, int32_t> interruptions_;
 
   std::mutex mu_;  // the worker's queue and its outcomes
   std::condition_variable cv_;

@@ -66,6 +66,7 @@ PoolTraits TraitsOf(const store::Object& pool) {
   for (const Json& taint : s.value("taints", Json::array())) {
     t.taints.push_back({taint.value("key", ""), taint.value("value", "")});
   }
+  if (s.value("spot", false)) t.taints.push_back({domain::kSpotTaint, "true"});
   return t;
 }
 
@@ -374,6 +375,10 @@ base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const E
   spec.min_runtime = s.min_runtime;
   spec.grace_period = s.grace_period;
   spec.tasks = sched::TasksForJob(domain::JobOfSpec(job.name, job.project, s), estate.snapshot, -1);
+  // A job that may be preempted may run on spot nodes, whose loss is a preemption to it.
+  if (s.preemptible) {
+    for (sched::TaskSpec& t : spec.tasks) t.tolerations.push_back({domain::kSpotTaint, ""});
+  }
   return spec;
 }
 
