@@ -575,8 +575,7 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
     plan_pools.push_back(std::move(plan));
     specs.push_back(&spec);
   }
-  if ((!cycle.short_of_capacity.empty() || !refused.empty()) && !plan_pools.empty() &&
-      !unsettled) {
+  if ((!cycle.short_of_capacity.empty() || !refused.empty()) && !plan_pools.empty() && !unsettled) {
     // Jobs lent reserved nodes in the same cycle started after all.
     std::set<int64_t> started;
     for (const sched::StartDecision& d : cycle.started) started.insert(d.job);
