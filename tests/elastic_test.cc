@@ -165,10 +165,16 @@ TEST_F(ElasticPoolTest, GrowsFromZeroForWaitingWorkAndShrinksBackWhenIdle) {
         << Logs();
   }
   ASSERT_TRUE(Eventually([&] { return JobPhase(*server_, admin_, keep) == "Running"; }, 30));
-  // Three jobs of 4 GPUs, nodes of 4: three nodes asked for, in one request, and no more.
-  const std::vector<Json> ups = PoolEvents("ScaleUp");
-  ASSERT_EQ(ups.size(), 1u) << Logs();
-  EXPECT_NE(ups[0].value("message", "").find("for 3 node(s)"), std::string::npos) << ups[0].dump();
+  // Three jobs of 4 GPUs, nodes of 4: three nodes asked for, and no more. Usually in one
+  // request; in two when the third job arrives after the round that planned for the first two.
+  int asked = 0;
+  for (const Json& up : PoolEvents("ScaleUp")) {
+    const std::string m = up.value("message", "");  // "asked provisioner P for N node(s): ..."
+    const size_t at = m.find(" for ");
+    ASSERT_NE(at, std::string::npos) << m;
+    asked += std::stoi(m.substr(at + 5));
+  }
+  EXPECT_EQ(asked, 3) << Logs();
   const std::string busy =
       GetJob(*server_, admin_, keep)["status"]["allocation"][0].value("node", "");
   ASSERT_FALSE(busy.empty());

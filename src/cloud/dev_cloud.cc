@@ -152,6 +152,20 @@ Status MakeDir(const std::string& path, mode_t mode) {
   return Status::Io(Errno("mkdir " + path));
 }
 
+// `seconds` as nanosleep takes them.
+timespec TimespecOf(double seconds) {
+  timespec t{};
+  t.tv_sec = static_cast<time_t>(seconds);
+  t.tv_nsec = static_cast<long>((seconds - static_cast<double>(t.tv_sec)) * 1e9);
+  return t;
+}
+
+// In a child after fork, only async-signal-safe calls: sleeps `t` whole, signals or not.
+void SleepFor(timespec t) {
+  while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+  }
+}
+
 // The state directory, its state file and the lock that serialises every invocation on them.
 class StateStore {
  public:
@@ -186,6 +200,14 @@ class StateStore {
   void Unlock() {
     if (fd_ >= 0) close(fd_);  // closing the only descriptor releases the lock
     fd_ = -1;
+  }
+
+  // The state as it is now, for a reader that writes nothing: the lock only while reading.
+  base::Result<State> ReadNow() {
+    if (Status s = Lock(); !s.ok()) return s;
+    auto state = Read();
+    Unlock();
+    return state;
   }
 
   base::Result<State> Read() const {
@@ -341,9 +363,7 @@ base::Result<int> StartAgent(const std::vector<std::string>& argv, const std::st
   for (std::string& a : args) exec_argv.push_back(a.data());
   exec_argv.push_back(nullptr);
   const std::string exec_failed = "dev-cloud: cannot run " + argv[0] + "\n";
-  timespec delay{};
-  delay.tv_sec = static_cast<time_t>(boot);
-  delay.tv_nsec = static_cast<long>((boot - static_cast<double>(delay.tv_sec)) * 1e9);
+  const timespec delay = TimespecOf(boot);
   sigset_t no_signals;
   sigemptyset(&no_signals);
   struct sigaction default_action {};
@@ -380,8 +400,7 @@ base::Result<int> StartAgent(const std::vector<std::string>& argv, const std::st
     if (close_range(3, ~0U, 0) != 0) {
       for (int fd = 3; fd < max_fd; ++fd) close(fd);
     }
-    while (nanosleep(&delay, &delay) != 0 && errno == EINTR) {
-    }
+    SleepFor(delay);
     execv(exec_argv[0], exec_argv.data());
     (void)!write(2, exec_failed.data(), exec_failed.size());
     _exit(127);
@@ -552,10 +571,8 @@ base::Result<Json> Delete(StateStore& store, const Json& request, std::string* e
   const std::set<std::string> wanted(ids.begin(), ids.end());
   // Stopping agents takes up to kStopWait: it is done outside the lock, and the deletion is
   // recorded only afterwards, so that a delete that is interrupted is simply asked again.
-  if (Status s = store.Lock(); !s.ok()) return s;
-  auto state = store.Read();
+  auto state = store.ReadNow();
   if (!state.ok()) return state.status();
-  store.Unlock();
   std::vector<const Record*> doomed;
   for (const Record& r : state->instances) {
     if (!r.deleted_at && wanted.count(r.id)) doomed.push_back(&r);
@@ -577,10 +594,8 @@ base::Result<Json> Delete(StateStore& store, const Json& request, std::string* e
 base::Result<Json> List(StateStore& store, const Json& request) {
   auto pool = PoolOf(request);
   if (!pool.ok()) return pool.status();
-  if (Status s = store.Lock(); !s.ok()) return s;
-  auto state = store.Read();
+  auto state = store.ReadNow();
   if (!state.ok()) return state.status();
-  store.Unlock();
   const double now = WallNow();
   Json answer{{"instances", Json::array()}};
   for (const Record& r : state->instances) {
@@ -594,10 +609,8 @@ base::Result<Json> List(StateStore& store, const Json& request) {
 base::Result<Json> Bill(StateStore& store, const Json& request) {
   auto pool = PoolOf(request);
   if (!pool.ok()) return pool.status();
-  if (Status s = store.Lock(); !s.ok()) return s;
-  auto state = store.Read();
+  auto state = store.ReadNow();
   if (!state.ok()) return state.status();
-  store.Unlock();
   const double now = WallNow();
   Json answer{{"instances", Json::array()}, {"total", 0.0}};
   double total = 0;
@@ -648,11 +661,7 @@ base::Result<Json> Interrupt(StateStore& store, const Json& request, std::string
             std::to_string(notice.get<double>()) + " s\n";
     if (r.pid <= 0) continue;
     const pid_t group = r.pid;
-    const timespec wait{
-        static_cast<time_t>(notice.get<double>()),
-        static_cast<long>((notice.get<double>() -
-                           static_cast<double>(static_cast<time_t>(notice.get<double>()))) *
-                          1e9)};
+    const timespec wait = TimespecOf(notice.get<double>());
     const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
     const pid_t killer = fork();
     if (killer == 0) {  // only async-signal-safe calls from here
@@ -664,9 +673,7 @@ base::Result<Json> Interrupt(StateStore& store, const Json& request, std::string
       }
       const pid_t inner = fork();  // not our child: nobody need wait for it
       if (inner != 0) _exit(0);
-      timespec left = wait;
-      while (nanosleep(&left, &left) != 0) {
-      }
+      SleepFor(wait);
       kill(-group, SIGKILL);
       _exit(0);
     }

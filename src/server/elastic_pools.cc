@@ -1,5 +1,8 @@
 #include "server/elastic_pools.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -42,9 +45,7 @@ bool Busy(const sched::Snapshot& s, int32_t n) {
 }
 
 std::string Join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const std::string& i : items) out += (out.empty() ? "" : ", ") + i;
-  return out;
+  return fmt::format("{}", fmt::join(items, ", "));
 }
 
 }  // namespace

@@ -70,7 +70,9 @@ PoolTraits TraitsOf(const store::Object& pool) {
   return t;
 }
 
-ElasticPoolSpec ElasticOf(const store::Object& o, const std::vector<domain::Cluster>& clusters) {
+// A pool's elastic part; its traits (purpose, labels, taints) are the estate's, given to its
+// shape as to any of its nodes.
+ElasticPoolSpec ElasticOf(const store::Object& o, const Estate& e) {
   const Json& s = o.spec;
   ElasticPoolSpec p;
   p.name = o.name;
@@ -83,12 +85,9 @@ ElasticPoolSpec ElasticOf(const store::Object& o, const std::vector<domain::Clus
   p.idle_timeout = s.value("idleTimeout", 600.0);
   p.join_timeout = s.value("joinTimeout", p.boot_seconds + std::max(60.0, p.boot_seconds));
   p.shape = domain::DeclaredPoolNode(o.name, s, 0);
-  const PoolTraits t = TraitsOf(o);
-  p.shape.purpose = t.purpose;
-  p.shape.labels = t.labels;
-  p.shape.taints = t.taints;
+  ApplyPoolTraits(e, &p.shape);
   const std::string model = s.value("gpuModel", "");
-  for (const domain::Cluster& c : clusters) {
+  for (const domain::Cluster& c : e.clusters) {
     if (c.name != p.cluster) continue;
     p.region = c.region;
     if (auto price = c.price_per_gpu_hour.find(model); price != c.price_per_gpu_hour.end()) {
@@ -278,7 +277,7 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
         e->pool_shapes.push_back(domain::DeclaredPoolNode(o.name, o.spec, 0));
         origin.resize(e->nodes.size(), {o.kind, o.name});
         e->pool_traits[o.name] = TraitsOf(o);
-        if (o.spec.contains("maxNodes")) e->elastic_pools.push_back(ElasticOf(o, e->clusters));
+        if (o.spec.contains("maxNodes")) e->elastic_pools.push_back(ElasticOf(o, *e));
       });
     }
     if (o.kind == "Node") {
