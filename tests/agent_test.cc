@@ -1476,6 +1476,15 @@ TEST_F(AgentTest, ExecWithATerminalGetsItsSizeAndEndsWhenTheUserGoes) {
   winsize size{33, 101, 0, 0};
   ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, &size), 0);
   const std::string exec_pid = SharedPath("exec.pid");
+  // Made before fork(): the child of a threaded process only sets up its terminal and execs.
+  const std::string script = "tty; stty size; echo $$ > " + exec_pid + "; exec sleep 300";
+  std::vector<std::string> args = {kBinary, "exec", "-it", std::to_string(job),
+                                   "--",    "sh",   "-c",  script};
+  std::vector<std::string> env = EnvironmentWith({{"MERIDIAN_CONFIG", "/nonexistent/config.json"},
+                                                  {"MERIDIAN_SERVER", server_->url()},
+                                                  {"MERIDIAN_TOKEN", admin_}});
+  const std::vector<char*> argv = CStrings(args);
+  const std::vector<char*> envp = CStrings(env);
   const pid_t cli = fork();
   if (cli == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -1484,12 +1493,7 @@ TEST_F(AgentTest, ExecWithATerminalGetsItsSizeAndEndsWhenTheUserGoes) {
     dup2(slave, 0);
     dup2(slave, 1);
     dup2(slave, 2);
-    setenv("MERIDIAN_CONFIG", "/nonexistent/config.json", 1);
-    setenv("MERIDIAN_SERVER", server_->url().c_str(), 1);
-    setenv("MERIDIAN_TOKEN", admin_.c_str(), 1);
-    const std::string script = "tty; stty size; echo $$ > " + exec_pid + "; exec sleep 300";
-    execl(kBinary.c_str(), kBinary.c_str(), "exec", "-it", std::to_string(job).c_str(), "--", "sh",
-          "-c", script.c_str(), static_cast<char*>(nullptr));
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   close(slave);

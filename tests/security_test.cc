@@ -787,22 +787,12 @@ TEST_F(SecurityTest, AnAgentThatIsNotRootSaysTaskIsolationIsOffOrRefusesWhenAske
                                      "--node",      "lowly",        "--simulate-gpus",
                                      "1xH100-80GB", "--work-dir",   work};
     args.insert(args.end(), extra.begin(), extra.end());
-    const pid_t pid = fork();
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::freopen(log.c_str(), "w", stdout);
-      std::freopen(log.c_str(), "a", stderr);
-      if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-          setresuid(65534, 65534, 65534) != 0) {
-        _exit(125);
-      }
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(kBinary.c_str(), argv.data());
-      _exit(127);
-    }
-    return pid;
+    ChildSpec spec;
+    spec.argv = args;
+    spec.log = log;
+    spec.truncate = true;
+    spec.uid = 65534;
+    return SpawnChild(std::move(spec));
   };
   const std::string refused_log = dir_.File("refused.log");
   const pid_t refused = start({"--task-uids", "200000-265535"}, refused_log);

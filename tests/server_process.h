@@ -3,6 +3,8 @@
 // Starts real `meridian server` processes on loopback ports for the integration tests, and
 // talks to them over HTTP and through the real CLI.
 
+#include <fcntl.h>
+#include <grp.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -16,7 +18,9 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -42,6 +46,77 @@ inline std::string ReadFile(const std::string& path) {
   return s;
 }
 
+// A child process as the tests start one: `argv[0]` run with `argv`, its output in `log`, killed
+// when the thread that started it ends.
+struct ChildSpec {
+  std::vector<std::string> argv{};
+  std::string log{};       // empty: the output stays where the test's goes
+  bool truncate = false;   // the log is started afresh rather than appended to
+  bool log_stdout = true;  // false: only stderr goes to the log
+  std::vector<std::pair<std::string, std::string>> env{};  // set on top of this process's own
+  std::optional<uint32_t>
+      uid{};  // run as this uid (and the same gid), without supplementary groups
+};
+
+// Starts `spec`; its pid, or -1. A test process has threads (a CLI run beside the test's own, an
+// HTTP client's), and a child forked from a threaded process may make only async-signal-safe
+// calls until it execs: an allocation or a stdio call can wait for ever on a lock that another
+// thread held at the fork (under a full ASan run a CLI child once hung so for 90 s, before it had
+// printed anything). So everything is made before fork(), and the child only redirects, drops
+// its uid and execs.
+// This process's environment with `set` set on top, as execve takes it (with CStrings).
+inline std::vector<std::string> EnvironmentWith(
+    const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view kv(*e);
+    const std::string_view name = kv.substr(0, kv.find('='));
+    bool replaced = false;
+    for (const auto& [k, v] : set) replaced = replaced || k == name;
+    if (!replaced) env.emplace_back(kv);
+  }
+  for (const auto& [k, v] : set) env.push_back(k + "=" + v);
+  return env;
+}
+
+// `strings` as a null-terminated array of pointers into them, as execve takes it.
+inline std::vector<char*> CStrings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (std::string& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+inline pid_t SpawnChild(ChildSpec spec) {
+  std::vector<std::string> env = EnvironmentWith(spec.env);
+  std::vector<char*> argv = CStrings(spec.argv);
+  std::vector<char*> envp = CStrings(env);
+  const int log =
+      spec.log.empty()
+          ? -1
+          : open(spec.log.c_str(),
+                 O_WRONLY | O_CREAT | O_CLOEXEC | (spec.truncate ? O_TRUNC : O_APPEND), 0644);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // A child outlives no test: otherwise it would hold ctest's output pipe open, and ctest
+    // would wait for it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (log >= 0) {
+      if (spec.log_stdout) dup2(log, 1);
+      dup2(log, 2);
+    }
+    if (spec.uid &&
+        (setgroups(0, nullptr) != 0 || setresgid(*spec.uid, *spec.uid, *spec.uid) != 0 ||
+         setresuid(*spec.uid, *spec.uid, *spec.uid) != 0)) {
+      _exit(125);
+    }
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  if (log >= 0) close(log);
+  return pid;
+}
+
 class ServerProcess {
  public:
   ServerProcess(std::string binary, std::string data_dir, std::vector<std::string> extra = {})
@@ -59,19 +134,11 @@ class ServerProcess {
                                      "--port-file", port_file,
                                      "--threads",   "32"};
     args.insert(args.end(), extra_.begin(), extra_.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      // A server outlives no test: when the test process dies, so does the server (otherwise
-      // it would hold ctest's output pipe open, and ctest would wait for it).
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      const std::string log = data_dir_ + ".log";
-      std::freopen(log.c_str(), "a", stderr);
-      execv(binary_.c_str(), argv.data());
-      _exit(127);
-    }
+    ChildSpec spec;
+    spec.argv = args;
+    spec.log = data_dir_ + ".log";
+    spec.log_stdout = false;
+    pid_ = SpawnChild(std::move(spec));
     if (!Eventually([&] { return !ReadFile(port_file).empty(); })) return false;
     port_ = std::stoi(ReadFile(port_file));
     return tls() || Eventually([&] {
@@ -137,21 +204,16 @@ class AgentProcess {
   void Start(const std::string& server, const std::string& token) {
     std::vector<std::string> args = {binary_, subcommand_};
     args.insert(args.end(), args_.begin(), args_.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      setenv("MERIDIAN_SERVER", server.c_str(), 1);
-      setenv("MERIDIAN_TOKEN", token.c_str(), 1);
-      setenv("MERIDIAN_CONFIG", "/nonexistent/config.json", 1);
-      for (const auto& [k, v] : env_) setenv(k.c_str(), v.c_str(), 1);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      std::freopen(log_.c_str(), "a", stdout);
-      std::freopen(log_.c_str(), "a", stderr);
-      execv(binary_.c_str(), argv.data());
-      _exit(127);
-    }
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"MERIDIAN_SERVER", server},
+        {"MERIDIAN_TOKEN", token},
+        {"MERIDIAN_CONFIG", "/nonexistent/config.json"}};
+    env.insert(env.end(), env_.begin(), env_.end());
+    ChildSpec spec;
+    spec.argv = args;
+    spec.log = log_;
+    spec.env = env;
+    pid_ = SpawnChild(std::move(spec));
   }
   // SIGTERM: the agent stops its tasks and exits; SIGKILL: it vanishes, its tasks' shims stay.
   void Stop(int sig = SIGTERM) {
@@ -210,17 +272,11 @@ struct CliResult {
 inline CliResult RunToExit(const std::string& binary, std::vector<std::string> args,
                            const std::string& log, double seconds) {
   args.insert(args.begin(), binary);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::freopen(log.c_str(), "w", stdout);
-    std::freopen(log.c_str(), "a", stderr);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
+  ChildSpec spec;
+  spec.argv = args;
+  spec.log = log;
+  spec.truncate = true;
+  const pid_t pid = SpawnChild(std::move(spec));
   CliResult out;
   int status = 0;
   const bool exited = Eventually([&] { return waitpid(pid, &status, WNOHANG) == pid; }, seconds);
@@ -293,17 +349,10 @@ inline int FreePort() {
 class ChildProcess {
  public:
   ChildProcess(std::vector<std::string> argv, const std::string& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      std::vector<char*> args;
-      for (std::string& a : argv) args.push_back(a.data());
-      args.push_back(nullptr);
-      std::freopen(log.c_str(), "a", stdout);
-      std::freopen(log.c_str(), "a", stderr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
+    ChildSpec spec;
+    spec.argv = std::move(argv);
+    spec.log = log;
+    pid_ = SpawnChild(std::move(spec));
   }
   ~ChildProcess() {
     if (pid_ <= 0) return;

@@ -1340,16 +1340,20 @@ class CliChild {
   CliChild(const std::string& args, const std::string& server, const std::string& token) {
     int fds[2];
     if (pipe(fds) != 0) return;
+    // Made before fork(): the child of a threaded process only redirects and execs.
+    std::vector<std::string> command = {"/bin/sh", "-c", "exec " + kBinary + " " + args};
+    std::vector<std::string> env = EnvironmentWith({{"MERIDIAN_CONFIG", "/nonexistent/config.json"},
+                                                    {"MERIDIAN_SERVER", server},
+                                                    {"MERIDIAN_TOKEN", token}});
+    const std::vector<char*> argv = CStrings(command);
+    const std::vector<char*> envp = CStrings(env);
     pid_ = fork();
     if (pid_ == 0) {
       dup2(fds[1], 1);
       dup2(fds[1], 2);
       close(fds[0]);
       close(fds[1]);
-      setenv("MERIDIAN_CONFIG", "/nonexistent/config.json", 1);
-      setenv("MERIDIAN_SERVER", server.c_str(), 1);
-      setenv("MERIDIAN_TOKEN", token.c_str(), 1);
-      execl("/bin/sh", "sh", "-c", ("exec " + kBinary + " " + args).c_str(), nullptr);
+      execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     close(fds[1]);

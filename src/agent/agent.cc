@@ -20,6 +20,7 @@
 #include "agent/gpu_devices.h"
 #include "agent/simulated_gpus.h"
 #include "agent/task_isolation.h"
+#include "base/command.h"
 #include "base/log.h"
 #include "base/strings.h"
 
@@ -601,33 +602,19 @@ void Agent::TakeHealthOrders(const Json& answer) {
 
 namespace {
 
-// Runs `argv` to its end, for at most `timeout` seconds; ok when it exits 0.
+// Runs `argv` to its end, for at most `timeout` seconds; ok when it exits 0. Spawned, not
+// forked: the agent has threads, and a forked child may not allocate before it execs.
 Status RunToEnd(const std::vector<std::string>& argv, double timeout) {
   if (argv.empty()) return Status::Invalid("the remediation command is empty");
-  const pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  if (pid < 0) return Status::Io("cannot start " + argv[0]);
-  const double deadline = Now() + timeout;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (Now() > deadline) {
-      ::kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return Status::Io(argv[0] + " did not finish within " +
-                        std::to_string(static_cast<int>(timeout)) + " s");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::Ok();
-  return Status::Io(argv[0] + (WIFEXITED(status)
-                                   ? " exited with code " + std::to_string(WEXITSTATUS(status))
-                                   : std::string(" was killed by a signal")));
+  auto ran = base::RunCommand(argv, {}, "", timeout);
+  if (!ran.ok()) return ran.status();
+  if (ran->exit_code == 0) return Status::Ok();
+  std::string said(base::Trim(ran->err.empty() ? ran->out : ran->err));
+  if (said.size() > 200) said = said.substr(0, 200) + "...";
+  return Status::Io(argv[0] +
+                    (ran->exit_code > 0 ? " exited with code " + std::to_string(ran->exit_code)
+                                        : std::string(" was killed by a signal")) +
+                    (said.empty() ? "" : ": " + said));
 }
 
 }  // namespace

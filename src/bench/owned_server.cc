@@ -1,5 +1,6 @@
 #include "bench/owned_server.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -68,21 +69,24 @@ base::Result<std::unique_ptr<OwnedServer>> StartServer(const std::string& binary
   if (!mkdtemp(pattern.data())) return base::Status::Io("cannot make a temporary directory");
   s->dir = pattern;
   const std::string port_file = s->dir + "/port";
+  // Made before fork(): the benchmark has threads, and its child may make only
+  // async-signal-safe calls until it execs.
+  std::vector<std::string> args = {binary,     "server",      "--data-dir",  s->dir + "/data",
+                                   "--listen", "127.0.0.1:0", "--port-file", port_file};
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const std::string log_path = s->dir + "/server.log";
+  const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   s->pid = fork();
   if (s->pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // the server goes when the benchmark goes
-    const std::string data = s->dir + "/data";
-    const std::string log = s->dir + "/server.log";
-    std::freopen(log.c_str(), "w", stderr);
-    std::vector<std::string> args = {binary,     "server",      "--data-dir",  data,
-                                     "--listen", "127.0.0.1:0", "--port-file", port_file};
-    args.insert(args.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
+    if (log >= 0) dup2(log, 2);
+    execv(argv[0], argv.data());
     _exit(127);
   }
+  if (log >= 0) close(log);
   const auto deadline = Clock::now() + std::chrono::seconds(20);
   while (Slurp(port_file).empty()) {
     if (Clock::now() > deadline) {

@@ -1,5 +1,6 @@
 #include "dev/dev_estate.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -44,23 +45,26 @@ Status Check(const base::Result<cli::Response>& r, const char* what) {
 }
 
 // A child process of the estate (an agent, the Slurm connector), its output appended to `log`.
+// The log is opened before fork(): the estate has threads, and its child may make only
+// async-signal-safe calls until it execs.
 pid_t Spawn(std::vector<std::string> args, const std::string& log) {
   std::vector<char*> argv;
   for (std::string& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
+  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   const pid_t pid = fork();
   if (pid == 0) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    FILE* out = std::fopen(log.c_str(), "a");
-    if (out) {
-      dup2(fileno(out), 1);
-      dup2(fileno(out), 2);
+    if (out >= 0) {
+      dup2(out, 1);
+      dup2(out, 2);
     }
     execv(argv[0], argv.data());
     _exit(127);
   }
+  if (out >= 0) ::close(out);
   return pid;
 }
 

@@ -1,5 +1,6 @@
 #include "slurm/local_cluster.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -13,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -75,9 +77,19 @@ std::string Tail(const std::string& path) {
 
 void LocalCluster::Daemon::Start(std::vector<std::string> args, const std::string& log,
                                  const std::string& conf) {
+  // Everything the child needs is made before fork(): this process has threads, and its child
+  // may make only async-signal-safe calls until it execs.
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  std::vector<std::string> env = {"SLURM_CONF=" + conf};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "SLURM_CONF=", 11) != 0) env.emplace_back(*e);
+  }
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   // Killed with this process: PR_SET_PDEATHSIG follows the thread that forked, so only when that
   // is the main thread (the dev estate starts Slurm from a thread that ends; Stop is its way).
   const bool main_thread = ::gettid() == ::getpid();
@@ -87,14 +99,14 @@ void LocalCluster::Daemon::Start(std::vector<std::string> args, const std::strin
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::setenv("SLURM_CONF", conf.c_str(), 1);
-    if (FILE* out = std::fopen(log.c_str(), "a")) {
-      ::dup2(fileno(out), 1);
-      ::dup2(fileno(out), 2);
+    if (out >= 0) {
+      ::dup2(out, 1);
+      ::dup2(out, 2);
     }
-    ::execvp(argv[0], argv.data());
+    ::execvpe(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
+  if (out >= 0) ::close(out);
 }
 
 bool LocalCluster::Daemon::Running() {
