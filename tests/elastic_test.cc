@@ -107,6 +107,19 @@ class ElasticPoolTest : public ::testing::Test {
     EXPECT_EQ(r.status, 201) << r.text;
     return r.body.value("id", int64_t{0});
   }
+  // The provisioning-failed alert of `pool` as /api/v1/alerts shows it to an admin (null: none).
+  Json PoolAlert(const std::string& pool) {
+    const Json a = Http(*server_, "GET", "/api/v1/alerts", admin_).body;
+    for (const Json& x : a.value("items", Json::array())) {
+      const Json labels = x.value("labels", Json::object());
+      if (labels.value("alertname", "") == "MeridianProvisioningFailed" &&
+          labels.value("pool", "") == pool) {
+        return x;
+      }
+    }
+    return nullptr;
+  }
+
   std::vector<Json> PoolEvents(const std::string& reason, const std::string& pool = "a100") {
     std::vector<Json> out;
     const Json e = Http(*server_, "GET",
@@ -229,11 +242,18 @@ TEST_F(ElasticPoolTest, APoolThatIsRefusedIsBackedOffAndTheNextOneServes) {
   EXPECT_NE(m.find("capacity"), std::string::npos) << m;
   EXPECT_NE(m.find("no new node is asked of it for 15 s (failure 1 in a row)"), std::string::npos)
       << m;
+  // An alert says so, about this pool alone, for as long as the pool is refused.
+  ASSERT_TRUE(Eventually([&] { return PoolAlert("a100").is_object(); }, 10)) << Logs();
+  const Json alert = PoolAlert("a100");
+  EXPECT_EQ(alert.value("state", ""), "firing") << alert.dump();
+  EXPECT_NE(alert["annotations"].value("summary", "").find("capacity"), std::string::npos)
+      << alert.dump();
   ASSERT_TRUE(Eventually([&] { return JobPhase(*server_, admin_, id) == "Succeeded"; }, 60))
       << Logs();
   const std::string node =
       GetJob(*server_, admin_, id)["status"]["allocation"][0].value("node", "");
   EXPECT_EQ(node.rfind("a100-b-", 0), 0u) << node;
+  EXPECT_TRUE(PoolAlert("a100-b").is_null()) << PoolAlert("a100-b").dump();
   EXPECT_EQ(Instances("fake-cloud"), 0u);
   EXPECT_TRUE(PoolNodes("a100").empty());
 }
@@ -252,6 +272,11 @@ TEST_F(ElasticPoolTest, AnInstanceThatNeverRegistersIsDeletedAndThePoolBackedOff
   ASSERT_TRUE(Eventually([&] { return Instances("fake-cloud") == 0; }, 30)) << Logs();
   EXPECT_TRUE(Eventually([&] { return !PoolEvents("NodesReleased").empty(); }, 15));
   EXPECT_EQ(JobPhase(*server_, admin_, id), "Pending");
+  // The alert names what failed.
+  ASSERT_TRUE(Eventually([&] { return PoolAlert("a100").is_object(); }, 10)) << Logs();
+  EXPECT_NE(PoolAlert("a100")["annotations"].value("summary", "").find("never registered"),
+            std::string::npos)
+      << PoolAlert("a100").dump();
 }
 
 // Spot: a preemptible job goes to the cheaper spot pool, a job that may not be preempted to the

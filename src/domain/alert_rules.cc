@@ -20,7 +20,7 @@ struct ConditionInfo {
   const char* threshold_unit;  // for the error message
 };
 
-constexpr std::array<ConditionInfo, 15> kConditions = {{
+constexpr std::array<ConditionInfo, 16> kConditions = {{
     {AlertCondition::kNodeLost, "node-lost", false, false, false, false, 0, 0, ""},
     {AlertCondition::kGpuUnhealthy, "gpu-unhealthy", false, false, false, false, 0, 0, ""},
     {AlertCondition::kGpuXid, "gpu-xid", false, true, false, false, 0, 0, ""},
@@ -44,6 +44,8 @@ constexpr std::array<ConditionInfo, 15> kConditions = {{
     {AlertCondition::kNodeFailingJobs, "node-failing-jobs", false, false, false, false, 0, 0, ""},
     {AlertCondition::kGpuHeld, "gpu-held", false, false, false, false, 0, 0, ""},
     {AlertCondition::kJobIdle, "job-idle", false, false, false, true, 0, 0, ""},
+    {AlertCondition::kProvisioningFailed, "provisioning-failed", false, false, false, false, 0, 0,
+     ""},
 }};
 
 const ConditionInfo& Info(AlertCondition c) {
@@ -143,6 +145,9 @@ const std::vector<AlertRule>& BuiltinAlertRules() {
       Rule("gpu-held", AlertCondition::kGpuHeld, "critical", 0),
       // The IdlePolicy's own idleFor is the wait: the alert fires as the reclaimer acts.
       Rule("job-idle", AlertCondition::kJobIdle, "warning", 0),
+      // Jobs that wait for cloud capacity wait on: the pool is backed off, and the next pool
+      // serves if there is one (docs/adr/0039-elastic-pools.md).
+      Rule("provisioning-failed", AlertCondition::kProvisioningFailed, "warning", 0),
   };
   return kRules;
 }
@@ -156,7 +161,8 @@ void ReadAlertRuleSpec(FieldReader& s, const std::string& name) {
             "is required (node-lost, gpu-unhealthy, gpu-xid, pending-job-age, quota-near-limit, "
             "gpu-idle, job-failure-rate, scheduler-errors, gpu-ecc-corrected-rate, "
             "gpu-temperature-near-slowdown, gpu-power-capped, gpu-nvlink-crc-errors, "
-            "node-failing-jobs, gpu-held, job-idle); only a built-in rule's name may leave it out");
+            "node-failing-jobs, gpu-held, job-idle, provisioning-failed); only a built-in rule's "
+            "name may leave it out");
   }
   const std::string given = s.String("condition", false, AlertConditionName(base.condition));
   if (s.Has("condition") && !ParseAlertCondition(given, &condition)) {

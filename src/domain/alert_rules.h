@@ -31,6 +31,9 @@ enum class AlertCondition {
   kNodeFailingJobs,      // FailingJobs on a node                  node, cluster
   kGpuHeld,  // a GPU faulted too often and stays cordoned for an operator  node, cluster, gpu, UUID
   kJobIdle,  // an IdlePolicy found a job idle past its idleFor   job_id, project, policy, action
+  // An elastic pool's provisioning failed (a refusal, a time-out, an instance that never
+  // registered, an unknown provisioner) and has not come right since       pool, cluster
+  kProvisioningFailed,
 };
 // The node condition type an alert condition watches (nullptr: not a node condition).
 const char* NodeConditionType(AlertCondition c);

@@ -147,6 +147,21 @@ void JobIdle(const domain::AlertRule& rule, const AlertInputs& in, Candidates* f
   }
 }
 
+void ProvisioningFailed(const AlertInputs& in, Candidates* found) {
+  for (const AlertInputs::PoolFailure& f : in.pool_failures) {
+    std::string summary = "Elastic pool " + f.pool + " (cluster " + f.cluster + ", provisioner " +
+                          f.provisioner + "): " + f.what;
+    if (f.in_a_row > 0) {
+      summary += " (failure " + std::to_string(f.in_a_row) +
+                 " in a row; the pool is backed off, and jobs that need new nodes go to another "
+                 "pool or wait)";
+    }
+    found->push_back({{{"pool", f.pool}, {"cluster", f.cluster}},
+                      {{"summary", summary}},
+                      static_cast<double>(f.in_a_row)});
+  }
+}
+
 }  // namespace
 
 const char* AlertStateName(Alert::State s) {
@@ -282,6 +297,9 @@ std::vector<AlertEvaluator::Candidate> AlertEvaluator::Check(const domain::Alert
       break;
     case AlertCondition::kJobIdle:
       JobIdle(rule, in, &out);
+      break;
+    case AlertCondition::kProvisioningFailed:
+      ProvisioningFailed(in, &out);
       break;
   }
   return out;

@@ -71,6 +71,16 @@ struct AlertInputs {
     std::string summary;
   };
   std::vector<IdleJob> idle_jobs;
+  // Elastic pools whose provisioning failed and has not come right since (server/elastic_pools.h).
+  struct PoolFailure {
+    std::string pool;
+    std::string cluster;
+    std::string provisioner;
+    std::string what;
+    int32_t in_a_row = 0;      // failures in a row (0: not a call that failed, a configuration)
+    double backoff_until = 0;  // no new node is asked of the pool before then
+  };
+  std::vector<PoolFailure> pool_failures;
 };
 
 struct Alert {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "base/clock.h"
@@ -266,6 +267,44 @@ TEST(AlertEvaluator, JobIdleFiresPerReportedJobAndProject) {
   EXPECT_EQ(fired[0].annotations.at("summary"), "Job 7 holds 2 GPU(s)");
   in.idle_jobs.clear();
   ASSERT_EQ(e.Evaluate({rule}, in, clock.Now()).size(), 1u) << "resolved when it is busy again";
+}
+
+// The provisioning-failed rule (built in) fires once per elastic pool whose provisioning failed,
+// labelled with the pool and cluster and saying what failed, and resolves when the pool is right.
+TEST(AlertEvaluator, ProvisioningFailedFiresPerPoolUntilItComesRight) {
+  base::FakeClock clock;
+  AlertEvaluator e;
+  std::vector<AlertRule> rules;
+  for (const AlertRule& r : domain::BuiltinAlertRules()) {
+    if (r.condition == AlertCondition::kProvisioningFailed) rules.push_back(r);
+  }
+  ASSERT_EQ(rules.size(), 1u);
+  AlertInputs in;
+  in.pool_failures = {{"h200", "cloud", "dev-cloud",
+                       "asking for 1 node(s) failed: capacity: no capacity left", 2, 100},
+                      {"a100", "cloud", "gcp", "provisioner gcp is not configured", 0, 0}};
+  const std::vector<Alert> fired = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(fired.size(), 2u);
+  std::map<std::string, Alert> by_pool;
+  for (const Alert& a : fired) by_pool[a.labels.at("pool")] = a;
+  const Alert& h200 = by_pool.at("h200");
+  EXPECT_EQ(h200.state, Alert::State::kFiring);
+  EXPECT_EQ(h200.labels.at("alertname"), "MeridianProvisioningFailed");
+  EXPECT_EQ(h200.labels.at("severity"), "warning");
+  EXPECT_EQ(h200.labels.at("cluster"), "cloud");
+  EXPECT_EQ(h200.annotations.at("summary"),
+            "Elastic pool h200 (cluster cloud, provisioner dev-cloud): asking for 1 node(s) "
+            "failed: capacity: no capacity left (failure 2 in a row; the pool is backed off, and "
+            "jobs that need new nodes go to another pool or wait)");
+  EXPECT_EQ(by_pool.at("a100").annotations.at("summary"),
+            "Elastic pool a100 (cluster cloud, provisioner gcp): provisioner gcp is not "
+            "configured");
+  in.pool_failures.pop_back();
+  const std::vector<Alert> resolved = e.Evaluate(rules, in, clock.Now());
+  ASSERT_EQ(resolved.size(), 1u);
+  EXPECT_EQ(resolved[0].labels.at("pool"), "a100");
+  EXPECT_EQ(resolved[0].state, Alert::State::kResolved);
+  EXPECT_EQ(e.Active().size(), 1u);
 }
 
 }  // namespace

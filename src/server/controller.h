@@ -75,6 +75,8 @@ class SchedulerController final : public api::SchedulerHooks {
   // seconds; and how many of the loop's rounds failed since the start.
   std::map<std::string, double> OldestPending();
   int64_t CycleErrors() const { return cycle_errors_.load(); }
+  // Elastic pools whose provisioning failed and has not come right since.
+  std::vector<ElasticPools::Failure> ProvisioningFailures();
 
   // A sample of the estate every `interval` seconds, kept for `retention` seconds in the store
   // (and in memory, for reading); Start loads what the store kept. Call before Start.

@@ -105,6 +105,11 @@ std::map<std::string, double> SchedulerController::OldestPending() {
   return out;
 }
 
+std::vector<ElasticPools::Failure> SchedulerController::ProvisioningFailures() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return elastic_ ? elastic_->Failures() : std::vector<ElasticPools::Failure>{};
+}
+
 Json SchedulerController::Usage() {
   std::lock_guard<std::mutex> lock(mu_);
   Json out = Json::array();

@@ -66,6 +66,9 @@ ElasticPools::ElasticPools(ElasticOptions options, store::Store* store, NodeServ
   metrics_->Describe("meridian_pool_nodes", "gauge",
                      "Nodes of each elastic pool by state: creating (asked for), booting (not "
                      "registered yet), ready, deleting.");
+  metrics_->Describe("meridian_pool_provisioning_failing", "gauge",
+                     "1 while an elastic pool's provisioning has failed and not come right since "
+                     "(the provisioning-failed alert), else 0.");
   metrics_->Describe("meridian_provisioner_requests_total", "counter",
                      "Requests to provisioners by pool, verb and result.");
   worker_ = std::thread([this] {
@@ -127,8 +130,12 @@ void ElasticPools::Event(const std::string& pool, const std::string& type,
   }
 }
 
-void ElasticPools::Failed(const std::string& pool, Pool& p, double now, const std::string& what) {
+void ElasticPools::Failed(const std::string& pool, Pool& p, double now, const std::string& call,
+                          const std::string& what) {
   ++p.failures;
+  if (p.failing.empty()) p.failing_since = now;
+  p.failing = call;
+  p.failure = what;
   const double backoff = std::min(
       options_.max_backoff, options_.min_backoff * std::pow(2.0, std::min(p.failures - 1, 16)));
   p.backoff_until = now + backoff;
@@ -136,6 +143,10 @@ void ElasticPools::Failed(const std::string& pool, Pool& p, double now, const st
         what + "; no new node is asked of it for " + std::to_string(static_cast<int64_t>(backoff)) +
             " s (failure " + std::to_string(p.failures) + " in a row)",
         now);
+}
+
+void ElasticPools::Succeeded(Pool& p, const std::string& call) {
+  if (p.failing == call || (call == "join" && p.failing == "create")) p.failing.clear();
 }
 
 base::Result<std::string> ElasticPools::BootstrapToken(double now, double lifetime,
@@ -206,9 +217,10 @@ void ElasticPools::List(const std::string& name, Pool& p, double now) {
 void ElasticPools::TakeList(const Round& r, const std::string& name, Pool& p, const Outcome& o) {
   p.listing = false;
   if (!o.status.ok()) {
-    Failed(name, p, r.now, "listing its instances failed: " + o.status.message());
+    Failed(name, p, r.now, "list", "listing its instances failed: " + o.status.message());
     return;
   }
+  Succeeded(p, "list");
   p.listed_at = o.asked_at;
   std::set<std::string> listed;
   std::vector<std::string> adopted, vanished;
@@ -307,12 +319,13 @@ void ElasticPools::TakeOutcomes(const Round& r) {
         }
         p.relist = true;
         RevokeSpentTokens(p, token);
-        Failed(o.pool, p, r.now,
+        Failed(o.pool, p, r.now, "create",
                "asking for " + std::to_string(o.nodes.size()) +
                    " node(s) failed: " + o.status.message());
         continue;
       }
       p.failures = 0;
+      Succeeded(p, "create");
       for (const cloud::Instance& i : o.instances) {
         auto it = p.by_node.find(i.node);
         if (it == p.by_node.end() || it->second.state != State::kCreating) continue;
@@ -329,9 +342,11 @@ void ElasticPools::TakeOutcomes(const Round& r) {
       }
       if (!o.status.ok()) {
         // Asked again after kDeleteRetrySeconds; the nodes stay cordoned meanwhile.
-        Failed(o.pool, p, r.now, "deleting " + Join(o.nodes) + " failed: " + o.status.message());
+        Failed(o.pool, p, r.now, "delete",
+               "deleting " + Join(o.nodes) + " failed: " + o.status.message());
         continue;
       }
+      Succeeded(p, "delete");
       for (const std::string& n : o.nodes) {
         p.by_node.erase(n);
         if (!r.estate->Registered(n)) continue;
@@ -350,7 +365,8 @@ void ElasticPools::Grow(const ElasticPoolSpec& spec, Pool& p, int32_t count, dou
   std::string token_id;
   auto token = BootstrapToken(now, spec.join_timeout + 600, &token_id);
   if (!token.ok()) {
-    Failed(spec.name, p, now, "no bootstrap token for new instances: " + token.status().message());
+    Failed(spec.name, p, now, "create",
+           "no bootstrap token for new instances: " + token.status().message());
     return;
   }
   cloud::CreateRequest r;
@@ -449,6 +465,7 @@ bool ElasticPools::Tend(const Round& r, const ElasticPoolSpec& spec, Pool& p,
   for (auto& [node, i] : p.by_node) {
     if (i.state == State::kBooting && r.estate->Registered(node)) {
       i.state = State::kReady;
+      Succeeded(p, "join");
       i.since = i.idle_since = now;
       RevokeSpentTokens(p, i.token);
     }
@@ -473,7 +490,7 @@ bool ElasticPools::Tend(const Round& r, const ElasticPoolSpec& spec, Pool& p,
     deleting += i.state == State::kDeleting;
   }
   if (!never_joined.empty()) {
-    Failed(spec.name, p, now,
+    Failed(spec.name, p, now, "join",
            Join(never_joined) + " never registered within " +
                std::to_string(static_cast<int64_t>(spec.join_timeout)) + " s");
     Release(r, spec.name, p, never_joined, "never registered");
@@ -555,8 +572,8 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
                                          ? known->second.provisioner
                                          : spec.provisioner;
     if (!provisioners_.count(provisioner)) {
-      if (!unknown_said_[spec.name]) {
-        unknown_said_[spec.name] = true;
+      if (!unknown_since_.count(spec.name)) {
+        unknown_since_[spec.name] = now;
         Event(spec.name, "Warning", "UnknownProvisioner",
               "provisioner " + provisioner +
                   " is not configured on this server (meridian server --provisioner " +
@@ -565,6 +582,7 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
       }
       continue;
     }
+    unknown_since_.erase(spec.name);
     Pool& p = pools_[spec.name];
     p.provisioner = provisioner;
     sched::ElasticPool plan;
@@ -611,8 +629,24 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
 }
 
 void ElasticPools::Publish(const Estate& estate) {
+  failures_.clear();
   for (const ElasticPoolSpec& spec : estate.elastic_pools) {
     auto it = pools_.find(spec.name);
+    Failure f{spec.name, spec.cluster, spec.provisioner, "", 0, 0, 0};
+    if (auto u = unknown_since_.find(spec.name); u != unknown_since_.end()) {
+      f.what = "provisioner " + spec.provisioner + " is not configured on this server";
+      f.since = u->second;
+      failures_.push_back(f);
+    } else if (it != pools_.end() && !it->second.failing.empty()) {
+      f.provisioner = it->second.provisioner;
+      f.what = it->second.failure;
+      f.in_a_row = it->second.failures;
+      f.since = it->second.failing_since;
+      f.backoff_until = it->second.backoff_until;
+      failures_.push_back(f);
+    }
+    metrics_->Set("meridian_pool_provisioning_failing", {{"pool", spec.name}},
+                  f.what.empty() ? 0 : 1);
     int32_t counts[4] = {0, 0, 0, 0};
     if (it != pools_.end()) {
       for (const auto& [node, i] : it->second.by_node) ++counts[static_cast<int>(i.state)];

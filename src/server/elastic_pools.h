@@ -59,6 +59,20 @@ class ElasticPools {
             const sched::CycleResult& cycle, const std::map<int64_t, sched::JobSpec>& refused,
             PendingReasons* reasons);
 
+  // A pool whose provisioning failed and has not come right since: what the provisioning-failed
+  // alert fires for (server/alert_eval.h).
+  struct Failure {
+    std::string pool;
+    std::string cluster;
+    std::string provisioner;
+    std::string what;  // the failure, in words
+    int32_t in_a_row = 0;
+    double since = 0;          // when it started failing
+    double backoff_until = 0;  // no new node is asked of it before then
+  };
+  // As of the last Step; under the controller's lock.
+  const std::vector<Failure>& Failures() const { return failures_; }
+
  private:
   enum class State { kCreating, kBooting, kReady, kDeleting };
   struct Instance {
@@ -79,6 +93,12 @@ class ElasticPools {
     bool relist = false;    // list again at the next round (after a failure)
     int32_t failures = 0;   // in a row
     double backoff_until = 0;
+    // The failure it has not recovered from: the call that failed (create, list, delete; join:
+    // an instance that never registered), in words, and since when. The next success of that
+    // call clears it; a node that registers clears create and join.
+    std::string failing;
+    std::string failure;
+    double failing_since = 0;
   };
   // What a provisioner answered, taken in at the next Step.
   struct Outcome {
@@ -104,7 +124,9 @@ class ElasticPools {
                    double at);
   void Post(const std::string& provisioner, std::function<Outcome(const cloud::Provisioner&)> work);
   void List(const std::string& name, Pool& p, double now);
-  void Failed(const std::string& pool, Pool& p, double now, const std::string& what);
+  void Failed(const std::string& pool, Pool& p, double now, const std::string& call,
+              const std::string& what);
+  static void Succeeded(Pool& p, const std::string& call);
   void Event(const std::string& pool, const std::string& type, const std::string& reason,
              const std::string& message, double now);
   base::Result<std::string> BootstrapToken(double now, double lifetime, std::string* id);
@@ -128,7 +150,9 @@ class ElasticPools {
   std::function<void()> wake_;
   std::map<std::string, Pool> pools_;
   std::map<std::string, std::unique_ptr<cloud::Provisioner>> provisioners_;
-  std::map<std::string, bool> unknown_said_;  // pools whose unknown provisioner was logged
+  // Pools whose provisioner this server does not know -> since when.
+  std::map<std::string, double> unknown_since_;
+  std::vector<Failure> failures_;  // as of the last Step
   // How often each job has lost a spot node; after kMaxSpotInterruptions it goes to on-demand.
   // In memory: a restarted server gives every job its chances again.
   std::map<int64_t, int32_t> interruptions_;

@@ -145,6 +145,14 @@ TEST_F(ElasticPoolsTest, AFailedDeleteIsAskedAgainAndTheNodeStaysCordonedMeanwhi
   const auto failed = EventsOf("NodePool", "burst", "ProvisioningFailed");
   ASSERT_EQ(failed.size(), 1u);
   EXPECT_NE(failed[0].find("the cloud's API is down"), std::string::npos) << failed[0];
+  // The provisioning-failed alert's input: the pool, until its delete comes right.
+  std::vector<ElasticPools::Failure> failing = controller_->ProvisioningFailures();
+  ASSERT_EQ(failing.size(), 1u);
+  EXPECT_EQ(failing[0].pool, "burst");
+  EXPECT_EQ(failing[0].cluster, "onprem");
+  EXPECT_EQ(failing[0].in_a_row, 1);
+  EXPECT_NE(failing[0].what.find("deleting burst-aaaaaa failed"), std::string::npos)
+      << failing[0].what;
   // Work that arrives meanwhile is not placed on the node on its way out.
   const int64_t job = Submit("p1", {{"gpus", 8}});
   Rounds();
@@ -155,6 +163,7 @@ TEST_F(ElasticPoolsTest, AFailedDeleteIsAskedAgainAndTheNodeStaysCordonedMeanwhi
   RoundAndWait(3);  // asked again
   Round();
   EXPECT_FALSE(Registered("burst-aaaaaa"));
+  EXPECT_TRUE(controller_->ProvisioningFailures().empty());
   EXPECT_EQ(Calls(), "list\ndelete\ndelete\n");
   EXPECT_EQ(EventsOf("NodePool", "burst", "NodesReleased").size(), 1u);
 }
