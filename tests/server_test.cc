@@ -1669,7 +1669,7 @@ TEST(Completion, BashCompletesSubcommandsResourcesAndChoices) {
   ASSERT_EQ(lines.size(), 8u) << r.output;
   EXPECT_EQ(lines[0], "get");
   EXPECT_EQ(lines[1], "jobs");
-  EXPECT_EQ(lines[2], "table wide json yaml");
+  EXPECT_EQ(lines[2], "table wide json yaml csv");
   EXPECT_EQ(lines[3], "create");
   EXPECT_EQ(lines[4], "--watch");
   EXPECT_EQ(lines[5], "--grace-period");

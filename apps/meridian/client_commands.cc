@@ -1,6 +1,7 @@
 // Client verbs in kubectl's style: flags, and calls into the cli module.
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 
 #include "apps/meridian/commands.h"
@@ -76,8 +77,8 @@ void AddClientCommands(CLI::App& app, int* rc) {
   app.add_option("--ca-cert", g.flags.ca_cert, "CA certificate to trust (or MERIDIAN_CA_CERT)");
   app.add_flag("--insecure-skip-verify", g.flags.insecure,
                "do not verify the server's TLS certificate");
-  app.add_option("-o,--output", g.output, "table, wide, json or yaml")
-      ->check(CLI::IsMember({"table", "wide", "json", "yaml"}));
+  app.add_option("-o,--output", g.output, "table, wide, json or yaml (csv: report usage)")
+      ->check(CLI::IsMember({"table", "wide", "json", "yaml", "csv"}));
   app.add_option("--config", g.config, "client configuration file (or MERIDIAN_CONFIG)");
 
   static bool no_save = false;
@@ -365,6 +366,45 @@ void AddClientCommands(CLI::App& app, int* rc) {
   history->callback([rc] { Run(g, rc, [](Context& c) { return meridian::cli::History(c); }); });
 
   static meridian::cli::AuditFlags af;
+  static std::string report_from, report_to;
+  static meridian::cli::UsageReportFlags uf;
+  CLI::App* report = app.add_subcommand("report", "Accounting reports");
+  report->require_subcommand(1);
+  CLI::App* usage = report->add_subcommand(
+      "usage",
+      "GPU-, CPU- and memory-hours and cost of the runs in a window (as sreport), by project, "
+      "team, organization, user, cluster, pool or gpuModel; -o table, csv, json or yaml");
+  usage->add_option("--from", report_from,
+                    "start: Unix seconds, a UTC date (2026-11-30, 2026-11-30T08:00:00Z) or a "
+                    "duration before now (7d); default: the first of this month");
+  usage->add_option("--to", report_to, "end, as --from; default: now");
+  usage->add_option("--by", uf.by, "what to sum by (default: project)")
+      ->check(CLI::IsMember(
+          {"project", "team", "organization", "user", "cluster", "pool", "gpuModel"}));
+  usage->callback([rc] {
+    Run(g, rc, [](Context& c) {
+      // The first of this month (UTC), as a monthly budget counts.
+      const std::time_t now = static_cast<std::time_t>(c.now);
+      std::tm month{};
+      gmtime_r(&now, &month);
+      month.tm_mday = 1;
+      month.tm_hour = month.tm_min = month.tm_sec = 0;
+      uf.from = static_cast<double>(timegm(&month));
+      uf.to = c.now;
+      if (!report_from.empty()) {
+        auto from = ParseWhen("--from", report_from, c.now);
+        if (!from.ok()) return Fail(from.status());
+        uf.from = *from;
+      }
+      if (!report_to.empty()) {
+        auto to = ParseWhen("--to", report_to, c.now);
+        if (!to.ok()) return Fail(to.status());
+        uf.to = *to;
+      }
+      return meridian::cli::ReportUsage(c, uf);
+    });
+  });
+
   CLI::App* audit = app.add_subcommand("audit", "Read the audit log (admins)");
   audit->add_option("--user", af.user, "entries of this user");
   audit->add_option("--result", af.result, "allowed, denied or failed");

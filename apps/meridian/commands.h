@@ -27,6 +27,12 @@ void AddSimExport(CLI::App* sim, int* rc);
 int RunWhatIf(meridian::cli::Context& c, const meridian::cli::ConfigFlags& f,
               const std::string& trace_dir);
 
+// A moment given on the command line: Unix seconds, a UTC date (2026-11-30 or
+// 2026-11-30T08:00:00Z), or a duration (7d, 36h) meaning that long before `now`. An error names
+// `flag`.
+meridian::base::Result<double> ParseWhen(const std::string& flag, const std::string& text,
+                                         double now);
+
 // The server and token from the global flags, the environment and the client's config file.
 meridian::base::Result<meridian::cli::ClientConfig> GlobalClientConfig();
 // The same, with the token read from `token_file` when one is named (agents, connectors).

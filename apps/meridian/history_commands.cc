@@ -56,25 +56,6 @@ Result<Json> LiveDocuments(const Client& client) {
   return docs;
 }
 
-// A moment: Unix seconds, a UTC date (2026-11-30 or 2026-11-30T08:00:00Z), or a duration
-// (7d, 36h) meaning that long before now.
-Result<double> ParseWhen(const std::string& flag, const std::string& text, double now) {
-  if (text.empty()) return Status::Invalid(flag + ": empty");
-  char* end = nullptr;
-  const double unix_seconds = std::strtod(text.c_str(), &end);
-  if (end && *end == '\0' && unix_seconds >= 1e9) return unix_seconds;
-  for (const char* format : {"%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"}) {
-    struct tm tm = {};
-    const char* end = strptime(text.c_str(), format, &tm);
-    if (end && *end == '\0') return static_cast<double>(timegm(&tm));
-  }
-  auto ago = meridian::base::ParseDuration(text);
-  if (ago.ok()) return now - *ago;
-  return Status::Invalid(flag + ": \"" + text +
-                         "\" is neither Unix seconds, a UTC date (2026-11-30, "
-                         "2026-11-30T08:00:00Z) nor a duration before now (7d, 36h)");
-}
-
 Status WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
@@ -169,6 +150,24 @@ Result<Json> ProposedFromFiles(const Json& files) {
 }
 
 }  // namespace
+
+meridian::base::Result<double> ParseWhen(const std::string& flag, const std::string& text,
+                                         double now) {
+  if (text.empty()) return Status::Invalid(flag + ": empty");
+  char* end = nullptr;
+  const double unix_seconds = std::strtod(text.c_str(), &end);
+  if (end && *end == '\0' && unix_seconds >= 1e9) return unix_seconds;
+  for (const char* format : {"%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"}) {
+    struct tm tm = {};
+    const char* end = strptime(text.c_str(), format, &tm);
+    if (end && *end == '\0') return static_cast<double>(timegm(&tm));
+  }
+  auto ago = meridian::base::ParseDuration(text);
+  if (ago.ok()) return now - *ago;
+  return Status::Invalid(flag + ": \"" + text +
+                         "\" is neither Unix seconds, a UTC date (2026-11-30, "
+                         "2026-11-30T08:00:00Z) nor a duration before now (7d, 36h)");
+}
 
 void AddSimExport(CLI::App* sim, int* rc) {
   static ExportFlags f;

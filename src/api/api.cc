@@ -397,6 +397,8 @@ void Api::Register(net::HttpServer& server) {
   Route(server, "DELETE", v1 + "/tokens/([^/]+)", "tokens.revoke", Kind::kMutate,
         bind(&Api::RevokeToken));
   Route(server, "GET", v1 + "/audit", "audit.list", Kind::kRead, bind(&Api::ListAudit));
+  Route(server, "GET", v1 + "/reports/usage", "reports.usage", Kind::kRead,
+        bind(&Api::UsageReport));
   Route(server, "GET", v1 + "/auth/providers", "auth.providers", Kind::kPublic,
         bind(&Api::AuthProviders));
   Route(server, "POST", v1 + "/auth/token", "auth.token", Kind::kSignIn, bind(&Api::ExchangeCode));

@@ -396,6 +396,8 @@ class Api {
   void ListTokens(Call& call);
   void RevokeToken(Call& call);
   void ListAudit(Call& call);
+  // Accounting summed over a window (api/usage.h): ?from&to (Unix seconds) &by.
+  void UsageReport(Call& call);
   // What a client needs to sign in with an IdentityProvider: public.
   void AuthProviders(Call& call);
   // The dashboard's sign-in: an authorization code (with its PKCE verifier) exchanged at the

@@ -1,5 +1,7 @@
 #include "api/job_life.h"
 
+#include "api/usage.h"
+
 namespace meridian::api {
 
 base::Result<domain::JobLife> LifeOf(const store::JobRecord& job) {
@@ -40,8 +42,22 @@ std::vector<store::Event> ApplyTransition(const domain::Transition& t, double no
   return events;
 }
 
+base::Status AccountForRun(store::Tx& tx, const domain::Transition& t, double now,
+                           const store::JobRecord& job) {
+  if (!t.released) return base::Status::Ok();
+  const std::string outcome = t.life.phase == domain::Phase::kPending
+                                  ? "Requeued"
+                                  : std::string(domain::PhaseName(t.life.phase));
+  for (const store::UsageRecord& u : UsageOfRun(job, now, outcome)) {
+    auto appended = tx.AppendUsage(u);
+    if (!appended.ok()) return appended.status();
+  }
+  return base::Status::Ok();
+}
+
 base::Result<int64_t> CommitTransition(store::Tx& tx, const domain::Transition& t, double now,
                                        store::JobRecord* job) {
+  if (base::Status s = AccountForRun(tx, t, now, *job); !s.ok()) return s;
   const std::vector<store::Event> events = ApplyTransition(t, now, job);
   auto v = tx.UpdateJob(*job, job->version);
   if (!v.ok()) return v.status();

@@ -22,9 +22,15 @@ base::Result<domain::JobSpec> SpecOf(const store::JobRecord& job);
 std::vector<store::Event> ApplyTransition(const domain::Transition& t, double now,
                                           store::JobRecord* job);
 
-// ApplyTransition, then the job's update (checked against the version read) and its events in
-// `tx`. Returns the last event's sequence number (0 when the transition said nothing), and sets
-// the job's new version.
+// When the transition ends a run (it releases the job's devices), the run's usage records
+// (api/usage.h), appended in `tx`: read from `job` as it was before the transition (a requeue
+// drops the allocation and the start). Whoever writes a transition calls it first.
+base::Status AccountForRun(store::Tx& tx, const domain::Transition& t, double now,
+                           const store::JobRecord& job);
+
+// AccountForRun and ApplyTransition, then the job's update (checked against the version read) and
+// its events in `tx`. Returns the last event's sequence number (0 when the transition said
+// nothing), and sets the job's new version.
 base::Result<int64_t> CommitTransition(store::Tx& tx, const domain::Transition& t, double now,
                                        store::JobRecord* job);
 

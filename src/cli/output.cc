@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 
 #include "base/strings.h"
 
@@ -102,6 +103,16 @@ std::string Num(const Json& v) {
   if (v.is_null()) return "";
   if (v.is_string()) return v.get<std::string>();
   return v.dump();
+}
+
+std::string UtcTimestamp(double t) {
+  if (t <= 0) return "Unknown";
+  const std::time_t s = static_cast<std::time_t>(t);
+  std::tm tm{};
+  gmtime_r(&s, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return buf;
 }
 
 }  // namespace meridian::cli

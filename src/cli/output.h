@@ -25,6 +25,8 @@ std::string ToYaml(const Json& value);
 
 // "3m", "2h", "5d": how long ago `then` was, from `now` (seconds since the epoch).
 std::string Age(double then, double now);
+// "YYYY-MM-DDTHH:MM:SS" in UTC, as sacct prints times; "Unknown" when there is none.
+std::string UtcTimestamp(double t);
 // A number without a trailing ".0" ("8", "0.5").
 std::string Num(const Json& value);
 

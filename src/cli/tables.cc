@@ -276,17 +276,6 @@ double StatusTime(const Json& status, const char* key) {
   return status.contains(key) && status.at(key).is_number() ? status.at(key).get<double>() : 0;
 }
 
-// "YYYY-MM-DDTHH:MM:SS" in UTC, as sacct prints times; "Unknown" when there is none.
-std::string Timestamp(double t) {
-  if (t <= 0) return "Unknown";
-  const std::time_t s = static_cast<std::time_t>(t);
-  std::tm tm{};
-  gmtime_r(&s, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  return buf;
-}
-
 // The job's exit code: the first task's that is not 0, else 0 once every task has one; "" while
 // none is known.
 std::string ExitCode(const Json& status) {
@@ -316,7 +305,7 @@ Table JobHistoryTable(const Json& items, double now) {
     const std::string elapsed =
         start > 0 ? base::FormatElapsed((end > 0 ? end : now) - start) : "00:00:00";
     t.rows.push_back({ListedId(j), m.value("name", ""), m.value("user", ""), m.value("project", ""),
-                      s.value("phase", ""), Timestamp(start), Timestamp(end), elapsed,
+                      s.value("phase", ""), UtcTimestamp(start), UtcTimestamp(end), elapsed,
                       ExitCode(s)});
   }
   return t;

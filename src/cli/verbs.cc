@@ -1088,6 +1088,56 @@ int History(Context& c) {
   return kExitOk;
 }
 
+namespace {
+
+// A CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.
+std::string CsvField(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+}  // namespace
+
+int ReportUsage(Context& c, const UsageReportFlags& f) {
+  int code = 0;
+  auto r =
+      Do(c, "GET",
+         WithQuery("/api/v1/reports/usage",
+                   {{"from", std::to_string(f.from)}, {"to", std::to_string(f.to)}, {"by", f.by}}),
+         nullptr, &code);
+  if (!r) return code;
+  if (Structured(c)) {
+    PrintStructured(c, *r);
+    return kExitOk;
+  }
+  Table t;
+  t.headers = {f.by, "jobs", "runs", "gpu-hours", "cpu-core-hours", "memory-gib-hours", "cost"};
+  auto row = [&](const std::string& key, const Json& v) {
+    t.rows.push_back({key, Num(v.at("jobs")), Num(v.at("runs")), Num(v.at("gpuHours")),
+                      Num(v.at("cpuCoreHours")), Num(v.at("memoryGibHours")), Num(v.at("cost"))});
+  };
+  for (const Json& v : r->at("rows")) row(v.value("key", ""), v);
+  if (c.output == "csv") {
+    for (const std::vector<std::string>& cells : [&] {
+           std::vector<std::vector<std::string>> all = {t.headers};
+           all.insert(all.end(), t.rows.begin(), t.rows.end());
+           return all;
+         }()) {
+      std::string line;
+      for (const std::string& cell : cells) line += (line.empty() ? "" : ",") + CsvField(cell);
+      c.out << line << "\r\n";
+    }
+    return kExitOk;
+  }
+  row("TOTAL", r->at("total"));
+  c.out << "Usage from " << UtcTimestamp(r->value("from", 0.0)) << " to "
+        << UtcTimestamp(r->value("to", 0.0)) << " (UTC), by " << f.by << "\n";
+  t.Print(c.out);
+  return kExitOk;
+}
+
 int Audit(Context& c, const AuditFlags& f) {
   int code = 0;
   auto r =

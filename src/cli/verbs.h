@@ -62,6 +62,14 @@ struct SubmitFlags {
   std::string dependency;  // Slurm's --dependency: afterok:12:13,afterany:14
 };
 
+// `report usage`: the window (Unix seconds) and what to sum by.
+struct UsageReportFlags {
+  double from = 0;
+  double to = 0;
+  std::string by = "project";
+};
+int ReportUsage(Context& c, const UsageReportFlags& f);
+
 struct AuditFlags {
   std::string user;
   std::string result;

@@ -144,6 +144,7 @@ base::Result<int64_t> SchedulerController::WriteDecisions(std::vector<Decision>*
       store::JobRecord r = d.record;
       std::vector<store::Event> events;
       for (const domain::Transition& t : d.steps) {
+        if (Status a = api::AccountForRun(tx, t, now, r); !a.ok()) return a;
         for (store::Event& e : api::ApplyTransition(t, now, &r)) events.push_back(std::move(e));
       }
       auto v = tx.UpdateJob(r, r.version);

@@ -1,5 +1,6 @@
 #include "server/estate.h"
 
+#include <algorithm>
 #include <set>
 
 #include "api/job_life.h"
@@ -422,10 +423,31 @@ Json AllocationToJson(const std::vector<sched::Placement>& placements, const Est
       }
       devices.push_back(dev);
     }
-    out.push_back({{"task", t},
-                   {"cluster", estate.snapshot.clusters[node.cluster].name},
-                   {"node", node.name},
-                   {"devices", devices}});
+    Json task = {{"task", t},
+                 {"cluster", estate.snapshot.clusters[node.cluster].name},
+                 {"node", node.name},
+                 {"devices", devices}};
+    // What accounting needs of the run when it ends (api/usage.h): the pool, the model and the
+    // price of a GPU-hour as they are now; a later change of price does not reprice a run.
+    const std::string pool = static_cast<size_t>(p.node) < estate.nodes.size()
+                                 ? estate.nodes[static_cast<size_t>(p.node)].pool
+                                 : "";
+    if (!pool.empty()) task["pool"] = pool;
+    if (!p.devices.empty() && node.model != sched::kNoModel) {
+      const sched::ModelId model = node.model;
+      task["gpuModel"] = estate.snapshot.model(model).name;
+      double price = 0;
+      const auto elastic = std::find_if(estate.elastic_pools.begin(), estate.elastic_pools.end(),
+                                        [&](const ElasticPoolSpec& e) { return e.name == pool; });
+      const auto& prices = estate.snapshot.clusters[node.cluster].price_by_model;
+      if (elastic != estate.elastic_pools.end()) {
+        price = elastic->price_per_gpu_hour;
+      } else if (static_cast<size_t>(model) < prices.size()) {
+        price = prices[static_cast<size_t>(model)];
+      }
+      if (price > 0) task["pricePerGpuHour"] = price;
+    }
+    out.push_back(std::move(task));
   }
   return out;
 }

@@ -140,6 +140,35 @@ struct FairShareUsage {
   double at = 0;
 };
 
+// One task's part of one run of a job, written in the transaction that ends the run (the job
+// leaves the phases that hold devices): what accounting reports (api/usage.h).
+struct UsageRecord {
+  int64_t seq = 0;  // assigned by AppendUsage
+  int64_t job = 0;
+  int64_t generation = 0;  // the run
+  int32_t task = 0;
+  std::string project;
+  std::string user;
+  std::string cluster;
+  std::string pool;
+  std::string node;
+  std::string gpu_model;  // empty: no GPU
+  double gpus = 0;        // GPUs held: a fraction or a MIG slice counts as its share of one
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  double price_per_gpu_hour = 0;  // as when the run was placed; 0: unpriced
+  double started_at = 0;
+  double ended_at = 0;
+  std::string outcome;  // Succeeded | Failed | Cancelled | Requeued
+};
+
+struct UsageFilter {
+  double from = 0;  // runs that ended after this
+  double to = 0;    // and started before this (0: any)
+  int64_t after_seq = 0;
+  int32_t limit = 1000;
+};
+
 // A configuration revision: every document of the desired state as applied, so that rolling
 // back means applying an older revision's documents again.
 struct Revision {
@@ -187,6 +216,10 @@ class Tx {
 
   virtual base::Result<int64_t> AppendAudit(const AuditEntry& entry) = 0;
   virtual base::Result<std::vector<AuditEntry>> ListAudit(const AuditFilter& filter) = 0;
+
+  // Accounting: one record per task of each ended run, kept for good; listed by seq.
+  virtual base::Result<int64_t> AppendUsage(const UsageRecord& record) = 0;
+  virtual base::Result<std::vector<UsageRecord>> ListUsage(const UsageFilter& filter) = 0;
 
   // Samples of the estate over time (the dashboard's charts), one per time: put (replacing one
   // at the same time), read from a time on in time order, and dropped before a time.

@@ -227,6 +227,78 @@ TEST_P(StoreConformance, FairShareUsageIsReplacedWhole) {
   EXPECT_FALSE(store_->Read([&](Tx& tx) { return tx.PutFairShare(first); }).ok());
 }
 
+// Accounting records: every field kept, listed by seq, by the window they overlap, in pages;
+// kept across a reopening; a read cannot append one.
+TEST_P(StoreConformance, UsageRecordsAreKeptAndListedByTheWindowTheyOverlap) {
+  auto record = [](int64_t job, double start, double end) {
+    UsageRecord u;
+    u.job = job;
+    u.generation = 2;
+    u.task = 1;
+    u.project = "research";
+    u.user = "alice";
+    u.cluster = "cloud";
+    u.pool = "h200";
+    u.node = "h200-abc";
+    u.gpu_model = "H200-141GB";
+    u.gpus = 0.5;
+    u.cpu_milli = 4000;
+    u.memory_mib = 8192;
+    u.price_per_gpu_hour = 6.25;
+    u.started_at = start;
+    u.ended_at = end;
+    u.outcome = "Requeued";
+    return u;
+  };
+  ASSERT_TRUE(store_
+                  ->Write([&](Tx& tx) {
+                    for (const UsageRecord& u :
+                         {record(1, 100, 200), record(2, 150, 400), record(3, 500, 600)}) {
+                      auto seq = tx.AppendUsage(u);
+                      if (!seq.ok()) return seq.status();
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  Reopen();
+  auto list = [&](double from, double to, int64_t after, int32_t limit) {
+    UsageFilter f;
+    f.from = from;
+    f.to = to;
+    f.after_seq = after;
+    f.limit = limit;
+    auto got = ReadValue(*store_, [&](Tx& tx) { return tx.ListUsage(f); });
+    EXPECT_TRUE(got.ok()) << got.status().message();
+    std::vector<int64_t> jobs;
+    for (const UsageRecord& u : got.value()) jobs.push_back(u.job);
+    return std::make_pair(jobs, got.value());
+  };
+  auto [all, records] = list(0, 0, 0, 100);
+  EXPECT_EQ(all, (std::vector<int64_t>{1, 2, 3}));
+  const UsageRecord& first = records.at(0);
+  EXPECT_GT(first.seq, 0);
+  EXPECT_EQ(first.generation, 2);
+  EXPECT_EQ(first.task, 1);
+  EXPECT_EQ(first.user, "alice");
+  EXPECT_EQ(first.pool, "h200");
+  EXPECT_EQ(first.node, "h200-abc");
+  EXPECT_EQ(first.gpu_model, "H200-141GB");
+  EXPECT_DOUBLE_EQ(first.gpus, 0.5);
+  EXPECT_EQ(first.cpu_milli, 4000);
+  EXPECT_EQ(first.memory_mib, 8192);
+  EXPECT_DOUBLE_EQ(first.price_per_gpu_hour, 6.25);
+  EXPECT_DOUBLE_EQ(first.started_at, 100);
+  EXPECT_DOUBLE_EQ(first.ended_at, 200);
+  EXPECT_EQ(first.outcome, "Requeued");
+  // Overlapping [300, 550): the second (ended after 300) and the third (started before 550).
+  EXPECT_EQ(list(300, 550, 0, 100).first, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(list(200, 0, 0, 100).first, (std::vector<int64_t>{2, 3})) << "ended at 200: before";
+  // Pages by seq.
+  EXPECT_EQ(list(0, 0, 0, 2).first, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(list(0, 0, records.at(1).seq, 2).first, (std::vector<int64_t>{3}));
+  EXPECT_FALSE(store_->Read([&](Tx& tx) { return tx.AppendUsage(record(4, 1, 2)).status(); }).ok());
+}
+
 TEST_P(StoreConformance, SubmissionKeysAreOnePerUserAndKeptADay) {
   auto put = [&](const std::string& user, const std::string& key, int64_t job, double at) {
     return store_->Write([&](Tx& tx) { return tx.PutSubmission(user, key, job, at); });

@@ -288,6 +288,56 @@ class SqlTx final : public Tx {
     return out;
   }
 
+  Result<int64_t> AppendUsage(const UsageRecord& u) override {
+    if (read_only_) return ReadOnly();
+    auto q = c_->Query(
+        "INSERT INTO usage (job, generation, task, project, \"user\", cluster, pool, node, "
+        "gpu_model, gpus, cpu_milli, memory_mib, price_per_gpu_hour, started_at, ended_at, "
+        "outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq");
+    q->Bind(u.job).Bind(u.generation).Bind(u.task).Bind(u.project).Bind(u.user).Bind(u.cluster);
+    q->Bind(u.pool).Bind(u.node).Bind(u.gpu_model).Bind(u.gpus).Bind(u.cpu_milli);
+    q->Bind(u.memory_mib).Bind(u.price_per_gpu_hour).Bind(u.started_at).Bind(u.ended_at);
+    q->Bind(u.outcome);
+    return Inserted(*q);
+  }
+
+  Result<std::vector<UsageRecord>> ListUsage(const UsageFilter& f) override {
+    std::string sql =
+        "SELECT seq, job, generation, task, project, \"user\", cluster, pool, node, gpu_model, "
+        "gpus, cpu_milli, memory_mib, price_per_gpu_hour, started_at, ended_at, outcome FROM usage "
+        "WHERE seq > ? AND ended_at > ?";
+    if (f.to > 0) sql += " AND started_at < ?";
+    sql += " ORDER BY seq LIMIT ?";
+    auto q = c_->Query(sql);
+    q->Bind(f.after_seq).Bind(f.from);
+    if (f.to > 0) q->Bind(f.to);
+    q->Bind(static_cast<int64_t>(f.limit));
+    std::vector<UsageRecord> out;
+    while (q->Next()) {
+      UsageRecord u;
+      u.seq = q->Int(0);
+      u.job = q->Int(1);
+      u.generation = q->Int(2);
+      u.task = static_cast<int32_t>(q->Int(3));
+      u.project = q->Text(4);
+      u.user = q->Text(5);
+      u.cluster = q->Text(6);
+      u.pool = q->Text(7);
+      u.node = q->Text(8);
+      u.gpu_model = q->Text(9);
+      u.gpus = q->Real(10);
+      u.cpu_milli = q->Int(11);
+      u.memory_mib = q->Int(12);
+      u.price_per_gpu_hour = q->Real(13);
+      u.started_at = q->Real(14);
+      u.ended_at = q->Real(15);
+      u.outcome = q->Text(16);
+      out.push_back(std::move(u));
+    }
+    if (!q->status().ok()) return q->status();
+    return out;
+  }
+
   Status PutSample(double at, const Json& sample) override {
     if (read_only_) return ReadOnly();
     auto q = c_->Query(

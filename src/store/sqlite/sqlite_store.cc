@@ -84,6 +84,16 @@ CREATE TABLE submission_keys (
   PRIMARY KEY (owner, request_key)) WITHOUT ROWID;
 CREATE INDEX submission_keys_by_at ON submission_keys (at);
 )sql",
+    // 8: accounting: one row per task of each ended run (api/usage.h).
+    R"sql(
+CREATE TABLE usage (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, job INTEGER NOT NULL, generation INTEGER NOT NULL,
+  task INTEGER NOT NULL, project TEXT NOT NULL, user TEXT NOT NULL, cluster TEXT NOT NULL,
+  pool TEXT NOT NULL, node TEXT NOT NULL, gpu_model TEXT NOT NULL, gpus REAL NOT NULL,
+  cpu_milli INTEGER NOT NULL, memory_mib INTEGER NOT NULL, price_per_gpu_hour REAL NOT NULL,
+  started_at REAL NOT NULL, ended_at REAL NOT NULL, outcome TEXT NOT NULL);
+CREATE INDEX usage_by_end ON usage (ended_at);
+)sql",
 };
 
 Status SqlError(sqlite3* db, const std::string& what) {

@@ -1,0 +1,129 @@
+// GET /api/v1/reports/usage: accounting (api/usage.h) summed over a window, as Slurm's sreport
+// answers it, by project, team, organization, user, cluster, pool or GPU model.
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/api.h"
+#include "api/api_internal.h"
+#include "api/usage.h"
+
+namespace meridian::api {
+
+using base::Status;
+
+namespace {
+
+// A time query parameter in Unix seconds; on a bad value answers 400 and returns nothing.
+std::optional<double> TimeParam(Api::Call& call, const std::string& name, double fallback) {
+  if (!call.req.has_param(name)) return fallback;
+  const std::string text = call.req.get_param_value(name);
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == nullptr || *end != '\0' || !std::isfinite(v) || v < 0) {
+    Fail(call, 400, "invalid_argument", name + ": \"" + text + "\" is not a time in Unix seconds",
+         name);
+    return std::nullopt;
+  }
+  return v;
+}
+
+Json Rounded(double v, double unit) { return std::round(v * unit) / unit; }
+
+Json TotalsToJson(const UsageTotals& t) {
+  return {{"jobs", t.jobs},
+          {"runs", t.runs},
+          {"gpuSeconds", Rounded(t.gpu_seconds, 1000)},
+          {"gpuHours", Rounded(t.gpu_seconds / 3600, 10000)},
+          {"cpuCoreHours", Rounded(t.cpu_seconds / 3600, 10000)},
+          {"memoryGibHours", Rounded(t.memory_gib_seconds / 3600, 10000)},
+          {"cost", Rounded(t.cost, 10000)}};
+}
+
+}  // namespace
+
+void Api::UsageReport(Call& call) {
+  const double now = clock_->Now();
+  auto from = TimeParam(call, "from", 0);
+  if (!from) return;
+  auto to = TimeParam(call, "to", now);
+  if (!to) return;
+  if (*to <= *from) {
+    return Fail(call, 400, "invalid_argument", "to: must be after from", "to");
+  }
+  const std::string by =
+      call.req.has_param("by") ? call.req.get_param_value("by") : std::string("project");
+  auto config = Config();
+  const Tenancy& tenancy = config->tenancy;
+  std::function<std::string(const store::UsageRecord&)> key_of;
+  if (by == "project") {
+    key_of = [](const store::UsageRecord& u) { return u.project; };
+  } else if (by == "team") {
+    key_of = [&](const store::UsageRecord& u) { return tenancy.TeamOf(u.project); };
+  } else if (by == "organization") {
+    key_of = [&](const store::UsageRecord& u) { return tenancy.OrgOfProject(u.project); };
+  } else if (by == "user") {
+    key_of = [](const store::UsageRecord& u) { return u.user; };
+  } else if (by == "cluster") {
+    key_of = [](const store::UsageRecord& u) { return u.cluster; };
+  } else if (by == "pool") {
+    key_of = [](const store::UsageRecord& u) { return u.pool; };
+  } else if (by == "gpuModel") {
+    key_of = [](const store::UsageRecord& u) { return u.gpu_model; };
+  } else {
+    return Fail(call, 400, "invalid_argument",
+                "by: \"" + by +
+                    "\" is not one of project, team, organization, user, cluster, pool, gpuModel",
+                "by");
+  }
+  // The runs that ended, and those still going as if they ended now, of the projects the caller
+  // may read: one read, so that a run ending meanwhile is counted once.
+  std::vector<store::UsageRecord> records;
+  Status read = store_->Read([&](store::Tx& tx) {
+    records.clear();
+    store::UsageFilter f;
+    f.from = *from;
+    f.to = *to;
+    for (;;) {
+      auto page = tx.ListUsage(f);
+      if (!page.ok()) return page.status();
+      for (store::UsageRecord& u : *page) records.push_back(std::move(u));
+      if (page->size() < static_cast<size_t>(f.limit)) break;
+      f.after_seq = records.back().seq;
+    }
+    store::JobFilter jobs;
+    jobs.phases = {"Placed", "Running", "Stopping"};
+    jobs.limit = 1000;
+    for (;;) {
+      auto page = tx.ListJobs(jobs);
+      if (!page.ok()) return page.status();
+      for (const store::JobRecord& j : *page) {
+        for (store::UsageRecord& u : UsageOfRun(j, now, "Running")) records.push_back(std::move(u));
+      }
+      if (page->size() < static_cast<size_t>(jobs.limit)) break;
+      jobs.after_id = page->back().id;
+    }
+    return Status::Ok();
+  });
+  if (!read.ok()) return Fail(call, read);
+  if (!call.access.IsAdmin()) {
+    std::erase_if(records,
+                  [&](const store::UsageRecord& u) { return !call.access.CanRead(u.project); });
+  }
+  UsageTotals total;
+  const auto sums = SumUsage(records, *from, *to, key_of, &total);
+  Json rows = Json::array();
+  for (const auto& [key, t] : sums) {
+    Json row = TotalsToJson(t);
+    row["key"] = key;
+    rows.push_back(std::move(row));
+  }
+  Respond(
+      call, 200,
+      {{"from", *from}, {"to", *to}, {"by", by}, {"rows", rows}, {"total", TotalsToJson(total)}});
+}
+
+}  // namespace meridian::api

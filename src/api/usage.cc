@@ -1,0 +1,84 @@
+#include "api/usage.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "api/job_life.h"
+
+namespace meridian::api {
+
+std::vector<store::UsageRecord> UsageOfRun(const store::JobRecord& job, double end,
+                                           const std::string& outcome) {
+  std::vector<store::UsageRecord> out;
+  const double started = job.status.is_object() && job.status.contains("startedAt") &&
+                                 job.status["startedAt"].is_number()
+                             ? job.status["startedAt"].get<double>()
+                             : 0;
+  if (started <= 0 || !job.allocation.is_array()) return out;
+  int64_t cpu_milli = 0, memory_mib = 0;
+  if (auto spec = SpecOf(job); spec.ok()) {
+    cpu_milli = spec->cpu_milli;
+    memory_mib = spec->memory_mib;
+  }
+  for (const store::Json& task : job.allocation) {
+    if (!task.is_object()) continue;
+    store::UsageRecord u;
+    u.job = job.id;
+    u.generation = job.generation;
+    u.task = task.value("task", 0);
+    u.project = job.project;
+    u.user = job.user;
+    u.cluster = task.value("cluster", "");
+    u.pool = task.value("pool", "");
+    u.node = task.value("node", "");
+    u.gpu_model = task.value("gpuModel", "");
+    for (const store::Json& d : task.value("devices", store::Json::array())) {
+      u.gpus += d.value("milli", 1000) / 1000.0;
+    }
+    u.cpu_milli = cpu_milli;
+    u.memory_mib = memory_mib;
+    u.price_per_gpu_hour = task.value("pricePerGpuHour", 0.0);
+    u.started_at = started;
+    u.ended_at = std::max(started, end);
+    u.outcome = outcome;
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+std::map<std::string, UsageTotals> SumUsage(
+    const std::vector<store::UsageRecord>& records, double from, double to,
+    const std::function<std::string(const store::UsageRecord&)>& key_of, UsageTotals* total) {
+  std::map<std::string, UsageTotals> out;
+  std::map<std::string, std::set<int64_t>> jobs;
+  std::map<std::string, std::set<std::pair<int64_t, int64_t>>> runs;
+  std::set<int64_t> all_jobs;
+  std::set<std::pair<int64_t, int64_t>> all_runs;
+  *total = {};
+  for (const store::UsageRecord& u : records) {
+    const double seconds = std::min(u.ended_at, to) - std::max(u.started_at, from);
+    if (seconds <= 0) continue;
+    const std::string key = key_of(u);
+    if (key.empty()) continue;
+    for (UsageTotals* t : {&out[key], total}) {
+      t->gpu_seconds += u.gpus * seconds;
+      t->cpu_seconds += static_cast<double>(u.cpu_milli) / 1000.0 * seconds;
+      t->memory_gib_seconds += static_cast<double>(u.memory_mib) / 1024.0 * seconds;
+      t->cost += u.gpus * seconds / 3600.0 * u.price_per_gpu_hour;
+    }
+    jobs[key].insert(u.job);
+    runs[key].insert({u.job, u.generation});
+    all_jobs.insert(u.job);
+    all_runs.insert({u.job, u.generation});
+  }
+  for (auto& [key, t] : out) {
+    t.jobs = static_cast<int64_t>(jobs[key].size());
+    t.runs = static_cast<int64_t>(runs[key].size());
+  }
+  total->jobs = static_cast<int64_t>(all_jobs.size());
+  total->runs = static_cast<int64_t>(all_runs.size());
+  return out;
+}
+
+}  // namespace meridian::api
