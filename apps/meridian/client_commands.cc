@@ -376,30 +376,31 @@ void AddClientCommands(CLI::App& app, int* rc) {
       "team, organization, user, cluster, pool or gpuModel; -o table, csv, json or yaml");
   usage->add_option("--from", report_from,
                     "start: Unix seconds, a UTC date (2026-11-30, 2026-11-30T08:00:00Z) or a "
-                    "duration before now (7d); default: the first of this month");
+                    "duration before now (7d); default: the first of --to's month (UTC)");
   usage->add_option("--to", report_to, "end, as --from; default: now");
   usage->add_option("--by", uf.by, "what to sum by (default: project)")
       ->check(CLI::IsMember(
           {"project", "team", "organization", "user", "cluster", "pool", "gpuModel"}));
   usage->callback([rc] {
     Run(g, rc, [](Context& c) {
-      // The first of this month (UTC), as a monthly budget counts.
-      const std::time_t now = static_cast<std::time_t>(c.now);
-      std::tm month{};
-      gmtime_r(&now, &month);
-      month.tm_mday = 1;
-      month.tm_hour = month.tm_min = month.tm_sec = 0;
-      uf.from = static_cast<double>(timegm(&month));
       uf.to = c.now;
-      if (!report_from.empty()) {
-        auto from = ParseWhen("--from", report_from, c.now);
-        if (!from.ok()) return Fail(from.status());
-        uf.from = *from;
-      }
       if (!report_to.empty()) {
         auto to = ParseWhen("--to", report_to, c.now);
         if (!to.ok()) return Fail(to.status());
         uf.to = *to;
+      }
+      // By default from the first of the month (UTC) that --to is in, as a monthly budget
+      // counts.
+      const std::time_t to = static_cast<std::time_t>(uf.to);
+      std::tm month{};
+      gmtime_r(&to, &month);
+      month.tm_mday = 1;
+      month.tm_hour = month.tm_min = month.tm_sec = 0;
+      uf.from = static_cast<double>(timegm(&month));
+      if (!report_from.empty()) {
+        auto from = ParseWhen("--from", report_from, c.now);
+        if (!from.ok()) return Fail(from.status());
+        uf.from = *from;
       }
       return meridian::cli::ReportUsage(c, uf);
     });

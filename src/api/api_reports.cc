@@ -2,6 +2,7 @@
 // answers it, by project, team, organization, user, cluster, pool or GPU model.
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <optional>
 #include <string>
@@ -43,16 +44,35 @@ Json TotalsToJson(const UsageTotals& t) {
           {"cost", Rounded(t.cost, 10000)}};
 }
 
+// The first instant of the calendar month (UTC) that holds `t`.
+double MonthStart(double t) {
+  const std::time_t s = static_cast<std::time_t>(t);
+  std::tm tm{};
+  gmtime_r(&s, &tm);
+  tm.tm_mday = 1;
+  tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+  return static_cast<double>(timegm(&tm));
+}
+
+// A report reads every record of its window: a window is at most this long.
+constexpr double kMaxWindowDays = 400;
+
 }  // namespace
 
 void Api::UsageReport(Call& call) {
   const double now = clock_->Now();
-  auto from = TimeParam(call, "from", 0);
-  if (!from) return;
   auto to = TimeParam(call, "to", now);
   if (!to) return;
+  auto from = TimeParam(call, "from", MonthStart(*to));
+  if (!from) return;
   if (*to <= *from) {
     return Fail(call, 400, "invalid_argument", "to: must be after from", "to");
+  }
+  if (*to - *from > kMaxWindowDays * 86400) {
+    return Fail(call, 400, "invalid_argument",
+                "from: a report's window is at most " +
+                    std::to_string(static_cast<int>(kMaxWindowDays)) + " days",
+                "from");
   }
   const std::string by =
       call.req.has_param("by") ? call.req.get_param_value("by") : std::string("project");
@@ -81,12 +101,19 @@ void Api::UsageReport(Call& call) {
   }
   // The runs that ended, and those still going as if they ended now, of the projects the caller
   // may read: one read, so that a run ending meanwhile is counted once.
+  // Who is not an admin reads the projects it may read, and nothing else is loaded.
+  std::vector<std::string> readable;
+  if (!call.access.IsAdmin()) {
+    readable = call.access.Readable(config->projects);
+    if (readable.empty()) readable.push_back("");  // no project: no record matches
+  }
   std::vector<store::UsageRecord> records;
   Status read = store_->Read([&](store::Tx& tx) {
     records.clear();
     store::UsageFilter f;
     f.from = *from;
     f.to = *to;
+    f.projects = readable;
     for (;;) {
       auto page = tx.ListUsage(f);
       if (!page.ok()) return page.status();
@@ -96,6 +123,7 @@ void Api::UsageReport(Call& call) {
     }
     store::JobFilter jobs;
     jobs.phases = {"Placed", "Running", "Stopping"};
+    jobs.projects = readable;
     jobs.limit = 1000;
     for (;;) {
       auto page = tx.ListJobs(jobs);
@@ -109,10 +137,6 @@ void Api::UsageReport(Call& call) {
     return Status::Ok();
   });
   if (!read.ok()) return Fail(call, read);
-  if (!call.access.IsAdmin()) {
-    std::erase_if(records,
-                  [&](const store::UsageRecord& u) { return !call.access.CanRead(u.project); });
-  }
   UsageTotals total;
   const auto sums = SumUsage(records, *from, *to, key_of, &total);
   Json rows = Json::array();

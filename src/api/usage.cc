@@ -11,11 +11,15 @@ namespace meridian::api {
 std::vector<store::UsageRecord> UsageOfRun(const store::JobRecord& job, double end,
                                            const std::string& outcome) {
   std::vector<store::UsageRecord> out;
-  const double started = job.status.is_object() && job.status.contains("startedAt") &&
-                                 job.status["startedAt"].is_number()
-                             ? job.status["startedAt"].get<double>()
-                             : 0;
-  if (started <= 0 || !job.allocation.is_array()) return out;
+  auto time_of = [](const store::Json& o, const char* key) {
+    return o.is_object() && o.contains(key) && o[key].is_number() ? o[key].get<double>() : 0.0;
+  };
+  if (!job.allocation.is_array() || job.allocation.empty()) return out;
+  // From the run's start; a run whose tasks ended (or were stopped) before any was reported
+  // running has no start, and counts from its placement: its devices were held from then.
+  double started = time_of(job.status, "startedAt");
+  if (started <= 0) started = time_of(job.allocation[0], "placedAt");
+  if (started <= 0) return out;
   int64_t cpu_milli = 0, memory_mib = 0;
   if (auto spec = SpecOf(job); spec.ok()) {
     cpu_milli = spec->cpu_milli;
@@ -33,8 +37,14 @@ std::vector<store::UsageRecord> UsageOfRun(const store::JobRecord& job, double e
     u.pool = task.value("pool", "");
     u.node = task.value("node", "");
     u.gpu_model = task.value("gpuModel", "");
-    for (const store::Json& d : task.value("devices", store::Json::array())) {
-      u.gpus += d.value("milli", 1000) / 1000.0;
+    // The share the placement wrote (a MIG slice by its memory slices); an allocation made
+    // before it did counts its devices' milli.
+    if (task.contains("gpus") && task["gpus"].is_number()) {
+      u.gpus = task["gpus"].get<double>();
+    } else {
+      for (const store::Json& d : task.value("devices", store::Json::array())) {
+        u.gpus += d.value("milli", 1000) / 1000.0;
+      }
     }
     u.cpu_milli = cpu_milli;
     u.memory_mib = memory_mib;
@@ -59,8 +69,8 @@ std::map<std::string, UsageTotals> SumUsage(
   for (const store::UsageRecord& u : records) {
     const double seconds = std::min(u.ended_at, to) - std::max(u.started_at, from);
     if (seconds <= 0) continue;
-    const std::string key = key_of(u);
-    if (key.empty()) continue;
+    std::string key = key_of(u);
+    if (key.empty()) key = kNoKey;
     for (UsageTotals* t : {&out[key], total}) {
       t->gpu_seconds += u.gpus * seconds;
       t->cpu_seconds += static_cast<double>(u.cpu_milli) / 1000.0 * seconds;

@@ -30,8 +30,12 @@ struct UsageTotals {
   double cost = 0;  // GPU-hours × each run's price
 };
 
-// Sums `records` clipped to [from, to), by the key `key_of` gives each (records outside the
-// window, or of an empty key, count for nothing). `total` gets the sum of them all.
+// The row of records that have no key for a report (a CPU-only run by GPU model, a node without
+// a pool, a project no longer in a team).
+inline constexpr const char* kNoKey = "(none)";
+
+// Sums `records` clipped to [from, to), by the key `key_of` gives each (kNoKey for an empty
+// one); records outside the window count for nothing. `total` gets the sum of them all.
 std::map<std::string, UsageTotals> SumUsage(
     const std::vector<store::UsageRecord>& records, double from, double to,
     const std::function<std::string(const store::UsageRecord&)>& key_of, UsageTotals* total);

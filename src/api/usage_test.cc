@@ -50,10 +50,19 @@ TEST(Usage, ARunIsOneRecordPerTaskFromItsAllocation) {
   EXPECT_EQ(r[1].cluster, "onprem");
   EXPECT_DOUBLE_EQ(r[1].gpus, 0.5);
   EXPECT_DOUBLE_EQ(r[1].price_per_gpu_hour, 0) << "unpriced";
-  // A run that never started used nothing that accounting counts.
+  // A run never reported running counts from its placement; without one, it has no record.
   store::JobRecord placed = RunningJob();
   placed.status = store::Json::object();
   EXPECT_TRUE(UsageOfRun(placed, 400, "Cancelled").empty());
+  placed.allocation[0]["placedAt"] = 90.0;
+  placed.allocation[1]["placedAt"] = 90.0;
+  const std::vector<store::UsageRecord> quick = UsageOfRun(placed, 400, "Succeeded");
+  ASSERT_EQ(quick.size(), 2u);
+  EXPECT_DOUBLE_EQ(quick[1].started_at, 90);
+  // The share the placement wrote wins over the devices' milli (a MIG slice's milli is 0).
+  placed.allocation[1]["devices"][0]["milli"] = 0;
+  placed.allocation[1]["gpus"] = 0.375;
+  EXPECT_DOUBLE_EQ(UsageOfRun(placed, 400, "Succeeded")[1].gpus, 0.375);
 }
 
 // Sums clip every record to the window, count jobs and runs once, and price GPU-hours at each
@@ -80,6 +89,12 @@ TEST(Usage, SumsClipToTheWindowAndCountJobsAndRunsOnce) {
   EXPECT_DOUBLE_EQ(total.gpu_seconds, 2.5 * 2700);
   EXPECT_EQ(total.jobs, 1);
   EXPECT_EQ(total.runs, 2);
+  // Records without a key are a row of their own, and the total is the same whatever the key.
+  UsageTotals by_pool_total;
+  auto by_pool = SumUsage(
+      records, 1900, 5900, [](const store::UsageRecord& u) { return u.pool; }, &by_pool_total);
+  EXPECT_DOUBLE_EQ(by_pool.at(kNoKey).gpu_seconds, 0.5 * 2700);
+  EXPECT_DOUBLE_EQ(by_pool_total.gpu_seconds, total.gpu_seconds);
   // A window that no run overlaps: nothing.
   EXPECT_TRUE(
       SumUsage(

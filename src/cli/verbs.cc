@@ -1090,8 +1090,10 @@ int History(Context& c) {
 
 namespace {
 
-// A CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break.
-std::string CsvField(const std::string& text) {
+// A CSV field (RFC 4180): quoted when it holds a comma, a quote or a line break. A name that
+// starts as a spreadsheet formula would (=, +, -, @) is written after a ' so that it stays text.
+std::string CsvField(std::string text) {
+  if (!text.empty() && std::string("=+-@").find(text[0]) != std::string::npos) text = "'" + text;
   if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
   std::string out = "\"";
   for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);

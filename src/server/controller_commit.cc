@@ -94,6 +94,7 @@ std::vector<SchedulerController::Decision> SchedulerController::Decide(
     d.start = true;
     auto life = api::LifeOf(d.record);
     d.record.allocation = AllocationToJson(start.placements, *estate_);
+    for (Json& task : d.record.allocation) task["placedAt"] = now;  // accounting's fallback start
     auto placed = life.ok() ? domain::lifecycle::Place(
                                   *life, static_cast<int32_t>(d.record.allocation.size()),
                                   Where(d.record.allocation, start), now)
@@ -144,7 +145,14 @@ base::Result<int64_t> SchedulerController::WriteDecisions(std::vector<Decision>*
       store::JobRecord r = d.record;
       std::vector<store::Event> events;
       for (const domain::Transition& t : d.steps) {
-        if (Status a = api::AccountForRun(tx, t, now, r); !a.ok()) return a;
+        if (t.released) {
+          // The decision's record is the controller's copy, without the user and the spec that
+          // accounting reads: the stored ones stand in.
+          store::JobRecord whole = r;
+          whole.user = stored->user;
+          whole.spec = stored->spec;
+          if (Status a = api::AccountForRun(tx, t, now, whole); !a.ok()) return a;
+        }
         for (store::Event& e : api::ApplyTransition(t, now, &r)) events.push_back(std::move(e));
       }
       auto v = tx.UpdateJob(r, r.version);

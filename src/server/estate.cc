@@ -1,6 +1,7 @@
 #include "server/estate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "api/job_life.h"
@@ -408,6 +409,7 @@ Json AllocationToJson(const std::vector<sched::Placement>& placements, const Est
     const sched::Placement& p = placements[t];
     const sched::NodeState& node = estate.snapshot.nodes[p.node];
     Json devices = Json::array();
+    double gpus = 0;  // what the task holds, in GPUs: a MIG slice by its share of the memory
     for (const sched::DeviceGrant& d : p.devices) {
       const int32_t local = d.gpu - node.gpu_begin;
       Json dev = {
@@ -417,9 +419,13 @@ Json AllocationToJson(const std::vector<sched::Placement>& placements, const Est
       if (d.mig_change == sched::MigChange::kDisableMig) dev["change"] = "disable-mig";
       if (d.mig_profile >= 0) {
         const auto& model = estate.snapshot.model(estate.snapshot.gpus[d.gpu].model);
-        dev["mig"] = {{"profile", model.mig_profiles[d.mig_profile].name},
+        const auto& profile = model.mig_profiles[d.mig_profile];
+        dev["mig"] = {{"profile", profile.name},
                       {"start", d.mig_start},
                       {"change", MigChangeName(d.mig_change)}};
+        gpus += static_cast<double>(profile.memory_slices) / domain::kMigMemorySlices;
+      } else {
+        gpus += d.milli / 1000.0;
       }
       devices.push_back(dev);
     }
@@ -427,6 +433,7 @@ Json AllocationToJson(const std::vector<sched::Placement>& placements, const Est
                  {"cluster", estate.snapshot.clusters[node.cluster].name},
                  {"node", node.name},
                  {"devices", devices}};
+    if (gpus > 0) task["gpus"] = std::round(gpus * 1e6) / 1e6;
     // What accounting needs of the run when it ends (api/usage.h): the pool, the model and the
     // price of a GPU-hour as they are now; a later change of price does not reprice a run.
     const std::string pool = static_cast<size_t>(p.node) < estate.nodes.size()

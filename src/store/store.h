@@ -163,8 +163,9 @@ struct UsageRecord {
 };
 
 struct UsageFilter {
-  double from = 0;  // runs that ended after this
-  double to = 0;    // and started before this (0: any)
+  double from = 0;                    // runs that ended after this
+  double to = 0;                      // and started before this (0: any)
+  std::vector<std::string> projects;  // only these projects' (empty: every project's)
   int64_t after_seq = 0;
   int32_t limit = 1000;
 };

@@ -293,6 +293,17 @@ TEST_P(StoreConformance, UsageRecordsAreKeptAndListedByTheWindowTheyOverlap) {
   // Overlapping [300, 550): the second (ended after 300) and the third (started before 550).
   EXPECT_EQ(list(300, 550, 0, 100).first, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(list(200, 0, 0, 100).first, (std::vector<int64_t>{2, 3})) << "ended at 200: before";
+  // By project.
+  UsageFilter vision;
+  vision.projects = {"vision", "other"};
+  auto none = ReadValue(*store_, [&](Tx& tx) { return tx.ListUsage(vision); });
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_TRUE(none->empty());
+  UsageFilter research;
+  research.projects = {"research"};
+  auto mine = ReadValue(*store_, [&](Tx& tx) { return tx.ListUsage(research); });
+  ASSERT_TRUE(mine.ok()) << mine.status().message();
+  EXPECT_EQ(mine->size(), 3u);
   // Pages by seq.
   EXPECT_EQ(list(0, 0, 0, 2).first, (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(list(0, 0, records.at(1).seq, 2).first, (std::vector<int64_t>{3}));

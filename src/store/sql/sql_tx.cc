@@ -307,10 +307,16 @@ class SqlTx final : public Tx {
         "gpus, cpu_milli, memory_mib, price_per_gpu_hour, started_at, ended_at, outcome FROM usage "
         "WHERE seq > ? AND ended_at > ?";
     if (f.to > 0) sql += " AND started_at < ?";
+    if (!f.projects.empty()) {
+      sql += " AND project IN (?";
+      for (size_t i = 1; i < f.projects.size(); ++i) sql += ", ?";
+      sql += ")";
+    }
     sql += " ORDER BY seq LIMIT ?";
     auto q = c_->Query(sql);
     q->Bind(f.after_seq).Bind(f.from);
     if (f.to > 0) q->Bind(f.to);
+    for (const std::string& p : f.projects) q->Bind(p);
     q->Bind(static_cast<int64_t>(f.limit));
     std::vector<UsageRecord> out;
     while (q->Next()) {
