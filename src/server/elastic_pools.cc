@@ -645,8 +645,8 @@ void ElasticPools::Publish(const Estate& estate) {
       f.backoff_until = it->second.backoff_until;
       failures_.push_back(f);
     }
-    metrics_->Set("meridian_pool_provisioning_failing", {{"pool", spec.name}},
-                  f.what.empty() ? 0 : 1);
+    metrics_->Set("meridian_pool_provisioning_failing",
+                  {{"pool", spec.name}, {"cluster", spec.cluster}}, f.what.empty() ? 0 : 1);
     int32_t counts[4] = {0, 0, 0, 0};
     if (it != pools_.end()) {
       for (const auto& [node, i] : it->second.by_node) ++counts[static_cast<int>(i.state)];
