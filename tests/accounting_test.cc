@@ -179,8 +179,9 @@ TEST_F(AccountingTest, ReportUsageAddsUpToWhatEachJobRanAndSurvivesARestart) {
   EXPECT_EQ(Rows(Report("cluster", admin_)).count("onprem"), 1u);
   EXPECT_EQ(Rows(Report("gpuModel", admin_)).count("H100-80GB"), 1u);
 
-  // Acknowledged is durable: the records are the server's store's, not its memory's.
-  server_->Stop();
+  // Acknowledged is durable: the records are the server's store's, not its memory's, and a
+  // server killed outright keeps them.
+  server_->Stop(SIGKILL);
   ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
   check(Report("project", admin_), "after the restart");
 

@@ -1,7 +1,6 @@
 // Client verbs in kubectl's style: flags, and calls into the cli module.
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 
 #include "apps/meridian/commands.h"
@@ -383,20 +382,12 @@ void AddClientCommands(CLI::App& app, int* rc) {
           {"project", "team", "organization", "user", "cluster", "pool", "gpuModel"}));
   usage->callback([rc] {
     Run(g, rc, [](Context& c) {
-      uf.to = c.now;
+      // Left out, each is the server's default: to now, from the first of to's month (UTC).
       if (!report_to.empty()) {
         auto to = ParseWhen("--to", report_to, c.now);
         if (!to.ok()) return Fail(to.status());
         uf.to = *to;
       }
-      // By default from the first of the month (UTC) that --to is in, as a monthly budget
-      // counts.
-      const std::time_t to = static_cast<std::time_t>(uf.to);
-      std::tm month{};
-      gmtime_r(&to, &month);
-      month.tm_mday = 1;
-      month.tm_hour = month.tm_min = month.tm_sec = 0;
-      uf.from = static_cast<double>(timegm(&month));
       if (!report_from.empty()) {
         auto from = ParseWhen("--from", report_from, c.now);
         if (!from.ok()) return Fail(from.status());

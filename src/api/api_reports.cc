@@ -99,14 +99,14 @@ void Api::UsageReport(Call& call) {
                     "\" is not one of project, team, organization, user, cluster, pool, gpuModel",
                 "by");
   }
-  // The runs that ended, and those still going as if they ended now, of the projects the caller
-  // may read: one read, so that a run ending meanwhile is counted once.
-  // Who is not an admin reads the projects it may read, and nothing else is loaded.
+  // Who is not an admin reads the records of the projects it may read, and no other is loaded.
   std::vector<std::string> readable;
   if (!call.access.IsAdmin()) {
     readable = call.access.Readable(config->projects);
     if (readable.empty()) readable.push_back("");  // no project: no record matches
   }
+  // The runs that ended, and those still going as if they ended now: one read, so that a run
+  // ending meanwhile is counted once.
   std::vector<store::UsageRecord> records;
   Status read = store_->Read([&](store::Tx& tx) {
     records.clear();

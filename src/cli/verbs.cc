@@ -1106,8 +1106,9 @@ int ReportUsage(Context& c, const UsageReportFlags& f) {
   int code = 0;
   auto r =
       Do(c, "GET",
-         WithQuery("/api/v1/reports/usage",
-                   {{"from", std::to_string(f.from)}, {"to", std::to_string(f.to)}, {"by", f.by}}),
+         WithQuery("/api/v1/reports/usage", {{"from", f.from > 0 ? std::to_string(f.from) : ""},
+                                             {"to", f.to > 0 ? std::to_string(f.to) : ""},
+                                             {"by", f.by}}),
          nullptr, &code);
   if (!r) return code;
   if (Structured(c)) {
@@ -1122,15 +1123,13 @@ int ReportUsage(Context& c, const UsageReportFlags& f) {
   };
   for (const Json& v : r->at("rows")) row(v.value("key", ""), v);
   if (c.output == "csv") {
-    for (const std::vector<std::string>& cells : [&] {
-           std::vector<std::vector<std::string>> all = {t.headers};
-           all.insert(all.end(), t.rows.begin(), t.rows.end());
-           return all;
-         }()) {
-      std::string line;
-      for (const std::string& cell : cells) line += (line.empty() ? "" : ",") + CsvField(cell);
-      c.out << line << "\r\n";
-    }
+    auto line = [&](const std::vector<std::string>& cells) {
+      std::string text;
+      for (const std::string& cell : cells) text += (text.empty() ? "" : ",") + CsvField(cell);
+      c.out << text << "\r\n";
+    };
+    line(t.headers);
+    for (const auto& cells : t.rows) line(cells);
     return kExitOk;
   }
   row("TOTAL", r->at("total"));

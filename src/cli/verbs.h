@@ -62,7 +62,7 @@ struct SubmitFlags {
   std::string dependency;  // Slurm's --dependency: afterok:12:13,afterany:14
 };
 
-// `report usage`: the window (Unix seconds) and what to sum by.
+// `report usage`: the window (Unix seconds; 0: the server's default) and what to sum by.
 struct UsageReportFlags {
   double from = 0;
   double to = 0;

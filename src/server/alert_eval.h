@@ -77,8 +77,7 @@ struct AlertInputs {
     std::string cluster;
     std::string provisioner;
     std::string what;
-    int32_t in_a_row = 0;      // failures in a row (0: not a call that failed, a configuration)
-    double backoff_until = 0;  // no new node is asked of the pool before then
+    int32_t in_a_row = 0;  // failures in a row (0: not a call that failed, a configuration)
   };
   std::vector<PoolFailure> pool_failures;
 };

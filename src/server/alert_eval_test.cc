@@ -280,9 +280,9 @@ TEST(AlertEvaluator, ProvisioningFailedFiresPerPoolUntilItComesRight) {
   }
   ASSERT_EQ(rules.size(), 1u);
   AlertInputs in;
-  in.pool_failures = {{"h200", "cloud", "dev-cloud",
-                       "asking for 1 node(s) failed: capacity: no capacity left", 2, 100},
-                      {"a100", "cloud", "gcp", "provisioner gcp is not configured", 0, 0}};
+  in.pool_failures = {
+      {"h200", "cloud", "dev-cloud", "asking for 1 node(s) failed: capacity: no capacity left", 2},
+      {"a100", "cloud", "gcp", "provisioner gcp is not configured", 0}};
   const std::vector<Alert> fired = e.Evaluate(rules, in, clock.Now());
   ASSERT_EQ(fired.size(), 2u);
   std::map<std::string, Alert> by_pool;

@@ -202,8 +202,7 @@ Status AlertService::Gather(AlertInputs* in, std::vector<domain::AlertRule>* rul
   in->scheduler_errors = static_cast<double>(scheduler_->CycleErrors());
   if (idle_source_) in->idle_jobs = idle_source_();
   for (const ElasticPools::Failure& f : scheduler_->ProvisioningFailures()) {
-    in->pool_failures.push_back(
-        {f.pool, f.cluster, f.provisioner, f.what, f.in_a_row, f.backoff_until});
+    in->pool_failures.push_back({f.pool, f.cluster, f.provisioner, f.what, f.in_a_row});
   }
   return Status::Ok();
 }

@@ -93,8 +93,7 @@ std::vector<SchedulerController::Decision> SchedulerController::Decide(
     Decision d{known(start.job), {}};
     d.start = true;
     auto life = api::LifeOf(d.record);
-    d.record.allocation = AllocationToJson(start.placements, *estate_);
-    for (Json& task : d.record.allocation) task["placedAt"] = now;  // accounting's fallback start
+    d.record.allocation = AllocationToJson(start.placements, *estate_, now);
     auto placed = life.ok() ? domain::lifecycle::Place(
                                   *life, static_cast<int32_t>(d.record.allocation.size()),
                                   Where(d.record.allocation, start), now)

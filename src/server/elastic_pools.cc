@@ -133,7 +133,6 @@ void ElasticPools::Event(const std::string& pool, const std::string& type,
 void ElasticPools::Failed(const std::string& pool, Pool& p, double now, const std::string& call,
                           const std::string& what) {
   ++p.failures;
-  if (p.failing.empty()) p.failing_since = now;
   p.failing = call;
   p.failure = what;
   const double backoff = std::min(
@@ -572,8 +571,7 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
                                          ? known->second.provisioner
                                          : spec.provisioner;
     if (!provisioners_.count(provisioner)) {
-      if (!unknown_since_.count(spec.name)) {
-        unknown_since_[spec.name] = now;
+      if (unknown_.insert(spec.name).second) {
         Event(spec.name, "Warning", "UnknownProvisioner",
               "provisioner " + provisioner +
                   " is not configured on this server (meridian server --provisioner " +
@@ -582,7 +580,7 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
       }
       continue;
     }
-    unknown_since_.erase(spec.name);
+    unknown_.erase(spec.name);
     Pool& p = pools_[spec.name];
     p.provisioner = provisioner;
     sched::ElasticPool plan;
@@ -632,17 +630,14 @@ void ElasticPools::Publish(const Estate& estate) {
   failures_.clear();
   for (const ElasticPoolSpec& spec : estate.elastic_pools) {
     auto it = pools_.find(spec.name);
-    Failure f{spec.name, spec.cluster, spec.provisioner, "", 0, 0, 0};
-    if (auto u = unknown_since_.find(spec.name); u != unknown_since_.end()) {
+    Failure f{spec.name, spec.cluster, spec.provisioner, "", 0};
+    if (unknown_.count(spec.name)) {
       f.what = "provisioner " + spec.provisioner + " is not configured on this server";
-      f.since = u->second;
       failures_.push_back(f);
     } else if (it != pools_.end() && !it->second.failing.empty()) {
       f.provisioner = it->second.provisioner;
       f.what = it->second.failure;
       f.in_a_row = it->second.failures;
-      f.since = it->second.failing_since;
-      f.backoff_until = it->second.backoff_until;
       failures_.push_back(f);
     }
     metrics_->Set("meridian_pool_provisioning_failing",

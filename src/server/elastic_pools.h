@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,10 +66,8 @@ class ElasticPools {
     std::string pool;
     std::string cluster;
     std::string provisioner;
-    std::string what;  // the failure, in words
-    int32_t in_a_row = 0;
-    double since = 0;          // when it started failing
-    double backoff_until = 0;  // no new node is asked of it before then
+    std::string what;      // the failure, in words
+    int32_t in_a_row = 0;  // failures in a row (0: a configuration, not a call that failed)
   };
   // As of the last Step; under the controller's lock.
   const std::vector<Failure>& Failures() const { return failures_; }
@@ -94,11 +93,10 @@ class ElasticPools {
     int32_t failures = 0;   // in a row
     double backoff_until = 0;
     // The failure it has not recovered from: the call that failed (create, list, delete; join:
-    // an instance that never registered), in words, and since when. The next success of that
-    // call clears it; a node that registers clears create and join.
+    // an instance that never registered), and in words. The next success of that call clears
+    // it; a node that registers clears create and join.
     std::string failing;
     std::string failure;
-    double failing_since = 0;
   };
   // What a provisioner answered, taken in at the next Step.
   struct Outcome {
@@ -150,8 +148,7 @@ class ElasticPools {
   std::function<void()> wake_;
   std::map<std::string, Pool> pools_;
   std::map<std::string, std::unique_ptr<cloud::Provisioner>> provisioners_;
-  // Pools whose provisioner this server does not know -> since when.
-  std::map<std::string, double> unknown_since_;
+  std::set<std::string> unknown_;  // pools whose provisioner this server does not know
   std::vector<Failure> failures_;  // as of the last Step
   // How often each job has lost a spot node; after kMaxSpotInterruptions it goes to on-demand.
   // In memory: a restarted server gives every job its chances again.

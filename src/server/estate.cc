@@ -403,7 +403,8 @@ const char* MigChangeName(sched::MigChange c) {
 
 }  // namespace
 
-Json AllocationToJson(const std::vector<sched::Placement>& placements, const Estate& estate) {
+Json AllocationToJson(const std::vector<sched::Placement>& placements, const Estate& estate,
+                      double placed_at) {
   Json out = Json::array();
   for (size_t t = 0; t < placements.size(); ++t) {
     const sched::Placement& p = placements[t];
@@ -432,7 +433,8 @@ Json AllocationToJson(const std::vector<sched::Placement>& placements, const Est
     Json task = {{"task", t},
                  {"cluster", estate.snapshot.clusters[node.cluster].name},
                  {"node", node.name},
-                 {"devices", devices}};
+                 {"devices", devices},
+                 {"placedAt", placed_at}};
     if (gpus > 0) task["gpus"] = std::round(gpus * 1e6) / 1e6;
     // What accounting needs of the run when it ends (api/usage.h): the pool, the model and the
     // price of a GPU-hour as they are now; a later change of price does not reprice a run.

@@ -110,8 +110,11 @@ void ApplyPoolTraits(const Estate& estate, domain::Node* node);
 base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const Estate& estate);
 
 // A job's placements as stored in its allocation, and back. The stored form names clusters,
-// nodes and GPUs (index within the node, UUID) so that it stays meaningful to people and agents.
-Json AllocationToJson(const std::vector<sched::Placement>& placements, const Estate& estate);
+// nodes and GPUs (index within the node, UUID) so that it stays meaningful to people and agents,
+// and with what accounting reads when the run ends (api/usage.h): each task's pool, model, GPU
+// share, price of a GPU-hour, and `placed_at`.
+Json AllocationToJson(const std::vector<sched::Placement>& placements, const Estate& estate,
+                      double placed_at);
 base::Result<std::vector<sched::Placement>> AllocationFromJson(const Json& allocation,
                                                                const Estate& estate);
 
