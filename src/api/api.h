@@ -189,6 +189,17 @@ class IdleHooks {
   virtual Json Idle() = 0;
 };
 
+// What the budget watch knows of each Budget document (server/budgets.h,
+// docs/adr/0041-budgets.md): its status as of the last evaluation, given with the document.
+class BudgetHooks {
+ public:
+  virtual ~BudgetHooks() = default;
+  // {evaluatedAt, period: {from, to}, spent: {cost, gpuHours}, rate: {costPerHour,
+  // gpuHoursPerHour}, forecast: {cost, gpuHours, percent}, percent, crossed, exhausted,
+  // blocking, summary}; null when the budget has not been evaluated yet.
+  virtual Json BudgetStatus(const std::string& name) = 0;
+};
+
 // Task output as agents upload it: one file per job, task and generation, appended at known
 // offsets so that a retried upload never duplicates or loses bytes. Thread-safe.
 class LogStore {
@@ -295,6 +306,8 @@ class Api {
   void ServeAlerts(AlertHooks* alerts) { alerts_ = alerts; }
   // Serves GET /api/v1/idle; without it the list is empty.
   void ServeIdle(IdleHooks* idle) { idle_ = idle; }
+  // Adds each Budget's status to what GET /api/v1/budgets answers.
+  void ServeBudgets(BudgetHooks* budgets) { budgets_ = budgets; }
   ~Api();
 
   void Register(net::HttpServer& server);
@@ -379,6 +392,8 @@ class Api {
   void UncordonGpu(Call& call);
   void DeleteNode(Call& call);
   // Configuration (api_config.cc).
+  // A configuration object as the API answers it (a Budget with its status).
+  Json WithStatus(const store::Object& o);
   void ListObjects(Call& call, const std::string& kind);
   void GetObject(Call& call, const std::string& kind);
   void PutObject(Call& call, const std::string& kind);
@@ -436,6 +451,7 @@ class Api {
   NodeOperations* node_ops_ = nullptr;
   AlertHooks* alerts_ = nullptr;
   IdleHooks* idle_ = nullptr;
+  BudgetHooks* budgets_ = nullptr;
 
   std::shared_ptr<AuditState> audit_;       // shared_ptr: its type is complete only there
   RateLimiter writes_;                      // by token id

@@ -340,7 +340,7 @@ bool Sees(const Access& access, const std::string& kind, const std::string& name
   if (kind == "Organization") return access.SeesScope({name, "", ""});
   if (kind == "Team") return access.SeesScope({"", name, ""});
   if (kind == "Project") return access.SeesScope({"", "", name});
-  if (kind == "Quota") return access.SeesScope(QuotaScope(spec));
+  if (kind == "Quota" || kind == "Budget") return access.SeesScope(QuotaScope(spec));
   // A receiver's URL is often its credential (a chat webhook's path is its secret): admins only.
   if (kind == "AlertReceiver") return access.IsAdmin();
   // Which groups hold which roles is the organisation's chart: admins only. What a client needs
@@ -355,7 +355,8 @@ bool Sees(const Access& access, const std::string& kind, const std::string& name
 bool Manages(const Access& access, const std::string& kind, const Json& spec) {
   if (kind == "Team") return access.ManagesWithin({spec.value("organization", ""), "", ""});
   if (kind == "Project") return access.ManagesWithin({"", spec.value("team", ""), ""});
-  if (kind == "Quota") return access.CanManageQuota(QuotaScope(spec));
+  // A budget is set by who may set the scope's quota: from above it, never by its own members.
+  if (kind == "Quota" || kind == "Budget") return access.CanManageQuota(QuotaScope(spec));
   return access.IsAdmin();
 }
 
@@ -388,6 +389,12 @@ Status CheckWrite(const Access& access, const std::string& kind, const std::stri
 
 }  // namespace
 
+Json Api::WithStatus(const store::Object& o) {
+  Json out = ObjectToJson(o);
+  if (o.kind == "Budget" && budgets_) out["status"] = budgets_->BudgetStatus(o.name);
+  return out;
+}
+
 void Api::ListObjects(Call& call, const std::string& kind) {
   auto objects_read =
       store::ReadValue(*store_, [&](store::Tx& tx) { return tx.ListObjects(kind); });
@@ -395,7 +402,7 @@ void Api::ListObjects(Call& call, const std::string& kind) {
   std::vector<store::Object> objects = std::move(objects_read.value());
   Json items = Json::array();
   for (const store::Object& o : objects) {
-    if (Sees(call.access, kind, o.name, o.spec)) items.push_back(ObjectToJson(o));
+    if (Sees(call.access, kind, o.name, o.spec)) items.push_back(WithStatus(o));
   }
   Json next;
   if (!PageWhole(call, &items, &next, 0, options_.max_page)) return;
@@ -410,7 +417,7 @@ void Api::GetObject(Call& call, const std::string& kind) {
   if (!Sees(call.access, kind, object.name, object.spec)) {
     return Fail(call, 404, "not_found", kind + " \"" + object.name + "\" not found");
   }
-  Respond(call, 200, ObjectToJson(object));
+  Respond(call, 200, WithStatus(object));
 }
 
 void Api::PutObject(Call& call, const std::string& kind) {

@@ -2,7 +2,6 @@
 // answers it, by project, team, organization, user, cluster, pool or GPU model.
 #include <cmath>
 #include <cstdlib>
-#include <ctime>
 #include <functional>
 #include <optional>
 #include <string>
@@ -11,6 +10,7 @@
 #include "api/api.h"
 #include "api/api_internal.h"
 #include "api/usage.h"
+#include "domain/budget.h"
 
 namespace meridian::api {
 
@@ -44,16 +44,6 @@ Json TotalsToJson(const UsageTotals& t) {
           {"cost", Rounded(t.cost, 10000)}};
 }
 
-// The first instant of the calendar month (UTC) that holds `t`.
-double MonthStart(double t) {
-  const std::time_t s = static_cast<std::time_t>(t);
-  std::tm tm{};
-  gmtime_r(&s, &tm);
-  tm.tm_mday = 1;
-  tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
-  return static_cast<double>(timegm(&tm));
-}
-
 // A report reads every record of its window: a window is at most this long.
 constexpr double kMaxWindowDays = 400;
 
@@ -63,7 +53,7 @@ void Api::UsageReport(Call& call) {
   const double now = clock_->Now();
   auto to = TimeParam(call, "to", now);
   if (!to) return;
-  auto from = TimeParam(call, "from", MonthStart(*to));
+  auto from = TimeParam(call, "from", domain::MonthStart(*to));
   if (!from) return;
   if (*to <= *from) {
     return Fail(call, 400, "invalid_argument", "to: must be after from", "to");

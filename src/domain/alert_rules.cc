@@ -20,7 +20,7 @@ struct ConditionInfo {
   const char* threshold_unit;  // for the error message
 };
 
-constexpr std::array<ConditionInfo, 16> kConditions = {{
+constexpr std::array<ConditionInfo, 17> kConditions = {{
     {AlertCondition::kNodeLost, "node-lost", false, false, false, false, 0, 0, ""},
     {AlertCondition::kGpuUnhealthy, "gpu-unhealthy", false, false, false, false, 0, 0, ""},
     {AlertCondition::kGpuXid, "gpu-xid", false, true, false, false, 0, 0, ""},
@@ -46,6 +46,7 @@ constexpr std::array<ConditionInfo, 16> kConditions = {{
     {AlertCondition::kJobIdle, "job-idle", false, false, false, true, 0, 0, ""},
     {AlertCondition::kProvisioningFailed, "provisioning-failed", false, false, false, false, 0, 0,
      ""},
+    {AlertCondition::kBudgetThreshold, "budget-threshold", false, false, false, false, 0, 0, ""},
 }};
 
 const ConditionInfo& Info(AlertCondition c) {
@@ -148,6 +149,9 @@ const std::vector<AlertRule>& BuiltinAlertRules() {
       // Jobs that wait for cloud capacity wait on: the pool is backed off, and the next pool
       // serves if there is one (docs/adr/0039-elastic-pools.md).
       Rule("provisioning-failed", AlertCondition::kProvisioningFailed, "warning", 0),
+      // The Budget's own thresholds say when: each fires once it is reached, and holds until
+      // the period ends (docs/adr/0041-budgets.md).
+      Rule("budget-threshold", AlertCondition::kBudgetThreshold, "warning", 0),
   };
   return kRules;
 }
@@ -161,7 +165,8 @@ void ReadAlertRuleSpec(FieldReader& s, const std::string& name) {
             "is required (node-lost, gpu-unhealthy, gpu-xid, pending-job-age, quota-near-limit, "
             "gpu-idle, job-failure-rate, scheduler-errors, gpu-ecc-corrected-rate, "
             "gpu-temperature-near-slowdown, gpu-power-capped, gpu-nvlink-crc-errors, "
-            "node-failing-jobs, gpu-held, job-idle, provisioning-failed); only a built-in rule's "
+            "node-failing-jobs, gpu-held, job-idle, provisioning-failed, budget-threshold); only a "
+            "built-in rule's "
             "name may leave it out");
   }
   const std::string given = s.String("condition", false, AlertConditionName(base.condition));

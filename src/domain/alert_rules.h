@@ -34,6 +34,9 @@ enum class AlertCondition {
   // An elastic pool's provisioning failed (a refusal, a time-out, an instance that never
   // registered, an unknown provisioner) and has not come right since       pool, cluster
   kProvisioningFailed,
+  // A Budget's spend reached one of its thresholds this period (docs/adr/0041-budgets.md); one
+  // alert per threshold                                  budget, level, scope, threshold
+  kBudgetThreshold,
 };
 // The node condition type an alert condition watches (nullptr: not a node condition).
 const char* NodeConditionType(AlertCondition c);

@@ -6,6 +6,7 @@
 
 #include "domain/agent_timing.h"
 #include "domain/alert_rules.h"
+#include "domain/budget.h"
 #include "domain/gpu_health.h"
 #include "domain/gpu_model.h"
 #include "domain/gpu_warnings.h"
@@ -277,6 +278,7 @@ const std::map<std::string, SpecReader>& Readers() {
       {"Policy", PolicySpec},
       {"AlertReceiver", ReadAlertReceiverSpec},
       {"IdlePolicy", ReadIdlePolicySpec},
+      {"Budget", ReadBudgetSpec},
       // AlertRule's reader takes the document's name (ValidateDocument): a built-in's name
       // gives its defaults.
       {"AlertRule", nullptr},
@@ -314,8 +316,9 @@ std::string Envelope(const SourceDoc& src, ErrorList* errors, const std::string&
 
 const std::vector<std::string>& ConfigKinds() {
   static const std::vector<std::string> kKinds = {
-      "Organization", "Team",   "Project",       "PriorityClass", "Cluster",          "NodePool",
-      "Quota",        "Policy", "AlertReceiver", "AlertRule",     "IdentityProvider", "IdlePolicy",
+      "Organization",     "Team",       "Project", "PriorityClass", "Cluster",
+      "NodePool",         "Quota",      "Policy",  "AlertReceiver", "AlertRule",
+      "IdentityProvider", "IdlePolicy", "Budget",
   };
   return kKinds;
 }
@@ -331,7 +334,7 @@ std::optional<Document> ValidateDocument(const SourceDoc& src, ErrorList* errors
     errors->Add(src, "kind",
                 "is required (one of Organization, Team, Project, Quota, "
                 "PriorityClass, Cluster, NodePool, Policy, AlertRule, AlertReceiver, "
-                "IdentityProvider, IdlePolicy)");
+                "IdentityProvider, IdlePolicy, Budget)");
     return std::nullopt;
   }
   auto reader = Readers().find(kind->get<std::string>());
@@ -384,7 +387,15 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors) 
     if (d.kind == "Project") refers(d, "team", "Team");
     if (d.kind == "NodePool") refers(d, "cluster", "Cluster");
     if (d.kind == "AlertRule" || d.kind == "IdlePolicy") refers(d, "project", "Project");
-    if (d.kind == "Quota") {
+    if (d.kind == "Budget" && d.spec.contains("clusters")) {
+      for (const Json& c : d.spec.at("clusters")) {
+        if (c.is_string() && !names["Cluster"].count(c.get<std::string>())) {
+          errors->Add({d.file, d.line, 0, "spec.clusters",
+                       "Cluster \"" + c.get<std::string>() + "\" does not exist"});
+        }
+      }
+    }
+    if (d.kind == "Quota" || d.kind == "Budget") {
       refers(d, "organization", "Organization");
       refers(d, "team", "Team");
       refers(d, "project", "Project");

@@ -304,11 +304,14 @@ bool Scheduler::TryPlace(Job& j, std::string* why) {
   // What is placed here and taken back before returning releases nothing (Placer::BeginTrial).
   Placer::Trial trial(placer_);
   std::vector<Placement> placements;
-  if (!PlaceIn(j, kAll, &placements, why)) {
+  auto excluded = excluded_.find(j.spec.tenant);
+  const Mask allowed = excluded == excluded_.end() ? kAll : kAll & ~excluded->second;
+  if (!PlaceIn(j, allowed, &placements, why)) {
     if (!j.spec.gang || snapshot_.clusters.size() < 2) return false;
     // The gang may fit whole in a cluster other than the one its first task preferred.
     bool placed = false;
     for (size_t c = 0; c < snapshot_.clusters.size() && !placed; ++c) {
+      if (!(allowed & Bit(static_cast<int>(c)))) continue;
       placed = PlaceIn(j, Bit(static_cast<int>(c)), &placements, nullptr);
     }
     if (!placed) return false;

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -174,6 +175,9 @@ class Scheduler {
   // A new placement profile, as when the workload mix it was built for has changed; what the
   // placer remembered of shapes that fit nowhere is forgotten.
   void ReplaceProfile(Profile profile);
+  // Clusters a tenant's jobs may not be newly placed in (a spent budget's block-cloud,
+  // docs/adr/0041-budgets.md), by tenant; what runs there already stays. Replaces the last call's.
+  void ExcludeClusters(std::map<int32_t, Mask> by_tenant) { excluded_ = std::move(by_tenant); }
   // The tasks of the jobs it holds, pending jobs' first, at most `limit`: the live workload mix.
   std::vector<TaskSpec> LiveTasks(size_t limit) const;
   // A job's priority class changed (its value, or whether it may preempt).
@@ -337,6 +341,7 @@ class Scheduler {
   Snapshot snapshot_;
   Profile profile_;
   QuotaTree quotas_;
+  std::map<int32_t, Mask> excluded_;  // tenant -> clusters it may not be placed in now
   SchedulerOptions options_;
   Placer placer_;
   CycleState cycle_;

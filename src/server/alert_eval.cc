@@ -162,6 +162,20 @@ void ProvisioningFailed(const AlertInputs& in, Candidates* found) {
   }
 }
 
+void BudgetThreshold(const AlertInputs& in, Candidates* found) {
+  for (const AlertInputs::BudgetThreshold& b : in.budget_thresholds) {
+    std::string summary = "Budget " + b.budget + " (" + b.level + " " + b.scope + ") reached " +
+                          std::to_string(b.threshold) + "%: " + b.summary;
+    if (b.blocking) summary += "; no new cloud capacity is asked for its jobs";
+    found->push_back({{{"budget", b.budget},
+                       {"level", b.level},
+                       {"scope", b.scope},
+                       {"threshold", std::to_string(b.threshold)}},
+                      {{"summary", summary}},
+                      b.percent});
+  }
+}
+
 }  // namespace
 
 const char* AlertStateName(Alert::State s) {
@@ -300,6 +314,9 @@ std::vector<AlertEvaluator::Candidate> AlertEvaluator::Check(const domain::Alert
       break;
     case AlertCondition::kProvisioningFailed:
       ProvisioningFailed(in, &out);
+      break;
+    case AlertCondition::kBudgetThreshold:
+      BudgetThreshold(in, &out);
       break;
   }
   return out;

@@ -80,6 +80,17 @@ struct AlertInputs {
     int32_t in_a_row = 0;  // failures in a row (0: not a call that failed, a configuration)
   };
   std::vector<PoolFailure> pool_failures;
+  // Each threshold a Budget's spend has reached this period (server/budgets.h).
+  struct BudgetThreshold {
+    std::string budget;
+    std::string level;  // organization | team | project
+    std::string scope;
+    int64_t threshold = 0;  // percent
+    double percent = 0;     // spent, of the limit
+    std::string summary;
+    bool blocking = false;  // the 100% threshold of a budget that now stops new cloud capacity
+  };
+  std::vector<BudgetThreshold> budget_thresholds;
 };
 
 struct Alert {

@@ -201,6 +201,7 @@ Status AlertService::Gather(AlertInputs* in, std::vector<domain::AlertRule>* rul
   in->ended = outcomes_.EndedTotals();
   in->scheduler_errors = static_cast<double>(scheduler_->CycleErrors());
   if (idle_source_) in->idle_jobs = idle_source_();
+  if (budget_source_) in->budget_thresholds = budget_source_();
   for (const ElasticPools::Failure& f : scheduler_->ProvisioningFailures()) {
     in->pool_failures.push_back({f.pool, f.cluster, f.provisioner, f.what, f.in_a_row});
   }

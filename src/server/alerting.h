@@ -93,6 +93,9 @@ class AlertService final : public api::AlertHooks {
   // Set before Start.
   void SetGeneratorUrl(const std::string& url) { dispatcher_.SetGeneratorUrl(url); }
   // Where the job-idle rule's jobs come from (the idle reclaimer's findings); set before Start.
+  void SetBudgetSource(std::function<std::vector<AlertInputs::BudgetThreshold>()> source) {
+    budget_source_ = std::move(source);
+  }
   void SetIdleSource(std::function<std::vector<AlertInputs::IdleJob>()> source) {
     idle_source_ = std::move(source);
   }
@@ -116,6 +119,7 @@ class AlertService final : public api::AlertHooks {
   AlertServiceOptions options_;
   JobOutcomes outcomes_;  // jobs ended per project, for the failure rate
   std::function<std::vector<AlertInputs::IdleJob>()> idle_source_;
+  std::function<std::vector<AlertInputs::BudgetThreshold>()> budget_source_;
   AlertDispatcher dispatcher_;  // the loop's thread only
 
   std::mutex mu_;  // guards evaluator_

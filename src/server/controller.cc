@@ -530,6 +530,22 @@ void SchedulerController::FollowMix(double now) {
   metrics_->Add("meridian_scheduler_mix_changes_total", {}, 1);
 }
 
+void SchedulerController::ExcludeCloud(const std::map<std::string, BudgetBlock>& blocks) {
+  sched::Mask cloud = 0;
+  const std::vector<sched::ClusterState>& clusters = scheduler_->snapshot().clusters;
+  for (size_t c = 0; c < clusters.size(); ++c) {
+    if (clusters[c].kind == domain::SiteKind::kCloud) cloud |= sched::Bit(static_cast<int>(c));
+  }
+  std::map<int32_t, sched::Mask> excluded;
+  for (const auto& [project, block] : blocks) {
+    auto tenant = estate_->tenant_of_project.find(project);
+    if (block.cloud && cloud && tenant != estate_->tenant_of_project.end()) {
+      excluded[tenant->second] = cloud;
+    }
+  }
+  scheduler_->ExcludeClusters(std::move(excluded));
+}
+
 Status SchedulerController::RunOnce() {
   const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -549,12 +565,16 @@ Status SchedulerController::RunOnce() {
   if (Status s = SettleStops(now); !s.ok()) return s;
   if (Status s = ReleaseHeld(now); !s.ok()) return s;
   FollowMix(now);
+  const std::map<std::string, BudgetBlock> blocks =
+      budget_blocks_ ? budget_blocks_() : std::map<std::string, BudgetBlock>{};
+  ExcludeCloud(blocks);
   sched::CycleResult result = scheduler_->Cycle(now);
   std::vector<int64_t> started;
   for (const sched::StartDecision& d : result.started) started.push_back(d.job);
   reasons_.Update(result.pending, started);
   Status s = Commit(result, now);
-  if (s.ok() && elastic_) elastic_->Step(now, *estate_, *scheduler_, result, refused_, &reasons_);
+  if (s.ok() && elastic_)
+    elastic_->Step(now, *estate_, *scheduler_, result, refused_, blocks, &reasons_);
   Publish(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return s;
 }

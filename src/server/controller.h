@@ -84,6 +84,12 @@ class SchedulerController final : public api::SchedulerHooks {
   // Elastic node pools grow and shrink after each round (server/elastic_pools.h). Call before
   // Start.
   void SetElasticPools(std::unique_ptr<ElasticPools> pools) { elastic_ = std::move(pools); }
+  // The projects whose spent budget holds back new cloud capacity (server/budgets.h), read at
+  // each round: burst planning passes over their jobs, and a block-cloud budget keeps them off
+  // cloud clusters. Call before Start.
+  void SetBudgetBlocks(std::function<std::map<std::string, BudgetBlock>()> blocks) {
+    budget_blocks_ = std::move(blocks);
+  }
 
   // One round: follow the event log, run a cycle, commit its decisions. Start() calls it from
   // its thread; tests may call it directly instead.
@@ -190,6 +196,8 @@ class SchedulerController final : public api::SchedulerHooks {
   // it has moved from the one its placement profile was built for (sched::MovedMix), rebuilds
   // the profile for it: what placement keeps room for follows the queue, not one trace.
   void FollowMix(double now);
+  // Keeps the jobs of projects under a spent block-cloud budget off cloud clusters.
+  void ExcludeCloud(const std::map<std::string, BudgetBlock>& blocks);
   static constexpr double kMixCheckSeconds = 30;
 
   store::Store* store_;
@@ -255,6 +263,7 @@ class SchedulerController final : public api::SchedulerHooks {
   std::thread thread_;
   // Last: destroyed first, its worker joined while the wake-up it calls still exists.
   std::unique_ptr<ElasticPools> elastic_;
+  std::function<std::map<std::string, BudgetBlock>()> budget_blocks_;
 };
 
 }  // namespace meridian::server

@@ -532,7 +532,8 @@ bool ElasticPools::Tend(const Round& r, const ElasticPoolSpec& spec, Pool& p,
 
 void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& scheduler,
                         const sched::CycleResult& cycle,
-                        const std::map<int64_t, sched::JobSpec>& refused, PendingReasons* reasons) {
+                        const std::map<int64_t, sched::JobSpec>& refused,
+                        const std::map<std::string, BudgetBlock>& blocks, PendingReasons* reasons) {
   if (estate.elastic_pools.empty() && pools_.empty()) return;
   Round r;
   r.now = now;
@@ -605,6 +606,21 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
     for (const auto& [id, job] : refused) {
       if (waiting.size() >= kMaxWaiting) break;
       waiting.push_back({&job, sched::kNever});
+    }
+    // A spent budget asks for nothing for its scope's jobs, and says so (docs/adr/0041).
+    if (!blocks.empty()) {
+      std::map<int32_t, const BudgetBlock*> by_tenant;
+      for (const auto& [project, tenant] : estate.tenant_of_project) {
+        auto b = blocks.find(project);
+        if (b != blocks.end()) by_tenant[tenant] = &b->second;
+      }
+      std::erase_if(waiting, [&](const sched::WaitingJob& w) {
+        auto b = by_tenant.find(w.job->tenant);
+        if (b == by_tenant.end()) return false;
+        reasons->Set(w.job->id, "waits for capacity; " + b->second->why +
+                                    ": no new cloud node is asked for it");
+        return true;
+      });
     }
     for (sched::WaitingJob& w : waiting) {
       auto lost = interruptions_.find(w.job->id);

@@ -17,6 +17,7 @@
 #include "cloud/provisioner.h"
 #include "sched/elastic.h"
 #include "sched/scheduler.h"
+#include "server/budgets.h"
 #include "server/estate.h"
 #include "server/nodes.h"
 #include "server/pending_reasons.h"
@@ -55,10 +56,11 @@ class ElasticPools {
 
   // One round, under the controller's lock, after the cycle's decisions were committed.
   // `refused`: pending jobs the scheduler was not given, as no node of the estate could ever hold
-  // them (a pool's model that no node has yet); they wait for one to join.
+  // them (a pool's model that no node has yet); they wait for one to join. `blocks`: projects
+  // whose spent budget asks for no new node (server/budgets.h).
   void Step(double now, const Estate& estate, sched::Scheduler& scheduler,
             const sched::CycleResult& cycle, const std::map<int64_t, sched::JobSpec>& refused,
-            PendingReasons* reasons);
+            const std::map<std::string, BudgetBlock>& blocks, PendingReasons* reasons);
 
   // A pool whose provisioning failed and has not come right since: what the provisioning-failed
   // alert fires for (server/alert_eval.h).

@@ -25,6 +25,7 @@
 #include "base/strings.h"
 #include "net/http_server.h"
 #include "server/alerting.h"
+#include "server/budgets.h"
 #include "server/controller.h"
 #include "server/data_dir_lock.h"
 #include "server/idle_reclaim.h"
@@ -259,6 +260,17 @@ Status RunServer(const ServerOptions& o) {
   idle.OnChange([&controller] { controller.Wake(); });
   api.ServeIdle(&idle);
   alerts.SetIdleSource([&idle] { return idle.AlertJobs(); });
+  // Budget documents held against the accounting records (docs/adr/0041-budgets.md).
+  BudgetWatch budgets(&store, &clock);
+  budgets.OnChange([&controller] { controller.Wake(); });
+  api.ServeBudgets(&budgets);
+  alerts.SetBudgetSource([&budgets] { return budgets.AlertThresholds(); });
+  controller.SetBudgetBlocks([&budgets] { return budgets.Blocks(); });
+  metrics.AddCollector([&budgets] {
+    api::Metrics m;
+    budgets.Render(&m);
+    return m.Render();
+  });
   metrics.AddCollector([&idle] {
     api::Metrics m;
     idle.Render(&m);
@@ -351,6 +363,7 @@ Status RunServer(const ServerOptions& o) {
     controller.Start();
     alerts.Start();
     idle.Start();
+    budgets.Start();
     acting = true;
   };
   if (!leadership || leadership->leading()) act();
@@ -390,6 +403,7 @@ Status RunServer(const ServerOptions& o) {
   if (!signalled && o.on_stop) o.on_stop();
   if (leadership) leadership->Stop();
   if (acting) {
+    budgets.Stop();
     idle.Stop();
     alerts.Stop();
     controller.Stop();
