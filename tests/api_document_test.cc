@@ -65,6 +65,10 @@ spec: {type: webhook, url: "http://127.0.0.1:9/meridian"}
 kind: IdlePolicy
 metadata: {name: training}
 spec: {jobTypes: [training], action: alert, threshold: 0.05, idleFor: 4}
+---
+kind: Budget
+metadata: {name: research}
+spec: {project: research, amount: 100, gpuHours: 10}
 )";
 
 // One answer as the checker reads it: the document's path template, the URL called, status,
@@ -356,7 +360,8 @@ TEST_F(ApiDocumentTest, EveryAnswerOfEveryPathMatchesItsSchema) {
       {"priorityclasses", "high"},      {"clusters", "east"},
       {"nodepools", "east-h100"},       {"policies", "default"},
       {"alertrules", "research-queue"}, {"alertreceivers", "chatops"},
-      {"identityproviders", "x"},       {"idlepolicies", "training"}};
+      {"identityproviders", "x"},       {"idlepolicies", "training"},
+      {"budgets", "research"}};
   for (const auto& [kind, name] : kinds) {
     r.Call("GET", "/api/v1/{kind}", "/api/v1/" + kind, a);
     r.Call("GET", "/api/v1/{kind}/{name}", "/api/v1/" + kind + "/" + name, a);

@@ -14,6 +14,7 @@
 #include "base/command.h"
 #include "base/testing/temp_dir.h"
 #include "tests/server_process.h"
+#include "tests/webhook_receiver.h"
 
 namespace meridian::testing {
 namespace {
@@ -356,6 +357,98 @@ TEST_F(ElasticPoolTest, ASpotInterruptionRequeuesTheJobAndTheSecondSendsItToOnDe
   EXPECT_GE(told, 2);
   EXPECT_EQ(PoolEvents("SpotInterruption", "a100-spot").size(), 2u);
   EXPECT_EQ(node_of(firm), firm_node);  // never disturbed
+}
+
+// A hard budget reached (docs/adr/0041-budgets.md): the pool's price makes a running 4-GPU job
+// spend 4 a second, so a budget of 60 is spent within 15 s of its start. Then no new instance is
+// asked for the project's next job, whose pending reason names the budget; the soft thresholds
+// and the 100% one reach a webhook receiver once each; the status has the forecast.
+TEST_F(ElasticPoolTest, ASpentBudgetAsksForNoNewNodeAndTheThresholdsAlertOnceEach) {
+  WebhookReceiver hook;
+  Start(kTenancy + Pool("a100", "fake-cloud", "  price: {onDemand: 3600}\n") +
+        "---\nkind: Budget\nmetadata: {name: research-monthly}\n"
+        "spec: {project: research, amount: 60, thresholds: [50, 80, 100]}\n"
+        "---\nkind: AlertReceiver\nmetadata: {name: hook}\n"
+        "spec: {type: webhook, url: \"" +
+        hook.Url("/budget") + "\"}\n");
+  const int64_t first = Submit("spender", "sleep 600");
+  ASSERT_TRUE(Eventually([&] { return JobPhase(*server_, admin_, first) == "Running"; }, 60))
+      << Logs();
+  EXPECT_EQ(Instances("fake-cloud"), 1u);
+  // Spent: evaluated every 10 s, within 15 s of the start plus one evaluation.
+  Json status;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        status = Http(*server_, "GET", "/api/v1/budgets/research-monthly", admin_)
+                     .body.value("status", Json());
+        return status.is_object() && status.value("exhausted", false);
+      },
+      60))
+      << status.dump() << "\n"
+      << Logs();
+  EXPECT_GE(status["spent"].value("cost", 0.0), 60.0) << status.dump();
+  EXPECT_EQ(status.value("blocking", ""), "bursts") << status.dump();
+  // Running on: the rate is about 4 a second over the last day's first seconds, and the month's
+  // end is days away.
+  EXPECT_GT(status["rate"].value("costPerHour", 0.0), 0.0) << status.dump();
+  EXPECT_GT(status["forecast"].value("cost", 0.0), status["spent"].value("cost", 0.0))
+      << status.dump();
+  const std::string summary = status.value("summary", "");
+  EXPECT_NE(summary.find(" of 60.00 ("), std::string::npos) << summary;
+
+  const int64_t second = Submit("held-back", "sleep 1");
+  std::string reason;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        reason = GetJob(*server_, admin_, second)["status"].value("reason", "");
+        return reason.find("budget research-monthly") != std::string::npos;
+      },
+      30))
+      << reason << "\n"
+      << Logs();
+  EXPECT_NE(reason.find("budget research-monthly (project research) is spent: cost "),
+            std::string::npos)
+      << reason;
+  EXPECT_NE(reason.find("no new cloud node is asked for it"), std::string::npos) << reason;
+  // Rounds go by, and the pool does not grow: one instance, asked for once.
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  EXPECT_EQ(Instances("fake-cloud"), 1u);
+  EXPECT_EQ(PoolEvents("ScaleUp").size(), 1u);
+  EXPECT_EQ(JobPhase(*server_, admin_, second), "Pending");
+  // Each threshold alerted once, to the receiver (evaluated every 2 s, told on each change).
+  for (const char* t : {"50", "80", "100"}) {
+    ASSERT_TRUE(Eventually(
+        [&] {
+          return hook.Count("/budget", "MeridianBudgetThreshold", "firing", {{"threshold", t}}) >=
+                 1;
+        },
+        30))
+        << t << "\n"
+        << hook.Dump();
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // evaluations later: still once each
+  for (const char* t : {"50", "80", "100"}) {
+    EXPECT_EQ(hook.Count("/budget", "MeridianBudgetThreshold", "firing",
+                         {{"budget", "research-monthly"}, {"scope", "research"}, {"threshold", t}}),
+              1)
+        << t << "\n"
+        << hook.Dump();
+  }
+  // The budget's table: what is spent, of what, and what it blocks.
+  CliResult table = Cli(kBinary, "get budgets", server_->url(), admin_);
+  ASSERT_EQ(table.code, 0) << table.output;
+  EXPECT_NE(table.output.find("research-monthly"), std::string::npos) << table.output;
+  EXPECT_NE(table.output.find("bursts"), std::string::npos) << table.output;
+
+  // The running job ends; the held-back one takes its node (a budget stops new capacity, not
+  // the use of what is there), and then the pool empties.
+  ASSERT_EQ(
+      Http(*server_, "POST", "/api/v1/jobs/" + std::to_string(first) + "/cancel", admin_).status,
+      200);
+  ASSERT_TRUE(Eventually([&] { return JobPhase(*server_, admin_, second) == "Succeeded"; }, 60))
+      << Logs();
+  EXPECT_EQ(PoolEvents("ScaleUp").size(), 1u);
+  ASSERT_TRUE(Eventually([&] { return Instances("fake-cloud") == 0; }, 60)) << Logs();
 }
 
 }  // namespace

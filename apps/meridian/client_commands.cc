@@ -106,7 +106,8 @@ void AddClientCommands(CLI::App& app, int* rc) {
          "resource", resource,
          "jobs, nodes, events, alerts, idle, clusters, nodepools, projects, "
          "teams, organizations, quotas, priorityclasses, "
-         "policies, alertrules, alertreceivers, identityproviders, idlepolicies, users, tokens")
+         "policies, alertrules, alertreceivers, identityproviders, idlepolicies, budgets, users, "
+         "tokens")
       ->required();
   get->add_option("name", name, "one of them (a job's id, a project's name)");
   get->add_option("-p,--project", gf.project, "jobs of these projects (comma-separated)");
@@ -277,7 +278,7 @@ void AddClientCommands(CLI::App& app, int* rc) {
         "idle",         "clusters",      "nodepools",      "projects",
         "teams",        "organizations", "quotas",         "priorityclasses",
         "policies",     "alertrules",    "alertreceivers", "identityproviders",
-        "idlepolicies", "users",         "tokens"};
+        "idlepolicies", "budgets",       "users",          "tokens"};
     const std::map<std::string, std::vector<std::string>> words = {
         {"meridian get", kinds}, {"meridian describe", kinds}, {"meridian delete", kinds}};
     std::fputs((shell == "zsh" ? ZshCompletion(root, words) : BashCompletion(root, words)).c_str(),

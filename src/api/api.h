@@ -196,7 +196,7 @@ class BudgetHooks {
   virtual ~BudgetHooks() = default;
   // {evaluatedAt, period: {from, to}, spent: {cost, gpuHours}, rate: {costPerHour,
   // gpuHoursPerHour}, forecast: {cost, gpuHours, percent}, percent, crossed, exhausted,
-  // blocking, summary}; null when the budget has not been evaluated yet.
+  // blocking, summary}; null (and left out of the answer) until the budget is first evaluated.
   virtual Json BudgetStatus(const std::string& name) = 0;
 };
 

@@ -391,7 +391,10 @@ Status CheckWrite(const Access& access, const std::string& kind, const std::stri
 
 Json Api::WithStatus(const store::Object& o) {
   Json out = ObjectToJson(o);
-  if (o.kind == "Budget" && budgets_) out["status"] = budgets_->BudgetStatus(o.name);
+  if (o.kind == "Budget" && budgets_) {
+    Json status = budgets_->BudgetStatus(o.name);
+    if (!status.is_null()) out["status"] = std::move(status);
+  }
   return out;
 }
 

@@ -194,6 +194,57 @@ Table IdleTable(const Json& items, double now) {
   return t;
 }
 
+Table BudgetsTable(const Json& items) {
+  Table t;
+  t.headers = {"name", "scope",    "period", "limit",   "spent",
+               "used", "forecast", "action", "blocking"};
+  auto money_and_hours = [](const Json& v, double amount, double hours) {
+    std::string out;
+    char buf[64];
+    if (amount > 0) {
+      std::snprintf(buf, sizeof buf, "%.2f", v.value("cost", 0.0));
+      out = buf;
+    }
+    if (hours > 0) {
+      std::snprintf(buf, sizeof buf, "%.1f GPU-h", v.value("gpuHours", 0.0));
+      out += (out.empty() ? "" : ", ") + std::string(buf);
+    }
+    return out;
+  };
+  for (const Json& o : items) {
+    const Json& spec = o.at("spec");
+    std::string scope;
+    for (const char* level : {"organization", "team", "project"}) {
+      if (spec.contains(level)) scope = std::string(level) + " " + spec.value(level, "");
+    }
+    const double amount = spec.value("amount", -1.0);
+    const double hours = spec.value("gpuHours", -1.0);
+    std::string period = spec.value("period", "month");
+    if (period == "rolling") {
+      period = "last " + std::to_string(std::llround(spec.value("window", 0.0) / 86400)) + "d";
+    }
+    const Json limit = {{"cost", amount}, {"gpuHours", hours}};
+    const Json status = o.value("status", Json());
+    std::vector<std::string> row = {o.at("metadata").value("name", ""), scope, period,
+                                    money_and_hours(limit, amount, hours)};
+    if (status.is_object()) {
+      char used[32];
+      std::snprintf(used, sizeof used, "%.0f%%", status.value("percent", 0.0));
+      char forecast[32];
+      std::snprintf(forecast, sizeof forecast, "%.0f%%", status["forecast"].value("percent", 0.0));
+      const std::string blocking = status.value("blocking", "");
+      row.insert(row.end(),
+                 {money_and_hours(status["spent"], amount, hours), used, forecast,
+                  spec.value("action", "block-bursts"), blocking.empty() ? "-" : blocking});
+    } else {
+      // Not evaluated yet (the server evaluates budgets every few seconds).
+      row.insert(row.end(), {"-", "-", "-", spec.value("action", "block-bursts"), "-"});
+    }
+    t.rows.push_back(std::move(row));
+  }
+  return t;
+}
+
 // Columns of each configuration kind: its name, then the spec fields people look for.
 Table ObjectsTable(const std::string& resource, const Json& items, bool wide, double now) {
   static const std::map<std::string, std::vector<std::string>> kColumns = {

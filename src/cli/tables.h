@@ -27,6 +27,8 @@ std::string NodeState(const Json& n);
 Table NodesTable(const Json& items, bool wide);
 Table AlertsTable(const Json& items, double now);
 Table IdleTable(const Json& items, double now);
+// Budget documents with what their scope spent (docs/adr/0041-budgets.md).
+Table BudgetsTable(const Json& items);
 Table ObjectsTable(const std::string& resource, const Json& items, bool wide, double now);
 Table EventsTable(const Json& items, double now);
 Table TokensTable(const Json& items, double now);

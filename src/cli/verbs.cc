@@ -161,6 +161,7 @@ std::string Resource(std::string r) {
       {"idp", "identityproviders"},
       {"idps", "identityproviders"},
       {"idlepolicy", "idlepolicies"},
+      {"budget", "budgets"},
   };
   std::transform(r.begin(), r.end(), r.begin(), [](unsigned char ch) { return std::tolower(ch); });
   auto it = kAliases.find(r);
@@ -169,9 +170,9 @@ std::string Resource(std::string r) {
 
 const std::vector<std::string>& ConfigResources() {
   static const std::vector<std::string> kResources = {
-      "organizations",   "teams",          "projects",          "quotas",
-      "priorityclasses", "clusters",       "nodepools",         "policies",
-      "alertrules",      "alertreceivers", "identityproviders", "idlepolicies"};
+      "organizations",     "teams",        "projects", "quotas",     "priorityclasses",
+      "clusters",          "nodepools",    "policies", "alertrules", "alertreceivers",
+      "identityproviders", "idlepolicies", "budgets"};
   return kResources;
 }
 
@@ -417,7 +418,7 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
     c.err << "meridian: unknown resource \"" << resource_in
           << "\" (jobs, nodes, events, alerts, idle, clusters, nodepools, projects, teams, "
              "organizations, quotas, priorityclasses, policies, alertrules, alertreceivers, "
-             "identityproviders, idlepolicies, users, tokens)\n";
+             "identityproviders, idlepolicies, budgets, users, tokens)\n";
     return kExitUsage;
   }
   auto body = Do(c, "GET", path, nullptr, &code);
@@ -474,6 +475,8 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
     AlertsTable(items, c.now).Print(c.out);
   } else if (resource == "idle") {
     IdleTable(items, c.now).Print(c.out);
+  } else if (resource == "budgets") {
+    BudgetsTable(items).Print(c.out);
   } else {
     ObjectsTable(resource, items, wide, c.now).Print(c.out);
   }
