@@ -474,6 +474,33 @@ TEST(Scheduler, GangsArePlacedWholeInOneCluster) {
   EXPECT_NE(p[0].node, p[1].node);
 }
 
+// A spent block-cloud budget (docs/adr/0041-budgets.md): its tenant's jobs are placed in no
+// cloud cluster, gangs included; other tenants' are; what runs there stays.
+TEST(Scheduler, ATenantExcludedFromAClusterIsPlacedOnlyElsewhere) {
+  Fixture f(2, Plain(QueueOrder::kMeridian), /*two_clusters=*/true);  // n0 on-prem, n1 cloud
+  const int32_t cloud = f.sched->snapshot().FindCluster("cloud");
+  ASSERT_GE(cloud, 0);
+  f.sched->ExcludeClusters({{f.a, Bit(cloud)}});
+  ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
+  JobSpec gang = Job(2, f.a, 4, 2);
+  gang.gang = true;
+  ASSERT_TRUE(f.sched->Submit(gang).ok());
+  CycleResult r = f.sched->Cycle(0);
+  ASSERT_TRUE(Started(r, 1));
+  EXPECT_NE(f.sched->snapshot().nodes[r.started[0].placements[0].node].cluster, cloud);
+  EXPECT_FALSE(Started(r, 2)) << "the free cloud node could hold the gang, but not for tenant a";
+  ASSERT_TRUE(f.sched->Submit(Job(3, f.b, 8)).ok());
+  r = f.sched->Cycle(1);
+  ASSERT_TRUE(Started(r, 3)) << "tenant b is not excluded";
+  EXPECT_EQ(f.sched->snapshot().nodes[r.started[0].placements[0].node].cluster, cloud);
+  EXPECT_FALSE(Started(r, 2));
+  // The same gang in the same estate, with no exclusion, starts at once.
+  Fixture g(2, Plain(QueueOrder::kMeridian), /*two_clusters=*/true);
+  ASSERT_TRUE(g.sched->Submit(gang).ok());
+  r = g.sched->Cycle(0);
+  EXPECT_TRUE(Started(r, 2)) << "without the exclusion the gang fits";
+}
+
 // A high-priority job takes the GPUs of the job running on borrowed quota, not those of a job
 // within its guarantee, which would then take back its guarantee from the borrower in the same
 // cycle: two preemptions for one, and a job both stopped and started by one cycle.
