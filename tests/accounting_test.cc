@@ -185,6 +185,34 @@ TEST_F(AccountingTest, ReportUsageAddsUpToWhatEachJobRanAndSurvivesARestart) {
   ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
   check(Report("project", admin_), "after the restart");
 
+  // Over time, in steps of a minute: each project's steps add up to its row (the dashboard's
+  // spend chart reads this).
+  {
+    const int64_t from = static_cast<int64_t>(start_ - 60);
+    const int64_t to = static_cast<int64_t>(WallNow() + 60);
+    HttpResult over = Http(*server_, "GET",
+                           "/api/v1/reports/usage?from=" + std::to_string(from) +
+                               "&to=" + std::to_string(to) + "&step=60",
+                           admin_);
+    ASSERT_EQ(over.status, 200) << over.text;
+    const Json& series = over.body["series"];
+    EXPECT_EQ(series["at"].size(), static_cast<size_t>((to - from + 59) / 60)) << over.text;
+    const auto rows = Rows(over.body);
+    for (const Json& k : series.value("keys", Json::array())) {
+      double gpu_hours = 0, cost = 0;
+      for (const Json& v : k["gpuHours"]) gpu_hours += v.get<double>();
+      for (const Json& v : k["cost"]) cost += v.get<double>();
+      const Json& row = rows.at(k.value("key", ""));
+      EXPECT_NEAR(gpu_hours, row.value("gpuHours", 0.0), 0.001) << k.dump();
+      EXPECT_NEAR(cost, row.value("cost", 0.0), 0.001) << k.dump();
+    }
+    EXPECT_EQ(series["keys"].size(), rows.size());
+    HttpResult fine =
+        Http(*server_, "GET", "/api/v1/reports/usage?from=0&to=86400&step=10", admin_);
+    EXPECT_EQ(fine.status, 400);
+    EXPECT_EQ(fine.body["error"].value("field", ""), "step") << fine.text;
+  }
+
   // A member of research sees research alone.
   const std::string ann =
       TokenOf("ann", Json::array({{{"role", "member"}, {"project", "research"}}}));

@@ -390,6 +390,7 @@ TEST_F(ApiDocumentTest, EveryAnswerOfEveryPathMatchesItsSchema) {
   r.Call("GET", "/api/v1/audit", "/api/v1/audit?limit=20&order=newest", a);
   r.Call("GET", "/api/v1/reports/usage", "/api/v1/reports/usage?by=cluster", a);
   r.Call("GET", "/api/v1/reports/usage", "/api/v1/reports/usage?by=galaxy", a);
+  r.Call("GET", "/api/v1/reports/usage", "/api/v1/reports/usage?by=project&step=3600", a);
   // n1's agent's wait for orders: `seen` 0 is answered at once with the node's version.
   HttpResult waited =
       r.Call("GET", "/api/v1/agents/{name}/wait", "/api/v1/agents/n1/wait?seen=0&timeout=5", a);

@@ -1,8 +1,10 @@
 // GET /api/v1/reports/usage: accounting (api/usage.h) summed over a window, as Slurm's sreport
 // answers it, by project, team, organization, user, cluster, pool or GPU model.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +48,9 @@ Json TotalsToJson(const UsageTotals& t) {
 
 // A report reads every record of its window: a window is at most this long.
 constexpr double kMaxWindowDays = 400;
+// A report over time has at most this many steps, each at least a minute.
+constexpr int64_t kMaxSteps = 1000;
+constexpr double kMinStep = 60;
 
 }  // namespace
 
@@ -63,6 +68,15 @@ void Api::UsageReport(Call& call) {
                 "from: a report's window is at most " +
                     std::to_string(static_cast<int>(kMaxWindowDays)) + " days",
                 "from");
+  }
+  // Over time (the dashboard's spend chart): the window in steps of `step` seconds as well.
+  auto step = TimeParam(call, "step", 0);
+  if (!step) return;
+  if (*step != 0 && (*step < kMinStep || (*to - *from) / *step > kMaxSteps)) {
+    return Fail(call, 400, "invalid_argument",
+                "step: at least 60 seconds, and at most " + std::to_string(kMaxSteps) +
+                    " steps in the window",
+                "step");
   }
   const std::string by =
       call.req.has_param("by") ? call.req.get_param_value("by") : std::string("project");
@@ -135,9 +149,32 @@ void Api::UsageReport(Call& call) {
     row["key"] = key;
     rows.push_back(std::move(row));
   }
-  Respond(
-      call, 200,
-      {{"from", *from}, {"to", *to}, {"by", by}, {"rows", rows}, {"total", TotalsToJson(total)}});
+  Json answer = {
+      {"from", *from}, {"to", *to}, {"by", by}, {"rows", rows}, {"total", TotalsToJson(total)}};
+  if (*step > 0) {
+    // Each key's cost and GPU-hours per step, the steps' starts in `at`; the last step ends at
+    // `to`.
+    Json at = Json::array();
+    std::map<std::string, std::pair<Json, Json>> series;
+    for (const auto& [key, t] : sums) series[key] = {Json::array(), Json::array()};
+    for (double t = *from; t < *to; t += *step) {
+      at.push_back(t);
+      UsageTotals ignored;
+      const auto in_step = SumUsage(records, t, std::min(*to, t + *step), key_of, &ignored);
+      for (auto& [key, values] : series) {
+        auto it = in_step.find(key);
+        values.first.push_back(it == in_step.end() ? Json(0.0) : Rounded(it->second.cost, 10000));
+        values.second.push_back(
+            it == in_step.end() ? Json(0.0) : Rounded(it->second.gpu_seconds / 3600, 10000));
+      }
+    }
+    Json keys = Json::array();
+    for (auto& [key, values] : series) {
+      keys.push_back({{"key", key}, {"cost", values.first}, {"gpuHours", values.second}});
+    }
+    answer["series"] = {{"step", *step}, {"at", at}, {"keys", keys}};
+  }
+  Respond(call, 200, answer);
 }
 
 }  // namespace meridian::api
