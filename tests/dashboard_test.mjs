@@ -404,6 +404,17 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   await page.waitForSelector('[data-testid=usage] tr[data-row=vision]');
   await page.waitForSelector('[data-testid=chart-quota] .uplot');
   await shot('06-teams');
+  // Costs: the example estate's budgets with what their scopes spent, and this month's spend.
+  await page.click('nav >> text=Costs');
+  await page.waitForSelector('[data-testid=budgets] >> text=product-monthly');
+  await page.waitForSelector('[data-testid=budgets] >> text=research-cloud');
+  await until('the budgets evaluated', async () => (await page.locator('[data-testid=budgets] .bar').count()) === 2);
+  await page.waitForSelector('[data-testid=spend-chart] .uplot');
+  // The running notebook and the MIG slice have spent at their clusters' prices.
+  await until('the spend by project', async () => /language/.test(await page.textContent('[data-testid=spend-chart]')) && /research/.test(await page.textContent('[data-testid=spend]')));
+  await page.selectOption('label:has-text("By") select', 'team');
+  await until('the spend by team', async () => /budget product-monthly/.test(await page.textContent('[data-testid=spend-chart]')));
+  await shot('06-costs');
   await page.click('nav >> text=Estate');
   await page.waitForSelector('[data-testid=cluster-onprem]');
   // The idle notebook is pointed at; the gang, busy at 90%, is not.
@@ -460,8 +471,8 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   assert.equal(await page.evaluate(() => document.activeElement?.id), 'main', 'the skip link moves to the content');
   await page.keyboard.press('Shift+Tab');
   assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Sign out');
-  // Back through Audit, Teams, Submit and Jobs to Queue.
-  for (let i = 0; i < 5; i++) await page.keyboard.press('Shift+Tab');
+  // Back through Audit, Costs, Teams, Submit and Jobs to Queue.
+  for (let i = 0; i < 6; i++) await page.keyboard.press('Shift+Tab');
   assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Queue');
   await page.keyboard.press('Enter');
   await page.waitForSelector('[data-testid=pending]');
@@ -469,7 +480,7 @@ spec: {migProfile: 1g.10gb, gracePeriod: 2, command: [sleep, "600"]}
   step('the keyboard reaches and follows the navigation');
 
   // ---- readable contrast: every piece of text against what lies behind it ----
-  for (const view of ['#/estate', '#/queue', `#/jobs/${jobId}`, `#/jobs/${idle}`, '#/clusters/onprem', '#/teams', '#/jobs', '#/submit', `#/nodes/${nodeName}`]) {
+  for (const view of ['#/estate', '#/queue', `#/jobs/${jobId}`, `#/jobs/${idle}`, '#/clusters/onprem', '#/teams', '#/costs', '#/jobs', '#/submit', `#/nodes/${nodeName}`]) {
     await page.goto(`${url}/${view}`);
     await page.waitForSelector('main h1');
     await sleep(300);

@@ -269,3 +269,42 @@ export interface Alert {
   firedAt: number | null;
   value: number;
 }
+
+// A Budget document with what its scope spent (docs/adr/0041-budgets.md); `status` is absent
+// until the server first evaluates it.
+export interface BudgetSpec {
+  organization?: string;
+  team?: string;
+  project?: string;
+  period: 'month' | 'rolling';
+  window?: number;
+  amount?: number;
+  gpuHours?: number;
+  thresholds?: number[];
+  action: 'alert' | 'block-bursts' | 'block-cloud';
+  clusters?: string[];
+}
+export interface BudgetStatus {
+  evaluatedAt: number;
+  period: { from: number; to: number };
+  spent: { cost: number; gpuHours: number };
+  rate: { costPerHour: number; gpuHoursPerHour: number };
+  forecast: { cost: number; gpuHours: number; percent: number };
+  percent: number;
+  crossed: number[];
+  exhausted: boolean;
+  blocking: string;
+  summary: string;
+}
+export interface Budget extends ConfigObject<BudgetSpec> {
+  status?: BudgetStatus;
+}
+
+// GET /reports/usage with a step: each key's use per step.
+export interface UsageSeries {
+  from: number;
+  to: number;
+  by: string;
+  total: { cost: number; gpuHours: number };
+  series: { step: number; at: number[]; keys: { key: string; cost: number[]; gpuHours: number[] }[] };
+}

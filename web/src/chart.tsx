@@ -5,6 +5,7 @@ import uPlot from 'uplot';
 export interface Series {
   label: string;
   values: (number | null)[];
+  dash?: number[]; // a dashed line (a budget's limit, a forecast)
 }
 
 // Distinct on white and readable as lines; the legend names each one.
@@ -14,7 +15,7 @@ export function Chart(props: {
   title: string;
   at: number[];
   series: Series[];
-  unit?: '%' | 'GPUs' | 'GiB' | 'jobs';
+  unit?: '%' | 'GPUs' | 'GiB' | 'jobs' | 'cost';
   testId?: string;
 }) {
   const box = useRef<HTMLDivElement>(null);
@@ -35,6 +36,7 @@ export function Chart(props: {
           label: s.label,
           stroke: PALETTE[i % PALETTE.length],
           width: 2,
+          dash: s.dash,
           spanGaps: false,
           value: (_u: uPlot, v: number | null) =>
             v == null ? '–' : props.unit === '%' ? `${Math.round(v * scale)}%` : String(+v.toFixed(2)),

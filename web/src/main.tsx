@@ -10,6 +10,7 @@ import { finishSignIn, startSignIn, type Provider } from './sso';
 import { Problem } from './ui';
 import { AuditView } from './views/audit';
 import { ClusterView } from './views/cluster';
+import { CostsView } from './views/costs';
 import { EstateView } from './views/estate';
 import { JobView } from './views/job';
 import { JobsView } from './views/jobs';
@@ -83,6 +84,7 @@ const VIEWS = [
   { path: 'jobs', label: 'Jobs' },
   { path: 'submit', label: 'Submit' },
   { path: 'teams', label: 'Teams' },
+  { path: 'costs', label: 'Costs' },
   { path: 'audit', label: 'Audit', admin: true },
 ];
 
@@ -108,6 +110,7 @@ function Shell({ who, onSignOut }: { who: WhoAmI; onSignOut: () => void }) {
   else if (current === 'clusters' && second) view = <ClusterView name={second} />;
   else if (current === 'queue') view = <QueueView />;
   else if (current === 'teams') view = <TeamsView />;
+  else if (current === 'costs') view = <CostsView />;
   else if (current === 'jobs' && /^\d+$/.test(second ?? '')) view = <JobView id={Number(second)} />;
   else if (current === 'jobs' && !second) view = <JobsView query={new URLSearchParams(search)} who={who} />;
   else if (current === 'submit') view = <SubmitView who={who} />;
