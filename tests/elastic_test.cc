@@ -368,6 +368,9 @@ TEST_F(ElasticPoolTest, ASpentBudgetAsksForNoNewNodeAndTheThresholdsAlertOnceEac
   Start(kTenancy + Pool("a100", "fake-cloud", "  price: {onDemand: 3600}\n") +
         "---\nkind: Budget\nmetadata: {name: research-monthly}\n"
         "spec: {project: research, amount: 60, thresholds: [50, 80, 100]}\n"
+        "---\nkind: Project\nmetadata: {name: vision}\nspec: {team: lab}\n"
+        "---\nkind: Budget\nmetadata: {name: lab-monthly}\n"
+        "spec: {team: lab, amount: 1000000, action: alert}\n"
         "---\nkind: AlertReceiver\nmetadata: {name: hook}\n"
         "spec: {type: webhook, url: \"" +
         hook.Url("/budget") + "\"}\n");
@@ -434,6 +437,22 @@ TEST_F(ElasticPoolTest, ASpentBudgetAsksForNoNewNodeAndTheThresholdsAlertOnceEac
         << t << "\n"
         << hook.Dump();
   }
+  // A member of research reads its project's budget with the spend; the team's budget, which
+  // counts vision too, without: what the team spent would say what vision did.
+  const Json member = {{"spec", {{"roles", {{{"role", "member"}, {"project", "research"}}}}}}};
+  ASSERT_EQ(Http(*server_, "PUT", "/api/v1/users/ann", admin_, member.dump()).status, 201);
+  HttpResult issued =
+      Http(*server_, "POST", "/api/v1/tokens", admin_, Json{{"user", "ann"}}.dump());
+  ASSERT_EQ(issued.status, 201) << issued.text;
+  const std::string ann = issued.body.value("token", "");
+  HttpResult own = Http(*server_, "GET", "/api/v1/budgets/research-monthly", ann);
+  ASSERT_EQ(own.status, 200) << own.text;
+  EXPECT_TRUE(own.body.contains("status")) << own.text;
+  HttpResult team = Http(*server_, "GET", "/api/v1/budgets/lab-monthly", ann);
+  ASSERT_EQ(team.status, 200) << team.text;
+  EXPECT_FALSE(team.body.contains("status")) << team.text;
+  EXPECT_TRUE(Http(*server_, "GET", "/api/v1/budgets/lab-monthly", admin_).body.contains("status"));
+
   // The budget's table: what is spent, of what, and what it blocks.
   CliResult table = Cli(kBinary, "get budgets", server_->url(), admin_);
   ASSERT_EQ(table.code, 0) << table.output;

@@ -668,6 +668,7 @@ void Api::Changed(int64_t seq, bool config) {
   if (config) InvalidateConfig();
   if (seq > 0) bus_->Notify(seq);
   hooks_->Wake();
+  if (config && budgets_) budgets_->Wake();
 }
 
 base::Result<std::string> Api::Bootstrap() {

@@ -198,6 +198,8 @@ class BudgetHooks {
   // gpuHoursPerHour}, forecast: {cost, gpuHours, percent}, percent, crossed, exhausted,
   // blocking, summary}; null (and left out of the answer) until the budget is first evaluated.
   virtual Json BudgetStatus(const std::string& name) = 0;
+  // The configuration changed (a Budget, or the tenancy it counts by): evaluate soon.
+  virtual void Wake() = 0;
 };
 
 // Task output as agents upload it: one file per job, task and generation, appended at known
@@ -392,8 +394,9 @@ class Api {
   void UncordonGpu(Call& call);
   void DeleteNode(Call& call);
   // Configuration (api_config.cc).
-  // A configuration object as the API answers it (a Budget with its status).
-  Json WithStatus(const store::Object& o);
+  // A configuration object as the API answers it: a Budget with its status, for a caller who may
+  // read every project it counts (what the whole scope spent says what each part did).
+  Json WithStatus(const Access& access, const store::Object& o);
   void ListObjects(Call& call, const std::string& kind);
   void GetObject(Call& call, const std::string& kind);
   void PutObject(Call& call, const std::string& kind);

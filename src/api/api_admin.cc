@@ -222,7 +222,7 @@ void Api::CreateToken(Call& call) {
   if (body->contains("expiresIn")) {
     // Seconds, or a duration with units as documents take them ("30d", "12h").
     const Json& e = body->at("expiresIn");
-    auto seconds = e.is_string() ? base::ParseDuration(e.get<std::string>())
+    auto seconds = e.is_string()   ? base::ParseDuration(e.get<std::string>())
                    : e.is_number() ? base::Result<double>(e.get<double>())
                                    : base::Result<double>(Status::Invalid("not a duration"));
     if (!seconds.ok() || *seconds <= 0) {

@@ -389,8 +389,15 @@ Status CheckWrite(const Access& access, const std::string& kind, const std::stri
 
 }  // namespace
 
-Json Api::WithStatus(const store::Object& o) {
+Json Api::WithStatus(const Access& access, const store::Object& o) {
   Json out = ObjectToJson(o);
+  if (o.kind == "Budget" && budgets_ && !access.IsAdmin()) {
+    auto config = Config();
+    const Scope scope = QuotaScope(o.spec);
+    for (const auto& [project, team] : config->tenancy.team_of_project) {
+      if (config->tenancy.Contains(scope, project) && !access.CanRead(project)) return out;
+    }
+  }
   if (o.kind == "Budget" && budgets_) {
     Json status = budgets_->BudgetStatus(o.name);
     if (!status.is_null()) out["status"] = std::move(status);
@@ -405,7 +412,7 @@ void Api::ListObjects(Call& call, const std::string& kind) {
   std::vector<store::Object> objects = std::move(objects_read.value());
   Json items = Json::array();
   for (const store::Object& o : objects) {
-    if (Sees(call.access, kind, o.name, o.spec)) items.push_back(WithStatus(o));
+    if (Sees(call.access, kind, o.name, o.spec)) items.push_back(WithStatus(call.access, o));
   }
   Json next;
   if (!PageWhole(call, &items, &next, 0, options_.max_page)) return;
@@ -420,7 +427,7 @@ void Api::GetObject(Call& call, const std::string& kind) {
   if (!Sees(call.access, kind, object.name, object.spec)) {
     return Fail(call, 404, "not_found", kind + " \"" + object.name + "\" not found");
   }
-  Respond(call, 200, WithStatus(object));
+  Respond(call, 200, WithStatus(call.access, object));
 }
 
 void Api::PutObject(Call& call, const std::string& kind) {

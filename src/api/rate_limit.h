@@ -58,7 +58,8 @@ class ConcurrencyLimit {
  private:
   const int limit_;
   std::shared_ptr<std::mutex> mu_ = std::make_shared<std::mutex>();
-  std::shared_ptr<std::map<std::string, int>> held_ = std::make_shared<std::map<std::string, int>>();
+  std::shared_ptr<std::map<std::string, int>> held_ =
+      std::make_shared<std::map<std::string, int>>();
 };
 
 }  // namespace meridian::api

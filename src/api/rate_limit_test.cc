@@ -11,7 +11,7 @@ TEST(RateLimiterTest, ABurstThenTheRateAndKeysApart) {
   RateLimiter l(10, 5);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(l.Take("a", 100), 0) << i;
   const double wait = l.Take("a", 100);
-  EXPECT_NEAR(wait, 0.1, 1e-9);   // one request comes back every 1/10 s
+  EXPECT_NEAR(wait, 0.1, 1e-9);    // one request comes back every 1/10 s
   EXPECT_EQ(l.Take("b", 100), 0);  // another key has its own bucket
   EXPECT_GT(l.Take("a", 100.05), 0);
   EXPECT_EQ(l.Take("a", 100.1), 0);

@@ -221,7 +221,9 @@ Table BudgetsTable(const Json& items) {
     const double hours = spec.value("gpuHours", -1.0);
     std::string period = spec.value("period", "month");
     if (period == "rolling") {
-      period = "last " + std::to_string(std::llround(spec.value("window", 0.0) / 86400)) + "d";
+      const double window = spec.value("window", 0.0);
+      period = window >= 2 * 86400 ? "last " + std::to_string(std::llround(window / 86400)) + "d"
+                                   : "last " + std::to_string(std::llround(window / 3600)) + "h";
     }
     const Json limit = {{"cost", amount}, {"gpuHours", hours}};
     const Json status = o.value("status", Json());

@@ -41,7 +41,7 @@ void ReadBudgetSpec(FieldReader& s) {
   int scopes = 0;
   for (const char* k : {"organization", "team", "project"}) {
     if (s.Has(k)) ++scopes;
-    s.Name(k, false);
+    if (s.Name(k, false).empty() && s.Has(k)) s.Error(k, "must name one");
   }
   if (scopes != 1) s.Error("project", "exactly one of organization, team or project is required");
   const std::string period = s.Enum("period", {"month", "rolling"}, "month");

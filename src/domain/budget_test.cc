@@ -51,6 +51,8 @@ TEST(Budgets, EveryErrorNamesFileLineAndField) {
        "spec.project: exactly one of organization, team or project"},
       {"kind: Budget\nmetadata: {name: b}\nspec: {project: p, team: t, amount: 10}\n",
        "exactly one of organization, team or project"},
+      {"kind: Budget\nmetadata: {name: b}\nspec: {project: \"\", amount: 10}\n",
+       "spec.project: must name one"},
       {"kind: Budget\nmetadata: {name: b}\nspec: {project: p}\n",
        "spec.amount: a budget needs amount (money) or gpuHours"},
       {"kind: Budget\nmetadata: {name: b}\nspec: {project: p, amount: -3}\n", "spec.amount"},

@@ -177,7 +177,11 @@ class Scheduler {
   void ReplaceProfile(Profile profile);
   // Clusters a tenant's jobs may not be newly placed in (a spent budget's block-cloud,
   // docs/adr/0041-budgets.md), by tenant; what runs there already stays. Replaces the last call's.
-  void ExcludeClusters(std::map<int32_t, Mask> by_tenant) { excluded_ = std::move(by_tenant); }
+  void ExcludeClusters(std::map<int32_t, Mask> by_tenant) {
+    if (by_tenant == excluded_) return;
+    excluded_ = std::move(by_tenant);
+    ForgetEstimate();  // an estimate made without the change
+  }
   // The tasks of the jobs it holds, pending jobs' first, at most `limit`: the live workload mix.
   std::vector<TaskSpec> LiveTasks(size_t limit) const;
   // A job's priority class changed (its value, or whether it may preempt).

@@ -341,12 +341,20 @@ double Scheduler::EstimateStartFromScratch(const Job& j, std::vector<int32_t>* n
   int64_t free_milli = 0;
   for (const GpuState& g : what_if.gpus) free_milli += g.mig_enabled ? 1000 : g.free_milli;
   p.set_first_fit(true);
+  // Clusters the tenant is kept out of are no place to reserve for it.
+  std::vector<TaskSpec> narrowed;
+  auto excluded = excluded_.find(j.spec.tenant);
+  if (excluded != excluded_.end()) {
+    narrowed = j.spec.tasks;
+    for (TaskSpec& t : narrowed) t.allowed_clusters &= ~excluded->second;
+  }
+  const std::vector<TaskSpec>& tasks = narrowed.empty() ? j.spec.tasks : narrowed;
   auto fits = [&](Placer& placer) {
     CycleState scratch;  // each trial places the job's tasks as one group, afresh
     std::vector<std::pair<const TaskSpec*, Placement>> done;
     bool ok = true;
     if (nodes) nodes->clear();
-    for (const TaskSpec& t : j.spec.tasks) {
+    for (const TaskSpec& t : tasks) {
       PlaceOutcome o = placer.Place(t, scratch);
       if (!o.placed) {
         ok = false;
@@ -412,7 +420,13 @@ Explanation Scheduler::Explain(int64_t id, double now) {
   // The same-shape cache would answer "failed before"; an explanation wants the reasons.
   placer_.ForgetAnswers();
   e.quota = QuotaBlock(j);
+  auto excluded = excluded_.find(j.spec.tenant);
   for (size_t c = 0; c < snapshot_.clusters.size(); ++c) {
+    if (excluded != excluded_.end() && (excluded->second & Bit(static_cast<int>(c)))) {
+      e.clusters.emplace_back(snapshot_.clusters[c].name,
+                              "kept out: a spent budget allows this project no new placement here");
+      continue;
+    }
     std::vector<Placement> placements;
     std::string why;
     Placer::Trial trial(placer_);  // what fits is taken back: nothing changes

@@ -501,6 +501,31 @@ TEST(Scheduler, ATenantExcludedFromAClusterIsPlacedOnlyElsewhere) {
   EXPECT_TRUE(Started(r, 2)) << "without the exclusion the gang fits";
 }
 
+// Kept out of the cloud, a job is not estimated to start (nor reserved for) on its free node,
+// and its explanation says why the cloud is no place for it.
+TEST(Scheduler, AnExcludedTenantsEstimateAndExplanationLeaveOutTheCluster) {
+  Fixture f(2, {}, /*two_clusters=*/true);  // n0 on-prem, n1 cloud
+  const int32_t cloud = f.sched->snapshot().FindCluster("cloud");
+  ASSERT_TRUE(f.sched->Submit(Estimated(1, f.b, 8, 100)).ok());
+  f.sched->ExcludeClusters({{f.b, Bit(cloud)}});
+  CycleResult r = f.sched->Cycle(0);
+  ASSERT_TRUE(Started(r, 1));
+  ASSERT_TRUE(f.sched->Submit(Estimated(2, f.a, 8, 100)).ok());
+  f.sched->ExcludeClusters({{f.a, Bit(cloud)}});
+  r = f.sched->Cycle(1);
+  EXPECT_FALSE(Started(r, 2));
+  EXPECT_NEAR(f.sched->EstimatedStart(2, 1), 100, 1) << "when job 1 ends on-prem, not now";
+  const Explanation e = f.sched->Explain(2, 1);
+  ASSERT_EQ(e.clusters.size(), 2u);
+  for (const auto& [cluster, why] : e.clusters) {
+    if (cluster == "cloud") {
+      EXPECT_NE(why.find("spent budget"), std::string::npos) << why;
+    }
+  }
+  f.sched->ExcludeClusters({});
+  EXPECT_NEAR(f.sched->EstimatedStart(2, 1), 1, 1e-9) << "the cloud node is free";
+}
+
 // A high-priority job takes the GPUs of the job running on borrowed quota, not those of a job
 // within its guarantee, which would then take back its guarantee from the borrower in the same
 // cycle: two preemptions for one, and a job both stopped and started by one cycle.

@@ -112,9 +112,11 @@ void BudgetWatch::Loop() {
     last = s.ok() ? "" : s.message();
     std::unique_lock<std::mutex> lock(wake_mu_);
     if (wake_cv_.wait_for(lock, std::chrono::duration<double>(options_.interval),
-                          [this] { return stopping_; })) {
+                          [this] { return stopping_ || woken_; }) &&
+        stopping_) {
       return;
     }
+    woken_ = false;
   }
 }
 
@@ -202,6 +204,14 @@ Status BudgetWatch::RunOnce() {
   return Status::Ok();
 }
 
+void BudgetWatch::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    woken_ = true;
+  }
+  wake_cv_.notify_all();
+}
+
 Json BudgetWatch::BudgetStatus(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const BudgetReading& r : readings_) {
@@ -229,9 +239,18 @@ std::map<std::string, BudgetBlock> BudgetWatch::Blocks() const {
 
 std::vector<AlertInputs::BudgetThreshold> BudgetWatch::AlertThresholds() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return BudgetAlerts(readings_);
+}
+
+std::vector<AlertInputs::BudgetThreshold> BudgetAlerts(const std::vector<BudgetReading>& readings) {
   std::vector<AlertInputs::BudgetThreshold> out;
-  for (const BudgetReading& r : readings_) {
-    for (int64_t t : r.status.crossed) {
+  for (const BudgetReading& r : readings) {
+    std::vector<int64_t> crossed = r.status.crossed;
+    // A budget that blocks says so, whatever thresholds it names.
+    if (r.status.blocks_bursts && std::find(crossed.begin(), crossed.end(), 100) == crossed.end()) {
+      crossed.push_back(100);
+    }
+    for (int64_t t : crossed) {
       out.push_back({r.budget.name, r.budget.level, r.budget.scope, t, r.status.percent,
                      r.status.Summary(r.budget), r.status.blocks_bursts && t >= 100});
     }

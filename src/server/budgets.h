@@ -44,6 +44,10 @@ std::vector<BudgetReading> EvaluateBudgets(const std::vector<domain::Budget>& bu
                                            const std::vector<store::UsageRecord>& records,
                                            double now);
 
+// The budget-threshold alert's inputs: every threshold each budget reached, and 100% for a
+// budget that blocks whatever thresholds it names.
+std::vector<AlertInputs::BudgetThreshold> BudgetAlerts(const std::vector<BudgetReading>& readings);
+
 // A scope's jobs that a spent budget holds back, by project.
 struct BudgetBlock {
   std::string budget;
@@ -70,6 +74,7 @@ class BudgetWatch final : public api::BudgetHooks {
   void OnChange(std::function<void()> changed) { changed_ = std::move(changed); }
 
   Json BudgetStatus(const std::string& name) override;
+  void Wake() override;
   // The projects a spent budget holds back; a project under several such budgets is held by the
   // first by name.
   std::map<std::string, BudgetBlock> Blocks() const;
@@ -93,6 +98,7 @@ class BudgetWatch final : public api::BudgetHooks {
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
   bool stopping_ = false;
+  bool woken_ = false;
   std::thread thread_;
 };
 

@@ -110,5 +110,22 @@ TEST(BudgetEvaluation, TheStatusTheApiGivesNamesWhatIsSpentAndWhatIsBlocked) {
   EXPECT_EQ(j["summary"], "cost 12.00 of 10.00 (120%) this month");
 }
 
+TEST(BudgetEvaluation, ABudgetThatBlocksAlertsAtItsLimitWhateverThresholdsItNames) {
+  domain::Budget b = Budget("vision", "project", "vision", 10);
+  b.thresholds = {50};
+  const std::vector<store::UsageRecord> spent = {
+      Record(1, "vision", "cloud", 1, 12, kNow - 3600, kNow)};
+  std::vector<AlertInputs::BudgetThreshold> alerts =
+      BudgetAlerts(EvaluateBudgets({b}, Tree(), spent, kNow));
+  ASSERT_EQ(alerts.size(), 2u);
+  EXPECT_EQ(alerts[0].threshold, 50);
+  EXPECT_FALSE(alerts[0].blocking);
+  EXPECT_EQ(alerts[1].threshold, 100);
+  EXPECT_TRUE(alerts[1].blocking);
+  b.action = domain::BudgetAction::kAlert;
+  alerts = BudgetAlerts(EvaluateBudgets({b}, Tree(), spent, kNow));
+  ASSERT_EQ(alerts.size(), 1u) << "an alert-only budget alerts at the thresholds it names";
+}
+
 }  // namespace
 }  // namespace meridian::server

@@ -546,6 +546,23 @@ void SchedulerController::ExcludeCloud(const std::map<std::string, BudgetBlock>&
   scheduler_->ExcludeClusters(std::move(excluded));
 }
 
+void SchedulerController::SayBudgetKeptOut(const std::map<std::string, BudgetBlock>& blocks,
+                                           const sched::CycleResult& result) {
+  std::map<int32_t, const BudgetBlock*> kept;
+  for (const auto& [project, block] : blocks) {
+    auto tenant = estate_->tenant_of_project.find(project);
+    if (block.cloud && tenant != estate_->tenant_of_project.end()) kept[tenant->second] = &block;
+  }
+  if (kept.empty()) return;
+  for (const auto& [id, why] : result.pending) {
+    const sched::JobSpec* job = scheduler_->Find(id);
+    auto b = job ? kept.find(job->tenant) : kept.end();
+    if (b != kept.end()) {
+      reasons_.Set(id, why + "; " + b->second->why + ": no new placement on a cloud cluster");
+    }
+  }
+}
+
 Status SchedulerController::RunOnce() {
   const auto t0 = std::chrono::steady_clock::now();
   std::lock_guard<std::mutex> lock(mu_);
@@ -572,6 +589,7 @@ Status SchedulerController::RunOnce() {
   std::vector<int64_t> started;
   for (const sched::StartDecision& d : result.started) started.push_back(d.job);
   reasons_.Update(result.pending, started);
+  SayBudgetKeptOut(blocks, result);
   Status s = Commit(result, now);
   if (s.ok() && elastic_)
     elastic_->Step(now, *estate_, *scheduler_, result, refused_, blocks, &reasons_);

@@ -198,6 +198,9 @@ class SchedulerController final : public api::SchedulerHooks {
   void FollowMix(double now);
   // Keeps the jobs of projects under a spent block-cloud budget off cloud clusters.
   void ExcludeCloud(const std::map<std::string, BudgetBlock>& blocks);
+  // The pending reason of a job a block-cloud budget keeps off cloud clusters names the budget.
+  void SayBudgetKeptOut(const std::map<std::string, BudgetBlock>& blocks,
+                        const sched::CycleResult& result);
   static constexpr double kMixCheckSeconds = 30;
 
   store::Store* store_;

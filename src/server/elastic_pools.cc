@@ -597,30 +597,31 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
     // Jobs lent reserved nodes in the same cycle started after all.
     std::set<int64_t> started;
     for (const sched::StartDecision& d : cycle.started) started.insert(d.job);
+    // A spent budget asks for nothing for its scope's jobs, and says so (docs/adr/0041); they
+    // take no place in the plan's list either.
+    std::map<int32_t, const BudgetBlock*> held;
+    for (const auto& [project, tenant] : estate.tenant_of_project) {
+      auto b = blocks.find(project);
+      if (b != blocks.end()) held[tenant] = &b->second;
+    }
+    auto held_back = [&](const sched::JobSpec& job) {
+      auto b = held.find(job.tenant);
+      if (b == held.end()) return false;
+      reasons->Set(job.id,
+                   "waits for capacity; " + b->second->why + ": no new cloud node is asked for it");
+      return true;
+    };
     std::vector<sched::WaitingJob> waiting;
     for (int64_t id : cycle.short_of_capacity) {
       if (waiting.size() >= kMaxWaiting) break;
       const sched::JobSpec* job = scheduler.Find(id);
-      if (job && !started.count(id)) waiting.push_back({job, scheduler.EstimatedStart(id, now)});
+      if (job && !started.count(id) && !held_back(*job)) {
+        waiting.push_back({job, scheduler.EstimatedStart(id, now)});
+      }
     }
     for (const auto& [id, job] : refused) {
       if (waiting.size() >= kMaxWaiting) break;
-      waiting.push_back({&job, sched::kNever});
-    }
-    // A spent budget asks for nothing for its scope's jobs, and says so (docs/adr/0041).
-    if (!blocks.empty()) {
-      std::map<int32_t, const BudgetBlock*> by_tenant;
-      for (const auto& [project, tenant] : estate.tenant_of_project) {
-        auto b = blocks.find(project);
-        if (b != blocks.end()) by_tenant[tenant] = &b->second;
-      }
-      std::erase_if(waiting, [&](const sched::WaitingJob& w) {
-        auto b = by_tenant.find(w.job->tenant);
-        if (b == by_tenant.end()) return false;
-        reasons->Set(w.job->id, "waits for capacity; " + b->second->why +
-                                    ": no new cloud node is asked for it");
-        return true;
-      });
+      if (!held_back(job)) waiting.push_back({&job, sched::kNever});
     }
     for (sched::WaitingJob& w : waiting) {
       auto lost = interruptions_.find(w.job->id);

@@ -360,6 +360,8 @@ Status RunServer(const ServerOptions& o) {
   alerts.SetGeneratorUrl(url);
   std::atomic<bool> acting{false};
   auto act = [&] {
+    // Spent budgets hold back bursts from the first round, not from the first evaluation after.
+    if (Status s = budgets.RunOnce(); !s.ok()) base::log::Warn("budgets: {}", s.message());
     controller.Start();
     alerts.Start();
     idle.Start();
