@@ -189,6 +189,9 @@ struct ReplayFlags {
   bool json = false;
   double idle_share = 0, idle_fraction = 0.5, reclaim_after = 0;
   uint64_t seed = 1;
+  std::vector<double> budgets;  // burst budgets, per 30 days of trace time
+  int budget_sweep = 0;         // that many budgets more, spread below the unbounded burst's spend
+  std::string budget_action = "block-bursts";
 };
 
 int RunSimReplay(const ReplayFlags& f) {
@@ -216,16 +219,57 @@ int RunSimReplay(const ReplayFlags& f) {
   if (policies.empty() || (policies.size() == 1 && policies[0] == "all")) {
     policies = meridian::sim::ReplayPolicyNames();
   }
+  const bool burst = !cluster->elastic.empty();
+  if (!burst && (!f.budgets.empty() || f.budget_sweep > 0)) {
+    return Fail(Status::Invalid(
+        "--burst-budget and --budget-sweep need elastic node groups in --cluster (elastic: "
+        "{boot_delay, idle_timeout, price}; docs/replay-format.md)"));
+  }
+  for (double b : f.budgets) {
+    if (!(b >= 0)) return Fail(Status::Invalid("--burst-budget: must be 0 or more"));
+  }
+  if (f.budget_sweep < 0 || f.budget_sweep > 64) {
+    return Fail(Status::Invalid("--budget-sweep: 0 to 64 budgets"));
+  }
+  if (burst && f.reclaim_after > 0) {
+    return Fail(
+        Status::Invalid("--reclaim-idle-after: not with elastic pools (one what-if at a time)"));
+  }
   const bool tty = isatty(STDERR_FILENO) && !f.json;
+  std::string what = "replaying";
   auto bar = [&](double slowest) {
     int width = 40, filled = static_cast<int>(slowest * width);
-    std::fprintf(stderr, "\rreplaying %zu jobs [%s%s] %3.0f%%", jobs->size(),
+    std::fprintf(stderr, "\r%s %zu jobs [%s%s] %3.0f%%", what.c_str(), jobs->size(),
                  std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
                  100 * slowest);
   };
-  auto results =
-      meridian::sim::RunReplays(*cluster, *jobs, policies, f.samples,
-                                tty ? std::function<void(double)>(bar) : nullptr, f.reclaim_after);
+  const auto progress = tty ? std::function<void(double)>(bar) : nullptr;
+  std::vector<Result<meridian::sim::ReplayResult>> results;
+  if (burst) {
+    // One policy (the first asked for; meridian by default) on-prem only, within each budget,
+    // and without one; a sweep adds budgets spread below what bursting without one spent.
+    const std::string policy = f.policies.empty() ? "meridian" : policies[0];
+    results = meridian::sim::RunBurstReplays(*cluster, *jobs, policy, f.budgets, f.samples,
+                                             progress, f.budget_action == "block-cloud");
+    if (f.budget_sweep > 0 && results.back().ok()) {
+      const meridian::sim::ReplayResult& open = *results.back();
+      const double periods = std::max(1.0, std::ceil(open.makespan / (30 * 86400.0)));
+      const double per_period = open.cloud_cost / periods;
+      std::vector<double> sweep;
+      for (int k = 1; k <= f.budget_sweep; ++k) {
+        sweep.push_back(std::round(per_period * k / (f.budget_sweep + 1) * 100) / 100);
+      }
+      if (tty) std::fprintf(stderr, "\n");
+      what = "sweeping budgets over";
+      auto more = meridian::sim::RunBurstReplays(*cluster, *jobs, policy, sweep, f.samples,
+                                                 progress, f.budget_action == "block-cloud",
+                                                 /*with_ends=*/false);
+      for (auto& r : more) results.push_back(std::move(r));
+    }
+  } else {
+    results =
+        meridian::sim::RunReplays(*cluster, *jobs, policies, f.samples, progress, f.reclaim_after);
+  }
   if (tty) std::fprintf(stderr, "\n");
   std::vector<meridian::sim::ReplayResult> ok;
   for (auto& r : results) {
@@ -245,7 +289,12 @@ int RunSimReplay(const ReplayFlags& f) {
     return 0;
   }
   std::cout << "replay of " << jobs->size() << " jobs on " << ok[0].total_gpus << " GPUs\n";
-  meridian::sim::PrintReplayTable(ok, std::cout);
+  // With a sweep, the table holds the runs asked for by name; the frontier, all of them.
+  std::vector<meridian::sim::ReplayResult> named(
+      ok.begin(), ok.begin() + static_cast<std::ptrdiff_t>(
+                                   burst ? std::min(ok.size(), f.budgets.size() + 2) : ok.size()));
+  meridian::sim::PrintReplayTable(named, std::cout);
+  meridian::sim::PrintBurstFrontier(ok, std::cout);
   if (!f.html.empty()) std::cout << "\nreport: " << f.html << "\n";
   return 0;
 }
@@ -565,6 +614,17 @@ void AddSimCommands(CLI::App& app, int* rc) {
                    "also run each policy reclaiming jobs idle this long (an IdlePolicy's "
                    "idleFor + grace: 30m, 1h, seconds), side by side with it")
       ->transform(DurationFlag());
+  replay->add_option("--burst-budget", rf.budgets,
+                     "with elastic node groups: also burst within this budget (money per 30 days "
+                     "of trace time, spent on instances); repeatable");
+  replay->add_option("--budget-sweep", rf.budget_sweep,
+                     "with elastic node groups: also burst within N budgets spread below what "
+                     "bursting without one spent, for the cost/JCT frontier (plotted by --html)");
+  replay
+      ->add_option("--budget-action", rf.budget_action,
+                   "what a spent burst budget stops, as a Budget's action: block-bursts (new "
+                   "nodes; the default) or block-cloud (new placements on cloud nodes too)")
+      ->check(CLI::IsMember({"block-bursts", "block-cloud"}));
   replay->callback([rc] { *rc = RunSimReplay(rf); });
 
   static GenerateFlags gf;

@@ -3,15 +3,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <queue>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
 #include "domain/gpu_model.h"
 #include "sched/assembly.h"
+#include "sched/elastic.h"
 #include "sim/alibaba_trace.h"
 
 namespace meridian::sim {
@@ -192,6 +195,47 @@ std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
   return results;
 }
 
+std::vector<base::Result<ReplayResult>> RunBurstReplays(
+    const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs, const std::string& policy,
+    const std::vector<double>& budgets, int32_t samples,
+    const std::function<void(double)>& progress, bool block_cloud, bool with_ends) {
+  // On-prem only, each budget, then no budget; or the budgets alone.
+  const size_t ends = with_ends ? 1 : 0;
+  const size_t runs = budgets.size() + 2 * ends;
+  std::vector<base::Result<ReplayResult>> results(runs, base::Status::Invalid("not run"));
+  std::vector<double> done(runs, 0);
+  std::mutex mu;
+  auto run = [&](size_t i) {
+    ReplayOptions o;
+    o.policy = policy;
+    o.samples = samples;
+    o.burst = i >= ends;
+    o.burst_budget = i >= ends && i - ends < budgets.size() ? budgets[i - ends] : -1;
+    o.burst_block_cloud = block_cloud;
+    if (progress) {
+      o.progress = [&, i](double fraction) {
+        std::lock_guard<std::mutex> lock(mu);
+        done[i] = fraction;
+        progress(*std::min_element(done.begin(), done.end()));
+      };
+    }
+    results[i] = RunReplay(cluster, jobs, o);
+    if (!results[i].ok()) return;
+    char label[64];
+    std::snprintf(label, sizeof label, "burst <= %g", o.burst_budget);
+    results[i]->policy = !o.burst ? "on-prem only" : o.burst_budget >= 0 ? label : "burst";
+  };
+  // At most as many threads as cores at once: a sweep may hold dozens of runs.
+  const size_t width = std::max(1u, std::thread::hardware_concurrency());
+  for (size_t from = 0; from < runs; from += width) {
+    std::vector<std::thread> threads;
+    for (size_t i = from + 1; i < std::min(runs, from + width); ++i) threads.emplace_back(run, i);
+    run(from);
+    for (std::thread& t : threads) t.join();
+  }
+  return results;
+}
+
 base::Result<std::map<int64_t, std::vector<std::string>>> ReplayFirstCycle(
     const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs,
     const ReplayOptions& options) {
@@ -246,7 +290,9 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     double finish_at = 0;    // this run: when it would end by itself
   };
   std::vector<State> st(jobs.size());
-  enum class What { kFinish, kEviction, kReclaim };
+  // kBoot and kIdle are about an elastic node (`job` is its index in `elastic`), kPlan about
+  // the burst plan, the others about a job.
+  enum class What { kFinish, kEviction, kReclaim, kBoot, kIdle, kPlan };
   struct Event {
     double time;
     size_t job;
@@ -255,6 +301,69 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     bool operator>(const Event& o) const { return time > o.time; }
   };
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+
+  // Elastic pools' nodes: in the estate, off (unschedulable) until a burst asks for them.
+  enum class Up { kOff, kBooting, kUp };
+  struct ElasticNode {
+    size_t pool = 0;
+    int32_t node = 0;  // in the snapshot
+    Up state = Up::kOff;
+    double gpus = 0;
+    double price = 0;        // per GPU-hour
+    double idle_since = -1;  // up: when it was first seen empty (-1: busy at the last look)
+  };
+  std::vector<ElasticNode> elastic;
+  std::vector<domain::Node> pool_shape;  // by pool
+  double capacity = res.total_gpus;      // GPUs that can be used now (elastic ones when up)
+  {
+    std::unordered_map<std::string, int32_t> node_of;
+    for (size_t i = 0; i < snap.nodes.size(); ++i)
+      node_of[snap.nodes[i].name] = static_cast<int32_t>(i);
+    std::unordered_map<std::string, const domain::Node*> spec_of;
+    for (const domain::Node& n : cluster.nodes) spec_of[n.name] = &n;
+    for (size_t p = 0; p < cluster.elastic.size(); ++p) {
+      const ReplayElasticPool& pool = cluster.elastic[p];
+      const domain::Node* shape = pool.nodes.empty() ? nullptr : spec_of.at(pool.nodes.front());
+      pool_shape.push_back(shape ? *shape : domain::Node{});
+      double price = pool.price_per_gpu_hour;
+      if (price < 0 && shape && !shape->gpus.empty()) {
+        price = 0;
+        for (const domain::Cluster& c : cluster.clusters) {
+          auto it = c.price_per_gpu_hour.find(shape->gpus.front().model);
+          if (c.name == pool.cluster && it != c.price_per_gpu_hour.end()) price = it->second;
+        }
+      }
+      for (const std::string& name : pool.nodes) {
+        auto it = node_of.find(name);
+        if (it == node_of.end()) continue;  // refused by the snapshot
+        const double gpus = static_cast<double>(snap.nodes[it->second].gpu_count);
+        elastic.push_back({p, it->second, Up::kOff, gpus, std::max(0.0, price), -1});
+        sched.SetSchedulable(it->second, false);
+        capacity -= gpus;
+      }
+    }
+  }
+  double cloud_rate = 0;  // per hour, of the instances billed now
+  double billed_nodes = 0;
+  double period_spend = 0;  // on instances in this budget period (30 days of trace time)
+  int64_t period = 0;
+  constexpr double kBudgetPeriod = 30 * 86400.0;
+  constexpr double kPlanInterval = 30;  // the burst plan, at most this often in trace time
+  double next_plan = -HUGE_VAL;
+  bool plan_queued = false;
+  double capacity_time = 0;
+  auto node_empty = [&](int32_t n) {
+    const sched::NodeState& node = snap.nodes[static_cast<size_t>(n)];
+    if (node.cpu_free != node.cpu_capacity || node.memory_free != node.memory_capacity)
+      return false;
+    for (int32_t g = node.gpu_begin; g < node.gpu_begin + node.gpu_count; ++g) {
+      if (snap.gpus[static_cast<size_t>(g)].free_milli != 1000 ||
+          snap.gpus[static_cast<size_t>(g)].mig_enabled) {
+        return false;
+      }
+    }
+    return true;
+  };
 
   const double first = jobs[arrival.front()].submit_time;
   const double span = std::max(1.0, jobs[arrival.back()].submit_time - first);
@@ -272,14 +381,24 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     const double dt = to - now;
     if (dt > 0) {
       res.utilization += alloc * dt;
+      capacity_time += capacity * dt;
       res.cost += rate * dt / 3600.0;
-      res.idle_gpu_hours += (res.total_gpus - alloc) * dt / 3600.0;
-      if (pending > 0) res.idle_gpu_hours_queued += (res.total_gpus - alloc) * dt / 3600.0;
+      res.cloud_cost += cloud_rate * dt / 3600.0;
+      res.cloud_node_hours += billed_nodes * dt / 3600.0;
+      const int64_t p = static_cast<int64_t>(std::floor((to - first) / kBudgetPeriod));
+      if (p != period) {
+        period = p;
+        period_spend = 0;
+      }
+      period_spend += cloud_rate * dt / 3600.0;
+      res.idle_gpu_hours += (capacity - alloc) * dt / 3600.0;
+      if (pending > 0) res.idle_gpu_hours_queued += (capacity - alloc) * dt / 3600.0;
       for (size_t p = 0; p < n_projects; ++p)
         res.projects[p].gpu_hours += project_gpus[p] * dt / 3600.0;
     }
     while (next_sample <= to) {
-      res.samples.push_back({next_sample, alloc / res.total_gpus, pending, running, project_gpus});
+      res.samples.push_back(
+          {next_sample, capacity > 0 ? alloc / capacity : 0, pending, running, project_gpus});
       std::vector<double> weights(n_projects);
       for (size_t p = 0; p < n_projects; ++p) weights[p] = res.projects[p].weight;
       double j = Jain(project_gpus, weights, project_active);
@@ -308,7 +427,14 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   for (size_t i = 0; i < jobs.size(); ++i) index_of[jobs[i].id] = i;
 
   size_t next = 0;
+  bool cloud_blocked = false;  // a spent block-cloud budget holds the elastic nodes out
   while (next < arrival.size() || !events.empty()) {
+    // A plan due when nothing waits has nothing to plan for: it must not stretch the replay.
+    if (!events.empty() && events.top().what == What::kPlan && pending == 0) {
+      events.pop();
+      plan_queued = false;
+      continue;
+    }
     double t = next < arrival.size() ? jobs[arrival[next]].submit_time : HUGE_VAL;
     if (!events.empty()) t = std::min(t, events.top().time);
     advance(t);
@@ -328,6 +454,39 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     while (!events.empty() && events.top().time <= now) {
       const Event e = events.top();
       events.pop();
+      if (e.what == What::kPlan) {
+        plan_queued = false;
+        continue;  // the cycle below plans
+      }
+      if (e.what == What::kBoot || e.what == What::kIdle) {
+        ElasticNode& n = elastic[e.job];
+        const ReplayElasticPool& pool = cluster.elastic[n.pool];
+        if (e.what == What::kBoot && n.state == Up::kBooting) {
+          n.state = Up::kUp;
+          n.idle_since = now;
+          sched.SetSchedulable(n.node, !cloud_blocked);
+          capacity += n.gpus;
+          events.push({now + pool.idle_timeout, e.job, 0, What::kIdle});
+        } else if (e.what == What::kIdle && n.state == Up::kUp) {
+          // Released once seen empty for its idle timeout; looked at again until then.
+          if (!node_empty(n.node)) {
+            n.idle_since = -1;
+          } else if (n.idle_since < 0) {
+            n.idle_since = now;
+          } else if (now - n.idle_since >= pool.idle_timeout) {
+            n.state = Up::kOff;
+            sched.SetSchedulable(n.node, false);
+            capacity -= n.gpus;
+            cloud_rate -= n.gpus * n.price;
+            billed_nodes -= 1;
+            continue;
+          }
+          const double at =
+              n.idle_since < 0 ? now + pool.idle_timeout : n.idle_since + pool.idle_timeout;
+          events.push({std::max(at, now + 1), e.job, 0, What::kIdle});
+        }
+        continue;
+      }
       State& s = st[e.job];
       if (e.generation != s.generation || !s.running) continue;
       if (e.what == What::kReclaim) {
@@ -349,6 +508,15 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       s.end = now;
       --project_active[setup->project_of_job[e.job]];
       ++res.completed;
+    }
+    if (options.burst_block_cloud && options.burst_budget >= 0) {
+      const bool spent = period_spend >= options.burst_budget;
+      if (spent != cloud_blocked) {
+        cloud_blocked = spent;
+        for (const ElasticNode& n : elastic) {
+          if (n.state == Up::kUp) sched.SetSchedulable(n.node, !spent);
+        }
+      }
     }
     sched::CycleResult r = sched.Cycle(now);
     // Starts first: a job may start and be preempted within one cycle.
@@ -387,6 +555,63 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       if (options.reclaim_idle_after > 0 && s.idle_start >= 0 &&
           s.idle_start + options.reclaim_idle_after < s.finish_at) {
         events.push({s.idle_start + options.reclaim_idle_after, i, s.generation, What::kReclaim});
+      }
+    }
+    // Bursting: the server's plan, on what this cycle left short of capacity.
+    if (options.burst && !elastic.empty() && !r.short_of_capacity.empty()) {
+      const bool spent = options.burst_budget >= 0 && period_spend >= options.burst_budget;
+      if (spent) {
+        // Blocked until the next period starts, when the budget is whole again.
+        const double next_period = first + static_cast<double>(period + 1) * kBudgetPeriod;
+        if (!plan_queued) {
+          events.push({next_period, 0, 0, What::kPlan});
+          plan_queued = true;
+        }
+      } else if (now < next_plan) {
+        if (!plan_queued) {
+          events.push({next_plan, 0, 0, What::kPlan});
+          plan_queued = true;
+        }
+      } else {
+        next_plan = now + kPlanInterval;
+        std::set<int64_t> started;
+        for (const sched::StartDecision& d : r.started) started.insert(d.job);
+        std::vector<sched::WaitingJob> waiting;
+        for (int64_t id : r.short_of_capacity) {
+          if (waiting.size() >= 256) break;
+          const sched::JobSpec* job = sched.Find(id);
+          if (job && !started.count(id)) waiting.push_back({job, sched.EstimatedStart(id, now)});
+        }
+        std::vector<sched::ElasticPool> pools;
+        for (size_t p = 0; p < cluster.elastic.size(); ++p) {
+          sched::ElasticPool ep;
+          ep.name = cluster.elastic[p].name;
+          ep.shape = pool_shape[p];
+          ep.boot_seconds = cluster.elastic[p].boot_delay;
+          for (const ElasticNode& n : elastic) {
+            if (n.pool != p) continue;
+            ep.price_per_gpu_hour = n.price;
+            if (n.state == Up::kOff) ++ep.headroom;
+            if (n.state == Up::kBooting) ++ep.booting;
+            if (n.state == Up::kUp && node_empty(n.node)) ++ep.idle;
+          }
+          pools.push_back(std::move(ep));
+        }
+        const sched::BurstPlan plan =
+            sched::PlanBurst(snap, sched.profile(), waiting, pools, now, options.seed);
+        for (size_t p = 0; p < pools.size(); ++p) {
+          int32_t grow = plan.grow[p];
+          for (size_t k = 0; k < elastic.size() && grow > 0; ++k) {
+            ElasticNode& n = elastic[k];
+            if (n.pool != p || n.state != Up::kOff) continue;
+            n.state = Up::kBooting;
+            cloud_rate += n.gpus * n.price;
+            billed_nodes += 1;
+            ++res.nodes_grown;
+            --grow;
+            events.push({now + cluster.elastic[p].boot_delay, k, 0, What::kBoot});
+          }
+        }
       }
     }
     for (const sched::PreemptDecision& p : r.preempted) {
@@ -434,8 +659,14 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     res.projects[p].queueing_delay = Summarise(std::move(project_delay[p]));
   }
   res.makespan = last_end - first;
-  const double capacity_time = res.total_gpus * std::max(res.makespan, 1e-9);
-  res.utilization = res.makespan > 0 ? res.utilization / capacity_time : 0;
+  res.budget = options.burst ? options.burst_budget : -1;
+  res.block_cloud = options.burst && options.burst_block_cloud;
+  if (elastic.empty()) {
+    capacity_time = res.total_gpus * std::max(res.makespan, 1e-9);
+  } else {
+    res.total_gpus = capacity;  // the estate without the elastic pools' nodes, all off now
+  }
+  res.utilization = res.makespan > 0 && capacity_time > 0 ? res.utilization / capacity_time : 0;
   res.jain_fairness = jain_n > 0 ? jain_sum / static_cast<double>(jain_n) : 1.0;
   double delivered = 0, guaranteed = 0;
   for (const ProjectStats& p : res.projects) {

@@ -34,6 +34,16 @@ struct ReplayOptions {
   std::optional<double> reserve_after;
   std::optional<double> starvation_horizon;
   std::optional<double> usage_stretch;
+  // Elastic pools (ReplayCluster::elastic): off, their nodes stay off (on-prem only); on, they
+  // grow as the server's burst planning decides (sched/elastic.h, every 30 s of trace time) and
+  // release nodes empty for their idle timeout. `burst_budget` (money per 30 days of trace
+  // time, spent on instances) stops growth once reached, as a Budget's block-bursts does
+  // (docs/adr/0041-budgets.md); negative: no budget.
+  bool burst = false;
+  double burst_budget = -1;
+  // A spent budget also takes the elastic nodes out of placement (block-cloud): they finish
+  // what runs and are released idle. Off: they take new work until they idle out (block-bursts).
+  bool burst_block_cloud = false;
   std::function<void(double done)> progress;  // fraction of jobs arrived; may be empty
 };
 
@@ -84,7 +94,15 @@ struct ReplayResult {
   double idle_held_gpu_hours = 0;
   double reclaimed_gpu_hours = 0;
   int64_t reclaimed = 0;  // jobs stopped for being idle (counted in completed too)
-  double total_gpus = 0;
+  // Elastic pools: what their instances cost (each node's GPUs at the pool's price, from its
+  // request to its release, idle time and boot included), their node-hours, and how many
+  // nodes were asked for.
+  double cloud_cost = 0;
+  double cloud_node_hours = 0;
+  int64_t nodes_grown = 0;
+  double budget = -1;        // the burst budget it ran under (per 30 days); negative: none
+  bool block_cloud = false;  // and whether a spent one took the cloud nodes out of placement
+  double total_gpus = 0;     // the estate's, elastic pools' nodes included
   std::vector<ProjectStats> projects;
   std::vector<ReplaySample> samples;
   double wall_seconds = 0;
@@ -100,6 +118,17 @@ std::vector<std::string> ReplayPolicyNames();
 // job it starts. What the golden test compares with the server's path on the same input.
 base::Result<std::map<int64_t, std::vector<std::string>>> ReplayFirstCycle(
     const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs, const ReplayOptions& options);
+
+// One policy on the same jobs with elastic pools: on-prem only (no burst), bursting within each
+// of `budgets` (money per 30 days of trace time), and bursting with no budget (the first and last
+// only `with_ends`); as many at once as there are cores. `block_cloud`: a spent budget also
+// takes the cloud nodes out of placement (ReplayOptions::burst_block_cloud). Each result's `policy`
+// names the run
+// ("on-prem only", "burst <= 500", "burst").
+std::vector<base::Result<ReplayResult>> RunBurstReplays(
+    const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs, const std::string& policy,
+    const std::vector<double>& budgets, int32_t samples,
+    const std::function<void(double)>& progress, bool block_cloud = false, bool with_ends = true);
 
 // Every policy on the same jobs, side by side, one thread each; with `reclaim_idle_after` > 0,
 // each policy again with idle reclamation ("meridian+reclaim"), so that the report shows its gain.

@@ -29,10 +29,24 @@ void ReadNodeGroup(const domain::SourceDoc& doc, const Json& g, const std::strin
   const int64_t domain_size = r.Int("nvlink_domain_size", 0, 64, 0);
   const int64_t rack_size = r.Int("rack_size", 1, 100000, 8);
   const std::map<std::string, std::string> labels = r.StringMap("labels");
-  const std::string pool = r.String("pool", false);
+  std::string pool = r.String("pool", false);
   const bool declared = r.Bool("declared", false);
   if (gpus > 0 && model.empty()) r.Error("model", "is required with gpus");
   if (declared && pool.empty()) r.Error("declared", "needs pool: the node pool that declares it");
+  // An elastic group: `count` is the pool's maxNodes, none of them up at the start.
+  ReplayElasticPool elastic;
+  const bool is_elastic = r.Has("elastic");
+  if (is_elastic) {
+    FieldReader e = r.Nested("elastic");
+    elastic.boot_delay = e.Duration("boot_delay", 0, 86400, elastic.boot_delay);
+    elastic.idle_timeout = e.Duration("idle_timeout", 0, 30 * 86400.0, elastic.idle_timeout);
+    elastic.price_per_gpu_hour = e.Number("price", 0, 1e6, -1);
+    e.Finish();
+    if (declared) r.Error("elastic", "a group is declared or elastic, not both");
+    if (pool.empty()) pool = name;
+    elastic.name = pool;
+    elastic.cluster = cluster;
+  }
   r.Finish();
   if (errors->size() != before) return;
   for (int64_t i = 0; i < count; ++i) {
@@ -45,6 +59,7 @@ void ReadNodeGroup(const domain::SourceDoc& doc, const Json& g, const std::strin
     n.labels = labels;
     n.pool = pool;
     if (declared) out->declared.insert(n.name);
+    if (is_elastic) elastic.nodes.push_back(n.name);
     for (int64_t k = 0; k < gpus; ++k) {
       domain::GpuDevice d;
       d.uuid = "GPU-" + n.name + "-" + std::to_string(k);
@@ -54,6 +69,7 @@ void ReadNodeGroup(const domain::SourceDoc& doc, const Json& g, const std::strin
     }
     out->nodes.push_back(std::move(n));
   }
+  if (is_elastic) out->elastic.push_back(std::move(elastic));
 }
 
 void ReadCluster(const domain::SourceDoc& doc, const Json& c, const std::string& path,

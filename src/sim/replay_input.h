@@ -20,6 +20,19 @@ struct ReplayProject {
   double limit_gpus = -1;      // -1: no limit
 };
 
+// A group of nodes that a provisioner adds and removes (an elastic NodePool,
+// docs/adr/0039-elastic-pools.md): its `count` nodes are in the estate from the start, off until a
+// replay that bursts grows the pool for jobs that find no room; each costs its GPUs at `price`
+// from the moment it is asked for until it is released.
+struct ReplayElasticPool {
+  std::string name;
+  std::string cluster;
+  std::vector<std::string> nodes;  // its nodes, by name (the pool's maxNodes)
+  double boot_delay = 120;         // seconds from the request to a schedulable node
+  double idle_timeout = 600;       // an up node empty this long is released
+  double price_per_gpu_hour = 0;   // its own, else its cluster's price of its model
+};
+
 struct ReplayCluster {
   std::vector<domain::Cluster> clusters;
   std::vector<domain::Node> nodes;
@@ -27,6 +40,7 @@ struct ReplayCluster {
   // Nodes that a node pool declares (`nodes: N`), which a what-if resizes with the pool; the
   // others are agents' nodes, kept as they are (src/sim/history.h).
   std::set<std::string> declared;
+  std::vector<ReplayElasticPool> elastic;
 };
 
 // One job of a replay: `tasks` replicas of the same request, run for `duration` seconds.

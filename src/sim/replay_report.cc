@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 
@@ -51,6 +52,9 @@ const Row kRows[] = {
     {"jobs reclaimed idle", [](const ReplayResult& r) { return std::to_string(r.reclaimed); }},
     {"GPU-h reclaimed", [](const ReplayResult& r) { return Fixed(r.reclaimed_gpu_hours); }},
     {"cost", [](const ReplayResult& r) { return Fixed(r.cost, 2); }},
+    {"cloud cost (instances)", [](const ReplayResult& r) { return Fixed(r.cloud_cost, 2); }},
+    {"cloud node-hours", [](const ReplayResult& r) { return Fixed(r.cloud_node_hours); }},
+    {"cloud nodes asked for", [](const ReplayResult& r) { return std::to_string(r.nodes_grown); }},
     {"replay wall time (s)", [](const ReplayResult& r) { return Fixed(r.wall_seconds, 2); }},
 };
 
@@ -105,27 +109,32 @@ nlohmann::json ReplayJson(const std::vector<ReplayResult>& results) {
                           {"guaranteed_gpus", p.guaranteed_gpus},
                           {"quota_share", p.quota_share}});
     }
-    policies.push_back({{"policy", r.policy},
-                        {"jobs", r.jobs},
-                        {"completed", r.completed},
-                        {"never_started", r.never_started},
-                        {"refused", r.refused},
-                        {"jct", PercentilesJson(r.jct)},
-                        {"queueing_delay", PercentilesJson(r.queueing_delay)},
-                        {"makespan", r.makespan},
-                        {"utilization", r.utilization},
-                        {"jain_fairness", r.jain_fairness},
-                        {"preemptions", r.preemptions},
-                        {"preempted_gpu_hours", r.preempted_gpu_hours},
-                        {"idle_gpu_hours", r.idle_gpu_hours},
-                        {"idle_gpu_hours_while_queued", r.idle_gpu_hours_queued},
-                        {"idle_held_gpu_hours", r.idle_held_gpu_hours},
-                        {"reclaimed", r.reclaimed},
-                        {"reclaimed_gpu_hours", r.reclaimed_gpu_hours},
-                        {"cost", r.cost},
-                        {"gpus", r.total_gpus},
-                        {"wall_seconds", r.wall_seconds},
-                        {"projects", projects}});
+    policies.push_back(
+        {{"policy", r.policy},
+         {"jobs", r.jobs},
+         {"completed", r.completed},
+         {"never_started", r.never_started},
+         {"refused", r.refused},
+         {"jct", PercentilesJson(r.jct)},
+         {"queueing_delay", PercentilesJson(r.queueing_delay)},
+         {"makespan", r.makespan},
+         {"utilization", r.utilization},
+         {"jain_fairness", r.jain_fairness},
+         {"preemptions", r.preemptions},
+         {"preempted_gpu_hours", r.preempted_gpu_hours},
+         {"idle_gpu_hours", r.idle_gpu_hours},
+         {"idle_gpu_hours_while_queued", r.idle_gpu_hours_queued},
+         {"idle_held_gpu_hours", r.idle_held_gpu_hours},
+         {"reclaimed", r.reclaimed},
+         {"reclaimed_gpu_hours", r.reclaimed_gpu_hours},
+         {"cost", r.cost},
+         {"cloud_cost", r.cloud_cost},
+         {"cloud_node_hours", r.cloud_node_hours},
+         {"nodes_grown", r.nodes_grown},
+         {"budget", r.budget < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.budget)},
+         {"gpus", r.total_gpus},
+         {"wall_seconds", r.wall_seconds},
+         {"projects", projects}});
   }
   return {{"policies", policies}};
 }
@@ -135,7 +144,12 @@ base::Status WriteReplayCsv(const std::vector<ReplayResult>& results, const std:
     return base::Status::Io(dir + ": cannot create the directory");
   }
   for (const ReplayResult& r : results) {
-    const std::string path = dir + "/replay-" + r.policy + ".csv";
+    // "burst <= 500" names no file well: letters, digits, '.', '+' and '-' only.
+    std::string name = r.policy;
+    for (char& c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '+' && c != '-') c = '-';
+    }
+    const std::string path = dir + "/replay-" + name + ".csv";
     std::ofstream f(path);
     if (!f) return base::Status::Io(path + ": cannot open for writing");
     f << "time,utilization,pending,running";
@@ -161,6 +175,63 @@ base::Status WriteReplayCsv(const std::vector<ReplayResult>& results, const std:
     }
   }
   return f ? base::Status::Ok() : base::Status::Io(path + ": write failed");
+}
+
+namespace {
+
+// The runs of RunBurstReplays, cheapest first.
+std::vector<const ReplayResult*> BurstFrontier(const std::vector<ReplayResult>& results) {
+  std::vector<const ReplayResult*> out;
+  for (const ReplayResult& r : results) {
+    if (r.policy == "on-prem only" || r.policy == "burst" || r.budget >= 0) out.push_back(&r);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const ReplayResult* a, const ReplayResult* b) {
+    return a->cloud_cost < b->cloud_cost;
+  });
+  return out;
+}
+
+}  // namespace
+
+void PrintBurstFrontier(const std::vector<ReplayResult>& results, std::ostream& out) {
+  const auto frontier = BurstFrontier(results);
+  if (frontier.size() < 2) return;
+  char buf[160];
+  out << "\ncost and completion time over budgets (per 30 days of trace time, "
+      << (frontier.back()->block_cloud ? "block-cloud" : "block-bursts") << "):\n";
+  std::snprintf(buf, sizeof buf, "  %-18s %14s %12s %12s %12s %10s\n", "run", "cloud cost",
+                "JCT mean", "wait p99", "never ran", "nodes");
+  out << buf;
+  for (const ReplayResult* r : frontier) {
+    std::snprintf(buf, sizeof buf, "  %-18s %14.2f %12.1f %12.1f %12lld %10lld\n",
+                  r->policy.c_str(), r->cloud_cost, r->jct.mean, r->queueing_delay.p99,
+                  static_cast<long long>(r->never_started), static_cast<long long>(r->nodes_grown));
+    out << buf;
+  }
+}
+
+std::string BurstFrontierHtml(const std::vector<ReplayResult>& results) {
+  const auto frontier = BurstFrontier(results);
+  if (frontier.size() < 2) return "";
+  Series jct{"mean JCT", {}, {}}, wait{"p99 wait", {}, {}};
+  std::string table =
+      "<table><tr><th>run</th><th>cloud cost</th><th>JCT mean (s)</th><th>wait p99 (s)</th>"
+      "<th>never ran</th></tr>";
+  for (const ReplayResult* r : frontier) {
+    jct.x.push_back(r->cloud_cost);
+    jct.y.push_back(r->jct.mean);
+    wait.x.push_back(r->cloud_cost);
+    wait.y.push_back(r->queueing_delay.p99);
+    table += "<tr><td>" + HtmlEscape(r->policy) + "</td><td>" + Fixed(r->cloud_cost, 2) +
+             "</td><td>" + Fixed(r->jct.mean) + "</td><td>" + Fixed(r->queueing_delay.p99) +
+             "</td><td>" + std::to_string(r->never_started) + "</td></tr>";
+  }
+  return "<h2>Bursting: what each budget buys</h2>" +
+         SvgLineChart("Mean job completion time against cloud spend, over budgets",
+                      "cloud cost (instances)", "seconds", {jct}) +
+         SvgLineChart("p99 queueing delay against cloud spend, over budgets",
+                      "cloud cost (instances)", "seconds", {wait}) +
+         table + "</table>";
 }
 
 std::string ReplayHtml(const std::vector<ReplayResult>& results, const std::string& title) {
@@ -223,6 +294,7 @@ std::string ReplayHtml(const std::vector<ReplayResult>& results, const std::stri
         "waited",
         "GPU-hours", {"held idle", "reclaimed", "free while jobs waited"}, gain);
   }
+  html += BurstFrontierHtml(results);
   return html + "</body></html>\n";
 }
 

@@ -21,6 +21,11 @@ nlohmann::json ReplayJson(const std::vector<ReplayResult>& results);
 // pending, running and the GPUs of each project; plus replay-projects.csv.
 base::Status WriteReplayCsv(const std::vector<ReplayResult>& results, const std::string& dir);
 
+// With elastic pools (RunBurstReplays): on-prem only, each budget and no budget, by cloud cost:
+// the cost/JCT frontier, as a table and as SVG plots (empty with fewer than two such runs).
+void PrintBurstFrontier(const std::vector<ReplayResult>& results, std::ostream& out);
+std::string BurstFrontierHtml(const std::vector<ReplayResult>& results);
+
 // A self-contained HTML page: the summary table and SVG plots of utilisation and queue length
 // over time, completion time and queueing delay percentiles, and each project's share.
 std::string ReplayHtml(const std::vector<ReplayResult>& results, const std::string& title);

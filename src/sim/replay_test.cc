@@ -126,6 +126,97 @@ TEST(Replay, FifoWaitsBehindItsHeadAndSjfDoesNot) {
   EXPECT_LE(fifo->utilization, 1.0);
 }
 
+// The estate above, plus a cloud pool of two 8-GPU nodes that boot in 60 s, idle out after 300 s
+// and cost 4 per GPU-hour.
+ReplayCluster BurstCluster() {
+  const std::string text = std::string(kCluster).replace(
+      std::string(kCluster).find("projects:"), 0,
+      "  - name: cloud\n    kind: cloud\n    prices: {H100-80GB: 4.0}\n    nodes:\n"
+      "      - {name: burst, count: 2, gpus: 8, model: H100-80GB, cpu_milli: 128000, "
+      "memory_mib: 1048576, elastic: {boot_delay: 60s, idle_timeout: 5m}}\n");
+  auto c = ParseReplayCluster(text, "cluster.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? *c : ReplayCluster{};
+}
+
+TEST(ReplayInput, AnElasticGroupIsAPoolOfNodesThatStartOff) {
+  const ReplayCluster c = BurstCluster();
+  ASSERT_EQ(c.elastic.size(), 1u);
+  EXPECT_EQ(c.elastic[0].name, "burst");
+  EXPECT_EQ(c.elastic[0].cluster, "cloud");
+  EXPECT_EQ(c.elastic[0].nodes, (std::vector<std::string>{"burst-0", "burst-1"}));
+  EXPECT_EQ(c.elastic[0].boot_delay, 60);
+  EXPECT_EQ(c.elastic[0].idle_timeout, 300);
+  auto bad = ParseReplayCluster(
+      "clusters:\n  - name: x\n    nodes:\n      - {name: n, cpu_milli: 1, memory_mib: 1, "
+      "pool: p, declared: true, elastic: {boot_delay: 1h, spin: 3}}\n",
+      "c.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("clusters[0].nodes[0].elastic.spin: unknown field"),
+            std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(bad.status().message().find("declared or elastic, not both"), std::string::npos)
+      << bad.status().message();
+}
+
+// Four 16-GPU jobs of an hour at once on 16 on-prem GPUs: on-prem only they run one after
+// another; bursting, the pool's two nodes take two of them after the boot delay, billed from
+// the request to their release after the idle timeout; a block-cloud budget smaller than one
+// node-hour lets the first burst through and then holds the nodes out until they idle away.
+TEST(Replay, ElasticPoolsBurstForWaitingWorkAndABudgetCapsTheSpend) {
+  const std::vector<ReplayJob> jobs = Jobs(
+      "1,0,3600,2,8,a,0,3600\n"
+      "2,0,3600,2,8,b,0,3600\n"
+      "3,0,3600,2,8,a,0,3600\n"
+      "4,0,3600,2,8,b,0,3600\n");
+  const ReplayCluster cluster = BurstCluster();
+  ReplayOptions o;
+  auto onprem = RunReplay(cluster, jobs, o);
+  ASSERT_TRUE(onprem.ok()) << onprem.status().message();
+  EXPECT_EQ(onprem->completed, 4);
+  EXPECT_EQ(onprem->nodes_grown, 0);
+  EXPECT_EQ(onprem->cloud_cost, 0);
+  EXPECT_NEAR(onprem->makespan, 4 * 3600, 1);
+  EXPECT_EQ(onprem->total_gpus, 16) << "the pool's nodes are not the estate's until grown";
+
+  o.burst = true;
+  auto burst = RunReplay(cluster, jobs, o);
+  ASSERT_TRUE(burst.ok()) << burst.status().message();
+  EXPECT_EQ(burst->completed, 4);
+  EXPECT_EQ(burst->nodes_grown, 2);
+  EXPECT_LT(burst->jct.mean, onprem->jct.mean);
+  EXPECT_LT(burst->makespan, onprem->makespan);
+  // Each node: 60 s of boot, its job's hours, and up to two idle timeouts before the release.
+  EXPECT_GE(burst->cloud_node_hours, 2 * (60 + 3600) / 3600.0);
+  EXPECT_LE(burst->cloud_node_hours, 2 * (60 + 2 * 3600 + 600) / 3600.0);
+  EXPECT_NEAR(burst->cloud_cost, burst->cloud_node_hours * 8 * 4.0, 1e-6);
+
+  o.burst_budget = 10;  // less than a node-hour (32)
+  o.burst_block_cloud = true;
+  auto capped = RunReplay(cluster, jobs, o);
+  ASSERT_TRUE(capped.ok()) << capped.status().message();
+  EXPECT_EQ(capped->completed, 4);
+  EXPECT_LT(capped->cloud_cost, burst->cloud_cost);
+  EXPECT_GT(capped->jct.mean, burst->jct.mean);
+  EXPECT_LE(capped->jct.mean, onprem->jct.mean);
+
+  // Side by side, labelled, and the frontier table has every run.
+  auto runs = RunBurstReplays(cluster, jobs, "meridian", {10}, 50, nullptr, true);
+  ASSERT_EQ(runs.size(), 3u);
+  std::vector<ReplayResult> ok;
+  for (auto& r : runs) {
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ok.push_back(*r);
+  }
+  EXPECT_EQ(ok[0].policy, "on-prem only");
+  EXPECT_EQ(ok[1].policy, "burst <= 10");
+  EXPECT_EQ(ok[2].policy, "burst");
+  std::ostringstream table;
+  PrintBurstFrontier(ok, table);
+  EXPECT_NE(table.str().find("block-cloud"), std::string::npos) << table.str();
+  EXPECT_NE(BurstFrontierHtml(ok).find("<svg"), std::string::npos);
+}
+
 TEST(Replay, MetricsHoldTogetherAndRepeat) {
   std::string rows;
   for (int i = 0; i < 60; ++i) {
