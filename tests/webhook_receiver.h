@@ -46,35 +46,17 @@ class WebhookReceiver {
   std::optional<Delivery> Find(const std::string& path, const std::string& alertname,
                                const std::string& status,
                                const std::map<std::string, std::string>& labels = {}) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const Delivery& d : got_) {
-      if (d.path != path || !d.body.is_object()) continue;
-      for (const nlohmann::json& a : d.body.value("alerts", nlohmann::json::array())) {
-        const nlohmann::json l = a.value("labels", nlohmann::json::object());
-        if (l.value("alertname", "") != alertname || a.value("status", "") != status) continue;
-        bool match = true;
-        for (const auto& [k, v] : labels) match = match && l.value(k, "") == v;
-        if (match) return d;
-      }
-    }
-    return std::nullopt;
+    std::optional<Delivery> first;
+    Each(path, alertname, status, labels, [&](const Delivery& d) {
+      if (!first) first = d;
+    });
+    return first;
   }
-  // How many alerts named `alertname` of `status` whose labels include `labels` came to `path`,
-  // over every delivery.
+  // How many such alerts came to `path`, over every delivery.
   int Count(const std::string& path, const std::string& alertname, const std::string& status,
             const std::map<std::string, std::string>& labels = {}) {
-    std::lock_guard<std::mutex> lock(mu_);
     int n = 0;
-    for (const Delivery& d : got_) {
-      if (d.path != path || !d.body.is_object()) continue;
-      for (const nlohmann::json& a : d.body.value("alerts", nlohmann::json::array())) {
-        const nlohmann::json l = a.value("labels", nlohmann::json::object());
-        if (l.value("alertname", "") != alertname || a.value("status", "") != status) continue;
-        bool match = true;
-        for (const auto& [k, v] : labels) match = match && l.value(k, "") == v;
-        n += match ? 1 : 0;
-      }
-    }
+    Each(path, alertname, status, labels, [&](const Delivery&) { ++n; });
     return n;
   }
   std::string Dump() {
@@ -85,6 +67,23 @@ class WebhookReceiver {
   }
 
  private:
+  // Calls `found` with the delivery of each matching alert, in the order they came.
+  template <typename F>
+  void Each(const std::string& path, const std::string& alertname, const std::string& status,
+            const std::map<std::string, std::string>& labels, F found) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Delivery& d : got_) {
+      if (d.path != path || !d.body.is_object()) continue;
+      for (const nlohmann::json& a : d.body.value("alerts", nlohmann::json::array())) {
+        const nlohmann::json l = a.value("labels", nlohmann::json::object());
+        if (l.value("alertname", "") != alertname || a.value("status", "") != status) continue;
+        bool match = true;
+        for (const auto& [k, v] : labels) match = match && l.value(k, "") == v;
+        if (match) found(d);
+      }
+    }
+  }
+
   httplib::Server server_;
   int port_ = 0;
   std::thread thread_;

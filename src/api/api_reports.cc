@@ -118,27 +118,7 @@ void Api::UsageReport(Call& call) {
     f.from = *from;
     f.to = *to;
     f.projects = readable;
-    for (;;) {
-      auto page = tx.ListUsage(f);
-      if (!page.ok()) return page.status();
-      for (store::UsageRecord& u : *page) records.push_back(std::move(u));
-      if (page->size() < static_cast<size_t>(f.limit)) break;
-      f.after_seq = records.back().seq;
-    }
-    store::JobFilter jobs;
-    jobs.phases = {"Placed", "Running", "Stopping"};
-    jobs.projects = readable;
-    jobs.limit = 1000;
-    for (;;) {
-      auto page = tx.ListJobs(jobs);
-      if (!page.ok()) return page.status();
-      for (const store::JobRecord& j : *page) {
-        for (store::UsageRecord& u : UsageOfRun(j, now, "Running")) records.push_back(std::move(u));
-      }
-      if (page->size() < static_cast<size_t>(jobs.limit)) break;
-      jobs.after_id = page->back().id;
-    }
-    return Status::Ok();
+    return ReadUsage(tx, f, now, &records);
   });
   if (!read.ok()) return Fail(call, read);
   UsageTotals total;

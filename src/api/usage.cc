@@ -57,6 +57,31 @@ std::vector<store::UsageRecord> UsageOfRun(const store::JobRecord& job, double e
   return out;
 }
 
+base::Status ReadUsage(store::Tx& tx, store::UsageFilter filter, double now,
+                       std::vector<store::UsageRecord>* out) {
+  for (;;) {
+    auto page = tx.ListUsage(filter);
+    if (!page.ok()) return page.status();
+    for (store::UsageRecord& u : *page) out->push_back(std::move(u));
+    if (page->size() < static_cast<size_t>(filter.limit)) break;
+    filter.after_seq = out->back().seq;
+  }
+  store::JobFilter jobs;
+  jobs.phases = {"Placed", "Running", "Stopping"};
+  jobs.projects = filter.projects;
+  jobs.limit = 1000;
+  for (;;) {
+    auto page = tx.ListJobs(jobs);
+    if (!page.ok()) return page.status();
+    for (const store::JobRecord& j : *page) {
+      for (store::UsageRecord& u : UsageOfRun(j, now, "Running")) out->push_back(std::move(u));
+    }
+    if (page->size() < static_cast<size_t>(jobs.limit)) break;
+    jobs.after_id = page->back().id;
+  }
+  return base::Status::Ok();
+}
+
 std::map<std::string, UsageTotals> SumUsage(
     const std::vector<store::UsageRecord>& records, double from, double to,
     const std::function<std::string(const store::UsageRecord&)>& key_of, UsageTotals* total) {

@@ -20,6 +20,12 @@ namespace meridian::api {
 std::vector<store::UsageRecord> UsageOfRun(const store::JobRecord& job, double end,
                                            const std::string& outcome);
 
+// Reads in `tx` what a report or a budget sums: the records `filter` selects (every page), then
+// the runs still going of its projects (all projects when it names none) as if they ended at
+// `now`. One transaction, so that a run ending meanwhile is counted once.
+base::Status ReadUsage(store::Tx& tx, store::UsageFilter filter, double now,
+                       std::vector<store::UsageRecord>* out);
+
 // What some records add up to within a window: every record clipped to it.
 struct UsageTotals {
   int64_t jobs = 0;  // distinct jobs

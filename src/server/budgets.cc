@@ -157,30 +157,8 @@ Status BudgetWatch::RunOnce() {
     f.from = from;
     f.to = now;
     f.projects = projects;
-    for (;;) {
-      auto page = tx.ListUsage(f);
-      if (!page.ok()) return page.status();
-      for (store::UsageRecord& u : *page) records.push_back(std::move(u));
-      if (page->size() < static_cast<size_t>(f.limit)) break;
-      f.after_seq = records.back().seq;
-    }
     // Runs still going count up to now, as a report counts them.
-    store::JobFilter jobs;
-    jobs.phases = {"Placed", "Running", "Stopping"};
-    jobs.projects = projects;
-    jobs.limit = 1000;
-    for (;;) {
-      auto page = tx.ListJobs(jobs);
-      if (!page.ok()) return page.status();
-      for (const store::JobRecord& j : *page) {
-        for (store::UsageRecord& u : api::UsageOfRun(j, now, "Running")) {
-          records.push_back(std::move(u));
-        }
-      }
-      if (page->size() < static_cast<size_t>(jobs.limit)) break;
-      jobs.after_id = page->back().id;
-    }
-    return Status::Ok();
+    return api::ReadUsage(tx, f, now, &records);
   });
   if (!read.ok()) return read;
   std::vector<BudgetReading> readings = EvaluateBudgets(budgets, tenancy, records, now);

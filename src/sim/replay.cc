@@ -160,38 +160,62 @@ double Jain(const std::vector<double>& gpus, const std::vector<double>& weights,
 
 std::vector<std::string> ReplayPolicyNames() { return {"fifo", "sjf", "las", "meridian"}; }
 
+namespace {
+
+// Replays of the same jobs, one per entry of `runs`, as many at once as there are cores;
+// `progress` (may be empty) hears, serialised, the fraction done by the slowest.
+std::vector<base::Result<ReplayResult>> RunAll(const ReplayCluster& cluster,
+                                               const std::vector<ReplayJob>& jobs,
+                                               std::vector<ReplayOptions> runs,
+                                               const std::function<void(double)>& progress) {
+  std::vector<base::Result<ReplayResult>> results(runs.size(), base::Status::Invalid("not run"));
+  std::vector<double> done(runs.size(), 0);
+  std::mutex mu;
+  auto run = [&](size_t i) {
+    if (progress) {
+      runs[i].progress = [&, i](double fraction) {
+        std::lock_guard<std::mutex> lock(mu);
+        done[i] = fraction;
+        progress(*std::min_element(done.begin(), done.end()));
+      };
+    }
+    results[i] = RunReplay(cluster, jobs, runs[i]);
+  };
+  const size_t width = std::max(1u, std::thread::hardware_concurrency());
+  for (size_t from = 0; from < runs.size(); from += width) {
+    std::vector<std::thread> threads;
+    for (size_t i = from + 1; i < std::min(runs.size(), from + width); ++i) {
+      threads.emplace_back(run, i);
+    }
+    run(from);
+    for (std::thread& t : threads) t.join();
+  }
+  return results;
+}
+
+}  // namespace
+
 std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
                                                    const std::vector<ReplayJob>& jobs,
                                                    const std::vector<std::string>& policies,
                                                    int32_t samples,
                                                    const std::function<void(double)>& progress,
                                                    double reclaim_idle_after) {
-  std::vector<base::Result<ReplayResult>> results(policies.size(),
-                                                  base::Status::Invalid("not run"));
   // With reclamation, every policy runs twice: as it is, and reclaiming idle jobs.
-  const size_t runs = reclaim_idle_after > 0 ? 2 * policies.size() : policies.size();
-  results.assign(runs, base::Status::Invalid("not run"));
-  std::vector<double> done(runs, 0);
-  std::mutex mu;
-  auto run = [&](size_t i) {
-    ReplayOptions o;
-    o.policy = policies[i % policies.size()];
-    o.samples = samples;
-    if (i >= policies.size()) o.reclaim_idle_after = reclaim_idle_after;
-    if (progress) {
-      o.progress = [&, i](double fraction) {
-        std::lock_guard<std::mutex> lock(mu);
-        done[i] = fraction;
-        progress(*std::min_element(done.begin(), done.end()));
-      };
+  std::vector<ReplayOptions> runs;
+  for (int twice = 0; twice < (reclaim_idle_after > 0 ? 2 : 1); ++twice) {
+    for (const std::string& policy : policies) {
+      ReplayOptions o;
+      o.policy = policy;
+      o.samples = samples;
+      if (twice) o.reclaim_idle_after = reclaim_idle_after;
+      runs.push_back(std::move(o));
     }
-    results[i] = RunReplay(cluster, jobs, o);
-    if (results[i].ok() && o.reclaim_idle_after > 0) results[i]->policy += "+reclaim";
-  };
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < runs; ++i) threads.emplace_back(run, i);
-  if (runs > 0) run(0);
-  for (std::thread& t : threads) t.join();
+  }
+  std::vector<base::Result<ReplayResult>> results = RunAll(cluster, jobs, runs, progress);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].ok() && runs[i].reclaim_idle_after > 0) results[i]->policy += "+reclaim";
+  }
   return results;
 }
 
@@ -200,38 +224,27 @@ std::vector<base::Result<ReplayResult>> RunBurstReplays(
     const std::vector<double>& budgets, int32_t samples,
     const std::function<void(double)>& progress, bool block_cloud, bool with_ends) {
   // On-prem only, each budget, then no budget; or the budgets alone.
-  const size_t ends = with_ends ? 1 : 0;
-  const size_t runs = budgets.size() + 2 * ends;
-  std::vector<base::Result<ReplayResult>> results(runs, base::Status::Invalid("not run"));
-  std::vector<double> done(runs, 0);
-  std::mutex mu;
-  auto run = [&](size_t i) {
+  std::vector<ReplayOptions> runs;
+  auto add = [&](bool burst, double budget) {
     ReplayOptions o;
     o.policy = policy;
     o.samples = samples;
-    o.burst = i >= ends;
-    o.burst_budget = i >= ends && i - ends < budgets.size() ? budgets[i - ends] : -1;
+    o.burst = burst;
+    o.burst_budget = budget;
     o.burst_block_cloud = block_cloud;
-    if (progress) {
-      o.progress = [&, i](double fraction) {
-        std::lock_guard<std::mutex> lock(mu);
-        done[i] = fraction;
-        progress(*std::min_element(done.begin(), done.end()));
-      };
-    }
-    results[i] = RunReplay(cluster, jobs, o);
-    if (!results[i].ok()) return;
-    char label[64];
-    std::snprintf(label, sizeof label, "burst <= %g", o.burst_budget);
-    results[i]->policy = !o.burst ? "on-prem only" : o.burst_budget >= 0 ? label : "burst";
+    runs.push_back(std::move(o));
   };
-  // At most as many threads as cores at once: a sweep may hold dozens of runs.
-  const size_t width = std::max(1u, std::thread::hardware_concurrency());
-  for (size_t from = 0; from < runs; from += width) {
-    std::vector<std::thread> threads;
-    for (size_t i = from + 1; i < std::min(runs, from + width); ++i) threads.emplace_back(run, i);
-    run(from);
-    for (std::thread& t : threads) t.join();
+  if (with_ends) add(false, -1);
+  for (double b : budgets) add(true, b);
+  if (with_ends) add(true, -1);
+  std::vector<base::Result<ReplayResult>> results = RunAll(cluster, jobs, runs, progress);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i].ok()) continue;
+    char label[64];
+    std::snprintf(label, sizeof label, "burst <= %g", runs[i].burst_budget);
+    results[i]->policy = !runs[i].burst              ? "on-prem only"
+                         : runs[i].burst_budget >= 0 ? label
+                                                     : "burst";
   }
   return results;
 }
