@@ -3,20 +3,13 @@
 #include <gtest/gtest.h>
 
 #include "domain/documents.h"
+#include "domain/testing/parse_documents.h"
 
 namespace meridian::domain {
 namespace {
 
 std::vector<Document> Parse(const std::string& text, ErrorList* errors) {
-  std::vector<FieldError> syntax;
-  auto docs = ParseYamlDocuments(text, "budget.yaml", &syntax);
-  for (const FieldError& e : syntax) errors->Add(e);
-  std::vector<Document> out;
-  if (!docs.ok()) return out;
-  for (const SourceDoc& d : *docs) {
-    if (auto v = ValidateDocument(d, errors)) out.push_back(*v);
-  }
-  return out;
+  return testing::ParseDocuments(text, "budget.yaml", errors);
 }
 
 // 2026-12-05 12:00:00 UTC, and the month around it.

@@ -4,20 +4,13 @@
 
 #include "domain/agent_timing.h"
 #include "domain/gpu_health.h"
+#include "domain/testing/parse_documents.h"
 
 namespace meridian::domain {
 namespace {
 
 std::vector<Document> Parse(const std::string& text, ErrorList* errors) {
-  std::vector<FieldError> syntax;
-  auto docs = ParseYamlDocuments(text, "estate.yaml", &syntax);
-  for (const FieldError& e : syntax) errors->Add(e);
-  std::vector<Document> out;
-  if (!docs.ok()) return out;
-  for (const SourceDoc& d : *docs) {
-    if (auto v = ValidateDocument(d, errors)) out.push_back(*v);
-  }
-  return out;
+  return testing::ParseDocuments(text, "estate.yaml", errors);
 }
 
 const char* kEstate = R"(kind: Organization
