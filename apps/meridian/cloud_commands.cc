@@ -54,6 +54,15 @@ void AddCloudCommands(CLI::App& app, int* rc) {
                 "POOL=N: at most N live instances in the pool (repeatable; default: unlimited)");
   c->add_flag("--never-boot", f.o.never_boot,
               "instances stay booting for ever and start no agent (a node that never registers)");
+  c->add_option("--interrupt-rate", f.o.interrupt_rate,
+                "spot interruptions per spot instance-hour, drawn at each list (default 0: only "
+                "by the interrupt verb)")
+      ->check(CLI::Range(0.0, 1e6));
+  c->add_option("--interrupt-notice", f.o.interrupt_notice,
+                "seconds of notice an interruption at the rate gives (default 120, as AWS; GCP "
+                "gives 30)")
+      ->check(CLI::Range(0.0, 3600.0));
+  c->add_option("--seed", f.o.seed, "seed of the interruptions' draws (default 1)");
   c->add_option("--agent", f.o.agent, "the meridian binary its instances run (default: this one)");
   c->add_option("--agent-arg", f.o.agent_args,
                 "an extra argument for every agent, one a flag: --agent-arg --task-uids "

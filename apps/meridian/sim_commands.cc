@@ -9,6 +9,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -225,8 +226,14 @@ int RunSimReplay(const ReplayFlags& f) {
         "--burst-budget and --budget-sweep need elastic node groups in --cluster (elastic: "
         "{boot_delay, idle_timeout, price}; docs/replay-format.md)"));
   }
-  for (double b : f.budgets) {
-    if (!(b >= 0)) return Fail(Status::Invalid("--burst-budget: must be 0 or more"));
+  for (size_t i = 0; i < f.budgets.size(); ++i) {
+    if (!(f.budgets[i] >= 0)) return Fail(Status::Invalid("--burst-budget: must be 0 or more"));
+    for (size_t k = 0; k < i; ++k) {
+      if (std::round(f.budgets[k] * 100) == std::round(f.budgets[i] * 100)) {
+        return Fail(
+            Status::Invalid("--burst-budget: " + std::to_string(f.budgets[i]) + " is given twice"));
+      }
+    }
   }
   if (f.budget_sweep < 0 || f.budget_sweep > 64) {
     return Fail(Status::Invalid("--budget-sweep: 0 to 64 budgets"));
@@ -248,16 +255,19 @@ int RunSimReplay(const ReplayFlags& f) {
   if (burst) {
     // One policy (the first asked for; meridian by default) on-prem only, within each budget,
     // and without one; a sweep adds budgets spread below what bursting without one spent.
-    const std::string policy = f.policies.empty() ? "meridian" : policies[0];
+    const std::string policy =
+        f.policies.empty() || f.policies[0] == "all" ? "meridian" : f.policies[0];
     results = meridian::sim::RunBurstReplays(*cluster, *jobs, policy, f.budgets, f.samples,
                                              progress, f.budget_action == "block-cloud");
     if (f.budget_sweep > 0 && results.back().ok()) {
-      const meridian::sim::ReplayResult& open = *results.back();
-      const double periods = std::max(1.0, std::ceil(open.makespan / (30 * 86400.0)));
-      const double per_period = open.cloud_cost / periods;
+      // Below the most that bursting without a budget spent in one period, evenly; none twice
+      // (nor one asked for already), none of 0.
+      const double peak = results.back()->peak_period_spend;
+      std::set<double> seen(f.budgets.begin(), f.budgets.end());
       std::vector<double> sweep;
       for (int k = 1; k <= f.budget_sweep; ++k) {
-        sweep.push_back(std::round(per_period * k / (f.budget_sweep + 1) * 100) / 100);
+        const double b = std::round(peak * k / (f.budget_sweep + 1) * 100) / 100;
+        if (b > 0 && seen.insert(b).second) sweep.push_back(b);
       }
       if (tty) std::fprintf(stderr, "\n");
       what = "sweeping budgets over";

@@ -133,24 +133,21 @@ void Api::UsageReport(Call& call) {
       {"from", *from}, {"to", *to}, {"by", by}, {"rows", rows}, {"total", TotalsToJson(total)}};
   if (*step > 0) {
     // Each key's cost and GPU-hours per step, the steps' starts in `at`; the last step ends at
-    // `to`.
+    // `to`. Every key of the rows has a series (zeros where it used nothing).
+    const int64_t steps = static_cast<int64_t>(std::ceil((*to - *from) / *step));
+    auto by_step = SumUsageByStep(records, *from, *to, *step, steps, key_of);
     Json at = Json::array();
-    std::map<std::string, std::pair<Json, Json>> series;
-    for (const auto& [key, t] : sums) series[key] = {Json::array(), Json::array()};
-    for (double t = *from; t < *to; t += *step) {
-      at.push_back(t);
-      UsageTotals ignored;
-      const auto in_step = SumUsage(records, t, std::min(*to, t + *step), key_of, &ignored);
-      for (auto& [key, values] : series) {
-        auto it = in_step.find(key);
-        values.first.push_back(it == in_step.end() ? Json(0.0) : Rounded(it->second.cost, 10000));
-        values.second.push_back(
-            it == in_step.end() ? Json(0.0) : Rounded(it->second.gpu_seconds / 3600, 10000));
-      }
-    }
+    for (int64_t k = 0; k < steps; ++k) at.push_back(*from + static_cast<double>(k) * *step);
     Json keys = Json::array();
-    for (auto& [key, values] : series) {
-      keys.push_back({{"key", key}, {"cost", values.first}, {"gpuHours", values.second}});
+    for (const auto& [key, t] : sums) {
+      std::vector<UsageStep>& series = by_step[key];
+      series.resize(static_cast<size_t>(steps));
+      Json cost = Json::array(), hours = Json::array();
+      for (const UsageStep& s : series) {
+        cost.push_back(Rounded(s.cost, 10000));
+        hours.push_back(Rounded(s.gpu_seconds / 3600, 10000));
+      }
+      keys.push_back({{"key", key}, {"cost", cost}, {"gpuHours", hours}});
     }
     answer["series"] = {{"step", *step}, {"at", at}, {"keys", keys}};
   }

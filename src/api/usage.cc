@@ -1,6 +1,7 @@
 #include "api/usage.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -113,6 +114,34 @@ std::map<std::string, UsageTotals> SumUsage(
   }
   total->jobs = static_cast<int64_t>(all_jobs.size());
   total->runs = static_cast<int64_t>(all_runs.size());
+  return out;
+}
+
+std::map<std::string, std::vector<UsageStep>> SumUsageByStep(
+    const std::vector<store::UsageRecord>& records, double from, double to, double step,
+    int64_t steps, const std::function<std::string(const store::UsageRecord&)>& key_of) {
+  std::map<std::string, std::vector<UsageStep>> out;
+  for (const store::UsageRecord& u : records) {
+    const double start = std::max(u.started_at, from);
+    const double end = std::min(u.ended_at, to);
+    if (end <= start) continue;
+    std::string key = key_of(u);
+    if (key.empty()) key = kNoKey;
+    std::vector<UsageStep>& series = out[key];
+    series.resize(static_cast<size_t>(steps));
+    const int64_t first =
+        std::clamp<int64_t>(static_cast<int64_t>(std::floor((start - from) / step)), 0, steps - 1);
+    for (int64_t k = first; k < steps; ++k) {
+      const double lo = from + static_cast<double>(k) * step;
+      if (lo >= end) break;
+      const double hi = k + 1 == steps ? to : std::min(to, lo + step);
+      const double seconds = std::min(end, hi) - std::max(start, lo);
+      if (seconds <= 0) continue;
+      UsageStep& s = series[static_cast<size_t>(k)];
+      s.gpu_seconds += u.gpus * seconds;
+      s.cost += u.gpus * seconds / 3600.0 * u.price_per_gpu_hour;
+    }
+  }
   return out;
 }
 

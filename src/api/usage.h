@@ -46,4 +46,14 @@ std::map<std::string, UsageTotals> SumUsage(
     const std::vector<store::UsageRecord>& records, double from, double to,
     const std::function<std::string(const store::UsageRecord&)>& key_of, UsageTotals* total);
 
+// The same over time: [from, to) cut into `steps` steps of `step` seconds (the last ends at `to`),
+// and each key's GPU-seconds and cost in each, in one pass over the records.
+struct UsageStep {
+  double gpu_seconds = 0;
+  double cost = 0;
+};
+std::map<std::string, std::vector<UsageStep>> SumUsageByStep(
+    const std::vector<store::UsageRecord>& records, double from, double to, double step,
+    int64_t steps, const std::function<std::string(const store::UsageRecord&)>& key_of);
+
 }  // namespace meridian::api

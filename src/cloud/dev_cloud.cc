@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/rng.h"
 #include "base/status.h"
 #include "base/strings.h"
 #include "cloud/provisioner.h"
@@ -58,6 +60,7 @@ struct Record {
   double created_at = 0;
   std::optional<double> deleted_at;
   std::optional<double> interrupt_at;  // a spot instance being taken back: when it goes
+  double checked_at = 0;    // when interruptions at a rate were last drawn for it (0: never)
   int pid = 0;              // its agent's process and process group; 0: none (never_boot)
   uint64_t start_time = 0;  // /proc/PID/stat's starttime: our process, not a reused pid
 };
@@ -81,6 +84,7 @@ Json ToJson(const Record& r) {
          {"startTime", r.start_time}};
   if (r.deleted_at) j["deletedAt"] = *r.deleted_at;
   if (r.interrupt_at) j["interruptAt"] = *r.interrupt_at;
+  if (r.checked_at > 0) j["checkedAt"] = r.checked_at;
   return j;
 }
 
@@ -103,6 +107,7 @@ base::Result<State> StateOf(const std::string& text, const std::string& path) {
       r.created_at = i.at("createdAt").get<double>();
       if (i.contains("deletedAt")) r.deleted_at = i.at("deletedAt").get<double>();
       if (i.contains("interruptAt")) r.interrupt_at = i.at("interruptAt").get<double>();
+      r.checked_at = i.value("checkedAt", 0.0);
       r.pid = i.value("pid", 0);
       r.start_time = i.value("startTime", uint64_t{0});
       s.instances.push_back(std::move(r));
@@ -591,9 +596,64 @@ base::Result<Json> Delete(StateStore& store, const Json& request, std::string* e
   return Json{{"deleted", ids}};
 }
 
-base::Result<Json> List(StateStore& store, const Json& request) {
+// Takes a spot instance back `notice` seconds from `now`: it is listed with when it goes, and
+// then its agent's processes are killed (by a daemon of its own that waits for it) and it is
+// listed no more. Billing ends then.
+void TakeBack(Record& r, double notice, double now, std::string* err) {
+  r.interrupt_at = now + notice;
+  *err += "dev-cloud: " + r.id + " (node " + r.node + ") is taken back in " +
+          std::to_string(notice) + " s\n";
+  if (r.pid <= 0) return;
+  const pid_t group = r.pid;
+  const timespec wait = TimespecOf(notice);
+  const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  const pid_t killer = fork();
+  if (killer == 0) {  // only async-signal-safe calls from here
+    setsid();
+    // Holds neither the state's lock nor the caller's pipes while it waits.
+    if (null_fd >= 0) dup2(null_fd, 0), dup2(null_fd, 1), dup2(null_fd, 2);
+    if (close_range(3, ~0U, 0) != 0) {
+      for (int fd = 3; fd < 1024; ++fd) close(fd);
+    }
+    const pid_t inner = fork();  // not our child: nobody need wait for it
+    if (inner != 0) _exit(0);
+    SleepFor(wait);
+    kill(-group, SIGKILL);
+    _exit(0);
+  }
+  if (null_fd >= 0) close(null_fd);
+  if (killer > 0) waitpid(killer, nullptr, 0);
+}
+
+// Spot interruptions at the configured rate, for the time since each live spot instance was
+// last looked at: with probability 1 - exp(-rate × hours) it is taken back now.
+Status DrawInterruptions(const DevCloudOptions& o, StateStore& store, std::string* err) {
+  if (Status s = store.Lock(); !s.ok()) return s;
+  auto state = store.Read();
+  if (!state.ok()) return state.status();
+  const double now = WallNow();
+  for (Record& r : state->instances) {
+    if (!r.spot || r.deleted_at || r.interrupt_at) continue;
+    const double hours = std::max(0.0, now - std::max(r.created_at, r.checked_at)) / 3600;
+    r.checked_at = now;
+    base::Rng rng(o.seed ^ std::hash<std::string>{}(r.id) ^
+                  static_cast<uint64_t>(std::llround(now * 1000)));
+    if (rng.UniformDouble() < 1 - std::exp(-o.interrupt_rate * hours)) {
+      TakeBack(r, o.interrupt_notice, now, err);
+    }
+  }
+  Status written = store.Write(*state);
+  store.Unlock();  // the list reads under a lock of its own
+  return written;
+}
+
+base::Result<Json> List(const DevCloudOptions& o, StateStore& store, const Json& request,
+                        std::string* err) {
   auto pool = PoolOf(request);
   if (!pool.ok()) return pool.status();
+  if (o.interrupt_rate > 0) {
+    if (Status s = DrawInterruptions(o, store, err); !s.ok()) return s;
+  }
   auto state = store.ReadNow();
   if (!state.ok()) return state.status();
   const double now = WallNow();
@@ -655,30 +715,8 @@ base::Result<Json> Interrupt(StateStore& store, const Json& request, std::string
   Json answer{{"interrupted", Json::array()}};
   for (Record& r : state->instances) {
     if (r.deleted_at || r.interrupt_at || !wanted.count(r.id)) continue;
-    r.interrupt_at = now + notice.get<double>();
+    TakeBack(r, notice.get<double>(), now, err);
     answer["interrupted"].push_back(Json{{"id", r.id}, {"interruptAt", *r.interrupt_at}});
-    *err += "dev-cloud: " + r.id + " (node " + r.node + ") is taken back in " +
-            std::to_string(notice.get<double>()) + " s\n";
-    if (r.pid <= 0) continue;
-    const pid_t group = r.pid;
-    const timespec wait = TimespecOf(notice.get<double>());
-    const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-    const pid_t killer = fork();
-    if (killer == 0) {  // only async-signal-safe calls from here
-      setsid();
-      // Holds neither the state's lock nor the caller's pipes while it waits.
-      if (null_fd >= 0) dup2(null_fd, 0), dup2(null_fd, 1), dup2(null_fd, 2);
-      if (close_range(3, ~0U, 0) != 0) {
-        for (int fd = 3; fd < 1024; ++fd) close(fd);
-      }
-      const pid_t inner = fork();  // not our child: nobody need wait for it
-      if (inner != 0) _exit(0);
-      SleepFor(wait);
-      kill(-group, SIGKILL);
-      _exit(0);
-    }
-    if (null_fd >= 0) close(null_fd);
-    if (killer > 0) waitpid(killer, nullptr, 0);
   }
   if (Status s = store.Write(*state); !s.ok()) return s;
   return answer;
@@ -715,7 +753,7 @@ int RunDevCloud(const DevCloudOptions& o, const std::string& verb, const std::st
   if (!request.ok()) return Answer(request.status(), out, err);
   if (verb == "create") return Answer(Create(o, store, *request, err), out, err);
   if (verb == "delete") return Answer(Delete(store, *request, err), out, err);
-  if (verb == "list") return Answer(List(store, *request), out, err);
+  if (verb == "list") return Answer(List(o, store, *request, err), out, err);
   if (verb == "interrupt") return Answer(Interrupt(store, *request, err), out, err);
   return Answer(Bill(store, *request), out, err);
 }

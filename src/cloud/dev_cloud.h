@@ -24,6 +24,13 @@ struct DevCloudOptions {
   // The meridian binary its instances run (empty: this process's executable).
   std::string agent;
   std::vector<std::string> agent_args;  // extra arguments for every agent (e.g. --heartbeat ..)
+  // Spot interruptions at a rate, as a cloud takes spot capacity back: each live spot instance
+  // is interrupted with this probability per hour (a Poisson process, drawn at every list for
+  // the time since the last), given `interrupt_notice` seconds' notice (AWS gives 120, GCP 30).
+  // 0: only when asked (`interrupt`). Draws are seeded by `seed`, the instance and the time.
+  double interrupt_rate = 0;
+  double interrupt_notice = 120;
+  uint64_t seed = 1;
 };
 
 // Runs one verb of the contract, `in` the request's JSON text, the answer's JSON text in *out:
@@ -31,6 +38,7 @@ struct DevCloudOptions {
 //   create, delete, list  as in provisioner.h; list's instances also carry "processAlive": false
 //                         when the agent is gone (it crashed: the instance is still listed, as a
 //                         cloud keeps a VM whose agent died; it is "booting" until it is deleted).
+//                         With an interrupt_rate, list first draws the spot interruptions due.
 //   bill  {"pool"?} -> {"instances": [{"id", "node", "pool", "spot", "pricePerHour", "seconds",
 //                      "cost"}], "total"}: per-second billing of every instance, deleted ones
 //                      included, from its creation to its deletion (or now).

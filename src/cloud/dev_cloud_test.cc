@@ -342,6 +342,39 @@ TEST_F(DevCloudTest, NeverBootRunsNothing) {
   EXPECT_TRUE(List().empty());
 }
 
+// Interruptions at a rate: spot instances are taken back with the configured notice when a
+// list finds them due (at a rate of 1,000 a second, at the first list); on-demand ones never.
+TEST_F(DevCloudTest, SpotInstancesAreInterruptedAtTheConfiguredRate) {
+  o_.never_boot = true;
+  Json spot = CreateRequestFor({"burst-1"}, 0);
+  spot["spot"] = true;
+  ASSERT_EQ(Run("create", spot.dump()).rc, 0);
+  ASSERT_EQ(Run("create", CreateRequestFor({"burst-2"}, 0).dump()).rc, 0);
+  // Without a rate, a list takes nothing back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (const Instance& i : List()) EXPECT_EQ(i.interrupt_at, 0) << i.node;
+  o_.interrupt_rate = 3.6e6;
+  o_.interrupt_notice = 30;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const double before =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const std::vector<Instance> listed = List();
+  ASSERT_EQ(listed.size(), 2u);
+  for (const Instance& i : listed) {
+    if (i.node == "burst-1") {
+      EXPECT_NEAR(i.interrupt_at, before + 30, 2) << "the spot instance goes in 30 s";
+    } else {
+      EXPECT_EQ(i.interrupt_at, 0) << "an on-demand instance is never taken back";
+    }
+  }
+  // Taken back once: the next list keeps the same deadline.
+  for (const Instance& i : List()) {
+    if (i.node == "burst-1") {
+      EXPECT_NEAR(i.interrupt_at, before + 30, 2);
+    }
+  }
+}
+
 TEST_F(DevCloudTest, CreatingTheSameNodeAgainAnswersTheSameInstance) {
   o_.never_boot = true;
   Outcome first = Run("create", CreateRequestFor({"burst-1"}, 0).dump());

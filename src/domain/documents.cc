@@ -82,6 +82,12 @@ void ClusterSpec(FieldReader& s) {
   s.String("region", false);
   s.Enum("backend", {"agent", "slurm", "kubernetes"}, "agent");
   s.NumberMap("prices", 0);
+  // A job's speed on each model relative to 1: what burst planning weighs prices by.
+  for (const auto& [model, factor] : s.NumberMap("speedFactors", 0)) {
+    if (!(factor > 0 && factor <= 100)) {
+      s.Error("speedFactors", model + ": must be above 0 and at most 100");
+    }
+  }
   s.StringList("datasets");
 }
 

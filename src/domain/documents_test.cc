@@ -78,6 +78,8 @@ TEST(Documents, EveryErrorHasFileLineAndField) {
       {"kind: Team\nmetadata: {name: t\nspec: {}\n", "estate.yaml:"},
       {"kind: Cluster\nmetadata: {name: c}\nspec: {type: moon}\n",
        "spec.type: \"moon\" is not one of on-prem, cloud"},
+      {"kind: Cluster\nmetadata: {name: c}\nspec: {speedFactors: {A100-80GB: 0}}\n",
+       "spec.speedFactors: A100-80GB: must be above 0"},
   };
   for (const Case& c : cases) {
     ErrorList errors;

@@ -87,6 +87,7 @@ BurstPlan PlanBurst(const Snapshot& estate, const Profile& profile,
   for (const WaitingJob& w : waiting) {
     if (!w.job || w.job->tasks.empty()) continue;
     const double gpus = GpusOf(*w.job);
+    const double hours = w.job->runtime_estimate > 0 ? w.job->runtime_estimate / 3600 : 1;
     int32_t best = -1;
     double best_cost = 0;
     for (size_t p = 0; p < pools.size(); ++p) {
@@ -94,7 +95,8 @@ BurstPlan PlanBurst(const Snapshot& estate, const Profile& profile,
       // The estate's own capacity frees up for it before a new node could boot.
       if (w.estimated_start < kNever && w.estimated_start <= now + pools[p].boot_seconds) continue;
       if (!PlaceJob(*boxes[p], *w.job, false)) continue;
-      const double cost = gpus * pools[p].price_per_gpu_hour;
+      // What the job costs there: a slower GPU is cheaper by the hour and dearer by the job.
+      const double cost = gpus * pools[p].price_per_gpu_hour * hours / pools[p].speed;
       if (best < 0 || cost < best_cost ||
           (cost == best_cost && pools[p].boot_seconds < pools[best].boot_seconds)) {
         best = static_cast<int32_t>(p);

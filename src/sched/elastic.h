@@ -14,7 +14,8 @@
 // many nodes, so that jobs that found no room on the estate can start. The jobs are placed, with
 // the estate's own placement profile, on nodes that do not exist yet: the nodes each pool is
 // already booting, then as many new ones of its shape as it may still add. Each job goes to the
-// pool where it costs least (its GPUs at the pool's price per GPU-hour), among the pools whose
+// pool where it costs least (its GPUs at the pool's price per GPU-hour, for as long as it runs
+// there: its estimate, or an hour, divided by the pool's speed), among the pools whose
 // boot delay would start it before the estate's own capacity frees up for it. A pool grows by
 // the new nodes its jobs took. Pure: no clock, no I/O.
 namespace meridian::sched {
@@ -27,6 +28,7 @@ struct ElasticPool {
   int32_t headroom = 0;  // how many more it may ask for (maxNodes less what it has and boots)
   double boot_seconds = 0;
   double price_per_gpu_hour = 0;
+  double speed = 1;       // a job's speed on its GPUs relative to 1: it runs estimate / speed
   bool spot = false;      // for jobs that may be preempted, and that were not taken back too often
   bool available = true;  // false: backed off after failures, or not yet reconciled
 };

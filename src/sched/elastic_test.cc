@@ -18,10 +18,10 @@ class ElasticTest : public ::testing::Test {
         profile_(testing::MakeProfile({{"best-fit", 1.0}}, DeviceChoice::kBestFit)) {}
 
   static Snapshot Build() {
-    // On-prem H100s only: no node of the cloud's A100 model exists yet.
+    // On-prem H100s only: no node of the cloud's A100 and H200 models exists yet.
     auto s = Snapshot::Build(testing::TwoClusters(),
                              {MakeNode({"onprem-0", "H100-80GB", 8, 64000, 256 * 1024})},
-                             domain::GpuCatalog::Builtin(), {"A100-80GB"});
+                             domain::GpuCatalog::Builtin(), {"A100-80GB", "H200-141GB"});
     EXPECT_TRUE(s.ok()) << s.status().message();
     return std::move(*s);
   }
@@ -111,6 +111,16 @@ TEST_F(ElasticTest, TheCheaperPoolGrowsAndAnUnavailableOneIsPassedOver) {
   EXPECT_EQ(Plan({dear, cheap}).grow, std::vector<int32_t>({0, 1}));
   cheap.available = false;  // backed off after its provisioner failed
   EXPECT_EQ(Plan({dear, cheap}).grow, std::vector<int32_t>({1, 0}));
+}
+
+// A job's cost, not a GPU-hour's price: H200s at 6 that run it three times as fast as A100s at
+// 3.5 cost less for the job (2 an hour-of-A100-work against 3.5), and win.
+TEST_F(ElasticTest, ThePoolWhereTheJobCostsLeastWinsNotTheCheapestHour) {
+  Job(1, {Whole(4)});  // any model
+  ElasticPool a100 = Pool("a100", 3.5, 5), h200 = Pool("h200", 6.0, 5, "H200-141GB");
+  EXPECT_EQ(Plan({a100, h200}).grow, std::vector<int32_t>({1, 0})) << "the same speed: by price";
+  h200.speed = 3;
+  EXPECT_EQ(Plan({a100, h200}).grow, std::vector<int32_t>({0, 1}));
 }
 
 TEST_F(ElasticTest, AJobThePoolCannotHoldAsksForNothing) {

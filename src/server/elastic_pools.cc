@@ -525,6 +525,7 @@ bool ElasticPools::Tend(const Round& r, const ElasticPoolSpec& spec, Pool& p,
                                         options_.max_creating_per_pool - creating));
   plan->boot_seconds = spec.boot_seconds;
   plan->price_per_gpu_hour = spec.price_per_gpu_hour;
+  plan->speed = spec.speed;
   plan->spot = spec.spot;
   plan->available = now >= p.backoff_until;
   return true;

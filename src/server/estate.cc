@@ -95,6 +95,9 @@ ElasticPoolSpec ElasticOf(const store::Object& o, const Estate& e) {
     if (auto price = c.price_per_gpu_hour.find(model); price != c.price_per_gpu_hour.end()) {
       p.price_per_gpu_hour = price->second;
     }
+    if (auto f = e.speed_factors.find(c.name); f != e.speed_factors.end()) {
+      if (auto speed = f->second.find(model); speed != f->second.end()) p.speed = speed->second;
+    }
   }
   p.region = s.value("region", p.region);
   if (s.contains("price")) {
@@ -261,6 +264,13 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
     Guarded(o, e.get(), [&] {
       e->clusters.push_back(domain::ClusterOfSpec(o.name, o.spec));
       clusters.insert(o.name);
+      if (o.spec.contains("speedFactors") && o.spec.at("speedFactors").is_object()) {
+        for (const auto& [model, factor] : o.spec.at("speedFactors").items()) {
+          if (factor.is_number() && factor.get<double>() > 0) {
+            e->speed_factors[o.name][model] = factor.get<double>();
+          }
+        }
+      }
     });
   }
   std::vector<Origin> origin;  // of each node in e->nodes

@@ -45,6 +45,7 @@ struct ElasticPoolSpec {
   double idle_timeout = 600;
   double join_timeout = 120;      // an instance not registered by then is deleted
   double price_per_gpu_hour = 0;  // spot or on-demand as the pool is; else its cluster's
+  double speed = 1;               // its cluster's speedFactors for its model
 };
 
 // The scheduler's inputs built from the live desired state: the estate's capacity (clusters;
@@ -61,6 +62,8 @@ struct Estate {
   std::map<std::string, std::string> agent_address;  // registered node -> its agent's address
   std::map<std::string, PoolTraits> pool_traits;     // by pool name
   std::vector<ElasticPoolSpec> elastic_pools;
+  // Each cluster's `speedFactors`: how fast a job runs on a model there, relative to 1.
+  std::map<std::string, std::map<std::string, double>> speed_factors;
   sched::Snapshot snapshot;
   sched::QuotaTree quotas;
   std::map<std::string, int32_t> tenant_of_project;

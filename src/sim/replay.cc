@@ -1,6 +1,7 @@
 #include "sim/replay.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -162,8 +163,9 @@ std::vector<std::string> ReplayPolicyNames() { return {"fifo", "sjf", "las", "me
 
 namespace {
 
-// Replays of the same jobs, one per entry of `runs`, as many at once as there are cores;
-// `progress` (may be empty) hears, serialised, the fraction done by the slowest.
+// Replays of the same jobs, one per entry of `runs`, as many at once as there are cores (each
+// worker takes the next run when it is done with one); `progress` (may be empty) hears,
+// serialised, the fraction done over all of them.
 std::vector<base::Result<ReplayResult>> RunAll(const ReplayCluster& cluster,
                                                const std::vector<ReplayJob>& jobs,
                                                std::vector<ReplayOptions> runs,
@@ -176,20 +178,23 @@ std::vector<base::Result<ReplayResult>> RunAll(const ReplayCluster& cluster,
       runs[i].progress = [&, i](double fraction) {
         std::lock_guard<std::mutex> lock(mu);
         done[i] = fraction;
-        progress(*std::min_element(done.begin(), done.end()));
+        double sum = 0;
+        for (double d : done) sum += d;
+        progress(sum / static_cast<double>(done.size()));
       };
     }
     results[i] = RunReplay(cluster, jobs, runs[i]);
   };
-  const size_t width = std::max(1u, std::thread::hardware_concurrency());
-  for (size_t from = 0; from < runs.size(); from += width) {
-    std::vector<std::thread> threads;
-    for (size_t i = from + 1; i < std::min(runs.size(), from + width); ++i) {
-      threads.emplace_back(run, i);
-    }
-    run(from);
-    for (std::thread& t : threads) t.join();
-  }
+  std::atomic<size_t> taken{0};
+  auto worker = [&] {
+    for (size_t i; (i = taken.fetch_add(1)) < runs.size();) run(i);
+  };
+  const size_t width =
+      std::min<size_t>(runs.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (size_t w = 1; w < width; ++w) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
   return results;
 }
 
@@ -241,7 +246,7 @@ std::vector<base::Result<ReplayResult>> RunBurstReplays(
   for (size_t i = 0; i < results.size(); ++i) {
     if (!results[i].ok()) continue;
     char label[64];
-    std::snprintf(label, sizeof label, "burst <= %g", runs[i].burst_budget);
+    std::snprintf(label, sizeof label, "burst <= %.2f", runs[i].burst_budget);
     results[i]->policy = !runs[i].burst              ? "on-prem only"
                          : runs[i].burst_budget >= 0 ? label
                                                      : "burst";
@@ -359,8 +364,8 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   double cloud_rate = 0;  // per hour, of the instances billed now
   double billed_nodes = 0;
   double period_spend = 0;  // on instances in this budget period (30 days of trace time)
-  int64_t period = 0;
   constexpr double kBudgetPeriod = 30 * 86400.0;
+  double period_end = jobs[arrival.front()].submit_time + kBudgetPeriod;  // of the first
   constexpr double kPlanInterval = 30;  // the burst plan, at most this often in trace time
   double next_plan = -HUGE_VAL;
   bool plan_queued = false;
@@ -390,20 +395,31 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   int64_t jain_n = 0;
   double now = first;
 
+  size_t next = 0;  // the next job to arrive, in arrival order
   auto advance = [&](double to) {
     const double dt = to - now;
     if (dt > 0) {
+      // Instances are billed until they are released; a period's spend is what fell within it.
+      res.cloud_cost += cloud_rate * dt / 3600.0;
+      res.cloud_node_hours += billed_nodes * dt / 3600.0;
+      double from = now;
+      while (to >= period_end) {
+        res.peak_period_spend =
+            std::max(res.peak_period_spend, period_spend + cloud_rate * (period_end - from) / 3600);
+        period_spend = 0;
+        from = period_end;
+        period_end += kBudgetPeriod;
+      }
+      period_spend += cloud_rate * (to - from) / 3600.0;
+      res.peak_period_spend = std::max(res.peak_period_spend, period_spend);
+    }
+    // The estate's use counts while there is work; the tail in which idle elastic nodes wait to
+    // be released is billing alone.
+    const bool work = running > 0 || pending > 0 || next < arrival.size();
+    if (dt > 0 && work) {
       res.utilization += alloc * dt;
       capacity_time += capacity * dt;
       res.cost += rate * dt / 3600.0;
-      res.cloud_cost += cloud_rate * dt / 3600.0;
-      res.cloud_node_hours += billed_nodes * dt / 3600.0;
-      const int64_t p = static_cast<int64_t>(std::floor((to - first) / kBudgetPeriod));
-      if (p != period) {
-        period = p;
-        period_spend = 0;
-      }
-      period_spend += cloud_rate * dt / 3600.0;
       res.idle_gpu_hours += (capacity - alloc) * dt / 3600.0;
       if (pending > 0) res.idle_gpu_hours_queued += (capacity - alloc) * dt / 3600.0;
       for (size_t p = 0; p < n_projects; ++p)
@@ -439,7 +455,6 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   std::unordered_map<int64_t, size_t> index_of;
   for (size_t i = 0; i < jobs.size(); ++i) index_of[jobs[i].id] = i;
 
-  size_t next = 0;
   bool cloud_blocked = false;  // a spent block-cloud budget holds the elastic nodes out
   while (next < arrival.size() || !events.empty()) {
     // A plan due when nothing waits has nothing to plan for: it must not stretch the replay.
@@ -481,12 +496,9 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
           capacity += n.gpus;
           events.push({now + pool.idle_timeout, e.job, 0, What::kIdle});
         } else if (e.what == What::kIdle && n.state == Up::kUp) {
-          // Released once seen empty for its idle timeout; looked at again until then.
-          if (!node_empty(n.node)) {
-            n.idle_since = -1;
-          } else if (n.idle_since < 0) {
-            n.idle_since = now;
-          } else if (now - n.idle_since >= pool.idle_timeout) {
+          // Released once empty for its idle timeout (idle_since is kept after every cycle);
+          // looked at again when that would be.
+          if (n.idle_since >= 0 && now - n.idle_since >= pool.idle_timeout) {
             n.state = Up::kOff;
             sched.SetSchedulable(n.node, false);
             capacity -= n.gpus;
@@ -532,6 +544,13 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       }
     }
     sched::CycleResult r = sched.Cycle(now);
+    // Which up elastic nodes hold nothing now, and since when.
+    for (ElasticNode& n : elastic) {
+      if (n.state != Up::kUp) continue;
+      const bool empty = node_empty(n.node);
+      if (!empty) n.idle_since = -1;
+      if (empty && n.idle_since < 0) n.idle_since = now;
+    }
     // Starts first: a job may start and be preempted within one cycle.
     for (const sched::StartDecision& d : r.started) {
       const size_t i = index_of.at(d.job);
@@ -575,9 +594,8 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       const bool spent = options.burst_budget >= 0 && period_spend >= options.burst_budget;
       if (spent) {
         // Blocked until the next period starts, when the budget is whole again.
-        const double next_period = first + static_cast<double>(period + 1) * kBudgetPeriod;
         if (!plan_queued) {
-          events.push({next_period, 0, 0, What::kPlan});
+          events.push({std::max(period_end, now + 1), 0, 0, What::kPlan});
           plan_queued = true;
         }
       } else if (now < next_plan) {

@@ -98,11 +98,12 @@ struct ReplayResult {
   // request to its release, idle time and boot included), their node-hours, and how many
   // nodes were asked for.
   double cloud_cost = 0;
+  double peak_period_spend = 0;  // the most spent on instances in one 30-day period
   double cloud_node_hours = 0;
   int64_t nodes_grown = 0;
   double budget = -1;        // the burst budget it ran under (per 30 days); negative: none
   bool block_cloud = false;  // and whether a spent one took the cloud nodes out of placement
-  double total_gpus = 0;     // the estate's, elastic pools' nodes included
+  double total_gpus = 0;     // the estate's, elastic pools' nodes left out
   std::vector<ProjectStats> projects;
   std::vector<ReplaySample> samples;
   double wall_seconds = 0;

@@ -39,7 +39,7 @@ void ReadNodeGroup(const domain::SourceDoc& doc, const Json& g, const std::strin
   if (is_elastic) {
     FieldReader e = r.Nested("elastic");
     elastic.boot_delay = e.Duration("boot_delay", 0, 86400, elastic.boot_delay);
-    elastic.idle_timeout = e.Duration("idle_timeout", 0, 30 * 86400.0, elastic.idle_timeout);
+    elastic.idle_timeout = e.Duration("idle_timeout", 1, 30 * 86400.0, elastic.idle_timeout);
     elastic.price_per_gpu_hour = e.Number("price", 0, 1e6, -1);
     e.Finish();
     if (declared) r.Error("elastic", "a group is declared or elastic, not both");

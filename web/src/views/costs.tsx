@@ -68,7 +68,8 @@ function spendSeries(report: UsageSeries, budgets: Budget[], by: string, now: nu
   });
   for (const b of budgets) {
     const scope = scopeOf(b);
-    if (scope.level !== by || !b.spec.amount) continue;
+    // A budget that counts some clusters only is not drawn against its scope's whole spend.
+    if (scope.level !== by || !b.spec.amount || b.spec.clusters?.length) continue;
     series.push({ label: `budget ${b.metadata.name}`, values: at.map(() => b.spec.amount!), dash: [6, 4] });
     const s = b.status;
     if (!s || b.spec.period !== 'month') continue;
@@ -82,7 +83,7 @@ function spendSeries(report: UsageSeries, budgets: Budget[], by: string, now: nu
 }
 
 export function CostsView() {
-  const [by, setBy] = useState<'project' | 'team' | 'cluster'>('project');
+  const [by, setBy] = useState<'project' | 'team' | 'organization' | 'cluster'>('project');
   // The month to now, hour by hour; the path changes once an hour, not at every render.
   const hour = Math.floor(Date.now() / 1000 / HOUR) * HOUR;
   const [from, end] = monthOf(hour);
@@ -133,10 +134,11 @@ export function CostsView() {
           <select value={by} onChange={(e) => setBy((e.target as HTMLSelectElement).value as typeof by)}>
             <option value="project">project</option>
             <option value="team">team</option>
+            <option value="organization">organization</option>
             <option value="cluster">cluster</option>
           </select>
         </label>
-        {chart && <Chart title={`Cumulative cost by ${by}, with the budgets of each ${by} and their forecasts`} at={chart.at} series={chart.series} unit="cost" testId="spend-chart" />}
+        {chart && <Chart title={by === 'cluster' ? 'Cumulative cost by cluster' : `Cumulative cost by ${by}, with the budgets of each ${by} and their forecasts`} at={chart.at} series={chart.series} unit="cost" testId="spend-chart" />}
         {report.data && (
           <Table
             testId="spend"
