@@ -97,12 +97,14 @@ class ElasticPoolTest : public ::testing::Test {
     return Cloud(name, "list", Json::object()).value("instances", Json::array()).size();
   }
 
-  int64_t Submit(const std::string& name, const std::string& command) {
+  int64_t Submit(const std::string& name, const std::string& command,
+                 const Json& more = Json::object()) {
     Json spec = {{"gpus", 4},
                  {"gpuModels", {"A100-80GB"}},
                  {"cpuMilli", 4000},
                  {"memoryMib", 8192},
                  {"command", {"sh", "-c", command}}};
+    spec.update(more);
     Json job = {{"metadata", {{"name", name}, {"project", "research"}}}, {"spec", spec}};
     HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_, job.dump());
     EXPECT_EQ(r.status, 201) << r.text;
@@ -374,7 +376,27 @@ TEST_F(ElasticPoolTest, ASpentBudgetAsksForNoNewNodeAndTheThresholdsAlertOnceEac
         "---\nkind: AlertReceiver\nmetadata: {name: hook}\n"
         "spec: {type: webhook, url: \"" +
         hook.Url("/budget") + "\"}\n");
-  const int64_t first = Submit("spender", "sleep 600");
+  // A job expected to run an hour would cost 14,400 on a new node: more than the budget has.
+  const int64_t dear = Submit("too-dear", "sleep 600", {{"runtimeEstimate", "1h"}});
+  std::string dear_reason;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        dear_reason = GetJob(*server_, admin_, dear)["status"].value("reason", "");
+        return dear_reason.find("less than this job would cost") != std::string::npos;
+      },
+      30))
+      << dear_reason << "\n"
+      << Logs();
+  EXPECT_NE(dear_reason.find("budget research-monthly has 60.00 left, less than this job would "
+                             "cost on a new node (14400.00)"),
+            std::string::npos)
+      << dear_reason;
+  EXPECT_EQ(Instances("fake-cloud"), 0u);
+  ASSERT_EQ(
+      Http(*server_, "POST", "/api/v1/jobs/" + std::to_string(dear) + "/cancel", admin_).status,
+      200);
+  // Estimated at 10 s (40), it fits; it runs on, past its estimate, and spends the budget.
+  const int64_t first = Submit("spender", "sleep 600", {{"runtimeEstimate", "10s"}});
   ASSERT_TRUE(Eventually([&] { return JobPhase(*server_, admin_, first) == "Running"; }, 60))
       << Logs();
   EXPECT_EQ(Instances("fake-cloud"), 1u);

@@ -77,7 +77,7 @@ double GpusOf(const JobSpec& job) {
 
 BurstPlan PlanBurst(const Snapshot& estate, const Profile& profile,
                     const std::vector<WaitingJob>& waiting, const std::vector<ElasticPool>& pools,
-                    double now, uint64_t seed) {
+                    double now, uint64_t seed, std::vector<double> budget_left) {
   BurstPlan plan;
   plan.grow.assign(pools.size(), 0);
   std::vector<std::unique_ptr<Sandbox>> boxes;
@@ -103,7 +103,16 @@ BurstPlan PlanBurst(const Snapshot& estate, const Profile& profile,
         best_cost = cost;
       }
     }
-    if (best >= 0 && PlaceJob(*boxes[best], *w.job, true)) plan.pool_of_job[w.job->id] = best;
+    if (best < 0) continue;
+    const bool budgeted = w.budget >= 0 && static_cast<size_t>(w.budget) < budget_left.size();
+    if (budgeted && best_cost > budget_left[static_cast<size_t>(w.budget)]) {
+      plan.over_budget[w.job->id] = best_cost;
+      continue;
+    }
+    if (PlaceJob(*boxes[best], *w.job, true)) {
+      plan.pool_of_job[w.job->id] = best;
+      if (budgeted) budget_left[static_cast<size_t>(w.budget)] -= best_cost;
+    }
   }
   for (size_t p = 0; p < pools.size(); ++p) {
     if (!boxes[p]) continue;

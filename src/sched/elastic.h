@@ -38,18 +38,25 @@ struct WaitingJob {
   const JobSpec* job = nullptr;
   double estimated_start = kNever;
   bool avoid_spot = false;  // it may not be preempted, or spot nodes were taken from it too often
+  int32_t budget = -1;      // the budget it is charged to (an index of PlanBurst's budget_left)
 };
 
 struct BurstPlan {
   std::vector<int32_t> grow;               // new nodes per pool, by the pools' order
   std::map<int64_t, int32_t> pool_of_job;  // the pool each job that can go to one waits for
+  // Jobs a pool could hold whose cost there is more than their budget has left: none is asked
+  // for them. Job -> what it would cost.
+  std::map<int64_t, double> over_budget;
 };
 
 // At most this many nodes of a pool are considered in one plan (booting and new together).
 inline constexpr int32_t kMaxPlannedNodesPerPool = 256;
 
+// `budget_left`: money left in each budget (docs/adr/0041-budgets.md) that waiting jobs name; a
+// job is planned only while its cost in its pool (GPUs × price × its estimate, or an hour, ÷
+// the pool's speed) fits in what its budget has left, which it then takes from it.
 BurstPlan PlanBurst(const Snapshot& estate, const Profile& profile,
                     const std::vector<WaitingJob>& waiting, const std::vector<ElasticPool>& pools,
-                    double now, uint64_t seed);
+                    double now, uint64_t seed, std::vector<double> budget_left = {});
 
 }  // namespace meridian::sched

@@ -123,6 +123,28 @@ TEST_F(ElasticTest, ThePoolWhereTheJobCostsLeastWinsNotTheCheapestHour) {
   EXPECT_EQ(Plan({a100, h200}).grow, std::vector<int32_t>({0, 1}));
 }
 
+// A 4-GPU job estimated at two hours costs 28 on an A100 at 3.5. With 100 left, three fit (84);
+// with 60 left, two (56), and the third, which would cost 28 of the 4 left, asks for nothing.
+TEST_F(ElasticTest, APlanAsksForNoMoreThanItsBudgetHasLeft) {
+  for (int i = 1; i <= 3; ++i) {
+    Job(i, {Whole(4)}, "A100-80GB").runtime_estimate = 2 * 3600;
+  }
+  std::vector<WaitingJob> waiting = Waiting();
+  for (WaitingJob& w : waiting) w.budget = 0;
+  BurstPlan plan = PlanBurst(estate_, profile_, waiting, {Pool("a100", 3.5, 5)}, 1000, 7, {100});
+  EXPECT_EQ(plan.pool_of_job.size(), 3u) << "28 each: 84 fits in 100";
+  plan = PlanBurst(estate_, profile_, waiting, {Pool("a100", 3.5, 5)}, 1000, 7, {60});
+  EXPECT_EQ(plan.pool_of_job.size(), 2u);
+  ASSERT_EQ(plan.over_budget.size(), 1u);
+  EXPECT_NEAR(plan.over_budget.begin()->second, 28, 1e-9);
+  EXPECT_EQ(plan.grow, std::vector<int32_t>({1})) << "two 4-GPU jobs share one 8-GPU node";
+  for (WaitingJob& w : waiting) w.budget = -1;
+  EXPECT_EQ(PlanBurst(estate_, profile_, waiting, {Pool("a100", 3.5, 5)}, 1000, 7, {60})
+                .pool_of_job.size(),
+            3u)
+      << "jobs of no budget are not held back";
+}
+
 TEST_F(ElasticTest, AJobThePoolCannotHoldAsksForNothing) {
   Job(1, {Whole(8)}, "H100-80GB");   // another model
   Job(2, {Whole(16)}, "A100-80GB");  // more GPUs than an instance has

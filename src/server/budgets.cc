@@ -215,6 +215,24 @@ std::map<std::string, BudgetBlock> BudgetWatch::Blocks() const {
   return out;
 }
 
+std::map<std::string, BudgetRoom> BudgetWatch::Room() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, BudgetRoom> out;
+  for (const BudgetReading& r : readings_) {
+    if (r.budget.amount <= 0 || r.budget.action == domain::BudgetAction::kAlert ||
+        r.status.blocks_bursts) {
+      continue;
+    }
+    const double left = std::max(0.0, r.budget.amount - r.status.use.cost);
+    for (const auto& [project, team] : tenancy_.team_of_project) {
+      if (!tenancy_.Contains(ScopeOf(r.budget), project)) continue;
+      auto it = out.find(project);
+      if (it == out.end() || left < it->second.left) out[project] = {r.budget.name, left};
+    }
+  }
+  return out;
+}
+
 std::vector<AlertInputs::BudgetThreshold> BudgetWatch::AlertThresholds() const {
   std::lock_guard<std::mutex> lock(mu_);
   return BudgetAlerts(readings_);

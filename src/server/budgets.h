@@ -55,6 +55,13 @@ struct BudgetBlock {
   bool cloud = false;  // no placement on a node of a cloud cluster either (block-cloud)
 };
 
+// What a budget that is not spent yet has left, for burst planning: a plan asks for no node a
+// job would cost more on than its budget has left (sched/elastic.h).
+struct BudgetRoom {
+  std::string budget;
+  double left = 0;  // money
+};
+
 struct BudgetWatchOptions {
   double interval = 10;  // seconds between evaluations
 };
@@ -78,6 +85,9 @@ class BudgetWatch final : public api::BudgetHooks {
   // The projects a spent budget holds back; a project under several such budgets is held by the
   // first by name.
   std::map<std::string, BudgetBlock> Blocks() const;
+  // By project, the tightest money budget that would stop bursts once spent and is not spent
+  // yet (the one with least left).
+  std::map<std::string, BudgetRoom> Room() const;
   // Every crossed threshold of every budget, for the budget-threshold alert.
   std::vector<AlertInputs::BudgetThreshold> AlertThresholds() const;
   // meridian_budget_* families into `out` (a fresh registry, as TelemetryMetrics does).

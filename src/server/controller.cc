@@ -592,7 +592,8 @@ Status SchedulerController::RunOnce() {
   SayBudgetKeptOut(blocks, result);
   Status s = Commit(result, now);
   if (s.ok() && elastic_)
-    elastic_->Step(now, *estate_, *scheduler_, result, refused_, blocks, &reasons_);
+    elastic_->Step(now, *estate_, *scheduler_, result, refused_, blocks,
+                   budget_room_ ? budget_room_() : std::map<std::string, BudgetRoom>{}, &reasons_);
   Publish(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return s;
 }

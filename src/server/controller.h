@@ -87,8 +87,10 @@ class SchedulerController final : public api::SchedulerHooks {
   // The projects whose spent budget holds back new cloud capacity (server/budgets.h), read at
   // each round: burst planning passes over their jobs, and a block-cloud budget keeps them off
   // cloud clusters. Call before Start.
-  void SetBudgetBlocks(std::function<std::map<std::string, BudgetBlock>()> blocks) {
+  void SetBudgetBlocks(std::function<std::map<std::string, BudgetBlock>()> blocks,
+                       std::function<std::map<std::string, BudgetRoom>()> room = {}) {
     budget_blocks_ = std::move(blocks);
+    budget_room_ = std::move(room);
   }
 
   // One round: follow the event log, run a cycle, commit its decisions. Start() calls it from
@@ -267,6 +269,7 @@ class SchedulerController final : public api::SchedulerHooks {
   // Last: destroyed first, its worker joined while the wake-up it calls still exists.
   std::unique_ptr<ElasticPools> elastic_;
   std::function<std::map<std::string, BudgetBlock>()> budget_blocks_;
+  std::function<std::map<std::string, BudgetRoom>()> budget_room_;
 };
 
 }  // namespace meridian::server

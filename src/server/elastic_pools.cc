@@ -534,7 +534,8 @@ bool ElasticPools::Tend(const Round& r, const ElasticPoolSpec& spec, Pool& p,
 void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& scheduler,
                         const sched::CycleResult& cycle,
                         const std::map<int64_t, sched::JobSpec>& refused,
-                        const std::map<std::string, BudgetBlock>& blocks, PendingReasons* reasons) {
+                        const std::map<std::string, BudgetBlock>& blocks,
+                        const std::map<std::string, BudgetRoom>& room, PendingReasons* reasons) {
   if (estate.elastic_pools.empty() && pools_.empty()) return;
   Round r;
   r.now = now;
@@ -624,13 +625,44 @@ void ElasticPools::Step(double now, const Estate& estate, sched::Scheduler& sche
       if (waiting.size() >= kMaxWaiting) break;
       if (!held_back(job)) waiting.push_back({&job, sched::kNever});
     }
+    // What each budget has left, and the budget each job is charged to.
+    std::vector<double> budget_left;
+    std::vector<const BudgetRoom*> budget_of;
+    std::map<int32_t, int32_t> budget_of_tenant;
+    for (const auto& [project, tenant] : estate.tenant_of_project) {
+      auto r = room.find(project);
+      if (r == room.end()) continue;
+      int32_t index = -1;
+      for (size_t b = 0; b < budget_of.size(); ++b) {
+        if (budget_of[b]->budget == r->second.budget) index = static_cast<int32_t>(b);
+      }
+      if (index < 0) {
+        index = static_cast<int32_t>(budget_of.size());
+        budget_of.push_back(&r->second);
+        budget_left.push_back(r->second.left);
+      }
+      budget_of_tenant[tenant] = index;
+    }
     for (sched::WaitingJob& w : waiting) {
+      auto b = budget_of_tenant.find(w.job->tenant);
+      if (b != budget_of_tenant.end()) w.budget = b->second;
       auto lost = interruptions_.find(w.job->id);
       w.avoid_spot = !w.job->preemptible ||
                      (lost != interruptions_.end() && lost->second >= kMaxSpotInterruptions);
     }
     sched::BurstPlan plan = sched::PlanBurst(snap, scheduler.profile(), waiting, plan_pools, now,
-                                             static_cast<uint64_t>(now * 1000));
+                                             static_cast<uint64_t>(now * 1000), budget_left);
+    for (const auto& [job, cost] : plan.over_budget) {
+      const sched::JobSpec* spec = scheduler.Find(job);
+      if (!spec && refused.count(job)) spec = &refused.at(job);
+      auto b = spec ? budget_of_tenant.find(spec->tenant) : budget_of_tenant.end();
+      if (b == budget_of_tenant.end()) continue;
+      const BudgetRoom& r = *budget_of[static_cast<size_t>(b->second)];
+      reasons->Set(job, fmt::format("waits for capacity; budget {} has {:.2f} left, less than this "
+                                    "job would cost on a new node ({:.2f}): no new cloud node is "
+                                    "asked for it",
+                                    r.budget, r.left, cost));
+    }
     for (size_t i = 0; i < plan_pools.size(); ++i) {
       if (plan.grow[i] > 0) Grow(*specs[i], pools_[specs[i]->name], plan.grow[i], now);
     }

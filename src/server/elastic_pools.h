@@ -57,10 +57,12 @@ class ElasticPools {
   // One round, under the controller's lock, after the cycle's decisions were committed.
   // `refused`: pending jobs the scheduler was not given, as no node of the estate could ever hold
   // them (a pool's model that no node has yet); they wait for one to join. `blocks`: projects
-  // whose spent budget asks for no new node (server/budgets.h).
+  // whose spent budget asks for no new node, `room` what the others' budgets have left
+  // (server/budgets.h).
   void Step(double now, const Estate& estate, sched::Scheduler& scheduler,
             const sched::CycleResult& cycle, const std::map<int64_t, sched::JobSpec>& refused,
-            const std::map<std::string, BudgetBlock>& blocks, PendingReasons* reasons);
+            const std::map<std::string, BudgetBlock>& blocks,
+            const std::map<std::string, BudgetRoom>& room, PendingReasons* reasons);
 
   // A pool whose provisioning failed and has not come right since: what the provisioning-failed
   // alert fires for (server/alert_eval.h).

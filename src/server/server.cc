@@ -265,7 +265,8 @@ Status RunServer(const ServerOptions& o) {
   budgets.OnChange([&controller] { controller.Wake(); });
   api.ServeBudgets(&budgets);
   alerts.SetBudgetSource([&budgets] { return budgets.AlertThresholds(); });
-  controller.SetBudgetBlocks([&budgets] { return budgets.Blocks(); });
+  controller.SetBudgetBlocks([&budgets] { return budgets.Blocks(); },
+                             [&budgets] { return budgets.Room(); });
   metrics.AddCollector([&budgets] {
     api::Metrics m;
     budgets.Render(&m);

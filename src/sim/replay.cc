@@ -628,8 +628,14 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
           }
           pools.push_back(std::move(ep));
         }
+        // A budget plans no more than it has left, as the server's does.
+        std::vector<double> left;
+        if (options.burst_budget >= 0) {
+          left.push_back(std::max(0.0, options.burst_budget - period_spend));
+          for (sched::WaitingJob& w : waiting) w.budget = 0;
+        }
         const sched::BurstPlan plan =
-            sched::PlanBurst(snap, sched.profile(), waiting, pools, now, options.seed);
+            sched::PlanBurst(snap, sched.profile(), waiting, pools, now, options.seed, left);
         for (size_t p = 0; p < pools.size(); ++p) {
           int32_t grow = plan.grow[p];
           for (size_t k = 0; k < elastic.size() && grow > 0; ++k) {
