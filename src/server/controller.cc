@@ -530,29 +530,31 @@ void SchedulerController::FollowMix(double now) {
   metrics_->Add("meridian_scheduler_mix_changes_total", {}, 1);
 }
 
-void SchedulerController::ExcludeCloud(const std::map<std::string, BudgetBlock>& blocks) {
+std::map<int32_t, const BudgetBlock*> SchedulerController::KeptOffCloud(
+    const std::map<std::string, BudgetBlock>& blocks) const {
+  std::map<int32_t, const BudgetBlock*> kept;
+  for (const auto& [project, block] : blocks) {
+    auto tenant = estate_->tenant_of_project.find(project);
+    if (block.cloud && tenant != estate_->tenant_of_project.end()) kept[tenant->second] = &block;
+  }
+  return kept;
+}
+
+void SchedulerController::ExcludeCloud(const std::map<int32_t, const BudgetBlock*>& kept) {
   sched::Mask cloud = 0;
   const std::vector<sched::ClusterState>& clusters = scheduler_->snapshot().clusters;
   for (size_t c = 0; c < clusters.size(); ++c) {
     if (clusters[c].kind == domain::SiteKind::kCloud) cloud |= sched::Bit(static_cast<int>(c));
   }
   std::map<int32_t, sched::Mask> excluded;
-  for (const auto& [project, block] : blocks) {
-    auto tenant = estate_->tenant_of_project.find(project);
-    if (block.cloud && cloud && tenant != estate_->tenant_of_project.end()) {
-      excluded[tenant->second] = cloud;
-    }
+  if (cloud) {
+    for (const auto& [tenant, block] : kept) excluded[tenant] = cloud;
   }
   scheduler_->ExcludeClusters(std::move(excluded));
 }
 
-void SchedulerController::SayBudgetKeptOut(const std::map<std::string, BudgetBlock>& blocks,
+void SchedulerController::SayBudgetKeptOut(const std::map<int32_t, const BudgetBlock*>& kept,
                                            const sched::CycleResult& result) {
-  std::map<int32_t, const BudgetBlock*> kept;
-  for (const auto& [project, block] : blocks) {
-    auto tenant = estate_->tenant_of_project.find(project);
-    if (block.cloud && tenant != estate_->tenant_of_project.end()) kept[tenant->second] = &block;
-  }
   if (kept.empty()) return;
   for (const auto& [id, why] : result.pending) {
     const sched::JobSpec* job = scheduler_->Find(id);
@@ -584,12 +586,13 @@ Status SchedulerController::RunOnce() {
   FollowMix(now);
   const std::map<std::string, BudgetBlock> blocks =
       budget_blocks_ ? budget_blocks_() : std::map<std::string, BudgetBlock>{};
-  ExcludeCloud(blocks);
+  const std::map<int32_t, const BudgetBlock*> kept = KeptOffCloud(blocks);
+  ExcludeCloud(kept);
   sched::CycleResult result = scheduler_->Cycle(now);
   std::vector<int64_t> started;
   for (const sched::StartDecision& d : result.started) started.push_back(d.job);
   reasons_.Update(result.pending, started);
-  SayBudgetKeptOut(blocks, result);
+  SayBudgetKeptOut(kept, result);
   Status s = Commit(result, now);
   if (s.ok() && elastic_)
     elastic_->Step(now, *estate_, *scheduler_, result, refused_, blocks,

@@ -199,9 +199,12 @@ class SchedulerController final : public api::SchedulerHooks {
   // the profile for it: what placement keeps room for follows the queue, not one trace.
   void FollowMix(double now);
   // Keeps the jobs of projects under a spent block-cloud budget off cloud clusters.
-  void ExcludeCloud(const std::map<std::string, BudgetBlock>& blocks);
+  // The tenants a block-cloud budget keeps off cloud clusters, each with its block.
+  std::map<int32_t, const BudgetBlock*> KeptOffCloud(
+      const std::map<std::string, BudgetBlock>& blocks) const;
+  void ExcludeCloud(const std::map<int32_t, const BudgetBlock*>& kept);
   // The pending reason of a job a block-cloud budget keeps off cloud clusters names the budget.
-  void SayBudgetKeptOut(const std::map<std::string, BudgetBlock>& blocks,
+  void SayBudgetKeptOut(const std::map<int32_t, const BudgetBlock*>& kept,
                         const sched::CycleResult& result);
   static constexpr double kMixCheckSeconds = 30;
 
