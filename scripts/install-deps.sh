@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build clang clang-format libclang-rt-14-dev
+  build-essential cmake ninja-build clang lld clang-format libclang-rt-14-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libyaml-cpp-dev libyaml-dev
   libsqlite3-dev libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev pkg-config openssl

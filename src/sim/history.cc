@@ -304,7 +304,7 @@ ReplaySetup SetupOfDocuments(const ReplayCluster& trace, const Json& documents) 
   for (const auto& [name, spec] : OfKind(documents, "Cluster")) {
     domain::Cluster c = domain::ClusterOfSpec(name, *spec);
     auto it = std::find_if(out.cluster.clusters.begin(), out.cluster.clusters.end(),
-                           [&](const domain::Cluster& k) { return k.name == name; });
+                           [&](const domain::Cluster& k) { return k.name == c.name; });
     if (it == out.cluster.clusters.end()) {
       out.cluster.clusters.push_back(std::move(c));
     } else {
