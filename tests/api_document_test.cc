@@ -231,6 +231,13 @@ class ApiDocumentTest : public ::testing::Test {
     ASSERT_TRUE(Eventually(
         [&] { return !Http(*server_, "GET", "/api/v1/history?since=0", a).body["at"].empty(); },
         10));
+    // A budget's answer carries its status once the server has evaluated it (at once after a
+    // configuration change): waited for, so that the document's BudgetStatus is checked.
+    ASSERT_TRUE(Eventually(
+        [&] {
+          return Http(*server_, "GET", "/api/v1/budgets/research", a).body.contains("status");
+        },
+        30));
   }
 
   base::testing::TempDir dir_;
