@@ -19,7 +19,6 @@ deps:
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
 
-
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD) -j $(JOBS)
 
@@ -46,8 +45,9 @@ test-release: build
 # submissions and kill -9 of the leader among replicas (ServerOnPostgres' kill -9 with a second
 # server following, and the agents' outage tests, restart servers under ASan), an elastic pool's
 # minute-long grow-and-shrink cycle and a budget's minute-long spend (scale-up, cordon and delete
-# run in the shorter elastic tests; budget evaluation and gating in process, in BudgetEvaluation
-# and ElasticTest), and the Debian package (the packaged configuration's reader is ConfigFile's).
+# run in the shorter elastic tests; ApiDocumentTest's server evaluates a budget, and gating runs
+# in process in BudgetEvaluation and ElasticTest), and the Debian package (the packaged
+# configuration's reader is ConfigFile's).
 # The three added last took 153 s of test time under ASan (ADR 0042). ASAN_EXCLUDE= runs them all.
 ASAN_EXCLUDE ?= ^(DashboardTest|DashboardSsoTest|ArraysTest\.FiftyThousandElementsInOneRequestListedAsOneLine|StarvationTest\.TenThousandIdleConnectionsLeaveRoomForEveryoneElse|SecurityTest\.AListingOfLargeSpecsIsBoundedInBytesAndContinues|AgentTest\.ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNoneTwice|ServerReplicas\.KillNineOfTheLeaderLosesNoAcknowledgedJobAndRunsNoneTwiceAtOnce|ElasticPoolTest\.GrowsFromZeroForWaitingWorkAndShrinksBackWhenIdle|ElasticPoolTest\.ASpentBudgetAsksForNoNewNodeAndTheThresholdsAlertOnceEach|Package\.InstallsIntoAScratchRootAndItsServerStartsFromThePackagedConfig)$$
 
