@@ -20,7 +20,9 @@
 #include "agent/gpu_devices.h"
 #include "agent/simulated_gpus.h"
 #include "agent/task_isolation.h"
+#include "base/clock.h"
 #include "base/command.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "base/strings.h"
 
@@ -33,19 +35,8 @@ namespace {
 constexpr int64_t kUploadChunk = 256 * 1024;
 constexpr double kMaxBackoff = 60;
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 Json ReadJson(const std::string& path) {
-  Json j = Json::parse(ReadAll(path), nullptr, false);
+  Json j = Json::parse(base::ReadWholeFile(path), nullptr, false);
   return j.is_discarded() ? Json() : j;
 }
 
@@ -83,8 +74,9 @@ bool Alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM);
 // another program since. (A child of this agent keeps its pid until reaped, and between fork
 // and exec it does not look like a shim yet.)
 bool ShimAlive(int pid) {
-  return Alive(pid) && ReadAll("/proc/" + std::to_string(pid) + "/cmdline").find("meridian-shim") !=
-                           std::string::npos;
+  return Alive(pid) &&
+         base::ReadWholeFile("/proc/" + std::to_string(pid) + "/cmdline").find("meridian-shim") !=
+             std::string::npos;
 }
 
 int SignalNumber(const std::string& name) {
@@ -151,7 +143,7 @@ Status Agent::Register() {
                         g.mig_enabled, true, ""});
   }
   Json body = protocol::ToJson(reg);
-  const double sent = Now();
+  const double sent = base::WallClockNow();
   auto r = client_.Call("POST", "/api/v1/agents/register", &body);
   if (!r.ok()) return r.status();
   if (r->status == 401 && credentialed_) {
@@ -223,7 +215,7 @@ Status Agent::Beat() {
   auto states = States();
   beat.remediations = remediated_;
   Json body = protocol::ToJson(beat);
-  const double sent = Now();
+  const double sent = base::WallClockNow();
   auto r = client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
   if (!r.ok()) return r.status();
   if (r->status == 404) {
@@ -269,19 +261,20 @@ Status Agent::Run(const std::atomic<bool>& stop) {
   }
   if (Status s = Recover(); !s.ok()) return s;
   // A credential from an earlier life of the agent: the node is this one, registered before.
-  const std::string kept = ReadAll(o_.work_dir + "/credential");
+  const std::string kept = base::ReadWholeFile(o_.work_dir + "/credential");
   if (!kept.empty()) UseCredential(kept.substr(0, kept.find_last_not_of(" \n") + 1), false);
   double backoff = 0.5;
   // Sleeps until the next heartbeat is due, or sooner: the server rang (new orders), or a task
   // started, exited or backs off (looked at every 100 ms), which the server should hear of now.
   // After a failed call (`backing_off`), only the backoff's end.
   auto sleep = [&](double seconds, bool backing_off) {
-    const double until = Now() + seconds;
-    double polled = Now();
-    while (!stop && (backing_off || (!beat_soon_ && !orders_.rung())) && Now() < until) {
+    const double until = base::WallClockNow() + seconds;
+    double polled = base::WallClockNow();
+    while (!stop && (backing_off || (!beat_soon_ && !orders_.rung())) &&
+           base::WallClockNow() < until) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (!backing_off && registered_ && Now() - polled >= 0.1) {
-        polled = Now();
+      if (!backing_off && registered_ && base::WallClockNow() - polled >= 0.1) {
+        polled = base::WallClockNow();
         Poll();
         if (States() != reported_) break;
       }
@@ -310,12 +303,12 @@ Status Agent::Run(const std::atomic<bool>& stop) {
   for (auto& [key, t] : tasks_) {
     if (t.state != "Exited") RequestStop(t, "the agent is shutting down");
   }
-  const double deadline = Now() + 120;
+  const double deadline = base::WallClockNow() + 120;
   for (;;) {
     Poll();
     bool running = false;
     for (auto& [key, t] : tasks_) running |= t.state != "Exited";
-    if (!running || Now() > deadline) break;
+    if (!running || base::WallClockNow() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (registered_) {
@@ -341,11 +334,11 @@ Status Agent::Recover() {
     t.generation = a->generation;
     t.dir = dir;
     t.assignment = std::move(a.value());
-    t.restarts = std::atoi(ReadAll(dir + "/restarts").c_str());
-    t.shim_pid = std::atoi(ReadAll(dir + "/shim.pid").c_str());
+    t.restarts = std::atoi(base::ReadWholeFile(dir + "/restarts").c_str());
+    t.shim_pid = std::atoi(base::ReadWholeFile(dir + "/shim.pid").c_str());
     // Its uid (an agent that cannot switch uids now has no use for it). The claim is kept since
     // the last life; it is made again after a reboot.
-    if (const std::string uid = ReadAll(dir + "/uid"); !uid.empty() && isolated_) {
+    if (const std::string uid = base::ReadWholeFile(dir + "/uid"); !uid.empty() && isolated_) {
       t.uid = static_cast<uint32_t>(std::strtoul(uid.c_str(), nullptr, 10));
       std::string error;
       (void)claims_.Claim(*t.uid, claim_owner_, t.job, &error);
@@ -530,7 +523,7 @@ std::map<Agent::Key, std::string> Agent::States() const {
 void Agent::Poll() {
   while (waitpid(-1, nullptr, WNOHANG) > 0) {
   }
-  const double now = Now();
+  const double now = base::WallClockNow();
   for (auto& [key, t] : tasks_) {
     if (t.state == "BackingOff" && now >= t.restart_at && !t.stop_requested) Start(t);
     if (t.state != "Running") continue;

@@ -14,7 +14,7 @@ namespace {
 
 constexpr size_t kSessionsRemembered = 512;
 
-base::Result<Json> ReadJson(const std::string& path) {
+base::Result<Json> ReadJsonOrError(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
@@ -27,7 +27,7 @@ base::Result<Json> ReadJson(const std::string& path) {
 
 base::Result<protocol::ShimExec> Agent::ExecInto(const Task& t,
                                                  const protocol::SessionOffer& offer) const {
-  auto spec_json = ReadJson(t.dir + "/spec.json");
+  auto spec_json = ReadJsonOrError(t.dir + "/spec.json");
   if (!spec_json.ok()) return spec_json.status();
   auto spec = protocol::DecodeShimSpec(*spec_json);
   if (!spec.ok()) return spec.status();
@@ -53,7 +53,7 @@ base::Result<protocol::ShimExec> Agent::ExecInto(const Task& t,
   exec.cgroup_procs = spec->cgroup_procs;
   // Its mount namespace (where its GPUs are hidden) is entered only when it has one of its own.
   if (spec->uid && !spec->hide_devices.empty()) {
-    auto started_json = ReadJson(t.dir + "/started.json");
+    auto started_json = ReadJsonOrError(t.dir + "/started.json");
     if (!started_json.ok()) return started_json.status();
     auto started = protocol::DecodeShimStarted(*started_json);
     if (!started.ok()) return started.status();

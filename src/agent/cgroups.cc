@@ -20,7 +20,7 @@ bool IsDir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-base::Status WriteFile(const std::string& path, const std::string& text) {
+base::Status WriteControlFile(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   out.close();
@@ -78,15 +78,16 @@ base::Result<std::vector<std::string>> Cgroups::Create(const std::string& name, 
     const std::string parent = root_ + "/meridian";
     if (base::Status s = MakeDir(parent); !s.ok()) return s;
     // Controllers reach a group only when its parent delegates them.
-    (void)WriteFile(root_ + "/cgroup.subtree_control", "+cpu +memory");
-    (void)WriteFile(parent + "/cgroup.subtree_control", "+cpu +memory");
+    (void)WriteControlFile(root_ + "/cgroup.subtree_control", "+cpu +memory");
+    (void)WriteControlFile(parent + "/cgroup.subtree_control", "+cpu +memory");
     const std::string dir = parent + "/" + name;
     if (base::Status s = MakeDir(dir); !s.ok()) return s;
     if (!bytes.empty()) {
-      if (base::Status s = WriteFile(dir + "/memory.max", bytes); !s.ok()) return s;
+      if (base::Status s = WriteControlFile(dir + "/memory.max", bytes); !s.ok()) return s;
     }
     if (!quota.empty()) {
-      if (base::Status s = WriteFile(dir + "/cpu.max", quota + " " + std::to_string(kPeriodUs));
+      if (base::Status s =
+              WriteControlFile(dir + "/cpu.max", quota + " " + std::to_string(kPeriodUs));
           !s.ok()) {
         return s;
       }
@@ -103,14 +104,16 @@ base::Result<std::vector<std::string>> Cgroups::Create(const std::string& name, 
     procs.push_back(dir + "/cgroup.procs");
   }
   if (!bytes.empty()) {
-    if (base::Status s = WriteFile(dirs[0] + "/memory.limit_in_bytes", bytes); !s.ok()) return s;
+    if (base::Status s = WriteControlFile(dirs[0] + "/memory.limit_in_bytes", bytes); !s.ok())
+      return s;
   }
   if (!quota.empty()) {
-    if (base::Status s = WriteFile(dirs[1] + "/cpu.cfs_period_us", std::to_string(kPeriodUs));
+    if (base::Status s =
+            WriteControlFile(dirs[1] + "/cpu.cfs_period_us", std::to_string(kPeriodUs));
         !s.ok()) {
       return s;
     }
-    if (base::Status s = WriteFile(dirs[1] + "/cpu.cfs_quota_us", quota); !s.ok()) return s;
+    if (base::Status s = WriteControlFile(dirs[1] + "/cpu.cfs_quota_us", quota); !s.ok()) return s;
   }
   return procs;
 }

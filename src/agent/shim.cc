@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "agent/task_isolation.h"
+#include "base/clock.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "domain/failure_cause.h"
 #include "protocol/agent_protocol.h"
@@ -44,10 +46,6 @@ void CatchTermination() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -57,13 +55,6 @@ double ModifiedAt(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Written whole or not at all: the agent may read at any moment. Root's, read by root (the
@@ -121,7 +112,7 @@ class Lease {
     const double dated = ModifiedAt(file_);
     if (dated != dated_) {
       dated_ = dated;
-      const Json j = Json::parse(ReadAll(file_), nullptr, false);
+      const Json j = Json::parse(base::ReadWholeFile(file_), nullptr, false);
       // A file being replaced, or one without figures yet: the last known ones stand.
       auto terms = protocol::DecodeLeaseTerms(j);
       if (terms.ok()) {
@@ -156,7 +147,7 @@ void KillAll(pid_t group, const std::vector<std::string>& procs) {
 }  // namespace
 
 int RunShim(const std::string& dir) {
-  const Json text = Json::parse(ReadAll(dir + "/spec.json"), nullptr, false);
+  const Json text = Json::parse(base::ReadWholeFile(dir + "/spec.json"), nullptr, false);
   auto decoded = protocol::DecodeShimSpec(text);
   if (text.is_discarded() || !decoded.ok()) {
     base::log::Error("{}/spec.json: {}", dir,
@@ -180,7 +171,7 @@ int RunShim(const std::string& dir) {
   if (args.empty()) {
     protocol::ShimExit nothing;
     nothing.reason = "nothing to run";
-    nothing.finished_at = Now();
+    nothing.finished_at = base::WallClockNow();
     WriteAtomically(dir + "/exit.json", protocol::ToJson(nothing).dump());
     return 1;
   }
@@ -248,7 +239,7 @@ int RunShim(const std::string& dir) {
     f.close();
     if (!f && cgroup_error.empty()) cgroup_error = "cannot join " + p;
   }
-  const double started = Now();
+  const double started = base::WallClockNow();
   WriteAtomically(dir + "/started.json",
                   protocol::ToJson(protocol::ShimStarted{child, started, cgroup_error}).dump());
   (void)!write(gate[1], "x", 1);
@@ -273,12 +264,12 @@ int RunShim(const std::string& dir) {
   for (;;) {
     const pid_t r = waitpid(child, &status, WNOHANG);
     if (r == child) break;
-    const double now = Now();
+    const double now = base::WallClockNow();
     if (stop_at == 0) {
       if (g_terminate) reason = "the agent stopped";
       double within = grace;
       if (Exists(dir + "/stop")) {
-        const Json j = Json::parse(ReadAll(dir + "/stop"), nullptr, false);
+        const Json j = Json::parse(base::ReadWholeFile(dir + "/stop"), nullptr, false);
         auto stop = protocol::DecodeShimStop(j);
         if (stop.ok()) {
           reason = stop->reason;
@@ -335,7 +326,7 @@ int RunShim(const std::string& dir) {
   }
   protocol::ShimExit exit;
   exit.started_at = started;
-  exit.finished_at = Now();
+  exit.finished_at = base::WallClockNow();
   if (WIFEXITED(status)) {
     exit.exit_code = WEXITSTATUS(status);
   } else if (WIFSIGNALED(status)) {
@@ -449,9 +440,9 @@ int RunExecShim() {
     if (g_terminate && kill_at == 0) {
       kill(-child, SIGHUP);
       kill(-child, SIGTERM);
-      kill_at = Now() + 2;
+      kill_at = base::WallClockNow() + 2;
     }
-    if (kill_at > 0 && Now() >= kill_at) kill(-child, SIGKILL);
+    if (kill_at > 0 && base::WallClockNow() >= kill_at) kill(-child, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   protocol::SessionEnd end;

@@ -4,6 +4,12 @@
 
 namespace meridian::base {
 
+// The real wall clock, in seconds since the Unix epoch, for code that is not handed a Clock (the
+// agent's loop, the task shim).
+inline double WallClockNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // Wall-clock time in seconds since the Unix epoch. Services get a Clock injected; only
 // SystemClock reads the real one, so tests can drive time themselves.
 class Clock {
@@ -14,10 +20,7 @@ class Clock {
 
 class SystemClock final : public Clock {
  public:
-  double Now() const override {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  }
+  double Now() const override { return WallClockNow(); }
 };
 
 // A clock that moves only when told to. Thread-compatible: set it before sharing.

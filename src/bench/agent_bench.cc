@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
 
 // The pool's nodes are the agents that register.
-const std::string kEstate = std::string(kBenchTenancy) + R"(---
+const std::string kAgentBenchEstate = std::string(kBenchTenancy) + R"(---
 kind: NodePool
 metadata: {name: gpu}
 spec: {cluster: onprem, gpuModel: H100-80GB}
@@ -84,7 +84,7 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   if (o.probes > 0 && o.jobs >= o.agents * o.gpus_per_node) {
     return base::Status::Invalid("--probes: need free GPUs: --jobs below agents x GPUs");
   }
-  auto estate = StartAgentEstate(o.binary, o.agents, kEstate, o.interval);
+  auto estate = StartAgentEstate(o.binary, o.agents, kAgentBenchEstate, o.interval);
   if (!estate.ok()) return estate.status();
   OwnedServer& server = *estate->server;
   const int port = server.port;

@@ -25,7 +25,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // 64 nodes of 8 GPUs, declared by the pool.
-const std::string kEstate = std::string(kBenchTenancy) + R"(---
+const std::string kApiBenchEstate = std::string(kBenchTenancy) + R"(---
 kind: NodePool
 metadata: {name: gpu}
 spec: {cluster: onprem, nodes: 64, gpusPerNode: 8, gpuModel: H100-80GB, cpuMilli: 128000}
@@ -66,7 +66,7 @@ base::Result<ApiBenchResult> RunApiBench(const ApiBenchOptions& o,
     token = Slurp(owned->dir + "/data/admin.token");
     httplib::Client admin(host, port);
     admin.set_bearer_token_auth(token);
-    nlohmann::json body = {{"files", {{{"name", "bench.yaml"}, {"content", kEstate}}}}};
+    nlohmann::json body = {{"files", {{{"name", "bench.yaml"}, {"content", kApiBenchEstate}}}}};
     auto r = admin.Post("/api/v1/config/apply", body.dump(), "application/json");
     if (!r || r->status != 200) {
       return base::Status::Io("applying the bench estate failed: " +

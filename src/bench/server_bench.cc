@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
 
 // Busy nodes are H100s, spare ones A100s; the probes' project is not the queue's.
-const std::string kEstate = std::string(kBenchTenancy) + R"(---
+const std::string kServerBenchEstate = std::string(kBenchTenancy) + R"(---
 kind: Project
 metadata: {name: probe}
 spec: {team: bench}
@@ -197,7 +197,7 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   const int busy = o.nodes - res.spare_nodes;
   const auto setup = Clock::now();
 
-  auto estate = StartAgentEstate(o.binary, o.nodes, kEstate, o.interval);
+  auto estate = StartAgentEstate(o.binary, o.nodes, kServerBenchEstate, o.interval);
   if (!estate.ok()) return estate.status();
   OwnedServer& server = *estate->server;
   const int port = server.port;

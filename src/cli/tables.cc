@@ -331,7 +331,7 @@ double StatusTime(const Json& status, const char* key) {
 
 // The job's exit code: the first task's that is not 0, else 0 once every task has one; "" while
 // none is known.
-std::string ExitCode(const Json& status) {
+std::string ExitCodeColumn(const Json& status) {
   const Json tasks = status.value("tasks", Json::array());
   bool all = !tasks.empty();
   for (const Json& t : tasks) {
@@ -359,7 +359,7 @@ Table JobHistoryTable(const Json& items, double now) {
         start > 0 ? base::FormatElapsed((end > 0 ? end : now) - start) : "00:00:00";
     t.rows.push_back({ListedId(j), m.value("name", ""), m.value("user", ""), m.value("project", ""),
                       s.value("phase", ""), UtcTimestamp(start), UtcTimestamp(end), elapsed,
-                      ExitCode(s)});
+                      ExitCodeColumn(s)});
   }
   return t;
 }

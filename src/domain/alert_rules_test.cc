@@ -8,13 +8,14 @@
 namespace meridian::domain {
 namespace {
 
-std::vector<Document> Parse(const std::string& text, ErrorList* errors) {
+std::vector<Document> ParseAlertRules(const std::string& text, ErrorList* errors) {
   return testing::ParseDocuments(text, "alerts.yaml", errors);
 }
 
 TEST(AlertRules, AnOverrideOfABuiltinWritesOnlyWhatChanges) {
   ErrorList errors;
-  auto docs = Parse("kind: AlertRule\nmetadata: {name: node-lost}\nspec: {for: 120}\n", &errors);
+  auto docs =
+      ParseAlertRules("kind: AlertRule\nmetadata: {name: node-lost}\nspec: {for: 120}\n", &errors);
   ASSERT_TRUE(errors.empty()) << errors.ToString();
   ASSERT_EQ(docs.size(), 1u);
   // The built-in's values are the defaults of the canonical form.
@@ -84,7 +85,7 @@ TEST(AlertRules, EveryErrorNamesFileLineAndField) {
   };
   for (const Case& c : cases) {
     ErrorList errors;
-    Parse(c.yaml, &errors);
+    ParseAlertRules(c.yaml, &errors);
     ASSERT_FALSE(errors.empty()) << c.yaml;
     EXPECT_EQ(errors.ToString().find("unknown field") != std::string::npos,
               std::string(c.want).find("unknown field") != std::string::npos)
@@ -96,7 +97,7 @@ TEST(AlertRules, EveryErrorNamesFileLineAndField) {
 
 TEST(AlertRules, ARuleNamesAProjectThatExists) {
   ErrorList errors;
-  auto docs = Parse(
+  auto docs = ParseAlertRules(
       "kind: AlertRule\nmetadata: {name: q}\nspec: {condition: pending-job-age, threshold: 60, "
       "project: ghost}\n",
       &errors);

@@ -8,7 +8,7 @@
 namespace meridian::domain {
 namespace {
 
-std::vector<Document> Parse(const std::string& text, ErrorList* errors) {
+std::vector<Document> ParseBudgets(const std::string& text, ErrorList* errors) {
   return testing::ParseDocuments(text, "budget.yaml", errors);
 }
 
@@ -19,7 +19,7 @@ constexpr double kJanuary = 1798761600;   // 2027-01-01 00:00:00 UTC
 
 TEST(Budgets, ADocumentReadsIntoItsTypeWithTheDefaults) {
   ErrorList errors;
-  auto docs = Parse(
+  auto docs = ParseBudgets(
       "kind: Budget\nmetadata: {name: vision}\nspec: {project: vision, amount: 5000}\n", &errors);
   ASSERT_TRUE(errors.empty()) << errors.ToString();
   ASSERT_EQ(docs.size(), 1u);
@@ -67,7 +67,7 @@ TEST(Budgets, EveryErrorNamesFileLineAndField) {
   };
   for (const Case& c : cases) {
     ErrorList errors;
-    Parse(c.yaml, &errors);
+    ParseBudgets(c.yaml, &errors);
     EXPECT_NE(errors.ToString().find(c.want), std::string::npos)
         << c.yaml << "\n got: " << errors.ToString();
   }
@@ -75,7 +75,7 @@ TEST(Budgets, EveryErrorNamesFileLineAndField) {
 
 TEST(Budgets, ReferencesToScopesAndClustersMustExist) {
   ErrorList errors;
-  auto docs = Parse(
+  auto docs = ParseBudgets(
       "kind: Organization\nmetadata: {name: acme}\n---\n"
       "kind: Cluster\nmetadata: {name: cloud}\nspec: {type: cloud}\n---\n"
       "kind: Budget\nmetadata: {name: a}\nspec: {team: ghost, amount: 1}\n---\n"

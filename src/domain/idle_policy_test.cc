@@ -8,13 +8,13 @@
 namespace meridian::domain {
 namespace {
 
-std::vector<Document> Parse(const std::string& text, ErrorList* errors) {
+std::vector<Document> ParseIdlePolicies(const std::string& text, ErrorList* errors) {
   return testing::ParseDocuments(text, "idle.yaml", errors);
 }
 
 TEST(IdlePolicies, ADocumentReadsIntoItsTypeWithTheDefaults) {
   ErrorList errors;
-  auto docs = Parse(
+  auto docs = ParseIdlePolicies(
       "kind: IdlePolicy\nmetadata: {name: notebooks}\n"
       "spec: {project: research, jobTypes: [interactive], exemptLabel: idle-exempt}\n",
       &errors);
@@ -64,7 +64,7 @@ TEST(IdlePolicies, EveryErrorNamesFileLineAndField) {
   };
   for (const Case& c : cases) {
     ErrorList errors;
-    Parse(c.yaml, &errors);
+    ParseIdlePolicies(c.yaml, &errors);
     ASSERT_FALSE(errors.empty()) << c.yaml;
     EXPECT_NE(errors.ToString().find(c.want), std::string::npos)
         << "want: " << c.want << "\ngot:  " << errors.ToString();
@@ -73,7 +73,7 @@ TEST(IdlePolicies, EveryErrorNamesFileLineAndField) {
 
 TEST(IdlePolicies, OneProjectAndJobTypeHasOnePolicyAndProjectsExist) {
   ErrorList errors;
-  auto docs = Parse(
+  auto docs = ParseIdlePolicies(
       "kind: Organization\nmetadata: {name: acme}\n---\n"
       "kind: Team\nmetadata: {name: lab}\nspec: {organization: acme}\n---\n"
       "kind: Project\nmetadata: {name: research}\nspec: {team: lab}\n---\n"

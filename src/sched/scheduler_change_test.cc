@@ -12,12 +12,12 @@ testing::NodeSpec H100(const std::string& name) {
 }
 
 // Two teams under one organization, `nodes` 8-GPU H100 nodes.
-struct Estate {
+struct ChangeEstate {
   QuotaTree quotas;
   int32_t a = -1, b = -1;
   std::unique_ptr<Scheduler> sched;
 
-  explicit Estate(int nodes, SchedulerOptions options = {}) {
+  explicit ChangeEstate(int nodes, SchedulerOptions options = {}) {
     const int32_t org = quotas.AddNode("org", -1);
     a = quotas.AddNode("team-a", org);
     b = quotas.AddNode("team-b", org);
@@ -28,7 +28,7 @@ struct Estate {
   }
 };
 
-JobSpec Job(int64_t id, int32_t tenant, int gpus, int priority = 0) {
+JobSpec ChangeJob(int64_t id, int32_t tenant, int gpus, int priority = 0) {
   JobSpec j;
   j.id = id;
   j.tenant = tenant;
@@ -37,7 +37,7 @@ JobSpec Job(int64_t id, int32_t tenant, int gpus, int priority = 0) {
   return j;
 }
 
-bool Started(const CycleResult& r, int64_t id) {
+bool WasStarted(const CycleResult& r, int64_t id) {
   for (const StartDecision& s : r.started) {
     if (s.job == id) return true;
   }
@@ -59,32 +59,32 @@ int64_t FreeGpuMilli(const Scheduler& s) {
 TEST(SchedulerChange, AStartTakenBackFreesWhatItTookAndKeepsItsReservation) {
   SchedulerOptions o;
   o.reserve_after = 0;
-  Estate e(1, o);
-  JobSpec first = Job(1, e.a, 8);
+  ChangeEstate e(1, o);
+  JobSpec first = ChangeJob(1, e.a, 8);
   first.runtime_estimate = 100;
   ASSERT_TRUE(e.sched->Submit(first).ok());
-  ASSERT_TRUE(Started(e.sched->Cycle(0), 1));
-  ASSERT_TRUE(e.sched->Submit(Job(2, e.b, 8)).ok());
+  ASSERT_TRUE(WasStarted(e.sched->Cycle(0), 1));
+  ASSERT_TRUE(e.sched->Submit(ChangeJob(2, e.b, 8)).ok());
   e.sched->Cycle(1);
   ASSERT_EQ(e.sched->reserved_job(), 2);
   e.sched->Finish(1, 100);
-  ASSERT_TRUE(Started(e.sched->Cycle(100), 2));
+  ASSERT_TRUE(WasStarted(e.sched->Cycle(100), 2));
   EXPECT_EQ(e.sched->reserved_job(), -1) << "used up by its start";
   e.sched->Unstart(2, 100);
   EXPECT_EQ(e.sched->reserved_job(), 2);
   EXPECT_EQ(FreeGpuMilli(*e.sched), 8000);
   EXPECT_EQ(e.sched->quotas().Used(e.b, kNoModel), 0);
   EXPECT_EQ(e.sched->pending(), 1u);
-  EXPECT_TRUE(Started(e.sched->Cycle(101), 2)) << "it waits again, and starts";
+  EXPECT_TRUE(WasStarted(e.sched->Cycle(101), 2)) << "it waits again, and starts";
 }
 
 TEST(SchedulerChange, AWithdrawnPreemptionLeavesTheVictimRunning) {
   SchedulerOptions o;
   o.await_stop_reports = true;
-  Estate e(1, o);
-  ASSERT_TRUE(e.sched->Submit(Job(1, e.a, 8)).ok());
-  ASSERT_TRUE(Started(e.sched->Cycle(0), 1));
-  ASSERT_TRUE(e.sched->Submit(Job(2, e.b, 8, 100)).ok());
+  ChangeEstate e(1, o);
+  ASSERT_TRUE(e.sched->Submit(ChangeJob(1, e.a, 8)).ok());
+  ASSERT_TRUE(WasStarted(e.sched->Cycle(0), 1));
+  ASSERT_TRUE(e.sched->Submit(ChangeJob(2, e.b, 8, 100)).ok());
   CycleResult r = e.sched->Cycle(10);
   ASSERT_EQ(r.preempted.size(), 1u);
   e.sched->Unevict(1);
@@ -95,9 +95,9 @@ TEST(SchedulerChange, AWithdrawnPreemptionLeavesTheVictimRunning) {
 }
 
 TEST(SchedulerChange, ANewQuotaTreeKeepsUsageByNameAndChargesWhatRuns) {
-  Estate e(2);
-  ASSERT_TRUE(e.sched->Submit(Job(1, e.a, 8)).ok());
-  ASSERT_TRUE(Started(e.sched->Cycle(0), 1));
+  ChangeEstate e(2);
+  ASSERT_TRUE(e.sched->Submit(ChangeJob(1, e.a, 8)).ok());
+  ASSERT_TRUE(WasStarted(e.sched->Cycle(0), 1));
   e.sched->Cycle(600);
   const double share = e.sched->FairShare(e.a);
   ASSERT_GT(share, 0);
@@ -115,35 +115,35 @@ TEST(SchedulerChange, ANewQuotaTreeKeepsUsageByNameAndChargesWhatRuns) {
   EXPECT_EQ(e.sched->FairShare(b), 0);
   EXPECT_EQ(e.sched->quotas().Used(a, kNoModel), 8000);
   EXPECT_EQ(e.sched->AllocatedMilli(a), 8000);
-  ASSERT_TRUE(e.sched->Submit(Job(2, a, 1)).ok());
+  ASSERT_TRUE(e.sched->Submit(ChangeJob(2, a, 1)).ok());
   CycleResult r = e.sched->Cycle(601);
-  EXPECT_FALSE(Started(r, 2)) << "the new limit holds at once";
+  EXPECT_FALSE(WasStarted(r, 2)) << "the new limit holds at once";
   e.sched->Finish(1, 602);
   EXPECT_EQ(e.sched->quotas().Used(a, kNoModel), 0) << "released from the new tree";
 }
 
 TEST(SchedulerChange, AGpuTurnedUnhealthyStaysWithItsJobAndIsNeverChosen) {
-  Estate e(1);
-  ASSERT_TRUE(e.sched->Submit(Job(1, e.a, 8)).ok());
-  ASSERT_TRUE(Started(e.sched->Cycle(0), 1));
+  ChangeEstate e(1);
+  ASSERT_TRUE(e.sched->Submit(ChangeJob(1, e.a, 8)).ok());
+  ASSERT_TRUE(WasStarted(e.sched->Cycle(0), 1));
   domain::Node n = testing::MakeNode(H100("n0"));
   n.gpus[0].healthy = false;
   ASSERT_TRUE(e.sched->UpdateNode(0, n).ok());
   EXPECT_EQ(e.sched->quotas().Used(e.a, kNoModel), 8000) << "what it holds stays held";
   e.sched->Finish(1, 10);
   EXPECT_EQ(FreeGpuMilli(*e.sched), 7000);
-  ASSERT_TRUE(e.sched->Submit(Job(2, e.a, 8)).ok());
-  ASSERT_TRUE(e.sched->Submit(Job(3, e.b, 7)).ok());
+  ASSERT_TRUE(e.sched->Submit(ChangeJob(2, e.a, 8)).ok());
+  ASSERT_TRUE(e.sched->Submit(ChangeJob(3, e.b, 7)).ok());
   CycleResult r = e.sched->Cycle(11);
-  EXPECT_FALSE(Started(r, 2));
-  ASSERT_TRUE(Started(r, 3));
+  EXPECT_FALSE(WasStarted(r, 2));
+  ASSERT_TRUE(WasStarted(r, 3));
   for (const StartDecision& s : r.started) {
     for (const DeviceGrant& d : s.placements[0].devices) EXPECT_NE(d.gpu, 0);
   }
   e.sched->Finish(3, 12);
   n.gpus[0].healthy = true;
   ASSERT_TRUE(e.sched->UpdateNode(0, n).ok());
-  EXPECT_TRUE(Started(e.sched->Cycle(13), 2)) << "healthy again, it is whole again";
+  EXPECT_TRUE(WasStarted(e.sched->Cycle(13), 2)) << "healthy again, it is whole again";
   n.gpus.pop_back();
   EXPECT_EQ(e.sched->UpdateNode(0, n).code(), base::StatusCode::kFailedPrecondition)
       << "a node cannot shrink in place: GPUs are indexed estate-wide";
@@ -152,11 +152,11 @@ TEST(SchedulerChange, AGpuTurnedUnhealthyStaysWithItsJobAndIsNeverChosen) {
 TEST(SchedulerChange, AJobAdoptedAsStoppingHoldsWhatIsLeftOfItsPlacement) {
   SchedulerOptions o;
   o.await_stop_reports = true;
-  Estate e(2, o);
+  ChangeEstate e(2, o);
   domain::Node n = testing::MakeNode(H100("n0"));
   n.gpus[7].healthy = false;
   ASSERT_TRUE(e.sched->UpdateNode(0, n).ok());
-  JobSpec gang = Job(1, e.a, 8);
+  JobSpec gang = ChangeJob(1, e.a, 8);
   gang.tasks.push_back(testing::Whole(8, 1000, 1024));
   std::vector<Placement> where(2);
   where[0].node = 0;
@@ -165,14 +165,14 @@ TEST(SchedulerChange, AJobAdoptedAsStoppingHoldsWhatIsLeftOfItsPlacement) {
   e.sched->AdoptStopping(gang, where, 0, 7);
   EXPECT_EQ(FreeGpuMilli(*e.sched), 8000) << "n0's seven healthy GPUs stay held; n1 is free";
   EXPECT_EQ(e.sched->quotas().Used(e.a, kNoModel), 7000);
-  ASSERT_TRUE(e.sched->Submit(Job(2, e.b, 8)).ok());
-  ASSERT_TRUE(e.sched->Submit(Job(3, e.b, 1)).ok());
+  ASSERT_TRUE(e.sched->Submit(ChangeJob(2, e.b, 8)).ok());
+  ASSERT_TRUE(e.sched->Submit(ChangeJob(3, e.b, 1)).ok());
   CycleResult r = e.sched->Cycle(1);
-  EXPECT_TRUE(Started(r, 2)) << "on n1";
-  EXPECT_FALSE(Started(r, 3)) << "nothing is free on n0 while the job stops";
+  EXPECT_TRUE(WasStarted(r, 2)) << "on n1";
+  EXPECT_FALSE(WasStarted(r, 3)) << "nothing is free on n0 while the job stops";
   e.sched->Evicted(1, 2);
   EXPECT_EQ(e.sched->quotas().Used(e.a, kNoModel), 0);
-  EXPECT_TRUE(Started(e.sched->Cycle(3), 3));
+  EXPECT_TRUE(WasStarted(e.sched->Cycle(3), 3));
 }
 
 TEST(QuotaTree, ModelsRenumberedKeepTheirQuotas) {

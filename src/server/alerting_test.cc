@@ -47,7 +47,7 @@ domain::AlertReceiver Receiver(const char* name, domain::AlertReceiver::Type typ
   return r;
 }
 
-constexpr double kNow = 1796140800;  // 2026-12-01T16:00:00Z
+constexpr double kAlertingNow = 1796140800;  // 2026-12-01T16:00:00Z
 
 TEST(AlertDispatcher, AlertmanagerIsToldOnChangesAndEveryResendInterval) {
   RecordingNotifier n;
@@ -55,8 +55,8 @@ TEST(AlertDispatcher, AlertmanagerIsToldOnChangesAndEveryResendInterval) {
   d.SetGeneratorUrl("http://meridian:8080");
   const std::vector<domain::AlertReceiver> am = {
       Receiver("am", domain::AlertReceiver::Type::kAlertmanager, "http://am:9093/")};
-  const Alert a = Firing("n1", kNow);
-  d.Dispatch(am, {a}, {a}, {}, kNow);
+  const Alert a = Firing("n1", kAlertingNow);
+  d.Dispatch(am, {a}, {a}, {}, kAlertingNow);
   ASSERT_EQ(n.posts.size(), 1u);
   EXPECT_EQ(n.posts[0].first, "http://am:9093/api/v2/alerts");
   const Json& sent = n.posts[0].second;
@@ -66,21 +66,21 @@ TEST(AlertDispatcher, AlertmanagerIsToldOnChangesAndEveryResendInterval) {
   EXPECT_EQ(sent[0]["endsAt"], "2026-12-01T16:04:00.000Z");  // four resend intervals ahead
   EXPECT_EQ(sent[0]["generatorURL"], "http://meridian:8080/api/v1/alerts");
   // Nothing changed and the interval has not passed: nothing sent.
-  d.Dispatch(am, {}, {a}, {}, kNow + 59);
+  d.Dispatch(am, {}, {a}, {}, kAlertingNow + 59);
   EXPECT_EQ(n.posts.size(), 1u);
-  d.Dispatch(am, {}, {a}, {}, kNow + 60);
+  d.Dispatch(am, {}, {a}, {}, kAlertingNow + 60);
   ASSERT_EQ(n.posts.size(), 2u);
   EXPECT_EQ(n.posts[1].second[0]["endsAt"], "2026-12-01T16:05:00.000Z");
   // Resolved: sent at once with endsAt its resolution, and again with the resends.
-  const Alert r = Resolved(a, kNow + 70.5);
-  d.Dispatch(am, {r}, {}, {r}, kNow + 70.5);
+  const Alert r = Resolved(a, kAlertingNow + 70.5);
+  d.Dispatch(am, {r}, {}, {r}, kAlertingNow + 70.5);
   ASSERT_EQ(n.posts.size(), 3u);
   EXPECT_EQ(n.posts[2].second[0]["endsAt"], "2026-12-01T16:01:10.500Z");
   // A failed send is retried at the next evaluation, not a resend interval later.
   n.failing = true;
-  d.Dispatch(am, {}, {}, {r}, kNow + 131);
+  d.Dispatch(am, {}, {}, {r}, kAlertingNow + 131);
   n.failing = false;
-  d.Dispatch(am, {}, {}, {r}, kNow + 133);
+  d.Dispatch(am, {}, {}, {r}, kAlertingNow + 133);
   EXPECT_EQ(n.posts.size(), 4u);
 }
 
@@ -89,16 +89,16 @@ TEST(AlertDispatcher, WebhooksGetChangesAndFailedBatchesInOrder) {
   AlertDispatcher d(&n);
   const std::vector<domain::AlertReceiver> hook = {
       Receiver("hook", domain::AlertReceiver::Type::kWebhook, "http://hook/meridian")};
-  const Alert a = Firing("n1", kNow);
-  d.Dispatch(hook, {}, {a}, {}, kNow);  // no change: nothing to say
+  const Alert a = Firing("n1", kAlertingNow);
+  d.Dispatch(hook, {}, {a}, {}, kAlertingNow);  // no change: nothing to say
   EXPECT_TRUE(n.posts.empty());
   n.failing = true;
-  d.Dispatch(hook, {a}, {a}, {}, kNow);
-  const Alert r = Resolved(a, kNow + 5);
-  d.Dispatch(hook, {r}, {}, {r}, kNow + 5);
+  d.Dispatch(hook, {a}, {a}, {}, kAlertingNow);
+  const Alert r = Resolved(a, kAlertingNow + 5);
+  d.Dispatch(hook, {r}, {}, {r}, kAlertingNow + 5);
   EXPECT_TRUE(n.posts.empty());
   n.failing = false;
-  d.Dispatch(hook, {}, {}, {r}, kNow + 7);
+  d.Dispatch(hook, {}, {}, {r}, kAlertingNow + 7);
   ASSERT_EQ(n.posts.size(), 2u);
   EXPECT_EQ(n.posts[0].first, "http://hook/meridian");
   EXPECT_EQ(n.posts[0].second["status"], "firing");

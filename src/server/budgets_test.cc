@@ -9,7 +9,7 @@ namespace meridian::server {
 namespace {
 
 constexpr double kDecember = 1796083200;  // 2026-12-01 00:00:00 UTC
-constexpr double kNow = kDecember + 10 * 86400;
+constexpr double kBudgetsNow = kDecember + 10 * 86400;
 
 store::UsageRecord Record(int64_t job, const std::string& project, const std::string& cluster,
                           double gpus, double price, double start, double end) {
@@ -52,12 +52,12 @@ TEST(BudgetEvaluation, AScopeCountsItsProjectsRecordsClippedToThePeriod) {
       // Started in November: only its 5 December hours count (1 GPU × 5 h × 4 = 20).
       Record(2, "speech", "onprem", 1, 4, kDecember - 5 * 3600, kDecember + 5 * 3600),
       // Another team's: counted by the organization's budget only (4 GPUs × 1 h × 10 = 40).
-      Record(3, "ads", "cloud", 4, 10, kNow - 7200, kNow - 3600),
+      Record(3, "ads", "cloud", 4, 10, kBudgetsNow - 7200, kBudgetsNow - 3600),
   };
   const std::vector<BudgetReading> r = EvaluateBudgets(
       {Budget("vision", "project", "vision", 100), Budget("research", "team", "research", 1000),
        Budget("acme", "organization", "acme", 1000)},
-      Tree(), records, kNow);
+      Tree(), records, kBudgetsNow);
   ASSERT_EQ(r.size(), 3u);
   EXPECT_NEAR(r[0].status.use.cost, 60, 1e-9);
   EXPECT_NEAR(r[0].status.use.gpu_hours, 20, 1e-9);
@@ -74,9 +74,9 @@ TEST(BudgetEvaluation, ABudgetNamingClustersCountsTheirUseAlone) {
   b.clusters = {"cloud"};
   const std::vector<BudgetReading> r =
       EvaluateBudgets({b}, Tree(),
-                      {Record(1, "vision", "cloud", 1, 10, kNow - 3 * 3600, kNow),
-                       Record(2, "vision", "onprem", 8, 10, kNow - 3 * 3600, kNow)},
-                      kNow);
+                      {Record(1, "vision", "cloud", 1, 10, kBudgetsNow - 3 * 3600, kBudgetsNow),
+                       Record(2, "vision", "onprem", 8, 10, kBudgetsNow - 3 * 3600, kBudgetsNow)},
+                      kBudgetsNow);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_NEAR(r[0].status.use.cost, 30, 1e-9);
   EXPECT_EQ(r[0].status.crossed, (std::vector<int64_t>{50})) << "30 of 50";
@@ -89,17 +89,19 @@ TEST(BudgetEvaluation, ARollingWindowForgetsWhatLeftIt) {
   b.window = 7 * 86400;
   const std::vector<BudgetReading> r = EvaluateBudgets(
       {b}, Tree(),
-      {Record(1, "vision", "cloud", 1, 10, kNow - 8 * 86400, kNow - 8 * 86400 + 3600),
-       Record(2, "vision", "cloud", 1, 10, kNow - 86400 * 2, kNow - 86400 * 2 + 3600)},
-      kNow);
+      {Record(1, "vision", "cloud", 1, 10, kBudgetsNow - 8 * 86400, kBudgetsNow - 8 * 86400 + 3600),
+       Record(2, "vision", "cloud", 1, 10, kBudgetsNow - 86400 * 2,
+              kBudgetsNow - 86400 * 2 + 3600)},
+      kBudgetsNow);
   EXPECT_NEAR(r[0].status.use.cost, 10, 1e-9);
-  EXPECT_NEAR(r[0].status.period.from, kNow - 7 * 86400, 1e-9);
+  EXPECT_NEAR(r[0].status.period.from, kBudgetsNow - 7 * 86400, 1e-9);
 }
 
 TEST(BudgetEvaluation, TheStatusTheApiGivesNamesWhatIsSpentAndWhatIsBlocked) {
   domain::Budget b = Budget("vision", "project", "vision", 10);
-  const std::vector<BudgetReading> r =
-      EvaluateBudgets({b}, Tree(), {Record(1, "vision", "cloud", 1, 12, kNow - 3600, kNow)}, kNow);
+  const std::vector<BudgetReading> r = EvaluateBudgets(
+      {b}, Tree(), {Record(1, "vision", "cloud", 1, 12, kBudgetsNow - 3600, kBudgetsNow)},
+      kBudgetsNow);
   const Json j = r[0].ToJson();
   EXPECT_EQ(j["spent"]["cost"], 12.0);
   EXPECT_EQ(j["percent"], 120.0);
@@ -114,16 +116,16 @@ TEST(BudgetEvaluation, ABudgetThatBlocksAlertsAtItsLimitWhateverThresholdsItName
   domain::Budget b = Budget("vision", "project", "vision", 10);
   b.thresholds = {50};
   const std::vector<store::UsageRecord> spent = {
-      Record(1, "vision", "cloud", 1, 12, kNow - 3600, kNow)};
+      Record(1, "vision", "cloud", 1, 12, kBudgetsNow - 3600, kBudgetsNow)};
   std::vector<AlertInputs::BudgetThreshold> alerts =
-      BudgetAlerts(EvaluateBudgets({b}, Tree(), spent, kNow));
+      BudgetAlerts(EvaluateBudgets({b}, Tree(), spent, kBudgetsNow));
   ASSERT_EQ(alerts.size(), 2u);
   EXPECT_EQ(alerts[0].threshold, 50);
   EXPECT_FALSE(alerts[0].blocking);
   EXPECT_EQ(alerts[1].threshold, 100);
   EXPECT_TRUE(alerts[1].blocking);
   b.action = domain::BudgetAction::kAlert;
-  alerts = BudgetAlerts(EvaluateBudgets({b}, Tree(), spent, kNow));
+  alerts = BudgetAlerts(EvaluateBudgets({b}, Tree(), spent, kBudgetsNow));
   ASSERT_EQ(alerts.size(), 1u) << "an alert-only budget alerts at the thresholds it names";
 }
 

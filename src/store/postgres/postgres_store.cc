@@ -16,7 +16,7 @@ using base::Status;
 // Numbered migrations, as SQLite's (entry k brings the schema from version k to k + 1, and the
 // two stores' versions mean the same schema). Never edit one that has shipped; add the next.
 // Text keys sort bytewise (COLLATE "C"), as SQLite's do, whatever the database's locale.
-const char* const kMigrations[] = {
+const char* const kPostgresMigrations[] = {
     R"sql(
 CREATE TABLE objects (
   kind TEXT COLLATE "C" NOT NULL, name TEXT COLLATE "C" NOT NULL, spec TEXT NOT NULL,
@@ -303,8 +303,9 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::Open(const std::string& co
   auto store = std::unique_ptr<PostgresStore>(new PostgresStore(conninfo));
   // Errors name the database by host and name (PostgresConnection), never by the connection
   // string, which may hold a password.
-  if (Status s = store->SqlStore::Open({std::begin(kMigrations), std::end(kMigrations)},
-                                       "the PostgreSQL database", kMigrationLock);
+  if (Status s =
+          store->SqlStore::Open({std::begin(kPostgresMigrations), std::end(kPostgresMigrations)},
+                                "the PostgreSQL database", kMigrationLock);
       !s.ok()) {
     return s;
   }

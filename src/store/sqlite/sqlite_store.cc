@@ -20,7 +20,7 @@ using base::Status;
 
 // Numbered migrations: entry k brings the schema from version k to k + 1. Never edit one that
 // has shipped; add the next.
-const char* const kMigrations[] = {
+const char* const kSqliteMigrations[] = {
     R"sql(
 CREATE TABLE objects (
   kind TEXT NOT NULL, name TEXT NOT NULL, spec TEXT NOT NULL, version INTEGER NOT NULL,
@@ -239,7 +239,8 @@ std::unique_ptr<SqlQuery> SqliteConnection::Query(const std::string& sql) {
 
 Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
   auto store = std::unique_ptr<SqliteStore>(new SqliteStore(path));
-  if (Status s = store->SqlStore::Open({std::begin(kMigrations), std::end(kMigrations)}, path, "");
+  if (Status s = store->SqlStore::Open({std::begin(kSqliteMigrations), std::end(kSqliteMigrations)},
+                                       path, "");
       !s.ok()) {
     return s;
   }
