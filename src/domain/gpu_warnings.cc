@@ -20,7 +20,7 @@ std::string Hex(uint64_t v) {
   return buf;
 }
 
-std::string Hours(double seconds) { return Figure(seconds / 3600) + " h"; }
+std::string WindowHours(double seconds) { return Figure(seconds / 3600) + " h"; }
 
 // What the power and heat bits of a throttle reason mask say, in words.
 std::string ThrottleWords(uint64_t mask) {
@@ -126,7 +126,7 @@ std::vector<NodeCondition> GpuWarningTracker::Observe(const std::vector<GpuReadi
       if (n >= policy.ecc_corrected) {
         found.push_back({kEccCorrectedRate, r.index,
                          gpu + ": " + std::to_string(n) + " corrected ECC errors in the last " +
-                             Hours(policy.window) + " (warns at " +
+                             WindowHours(policy.window) + " (warns at " +
                              std::to_string(policy.ecc_corrected) + "): its memory may be failing",
                          0, static_cast<double>(n)});
       }
@@ -137,7 +137,7 @@ std::vector<NodeCondition> GpuWarningTracker::Observe(const std::vector<GpuReadi
       if (n >= policy.nvlink_crc_errors) {
         found.push_back({kNvlinkCrcErrors, r.index,
                          gpu + ": " + std::to_string(n) + " NVLink CRC errors in the last " +
-                             Hours(policy.window) + " (warns at " +
+                             WindowHours(policy.window) + " (warns at " +
                              std::to_string(policy.nvlink_crc_errors) + ")",
                          0, static_cast<double>(n)});
       }

@@ -8,7 +8,7 @@ namespace meridian::domain {
 
 namespace {
 
-constexpr double kMaxDuration = 30.0 * 24 * 3600;
+constexpr double kMaxIdleDuration = 30.0 * 24 * 3600;
 
 }  // namespace
 
@@ -59,8 +59,9 @@ void ReadIdlePolicySpec(FieldReader& s) {
   const bool acts = action != "none";
   if (used("threshold", acts, "reclaim and alert")) s.Number("threshold", 0.001, 1, d.threshold);
   if (used("idleFor", acts, "reclaim and alert"))
-    s.Duration("idleFor", 1, kMaxDuration, d.idle_for);
-  if (used("grace", action == "reclaim", "reclaim")) s.Duration("grace", 0, kMaxDuration, d.grace);
+    s.Duration("idleFor", 1, kMaxIdleDuration, d.idle_for);
+  if (used("grace", action == "reclaim", "reclaim"))
+    s.Duration("grace", 0, kMaxIdleDuration, d.grace);
   if (used("dryRun", action == "reclaim", "reclaim")) s.Bool("dryRun", d.dry_run);
   if (used("exemptLabel", acts, "reclaim and alert")) {
     const std::string label = s.String("exemptLabel", false);

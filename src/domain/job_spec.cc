@@ -12,7 +12,7 @@ namespace meridian::domain {
 namespace {
 
 constexpr int64_t kMaxGpusPerTask = 64;
-constexpr double kMaxSeconds = 365.0 * 24 * 3600;
+constexpr double kMaxSpecSeconds = 365.0 * 24 * 3600;
 
 bool KnownMigProfile(const std::string& profile) {
   for (const GpuModel& m : GpuCatalog::Builtin().models()) {
@@ -236,13 +236,13 @@ JobSpec ReadJobSpec(FieldReader& s) {
     j.tolerations.push_back(std::move(tol));
   });
   j.gang = s.Bool("gang", j.tasks > 1);
-  j.runtime_estimate = s.Duration("runtimeEstimate", 0, kMaxSeconds, d.runtime_estimate);
-  j.runtime_limit = s.Duration("runtimeLimit", 0, kMaxSeconds, d.runtime_limit);
+  j.runtime_estimate = s.Duration("runtimeEstimate", 0, kMaxSpecSeconds, d.runtime_estimate);
+  j.runtime_limit = s.Duration("runtimeLimit", 0, kMaxSpecSeconds, d.runtime_limit);
   if (j.runtime_limit > 0 && j.runtime_estimate > j.runtime_limit) {
     s.Error("runtimeEstimate", "must not exceed runtimeLimit");
   }
   j.preemptible = s.Bool("preemptible", d.preemptible);
-  j.min_runtime = s.Duration("minRuntime", 0, kMaxSeconds, d.min_runtime);
+  j.min_runtime = s.Duration("minRuntime", 0, kMaxSpecSeconds, d.min_runtime);
   j.grace_period = s.Duration("gracePeriod", 0, 3600, d.grace_period);
   j.command = s.StringList("command");
   size_t bytes = 0;

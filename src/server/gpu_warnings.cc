@@ -19,7 +19,7 @@ namespace {
 // Who the flag's writes are by, in events and in the cordon's record.
 constexpr const char* kFailingNodes = "failing-nodes";
 
-std::string Figure(double v) {
+std::string WarningFigure(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", v);
   return buf;
@@ -45,7 +45,7 @@ std::vector<domain::NodeCondition> NodeService::ConditionsLocked(const NodeEntry
   if (v.flagged) {
     out.push_back({domain::kFailingJobs, -1,
                    std::to_string(v.failures) + " runs of jobs of " + std::to_string(v.projects) +
-                       " projects failed here in the last " + Figure(failing_nodes_.window) +
+                       " projects failed here in the last " + WarningFigure(failing_nodes_.window) +
                        " s for causes that point at the node (GPU faults, lost leases, tasks "
                        "that could not start, NCCL errors)",
                    e.failing_since > 0 ? e.failing_since : now, static_cast<double>(v.failures)});
@@ -115,7 +115,7 @@ base::Result<int64_t> NodeService::RecordFailures(
   if (!rose) return int64_t{0};
   const std::string message =
       std::to_string(verdict.failures) + " runs of jobs of " + std::to_string(verdict.projects) +
-      " projects failed on this node in the last " + Figure(policy.window) +
+      " projects failed on this node in the last " + WarningFigure(policy.window) +
       " s for causes that point at the node" +
       (policy.cordon ? ": cordoned by the Policy's failingNodes.cordon"
                      : "; the Policy's failingNodes.cordon is off: it stays schedulable");

@@ -20,7 +20,7 @@ std::string Ids(const std::vector<store::JobRecord>& jobs) {
   return out;
 }
 
-Status NotRegistered(const std::string& node) {
+Status NodeNotRegistered(const std::string& node) {
   return Status::NotFound("node \"" + node +
                           "\" is not registered (nodes a pool declares are changed in the pool)");
 }
@@ -46,7 +46,8 @@ base::Result<Json> NodeService::Cordon(const std::string& node, const std::strin
   Status s = store_->Write([&](store::Tx& tx) {
     auto o = tx.GetObject("Node", node);
     if (!o.ok())
-      return o.status().code() == base::StatusCode::kNotFound ? NotRegistered(node) : o.status();
+      return o.status().code() == base::StatusCode::kNotFound ? NodeNotRegistered(node)
+                                                              : o.status();
     ops = domain::DecodeNodeOps(o->spec);
     // Uncordoning ends a drain too; the jobs it stopped stay requeued.
     if (ops.cordoned == cordoned && (cordoned || !ops.drain)) return Status::Ok();
@@ -87,7 +88,8 @@ base::Result<Json> NodeService::Drain(const std::string& node, const std::string
     stopping = Json::array();
     auto o = tx.GetObject("Node", node);
     if (!o.ok())
-      return o.status().code() == base::StatusCode::kNotFound ? NotRegistered(node) : o.status();
+      return o.status().code() == base::StatusCode::kNotFound ? NodeNotRegistered(node)
+                                                              : o.status();
     auto jobs = JobsHolding(tx, {node});
     if (!jobs.ok()) return jobs.status();
     // Without a deadline, the longest grace period of its jobs: each gets at least its own.
@@ -144,7 +146,8 @@ base::Result<Json> NodeService::Delete(const std::string& node, const std::strin
   Status s = store_->Write([&](store::Tx& tx) {
     auto o = tx.GetObject("Node", node);
     if (!o.ok())
-      return o.status().code() == base::StatusCode::kNotFound ? NotRegistered(node) : o.status();
+      return o.status().code() == base::StatusCode::kNotFound ? NodeNotRegistered(node)
+                                                              : o.status();
     auto jobs = JobsHolding(tx, {node});
     if (!jobs.ok()) return jobs.status();
     const bool lost = o->spec.value("state", "Ready") == "Lost";

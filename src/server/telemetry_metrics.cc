@@ -12,7 +12,7 @@ namespace meridian::server {
 
 namespace {
 
-using Labels = api::Metrics::Labels;
+using MetricLabels = api::Metrics::Labels;
 
 constexpr double kMib = 1024.0 * 1024.0;
 
@@ -95,7 +95,7 @@ double Number(const Json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
 }
 
-std::string Text(const Json& j, const char* key) {
+std::string JsonText(const Json& j, const char* key) {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : "";
 }
 
@@ -111,8 +111,8 @@ std::string NodeState(const Json& node, const NodeService::NodeReport* report) {
 // The labels dcgm-exporter gives a GPU (gpu, UUID, device, modelName, Hostname), then Meridian's:
 // the node again under the name its node series use, the cluster, and who holds the GPU. A GPU
 // that several jobs share (fractions) names them all, by job id, with a comma.
-Labels GpuLabels(const Json& node, const Json& gpu,
-                 const std::vector<NodeService::GpuHolder>* holders) {
+MetricLabels GpuLabels(const Json& node, const Json& gpu,
+                       const std::vector<NodeService::GpuHolder>* holders) {
   const std::string index = std::to_string(gpu.value("index", 0));
   std::string jobs, projects;
   if (holders) {
@@ -122,24 +122,24 @@ Labels GpuLabels(const Json& node, const Json& gpu,
       if (seen.insert(h.project).second) projects += (projects.empty() ? "" : ",") + h.project;
     }
   }
-  const std::string name = Text(node, "name");
+  const std::string name = JsonText(node, "name");
   return {{"gpu", index},
-          {"UUID", Text(gpu, "uuid")},
+          {"UUID", JsonText(gpu, "uuid")},
           {"device", "nvidia" + index},
-          {"modelName", Text(node, "model")},
+          {"modelName", JsonText(node, "model")},
           {"Hostname", name},
           {"node", name},
-          {"cluster", Text(node, "cluster")},
+          {"cluster", JsonText(node, "cluster")},
           {"job_id", jobs},
           {"project", projects}};
 }
 
-Labels With(Labels labels, const char* key, const std::string& value) {
+MetricLabels With(MetricLabels labels, const char* key, const std::string& value) {
   labels.emplace_back(key, value);
   return labels;
 }
 
-void RenderTelemetry(const Labels& l, const protocol::GpuSample& s, api::Metrics* out) {
+void RenderTelemetry(const MetricLabels& l, const protocol::GpuSample& s, api::Metrics* out) {
   out->Set("meridian_gpu_utilization_ratio", l, s.utilization);
   out->Set("meridian_gpu_memory_used_bytes", l, static_cast<double>(s.memory_used_mib) * kMib);
   out->Set("meridian_gpu_temperature_celsius", l, s.temperature_c);
@@ -148,7 +148,7 @@ void RenderTelemetry(const Labels& l, const protocol::GpuSample& s, api::Metrics
   out->Set("meridian_gpu_last_xid", l, s.last_xid);
   out->Set("meridian_gpu_mig_instances", l, static_cast<double>(s.mig_instances.size()));
   // What the device does not keep is absent: no made-up zero.
-  auto optional = [&](const char* name, const auto& v, double scale, const Labels& labels) {
+  auto optional = [&](const char* name, const auto& v, double scale, const MetricLabels& labels) {
     if (v) out->Set(name, labels, static_cast<double>(*v) * scale);
   };
   optional("meridian_gpu_memory_total_bytes", s.memory_total_mib, kMib, l);
@@ -167,14 +167,14 @@ void RenderTelemetry(const Labels& l, const protocol::GpuSample& s, api::Metrics
   optional("meridian_gpu_row_remap_failed", s.row_remap_failed, 1, l);
   for (const std::string& m : s.mig_instances) {
     const size_t at = m.find('@');
-    Labels mig = With(l, "GPU_I_PROFILE", m.substr(0, at));
+    MetricLabels mig = With(l, "GPU_I_PROFILE", m.substr(0, at));
     out->Set("meridian_gpu_mig_instance_info",
              With(std::move(mig), "mig_start", at == std::string::npos ? "" : m.substr(at + 1)), 1);
   }
 }
 
 void RenderNode(const Json& node, const NodeService::NodeReport* report, api::Metrics* out) {
-  const Labels l = {{"node", Text(node, "name")}, {"cluster", Text(node, "cluster")}};
+  const MetricLabels l = {{"node", JsonText(node, "name")}, {"cluster", JsonText(node, "cluster")}};
   const std::string state = NodeState(node, report);
   for (const char* s : kNodeStates)
     out->Set("meridian_node_state", With(l, "state", s), s == state);
@@ -204,7 +204,7 @@ void RenderEstateMetrics(const Json& nodes,
   if (!nodes.is_array()) return;
   for (const Json& node : nodes) {
     if (!node.is_object()) continue;
-    auto r = reports.find(Text(node, "name"));
+    auto r = reports.find(JsonText(node, "name"));
     const NodeService::NodeReport* report = r == reports.end() ? nullptr : &r->second;
     RenderNode(node, report, out);
     if (!node.contains("gpus") || !node["gpus"].is_array()) continue;
@@ -215,7 +215,7 @@ void RenderEstateMetrics(const Json& nodes,
         auto h = report->holders.find(index);
         if (h != report->holders.end()) holders = &h->second;
       }
-      const Labels l = GpuLabels(node, gpu, holders);
+      const MetricLabels l = GpuLabels(node, gpu, holders);
       out->Set("meridian_gpu_healthy", l, gpu.value("healthy", true) ? 1 : 0);
       out->Set("meridian_gpu_unmanaged", l, gpu.value("unmanaged", "").empty() ? 0 : 1);
       out->Set("meridian_gpu_allocated_ratio", l, Number(gpu, "allocatedMilli") / 1000);
@@ -356,7 +356,7 @@ void JobOutcomes::Render(const std::set<std::string>& projects, api::Metrics* ou
     return it == m.end() ? 0.0 : it->second;
   };
   for (const std::string& p : all) {
-    const Labels l = {{"project", p}};
+    const MetricLabels l = {{"project", p}};
     out->Set("meridian_jobs_succeeded_total", l, value(succeeded_, p));
     out->Set("meridian_jobs_cancelled_total", l, value(cancelled_, p));
     out->Set("meridian_jobs_preempted_total", l, value(preempted_, p));
