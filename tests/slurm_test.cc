@@ -425,6 +425,45 @@ TEST_F(SlurmTest, AForeignSlurmJobsGpusAreNotDoubleBooked) {
   EXPECT_EQ(Job(waiting)["status"]["allocation"][0].value("node", ""), "slurm-n1");
 }
 
+TEST_F(SlurmTest, AForeignSlurmJobsCpusAreNotDoubleBooked) {
+  // Bob submits to Slurm directly: all sixteen CPUs of n2, none of its GPUs.
+  const std::string foreign = Shell(
+      "sbatch --parsable -J bob-preprocessing -w n2 --cpus-per-task=16 --mem=1000 "
+      "--wrap 'sleep 120'");
+  ASSERT_TRUE(Eventually(
+      [&] { return Node("slurm-n2").value("unmanagedCpuMilli", int64_t{0}) == 16000; }, 20))
+      << foreign << Node("slurm-n2").dump() << Says();
+  // The node keeps its size; what Bob holds is not free, and its GPUs are not his.
+  const Json n2 = Node("slurm-n2");
+  EXPECT_EQ(n2.value("cpuMilli", int64_t{0}), 16000) << n2.dump();
+  EXPECT_EQ(n2.value("cpuFreeMilli", int64_t{-1}), 0) << n2.dump();
+  for (const Json& g : n2.value("gpus", Json::array())) {
+    EXPECT_FALSE(g.contains("unmanaged")) << g.dump();
+  }
+  // Four jobs of four GPUs and one CPU each: n2's GPUs are free, but none of its CPUs.
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 4; ++i) {
+    jobs.push_back(Submit({{"command", {"sleep", "60"}}, {"gpus", 4}}, "four", "other"));
+  }
+  ASSERT_TRUE(Eventually([&] { return Count(jobs, "Running") == 3; }, 20)) << Says();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  int64_t waiting = 0;
+  for (int64_t id : jobs) {
+    const Json j = Job(id);
+    if (Phase(id) == "Pending") waiting = id;
+    for (const Json& a : j["status"].value("allocation", Json::array())) {
+      EXPECT_NE(a.value("node", ""), "slurm-n2") << j.dump();
+    }
+  }
+  ASSERT_NE(waiting, 0) << Says();
+  EXPECT_TRUE(slurm_->JobsNamed(SlurmName(waiting)).empty()) << Says();
+  // Bob's job ends: n2's CPUs are Meridian's to place again.
+  Shell("scancel " + foreign);
+  ASSERT_TRUE(Eventually([&] { return Phase(waiting) == "Running"; }, 20)) << Says();
+  EXPECT_EQ(Job(waiting)["status"]["allocation"][0].value("node", ""), "slurm-n2");
+  EXPECT_FALSE(Node("slurm-n2").contains("unmanagedCpuMilli")) << Node("slurm-n2").dump();
+}
+
 TEST_F(SlurmTest, ARunSlurmKeepsWaitingIsGivenBackToMeridiansQueueWithSlurmsReason) {
   // The partition is down: Slurm takes the job and keeps it pending.
   Shell("scontrol update partitionname=gpu state=down");

@@ -69,8 +69,12 @@ struct Node {
   std::string pool;
   PoolPurpose purpose = PoolPurpose::kAny;  // its pool's: which kinds of job it runs
   std::string rack;
+  // What Meridian may place on: the node's CPUs and memory less what work outside Meridian holds
+  // (the unmanaged_ amounts, which views add back to show the node's size).
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
+  int64_t unmanaged_cpu_milli = 0;
+  int64_t unmanaged_memory_mib = 0;
   std::vector<GpuDevice> gpus;
   std::map<std::string, std::string> labels;
   std::vector<Taint> taints;

@@ -203,12 +203,15 @@ Json ToJson(const Registration& r) {
                     {"healthy", g.healthy}});
     if (!g.unmanaged.empty()) gpus.back()["unmanaged"] = g.unmanaged;
   }
-  return {{"node", r.node},           {"cluster", r.cluster},
-          {"pool", r.pool},           {"rack", r.rack},
-          {"address", r.address},     {"labels", StringMap(r.labels)},
-          {"cpuMilli", r.cpu_milli},  {"memoryMib", r.memory_mib},
-          {"simulated", r.simulated}, {"agentVersion", r.agent_version},
-          {"gpus", std::move(gpus)},  {"unavailable", r.unavailable}};
+  Json out = {{"node", r.node},           {"cluster", r.cluster},
+              {"pool", r.pool},           {"rack", r.rack},
+              {"address", r.address},     {"labels", StringMap(r.labels)},
+              {"cpuMilli", r.cpu_milli},  {"memoryMib", r.memory_mib},
+              {"simulated", r.simulated}, {"agentVersion", r.agent_version},
+              {"gpus", std::move(gpus)},  {"unavailable", r.unavailable}};
+  if (r.unmanaged_cpu_milli > 0) out["unmanagedCpuMilli"] = r.unmanaged_cpu_milli;
+  if (r.unmanaged_memory_mib > 0) out["unmanagedMemoryMib"] = r.unmanaged_memory_mib;
+  return out;
 }
 
 Json ToJson(const RegistrationAnswer& a) {
@@ -412,6 +415,8 @@ base::Result<Registration> DecodeRegistration(const Json& j) {
     out.labels = r.StringMap("labels");
     out.cpu_milli = r.Int("cpuMilli", 1, int64_t{1} << 40, d.cpu_milli);
     out.memory_mib = r.Int("memoryMib", 1, int64_t{1} << 40, d.memory_mib);
+    out.unmanaged_cpu_milli = r.Int("unmanagedCpuMilli", 0, out.cpu_milli, 0);
+    out.unmanaged_memory_mib = r.Int("unmanagedMemoryMib", 0, out.memory_mib, 0);
     out.simulated = r.Bool("simulated", false);
     out.agent_version = r.String("agentVersion", false);
     out.unavailable = r.String("unavailable", false);

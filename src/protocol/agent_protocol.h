@@ -61,6 +61,10 @@ struct Registration {
   std::map<std::string, std::string> labels;
   int64_t cpu_milli = 1000;
   int64_t memory_mib = 1024;
+  // Of those, what work outside Meridian holds now (a Slurm node's jobs that Slurm's own users
+  // submitted): not Meridian's to place.
+  int64_t unmanaged_cpu_milli = 0;
+  int64_t unmanaged_memory_mib = 0;
   bool simulated = false;
   std::string agent_version;
   std::vector<GpuInventory> gpus;

@@ -319,6 +319,8 @@ TEST(AgentProtocolTest, ARegistrationSurvivesItsJsonForm) {
   r.gpus = {{0, "GPU-0", "H100-80GB", 81920, 0, true, false, true, "Slurm job 7 (alice)"},
             {1, "GPU-1", "H100-80GB", 81920, 0, true, true, false, ""}};
   r.unavailable = "drained in Slurm: maintenance";
+  r.unmanaged_cpu_milli = 16000;
+  r.unmanaged_memory_mib = 1000;
   auto back = DecodeRegistration(ToJson(r));
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->node, "n1");
@@ -330,6 +332,15 @@ TEST(AgentProtocolTest, ARegistrationSurvivesItsJsonForm) {
   EXPECT_EQ(back->gpus[0].unmanaged, "Slurm job 7 (alice)");
   EXPECT_EQ(back->gpus[1].unmanaged, "");
   EXPECT_EQ(back->unavailable, "drained in Slurm: maintenance");
+  EXPECT_EQ(back->unmanaged_cpu_milli, 16000);
+  EXPECT_EQ(back->unmanaged_memory_mib, 1000);
+  // Held outside Meridian: never more than the node has.
+  Json more = ToJson(r);
+  more["unmanagedCpuMilli"] = 64001;
+  auto refused = DecodeRegistration(more);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("unmanagedCpuMilli"), std::string::npos)
+      << refused.status().message();
   auto missing = DecodeRegistration({{"node", "n1"}});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("cluster: is required"), std::string::npos);

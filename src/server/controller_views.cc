@@ -404,15 +404,17 @@ Json SchedulerController::Nodes() {
                        {"pool", d.pool},
                        {"rack", d.rack},
                        {"model", n.model == sched::kNoModel ? "" : snap.model(n.model).name},
-                       {"cpuMilli", n.cpu_capacity},
+                       {"cpuMilli", n.cpu_capacity + d.unmanaged_cpu_milli},
                        {"cpuFreeMilli", n.cpu_free},
-                       {"memoryMib", n.memory_capacity},
+                       {"memoryMib", n.memory_capacity + d.unmanaged_memory_mib},
                        {"memoryFreeMib", n.memory_free},
                        {"schedulable", n.schedulable},
                        {"unavailable", d.unavailable},
                        {"labels", d.labels},
                        {"gpus", std::move(gpus)}});
         Json& row = out.back();
+        if (d.unmanaged_cpu_milli > 0) row["unmanagedCpuMilli"] = d.unmanaged_cpu_milli;
+        if (d.unmanaged_memory_mib > 0) row["unmanagedMemoryMib"] = d.unmanaged_memory_mib;
         // Registered by an agent (with liveness and telemetry), or declared by a node pool.
         Json status = estate_->Registered(d.name) ? nodes_->NodeStatus(d.name) : Json();
         row["source"] = status.is_null() ? "declared" : "registered";

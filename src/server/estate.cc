@@ -22,8 +22,10 @@ domain::Node NodeOfObject(const store::Object& o) {
   n.cluster = s.value("cluster", "");
   n.pool = s.value("pool", "");
   n.rack = s.value("rack", "");
-  n.cpu_milli = s.value("cpuMilli", 0);
-  n.memory_mib = s.value("memoryMib", 0);
+  n.unmanaged_cpu_milli = s.value("unmanagedCpuMilli", int64_t{0});
+  n.unmanaged_memory_mib = s.value("unmanagedMemoryMib", int64_t{0});
+  n.cpu_milli = std::max<int64_t>(0, s.value("cpuMilli", int64_t{0}) - n.unmanaged_cpu_milli);
+  n.memory_mib = std::max<int64_t>(0, s.value("memoryMib", int64_t{0}) - n.unmanaged_memory_mib);
   const domain::NodeOps ops = domain::DecodeNodeOps(s);
   // A node its runner will not start work on (Slurm drained it) is not schedulable either.
   n.unavailable = s.value("unavailable", "");

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <thread>
 
+#include "base/clock.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "base/version.h"
 
@@ -20,16 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+// Slurm's units for a task's shape: whole CPUs, as --cpus-per-task asks, and MiB, as --mem.
+int64_t SlurmCpus(int64_t cpu_milli) { return std::max<int64_t>(1, (cpu_milli + 999) / 1000); }
+int64_t SlurmMemoryMib(int64_t memory_mib) { return std::max<int64_t>(1, memory_mib); }
 
 // Writes whole or not at all (a temporary file renamed over), with `mode`.
 bool WriteFile(const std::string& path, const std::string& content, mode_t mode = 0644) {
@@ -112,7 +107,7 @@ Status SlurmConnector::LoadRuns() {
     RunState& run = runs_[*tag];
     run.tag = *tag;
     run.submitted = true;
-    const std::string id = ReadFile(entry.path() / "slurm-job");
+    const std::string id = base::ReadWholeFile(entry.path() / "slurm-job");
     run.slurm_id = id.empty() ? 0 : std::atoll(id.c_str());
     // Until squeue says otherwise: gone (it ended long ago), never submitted again.
     run.slurm_state = "GONE";
@@ -129,8 +124,12 @@ std::map<std::string, SlurmConnector::NodeUse> SlurmConnector::MeridianUse() con
       if (holds) {
         for (const protocol::DeviceGrant& d : task.assignment.devices) use.devices.insert(d.gpu);
       }
-      if (Runs(run.slurm_state))
-        use.running += static_cast<int32_t>(task.assignment.devices.size());
+      if (Runs(run.slurm_state)) {
+        const protocol::TaskRun& shape = task.assignment.run;
+        use.running.gpus += static_cast<int32_t>(task.assignment.devices.size());
+        use.running.cpus += static_cast<int32_t>(SlurmCpus(shape.cpu_milli));
+        use.running.memory_mib += SlurmMemoryMib(shape.memory_mib);
+      }
     }
   }
   return out;
@@ -149,7 +148,7 @@ bool SlurmConnector::HeardFromAll(const RunState& run) const {
                      [&](const auto& t) { return heard(t.second.node); });
 }
 
-protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n, int32_t foreign,
+protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n, const Held& foreign,
                                                       const std::set<int32_t>& ours) const {
   protocol::Registration r;
   r.node = o_.node_prefix + n.name;
@@ -157,6 +156,8 @@ protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n, int32_
   r.address = n.address.empty() ? n.name : n.address;
   r.cpu_milli = std::max<int64_t>(1, n.cpus) * 1000;
   r.memory_mib = std::max<int64_t>(1, n.memory_mib);
+  r.unmanaged_cpu_milli = std::min<int64_t>(r.cpu_milli, int64_t{foreign.cpus} * 1000);
+  r.unmanaged_memory_mib = std::min<int64_t>(r.memory_mib, foreign.memory_mib);
   r.agent_version = std::string("slurm-connector ") + base::Version();
   r.unavailable = n.Unavailable();
   auto model = o_.gpu_models.find(n.gpu_type);
@@ -169,10 +170,11 @@ protocol::Registration SlurmConnector::RegistrationOf(const SlurmNode& n, int32_
   }
   // Slurm chooses the devices of its jobs itself: what Meridian counts as taken is a number of
   // GPUs, the highest indices that Meridian's own runs do not hold.
-  for (auto g = r.gpus.rbegin(); g != r.gpus.rend() && foreign > 0; ++g) {
+  int32_t held = foreign.gpus;
+  for (auto g = r.gpus.rbegin(); g != r.gpus.rend() && held > 0; ++g) {
     if (ours.count(g->index)) continue;
     g->unmanaged = "held by a Slurm job submitted outside Meridian";
-    --foreign;
+    --held;
   }
   return r;
 }
@@ -204,7 +206,10 @@ void SlurmConnector::Sync(const std::vector<SlurmNode>& nodes) {
     auto use = ours.find(name);
     const NodeUse none;
     const NodeUse& mine = use == ours.end() ? none : use->second;
-    const int32_t foreign = std::max(0, n.gpus_used - mine.running);
+    Held foreign;
+    foreign.gpus = std::max(0, n.gpus_used - mine.running.gpus);
+    foreign.cpus = std::max(0, n.cpus_used - mine.running.cpus);
+    foreign.memory_mib = std::max<int64_t>(0, n.memory_used_mib - mine.running.memory_mib);
     if (all_known && foreign == link.foreign_seen) link.foreign = foreign;
     link.foreign_seen = foreign;
     const protocol::Registration reg = RegistrationOf(n, link.foreign, mine.devices);
@@ -212,7 +217,7 @@ void SlurmConnector::Sync(const std::vector<SlurmNode>& nodes) {
     link.slurm_name = n.name;
     if (!link.client) {
       cli::ClientConfig c = o_.server;
-      const std::string kept = ReadFile(o_.work_dir + "/credentials/" + reg.node);
+      const std::string kept = base::ReadWholeFile(o_.work_dir + "/credentials/" + reg.node);
       if (!kept.empty()) c.token = kept.substr(0, kept.find_last_not_of(" \n") + 1);
       link.client = std::make_unique<cli::Client>(c);
     }
@@ -296,7 +301,7 @@ void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
     if (run.slurm_state != "PENDING") {
       run.pending_since = 0;
     } else if (run.pending_since == 0) {
-      run.pending_since = Now();
+      run.pending_since = base::WallClockNow();
     }
   }
   for (const auto& [tag, job] : seen) {
@@ -344,7 +349,7 @@ std::vector<protocol::TaskReport> SlurmConnector::ReportsFor(const std::string& 
         continue;
       }
       const std::string exit_file = RunDir(tag) + "/task-" + std::to_string(index) + ".exit";
-      const std::string code = ReadFile(exit_file);
+      const std::string code = base::ReadWholeFile(exit_file);
       if (run.slurm_state == "SUBMITTING") continue;  // not known to Slurm yet: still Placed
       const bool ended = !IsActiveState(run.slurm_state);
       if (code.empty() && !ended) {
@@ -425,7 +430,7 @@ void SlurmConnector::Beat(Link& link) {
     heartbeat_interval_ = terms->heartbeat_interval;
   }
   link.heard = true;
-  server_seen_at_ = Now();
+  server_seen_at_ = base::WallClockNow();
   for (const protocol::DecodedAssignment& d : protocol::DecodeAssignments(r->body)) {
     if (!d.assignment.ok()) {
       base::log::Warn("an assignment to {} does not decode: {}", link.registration.node,
@@ -542,8 +547,8 @@ void SlurmConnector::Submit(RunState& run) {
       "--nodes=" + std::to_string(nodes.size()),
       "--nodelist=" + nodelist,
       "--ntasks-per-node=1",
-      "--cpus-per-task=" + std::to_string(std::max<int64_t>(1, (cpu_milli + 999) / 1000)),
-      "--mem=" + std::to_string(std::max<int64_t>(1, memory_mib)) + "M",
+      "--cpus-per-task=" + std::to_string(SlurmCpus(cpu_milli)),
+      "--mem=" + std::to_string(SlurmMemoryMib(memory_mib)) + "M",
       "--no-requeue",
       "--output=" + dir + "/slurm.out",
       "--chdir=" + (spec.working_dir.empty() ? dir : spec.working_dir)};
@@ -573,7 +578,7 @@ void SlurmConnector::Submit(RunState& run) {
     // Taken or not, nobody knows yet: looked for by name in squeue, and given back if it never
     // shows (GiveBackStuck). Never submitted again.
     run.slurm_state = "SUBMITTING";
-    run.pending_since = Now();
+    run.pending_since = base::WallClockNow();
     base::log::Warn("job {} generation {}: {}; looking for it in squeue", run.tag.job,
                     run.tag.generation, id.status().message());
     return;
@@ -593,7 +598,7 @@ void SlurmConnector::Submit(RunState& run) {
 
 void SlurmConnector::Stop(RunState& run) {
   if (!run.submitted || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) return;
-  const double now = Now();
+  const double now = base::WallClockNow();
   const protocol::Assignment& a = run.tasks.begin()->second.assignment;
   if (run.noticed_at == 0) {
     const double within = a.stop_within.value_or(a.run.grace_period);
@@ -615,7 +620,7 @@ void SlurmConnector::Stop(RunState& run) {
 }
 
 void SlurmConnector::GiveBackStuck() {
-  const double now = Now();
+  const double now = base::WallClockNow();
   for (auto& [tag, run] : runs_) {
     if (run.listed && !run.stop && run.given_back.empty() && run.slurm_state == "SUBMITTING" &&
         now - run.pending_since >= o_.pending_timeout) {
@@ -666,10 +671,10 @@ void SlurmConnector::SubmitAll(const std::vector<RunState*>& ready) {
   // Several sbatch at once (Slurm takes them faster so), for no longer than the server expects
   // between heartbeats: the nodes' heartbeats must go on. The rest go next round, at once.
   constexpr size_t kParallel = 16;
-  const double until = Now() + std::max(0.5, heartbeat_interval_);
+  const double until = base::WallClockNow() + std::max(0.5, heartbeat_interval_);
   std::atomic<size_t> next{0};
   auto work = [&] {
-    while (Now() < until) {
+    while (base::WallClockNow() < until) {
       const size_t i = next++;
       if (i >= ready.size()) return;
       Submit(*ready[i]);  // touches only its own run (and reads links_)
@@ -776,7 +781,7 @@ void SlurmConnector::Cleanup() {
 }
 
 Status SlurmConnector::Round() {
-  const double now = Now();
+  const double now = base::WallClockNow();
   auto nodes = slurm_.Nodes();
   auto jobs = nodes.ok() ? slurm_.Jobs() : base::Result<std::vector<SlurmJob>>(nodes.status());
   if (nodes.ok() && jobs.ok()) {
@@ -831,21 +836,22 @@ Status SlurmConnector::Run(const std::atomic<bool>& stop) {
   // The lease counts from the server's last answer, of this life or of the one before (kept in
   // the work directory with the lease it gave), as an agent's shims count it from the lease
   // file: a connector restarted during a server outage keeps its runs no longer than it may.
-  server_seen_at_ = Now();
-  std::istringstream kept(ReadFile(o_.work_dir + "/lease"));
+  server_seen_at_ = base::WallClockNow();
+  std::istringstream kept(base::ReadWholeFile(o_.work_dir + "/lease"));
   double lease = 0, seen = 0;
   if (kept >> lease >> seen && lease > 0 && seen > 0) {
     lease_ = lease;
     server_seen_at_ = std::min(seen, server_seen_at_);
   }
-  slurm_seen_at_ = Now();
+  slurm_seen_at_ = base::WallClockNow();
   base::log::Info("Slurm connector for cluster {} (SLURM_CONF {}), every {:.1f} s", o_.cluster,
                   o_.slurm_conf.empty() ? "default" : o_.slurm_conf, o_.interval);
   while (!stop) {
     if (Status s = Round(); !s.ok()) base::log::Warn("{}", s.message());
     // Runs left to submit: the next round at once.
-    const double until = backlog_ ? 0 : Now() + o_.interval;
-    while (!stop && Now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const double until = backlog_ ? 0 : base::WallClockNow() + o_.interval;
+    while (!stop && base::WallClockNow() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return Status::Ok();
 }

@@ -69,15 +69,22 @@ class SlurmConnector {
   base::Status Round();
 
  private:
+  // GPUs, CPUs and memory of a node held by jobs.
+  struct Held {
+    int32_t gpus = 0;
+    int32_t cpus = 0;
+    int64_t memory_mib = 0;
+    bool operator==(const Held&) const = default;
+  };
   struct Link {  // one Slurm node, as its agent
     std::string slurm_name;
     protocol::Registration registration;
     bool registered = false;
     std::unique_ptr<cli::Client> client;  // with the node's credential once it has one
     bool heard = false;                   // its heartbeat was answered this round
-    // GPUs that Slurm's own users' jobs hold: as registered, and as last counted (a count is
+    // What Slurm's own users' jobs hold: as registered, and as last counted (a count is
     // registered once two looks in a row agree, as sinfo and squeue are not read at one instant).
-    int32_t foreign = 0, foreign_seen = 0;
+    Held foreign, foreign_seen;
     // What the connector did on its own on this node (a fenced Slurm job): events of the node,
     // sent with each heartbeat until one is answered (at most kMaxNotices kept).
     std::vector<protocol::NodeNotice> notices;
@@ -127,15 +134,15 @@ class SlurmConnector {
   void UploadLogs();
   void Cleanup();
   std::string RunDir(const RunTag& tag) const;
-  // The node as its agent would register it, with `foreign` of its GPUs (none that Meridian's
-  // runs hold) marked as held by Slurm's own users' work.
-  protocol::Registration RegistrationOf(const SlurmNode& node, int32_t foreign,
+  // The node as its agent would register it, with what Slurm's own users' work holds: `foreign`
+  // GPUs (none that Meridian's runs hold) marked as such, and its CPUs and memory.
+  protocol::Registration RegistrationOf(const SlurmNode& node, const Held& foreign,
                                         const std::set<int32_t>& ours) const;
-  // Per node, the GPU indices Meridian's runs hold and how many of them Slurm runs now: worked
-  // out once a round for every node.
+  // Per node, the GPU indices Meridian's runs hold, and what of it Slurm runs now (in Slurm's
+  // units: whole CPUs, as --cpus-per-task asked): worked out once a round for every node.
   struct NodeUse {
     std::set<int32_t> devices;
-    int32_t running = 0;
+    Held running;
   };
   std::map<std::string, NodeUse> MeridianUse() const;
   // Whether every node `run` is on was heard from this round (every node, when its tasks are

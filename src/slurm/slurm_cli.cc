@@ -140,6 +140,8 @@ base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo) {
     node.gpu_type = gpus.type;
     node.gpus = gpus.count;
     node.gpus_used = ParseGpuGres(Text(n, "gres_used")).count;
+    node.cpus_used = static_cast<int32_t>(Number(n, "alloc_cpus"));
+    node.memory_used_mib = Number(n, "alloc_memory");
     node.state = Text(n, "state");
     if (node.state.empty()) return Status::Invalid(at + ": no state");
     node.flags = StateFlags(n, "state");

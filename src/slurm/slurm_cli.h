@@ -30,6 +30,9 @@ struct SlurmNode {
   std::string gpu_type;    // from GRES gpu:TYPE:N; empty for an untyped gpu:N
   int32_t gpus = 0;
   int32_t gpus_used = 0;           // GPUs Slurm's jobs hold now (gres_used), Meridian's among them
+  int32_t cpus_used = 0;           // CPUs Slurm's jobs hold now (alloc_cpus), Meridian's among them
+  int64_t memory_used_mib = 0;     // memory they hold (alloc_memory; 0 where memory is not a
+                                   // consumable resource of the cluster's SelectTypeParameters)
   std::string state;               // idle, mixed, allocated, down, ...
   std::vector<std::string> flags;  // DRAIN, NOT_RESPONDING, ...
   std::string reason;              // why an administrator drained or downed it
