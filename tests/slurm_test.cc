@@ -148,6 +148,36 @@ class SlurmTest : public ::testing::Test {
     return nullptr;
   }
   CliResult Run(const std::string& args) { return Cli(kBinary, args, server_->url(), admin_); }
+  // Four jobs of four GPUs where work outside Meridian holds part of `node`: three run, none of
+  // them on `node`, and the fourth waits in Meridian's queue, not in Slurm's. Returns the fourth
+  // (0 when none waits).
+  int64_t ThreeOfFourRunAwayFrom(const std::string& node) {
+    std::vector<int64_t> jobs;
+    for (int i = 0; i < 4; ++i) {
+      jobs.push_back(Submit({{"command", {"sleep", "60"}}, {"gpus", 4}}, "four", "other"));
+    }
+    EXPECT_TRUE(Eventually([&] { return Count(jobs, "Running") == 3; }, 20)) << Says();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    int64_t waiting = 0;
+    for (int64_t id : jobs) {
+      const Json j = Job(id);
+      if (Phase(id) == "Pending") waiting = id;
+      for (const Json& a : j["status"].value("allocation", Json::array())) {
+        EXPECT_NE(a.value("node", ""), node) << j.dump();
+      }
+    }
+    if (waiting != 0) {
+      EXPECT_TRUE(slurm_->JobsNamed(SlurmName(waiting)).empty()) << Says();
+    }
+    return waiting;
+  }
+  // The Slurm job `foreign` is cancelled: `waiting` runs on `node`, which it freed.
+  void CancelAndSeeItRunThere(const std::string& foreign, int64_t waiting,
+                              const std::string& node) {
+    Shell("scancel " + foreign);
+    ASSERT_TRUE(Eventually([&] { return Phase(waiting) == "Running"; }, 20)) << Says();
+    EXPECT_EQ(Job(waiting)["status"]["allocation"][0].value("node", ""), node);
+  }
   int64_t Submit(const Json& spec, const std::string& name = "job",
                  const std::string& project = "research") {
     Json job = {{"metadata", {{"name", name}, {"project", project}}}, {"spec", spec}};
@@ -399,30 +429,14 @@ TEST_F(SlurmTest, AForeignSlurmJobsGpusAreNotDoubleBooked) {
   const std::string top = Run("top").output;
   EXPECT_NE(top.find(" GPUs allocated, 4 held by work outside Meridian"), std::string::npos) << top;
   // Four jobs of four GPUs (a project without a quota): three nodes are left for them.
-  std::vector<int64_t> jobs;
-  for (int i = 0; i < 4; ++i) {
-    jobs.push_back(Submit({{"command", {"sleep", "60"}}, {"gpus", 4}}, "four", "other"));
-  }
-  ASSERT_TRUE(Eventually([&] { return Count(jobs, "Running") == 3; }, 20)) << Says();
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const int64_t waiting = ThreeOfFourRunAwayFrom("slurm-n1");
+  ASSERT_NE(waiting, 0) << Says();
   // Alert rules have been evaluated since (every 2 s): none took the held GPUs for broken ones.
   for (const Json& a : Http(*server_, "GET", "/api/v1/alerts", admin_).body["items"]) {
     EXPECT_NE(a["labels"].value("alertname", ""), "MeridianGpuUnhealthy") << a.dump();
   }
-  int64_t waiting = 0;
-  for (int64_t id : jobs) {
-    const Json j = Job(id);
-    if (Phase(id) == "Pending") waiting = id;
-    for (const Json& a : j["status"].value("allocation", Json::array())) {
-      EXPECT_NE(a.value("node", ""), "slurm-n1") << j.dump();
-    }
-  }
-  ASSERT_NE(waiting, 0) << Says();
-  EXPECT_TRUE(slurm_->JobsNamed(SlurmName(waiting)).empty()) << Says();
   // Alice's job ends: its GPUs are Meridian's to place again.
-  Shell("scancel " + foreign);
-  ASSERT_TRUE(Eventually([&] { return Phase(waiting) == "Running"; }, 20)) << Says();
-  EXPECT_EQ(Job(waiting)["status"]["allocation"][0].value("node", ""), "slurm-n1");
+  CancelAndSeeItRunThere(foreign, waiting, "slurm-n1");
 }
 
 TEST_F(SlurmTest, AForeignSlurmJobsCpusAreNotDoubleBooked) {
@@ -441,26 +455,10 @@ TEST_F(SlurmTest, AForeignSlurmJobsCpusAreNotDoubleBooked) {
     EXPECT_FALSE(g.contains("unmanaged")) << g.dump();
   }
   // Four jobs of four GPUs and one CPU each: n2's GPUs are free, but none of its CPUs.
-  std::vector<int64_t> jobs;
-  for (int i = 0; i < 4; ++i) {
-    jobs.push_back(Submit({{"command", {"sleep", "60"}}, {"gpus", 4}}, "four", "other"));
-  }
-  ASSERT_TRUE(Eventually([&] { return Count(jobs, "Running") == 3; }, 20)) << Says();
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  int64_t waiting = 0;
-  for (int64_t id : jobs) {
-    const Json j = Job(id);
-    if (Phase(id) == "Pending") waiting = id;
-    for (const Json& a : j["status"].value("allocation", Json::array())) {
-      EXPECT_NE(a.value("node", ""), "slurm-n2") << j.dump();
-    }
-  }
+  const int64_t waiting = ThreeOfFourRunAwayFrom("slurm-n2");
   ASSERT_NE(waiting, 0) << Says();
-  EXPECT_TRUE(slurm_->JobsNamed(SlurmName(waiting)).empty()) << Says();
   // Bob's job ends: n2's CPUs are Meridian's to place again.
-  Shell("scancel " + foreign);
-  ASSERT_TRUE(Eventually([&] { return Phase(waiting) == "Running"; }, 20)) << Says();
-  EXPECT_EQ(Job(waiting)["status"]["allocation"][0].value("node", ""), "slurm-n2");
+  CancelAndSeeItRunThere(foreign, waiting, "slurm-n2");
   EXPECT_FALSE(Node("slurm-n2").contains("unmanagedCpuMilli")) << Node("slurm-n2").dump();
 }
 
