@@ -635,7 +635,8 @@ std::shared_ptr<const Api::ConfigView> Api::Config() {
   if (config_ && clock_->Now() - config_read_at_ < 5.0) return config_;
   auto view = std::make_shared<ConfigView>();
   Status s = store_->Read([&](store::Tx& tx) {
-    for (const char* kind : {"Team", "Project", "Cluster", "PriorityClass", "IdentityProvider"}) {
+    for (const char* kind :
+         {"Team", "Project", "Cluster", "PriorityClass", "IdentityProvider", "Dataset"}) {
       auto objects = tx.ListObjects(kind);
       if (!objects.ok()) return objects.status();
       for (const store::Object& o : *objects) {
@@ -646,6 +647,7 @@ std::shared_ptr<const Api::ConfigView> Api::Config() {
         }
         if (o.kind == "Cluster") view->clusters.push_back(o.name);
         if (o.kind == "PriorityClass") view->priority_classes[o.name] = ClassUseOf(o.name, o.spec);
+        if (o.kind == "Dataset") view->datasets.insert(o.name);
         if (o.kind == "IdentityProvider") {
           view->identity_providers.push_back(OidcProviderFromSpec(o.name, o.spec));
         }

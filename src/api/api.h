@@ -8,6 +8,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -430,6 +431,7 @@ class Api {
     std::vector<std::string> clusters;
     std::map<std::string, ClassUse> priority_classes;  // who may use each
     std::vector<OidcProvider> identity_providers;
+    std::set<std::string> datasets;
   };
   std::shared_ptr<const ConfigView> Config();
   void InvalidateConfig();

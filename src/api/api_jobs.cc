@@ -114,6 +114,14 @@ void Api::SubmitJob(Call& call) {
       return Fail(call, 403, "permission_denied", refusal, "spec.priorityClass");
     }
   }
+  for (size_t i = 0; i < doc->typed.datasets.size(); ++i) {
+    const std::string& name = doc->typed.datasets[i];
+    if (!config->datasets.count(name)) {
+      const std::string field = "spec.datasets[" + std::to_string(i) + "]";
+      return Fail(call, 400, "invalid_argument",
+                  field + ": Dataset \"" + name + "\" does not exist", field);
+    }
+  }
   // What nothing could ever run is refused now, with its field, rather than left to wait.
   if (std::optional<domain::FieldError> never = hooks_->NeverHeld(doc->typed)) {
     domain::ErrorList errors;

@@ -569,10 +569,15 @@ int Describe(Context& c, const std::string& resource_in, const std::string& name
     }
     for (const Json& cl : why->value("clusters", Json::array())) {
       c.out << "  " << cl.value("name", "") << ": " << cl.value("reason", "") << "\n";
+      if (cl.contains("data")) c.out << "    data: " << cl.value("data", "") << "\n";
     }
     if (why->contains("estimatedStart") && !why->at("estimatedStart").is_null()) {
-      c.out << "  estimated start: in " << Age(c.now, why->at("estimatedStart").get<double>())
-            << "\n";
+      c.out << "  estimated start: in " << Age(c.now, why->at("estimatedStart").get<double>());
+      if (why->value("stagingSeconds", 0.0) > 0) {
+        c.out << " (of which " << Age(0, why->value("stagingSeconds", 0.0))
+              << " staging its datasets)";
+      }
+      c.out << "\n";
     } else {
       c.out << "  estimated start: unknown (no runtime estimates cover it)\n";
     }

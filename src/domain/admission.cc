@@ -83,7 +83,22 @@ std::optional<FieldError> NeverHeld(const JobSpec& spec, const std::vector<Clust
                         "\" does not exist (clusters: " + Joined(cluster_names) + ")");
     }
   }
-  const std::set<std::string> allowed(spec.clusters.begin(), spec.clusters.end());
+  std::set<std::string> allowed(spec.clusters.begin(), spec.clusters.end());
+  // A checkpoint folder lives on a site's storage: only sites that keep checkpoints will do.
+  if (spec.checkpoint) {
+    std::set<std::string> keeping;
+    for (const Cluster& c : clusters) {
+      if (!c.storage.checkpoints.empty() && (allowed.empty() || allowed.count(c.name))) {
+        keeping.insert(c.name);
+      }
+    }
+    if (keeping.empty()) {
+      return refuse("spec.checkpoint",
+                    "no cluster" + (allowed.empty() ? std::string() : " it may use") +
+                        " keeps checkpoints (a Cluster's spec.storage.checkpoints)");
+    }
+    allowed = std::move(keeping);
+  }
   std::vector<Offer> offers;
   for (const std::vector<Node>* list : {&nodes, &pool_shapes}) {
     for (const Node& n : *list) {

@@ -136,3 +136,36 @@ TEST(Admission, AModelOutsideTheCatalogueIsJudgedByWhatTheEstateHas) {
 
 }  // namespace
 }  // namespace meridian::domain
+
+namespace meridian::domain {
+namespace {
+
+TEST(Admission, ACheckpointFolderNeedsASiteThatKeepsThem) {
+  std::vector<Cluster> clusters;
+  for (const char* name : {"onprem", "cloud"}) {
+    Cluster c;
+    c.name = name;
+    clusters.push_back(c);
+  }
+  const std::vector<Node> nodes = {MakeNode("onprem", "H100-80GB", 8),
+                                   MakeNode("cloud", "A100-80GB", 8)};
+  JobSpec s = Gpus(1);
+  s.checkpoint = true;
+  auto never = NeverHeld(s, clusters, nodes, {});
+  ASSERT_TRUE(never);
+  EXPECT_EQ(never->field, "spec.checkpoint");
+  EXPECT_NE(never->message.find("no cluster keeps checkpoints"), std::string::npos);
+  clusters[1].storage.checkpoints = "/ckpt";
+  EXPECT_FALSE(NeverHeld(s, clusters, nodes, {}));
+  // The cluster that keeps them has no H100: an H100 job with a checkpoint can never run.
+  s.gpu_models = {"H100-80GB"};
+  EXPECT_TRUE(NeverHeld(s, clusters, nodes, {}));
+  s.gpu_models.clear();
+  s.clusters = {"onprem"};
+  never = NeverHeld(s, clusters, nodes, {});
+  ASSERT_TRUE(never);
+  EXPECT_NE(never->message.find("no cluster it may use keeps checkpoints"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace meridian::domain

@@ -11,15 +11,52 @@ enum class SiteKind { kOnPrem, kCloud };
 enum class Backend { kAgent, kSlurm, kKubernetes };
 enum class PoolPurpose { kAny, kTraining, kInference, kInteractive };
 
+// Where a site keeps data on its shared filesystem (paths every node of the site sees alike):
+// each job's checkpoint folder, and the cache that datasets staged from elsewhere go to.
+struct ClusterStorage {
+  std::string checkpoints;  // empty: jobs here get no checkpoint folder
+  std::string cache;        // empty: nothing can be staged here
+  double cache_capacity_gib = 0;  // 0: no limit
+  // Copies a dataset into the cache: words with {source} and {target} in them (rsync, an
+  // object-store CLI); empty: `cp -a`.
+  std::vector<std::string> staging_command;
+
+  bool operator==(const ClusterStorage&) const = default;
+};
+
 // A site: an on-prem cluster or a cloud region, with what a GPU-hour costs there (the amortised
-// rate on-prem) and the datasets it holds.
+// rate on-prem), the datasets it holds, and its network to other sites.
 struct Cluster {
   std::string name;
   SiteKind kind = SiteKind::kOnPrem;
   std::string region;
   Backend backend = Backend::kAgent;
   std::map<std::string, double> price_per_gpu_hour;  // by GPU model name
+  // Datasets found here: the Cluster's own `datasets` list and the Dataset documents that name
+  // a location here.
   std::vector<std::string> datasets;
+  double egress_per_gib = 0;                     // what a GiB leaving the site costs
+  std::map<std::string, double> bandwidth_gbps = {};  // to other sites (either end declares)
+  ClusterStorage storage = {};
+};
+
+// Where a dataset lives: a path on one site's shared filesystem, or an object-store URL in that
+// site's region (staged into the cache before a task reads it).
+struct DatasetLocation {
+  std::string cluster;
+  std::string path;
+  std::string url;
+
+  bool operator==(const DatasetLocation&) const = default;
+};
+
+// A named dataset that jobs read (a Dataset document): its size and its replicas.
+struct Dataset {
+  std::string name;
+  double size_gib = 0;
+  std::vector<DatasetLocation> locations;
+
+  bool operator==(const Dataset&) const = default;
 };
 
 // The taint every node of a spot pool carries: only jobs that may be preempted run there (they

@@ -89,6 +89,57 @@ void ClusterSpec(FieldReader& s) {
     }
   }
   s.StringList("datasets");
+  // What leaves the site costs, and how fast it reaches the others: the data score's inputs.
+  if (s.Has("network")) {
+    FieldReader n = s.Nested("network");
+    n.Number("egressPricePerGib", 0, 1e6, 0);
+    for (const auto& [site, gbps] : n.NumberMap("bandwidthGbps", 0)) {
+      if (!(gbps > 0 && gbps <= 1e6)) n.Error("bandwidthGbps", site + ": must be above 0");
+    }
+    n.Finish();
+  }
+  if (s.Has("storage")) {
+    FieldReader st = s.Nested("storage");
+    for (const char* key : {"checkpoints", "cache"}) {
+      const std::string path = st.String(key, false);
+      if (!path.empty() && path.front() != '/') st.Error(key, "must be an absolute path");
+    }
+    st.Number("cacheCapacityGib", 0, 1e9, 0);
+    const std::vector<std::string> words = st.StringList("stagingCommand");
+    if (words.size() > 64) st.Error("stagingCommand", "must have at most 64 words");
+    bool source = false, target = false;
+    for (const std::string& w : words) {
+      source = source || w.find("{source}") != std::string::npos;
+      target = target || w.find("{target}") != std::string::npos;
+    }
+    if (!words.empty() && !(source && target)) {
+      st.Error("stagingCommand", "must name both {source} and {target}");
+    }
+    st.Finish();
+  }
+}
+
+// A dataset jobs read: its size, and where it lives (a path on a site's shared filesystem, or an
+// object-store URL in a site's region), one location per replica.
+void DatasetLocationItem(FieldReader& s) {
+  s.Name("cluster", true);
+  const bool path = s.Has("path"), url = s.Has("url");
+  const std::string p = s.String("path", false);
+  const std::string u = s.String("url", false);
+  if (path == url) s.Error("path", "give exactly one of path and url");
+  if (path && (p.empty() || p.front() != '/')) s.Error("path", "must be an absolute path");
+  if (url && u.find("://") == std::string::npos) {
+    s.Error("url", "\"" + u + "\" must be a URL (s3://bucket/prefix, gs://..., https://...)");
+  }
+}
+
+void DatasetSpec(FieldReader& s) {
+  if (!s.Has("sizeGib")) s.Error("sizeGib", "is required: what a copy of it moves");
+  s.Number("sizeGib", 0, 1e9, 0);
+  if (s.ObjectList("locations", DatasetLocationItem) == 0) {
+    s.Error("locations", "is required: at least one place where the dataset lives");
+  }
+  s.String("description", false);
 }
 
 // The elastic part of a NodePool: its bounds, the provisioner that adds and removes its nodes,
@@ -289,6 +340,7 @@ const std::map<std::string, SpecReader>& Readers() {
       // gives its defaults.
       {"AlertRule", nullptr},
       {"IdentityProvider", IdentityProviderSpec},
+      {"Dataset", DatasetSpec},
   };
   return kReaders;
 }
@@ -324,7 +376,7 @@ const std::vector<std::string>& ConfigKinds() {
   static const std::vector<std::string> kKinds = {
       "Organization",     "Team",       "Project", "PriorityClass", "Cluster",
       "NodePool",         "Quota",      "Policy",  "AlertReceiver", "AlertRule",
-      "IdentityProvider", "IdlePolicy", "Budget",
+      "IdentityProvider", "IdlePolicy", "Budget",        "Dataset",
   };
   return kKinds;
 }
@@ -340,7 +392,7 @@ std::optional<Document> ValidateDocument(const SourceDoc& src, ErrorList* errors
     errors->Add(src, "kind",
                 "is required (one of Organization, Team, Project, Quota, "
                 "PriorityClass, Cluster, NodePool, Policy, AlertRule, AlertReceiver, "
-                "IdentityProvider, IdlePolicy, Budget)");
+                "IdentityProvider, IdlePolicy, Budget, Dataset)");
     return std::nullopt;
   }
   auto reader = Readers().find(kind->get<std::string>());
@@ -393,6 +445,25 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors) 
     if (d.kind == "Project") refers(d, "team", "Team");
     if (d.kind == "NodePool") refers(d, "cluster", "Cluster");
     if (d.kind == "AlertRule" || d.kind == "IdlePolicy") refers(d, "project", "Project");
+    if (d.kind == "Dataset" && d.spec.contains("locations")) {
+      const Json& at = d.spec.at("locations");
+      for (size_t i = 0; i < at.size(); ++i) {
+        const std::string c = at[i].value("cluster", "");
+        if (!c.empty() && !names["Cluster"].count(c)) {
+          errors->Add({d.file, d.line, 0, "spec.locations[" + std::to_string(i) + "].cluster",
+                       "Cluster \"" + c + "\" does not exist"});
+        }
+      }
+    }
+    if (d.kind == "Cluster" && d.spec.contains("network") &&
+        d.spec.at("network").contains("bandwidthGbps")) {
+      for (const auto& [site, gbps] : d.spec.at("network").at("bandwidthGbps").items()) {
+        if (!names["Cluster"].count(site)) {
+          errors->Add({d.file, d.line, 0, "spec.network.bandwidthGbps." + site,
+                       "Cluster \"" + site + "\" does not exist"});
+        }
+      }
+    }
     if (d.kind == "Budget" && d.spec.contains("clusters")) {
       for (const Json& c : d.spec.at("clusters")) {
         if (c.is_string() && !names["Cluster"].count(c.get<std::string>())) {
@@ -498,7 +569,33 @@ Cluster ClusterOfSpec(const std::string& name, const Json& spec) {
   if (spec.contains("datasets")) {
     for (const Json& d : spec.at("datasets")) c.datasets.push_back(d.get<std::string>());
   }
+  if (spec.contains("network")) {
+    const Json& n = spec.at("network");
+    c.egress_per_gib = n.value("egressPricePerGib", 0.0);
+    if (n.contains("bandwidthGbps")) {
+      for (const auto& [site, gbps] : n.at("bandwidthGbps").items()) {
+        c.bandwidth_gbps[site] = gbps.get<double>();
+      }
+    }
+  }
+  if (spec.contains("storage")) {
+    const Json& st = spec.at("storage");
+    c.storage.checkpoints = st.value("checkpoints", "");
+    c.storage.cache = st.value("cache", "");
+    c.storage.cache_capacity_gib = st.value("cacheCapacityGib", 0.0);
+    c.storage.staging_command = st.value("stagingCommand", std::vector<std::string>{});
+  }
   return c;
+}
+
+Dataset DatasetOfSpec(const std::string& name, const Json& spec) {
+  Dataset d;
+  d.name = name;
+  d.size_gib = spec.value("sizeGib", 0.0);
+  for (const Json& at : spec.value("locations", Json::array())) {
+    d.locations.push_back({at.value("cluster", ""), at.value("path", ""), at.value("url", "")});
+  }
+  return d;
 }
 
 Node DeclaredPoolNode(const std::string& pool, const Json& spec, int64_t i) {

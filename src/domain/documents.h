@@ -37,6 +37,9 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors);
 // A Cluster document's spec (canonical form) as the scheduler's cluster named `name`.
 Cluster ClusterOfSpec(const std::string& name, const Json& spec);
 
+// A Dataset document's spec (canonical form) as the dataset named `name`.
+Dataset DatasetOfSpec(const std::string& name, const Json& spec);
+
 // Node `i` of a NodePool that declares its nodes (`nodes: N`), from the pool's spec in canonical
 // form: "<pool>-<i>", racks of rackSize nodes, NVLink domains of nvlinkDomainSize GPUs. The
 // pool's labels, taints and purpose are the estate's to give (its nodes and agents' alike).

@@ -522,3 +522,140 @@ spec:
 
 }  // namespace
 }  // namespace meridian::domain
+
+namespace meridian::domain {
+namespace {
+
+const char* kSites = R"(kind: Cluster
+metadata: {name: onprem}
+spec:
+  network: {egressPricePerGib: 0.02, bandwidthGbps: {cloud: 10}}
+  storage:
+    checkpoints: /shared/checkpoints
+    cache: /shared/cache
+    cacheCapacityGib: 500
+    stagingCommand: [rsync, -a, "{source}/", "{target}/"]
+---
+kind: Cluster
+metadata: {name: cloud}
+spec: {type: cloud}
+---
+kind: Dataset
+metadata: {name: imagenet}
+spec:
+  sizeGib: 150
+  locations:
+  - {cluster: onprem, path: /shared/datasets/imagenet}
+  - {cluster: cloud, url: "s3://bucket/imagenet"}
+)";
+
+TEST(Documents, DatasetsAndSitesAreReadIntoTheirTypes) {
+  ErrorList errors;
+  auto docs = Parse(kSites, &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ValidateDesiredState(docs, &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  const Cluster onprem = ClusterOfSpec(docs[0].name, docs[0].spec);
+  EXPECT_DOUBLE_EQ(onprem.egress_per_gib, 0.02);
+  EXPECT_EQ(onprem.bandwidth_gbps, (std::map<std::string, double>{{"cloud", 10}}));
+  EXPECT_EQ(onprem.storage.checkpoints, "/shared/checkpoints");
+  EXPECT_EQ(onprem.storage.cache, "/shared/cache");
+  EXPECT_DOUBLE_EQ(onprem.storage.cache_capacity_gib, 500);
+  EXPECT_EQ(onprem.storage.staging_command.size(), 4u);
+  const Cluster cloud = ClusterOfSpec(docs[1].name, docs[1].spec);
+  EXPECT_TRUE(cloud.storage.checkpoints.empty());
+  const Dataset d = DatasetOfSpec(docs[2].name, docs[2].spec);
+  EXPECT_DOUBLE_EQ(d.size_gib, 150);
+  ASSERT_EQ(d.locations.size(), 2u);
+  EXPECT_EQ(d.locations[0].path, "/shared/datasets/imagenet");
+  EXPECT_EQ(d.locations[1].url, "s3://bucket/imagenet");
+  EXPECT_EQ(d.locations[1].cluster, "cloud");
+}
+
+TEST(Documents, DatasetAndStorageErrorsNameTheField) {
+  struct Case {
+    const char* yaml;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"kind: Dataset\nmetadata: {name: d}\nspec: {locations: [{cluster: c, path: /d}]}\n",
+       "estate.yaml:3:1: spec.sizeGib: is required"},
+      {"kind: Dataset\nmetadata: {name: d}\nspec: {sizeGib: 1}\n",
+       "spec.locations: is required"},
+      {"kind: Dataset\nmetadata: {name: d}\nspec: {sizeGib: 1, locations: [{cluster: c}]}\n",
+       "spec.locations[0].path: give exactly one of path and url"},
+      {"kind: Dataset\nmetadata: {name: d}\nspec: {sizeGib: 1, locations: [{cluster: c, path: "
+       "d}]}\n",
+       "spec.locations[0].path: must be an absolute path"},
+      {"kind: Dataset\nmetadata: {name: d}\nspec: {sizeGib: 1, locations: [{cluster: c, url: "
+       "bucket}]}\n",
+       "spec.locations[0].url: \"bucket\" must be a URL"},
+      {"kind: Cluster\nmetadata: {name: c}\nspec: {storage: {cache: shared}}\n",
+       "spec.storage.cache: must be an absolute path"},
+      {"kind: Cluster\nmetadata: {name: c}\nspec: {storage: {stagingCommand: [cp, x, y]}}\n",
+       "spec.storage.stagingCommand: must name both {source} and {target}"},
+      {"kind: Cluster\nmetadata: {name: c}\nspec: {network: {bandwidthGbps: {b: 0}}}\n",
+       "spec.network.bandwidthGbps: b: must be above 0"},
+      {"kind: Cluster\nmetadata: {name: c}\nspec: {network: {egress: 1}}\n",
+       "spec.network.egress: unknown field"},
+  };
+  for (const Case& c : cases) {
+    ErrorList errors;
+    Parse(c.yaml, &errors);
+    ASSERT_EQ(errors.size(), 1u) << c.yaml << "\n" << errors.ToString();
+    EXPECT_NE(errors.ToString().find(c.want), std::string::npos)
+        << "want " << c.want << "\ngot  " << errors.ToString();
+  }
+  // References: a location's cluster and a link's other end must exist.
+  ErrorList errors;
+  auto docs = Parse(
+      "kind: Cluster\nmetadata: {name: a}\nspec: {network: {bandwidthGbps: {mars: 1}}}\n---\n"
+      "kind: Dataset\nmetadata: {name: d}\nspec: {sizeGib: 1, locations: [{cluster: b, path: "
+      "/d}]}\n",
+      &errors);
+  ASSERT_TRUE(errors.empty()) << errors.ToString();
+  ValidateDesiredState(docs, &errors);
+  ASSERT_EQ(errors.size(), 2u) << errors.ToString();
+  EXPECT_NE(errors.ToString().find("spec.network.bandwidthGbps.mars: Cluster \"mars\" does not "
+                                   "exist"),
+            std::string::npos);
+  EXPECT_NE(errors.ToString().find("spec.locations[0].cluster: Cluster \"b\" does not exist"),
+            std::string::npos);
+}
+
+TEST(Documents, AJobNamesItsDatasetsAndAsksForACheckpointFolder) {
+  std::vector<FieldError> syntax;
+  auto src = ParseYamlDocuments(
+      "metadata: {name: train, project: vision}\nspec:\n  gpus: 1\n  command: [train]\n"
+      "  datasets: [imagenet, laion, imagenet]\n  checkpoint: true\n",
+      "job.yaml", &syntax);
+  ASSERT_TRUE(src.ok());
+  ErrorList errors;
+  auto job = ValidateJobDocument((*src)[0], &errors);
+  ASSERT_TRUE(job) << errors.ToString();
+  EXPECT_EQ(job->typed.datasets, (std::vector<std::string>{"imagenet", "laion"}));
+  EXPECT_TRUE(job->typed.checkpoint);
+  const Job j = JobOfSpec(job->name, job->project, job->typed);
+  EXPECT_EQ(j.datasets, job->typed.datasets);
+  EXPECT_TRUE(j.constraints.checkpoint);
+  // Stored and decoded again, the same.
+  auto again = DecodeJobSpec(job->spec);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->datasets, job->typed.datasets);
+
+  src = ParseYamlDocuments(
+      "metadata: {name: t, project: v}\nspec: {command: [x], datasets: [ImageNet], dataset: "
+      "imagenet}\n",
+      "job.yaml", &syntax);
+  ASSERT_TRUE(src.ok());
+  ErrorList bad;
+  EXPECT_FALSE(ValidateJobDocument((*src)[0], &bad));
+  EXPECT_NE(bad.ToString().find("spec.datasets[0]: \"ImageNet\" is not a dataset name"),
+            std::string::npos)
+      << bad.ToString();
+  EXPECT_NE(bad.ToString().find("spec.dataset: unknown field"), std::string::npos)
+      << bad.ToString();
+}
+
+}  // namespace
+}  // namespace meridian::domain

@@ -49,6 +49,7 @@ struct Constraints {
   std::map<std::string, std::string> node_labels;
   std::vector<Toleration> tolerations;
   bool on_prem_only = false;
+  bool checkpoint = false;  // only clusters that keep checkpoints (storage.checkpoints)
 };
 
 struct TaskGroup {
@@ -67,7 +68,7 @@ struct Job {
   std::string priority_class;
   bool gang = false;  // all tasks placed together in one cluster, or none
   Constraints constraints;
-  std::string dataset;
+  std::vector<std::string> datasets;  // what its tasks read (Dataset names)
   int64_t runtime_estimate_s = 0;
   int64_t runtime_limit_s = 0;  // 0: no limit
   bool preemptible = true;

@@ -277,6 +277,17 @@ JobSpec ReadJobSpec(FieldReader& s) {
     }
   }
   ReadDependencies(s, &j);
+  const std::vector<std::string> datasets = s.StringList("datasets");
+  for (size_t i = 0; i < datasets.size(); ++i) {
+    if (!IsValidName(datasets[i])) {
+      s.Error("datasets[" + std::to_string(i) + "]",
+              "\"" + datasets[i] + "\" is not a dataset name (lowercase letters, digits, '-')");
+    } else if (std::find(j.datasets.begin(), j.datasets.end(), datasets[i]) == j.datasets.end()) {
+      j.datasets.push_back(datasets[i]);
+    }
+  }
+  Bound(s, "datasets", j.datasets.size(), 16, 0);
+  j.checkpoint = s.Bool("checkpoint", d.checkpoint);
   return j;
 }
 
@@ -305,6 +316,8 @@ Job JobOfSpec(const std::string& name, const std::string& project, const JobSpec
   j.runtime_estimate_s = static_cast<int64_t>(spec.runtime_estimate);
   j.runtime_limit_s = static_cast<int64_t>(spec.runtime_limit);
   j.preemptible = spec.preemptible;
+  j.datasets = spec.datasets;
+  j.constraints.checkpoint = spec.checkpoint;
   TaskGroup g;
   g.replicas = spec.tasks;
   g.request.cpu_milli = spec.cpu_milli;

@@ -97,6 +97,12 @@ struct JobSpec {
   std::optional<ArraySpec> array;
   // `spec.dependencies`: what must have happened to other jobs before this one may be queued.
   std::vector<Dependency> dependencies;
+  // `spec.datasets`: the Dataset documents the tasks read, each at a stable path
+  // (MERIDIAN_DATASET_<NAME>); placement counts what bringing them costs (docs/adr/0044).
+  std::vector<std::string> datasets;
+  // `spec.checkpoint`: a folder on the site's shared filesystem that outlives requeues and
+  // preemptions (MERIDIAN_CHECKPOINT_DIR).
+  bool checkpoint = false;
 };
 
 // Bounds on what one spec may hold, so that no tenant can make the server keep (and send to

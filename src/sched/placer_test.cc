@@ -317,7 +317,7 @@ TEST(Placer, CostAndLocalityChooseTheCluster) {
   Profile local = MakeProfile({{"data-locality", 1}});
   Placer q(&s, &local, 1);
   TaskSpec t = testing::Whole(1);
-  t.dataset = "imagenet";
+  t.datasets = {s.FindDataset("imagenet")};
   for (int i = 0; i < 5; ++i) EXPECT_EQ(q.Place(t, cycle).placement.node, 0);
 }
 

@@ -195,11 +195,13 @@ base::Result<ProfileSpec> PolicySpec(std::string_view policy) {
     // with room to spare), then the least absolute free capacity (keep big nodes whole) among
     // near-equal candidates; see docs/adr/0003. On-prem first outweighs all of it (100 x 100
     // against about 1,000 per GPU of fragmentation): work bursts to cloud clusters only when no
-    // on-prem node can hold it.
+    // on-prem node can hold it. Data outweighs that in turn once copying a job's datasets would
+    // take more than half an hour (200 x 100 for an hour or more; docs/adr/0044): a job goes to
+    // a cloud site that has its data rather than wait that long on-prem.
     s.scores = {{"fragmentation", 1000},  {"cpu-stranding", 500},
                 {"model-reserve", 1000},  {"multi-gpu-reserve", 200},
                 {"best-fit-absolute", 1}, {"topology", 1},
-                {"data-locality", 1},     {"cost", 0.1},
+                {"data-locality", 200},   {"cost", 0.1},
                 {"on-prem-first", 100}};
     s.device_choice = DeviceChoice::kEnumerate;
     s.quantize_scores = false;

@@ -116,7 +116,12 @@ struct Explanation {
   bool known = false;
   std::string quota;                                          // empty when its quota admits it
   std::vector<std::pair<std::string, std::string>> clusters;  // cluster, why not (or "fits")
+  // For a job that reads datasets, what bringing them to each cluster it may use costs
+  // (sched/data.h): "local", or what would be staged from where, how long and at what egress.
+  std::vector<std::pair<std::string, std::string>> data;
   double estimated_start = -1;  // -1: cannot tell from the runtime estimates of what runs
+  // Of that, the seconds its datasets take to stage where it would run.
+  double staging_seconds = 0;
 };
 
 // The queueing half of the scheduler: who goes first and who gives way. It owns the estate's
@@ -160,6 +165,10 @@ class Scheduler {
   base::Status UpdateNode(int32_t node, const domain::Node& n);
   void UpdateCluster(int32_t cluster, const domain::Cluster& c);
   base::Result<int32_t> AddCluster(const domain::Cluster& c);
+  // A dataset's size (a Dataset document) or where a staged copy of it is cached changed: what
+  // the data-locality score reads. SetDataset returns the dataset's index (added if new).
+  int32_t SetDataset(const std::string& name, double size_gib);
+  void SetCached(int32_t dataset, int32_t cluster, bool cached);
 
   // The configuration changed in place (scheduler_change.cc), so that what the cycles learnt
   // (the queue, the reservation, the claims of stopping victims, fair share) stays.

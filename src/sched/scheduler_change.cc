@@ -45,6 +45,20 @@ base::Result<int32_t> Scheduler::AddCluster(const domain::Cluster& c) {
   return index;
 }
 
+int32_t Scheduler::SetDataset(const std::string& name, double size_gib) {
+  const int32_t index = snapshot_.AddDataset(name);
+  snapshot_.SetDatasetSize(index, size_gib);
+  ForgetEstimate();
+  return index;
+}
+
+void Scheduler::SetCached(int32_t dataset, int32_t cluster, bool cached) {
+  if (dataset < 0 || dataset >= static_cast<int32_t>(snapshot_.datasets.size())) return;
+  if (cluster < 0 || cluster >= static_cast<int32_t>(snapshot_.clusters.size())) return;
+  snapshot_.SetCached(dataset, cluster, cached);
+  ForgetEstimate();
+}
+
 void Scheduler::Retarget(int64_t id, const std::vector<TaskSpec>& tasks) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;

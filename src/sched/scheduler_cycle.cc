@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "sched/data.h"
 #include "sched/scheduler.h"
 
 namespace meridian::sched {
@@ -427,6 +428,22 @@ Explanation Scheduler::Explain(int64_t id, double now) {
                               "kept out: a spent budget allows this project no new placement here");
       continue;
     }
+    const TaskSpec& first = j.spec.tasks.front();
+    const ClusterState& cluster = snapshot_.clusters[c];
+    if (!(first.allowed_clusters & Bit(static_cast<int>(c)))) {
+      e.clusters.emplace_back(cluster.name,
+                              first.checkpoint && !cluster.keeps_checkpoints
+                                  ? "keeps no checkpoints (storage.checkpoints), and the job "
+                                    "asks for a checkpoint folder"
+                                  : "not one the job may use (its clusters, regions or "
+                                    "on-prem constraint)");
+      continue;
+    }
+    if (!first.datasets.empty()) {
+      e.data.emplace_back(cluster.name,
+                          DescribeDataCost(snapshot_, DataCostAt(snapshot_, first.datasets,
+                                                                 static_cast<int32_t>(c))));
+    }
     std::vector<Placement> placements;
     std::string why;
     Placer::Trial trial(placer_);  // what fits is taken back: nothing changes
@@ -434,9 +451,17 @@ Explanation Scheduler::Explain(int64_t id, double now) {
       Undo(j, placements);
       why = "fits now";
     }
-    e.clusters.emplace_back(snapshot_.clusters[c].name, why);
+    e.clusters.emplace_back(cluster.name, why);
   }
-  double at = EstimateStart(j, now);
+  std::vector<int32_t> nodes;
+  double at = EstimateStart(j, now, &nodes);
+  if (at < kNever && !nodes.empty() && !j.spec.tasks.front().datasets.empty()) {
+    const DataCost cost =
+        DataCostAt(snapshot_, j.spec.tasks.front().datasets,
+                   snapshot_.nodes[static_cast<size_t>(nodes.front())].cluster);
+    if (!cost.unknown) e.staging_seconds = cost.seconds;
+    at += e.staging_seconds;
+  }
   e.estimated_start = at < kNever ? at : -1;
   return e;
 }

@@ -203,6 +203,10 @@ void Snapshot::UpdateCluster(int32_t cluster, const domain::Cluster& c) {
   cs.kind = c.kind;
   cs.region = c.region;
   cs.datasets = c.datasets;
+  cs.egress_per_gib = c.egress_per_gib;
+  cs.bandwidth_gbps = c.bandwidth_gbps;
+  cs.keeps_checkpoints = !c.storage.checkpoints.empty();
+  IndexSites();
   cs.price_by_model.assign(models_.size(), 0.0);
   for (const auto& [model, price] : c.price_per_gpu_hour) {
     if (ModelId id = FindModel(model); id != kNoModel) cs.price_by_model[id] = price;
@@ -228,9 +232,47 @@ base::Result<int32_t> Snapshot::AddCluster(const domain::Cluster& c) {
   return index;
 }
 
+int32_t Snapshot::FindDataset(std::string_view name) const {
+  for (size_t i = 0; i < datasets.size(); ++i) {
+    if (datasets[i].name == name) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+int32_t Snapshot::AddDataset(const std::string& name) {
+  if (int32_t i = FindDataset(name); i >= 0) return i;
+  datasets.push_back(DatasetState{name});
+  return static_cast<int32_t>(datasets.size() - 1);
+}
+
+void Snapshot::SetCached(int32_t dataset, int32_t cluster, bool cached) {
+  DatasetState& d = datasets[static_cast<size_t>(dataset)];
+  d.cached = cached ? d.cached | Bit(cluster) : d.cached & ~Bit(cluster);
+}
+
+void Snapshot::IndexSites() {
+  for (DatasetState& d : datasets) d.located = 0;
+  const size_t n = clusters.size();
+  link_gbps_.assign(n * n, 0.0);
+  for (size_t c = 0; c < n; ++c) {
+    for (const std::string& name : clusters[c].datasets) {
+      datasets[static_cast<size_t>(AddDataset(name))].located |= Bit(static_cast<int>(c));
+    }
+    for (const auto& [site, gbps] : clusters[c].bandwidth_gbps) {
+      const int32_t other = FindCluster(site);
+      if (other < 0) continue;
+      const size_t o = static_cast<size_t>(other);
+      link_gbps_[c * n + o] = std::max(link_gbps_[c * n + o], gbps);
+      link_gbps_[o * n + c] = std::max(link_gbps_[o * n + c], gbps);
+    }
+  }
+}
+
 Snapshot Snapshot::WithoutNodes() const {
   Snapshot s;
   s.clusters = clusters;
+  s.datasets = datasets;
+  s.link_gbps_ = link_gbps_;
   s.models_ = models_;
   s.max_price_per_gpu_hour = max_price_per_gpu_hour;
   return s;
@@ -260,8 +302,12 @@ base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clust
     cs.kind = c.kind;
     cs.region = c.region;
     cs.datasets = c.datasets;
+    cs.egress_per_gib = c.egress_per_gib;
+    cs.bandwidth_gbps = c.bandwidth_gbps;
+    cs.keeps_checkpoints = !c.storage.checkpoints.empty();
     s.clusters.push_back(std::move(cs));
   }
+  s.IndexSites();
   std::map<std::string, int32_t> rack_ids;
   s.nodes.reserve(nodes.size());
   for (size_t ni = 0; ni < nodes.size(); ++ni) {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -80,6 +81,19 @@ struct ClusterState {
   std::string region;
   std::vector<double> price_by_model;  // per GPU-hour, by ModelId; 0 when unknown
   std::vector<std::string> datasets;
+  double egress_per_gib = 0;                     // what a GiB leaving the site costs
+  std::map<std::string, double> bandwidth_gbps;  // to other sites, as the Cluster declares it
+  bool keeps_checkpoints = false;                // storage.checkpoints is set
+};
+
+// A dataset that tasks read, and the sites that have it: where it lives (its locations and the
+// Clusters that list it) and the caches it was staged to.
+struct DatasetState {
+  std::string name;
+  double size_gib = -1;  // -1: not known (named by a Cluster, with no Dataset document)
+  Mask located = 0;
+  Mask cached = 0;
+  Mask Held() const { return located | cached; }
 };
 
 // The capacity of an estate as the placement engine sees it: clusters, nodes and GPUs in flat
@@ -117,6 +131,20 @@ class Snapshot {
 
   ModelId FindModel(std::string_view name) const;
   int32_t FindCluster(std::string_view name) const;
+
+  // Datasets are appended, never removed (tasks name them by index): one no longer declared
+  // keeps its entry with what the clusters still say of it.
+  int32_t FindDataset(std::string_view name) const;
+  int32_t AddDataset(const std::string& name);  // the index of the one so named, added if new
+  void SetDatasetSize(int32_t dataset, double size_gib) {
+    datasets[static_cast<size_t>(dataset)].size_gib = size_gib;
+  }
+  void SetCached(int32_t dataset, int32_t cluster, bool cached);
+  // Gbit/s from one site to another as either end declares it (the larger when both do); 0 when
+  // neither does.
+  double LinkGbps(int32_t from, int32_t to) const {
+    return link_gbps_[static_cast<size_t>(from) * clusters.size() + static_cast<size_t>(to)];
+  }
   const domain::GpuModel& model(ModelId id) const { return models_[id]; }
   int model_count() const { return static_cast<int>(models_.size()); }
 
@@ -124,6 +152,7 @@ class Snapshot {
   std::vector<NodeState> nodes;
   std::vector<GpuState> gpus;
   std::vector<std::string> racks;
+  std::vector<DatasetState> datasets;
 
   // The dearest GPU-hour of any model in any cluster (0: nothing priced); prices are fixed at
   // Build, so this is computed once there rather than by every cost score.
@@ -142,8 +171,11 @@ class Snapshot {
   using ModelOf = std::function<base::Result<ModelId>(const std::string&)>;
   base::Status Append(const domain::Node& n, const std::string& where, const ModelOf& model_of,
                       int32_t rack);
+  // The clusters' dataset lists and bandwidths, taken in again after one changed.
+  void IndexSites();
 
   std::vector<domain::GpuModel> models_;
+  std::vector<double> link_gbps_;  // clusters x clusters
 };
 
 }  // namespace meridian::sched

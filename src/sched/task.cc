@@ -103,6 +103,7 @@ Mask ClusterMask(const domain::Constraints& c, const Snapshot& s) {
       ok = std::find(c.regions.begin(), c.regions.end(), cs.region) != c.regions.end();
     }
     if (ok && c.on_prem_only) ok = cs.kind == domain::SiteKind::kOnPrem;
+    if (ok && c.checkpoint) ok = cs.keeps_checkpoints;
     if (ok) m |= Bit(static_cast<int>(i));
   }
   return m;
@@ -141,7 +142,10 @@ std::vector<TaskSpec> TasksForJob(const domain::Job& job, const Snapshot& snapsh
     t.allowed_clusters = clusters;
     t.node_selector.assign(job.constraints.node_labels.begin(), job.constraints.node_labels.end());
     t.tolerations = job.constraints.tolerations;
-    t.dataset = job.dataset;
+    for (const std::string& d : job.datasets) {
+      if (int32_t i = snapshot.FindDataset(d); i >= 0) t.datasets.push_back(i);
+    }
+    t.checkpoint = job.constraints.checkpoint;
     t.group = group;
     for (int32_t r = 0; r < g.replicas; ++r) out.push_back(t);
   }

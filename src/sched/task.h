@@ -31,7 +31,8 @@ struct TaskSpec {
   Mask allowed_clusters = kAll;
   std::vector<std::pair<std::string, std::string>> node_selector;
   std::vector<domain::Toleration> tolerations;
-  std::string dataset;
+  std::vector<int32_t> datasets;  // what it reads: indexes into Snapshot::datasets
+  bool checkpoint = false;        // wants a checkpoint folder (allowed_clusters keep them)
   int32_t group = -1;  // tasks of one gang or job: their placement prefers the same racks
 
   bool WantsGpu() const { return gpu_kind != GpuKind::kNone; }

@@ -28,7 +28,21 @@ bool SameTraits(const domain::Node& a, const domain::Node& b) {
 
 bool SameCluster(const domain::Cluster& a, const domain::Cluster& b) {
   return a.name == b.name && a.kind == b.kind && a.region == b.region && a.backend == b.backend &&
-         a.price_per_gpu_hour == b.price_per_gpu_hour && a.datasets == b.datasets;
+         a.price_per_gpu_hour == b.price_per_gpu_hour && a.datasets == b.datasets &&
+         a.egress_per_gib == b.egress_per_gib && a.bandwidth_gbps == b.bandwidth_gbps &&
+         a.storage == b.storage;
+}
+
+// What the back end reads of datasets and sites: where each lives, and each site's storage.
+bool SameData(const Estate& a, const Estate& b) {
+  if (a.datasets != b.datasets || a.clusters.size() != b.clusters.size()) return false;
+  for (size_t i = 0; i < a.clusters.size(); ++i) {
+    if (a.clusters[i].name != b.clusters[i].name ||
+        !(a.clusters[i].storage == b.clusters[i].storage)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool SameTargets(const std::vector<sched::TaskSpec>& a, const std::vector<sched::TaskSpec>& b) {
@@ -74,11 +88,11 @@ Status SchedulerController::ApplyConfig() {
   const double now = clock_->Now();
   if (Status s = RetenantJobs(next.get(), jobs, now); !s.ok()) return s;
   scheduler_->SetOptions(AssemblyOf(*next).options, now);
-  const bool timing = !SameTiming(*estate_, *next);
+  const bool timing = !SameTiming(*estate_, *next) || !SameData(*estate_, *next);
   estate_ = std::move(next);
-  // The agents' timing (lease, fence grace, lost timeout) and the GPU health policy live in the
-  // back end, which is told again only when they moved: telling it replaces what it was told,
-  // level-triggered.
+  // The agents' timing (lease, fence grace, lost timeout), the GPU health policy, and the
+  // datasets and sites' storage that tasks' mounts come from live in the back end, which is told
+  // again only when they moved: telling it replaces what it was told, level-triggered.
   if (timing) backend_->Reset(*estate_, jobs);
   RetryRefused();
   return Status::Ok();
@@ -174,6 +188,13 @@ bool SchedulerController::MergeEstate(Estate* next) {
     if (!scheduler_->UpdateNode(index, merged).ok() || !snapshot.UpdateNode(index, merged).ok()) {
       return false;
     }
+  }
+  // Datasets keep their indexes too (tasks name them by index): the scheduler's snapshot and
+  // the estate's add them in the same order.
+  for (const auto& [name, d] : next->datasets) {
+    const int32_t index = snapshot.AddDataset(name);
+    snapshot.SetDatasetSize(index, d.size_gib);
+    if (scheduler_->SetDataset(name, d.size_gib) != index) return false;
   }
   next->clusters = std::move(clusters);
   next->nodes = std::move(nodes);

@@ -85,12 +85,19 @@ base::Result<Json> SchedulerController::Explain(int64_t job) {
     if (!reason) return Status::NotFound("not pending in the scheduler");
     return Json{{"reason", *reason}, {"clusters", Json::array()}, {"estimatedStart", nullptr}};
   }
+  std::map<std::string, std::string> data(e.data.begin(), e.data.end());
   Json clusters = Json::array();
-  for (const auto& [name, why] : e.clusters) clusters.push_back({{"name", name}, {"reason", why}});
-  return Json{{"reason", reason.value_or("")},
+  for (const auto& [name, why] : e.clusters) {
+    Json c = {{"name", name}, {"reason", why}};
+    if (auto d = data.find(name); d != data.end()) c["data"] = d->second;
+    clusters.push_back(std::move(c));
+  }
+  Json out = {{"reason", reason.value_or("")},
               {"quota", e.quota.empty() ? Json() : Json(e.quota)},
               {"clusters", clusters},
               {"estimatedStart", e.estimated_start < 0 ? Json() : Json(e.estimated_start)}};
+  if (e.staging_seconds > 0) out["stagingSeconds"] = e.staging_seconds;
+  return out;
 }
 
 std::map<std::string, double> SchedulerController::OldestPending() {

@@ -275,6 +275,22 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
       }
     });
   }
+  // Datasets: where each lives joins its cluster's list (what the data score reads as local).
+  for (const store::Object& o : objects) {
+    if (o.kind != "Dataset") continue;
+    Guarded(o, e.get(), [&] {
+      domain::Dataset d = domain::DatasetOfSpec(o.name, o.spec);
+      for (const domain::DatasetLocation& at : d.locations) {
+        for (domain::Cluster& c : e->clusters) {
+          if (c.name != at.cluster) continue;
+          if (std::find(c.datasets.begin(), c.datasets.end(), d.name) == c.datasets.end()) {
+            c.datasets.push_back(d.name);
+          }
+        }
+      }
+      e->datasets[o.name] = std::move(d);
+    });
+  }
   std::vector<Origin> origin;  // of each node in e->nodes
   auto in_known_cluster = [&](const store::Object& o, const char* what) {
     const std::string cluster = o.spec.value("cluster", "");
@@ -325,6 +341,9 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
     if (!snapshot.ok()) return snapshot.status();
   }
   e->snapshot = std::move(snapshot.value());
+  for (const auto& [name, d] : e->datasets) {
+    e->snapshot.SetDatasetSize(e->snapshot.AddDataset(name), d.size_gib);
+  }
   AddTenancy(objects, e.get());
   return e;
 }

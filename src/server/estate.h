@@ -53,6 +53,8 @@ struct ElasticPoolSpec {
 // agent runs), the quota tree, the priority classes and the policy.
 struct Estate {
   std::vector<domain::Cluster> clusters;
+  // The Dataset documents, by name; their locations are in the clusters' dataset lists too.
+  std::map<std::string, domain::Dataset> datasets;
   // As built (plus nodes that joined since): names, devices and pools for the API and the
   // allocations. Whether a node is schedulable now is the scheduler's snapshot's to say.
   std::vector<domain::Node> nodes;

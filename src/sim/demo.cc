@@ -28,11 +28,11 @@ std::vector<domain::Job> ExampleJobs() {
   domain::Job train =
       MakeJob("llm-pretrain", JobKind::kTraining, 2, {96000, 768 * 1024, GpuRequest::Whole(8)});
   train.gang = true;
-  train.dataset = "common-crawl";
+  train.datasets = {"common-crawl"};
   jobs.push_back(train);
   domain::Job finetune =
       MakeJob("vit-finetune", JobKind::kTraining, 1, {32000, 256 * 1024, GpuRequest::Whole(4)});
-  finetune.dataset = "imagenet";
+  finetune.datasets = {"imagenet"};
   finetune.constraints.on_prem_only = true;
   jobs.push_back(finetune);
   jobs.push_back(

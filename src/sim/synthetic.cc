@@ -55,6 +55,7 @@ std::vector<sched::TaskSpec> SyntheticTasks(const sched::Snapshot& snapshot, int
   const char* migs[] = {"1g.10gb", "3g.40gb", "2g.20gb", "1g.18gb"};
   const sched::ModelId h100 = snapshot.FindModel("H100-80GB");
   const sched::ModelId a100 = snapshot.FindModel("A100-80GB");
+  const int32_t imagenet = snapshot.FindDataset("imagenet");
   std::vector<sched::TaskSpec> tasks;
   tasks.reserve(count);
   for (int i = 0; i < count; ++i) {
@@ -89,7 +90,7 @@ std::vector<sched::TaskSpec> SyntheticTasks(const sched::Snapshot& snapshot, int
       if (h100 != sched::kNoModel) t.allowed_models |= sched::Bit(h100);
       if (a100 != sched::kNoModel) t.allowed_models |= sched::Bit(a100);
     }
-    if (rng.Uniform(10) == 0) t.dataset = "imagenet";
+    if (rng.Uniform(10) == 0 && imagenet >= 0) t.datasets = {imagenet};
     if (rng.Uniform(20) == 0) t.allowed_clusters = sched::Bit(0);  // on-prem only
     tasks.push_back(std::move(t));
   }

@@ -12,6 +12,13 @@ class ClusterConstraint final : public FilterPlugin {
   bool Filter(const PluginContext& ctx, const NodeState& node) const override {
     return (ctx.task.allowed_clusters & Bit(node.cluster)) != 0;
   }
+  std::string Reason(const PluginContext& ctx, const NodeState& node) const override {
+    const ClusterState& c = ctx.snapshot.clusters[static_cast<size_t>(node.cluster)];
+    if (ctx.task.checkpoint && !c.keeps_checkpoints) {
+      return "in cluster " + c.name + ", which keeps no checkpoints (storage.checkpoints)";
+    }
+    return {};
+  }
 };
 
 }  // namespace meridian::sched::plugins
