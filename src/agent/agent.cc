@@ -421,6 +421,10 @@ void Agent::Reconcile(const Json& answer) {
 void Agent::Start(Task& t) {
   std::string error;
   if (Status s = PrepareFolder(t); !s.ok()) error = s.message();
+  std::vector<std::pair<std::string, std::string>> binds;
+  if (Status s = error.empty() ? PrepareData(t, &binds) : Status::Ok(); !s.ok()) {
+    error = s.message();
+  }
   // MIG grants: the instance is made (or the layout changed) before the task starts.
   for (const protocol::DeviceGrant& d : t.assignment.devices) {
     if (!d.mig || !error.empty()) continue;
@@ -468,6 +472,7 @@ void Agent::Start(Task& t) {
     std::set<std::string> granted;
     for (const protocol::DeviceGrant& d : t.assignment.devices) granted.insert(d.uuid);
     spec.hide_devices = DevicesToHide(GpuDeviceNodes(), granted);
+    spec.read_only = std::move(binds);
   }
   spec.cwd = run.working_dir.empty() ? t.dir + "/work" : run.working_dir;
   spec.output = t.dir + "/output.log";

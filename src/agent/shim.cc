@@ -211,7 +211,7 @@ int RunShim(const std::string& dir) {
     CloseFdsFrom(3);
     if (spec.uid && spec.gid) {
       // Only its own GPUs, then no root: neither can be undone without root.
-      base::Status ready = HideDevices(spec.hide_devices);
+      base::Status ready = IsolateMounts(spec.hide_devices, spec.read_only);
       if (ready.ok()) {
         ready = DropPrivileges(static_cast<uint32_t>(*spec.uid), static_cast<uint32_t>(*spec.gid));
       }

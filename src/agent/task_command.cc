@@ -53,6 +53,7 @@ std::vector<std::string> Agent::TaskArgv(const Task& t,
   // The task directory is mounted where it is, so that the notice file has the same path.
   argv.insert(argv.end(),
               {"run", "--rm", "--network=host", "--name", name, "-v", t.dir + ":" + t.dir});
+  AddDataVolumes(t, &argv);
   if (run.cpu_milli > 0) argv.push_back("--cpus=" + std::to_string(run.cpu_milli / 1000.0));
   if (run.memory_mib > 0) argv.push_back("--memory=" + std::to_string(run.memory_mib) + "m");
   // The runtime runs as root; the container's processes run as the task's uid.
@@ -120,6 +121,7 @@ std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
   env["MERIDIAN_NODE"] = o_.node;
   env["MERIDIAN_NOTICE_FILE"] = t.dir + "/notice";
   if (Limited(t)) env["MERIDIAN_CGROUP"] = "meridian/" + CgroupName(t);
+  AddDataEnv(t, &env);
   return env;
 }
 

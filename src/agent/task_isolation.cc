@@ -71,15 +71,24 @@ base::Status DropPrivileges(uint32_t uid, uint32_t gid) {
   return base::Status::Ok();
 }
 
-base::Status HideDevices(const std::vector<std::string>& nodes) {
-  if (nodes.empty()) return base::Status::Ok();
+base::Status IsolateMounts(const std::vector<std::string>& nodes,
+                           const std::vector<std::pair<std::string, std::string>>& read_only) {
+  if (nodes.empty() && read_only.empty()) return base::Status::Ok();
   if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) {
-    return base::Status::Internal("cannot make a mount namespace to hide other GPUs in: " +
+    return base::Status::Internal("cannot make a mount namespace for the task: " +
                                   std::string(strerror(errno)));
   }
   for (const std::string& n : nodes) {
     if (mount("/dev/null", n.c_str(), nullptr, MS_BIND, nullptr) != 0) {
       return base::Status::Internal("cannot hide " + n + ": " + strerror(errno));
+    }
+  }
+  // A bind takes the source's flags; read-only needs a second, remounting pass (mount(2)).
+  for (const auto& [source, target] : read_only) {
+    if (mount(source.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+        mount(nullptr, target.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0) {
+      return base::Status::Internal("cannot mount " + source + " read-only at " + target + ": " +
+                                    strerror(errno));
     }
   }
   return base::Status::Ok();

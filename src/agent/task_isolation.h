@@ -20,10 +20,13 @@ namespace meridian::agent {
 // a child process that is about to exec (or to do one thing as the task's user and exit).
 base::Status DropPrivileges(uint32_t uid, uint32_t gid);
 
-// Puts /dev/null over each of `nodes` (device nodes of GPUs the task was not given) in a mount
-// namespace of the calling process's own, whose mounts follow the host's (a slave of /). Called
-// in the task's process before it leaves root: without CAP_SYS_ADMIN it cannot undo them.
-base::Status HideDevices(const std::vector<std::string>& nodes);
+// Puts /dev/null over each of `nodes` (device nodes of GPUs the task was not given) and binds
+// each source of `read_only` (a dataset's folder) read-only at its target (an empty folder), in a
+// mount namespace of the calling process's own, whose mounts follow the host's (a slave of /).
+// Called in the task's process before it leaves root: without CAP_SYS_ADMIN it cannot undo them.
+// Nothing to do: no namespace.
+base::Status IsolateMounts(const std::vector<std::string>& nodes,
+                           const std::vector<std::pair<std::string, std::string>>& read_only = {});
 
 // Closes every file descriptor from `first` on, so that an exec'd program inherits no socket
 // or file of the agent's (its connection to the server, above all).

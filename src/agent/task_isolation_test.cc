@@ -73,7 +73,7 @@ TEST(TaskIsolation, HiddenDevicesAreNullInTheTasksNamespaceOnlyAndStaySo) {
   ASSERT_EQ(::chmod(gpu.c_str(), 0666), 0);
   ASSERT_EQ(::chmod(dir.path().c_str(), 0711), 0);
   EXPECT_EQ(InChild([&] {
-              if (!HideDevices({gpu}).ok()) return 1;
+              if (!IsolateMounts({gpu}).ok()) return 1;
               if (!Read(gpu).empty()) return 2;  // /dev/null now
               if (!DropPrivileges(kUid, kUid).ok()) return 3;
               if (!Read(gpu).empty()) return 4;
@@ -82,7 +82,7 @@ TEST(TaskIsolation, HiddenDevicesAreNullInTheTasksNamespaceOnlyAndStaySo) {
             }),
             0);
   EXPECT_EQ(Read(gpu), "a GPU") << "the host's view is unchanged";
-  EXPECT_TRUE(HideDevices({}).ok()) << "nothing to hide: no namespace";
+  EXPECT_TRUE(IsolateMounts({}).ok()) << "nothing to hide: no namespace";
 }
 
 TEST(TaskIsolation, WhatAUidLeavesIsKilledAndRemovedAsThatUid) {

@@ -118,6 +118,16 @@ void ReadAssignment(FieldReader& r, Assignment& a) {
   a.array_id = r.Int("arrayId", 0, kMaxInt, 0);
   a.array_index = r.Int("arrayIndex", -1, kMaxInt, -1);
   ReadRun(r, a.run);
+  r.ObjectList("data", [&](FieldReader& m) {
+    DataMount d;
+    d.name = m.String("name", true);
+    d.path = m.String("path", true);
+    d.stage_from = m.String("stageFrom", false);
+    d.staging_command = m.StringList("stagingCommand");
+    d.size_gib = m.Number("sizeGib", 0, 1e12, 0);
+    a.data.push_back(std::move(d));
+  });
+  a.checkpoint_dir = r.String("checkpointDir", false);
 }
 
 void ReadTaskReport(FieldReader& r, TaskReport& t) {
@@ -261,6 +271,18 @@ Json ToJson(const Assignment& a) {
               {"simulateUtilization", r.simulate_utilization},
               {"runtimeLimit", r.runtime_limit}};
   if (a.stop_within) out["stopWithin"] = *a.stop_within;
+  if (!a.data.empty()) {
+    Json data = Json::array();
+    for (const DataMount& d : a.data) {
+      data.push_back({{"name", d.name},
+                      {"path", d.path},
+                      {"stageFrom", d.stage_from},
+                      {"stagingCommand", d.staging_command},
+                      {"sizeGib", d.size_gib}});
+    }
+    out["data"] = std::move(data);
+  }
+  if (!a.checkpoint_dir.empty()) out["checkpointDir"] = a.checkpoint_dir;
   return out;
 }
 
@@ -372,6 +394,13 @@ Json ToJson(const ShimSpec& s) {
               {"cgroupProcs", s.cgroup_procs},
               {"cleanup", s.cleanup},
               {"hideDevices", s.hide_devices}};
+  if (!s.read_only.empty()) {
+    Json binds = Json::array();
+    for (const auto& [source, target] : s.read_only) {
+      binds.push_back({{"source", source}, {"target", target}});
+    }
+    out["readOnly"] = std::move(binds);
+  }
   if (s.fence_grace) out["fenceGrace"] = *s.fence_grace;
   if (s.uid) out["uid"] = *s.uid;
   if (s.gid) out["gid"] = *s.gid;
@@ -560,6 +589,9 @@ base::Result<ShimSpec> DecodeShimSpec(const Json& j) {
     s.cgroup_procs = r.StringList("cgroupProcs");
     s.cleanup = r.StringList("cleanup");
     s.hide_devices = r.StringList("hideDevices");
+    r.ObjectList("readOnly", [&](FieldReader& b) {
+      s.read_only.emplace_back(b.String("source", true), b.String("target", true));
+    });
     // Never root, and never an id that reads as -1 ("leave unchanged") to setresuid.
     s.uid = OptionalInt(r, "uid", 1, std::numeric_limits<int32_t>::max() - 1);
     s.gid = OptionalInt(r, "gid", 1, std::numeric_limits<int32_t>::max() - 1);

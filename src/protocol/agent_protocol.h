@@ -120,6 +120,21 @@ struct TaskRun {
   static TaskRun Of(const domain::JobSpec& spec);
 };
 
+// A dataset a task reads, where its node finds it (docs/adr/0044-datasets.md): `path`, a folder
+// of the site's shared filesystem, is mounted read-only at <task dir>/data/<name>. With
+// `stage_from`, `path` is in the site's cache, and the dataset is copied there first from
+// `stage_from` (a path or URL at another site) with `staging_command` ({source} and {target}
+// in its words; empty: cp -a), unless a copy is there already.
+struct DataMount {
+  std::string name;
+  std::string path;
+  std::string stage_from;
+  std::vector<std::string> staging_command;
+  double size_gib = 0;  // for progress
+
+  bool operator==(const DataMount&) const = default;
+};
+
 // One task that should be on the node. Level-triggered: the agent runs what is listed, stops
 // what is listed with `stop`, and stops what is not listed at all.
 struct Assignment {
@@ -142,6 +157,10 @@ struct Assignment {
   int64_t array_id = 0;
   int64_t array_index = -1;
   TaskRun run;
+  std::vector<DataMount> data;  // the job's datasets, as this node's site has them
+  // The job's checkpoint folder on the site's shared filesystem (MERIDIAN_CHECKPOINT_DIR);
+  // empty: it asked for none.
+  std::string checkpoint_dir;
 };
 
 // What one task did, as its agent reports it.
@@ -289,6 +308,8 @@ struct ShimSpec {
   // GPU device nodes of GPUs the task was not given: the shim puts /dev/null over each, in a
   // mount namespace of the task's own, before it leaves root.
   std::vector<std::string> hide_devices;
+  // Folders bound read-only into the task's mount namespace (its datasets), source to target.
+  std::vector<std::pair<std::string, std::string>> read_only;
 };
 
 // The agent's request to stop a run (the `stop` file): why, and how long it may take at most.

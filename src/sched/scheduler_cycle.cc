@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "sched/data.h"
+#include "sched/plugins/cluster_constraint/cluster_constraint.h"
 #include "sched/scheduler.h"
 
 namespace meridian::sched {
@@ -431,12 +432,11 @@ Explanation Scheduler::Explain(int64_t id, double now) {
     const TaskSpec& first = j.spec.tasks.front();
     const ClusterState& cluster = snapshot_.clusters[c];
     if (!(first.allowed_clusters & Bit(static_cast<int>(c)))) {
-      e.clusters.emplace_back(cluster.name,
-                              first.checkpoint && !cluster.keeps_checkpoints
-                                  ? "keeps no checkpoints (storage.checkpoints), and the job "
-                                    "asks for a checkpoint folder"
-                                  : "not one the job may use (its clusters, regions or "
-                                    "on-prem constraint)");
+      std::string why = plugins::WhyNot(snapshot_, first, static_cast<int32_t>(c));
+      e.clusters.emplace_back(cluster.name, why.empty() ? "not one the job may use (its "
+                                                          "clusters, regions or on-prem "
+                                                          "constraint)"
+                                                        : "every node " + why);
       continue;
     }
     if (!first.datasets.empty()) {

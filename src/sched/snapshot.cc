@@ -206,6 +206,7 @@ void Snapshot::UpdateCluster(int32_t cluster, const domain::Cluster& c) {
   cs.egress_per_gib = c.egress_per_gib;
   cs.bandwidth_gbps = c.bandwidth_gbps;
   cs.keeps_checkpoints = !c.storage.checkpoints.empty();
+  cs.caches_data = !c.storage.cache.empty();
   IndexSites();
   cs.price_by_model.assign(models_.size(), 0.0);
   for (const auto& [model, price] : c.price_per_gpu_hour) {
@@ -305,6 +306,7 @@ base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clust
     cs.egress_per_gib = c.egress_per_gib;
     cs.bandwidth_gbps = c.bandwidth_gbps;
     cs.keeps_checkpoints = !c.storage.checkpoints.empty();
+    cs.caches_data = !c.storage.cache.empty();
     s.clusters.push_back(std::move(cs));
   }
   s.IndexSites();

@@ -84,6 +84,7 @@ struct ClusterState {
   double egress_per_gib = 0;                     // what a GiB leaving the site costs
   std::map<std::string, double> bandwidth_gbps;  // to other sites, as the Cluster declares it
   bool keeps_checkpoints = false;                // storage.checkpoints is set
+  bool caches_data = false;                      // storage.cache is set: datasets can be staged
 };
 
 // A dataset that tasks read, and the sites that have it: where it lives (its locations and the

@@ -115,6 +115,18 @@ std::vector<TaskSpec> TasksForJob(const domain::Job& job, const Snapshot& snapsh
   std::vector<TaskSpec> out;
   Mask models = ModelMask(job.constraints.gpu_models, snapshot);
   Mask clusters = ClusterMask(job.constraints, snapshot);
+  std::vector<int32_t> datasets;
+  for (const std::string& d : job.datasets) {
+    const int32_t i = snapshot.FindDataset(d);
+    if (i < 0) continue;
+    datasets.push_back(i);
+    // Only where it is, or where a cache can take a copy of it.
+    Mask reach = snapshot.datasets[static_cast<size_t>(i)].located;
+    for (size_t c = 0; c < snapshot.clusters.size(); ++c) {
+      if (snapshot.clusters[c].caches_data) reach |= Bit(static_cast<int>(c));
+    }
+    clusters &= reach;
+  }
   for (const domain::TaskGroup& g : job.task_groups) {
     TaskSpec t;
     t.cpu_milli = g.request.cpu_milli;
@@ -142,9 +154,7 @@ std::vector<TaskSpec> TasksForJob(const domain::Job& job, const Snapshot& snapsh
     t.allowed_clusters = clusters;
     t.node_selector.assign(job.constraints.node_labels.begin(), job.constraints.node_labels.end());
     t.tolerations = job.constraints.tolerations;
-    for (const std::string& d : job.datasets) {
-      if (int32_t i = snapshot.FindDataset(d); i >= 0) t.datasets.push_back(i);
-    }
+    t.datasets = datasets;
     t.checkpoint = job.constraints.checkpoint;
     t.group = group;
     for (int32_t r = 0; r < g.replicas; ++r) out.push_back(t);

@@ -9,6 +9,7 @@
 #include "domain/gpu_model.h"
 #include "domain/spec.h"
 #include "protocol/agent_protocol.h"
+#include "server/data_mounts.h"
 
 namespace meridian::server {
 
@@ -445,6 +446,9 @@ void NodeService::ResetLocked(const Estate& estate, const std::vector<store::Job
   gpu_health_ = estate.gpu_health;
   gpu_warnings_ = estate.gpu_warnings;
   failing_nodes_ = estate.failing_nodes;
+  datasets_ = estate.datasets;
+  sites_.clear();
+  for (const domain::Cluster& c : estate.clusters) sites_[c.name] = c;
   for (const store::JobRecord& j : jobs) TrackLocked(j, nullptr);
   indexed_ = true;
 }
@@ -538,6 +542,9 @@ void NodeService::AssignLocked(const store::JobRecord& j) {
     a.array_id = j.array_id;
     a.array_index = j.array_index;
     a.run = run;
+    const std::string cluster = alloc.value("cluster", "");
+    a.data = DataMounts(datasets_, sites_, spec->datasets, cluster);
+    if (spec->checkpoint) a.checkpoint_dir = CheckpointDir(sites_, cluster, j.project, j.id);
     const int32_t task = a.task;
     const auto run = std::make_tuple(j.id, task, j.generation);
     if (ran_on_.emplace(run, node).second) {

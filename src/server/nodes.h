@@ -220,6 +220,9 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   domain::GpuHealthPolicy gpu_health_;
   domain::GpuWarningPolicy gpu_warnings_;
   domain::FailingNodePolicy failing_nodes_;
+  // What tasks' data mounts and checkpoint folders come from (server/data_mounts.h).
+  std::map<std::string, domain::Dataset> datasets_;
+  std::map<std::string, domain::Cluster> sites_;
   // registered node -> its agent's address: set by registrations (and Load), erased by deletions
   std::map<std::string, std::string> address_;
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on
