@@ -1,4 +1,5 @@
 #include "agent/agent.h"
+#include "agent/staging.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -474,6 +475,17 @@ void Agent::Start(Task& t) {
     spec.hide_devices = DevicesToHide(GpuDeviceNodes(), granted);
     spec.read_only = std::move(binds);
   }
+  for (const protocol::DataMount& d : t.assignment.data) {
+    if (d.stage_from.empty()) continue;
+    protocol::ShimSpec::Stage st;
+    st.dataset = d.name;
+    st.argv = StagingArgv(d.staging_command, d.stage_from);
+    st.source = d.stage_from;
+    st.target = d.path;
+    st.evict = d.evict;
+    st.bytes = static_cast<int64_t>(d.size_gib * 1073741824.0);
+    spec.stages.push_back(std::move(st));
+  }
   spec.cwd = run.working_dir.empty() ? t.dir + "/work" : run.working_dir;
   spec.output = t.dir + "/output.log";
   spec.grace = run.grace_period;
@@ -650,6 +662,7 @@ domain::Diagnosis Agent::Diagnose(const Task& t, const protocol::ShimExit& exit)
   f.exit_code = exit.exit_code;
   f.signal = exit.signal;
   f.stop_reason = exit.reason;
+  f.staging_error = exit.staging_error;
   f.stop_requested = t.stop_requested;
   f.image = !t.assignment.run.image.empty();
   if (Limited(t)) {
@@ -704,6 +717,7 @@ std::vector<protocol::TaskReport> Agent::Reports() const {
       r.report.cause = t.cause;
     }
     r.report.message = t.message;
+    r.staging = StagingOf(t);
     out.push_back(std::move(r));
   }
   return out;

@@ -115,6 +115,8 @@ class Agent {
   // volumes for them.
   void AddDataEnv(const Task& t, std::map<std::string, std::string>* env) const;
   void AddDataVolumes(const Task& t, std::vector<std::string>* argv) const;
+  // How the staging of its datasets goes, as its shim last wrote it (none to stage: nothing).
+  std::vector<protocol::StagingProgress> StagingOf(const Task& t) const;
   // The node's credential, kept in the work directory (mode 0600) once a registration with the
   // bootstrap token returned it; every call uses it from then on. Forget goes back to the
   // bootstrap token (the credential was revoked, or the server forgot the node).

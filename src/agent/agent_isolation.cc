@@ -102,7 +102,7 @@ Status Agent::PrepareFolder(Task& t) {
   const gid_t gid = t.uid ? *t.uid : ::getegid();
   if (Status s = MakeFolder(t.dir, ::geteuid(), gid, t.uid ? 0710 : 0700); !s.ok()) return s;
   std::error_code ec;
-  for (const char* stale : {"/exit.json", "/stop", "/notice"}) {
+  for (const char* stale : {"/exit.json", "/stop", "/notice", "/staging.json"}) {
     std::filesystem::remove(t.dir + stale, ec);
   }
   if (Status s =

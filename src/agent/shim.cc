@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/staging.h"
 #include "agent/task_isolation.h"
 #include "base/clock.h"
 #include "base/files.h"
@@ -178,6 +179,36 @@ int RunShim(const std::string& dir) {
 
   CatchTermination();
   signal(SIGHUP, SIG_IGN);
+
+  // Its datasets first, into the site's cache: stopped like the task would be (at once, since a
+  // copy has nothing to save), and a copy that fails is a task that never started.
+  if (!spec.stages.empty()) {
+    Lease staging_lease{spec.lease_file, spec.lease, fence_grace};
+    auto stop_reason = [&]() -> std::string {
+      if (g_terminate) return "the agent stopped";
+      if (Exists(dir + "/stop")) {
+        auto stop = protocol::DecodeShimStop(
+            Json::parse(base::ReadWholeFile(dir + "/stop"), nullptr, false));
+        return stop.ok() && !stop->reason.empty() ? stop->reason : "stopped by the agent";
+      }
+      if (staging_lease.Watched() && base::WallClockNow() > staging_lease.ExpiresAt()) {
+        return std::string(domain::kLeaseLostReason);
+      }
+      return "";
+    };
+    const double began = base::WallClockNow();
+    const StagingResult staged =
+        StageDatasets(spec.stages, output, dir + "/staging.json", stop_reason);
+    if (!staged.stopped.empty() || !staged.error.empty()) {
+      protocol::ShimExit ended;
+      ended.reason = staged.stopped;
+      ended.staging_error = staged.error;
+      ended.started_at = began;
+      ended.finished_at = base::WallClockNow();
+      WriteAtomically(dir + "/exit.json", protocol::ToJson(ended).dump());
+      return 0;
+    }
+  }
 
   int gate[2];
   if (pipe(gate) != 0) return 1;

@@ -4,12 +4,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "agent/agent.h"
+#include "base/files.h"
 #include "base/log.h"
 
 namespace meridian::agent {
@@ -70,7 +72,8 @@ Status Agent::PrepareData(const Task& t, std::vector<std::pair<std::string, std:
                               "(its Cluster's storage.cache)");
     }
     struct stat st {};
-    if (::stat(d.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    // What is to be staged is there once the shim has copied it, before the task starts.
+    if (d.stage_from.empty() && (::stat(d.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
       return Status::NotFound("dataset " + d.name + ": " + d.path + " is not a folder on node " +
                               o_.node + (d.stage_from.empty() ? "" : " (it was to be staged)"));
     }
@@ -131,6 +134,20 @@ void Agent::AddDataVolumes(const Task& t, std::vector<std::string>* argv) const 
   if (!a.checkpoint_dir.empty()) {
     argv->insert(argv->end(), {"-v", a.checkpoint_dir + ":" + a.checkpoint_dir});
   }
+}
+
+std::vector<protocol::StagingProgress> Agent::StagingOf(const Task& t) const {
+  std::vector<protocol::StagingProgress> out;
+  const bool stages = std::any_of(t.assignment.data.begin(), t.assignment.data.end(),
+                                  [](const protocol::DataMount& d) { return !d.stage_from.empty(); });
+  if (!stages || t.dir.empty()) return out;
+  const Json list = Json::parse(base::ReadWholeFile(t.dir + "/staging.json"), nullptr, false);
+  if (!list.is_array()) return out;
+  for (const Json& item : list) {
+    auto p = protocol::DecodeStagingProgress(item);
+    if (p.ok()) out.push_back(std::move(p.value()));
+  }
+  return out;
 }
 
 }  // namespace meridian::agent

@@ -55,9 +55,28 @@ struct Dataset {
   std::string name;
   double size_gib = 0;
   std::vector<DatasetLocation> locations;
+  std::vector<std::string> pinned_in;  // clusters whose cache keeps a staged copy for good
 
   bool operator==(const Dataset&) const = default;
 };
+
+// A copy of a dataset staged into a site's cache (a DatasetCopy object the server keeps): what
+// the data score counts as local there, and what eviction weighs.
+struct DatasetCopy {
+  std::string cluster;
+  std::string dataset;
+  std::string path;
+  double size_gib = 0;
+  double staged_at = 0;
+  double last_used = 0;  // when a task last found it there
+
+  bool operator==(const DatasetCopy&) const = default;
+};
+
+// The DatasetCopy object's name: "<cluster>.<dataset>" (names hold no dots).
+inline std::string DatasetCopyName(const std::string& cluster, const std::string& dataset) {
+  return cluster + "." + dataset;
+}
 
 // The taint every node of a spot pool carries: only jobs that may be preempted run there (they
 // tolerate it without saying so), as a cloud may take a spot node back at two minutes' notice.

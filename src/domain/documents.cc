@@ -139,6 +139,8 @@ void DatasetSpec(FieldReader& s) {
   if (s.ObjectList("locations", DatasetLocationItem) == 0) {
     s.Error("locations", "is required: at least one place where the dataset lives");
   }
+  // Sites whose cache keeps a staged copy however long it goes unread (never evicted).
+  s.StringList("pinnedIn");
   s.String("description", false);
 }
 
@@ -445,6 +447,14 @@ void ValidateDesiredState(const std::vector<Document>& docs, ErrorList* errors) 
     if (d.kind == "Project") refers(d, "team", "Team");
     if (d.kind == "NodePool") refers(d, "cluster", "Cluster");
     if (d.kind == "AlertRule" || d.kind == "IdlePolicy") refers(d, "project", "Project");
+    if (d.kind == "Dataset" && d.spec.contains("pinnedIn")) {
+      for (const Json& c : d.spec.at("pinnedIn")) {
+        if (c.is_string() && !names["Cluster"].count(c.get<std::string>())) {
+          errors->Add({d.file, d.line, 0, "spec.pinnedIn",
+                       "Cluster \"" + c.get<std::string>() + "\" does not exist"});
+        }
+      }
+    }
     if (d.kind == "Dataset" && d.spec.contains("locations")) {
       const Json& at = d.spec.at("locations");
       for (size_t i = 0; i < at.size(); ++i) {
@@ -595,6 +605,7 @@ Dataset DatasetOfSpec(const std::string& name, const Json& spec) {
   for (const Json& at : spec.value("locations", Json::array())) {
     d.locations.push_back({at.value("cluster", ""), at.value("path", ""), at.value("url", "")});
   }
+  d.pinned_in = spec.value("pinnedIn", std::vector<std::string>{});
   return d;
 }
 

@@ -9,7 +9,7 @@ namespace meridian::domain {
 
 namespace {
 
-constexpr std::array<std::pair<FailureCause, std::string_view>, 15> kNames = {{
+constexpr std::array<std::pair<FailureCause, std::string_view>, 16> kNames = {{
     {FailureCause::kNone, "none"},
     {FailureCause::kExitCode, "exit-code"},
     {FailureCause::kOomKilled, "oom-killed"},
@@ -25,6 +25,7 @@ constexpr std::array<std::pair<FailureCause, std::string_view>, 15> kNames = {{
     {FailureCause::kNcclError, "nccl-error"},
     {FailureCause::kNotStarted, "not-started"},
     {FailureCause::kDependency, "dependency"},
+    {FailureCause::kStagingFailed, "staging-failed"},
 }};
 
 bool Contains(const std::string& text, std::string_view needle) {
@@ -88,6 +89,7 @@ Diagnosis Diagnose(const ExitFacts& f) {
     return Say(FailureCause::kLeaseLost, std::string(kLeaseLostReason));
   }
   if (f.stop_requested) return {};  // it was asked to stop: however it ended is no failure
+  if (!f.staging_error.empty()) return Say(FailureCause::kStagingFailed, f.staging_error);
   if (f.oom_kills > 0) {
     return Say(FailureCause::kOomKilled,
                "killed for memory: its cgroup's OOM killer ran" +

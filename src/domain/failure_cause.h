@@ -26,6 +26,7 @@ enum class FailureCause {
   kNcclError,         // NCCL timed out or failed (a collective across tasks)
   kNotStarted,        // the task could not be started at all (its message says why)
   kDependency,        // a dependency of the job can never be satisfied (it never ran)
+  kStagingFailed,     // a dataset could not be copied to the site's cache (it never ran)
 };
 
 std::string_view CauseName(FailureCause cause);  // "oom-killed", "gpu-fault", ...
@@ -47,6 +48,7 @@ struct ExitFacts {
   std::optional<int64_t> xid;        // the last XID on one of its GPUs during the run
   bool image = false;                // it ran in a container
   std::string output_tail;           // the last few KiB of its output
+  std::string staging_error;         // a dataset could not be staged: why (it never ran)
 };
 
 struct Diagnosis {

@@ -125,9 +125,21 @@ void ReadAssignment(FieldReader& r, Assignment& a) {
     d.stage_from = m.String("stageFrom", false);
     d.staging_command = m.StringList("stagingCommand");
     d.size_gib = m.Number("sizeGib", 0, 1e12, 0);
+    d.evict = m.StringList("evict");
     a.data.push_back(std::move(d));
   });
   a.checkpoint_dir = r.String("checkpointDir", false);
+}
+
+void ReadStagingProgress(FieldReader& r, StagingProgress& p) {
+  p.dataset = r.String("dataset", true);
+  p.state = r.Enum("state", {"copying", "staged", "cached", "failed"}, "copying");
+  p.done_bytes = r.Int("doneBytes", 0, kMaxInt, 0);
+  p.total_bytes = r.Int("totalBytes", 0, kMaxInt, 0);
+  p.attempt = static_cast<int32_t>(r.Int("attempt", 0, 1000, 0));
+  p.seconds = r.Number("seconds", 0, kMaxSeconds, 0);
+  p.error = r.String("error", false);
+  p.evicted = r.StringList("evicted");
 }
 
 void ReadTaskReport(FieldReader& r, TaskReport& t) {
@@ -151,6 +163,11 @@ void ReadTaskReport(FieldReader& r, TaskReport& t) {
   const std::string cause = r.String("cause", false);
   s.cause = domain::ParseCause(cause).value_or(cause.empty() ? domain::FailureCause::kNone
                                                              : domain::FailureCause::kExitCode);
+  r.ObjectList("staging", [&](FieldReader& item) {
+    StagingProgress p;
+    ReadStagingProgress(item, p);
+    t.staging.push_back(std::move(p));
+  });
 }
 
 void ReadGpuSample(FieldReader& r, GpuSample& g) {
@@ -278,7 +295,8 @@ Json ToJson(const Assignment& a) {
                       {"path", d.path},
                       {"stageFrom", d.stage_from},
                       {"stagingCommand", d.staging_command},
-                      {"sizeGib", d.size_gib}});
+                      {"sizeGib", d.size_gib},
+                      {"evict", d.evict}});
     }
     out["data"] = std::move(data);
   }
@@ -298,6 +316,19 @@ Json ToJson(const TaskReport& t) {
   if (!r.message.empty()) out["message"] = r.message;
   if (r.cause != domain::FailureCause::kNone) out["cause"] = domain::CauseName(r.cause);
   if (exited && r.refused) out["refused"] = true;
+  if (!t.staging.empty()) {
+    Json staging = Json::array();
+    for (const StagingProgress& p : t.staging) staging.push_back(ToJson(p));
+    out["staging"] = std::move(staging);
+  }
+  return out;
+}
+
+Json ToJson(const StagingProgress& p) {
+  Json out = {{"dataset", p.dataset},     {"state", p.state},     {"doneBytes", p.done_bytes},
+              {"totalBytes", p.total_bytes}, {"attempt", p.attempt}, {"seconds", p.seconds}};
+  if (!p.error.empty()) out["error"] = p.error;
+  if (!p.evicted.empty()) out["evicted"] = p.evicted;
   return out;
 }
 
@@ -394,6 +425,18 @@ Json ToJson(const ShimSpec& s) {
               {"cgroupProcs", s.cgroup_procs},
               {"cleanup", s.cleanup},
               {"hideDevices", s.hide_devices}};
+  if (!s.stages.empty()) {
+    Json stages = Json::array();
+    for (const ShimSpec::Stage& st : s.stages) {
+      stages.push_back({{"dataset", st.dataset},
+                        {"argv", st.argv},
+                        {"source", st.source},
+                        {"target", st.target},
+                        {"evict", st.evict},
+                        {"bytes", st.bytes}});
+    }
+    out["stages"] = std::move(stages);
+  }
   if (!s.read_only.empty()) {
     Json binds = Json::array();
     for (const auto& [source, target] : s.read_only) {
@@ -422,6 +465,7 @@ Json ToJson(const ShimExit& e) {
   out["exitCode"] = e.exit_code ? Json(*e.exit_code) : Json();
   if (e.signal) out["signal"] = *e.signal;
   if (!e.reason.empty()) out["reason"] = e.reason;
+  if (!e.staging_error.empty()) out["stagingError"] = e.staging_error;
   return out;
 }
 
@@ -592,6 +636,16 @@ base::Result<ShimSpec> DecodeShimSpec(const Json& j) {
     r.ObjectList("readOnly", [&](FieldReader& b) {
       s.read_only.emplace_back(b.String("source", true), b.String("target", true));
     });
+    r.ObjectList("stages", [&](FieldReader& b) {
+      ShimSpec::Stage st;
+      st.dataset = b.String("dataset", true);
+      st.argv = b.StringList("argv");
+      st.source = b.String("source", false);
+      st.target = b.String("target", true);
+      st.evict = b.StringList("evict");
+      st.bytes = b.Int("bytes", 0, kMaxInt, 0);
+      s.stages.push_back(std::move(st));
+    });
     // Never root, and never an id that reads as -1 ("leave unchanged") to setresuid.
     s.uid = OptionalInt(r, "uid", 1, std::numeric_limits<int32_t>::max() - 1);
     s.gid = OptionalInt(r, "gid", 1, std::numeric_limits<int32_t>::max() - 1);
@@ -620,7 +674,12 @@ base::Result<ShimExit> DecodeShimExit(const Json& j) {
     e.reason = r.String("reason", false);
     e.started_at = r.Number("startedAt", 0, 1e12, 0);
     e.finished_at = r.Number("finishedAt", 0, 1e12, 0);
+    e.staging_error = r.String("stagingError", false);
   });
+}
+
+base::Result<StagingProgress> DecodeStagingProgress(const Json& j) {
+  return Decode<StagingProgress>(j, "staging.json", ReadStagingProgress);
 }
 
 base::Result<LeaseTerms> DecodeLeaseTerms(const Json& j) {

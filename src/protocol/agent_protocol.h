@@ -131,6 +131,9 @@ struct DataMount {
   std::string stage_from;
   std::vector<std::string> staging_command;
   double size_gib = 0;  // for progress
+  // Before staging: copies in the same cache to remove, least recently used first, to keep the
+  // cache within its capacity (the server's choice: none is pinned or read by a task).
+  std::vector<std::string> evict;
 
   bool operator==(const DataMount&) const = default;
 };
@@ -164,9 +167,25 @@ struct Assignment {
 };
 
 // What one task did, as its agent reports it.
+// How the staging of one dataset into the site's cache goes, as the shim writes it
+// (staging.json, one per dataset the task stages or finds staged) and the agent reports it.
+struct StagingProgress {
+  std::string dataset;
+  std::string state;  // copying, staged (copied now), cached (there already), failed
+  int64_t done_bytes = 0;
+  int64_t total_bytes = 0;
+  int32_t attempt = 0;
+  double seconds = 0;         // copying so far, or in all once staged
+  std::string error;          // failed: why (the last attempt's)
+  std::vector<std::string> evicted;  // cache folders removed to make room for it
+
+  bool operator==(const StagingProgress&) const = default;
+};
+
 struct TaskReport {
   int64_t job = 0;
   domain::TaskReport report;
+  std::vector<StagingProgress> staging = {};
 };
 
 // What one GPU is doing, as the agent's GpuDiscovery measured it (NVML, or the simulation).
@@ -256,6 +275,8 @@ struct HeartbeatAnswer {
 Json ToJson(const Registration& r);
 Json ToJson(const RegistrationAnswer& a);
 Json ToJson(const DeviceGrant& d);
+Json ToJson(const StagingProgress& p);
+base::Result<StagingProgress> DecodeStagingProgress(const Json& j);
 Json ToJson(const Assignment& a);
 Json ToJson(const TaskReport& r);
 Json ToJson(const GpuSample& g);
@@ -310,6 +331,18 @@ struct ShimSpec {
   std::vector<std::string> hide_devices;
   // Folders bound read-only into the task's mount namespace (its datasets), source to target.
   std::vector<std::pair<std::string, std::string>> read_only;
+  // Datasets to copy into the site's cache before the task starts, one after another.
+  struct Stage {
+    std::string dataset;
+    // The copy command, {source} filled in; {target} is the shim's to fill: a folder beside
+    // `target`, renamed to it once the command has exited 0.
+    std::vector<std::string> argv;
+    std::string source;  // what argv copies from, for messages
+    std::string target;
+    std::vector<std::string> evict;  // cache folders to remove first, to make room
+    int64_t bytes = 0;               // the dataset's size, for progress
+  };
+  std::vector<Stage> stages;
 };
 
 // The agent's request to stop a run (the `stop` file): why, and how long it may take at most.
@@ -330,6 +363,7 @@ struct ShimExit {
   std::string reason;  // why it was stopped, when it was
   double started_at = 0;
   double finished_at = 0;
+  std::string staging_error;  // the task never started: a dataset could not be staged
 };
 
 struct LeaseTerms {

@@ -5,6 +5,7 @@
 // scheduler cannot absorb (StructuralChange) rebuilds it. The loop is in controller.cc.
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <unordered_map>
 
 #include "base/log.h"
@@ -195,6 +196,23 @@ bool SchedulerController::MergeEstate(Estate* next) {
     const int32_t index = snapshot.AddDataset(name);
     snapshot.SetDatasetSize(index, d.size_gib);
     if (scheduler_->SetDataset(name, d.size_gib) != index) return false;
+  }
+  // Copies staged into caches, or evicted from them, since.
+  std::set<std::pair<int32_t, int32_t>> cached;
+  for (const domain::DatasetCopy& c : next->copies) {
+    const int32_t dataset = snapshot.FindDataset(c.dataset);
+    const int32_t cluster = snapshot.FindCluster(c.cluster);
+    if (dataset >= 0 && cluster >= 0) cached.emplace(dataset, cluster);
+  }
+  for (int32_t d = 0; d < static_cast<int32_t>(snapshot.datasets.size()); ++d) {
+    for (int32_t c = 0; c < static_cast<int32_t>(snapshot.clusters.size()); ++c) {
+      const bool now = cached.count({d, c}) > 0;
+      if (((snapshot.datasets[static_cast<size_t>(d)].cached & sched::Bit(c)) != 0) == now) {
+        continue;
+      }
+      snapshot.SetCached(d, c, now);
+      scheduler_->SetCached(d, c, now);
+    }
   }
   next->clusters = std::move(clusters);
   next->nodes = std::move(nodes);

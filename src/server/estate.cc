@@ -258,6 +258,22 @@ void AddTenancy(const std::vector<store::Object>& objects, Estate* e) {
 
 }  // namespace
 
+domain::DatasetCopy CopyOfObject(const store::Object& o) {
+  domain::DatasetCopy c;
+  c.cluster = o.spec.value("cluster", "");
+  c.dataset = o.spec.value("dataset", "");
+  c.path = o.spec.value("path", "");
+  c.size_gib = o.spec.value("sizeGib", 0.0);
+  c.staged_at = o.spec.value("stagedAt", 0.0);
+  c.last_used = o.spec.value("lastUsed", 0.0);
+  return c;
+}
+
+Json CopySpec(const domain::DatasetCopy& c) {
+  return {{"cluster", c.cluster}, {"dataset", c.dataset},    {"path", c.path},
+          {"sizeGib", c.size_gib}, {"stagedAt", c.staged_at}, {"lastUsed", c.last_used}};
+}
+
 base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Object>& objects) {
   auto e = std::make_unique<Estate>();
   std::set<std::string> clusters;
@@ -290,6 +306,9 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
       }
       e->datasets[o.name] = std::move(d);
     });
+  }
+  for (const store::Object& o : objects) {
+    if (o.kind == "DatasetCopy") e->copies.push_back(CopyOfObject(o));
   }
   std::vector<Origin> origin;  // of each node in e->nodes
   auto in_known_cluster = [&](const store::Object& o, const char* what) {
@@ -343,6 +362,11 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
   e->snapshot = std::move(snapshot.value());
   for (const auto& [name, d] : e->datasets) {
     e->snapshot.SetDatasetSize(e->snapshot.AddDataset(name), d.size_gib);
+  }
+  for (const domain::DatasetCopy& c : e->copies) {
+    const int32_t dataset = e->snapshot.FindDataset(c.dataset);
+    const int32_t cluster = e->snapshot.FindCluster(c.cluster);
+    if (dataset >= 0 && cluster >= 0) e->snapshot.SetCached(dataset, cluster, true);
   }
   AddTenancy(objects, e.get());
   return e;

@@ -55,6 +55,8 @@ struct Estate {
   std::vector<domain::Cluster> clusters;
   // The Dataset documents, by name; their locations are in the clusters' dataset lists too.
   std::map<std::string, domain::Dataset> datasets;
+  // Copies staged into sites' caches (DatasetCopy objects): local to the data score.
+  std::vector<domain::DatasetCopy> copies;
   // As built (plus nodes that joined since): names, devices and pools for the API and the
   // allocations. Whether a node is schedulable now is the scheduler's snapshot's to say.
   std::vector<domain::Node> nodes;
@@ -102,6 +104,10 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
 // How the server assembles its scheduler from the estate (sched/assembly.h): the Policy's
 // placement and options, and stops that wait for their runners' word.
 sched::Assembly AssemblyOf(const Estate& estate);
+
+// A DatasetCopy object (server/nodes_data.cc writes it) as the copy it records.
+domain::DatasetCopy CopyOfObject(const store::Object& o);
+Json CopySpec(const domain::DatasetCopy& c);
 
 // A node an agent registered (server/nodes.cc writes the spec); not schedulable unless Ready.
 domain::Node NodeOfObject(const store::Object& o);

@@ -223,6 +223,9 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     auto applied = ApplyReports(node, beat->tasks, &failed);
     if (!applied.ok()) return applied.status();
     seq = std::max(seq, *applied);
+    auto staged = ApplyStaging(node, beat->tasks);
+    if (!staged.ok()) return staged.status();
+    seq = std::max(seq, *staged);
   }
   if (!xids.empty()) {
     auto acted = ApplyXids(node, xids, &failed);
@@ -449,6 +452,8 @@ void NodeService::ResetLocked(const Estate& estate, const std::vector<store::Job
   datasets_ = estate.datasets;
   sites_.clear();
   for (const domain::Cluster& c : estate.clusters) sites_[c.name] = c;
+  copies_.clear();
+  for (const domain::DatasetCopy& c : estate.copies) copies_[c.cluster][c.dataset] = c;
   for (const store::JobRecord& j : jobs) TrackLocked(j, nullptr);
   indexed_ = true;
 }
@@ -544,6 +549,9 @@ void NodeService::AssignLocked(const store::JobRecord& j) {
     a.run = run;
     const std::string cluster = alloc.value("cluster", "");
     a.data = DataMounts(datasets_, sites_, spec->datasets, cluster);
+    for (protocol::DataMount& m : a.data) {
+      if (!m.stage_from.empty()) m.evict = EvictionsLocked(cluster, m);
+    }
     if (spec->checkpoint) a.checkpoint_dir = CheckpointDir(sites_, cluster, j.project, j.id);
     const int32_t task = a.task;
     const auto run = std::make_tuple(j.id, task, j.generation);

@@ -191,6 +191,14 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
                                        const std::vector<domain::NodeFailure>& failures);
   base::Status Load();  // the registered nodes, once, seen "now" (a grace after a restart)
   // Also adds to `failed` each run that failed for a cause pointing at the node.
+  // Staging as the node's tasks report it (nodes_data.cc): progress in the job's events, and the
+  // site's cache as it is now (DatasetCopy objects, with an event the scheduler follows).
+  base::Result<int64_t> ApplyStaging(const std::string& node,
+                                     const std::vector<protocol::TaskReport>& tasks);
+  // Copies in `cluster`'s cache to remove, least recently used first, so that `m` fits within
+  // the cache's capacity: never a pinned one or one a task assigned there reads.
+  std::vector<std::string> EvictionsLocked(const std::string& cluster,
+                                           const protocol::DataMount& m) const;
   base::Result<int64_t> ApplyReports(const std::string& node,
                                      const std::vector<protocol::TaskReport>& tasks,
                                      std::vector<domain::NodeFailure>* failed);
@@ -223,6 +231,10 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   // What tasks' data mounts and checkpoint folders come from (server/data_mounts.h).
   std::map<std::string, domain::Dataset> datasets_;
   std::map<std::string, domain::Cluster> sites_;
+  std::map<std::string, std::map<std::string, domain::DatasetCopy>> copies_;  // cluster, dataset
+  // The last staging step said of each run's dataset (job, task, generation, dataset): events
+  // only for a new one.
+  std::map<std::tuple<int64_t, int32_t, int64_t, std::string>, int> staging_steps_;
   // registered node -> its agent's address: set by registrations (and Load), erased by deletions
   std::map<std::string, std::string> address_;
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on
