@@ -1,0 +1,312 @@
+// End-to-end tests of datasets and checkpoints (docs/adr/0044-datasets.md): a real server and
+// real agents of two sites on one machine, each site with a folder of its own as its shared
+// filesystem, simulated GPUs (a fake: nothing real can run here) and real task processes. What a
+// task reads and writes, and what a staging copies, are real files.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "base/testing/temp_dir.h"
+#include "tests/server_process.h"
+
+namespace meridian::testing {
+namespace {
+
+const std::string kBinary = MERIDIAN_BINARY;
+
+// Two on-prem sites: fra holds the datasets; ams reaches fra at 10 Gbit/s and stages into a
+// cache of 250 GiB with a command that takes a while (a real copy, with a pause to be seen).
+// Sizes are what the Dataset documents say (what placement weighs); the folders hold a few
+// files each. DIR is the test's folder.
+const char* kEstate = R"(kind: Organization
+metadata: {name: acme}
+---
+kind: Team
+metadata: {name: lab}
+spec: {organization: acme}
+---
+kind: Project
+metadata: {name: research}
+spec: {team: lab}
+---
+kind: Cluster
+metadata: {name: fra}
+spec:
+  storage: {checkpoints: DIR/fra/checkpoints, cache: DIR/fra/cache}
+---
+kind: Cluster
+metadata: {name: ams}
+spec:
+  network: {bandwidthGbps: {fra: 10}}
+  storage:
+    checkpoints: DIR/ams/checkpoints
+    cache: DIR/ams/cache
+    cacheCapacityGib: 250
+    stagingCommand: [sh, -c, 'sleep 1; cp -a "$0" "$1"', "{source}", "{target}"]
+---
+kind: NodePool
+metadata: {name: fra-h100}
+spec: {cluster: fra, gpusPerNode: 4, gpuModel: H100-80GB}
+---
+kind: NodePool
+metadata: {name: ams-h100}
+spec: {cluster: ams, gpusPerNode: 4, gpuModel: H100-80GB}
+---
+kind: Dataset
+metadata: {name: imagenet}
+spec:
+  sizeGib: 200
+  locations: [{cluster: fra, path: DIR/fra/datasets/imagenet}]
+---
+kind: Dataset
+metadata: {name: laion}
+spec:
+  sizeGib: 100
+  locations: [{cluster: fra, path: DIR/fra/datasets/laion}]
+---
+kind: Dataset
+metadata: {name: lost}
+spec:
+  sizeGib: 1
+  locations: [{cluster: fra, path: DIR/fra/datasets/lost}]
+---
+kind: Policy
+metadata: {name: default}
+spec: {heartbeatInterval: 0.2, nodeLostTimeout: 2}
+)";
+
+// The node a job's first task runs on ("" when it has none).
+std::string NodeOf(const Json& job) {
+  const Json& a = job["status"]["allocation"];
+  return a.is_array() && !a.empty() ? a[0].value("node", "") : "";
+}
+
+class DataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Tasks run under uids of their own: they pass through the test's folder to theirs.
+    ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
+    for (const char* name : {"imagenet", "laion"}) {
+      const std::string folder = dir_.File("fra/datasets/") + name;
+      std::filesystem::create_directories(folder + "/train");
+      std::ofstream(folder + "/train/part-0") << name << " images\n";
+      std::ofstream(folder + "/labels.txt") << "cat\ndog\n";
+    }
+    for (const char* f : {"fra", "fra/datasets", "fra/datasets/imagenet/train",
+                          "fra/datasets/laion/train"}) {
+      ASSERT_EQ(::chmod(dir_.File(f).c_str(), 0755), 0) << f;
+    }
+    // Anyone may write in the datasets' own folders: only the read-only mount keeps a task out.
+    for (const char* f : {"fra/datasets/imagenet", "fra/datasets/laion"}) {
+      ASSERT_EQ(::chmod(dir_.File(f).c_str(), 0777), 0) << f;
+    }
+    server_ = std::make_unique<ServerProcess>(kBinary, dir_.File("data"));
+    ASSERT_TRUE(server_->Start()) << ReadFile(dir_.File("data.log"));
+    admin_ = server_->admin_token();
+    std::string estate = kEstate;
+    for (size_t at = estate.find("DIR"); at != std::string::npos; at = estate.find("DIR", at)) {
+      estate.replace(at, 3, dir_.path());
+    }
+    CliResult r = Run("apply -f " + WriteTestFile(dir_.File("estate.yaml"), estate));
+    ASSERT_EQ(r.code, 0) << r.output;
+    Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
+    ASSERT_EQ(Http(*server_, "PUT", "/api/v1/users/agents", admin_, user.dump()).status, 201);
+    HttpResult t = Http(*server_, "POST", "/api/v1/tokens", admin_,
+                        Json{{"user", "agents"}, {"description", "test agents"}}.dump());
+    ASSERT_EQ(t.status, 201) << t.text;
+    agent_token_ = t.body.value("token", "");
+  }
+
+  // An agent for node `name` of `cluster` with 4 simulated H100s, once registered.
+  void StartAgent(const std::string& name, const std::string& cluster) {
+    auto& a = agents_[name];
+    a = std::make_unique<AgentProcess>(
+        kBinary,
+        std::vector<std::string>{"--cluster", cluster, "--pool", cluster + "-h100", "--node", name,
+                                 "--simulate-gpus", "4xH100-80GB", "--work-dir",
+                                 dir_.File("agent-" + name), "--cpu-milli", "16000", "--memory-mib",
+                                 "65536", "--address", "127.0.0.1"},
+        dir_.File("agent-" + name + ".log"));
+    a->Start(server_->url(), agent_token_);
+    ASSERT_TRUE(Eventually([&] {
+      const Json nodes = Http(*server_, "GET", "/api/v1/nodes", admin_).body;
+      for (const Json& n : nodes.value("items", Json::array())) {
+        if (n.value("name", "") == name) return n.value("state", "") == "Ready";
+      }
+      return false;
+    })) << ReadFile(dir_.File("agent-" + name + ".log"));
+  }
+
+  CliResult Run(const std::string& args) { return Cli(kBinary, args, server_->url(), admin_); }
+  int64_t Submit(const Json& spec, const std::string& name = "job") {
+    Json job = {{"metadata", {{"name", name}, {"project", "research"}}}, {"spec", spec}};
+    HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_, job.dump());
+    EXPECT_EQ(r.status, 201) << r.text;
+    return r.body.value("id", int64_t{0});
+  }
+  Json Job(int64_t id) { return GetJob(*server_, admin_, id); }
+  std::string Phase(int64_t id) { return JobPhase(*server_, admin_, id); }
+  std::string Events(int64_t id) {
+    std::string out;
+    for (const Json& e : JobEvents(*server_, admin_, id)) {
+      out += e.value("reason", "") + ": " + e.value("message", "") + "\n";
+    }
+    return out;
+  }
+  std::string Output(int64_t id, int generation = 1) {
+    return ReadFile(server_->data_dir() + "/logs/" + std::to_string(id) + "/task-0.gen-" +
+                    std::to_string(generation) + ".log");
+  }
+  bool Has(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+  }
+  // Takes fra's only node with a job that never ends, so that what comes next runs at ams.
+  int64_t FillFra() {
+    const int64_t id =
+        Submit({{"gpus", 4}, {"clusters", {"fra"}}, {"command", {"sleep", "600"}}}, "blocker");
+    EXPECT_TRUE(Eventually([&] { return Phase(id) == "Running"; })) << Job(id).dump();
+    return id;
+  }
+
+  // A task that reads its dataset where Meridian put it, tries to write there, and ends.
+  static Json Reader(const std::string& dataset) {
+    const std::string var = "$MERIDIAN_DATASET_" + std::string(dataset == "laion" ? "LAION"
+                                                                                   : "IMAGENET");
+    return {{"gpus", 1},
+            {"datasets", {dataset}},
+            {"command",
+             {"sh", "-c",
+              "echo \"at $MERIDIAN_NODE: " + var + "\"; cat " + var + "/train/part-0; touch " +
+                  var + "/mine 2>&1 || true"}}};
+  }
+
+  base::testing::TempDir dir_;
+  std::unique_ptr<ServerProcess> server_;
+  std::map<std::string, std::unique_ptr<AgentProcess>> agents_;
+  std::string admin_;
+  std::string agent_token_;
+};
+
+// With room at both sites, the job runs where its data is, and reads it at its stable path,
+// read-only (a bind in the task's own mount namespace).
+TEST_F(DataTest, AJobRunsWhereItsDatasetIsAndReadsItReadOnly) {
+  StartAgent("fra-1", "fra");
+  StartAgent("ams-1", "ams");
+  const int64_t job = Submit(Reader("imagenet"));
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Succeeded"; }, 20)) << Job(job).dump();
+  EXPECT_EQ(NodeOf(Job(job)), "fra-1");
+  const std::string out = Output(job);
+  EXPECT_TRUE(Has(out, "imagenet images")) << out;
+  EXPECT_TRUE(Has(out, "Read-only file system")) << out;
+  EXPECT_TRUE(Has(out, "/data/imagenet")) << "a stable path in its task folder: " << out;
+  EXPECT_FALSE(std::filesystem::exists(dir_.File("fra/datasets/imagenet/mine")));
+  EXPECT_FALSE(Has(Events(job), "Staging")) << Events(job);
+}
+
+// Forced away from its data, a job has the dataset staged into the other site's cache by the
+// site's command (progress in its events), reads it there, and the next job finds it cached.
+// A third job that reads another dataset evicts the first from the full cache.
+TEST_F(DataTest, ForcedAwayItIsStagedAndTheNextJobFindsItCachedUntilEvicted) {
+  StartAgent("fra-1", "fra");
+  StartAgent("ams-1", "ams");
+  FillFra();
+  const int64_t first = Submit(Reader("imagenet"), "first");
+  ASSERT_TRUE(Eventually([&] { return Phase(first) == "Succeeded"; }, 30))
+      << Job(first).dump() << Events(first);
+  EXPECT_EQ(NodeOf(Job(first)), "ams-1");
+  const std::string staged = dir_.File("ams/cache/imagenet");
+  EXPECT_TRUE(std::filesystem::exists(staged + "/train/part-0"));
+  const std::string events = Events(first);
+  EXPECT_TRUE(Has(events, "Staging: dataset imagenet: copying into cluster ams's cache, 0%"))
+      << events;
+  EXPECT_TRUE(Has(events, "Staged: dataset imagenet: staged into cluster ams's cache")) << events;
+  EXPECT_TRUE(Has(Output(first), "imagenet images")) << Output(first);
+  EXPECT_TRUE(Has(Output(first), "Read-only file system")) << Output(first);
+  EXPECT_TRUE(Has(Output(first), "staging dataset imagenet (attempt 1 of 3)")) << Output(first);
+
+  const int64_t second = Submit(Reader("imagenet"), "second");
+  ASSERT_TRUE(Eventually([&] { return Phase(second) == "Succeeded"; }, 20)) << Job(second).dump();
+  EXPECT_TRUE(Has(Events(second), "DatasetCached: dataset imagenet: found in cluster ams's cache"))
+      << Events(second);
+  EXPECT_FALSE(Has(Output(second), "staging dataset")) << Output(second);
+
+  // laion (100 GiB) and imagenet (200) do not fit in 250 GiB together: imagenet goes.
+  const int64_t third = Submit(Reader("laion"), "third");
+  ASSERT_TRUE(Eventually([&] { return Phase(third) == "Succeeded"; }, 30))
+      << Job(third).dump() << Events(third);
+  EXPECT_TRUE(Has(Output(third), "laion images")) << Output(third);
+  EXPECT_TRUE(Has(Output(third), "evicted " + staged)) << Output(third);
+  EXPECT_FALSE(std::filesystem::exists(staged));
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("ams/cache/laion/labels.txt")));
+  HttpResult estate =
+      Http(*server_, "GET", "/api/v1/events?objectKind=DatasetCopy&limit=20", admin_);
+  EXPECT_TRUE(Has(estate.text, "evicted to make room: imagenet")) << estate.text;
+}
+
+// A staging that fails is tried three times, then fails the job, which says why.
+TEST_F(DataTest, AStagingThatFailsFailsTheJobWithItsCause) {
+  StartAgent("fra-1", "fra");
+  StartAgent("ams-1", "ams");
+  FillFra();
+  const int64_t job = Submit(Reader("lost"));
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Failed"; }, 40))
+      << Job(job).dump() << Events(job);
+  const Json j = Job(job);
+  EXPECT_EQ(j["status"]["cause"], "staging-failed") << j.dump();
+  const std::string message = j["status"].value("reason", "") + Events(job);
+  EXPECT_TRUE(Has(message, "staging dataset lost from " + dir_.File("fra/datasets/lost") +
+                               " failed 3 times"))
+      << message;
+  EXPECT_TRUE(Has(Events(job), "StagingFailed")) << Events(job);
+  EXPECT_TRUE(Has(Output(job), "attempt 3 of 3")) << Output(job);
+  EXPECT_FALSE(Has(Output(job), "lost images"));
+}
+
+// A checkpoint written before its job was stopped is there when the job runs again on another
+// node of the site; the folder is its task's alone, and root's between runs.
+TEST_F(DataTest, ACheckpointOutlivesARequeueOntoAnotherNode) {
+  StartAgent("fra-1", "fra");
+  StartAgent("fra-2", "fra");
+  const int64_t job = Submit(
+      {{"gpus", 4},
+       {"checkpoint", true},
+       {"gracePeriod", 2},
+       {"command",
+        {"sh", "-c",
+         "f=$MERIDIAN_CHECKPOINT_DIR/step; if [ -f $f ]; then echo \"resumed from $(cat $f) on "
+         "$MERIDIAN_NODE\"; exit 0; fi; echo 42 > $f; echo \"wrote on $MERIDIAN_NODE\"; "
+         "while true; do sleep 0.1; done"}}});
+  ASSERT_TRUE(Eventually([&] { return Has(Output(job), "wrote on"); }, 20)) << Job(job).dump();
+  const std::string first = NodeOf(Job(job));
+  const std::string folder = dir_.File("fra/checkpoints/research/" + std::to_string(job));
+  struct stat st {};
+  ASSERT_EQ(::stat(folder.c_str(), &st), 0);
+  EXPECT_NE(st.st_uid, 0u) << "the task's uid's while it runs";
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  CliResult drained = Run("drain " + first + " --reason 'disk swap' --no-wait");
+  ASSERT_EQ(drained.code, 0) << drained.output;
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Succeeded"; }, 30))
+      << Job(job).dump() << Events(job);
+  const std::string second = NodeOf(Job(job));
+  EXPECT_NE(second, first);
+  EXPECT_TRUE(Has(Output(job, 2), "resumed from 42 on " + second)) << Output(job, 2);
+  // Handed back to root once the job's last task on the node has gone.
+  EXPECT_TRUE(Eventually([&] { return ::stat(folder.c_str(), &st) == 0 && st.st_uid == 0; }))
+      << st.st_uid;
+}
+
+// A dataset that does not exist is refused by name, before the job waits for anything.
+TEST_F(DataTest, ADatasetThatDoesNotExistIsRefusedByName) {
+  HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_,
+                      Json{{"metadata", {{"name", "j"}, {"project", "research"}}},
+                           {"spec", {{"command", {"true"}}, {"datasets", {"coco"}}}}}
+                          .dump());
+  EXPECT_EQ(r.status, 400) << r.text;
+  EXPECT_TRUE(Has(r.text, "spec.datasets[0]: Dataset \\\"coco\\\" does not exist")) << r.text;
+}
+
+}  // namespace
+}  // namespace meridian::testing
