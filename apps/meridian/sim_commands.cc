@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -277,8 +278,13 @@ int RunSimReplay(const ReplayFlags& f) {
       for (auto& r : more) results.push_back(std::move(r));
     }
   } else {
-    results =
-        meridian::sim::RunReplays(*cluster, *jobs, policies, f.samples, progress, f.reclaim_after);
+    // Jobs that read datasets: each policy also blind to them, to show what data-aware
+    // placement buys (docs/adr/0044-datasets.md).
+    const bool datasets = std::any_of(jobs->begin(), jobs->end(), [](const auto& j) {
+      return !j.datasets.empty();
+    });
+    results = meridian::sim::RunReplays(*cluster, *jobs, policies, f.samples, progress,
+                                        f.reclaim_after, datasets);
   }
   if (tty) std::fprintf(stderr, "\n");
   std::vector<meridian::sim::ReplayResult> ok;
@@ -330,6 +336,15 @@ int RunSimGenerate(const GenerateFlags& f) {
                                 std::to_string(o.gpus) + ")"));
   }
   if (o.sweep_share < 0 || o.sweep_share > 1) return Fail(Status::Invalid("--sweep-share: 0 to 1"));
+  if (o.sites < 1 || o.sites > 64) return Fail(Status::Invalid("--sites: 1 to 64"));
+  if (o.datasets < 0 || o.datasets > 99) return Fail(Status::Invalid("--datasets: 0 to 99"));
+  if (o.datasets > 0 && o.sites < 2) {
+    return Fail(Status::Invalid("--datasets needs --sites 2 or more (where they live matters)"));
+  }
+  if (!(o.cache_gib >= 0)) return Fail(Status::Invalid("--cache-gib: 0 or more"));
+  if (!(o.data_share >= 0 && o.data_share <= 1)) {
+    return Fail(Status::Invalid("--data-share: 0 to 1"));
+  }
   if (!deep && o.sweep_share > 0)
     return Fail(Status::Invalid("--sweep-share applies to --shape deep"));
   if (!deep && o.estimate_noise > 0) {
@@ -666,6 +681,14 @@ void AddSimCommands(CLI::App& app, int* rc) {
                        "deep: sigma of the lognormal factor on each runtime estimate (0: exact)");
   generate->add_option("--sweep-share", gf.options.sweep_share,
                        "deep: share of the jobs submitted in sweeps of 10-1,000 at once (0)");
+  generate->add_option("--sites", gf.options.sites,
+                       "on-prem sites the nodes are split over, 10 Gbit/s apart (1)");
+  generate->add_option("--datasets", gf.options.datasets,
+                       "datasets of 50 GiB to 5 TiB, each at one site; needs --sites 2+ (0)");
+  generate->add_option("--data-share", gf.options.data_share,
+                       "share of the jobs that read one of the datasets (0.6)");
+  generate->add_option("--cache-gib", gf.options.cache_gib,
+                       "each site's cache of staged datasets, GiB (4000; 0: no cap)");
   generate->callback([rc] { *rc = RunSimGenerate(gf); });
   AddSimExport(sim, rc);
 }

@@ -16,6 +16,9 @@ base::Result<Profile> BuildProfile(const Assembly& a, size_t nodes,
                                    std::shared_ptr<const FragmentationModel> fragmentation) {
   auto spec = PolicySpec(a.policy);
   if (!spec.ok()) return spec.status();
+  if (!a.data_aware) {
+    std::erase_if(spec->scores, [](const auto& s) { return s.first == "data-locality"; });
+  }
   if (a.max_feasible_nodes >= 0) {
     spec->max_feasible_nodes = a.max_feasible_nodes;
   } else if (a.bound_large_estates && nodes > kBoundedSearchAbove) {

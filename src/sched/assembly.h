@@ -30,6 +30,8 @@ struct Assembly {
   // false (the FGD protocol scores every node, as published).
   int32_t max_feasible_nodes = -1;
   bool bound_large_estates = true;
+  // Off: placement leaves out the data-locality score (what `sim replay` compares it with).
+  bool data_aware = true;
 };
 
 // The profile of `a.policy` for an estate of `nodes` nodes, its fragmentation model learnt from

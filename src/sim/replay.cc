@@ -15,6 +15,7 @@
 
 #include "domain/gpu_model.h"
 #include "sched/assembly.h"
+#include "sched/data.h"
 #include "sched/elastic.h"
 #include "sim/alibaba_trace.h"
 
@@ -51,8 +52,11 @@ struct Setup {
 };
 
 std::vector<sched::TaskSpec> TasksOf(const ReplayJob& j, const sched::Snapshot& s) {
-  const sched::TaskSpec t =
+  sched::TaskSpec t =
       GpuTaskSpec(j.cpu_milli, j.memory_mib, j.gpus_per_task, j.gpu_milli, j.gpu_models, s);
+  for (const std::string& d : j.datasets) {
+    if (int32_t i = s.FindDataset(d); i >= 0) t.datasets.push_back(i);
+  }
   return std::vector<sched::TaskSpec>(static_cast<size_t>(j.tasks), t);
 }
 
@@ -75,6 +79,17 @@ base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<R
   auto snapshot =
       sched::Snapshot::Build(cluster.clusters, cluster.nodes, domain::GpuCatalog::Builtin());
   if (!snapshot.ok()) return snapshot.status();
+  for (const domain::Dataset& d : cluster.datasets) {
+    snapshot->SetDatasetSize(snapshot->AddDataset(d.name), d.size_gib);
+  }
+  for (const ReplayJob& j : jobs) {
+    for (const std::string& d : j.datasets) {
+      if (snapshot->FindDataset(d) < 0) {
+        return base::Status::Invalid("job " + std::to_string(j.id) + ": dataset \"" + d +
+                                     "\" is not among the cluster file's datasets");
+      }
+    }
+  }
   auto order = PolicyOptions(options.policy);
   if (!order.ok()) return order.status();
   if (options.preemption) order->preemption = *options.preemption;
@@ -118,6 +133,7 @@ base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<R
   sched::Assembly a;
   a.options = *order;
   a.seed = options.seed;
+  a.data_aware = options.data_aware;
   auto scheduler = sched::BuildScheduler(a, std::move(*snapshot), std::move(quotas), all_tasks);
   if (!scheduler.ok()) return scheduler.status();
   out.scheduler = std::move(scheduler.value());
@@ -205,21 +221,27 @@ std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
                                                    const std::vector<std::string>& policies,
                                                    int32_t samples,
                                                    const std::function<void(double)>& progress,
-                                                   double reclaim_idle_after) {
-  // With reclamation, every policy runs twice: as it is, and reclaiming idle jobs.
+                                                   double reclaim_idle_after,
+                                                   bool data_blind_too) {
+  // With reclamation, every policy runs twice: as it is, and reclaiming idle jobs; with datasets
+  // to compare, as it is and blind to them.
   std::vector<ReplayOptions> runs;
   for (int twice = 0; twice < (reclaim_idle_after > 0 ? 2 : 1); ++twice) {
     for (const std::string& policy : policies) {
-      ReplayOptions o;
-      o.policy = policy;
-      o.samples = samples;
-      if (twice) o.reclaim_idle_after = reclaim_idle_after;
-      runs.push_back(std::move(o));
+      for (int blind = 0; blind < (data_blind_too ? 2 : 1); ++blind) {
+        ReplayOptions o;
+        o.policy = policy;
+        o.samples = samples;
+        if (twice) o.reclaim_idle_after = reclaim_idle_after;
+        o.data_aware = blind == 0;
+        runs.push_back(std::move(o));
+      }
     }
   }
   std::vector<base::Result<ReplayResult>> results = RunAll(cluster, jobs, runs, progress);
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].ok() && runs[i].reclaim_idle_after > 0) results[i]->policy += "+reclaim";
+    if (results[i].ok() && !runs[i].data_aware) results[i]->policy += " data-blind";
   }
   return results;
 }
@@ -308,6 +330,13 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     double finish_at = 0;    // this run: when it would end by itself
   };
   std::vector<State> st(jobs.size());
+  // Each cluster's cache of staged datasets.
+  struct CachedCopy {
+    int32_t dataset;
+    double gib;
+    double last_used;
+  };
+  std::vector<std::vector<CachedCopy>> caches(cluster.clusters.size());
   // kBoot and kIdle are about an elastic node (`job` is its index in `elastic`), kPlan about
   // the burst plan, the others about a job.
   enum class What { kFinish, kEviction, kReclaim, kBoot, kIdle, kPlan };
@@ -579,10 +608,46 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       alloc += static_cast<double>(s.milli) / 1000.0;
       rate += s.price_rate;
       project_gpus[setup->project_of_job[i]] += static_cast<double>(s.milli) / 1000.0;
+      // Its datasets first, where the site lacks them: the copy holds its GPUs, and stays in
+      // the site's cache for the jobs after it.
+      double staging = 0;
+      if (!d.placements.empty()) {
+        const sched::TaskSpec& task = sched.Find(d.job)->tasks.front();
+        const int32_t where = snap.nodes[d.placements.front().node].cluster;
+        const sched::DataCost data = sched::DataCostAt(snap, task.datasets, where);
+        std::vector<CachedCopy>& cache = caches[static_cast<size_t>(where)];
+        for (int32_t dataset : task.datasets) {  // found in the cache: used now
+          for (CachedCopy& c : cache) c.last_used = c.dataset == dataset ? now : c.last_used;
+        }
+        for (const sched::DataMove& m : data.moves) {
+          if (m.from < 0 || m.gib < 0) continue;
+          ++res.stagings;
+          // Least recently used copies leave a capped cache first, as the server evicts them.
+          const double cap = cluster.clusters[static_cast<size_t>(where)].storage.cache_capacity_gib;
+          double used = 0;
+          for (const CachedCopy& c : cache) used += c.gib;
+          std::sort(cache.begin(), cache.end(), [](const CachedCopy& a, const CachedCopy& b) {
+            return a.last_used < b.last_used;
+          });
+          while (cap > 0 && !cache.empty() && used + m.gib > cap) {
+            used -= cache.front().gib;
+            sched.SetCached(cache.front().dataset, where, false);
+            cache.erase(cache.begin());
+            ++res.evictions;
+          }
+          cache.push_back({m.dataset, m.gib, now});
+          sched.SetCached(m.dataset, where, true);
+        }
+        staging = data.seconds;
+        res.staged_gib += data.gib;
+        res.egress += data.egress;
+        res.staging_hours += data.seconds / 3600.0;
+      }
+      s.start = now + staging;  // its work starts once its data is there
       const double remaining = std::max(0.0, j.duration - s.progress);
       const double run_for = j.runtime_limit > 0 ? std::min(remaining, j.runtime_limit) : remaining;
-      s.finish_at = now + run_for;
-      s.idle_start = j.idle_from >= 0 ? now + std::max(0.0, j.idle_from - s.progress) : -1;
+      s.finish_at = now + staging + run_for;
+      s.idle_start = j.idle_from >= 0 ? s.start + std::max(0.0, j.idle_from - s.progress) : -1;
       events.push({s.finish_at, i, s.generation, What::kFinish});
       if (options.reclaim_idle_after > 0 && s.idle_start >= 0 &&
           s.idle_start + options.reclaim_idle_after < s.finish_at) {
@@ -655,7 +720,7 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       const size_t i = index_of.at(p.job);
       State& s = st[i];
       ++res.preemptions;
-      const double ran = now - s.start;
+      const double ran = std::max(0.0, now - s.start);
       const double saved =
           options.checkpoint_interval > 0
               ? std::floor(ran / options.checkpoint_interval) * options.checkpoint_interval

@@ -44,6 +44,9 @@ struct ReplayOptions {
   // A spent budget also takes the elastic nodes out of placement (block-cloud): they finish
   // what runs and are released idle. Off: they take new work until they idle out (block-bursts).
   bool burst_block_cloud = false;
+  // Off: placement ignores where jobs' datasets are (the data-locality score is left out);
+  // staging still costs what it costs.
+  bool data_aware = true;
   std::function<void(double done)> progress;  // fraction of jobs arrived; may be empty
 };
 
@@ -104,6 +107,14 @@ struct ReplayResult {
   double budget = -1;        // the burst budget it ran under (per 30 days); negative: none
   bool block_cloud = false;  // and whether a spent one took the cloud nodes out of placement
   double total_gpus = 0;     // the estate's, elastic pools' nodes left out
+  // Datasets (docs/adr/0044-datasets.md): copies made because a job ran where its data was not
+  // (each site keeps its copies, so a later job there finds them), what they moved, the hours
+  // jobs waited for them on their GPUs, and the egress they paid.
+  int64_t stagings = 0;
+  int64_t evictions = 0;  // copies that left a capped cache for another (`cache_gib`)
+  double staged_gib = 0;
+  double staging_hours = 0;
+  double egress = 0;
   std::vector<ProjectStats> projects;
   std::vector<ReplaySample> samples;
   double wall_seconds = 0;
@@ -132,13 +143,15 @@ std::vector<base::Result<ReplayResult>> RunBurstReplays(
     const std::function<void(double)>& progress, bool block_cloud = false, bool with_ends = true);
 
 // Every policy on the same jobs, side by side, one thread each; with `reclaim_idle_after` > 0,
-// each policy again with idle reclamation ("meridian+reclaim"), so that the report shows its gain.
+// each policy again with idle reclamation ("meridian+reclaim"), so that the report shows its gain;
+// with `data_blind_too`, each again with placement blind to datasets ("meridian data-blind").
 // `progress` (may be empty) is called, serialised, with the fraction done by the slowest policy.
 std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
                                                    const std::vector<ReplayJob>& jobs,
                                                    const std::vector<std::string>& policies,
                                                    int32_t samples,
                                                    const std::function<void(double)>& progress,
-                                                   double reclaim_idle_after = 0);
+                                                   double reclaim_idle_after = 0,
+                                                   bool data_blind_too = false);
 
 }  // namespace meridian::sim

@@ -83,6 +83,10 @@ void ReadCluster(const domain::SourceDoc& doc, const Json& c, const std::string&
   cl.region = r.String("region", false);
   cl.price_per_gpu_hour = r.NumberMap("prices", 0);
   cl.datasets = r.StringList("datasets");
+  cl.bandwidth_gbps = r.NumberMap("bandwidth_gbps", 0);
+  cl.egress_per_gib = r.Number("egress_per_gib", 0, 1e6, 0);
+  // What its cache of staged datasets holds at most (least recently used go first); 0: no cap.
+  cl.storage.cache_capacity_gib = r.Number("cache_gib", 0, 1e12, 0);
   const Json* nodes = r.Array("nodes", true);
   if (nodes && nodes->empty()) r.Error("nodes", "expected a non-empty list of node groups");
   r.Finish();
@@ -93,6 +97,21 @@ void ReadCluster(const domain::SourceDoc& doc, const Json& c, const std::string&
     }
   }
   out->clusters.push_back(std::move(cl));
+}
+
+void ReadDataset(const domain::SourceDoc& doc, const Json& d, const std::string& path,
+                 domain::ErrorList* errors, ReplayCluster* out) {
+  Json scratch;
+  FieldReader r(doc, d, path, errors, &scratch);
+  domain::Dataset ds;
+  ds.name = r.String("name", true);
+  ds.size_gib = r.Number("size_gib", 0, 1e9, 0);
+  if (!r.Has("size_gib")) r.Error("size_gib", "is required");
+  const std::vector<std::string> at = r.StringList("clusters");
+  if (at.empty()) r.Error("clusters", "expected the clusters that hold it");
+  for (const std::string& c : at) ds.locations.push_back({c, "/" + ds.name, ""});
+  r.Finish();
+  out->datasets.push_back(std::move(ds));
 }
 
 void ReadProject(const domain::SourceDoc& doc, const Json& p, const std::string& path,
@@ -137,6 +156,7 @@ base::Result<ReplayCluster> ParseReplayCluster(std::string_view text, std::strin
   const Json* clusters = root.Array("clusters", true);
   if (clusters && clusters->empty()) root.Error("clusters", "expected a non-empty list");
   const Json* projects = root.Array("projects", false);
+  const Json* datasets = root.Array("datasets", false);
   root.Finish();
   if (clusters) {
     for (size_t i = 0; i < clusters->size(); ++i) {
@@ -146,6 +166,23 @@ base::Result<ReplayCluster> ParseReplayCluster(std::string_view text, std::strin
   if (projects) {
     for (size_t i = 0; i < projects->size(); ++i) {
       ReadProject(doc, (*projects)[i], "projects[" + std::to_string(i) + "]", &errors, &out);
+    }
+  }
+  if (datasets) {
+    for (size_t i = 0; i < datasets->size(); ++i) {
+      ReadDataset(doc, (*datasets)[i], "datasets[" + std::to_string(i) + "]", &errors, &out);
+    }
+  }
+  // Where each dataset lives joins its cluster's list, as a Dataset's locations do in the server.
+  for (const domain::Dataset& d : out.datasets) {
+    for (const domain::DatasetLocation& at : d.locations) {
+      auto c = std::find_if(out.clusters.begin(), out.clusters.end(),
+                            [&](const domain::Cluster& x) { return x.name == at.cluster; });
+      if (c == out.clusters.end()) {
+        errors.Add(doc, "datasets", "dataset " + d.name + ": no cluster " + at.cluster);
+      } else if (std::find(c->datasets.begin(), c->datasets.end(), d.name) == c->datasets.end()) {
+        c->datasets.push_back(d.name);
+      }
     }
   }
   if (!errors.empty()) return base::Status::Invalid(errors.ToString());
@@ -260,6 +297,11 @@ base::Result<std::vector<ReplayJob>> ParseReplayJobs(std::string_view text, std:
     if (t.Has("gpu_models") && !t.Field("gpu_models").empty()) {
       for (std::string_view m : base::Split(t.Field("gpu_models"), '|')) {
         if (!m.empty()) j.gpu_models.emplace_back(m);
+      }
+    }
+    if (t.Has("datasets") && !t.Field("datasets").empty()) {
+      for (std::string_view d : base::Split(t.Field("datasets"), '|')) {
+        if (!d.empty()) j.datasets.emplace_back(d);
       }
     }
     out.push_back(std::move(j));

@@ -41,6 +41,10 @@ struct ReplayCluster {
   // others are agents' nodes, kept as they are (src/sim/history.h).
   std::set<std::string> declared;
   std::vector<ReplayElasticPool> elastic;
+  // Datasets jobs read: each one's size and the clusters that hold it (in their dataset lists
+  // too). With the clusters' bandwidths and egress prices, what placement weighs and a run
+  // away from the data pays (docs/adr/0044-datasets.md).
+  std::vector<domain::Dataset> datasets;
 };
 
 // One job of a replay: `tasks` replicas of the same request, run for `duration` seconds.
@@ -62,6 +66,7 @@ struct ReplayJob {
   // Seconds into its run after which its GPUs sit idle until it ends (a notebook left open, a
   // job waiting on something else); -1: busy throughout. What idle reclamation can take back.
   double idle_from = -1;
+  std::vector<std::string> datasets;  // what it reads (the cluster file's datasets)
 };
 
 // Idle phases for a trace that records none (the Alibaba trace has no utilisation): a share

@@ -58,6 +58,22 @@ const Row kRows[] = {
     {"replay wall time (s)", [](const ReplayResult& r) { return Fixed(r.wall_seconds, 2); }},
 };
 
+// Shown when the jobs read datasets.
+const Row kDataRows[] = {
+    {"datasets staged", [](const ReplayResult& r) { return std::to_string(r.stagings); }},
+    {"cached copies evicted", [](const ReplayResult& r) { return std::to_string(r.evictions); }},
+    {"GiB moved", [](const ReplayResult& r) { return Fixed(r.staged_gib); }},
+    {"GPU-h waiting for data", [](const ReplayResult& r) { return Fixed(r.staging_hours); }},
+    {"egress cost", [](const ReplayResult& r) { return Fixed(r.egress, 2); }},
+};
+
+// Whether the runs are of jobs that read datasets: the data rows and plot are shown then.
+bool ReadsData(const std::vector<ReplayResult>& results) {
+  return std::any_of(results.begin(), results.end(), [](const ReplayResult& r) {
+    return r.policy.find("data-blind") != std::string::npos || r.stagings > 0;
+  });
+}
+
 }  // namespace
 
 void PrintReplayTable(const std::vector<ReplayResult>& results, std::ostream& out) {
@@ -74,7 +90,8 @@ void PrintReplayTable(const std::vector<ReplayResult>& results, std::ostream& ou
     out << buf;
   }
   out << "\n";
-  for (const Row& row : kRows) {
+  const bool data = ReadsData(results);
+  auto print = [&](const Row& row) {
     std::snprintf(buf, sizeof buf, "%-30s", row.label);
     out << buf;
     for (const ReplayResult& r : results) {
@@ -82,6 +99,10 @@ void PrintReplayTable(const std::vector<ReplayResult>& results, std::ostream& ou
       out << buf;
     }
     out << "\n";
+  };
+  for (const Row& row : kRows) print(row);
+  if (data) {
+    for (const Row& row : kDataRows) print(row);
   }
   if (results.empty()) return;
   out << "\nshare of GPU-hours by project (quota share):\n";
@@ -131,6 +152,11 @@ nlohmann::json ReplayJson(const std::vector<ReplayResult>& results) {
          {"cloud_cost", r.cloud_cost},
          {"cloud_node_hours", r.cloud_node_hours},
          {"nodes_grown", r.nodes_grown},
+         {"stagings", r.stagings},
+         {"evictions", r.evictions},
+         {"staged_gib", r.staged_gib},
+         {"staging_hours", r.staging_hours},
+         {"egress", r.egress},
          {"budget", r.budget < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.budget)},
          {"gpus", r.total_gpus},
          {"wall_seconds", r.wall_seconds},
@@ -269,12 +295,27 @@ std::string ReplayHtml(const std::vector<ReplayResult>& results, const std::stri
   std::string html = HtmlReportStart(title) + "<table><tr><th></th>";
   for (const ReplayResult& r : results) html += "<th>" + HtmlEscape(r.policy) + "</th>";
   html += "</tr>";
+  const bool data = ReadsData(results);
   for (const Row& row : kRows) {
     html += "<tr><td>" + std::string(row.label) + "</td>";
     for (const ReplayResult& r : results) html += "<td>" + row.value(r) + "</td>";
     html += "</tr>";
   }
+  for (size_t i = 0; data && i < std::size(kDataRows); ++i) {
+    html += "<tr><td>" + std::string(kDataRows[i].label) + "</td>";
+    for (const ReplayResult& r : results) html += "<td>" + kDataRows[i].value(r) + "</td>";
+    html += "</tr>";
+  }
   html += "</table>";
+  if (data) {
+    // What data-aware placement buys: each policy beside its data-blind run.
+    std::vector<Series> moved;
+    for (const ReplayResult& r : results) {
+      moved.push_back({r.policy, {}, {r.staged_gib / 1024, r.staging_hours, r.egress / 100}});
+    }
+    html += SvgBarChart("Data moved, GPU-hours waiting for it, and egress", "",
+                        {"TiB moved", "GPU-h waiting for data", "egress (hundreds)"}, moved);
+  }
   html += SvgLineChart("GPU utilisation over time", "hours", "% of GPUs allocated", util);
   html += SvgLineChart("Queue length over time", "hours", "pending jobs", queue);
   html += SvgBarChart("Job completion time", "seconds", {"mean", "p50", "p95", "p99"}, jct);

@@ -362,3 +362,79 @@ TEST(Replay, IdlePhasesAreModelledForAShareOfTheJobs) {
 
 }  // namespace
 }  // namespace meridian::sim
+
+namespace meridian::sim {
+namespace {
+
+// Two sites of one 8-GPU node each, 10 Gbit/s apart; a 1,000 GiB dataset at site-a, whose egress
+// costs 0.02 a GiB; site-b caches at most 1,500 GiB.
+const char* kTwoSites = R"(clusters:
+  - name: site-a
+    egress_per_gib: 0.02
+    bandwidth_gbps: {site-b: 10}
+    nodes:
+      - {name: a, count: 1, gpus: 8, model: H100-80GB, cpu_milli: 128000, memory_mib: 1048576}
+  - name: site-b
+    cache_gib: 1500
+    nodes:
+      - {name: b, count: 1, gpus: 8, model: H100-80GB, cpu_milli: 128000, memory_mib: 1048576}
+datasets:
+  - {name: big, size_gib: 1000, clusters: [site-a]}
+  - {name: other, size_gib: 600, clusters: [site-a]}
+)";
+
+std::vector<ReplayJob> DataJobs(const std::string& rows) {
+  auto j = ParseReplayJobs("id,submit_time,duration,gpus_per_task,datasets\n" + rows, "jobs.csv");
+  EXPECT_TRUE(j.ok()) << j.status().message();
+  return j.ok() ? *j : std::vector<ReplayJob>{};
+}
+
+// The first job runs where its data is; the second, with site-a full, waits on site-b's GPUs for
+// a copy (1,000 GiB at 10 Gbit/s: 859 s, egress 20); the third finds the copy cached at site-b.
+TEST(ReplayData, AJobAwayFromItsDataWaitsForTheCopyAndTheNextFindsItCached) {
+  auto cluster = ParseReplayCluster(kTwoSites, "sites.yaml");
+  ASSERT_TRUE(cluster.ok()) << cluster.status().message();
+  EXPECT_EQ(cluster->clusters[0].datasets, (std::vector<std::string>{"big", "other"}));
+  const auto jobs = DataJobs("1,0,1000,8,big\n2,1,1000,8,big\n3,3000,1000,8,big\n4,3000,100,8,\n");
+  ReplayOptions o;
+  o.policy = "fifo";
+  auto r = RunReplay(*cluster, jobs, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->completed, 4);
+  EXPECT_EQ(r->stagings, 1);
+  EXPECT_DOUBLE_EQ(r->staged_gib, 1000);
+  EXPECT_NEAR(r->egress, 20, 1e-9);
+  EXPECT_NEAR(r->staging_hours, 858.99 / 3600, 1e-4);
+  EXPECT_NEAR(r->jct.p99, 1000 + 858.99, 0.1) << "job 2: the copy, then its work";
+  // A dataset that does not exist is an error that names the job.
+  auto bad = RunReplay(*cluster, DataJobs("7,0,10,1,coco\n"), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("job 7: dataset \"coco\""), std::string::npos);
+}
+
+// A capped cache evicts its least recently used copy for a new one, and data-blind placement moves
+// at least as much as data-aware.
+TEST(ReplayData, ACappedCacheEvictsAndBlindPlacementMovesMore) {
+  auto cluster = ParseReplayCluster(kTwoSites, "sites.yaml");
+  ASSERT_TRUE(cluster.ok()) << cluster.status().message();
+  // site-a is kept full by job 1; big then other go to site-b, 1,600 GiB in a 1,500 GiB cache.
+  const auto jobs = DataJobs("1,0,10000,8,\n2,1,100,8,big\n3,2000,100,8,other\n");
+  ReplayOptions o;
+  o.policy = "fifo";
+  auto r = RunReplay(*cluster, jobs, o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->stagings, 2);
+  EXPECT_EQ(r->evictions, 1);
+  const auto many = DataJobs(
+      "1,0,500,4,big\n2,0,500,4,big\n3,600,500,4,other\n4,600,500,4,other\n5,1200,500,4,big\n"
+      "6,1200,500,4,other\n");
+  auto results = RunReplays(*cluster, many, {"fifo"}, 50, nullptr, 0, /*data_blind_too=*/true);
+  ASSERT_EQ(results.size(), 2u);
+  ASSERT_TRUE(results[0].ok() && results[1].ok());
+  EXPECT_EQ(results[1]->policy, "fifo data-blind");
+  EXPECT_DOUBLE_EQ(results[0]->staged_gib, 0) << "site-a holds every job, and has the data";
+  EXPECT_GE(results[1]->staged_gib, results[0]->staged_gib);
+}
+
+}  // namespace
+}  // namespace meridian::sim

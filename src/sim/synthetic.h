@@ -63,6 +63,15 @@ struct SyntheticReplayOptions {
   // kDeep: the share of jobs submitted in sweeps (one user's 10-1,000 variants of a job of up to
   // 8 GPUs, a second apart), which is what makes queues thousands deep at a moderate load.
   double sweep_share = 0;
+  // Sites and datasets (docs/adr/0044-datasets.md). With `sites` > 1, the nodes are split over
+  // on-prem sites site-1..site-N, 10 Gbit/s apart, egress 0.02 a GiB, each caching `cache_gib`
+  // of staged datasets; `datasets` ds01..dsNN of
+  // 50 GiB to 5 TiB (log-uniform) each live at one site (in turn), and `data_share` of the jobs
+  // read one of them (drawn uniformly). The defaults write what one site always did.
+  int sites = 1;
+  int datasets = 0;
+  double data_share = 0.6;
+  double cache_gib = 4000;  // each site's cache of staged datasets (0: no cap)
 };
 
 // A replay workload in Meridian's formats: a cluster description (YAML, one on-prem cluster of
