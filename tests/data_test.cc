@@ -95,8 +95,8 @@ class DataTest : public ::testing::Test {
       std::ofstream(folder + "/train/part-0") << name << " images\n";
       std::ofstream(folder + "/labels.txt") << "cat\ndog\n";
     }
-    for (const char* f : {"fra", "fra/datasets", "fra/datasets/imagenet/train",
-                          "fra/datasets/laion/train"}) {
+    for (const char* f :
+         {"fra", "fra/datasets", "fra/datasets/imagenet/train", "fra/datasets/laion/train"}) {
       ASSERT_EQ(::chmod(dir_.File(f).c_str(), 0755), 0) << f;
     }
     // Anyone may write in the datasets' own folders: only the read-only mount keeps a task out.
@@ -173,8 +173,8 @@ class DataTest : public ::testing::Test {
 
   // A task that reads its dataset where Meridian put it, tries to write there, and ends.
   static Json Reader(const std::string& dataset) {
-    const std::string var = "$MERIDIAN_DATASET_" + std::string(dataset == "laion" ? "LAION"
-                                                                                   : "IMAGENET");
+    const std::string var =
+        "$MERIDIAN_DATASET_" + std::string(dataset == "laion" ? "LAION" : "IMAGENET");
     return {{"gpus", 1},
             {"datasets", {dataset}},
             {"command",
@@ -257,8 +257,8 @@ TEST_F(DataTest, AStagingThatFailsFailsTheJobWithItsCause) {
   const Json j = Job(job);
   EXPECT_EQ(j["status"]["cause"], "staging-failed") << j.dump();
   const std::string message = j["status"].value("reason", "") + Events(job);
-  EXPECT_TRUE(Has(message, "staging dataset lost from " + dir_.File("fra/datasets/lost") +
-                               " failed 3 times"))
+  EXPECT_TRUE(Has(
+      message, "staging dataset lost from " + dir_.File("fra/datasets/lost") + " failed 3 times"))
       << message;
   EXPECT_TRUE(Has(Events(job), "StagingFailed")) << Events(job);
   EXPECT_TRUE(Has(Output(job), "attempt 3 of 3")) << Output(job);

@@ -280,9 +280,8 @@ int RunSimReplay(const ReplayFlags& f) {
   } else {
     // Jobs that read datasets: each policy also blind to them, to show what data-aware
     // placement buys (docs/adr/0044-datasets.md).
-    const bool datasets = std::any_of(jobs->begin(), jobs->end(), [](const auto& j) {
-      return !j.datasets.empty();
-    });
+    const bool datasets =
+        std::any_of(jobs->begin(), jobs->end(), [](const auto& j) { return !j.datasets.empty(); });
     results = meridian::sim::RunReplays(*cluster, *jobs, policies, f.samples, progress,
                                         f.reclaim_after, datasets);
   }

@@ -1,5 +1,4 @@
 #include "agent/agent.h"
-#include "agent/staging.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -20,6 +19,7 @@
 
 #include "agent/gpu_devices.h"
 #include "agent/simulated_gpus.h"
+#include "agent/staging.h"
 #include "agent/task_isolation.h"
 #include "base/clock.h"
 #include "base/command.h"

@@ -51,7 +51,8 @@ base::Result<protocol::ShimExec> Agent::ExecInto(const Task& t,
   exec.uid = spec->uid;
   exec.gid = spec->gid;
   exec.cgroup_procs = spec->cgroup_procs;
-  // Its mount namespace (where its GPUs are hidden, its datasets mounted) is entered only when it has one of its own.
+  // Its mount namespace (where its GPUs are hidden, its datasets mounted) is entered only when it
+  // has one of its own.
   if (spec->uid && (!spec->hide_devices.empty() || !spec->read_only.empty())) {
     auto started_json = ReadJsonOrError(t.dir + "/started.json");
     if (!started_json.ok()) return started_json.status();

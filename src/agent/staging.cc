@@ -138,8 +138,7 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
       Say(output, "staging dataset " + st.dataset + " (attempt " + std::to_string(attempt) +
                       " of " + std::to_string(kAttempts) + ")");
       std::error_code size_ec;
-      const int64_t output_at =
-          static_cast<int64_t>(std::filesystem::file_size(output, size_ec));
+      const int64_t output_at = static_cast<int64_t>(std::filesystem::file_size(output, size_ec));
       const pid_t pid = Spawn(argv, output);
       if (pid < 0) return {"", "cannot start the staging command for " + st.dataset};
       int status = 0;
@@ -176,9 +175,9 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
         break;
       }
       std::filesystem::remove_all(tmp, ec);
-      std::string why = !WIFEXITED(status)  ? "killed by signal " + std::to_string(WTERMSIG(status))
-                        : exited_ok         ? "it exited 0 but wrote no folder at {target}"
-                                            : "exit code " + std::to_string(WEXITSTATUS(status));
+      std::string why = !WIFEXITED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                        : exited_ok        ? "it exited 0 but wrote no folder at {target}"
+                                           : "exit code " + std::to_string(WEXITSTATUS(status));
       const std::string said = LastLine(output, output_at);
       if (!said.empty() && !exited_ok) why += ": " + said;
       p.error = why;

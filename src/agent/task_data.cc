@@ -138,8 +138,9 @@ void Agent::AddDataVolumes(const Task& t, std::vector<std::string>* argv) const 
 
 std::vector<protocol::StagingProgress> Agent::StagingOf(const Task& t) const {
   std::vector<protocol::StagingProgress> out;
-  const bool stages = std::any_of(t.assignment.data.begin(), t.assignment.data.end(),
-                                  [](const protocol::DataMount& d) { return !d.stage_from.empty(); });
+  const bool stages =
+      std::any_of(t.assignment.data.begin(), t.assignment.data.end(),
+                  [](const protocol::DataMount& d) { return !d.stage_from.empty(); });
   if (!stages || t.dir.empty()) return out;
   const Json list = Json::parse(base::ReadWholeFile(t.dir + "/staging.json"), nullptr, false);
   if (!list.is_array()) return out;

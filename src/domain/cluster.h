@@ -14,8 +14,8 @@ enum class PoolPurpose { kAny, kTraining, kInference, kInteractive };
 // Where a site keeps data on its shared filesystem (paths every node of the site sees alike):
 // each job's checkpoint folder, and the cache that datasets staged from elsewhere go to.
 struct ClusterStorage {
-  std::string checkpoints;  // empty: jobs here get no checkpoint folder
-  std::string cache;        // empty: nothing can be staged here
+  std::string checkpoints;        // empty: jobs here get no checkpoint folder
+  std::string cache;              // empty: nothing can be staged here
   double cache_capacity_gib = 0;  // 0: no limit
   // Copies a dataset into the cache: words with {source} and {target} in them (rsync, an
   // object-store CLI); empty: `cp -a`.
@@ -35,7 +35,7 @@ struct Cluster {
   // Datasets found here: the Cluster's own `datasets` list and the Dataset documents that name
   // a location here.
   std::vector<std::string> datasets;
-  double egress_per_gib = 0;                     // what a GiB leaving the site costs
+  double egress_per_gib = 0;                          // what a GiB leaving the site costs
   std::map<std::string, double> bandwidth_gbps = {};  // to other sites (either end declares)
   ClusterStorage storage = {};
 };

@@ -378,7 +378,7 @@ const std::vector<std::string>& ConfigKinds() {
   static const std::vector<std::string> kKinds = {
       "Organization",     "Team",       "Project", "PriorityClass", "Cluster",
       "NodePool",         "Quota",      "Policy",  "AlertReceiver", "AlertRule",
-      "IdentityProvider", "IdlePolicy", "Budget",        "Dataset",
+      "IdentityProvider", "IdlePolicy", "Budget",  "Dataset",
   };
   return kKinds;
 }

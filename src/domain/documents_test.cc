@@ -580,8 +580,7 @@ TEST(Documents, DatasetAndStorageErrorsNameTheField) {
   const Case cases[] = {
       {"kind: Dataset\nmetadata: {name: d}\nspec: {locations: [{cluster: c, path: /d}]}\n",
        "estate.yaml:3:1: spec.sizeGib: is required"},
-      {"kind: Dataset\nmetadata: {name: d}\nspec: {sizeGib: 1}\n",
-       "spec.locations: is required"},
+      {"kind: Dataset\nmetadata: {name: d}\nspec: {sizeGib: 1}\n", "spec.locations: is required"},
       {"kind: Dataset\nmetadata: {name: d}\nspec: {sizeGib: 1, locations: [{cluster: c}]}\n",
        "spec.locations[0].path: give exactly one of path and url"},
       {"kind: Dataset\nmetadata: {name: d}\nspec: {sizeGib: 1, locations: [{cluster: c, path: "

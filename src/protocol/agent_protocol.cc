@@ -325,7 +325,7 @@ Json ToJson(const TaskReport& t) {
 }
 
 Json ToJson(const StagingProgress& p) {
-  Json out = {{"dataset", p.dataset},     {"state", p.state},     {"doneBytes", p.done_bytes},
+  Json out = {{"dataset", p.dataset},        {"state", p.state},     {"doneBytes", p.done_bytes},
               {"totalBytes", p.total_bytes}, {"attempt", p.attempt}, {"seconds", p.seconds}};
   if (!p.error.empty()) out["error"] = p.error;
   if (!p.evicted.empty()) out["evicted"] = p.evicted;

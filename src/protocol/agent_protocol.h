@@ -175,8 +175,8 @@ struct StagingProgress {
   int64_t done_bytes = 0;
   int64_t total_bytes = 0;
   int32_t attempt = 0;
-  double seconds = 0;         // copying so far, or in all once staged
-  std::string error;          // failed: why (the last attempt's)
+  double seconds = 0;                // copying so far, or in all once staged
+  std::string error;                 // failed: why (the last attempt's)
   std::vector<std::string> evicted;  // cache folders removed to make room for it
 
   bool operator==(const StagingProgress&) const = default;

@@ -456,9 +456,8 @@ Explanation Scheduler::Explain(int64_t id, double now) {
   std::vector<int32_t> nodes;
   double at = EstimateStart(j, now, &nodes);
   if (at < kNever && !nodes.empty() && !j.spec.tasks.front().datasets.empty()) {
-    const DataCost cost =
-        DataCostAt(snapshot_, j.spec.tasks.front().datasets,
-                   snapshot_.nodes[static_cast<size_t>(nodes.front())].cluster);
+    const DataCost cost = DataCostAt(snapshot_, j.spec.tasks.front().datasets,
+                                     snapshot_.nodes[static_cast<size_t>(nodes.front())].cluster);
     if (!cost.unknown) e.staging_seconds = cost.seconds;
     at += e.staging_seconds;
   }

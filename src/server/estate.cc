@@ -270,7 +270,7 @@ domain::DatasetCopy CopyOfObject(const store::Object& o) {
 }
 
 Json CopySpec(const domain::DatasetCopy& c) {
-  return {{"cluster", c.cluster}, {"dataset", c.dataset},    {"path", c.path},
+  return {{"cluster", c.cluster},  {"dataset", c.dataset},    {"path", c.path},
           {"sizeGib", c.size_gib}, {"stagedAt", c.staged_at}, {"lastUsed", c.last_used}};
 }
 

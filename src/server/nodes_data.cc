@@ -136,8 +136,8 @@ base::Result<int64_t> NodeService::ApplyStaging(const std::string& node,
         type = "Warning";
         message = "dataset " + p.dataset + ": " + p.error + task;
       }
-      auto e = tx.AppendEvent({0, now, "Job", std::to_string(n.job), job->project, type, reason,
-                               message});
+      auto e = tx.AppendEvent(
+          {0, now, "Job", std::to_string(n.job), job->project, type, reason, message});
       if (!e.ok()) return e.status();
       seq = *e;
       if (p.state != "staged" && p.state != "cached") continue;
@@ -168,8 +168,8 @@ base::Result<int64_t> NodeService::ApplyStaging(const std::string& node,
       for (const std::string& path : p.evicted) {
         for (auto it = copies[cluster].begin(); it != copies[cluster].end(); ++it) {
           if (it->second.path != path) continue;
-          if (Status del = tx.DeleteObject("DatasetCopy",
-                                           domain::DatasetCopyName(cluster, it->first), -1);
+          if (Status del =
+                  tx.DeleteObject("DatasetCopy", domain::DatasetCopyName(cluster, it->first), -1);
               !del.ok() && del.code() != base::StatusCode::kNotFound) {
             return del;
           }
@@ -181,11 +181,11 @@ base::Result<int64_t> NodeService::ApplyStaging(const std::string& node,
       }
       if (news_for_scheduler || !evicted.empty()) {
         // An estate event: the scheduler reads the caches again (server/controller_config.cc).
-        auto ce = tx.AppendEvent(
-            {0, now, "DatasetCopy", o.name, "", "Normal",
-             p.state == "staged" ? "DatasetStaged" : "DatasetCached",
-             "dataset " + p.dataset + " is in cluster " + cluster + "'s cache" +
-                 (evicted.empty() ? "" : "; evicted to make room: " + evicted)});
+        auto ce =
+            tx.AppendEvent({0, now, "DatasetCopy", o.name, "", "Normal",
+                            p.state == "staged" ? "DatasetStaged" : "DatasetCached",
+                            "dataset " + p.dataset + " is in cluster " + cluster + "'s cache" +
+                                (evicted.empty() ? "" : "; evicted to make room: " + evicted)});
         if (!ce.ok()) return ce.status();
         seq = *ce;
       }

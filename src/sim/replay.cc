@@ -221,8 +221,7 @@ std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
                                                    const std::vector<std::string>& policies,
                                                    int32_t samples,
                                                    const std::function<void(double)>& progress,
-                                                   double reclaim_idle_after,
-                                                   bool data_blind_too) {
+                                                   double reclaim_idle_after, bool data_blind_too) {
   // With reclamation, every policy runs twice: as it is, and reclaiming idle jobs; with datasets
   // to compare, as it is and blind to them.
   std::vector<ReplayOptions> runs;
@@ -623,7 +622,8 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
           if (m.from < 0 || m.gib < 0) continue;
           ++res.stagings;
           // Least recently used copies leave a capped cache first, as the server evicts them.
-          const double cap = cluster.clusters[static_cast<size_t>(where)].storage.cache_capacity_gib;
+          const double cap =
+              cluster.clusters[static_cast<size_t>(where)].storage.cache_capacity_gib;
           double used = 0;
           for (const CachedCopy& c : cache) used += c.gib;
           std::sort(cache.begin(), cache.end(), [](const CachedCopy& a, const CachedCopy& b) {
