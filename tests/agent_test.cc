@@ -114,12 +114,8 @@ class AgentTest : public ::testing::Test {
     estate.replace(estate.find("POLICY"), 6, policy);
     CliResult r = Run("apply -f " + WriteFile("estate.yaml", estate));
     ASSERT_EQ(r.code, 0) << r.output;
-    Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
-    ASSERT_EQ(Http(*server_, "PUT", "/api/v1/users/agents", admin_, user.dump()).status, 201);
-    HttpResult t = Http(*server_, "POST", "/api/v1/tokens", admin_,
-                        Json{{"user", "agents"}, {"description", "test agents"}}.dump());
-    ASSERT_EQ(t.status, 201) << t.text;
-    agent_token_ = t.body.value("token", "");
+    agent_token_ = AgentToken(*server_, admin_);
+    ASSERT_FALSE(agent_token_.empty());
   }
 
   // Starts an agent for node `name` with 4 simulated H100s and waits until it is registered.

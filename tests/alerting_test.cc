@@ -73,12 +73,8 @@ class AlertingTest : public ::testing::Test {
                                                   std::string(kEstate) + extra_documents),
                       server_->url(), admin_);
     ASSERT_EQ(r.code, 0) << r.output;
-    Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
-    ASSERT_EQ(Http(*server_, "PUT", "/api/v1/users/agents", admin_, user.dump()).status, 201);
-    HttpResult t = Http(*server_, "POST", "/api/v1/tokens", admin_,
-                        Json{{"user", "agents"}, {"description", "test agents"}}.dump());
-    ASSERT_EQ(t.status, 201) << t.text;
-    agent_token_ = t.body.value("token", "");
+    agent_token_ = AgentToken(*server_, admin_);
+    ASSERT_FALSE(agent_token_.empty());
   }
 
   std::unique_ptr<AgentProcess> StartAgent(const std::string& node) {

@@ -308,6 +308,16 @@ inline CliResult Cli(const std::string& binary, const std::string& args, const s
 
 // Reads the tests of several binaries share: a job as the API shows it, its phase ("" when it
 // cannot be read), its events; a file written for a test.
+// A token of the user "agents" (role agent), made by `admin`, for agents to register with; empty
+// when the server refused either step.
+inline std::string AgentToken(const ServerProcess& s, const std::string& admin) {
+  const Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
+  if (Http(s, "PUT", "/api/v1/users/agents", admin, user.dump()).status != 201) return "";
+  const HttpResult t = Http(s, "POST", "/api/v1/tokens", admin,
+                            Json{{"user", "agents"}, {"description", "test agents"}}.dump());
+  return t.status == 201 ? t.body.value("token", "") : "";
+}
+
 inline Json GetJob(const ServerProcess& s, const std::string& token, int64_t id) {
   return Http(s, "GET", "/api/v1/jobs/" + std::to_string(id), token).body;
 }

@@ -116,12 +116,8 @@ class SlurmTest : public ::testing::Test {
     admin_ = server_->admin_token();
     CliResult r = Run("apply -f " + WriteTestFile(dir_.File("estate.yaml"), kEstate));
     ASSERT_EQ(r.code, 0) << r.output;
-    Json user = {{"spec", {{"roles", Json::array({{{"role", "agent"}}})}}}};
-    ASSERT_EQ(Http(*server_, "PUT", "/api/v1/users/agents", admin_, user.dump()).status, 201);
-    HttpResult t = Http(*server_, "POST", "/api/v1/tokens", admin_,
-                        Json{{"user", "agents"}, {"description", "test agents"}}.dump());
-    ASSERT_EQ(t.status, 201) << t.text;
-    agent_token_ = t.body.value("token", "");
+    agent_token_ = AgentToken(*server_, admin_);
+    ASSERT_FALSE(agent_token_.empty());
     StartConnector();
     for (int i = 1; i <= 4; ++i) {
       ASSERT_TRUE(Eventually([&] { return Node("slurm-n" + std::to_string(i)).is_object(); }))

@@ -224,22 +224,10 @@ int RunShim(const std::string& dir) {
     char go = 0;
     (void)!read(gate[0], &go, 1);  // until the parent has put us in our cgroups
     close(gate[0]);
-    // The output file is the task's alone (the agent made it, owned by the task's uid); a link
-    // put in its place is not followed.
-    const int out = open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
-    const int in = open("/dev/null", O_RDONLY);
-    if (out >= 0) {
-      dup2(out, 1);
-      dup2(out, 2);
-      close(out);
-    }
-    if (in >= 0) {
-      dup2(in, 0);
-      close(in);
-    }
-    // Nothing of the shim's or the agent's reaches the task: no descriptor but 0, 1 and 2, and,
-    // where the spec names a uid, no root (checked: a task never runs as root by mistake).
-    CloseFdsFrom(3);
+    // The output file is the task's alone (the agent made it, owned by the task's uid). Nothing
+    // of the shim's or the agent's reaches the task: no descriptor but 0, 1 and 2, and, where the
+    // spec names a uid, no root (checked: a task never runs as root by mistake).
+    ChildIoTo(output);
     if (spec.uid && spec.gid) {
       // Only its own GPUs, then no root: neither can be undone without root.
       base::Status ready = IsolateMounts(spec.hide_devices, spec.read_only);

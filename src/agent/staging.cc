@@ -45,18 +45,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& output) {
   signal(SIGTERM, SIG_DFL);
   signal(SIGINT, SIG_DFL);
   signal(SIGHUP, SIG_DFL);
-  const int out = open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
-  const int in = open("/dev/null", O_RDONLY);
-  if (out >= 0) {
-    dup2(out, 1);
-    dup2(out, 2);
-    close(out);
-  }
-  if (in >= 0) {
-    dup2(in, 0);
-    close(in);
-  }
-  CloseFdsFrom(3);
+  ChildIoTo(output);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

@@ -102,6 +102,21 @@ void CloseFdsFrom(int first) {
   for (long fd = first; fd < (max > 0 ? max : 65536); ++fd) close(static_cast<int>(fd));
 }
 
+void ChildIoTo(const std::string& output) {
+  const int out = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
+  const int in = ::open("/dev/null", O_RDONLY);
+  if (out >= 0) {
+    dup2(out, 1);
+    dup2(out, 2);
+    close(out);
+  }
+  if (in >= 0) {
+    dup2(in, 0);
+    close(in);
+  }
+  CloseFdsFrom(3);
+}
+
 base::Status WritePrivateFile(const std::string& path, const std::string& text, int mode) {
   const std::string tmp = path + ".tmp";
   ::unlink(tmp.c_str());

@@ -32,6 +32,10 @@ base::Status IsolateMounts(const std::vector<std::string>& nodes,
 // or file of the agent's (its connection to the server, above all).
 void CloseFdsFrom(int first);
 
+// In a child about to exec: stdin from /dev/null, stdout and stderr appended to `output` (a link
+// put in its place is not followed), and no other descriptor of its parent's.
+void ChildIoTo(const std::string& output);
+
 // Writes `text` to `path` whole or not at all (a temporary file renamed over it), with `mode`
 // whatever the umask, never following a link planted at the temporary name.
 base::Status WritePrivateFile(const std::string& path, const std::string& text, int mode);

@@ -13,6 +13,23 @@ std::vector<Document> Parse(const std::string& text, ErrorList* errors) {
   return testing::ParseDocuments(text, "estate.yaml", errors);
 }
 
+// A document with one error, and a substring of that error.
+struct OneError {
+  const char* yaml;
+  const char* want;
+};
+
+template <size_t N>
+void ExpectOneErrorEach(const OneError (&cases)[N]) {
+  for (const OneError& c : cases) {
+    ErrorList errors;
+    Parse(c.yaml, &errors);
+    ASSERT_EQ(errors.size(), 1u) << c.yaml << "\n" << errors.ToString();
+    EXPECT_NE(errors.ToString().find(c.want), std::string::npos)
+        << "want " << c.want << "\ngot  " << errors.ToString();
+  }
+}
+
 const char* kEstate = R"(kind: Organization
 metadata: {name: acme}
 ---
@@ -54,11 +71,7 @@ TEST(Documents, AValidEstateIsCanonical) {
 }
 
 TEST(Documents, EveryErrorHasFileLineAndField) {
-  struct Case {
-    const char* yaml;
-    const char* want;  // substring of the single error
-  };
-  const Case cases[] = {
+  const OneError cases[] = {
       {"kind: Team\nmetadata: {name: t}\nspec: {organization: acme, colour: red}\n",
        "estate.yaml:3:28: spec.colour: unknown field"},
       {"kind: NodePool\nmetadata: {name: p}\nspec:\n  cluster: c\n  gpusPerNode: eight\n  "
@@ -81,13 +94,7 @@ TEST(Documents, EveryErrorHasFileLineAndField) {
       {"kind: Cluster\nmetadata: {name: c}\nspec: {speedFactors: {A100-80GB: 0}}\n",
        "spec.speedFactors: A100-80GB: must be above 0"},
   };
-  for (const Case& c : cases) {
-    ErrorList errors;
-    Parse(c.yaml, &errors);
-    ASSERT_EQ(errors.size(), 1u) << c.yaml << "\n" << errors.ToString();
-    EXPECT_NE(errors.ToString().find(c.want), std::string::npos)
-        << "want " << c.want << "\ngot  " << errors.ToString();
-  }
+  ExpectOneErrorEach(cases);
 }
 
 TEST(Documents, AllErrorsAreReportedNotJustTheFirst) {
@@ -573,11 +580,7 @@ TEST(Documents, DatasetsAndSitesAreReadIntoTheirTypes) {
 }
 
 TEST(Documents, DatasetAndStorageErrorsNameTheField) {
-  struct Case {
-    const char* yaml;
-    const char* want;
-  };
-  const Case cases[] = {
+  const OneError cases[] = {
       {"kind: Dataset\nmetadata: {name: d}\nspec: {locations: [{cluster: c, path: /d}]}\n",
        "estate.yaml:3:1: spec.sizeGib: is required"},
       {"kind: Dataset\nmetadata: {name: d}\nspec: {sizeGib: 1}\n", "spec.locations: is required"},
@@ -598,13 +601,7 @@ TEST(Documents, DatasetAndStorageErrorsNameTheField) {
       {"kind: Cluster\nmetadata: {name: c}\nspec: {network: {egress: 1}}\n",
        "spec.network.egress: unknown field"},
   };
-  for (const Case& c : cases) {
-    ErrorList errors;
-    Parse(c.yaml, &errors);
-    ASSERT_EQ(errors.size(), 1u) << c.yaml << "\n" << errors.ToString();
-    EXPECT_NE(errors.ToString().find(c.want), std::string::npos)
-        << "want " << c.want << "\ngot  " << errors.ToString();
-  }
+  ExpectOneErrorEach(cases);
   // References: a location's cluster and a link's other end must exist.
   ErrorList errors;
   auto docs = Parse(
