@@ -422,8 +422,8 @@ void Agent::Reconcile(const Json& answer) {
 void Agent::Start(Task& t) {
   std::string error;
   if (Status s = PrepareFolder(t); !s.ok()) error = s.message();
-  std::vector<std::pair<std::string, std::string>> binds;
-  if (Status s = error.empty() ? PrepareData(t, &binds) : Status::Ok(); !s.ok()) {
+  Mounts mounts;
+  if (Status s = error.empty() ? PrepareData(t, &mounts) : Status::Ok(); !s.ok()) {
     error = s.message();
   }
   // MIG grants: the instance is made (or the layout changed) before the task starts.
@@ -473,7 +473,9 @@ void Agent::Start(Task& t) {
     std::set<std::string> granted;
     for (const protocol::DeviceGrant& d : t.assignment.devices) granted.insert(d.uuid);
     spec.hide_devices = DevicesToHide(GpuDeviceNodes(), granted);
-    spec.read_only = std::move(binds);
+    spec.read_only = std::move(mounts.read_only);
+    spec.read_write = std::move(mounts.read_write);
+    spec.owned = std::move(mounts.owned);
   }
   for (const protocol::DataMount& d : t.assignment.data) {
     if (d.stage_from.empty()) continue;
@@ -560,7 +562,9 @@ void Agent::Poll() {
     const bool failed = !t.exit_code || *t.exit_code != 0;
     const domain::RestartPolicy& restart = t.assignment.run.restart;
     const bool may_restart = restart.on_failure && t.restarts < restart.max_restarts;
-    if (failed && may_restart && !t.stop_requested && t.message.empty()) {
+    // A dataset that could not be staged (three attempts) is the job's failure, not the task's.
+    if (failed && may_restart && !t.stop_requested && t.message.empty() &&
+        exit->staging_error.empty()) {
       ++t.restarts;
       const double backoff = std::min(kMaxBackoff, std::pow(2.0, t.restarts - 1));
       t.state = "BackingOff";

@@ -104,13 +104,17 @@ class Agent {
   // 0600 and 0700). Chooses the task's uid on its first run. Says why when it cannot.
   base::Status PrepareFolder(Task& t);
   void RemoveFolder(const Task& t);  // with what its uid left, when no other task holds the uid
-  // The task's datasets at <task dir>/data/<name> (for the shim to bind read-only over empty
-  // folders, in `binds`; links where tasks have no uid of their own) and its job's checkpoint
-  // folder, the task's uid's while it runs (task_data.cc). Says which dataset is missing.
-  base::Status PrepareData(const Task& t, std::vector<std::pair<std::string, std::string>>* binds);
-  // The checkpoint folder goes back to root once the job's last task here has ended, so that
-  // the next job to get the uid cannot read it.
-  void HandBackCheckpoint(const Task& t);
+  // What the shim binds into the task's mount namespace (ShimSpec), and the folder it gives to
+  // the task's uid.
+  struct Mounts {
+    std::vector<std::pair<std::string, std::string>> read_only;
+    std::vector<std::pair<std::string, std::string>> read_write;
+    std::string owned;
+  };
+  // The task's datasets at <task dir>/data/<name> (read-only binds over empty folders; links
+  // where tasks have no uid of their own) and its job's checkpoint folder at
+  // <task dir>/checkpoint (task_data.cc). Says which dataset is missing.
+  base::Status PrepareData(const Task& t, Mounts* mounts);
   // MERIDIAN_DATA_DIR, MERIDIAN_DATASET_<NAME> and MERIDIAN_CHECKPOINT_DIR; a container's
   // volumes for them.
   void AddDataEnv(const Task& t, std::map<std::string, std::string>* env) const;

@@ -139,7 +139,6 @@ void Agent::RemoveFolder(const Task& t) {
     // The job's last task here: nothing of its uid may outlive it (a daemon it left, files in
     // /tmp), since the uid goes to another job next.
     KillProcessesOf(*t.uid);
-    HandBackCheckpoint(t);
     cgroups_.Remove(CgroupName(t));  // a v1 group that such a process kept busy
   }
   if (t.uid) {

@@ -180,6 +180,18 @@ int RunShim(const std::string& dir) {
   CatchTermination();
   signal(SIGHUP, SIG_IGN);
 
+  // Its checkpoint folder is its uid's, whatever uid wrote it before (a run on another node).
+  if (!spec.owned.empty() && spec.uid && spec.gid) {
+    if (base::Status s = ChownTree(spec.owned, static_cast<uint32_t>(*spec.uid),
+                                   static_cast<uint32_t>(*spec.gid));
+        !s.ok()) {
+      protocol::ShimExit ended;
+      ended.reason = "its checkpoint folder could not be given to it: " + s.message();
+      ended.finished_at = base::WallClockNow();
+      WriteAtomically(dir + "/exit.json", protocol::ToJson(ended).dump());
+      return 0;
+    }
+  }
   // Its datasets first, into the site's cache: stopped like the task would be (at once, since a
   // copy has nothing to save), and a copy that fails is a task that never started.
   if (!spec.stages.empty()) {
@@ -230,7 +242,7 @@ int RunShim(const std::string& dir) {
     ChildIoTo(output);
     if (spec.uid && spec.gid) {
       // Only its own GPUs, then no root: neither can be undone without root.
-      base::Status ready = IsolateMounts(spec.hide_devices, spec.read_only);
+      base::Status ready = IsolateMounts(spec.hide_devices, spec.read_only, spec.read_write);
       if (ready.ok()) {
         ready = DropPrivileges(static_cast<uint32_t>(*spec.uid), static_cast<uint32_t>(*spec.gid));
       }

@@ -2,16 +2,20 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "agent/task_isolation.h"
 #include "base/clock.h"
+#include "domain/spec.h"
 
 namespace meridian::agent {
 
@@ -40,6 +44,7 @@ std::string LastLine(const std::string& output, int64_t from) {
 // Starts `argv` in a process group of its own, its output appended to `output`.
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& output) {
   const pid_t pid = fork();
+  if (pid > 0) setpgid(pid, pid);  // here too: a stop right after the fork reaches its group
   if (pid != 0) return pid;
   setpgid(0, 0);
   signal(SIGTERM, SIG_DFL);
@@ -55,6 +60,40 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& output) {
 
 void Say(const std::string& output, const std::string& line) {
   std::ofstream(output, std::ios::app) << "meridian: " << line << "\n";
+}
+
+// The site's cache, made root's alone (0700) when the shim creates it. One that others may write
+// in is refused: a tenant could plant a "copy" there, or a link where a copy goes.
+base::Status CacheFolder(const std::filesystem::path& cache) {
+  std::error_code ec;
+  std::filesystem::create_directories(cache.parent_path(), ec);
+  if (::mkdir(cache.c_str(), 0700) != 0 && errno != EEXIST) {
+    return base::Status::Io("cannot create the cache " + cache.string() + ": " +
+                            std::strerror(errno));
+  }
+  struct stat st {};
+  if (::lstat(cache.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return base::Status::Invalid("the cache " + cache.string() + " is not a folder");
+  }
+  if (st.st_uid != 0 && ::geteuid() == 0) {
+    return base::Status::Invalid("the cache " + cache.string() + " is not root's");
+  }
+  if (st.st_mode & 022) {
+    return base::Status::Invalid("the cache " + cache.string() +
+                                 " may be written by others than its owner: a task could plant a "
+                                 "copy there (make it 0700 or 0755)");
+  }
+  return base::Status::Ok();
+}
+
+// A folder the server named for eviction, as this cache holds it: a dataset's copy, directly in
+// the cache, a real folder (not a link).
+bool EvictableCopy(const std::filesystem::path& cache, const std::string& path) {
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  if (p.parent_path() != cache.lexically_normal()) return false;
+  if (!domain::IsValidName(p.filename().string())) return false;
+  struct stat st {};
+  return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 }  // namespace
@@ -90,8 +129,6 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
     for (const protocol::StagingProgress& p : progress) list.push_back(protocol::ToJson(p));
     (void)WritePrivateFile(progress_file, list.dump(), 0600);
   };
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
   for (size_t i = 0; i < stages.size(); ++i) {
     const protocol::ShimSpec::Stage& st = stages[i];
     protocol::StagingProgress& p = progress[i];
@@ -105,16 +142,27 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
       continue;
     }
     const std::filesystem::path cache = std::filesystem::path(st.target).parent_path();
+    if (base::Status s = CacheFolder(cache); !s.ok()) {
+      p.state = "failed";
+      p.error = s.message();
+      publish();
+      return {"", "staging dataset " + st.dataset + ": " + s.message()};
+    }
     for (const std::string& old : st.evict) {
-      // Only folders of this cache: the server names them, the shim still checks.
-      if (std::filesystem::path(old).parent_path() != cache || old == st.target) continue;
+      // Only copies in this cache: the server names them, the shim still checks.
+      if (old == st.target || !EvictableCopy(cache, old)) continue;
       std::filesystem::remove_all(old, ec);
+      if (ec) continue;
       p.evicted.push_back(old);
       Say(output, "evicted " + old + " from the cache to make room for " + st.dataset);
     }
-    std::filesystem::create_directories(cache, ec);
-    const std::string tmp =
-        st.target + ".staging-" + host + "-" + std::to_string(static_cast<int64_t>(getpid()));
+    // The copy is made in a folder of its own that only root enters, then moved into place.
+    std::string scratch = (cache / ".staging-XXXXXX").string();
+    if (::mkdtemp(scratch.data()) == nullptr) {
+      return {"", "staging dataset " + st.dataset + ": cannot create a folder in the cache " +
+                      cache.string() + ": " + std::strerror(errno)};
+    }
+    const std::string tmp = scratch + "/" + st.dataset;
     const double began = base::WallClockNow();
     for (int attempt = 1; attempt <= kAttempts; ++attempt) {
       std::filesystem::remove_all(tmp, ec);
@@ -137,7 +185,7 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
         if (std::string why = stop_reason(); !why.empty()) {
           kill(-pid, SIGKILL);
           waitpid(pid, &status, 0);
-          std::filesystem::remove_all(tmp, ec);
+          std::filesystem::remove_all(scratch, ec);
           return {why, ""};
         }
         const double now = base::WallClockNow();
@@ -152,9 +200,11 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
       kill(-pid, SIGKILL);  // whatever it left running in its group
       const bool exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (exited_ok && std::filesystem::is_directory(tmp, ec)) {
+        // Only root changes a cached copy, whatever modes its source had.
+        (void)RemoveOthersWrite(tmp);
         std::filesystem::rename(tmp, st.target, ec);
         // Another node of the site staged it meanwhile: theirs is as good.
-        if (ec) std::filesystem::remove_all(tmp, ec);
+        std::filesystem::remove_all(scratch, ec);
         p.state = "staged";
         p.done_bytes = FolderBytes(st.target);
         p.seconds = base::WallClockNow() - began;
@@ -171,6 +221,7 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
       if (!said.empty() && !exited_ok) why += ": " + said;
       p.error = why;
       if (attempt == kAttempts) {
+        std::filesystem::remove_all(scratch, ec);
         p.state = "failed";
         publish();
         return {"", "staging dataset " + st.dataset + " from " + st.source + " failed " +
@@ -179,7 +230,10 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
       // Again after a pause that grows, unless a stop comes meanwhile.
       const double again_at = base::WallClockNow() + (1 << attempt);
       while (base::WallClockNow() < again_at) {
-        if (std::string stop = stop_reason(); !stop.empty()) return {stop, ""};
+        if (std::string stop = stop_reason(); !stop.empty()) {
+          std::filesystem::remove_all(scratch, ec);
+          return {stop, ""};
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
     }

@@ -11,8 +11,10 @@
 #include <filesystem>
 
 #include "agent/agent.h"
+#include "agent/task_isolation.h"
 #include "base/files.h"
 #include "base/log.h"
+#include "domain/spec.h"
 
 namespace meridian::agent {
 
@@ -34,28 +36,37 @@ std::string DatasetVariable(const std::string& name) {
   return v;
 }
 
-// Gives `path` and everything under it (never following a link) to `uid`:`gid`.
-Status ChownTree(const std::string& path, uid_t uid, gid_t gid) {
-  std::error_code ec;
-  if (::lchown(path.c_str(), uid, gid) != 0) {
-    return Status::Io("cannot give " + path + " to uid " + std::to_string(uid) + ": " +
-                      std::strerror(errno));
+// Where the task finds its job's checkpoint folder: a folder of its task folder, bound over the
+// folder on the site's storage, which no task can reach by its own path.
+std::string CheckpointTarget(const std::string& task_dir) { return task_dir + "/checkpoint"; }
+
+// A path the server sent that the agent acts on as root: absolute, with no "." or ".." part.
+bool PlainAbsolute(const std::string& path) {
+  if (path.empty() || path.front() != '/') return false;
+  for (const auto& part : std::filesystem::path(path)) {
+    if (part == "." || part == "..") return false;
   }
-  for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (::lchown(it->path().c_str(), uid, gid) != 0) {
-      return Status::Io("cannot give " + it->path().string() + " to uid " + std::to_string(uid));
-    }
+  return true;
+}
+
+// Makes `path` a folder of root's that only root enters (0700), unless it is a link.
+Status RootOnlyFolder(const std::string& path) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::Io("cannot create " + path + ": " + std::strerror(errno));
   }
-  if (ec) return Status::Io("cannot read " + path + ": " + ec.message());
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      ::lchown(path.c_str(), 0, 0) != 0 || ::chmod(path.c_str(), 0700) != 0) {
+    return Status::Io(path + " cannot be made a folder only root enters");
+  }
   return Status::Ok();
 }
 
 }  // namespace
 
-Status Agent::PrepareData(const Task& t, std::vector<std::pair<std::string, std::string>>* binds) {
+Status Agent::PrepareData(const Task& t, Mounts* mounts) {
   const protocol::Assignment& a = t.assignment;
-  binds->clear();
+  *mounts = Mounts{};
   const bool container = !a.run.image.empty();
   if (!a.data.empty()) {
     const std::string dir = t.dir + "/data";
@@ -66,16 +77,19 @@ Status Agent::PrepareData(const Task& t, std::vector<std::pair<std::string, std:
     }
   }
   for (const protocol::DataMount& d : a.data) {
+    if (!domain::IsValidName(d.name)) return Status::Invalid("\"" + d.name + "\" is no dataset");
     if (d.path.empty()) {
       return Status::NotFound("dataset " + d.name +
-                              " is not at this node's site, which has no cache to stage it to "
-                              "(its Cluster's storage.cache)");
+                              " cannot be reached from this node's site: no folder of it there, "
+                              "and no cache to stage it to (its Cluster's storage.cache), or no "
+                              "Dataset document");
     }
+    if (!PlainAbsolute(d.path)) return Status::Invalid("dataset " + d.name + ": bad path");
     struct stat st {};
     // What is to be staged is there once the shim has copied it, before the task starts.
     if (d.stage_from.empty() && (::stat(d.path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))) {
       return Status::NotFound("dataset " + d.name + ": " + d.path + " is not a folder on node " +
-                              o_.node + (d.stage_from.empty() ? "" : " (it was to be staged)"));
+                              o_.node);
     }
     const std::string target = DatasetTarget(t.dir, d.name);
     if (container) continue;  // the runtime mounts it (TaskArgv)
@@ -84,7 +98,7 @@ Status Agent::PrepareData(const Task& t, std::vector<std::pair<std::string, std:
       if (::mkdir(target.c_str(), 0755) != 0) {
         return Status::Io("cannot create " + target + ": " + std::strerror(errno));
       }
-      binds->emplace_back(d.path, target);
+      mounts->read_only.emplace_back(d.path, target);
     } else if (::symlink(d.path.c_str(), target.c_str()) != 0) {
       // Without uids of its own the task runs as the agent: a link is all it gets (and the
       // dataset is as writable as the agent's user may write it).
@@ -92,29 +106,35 @@ Status Agent::PrepareData(const Task& t, std::vector<std::pair<std::string, std:
     }
   }
   if (a.checkpoint_dir.empty()) return Status::Ok();
-  // <checkpoints>/<project>/<job>: the folders above the job's are root's to enter only (0711),
-  // the job's is its task's uid's alone while it runs (another job that later gets the uid finds
-  // it handed back to root: HandBackCheckpoint).
+  // <checkpoints>/<project>/<job>: the project's folder is root's alone (0700), so that no task
+  // reaches a job's folder by its path, whatever uid it runs under; the task has its own at
+  // <task dir>/checkpoint, a bind of it in its mount namespace, given to its uid by the shim.
+  if (!PlainAbsolute(a.checkpoint_dir)) return Status::Invalid("bad checkpoint folder");
+  const std::filesystem::path job = a.checkpoint_dir;
   std::error_code ec;
-  std::filesystem::create_directories(a.checkpoint_dir, ec);
-  if (ec) return Status::Io("cannot create " + a.checkpoint_dir + ": " + ec.message());
+  std::filesystem::create_directories(job.parent_path().parent_path(), ec);
+  if (ec) return Status::Io("cannot create " + job.parent_path().string() + ": " + ec.message());
   if (t.uid) {
-    const std::string project = std::filesystem::path(a.checkpoint_dir).parent_path().string();
-    ::chmod(project.c_str(), 0711);
-    ::chmod(std::filesystem::path(project).parent_path().c_str(), 0711);
-    if (Status s = ChownTree(a.checkpoint_dir, *t.uid, *t.uid); !s.ok()) return s;
+    if (Status s = RootOnlyFolder(job.parent_path().string()); !s.ok()) return s;
+  } else {
+    std::filesystem::create_directories(job.parent_path(), ec);
   }
-  if (::chmod(a.checkpoint_dir.c_str(), 0700) != 0) {
-    return Status::Io("cannot set the mode of " + a.checkpoint_dir + ": " + std::strerror(errno));
+  if (::mkdir(job.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::Io("cannot create " + job.string() + ": " + std::strerror(errno));
+  }
+  const std::string target = CheckpointTarget(t.dir);
+  std::filesystem::remove(target, ec);  // an earlier run's link or empty folder
+  if (container) return Status::Ok();   // a volume (TaskArgv)
+  if (t.uid) {
+    if (::mkdir(target.c_str(), 0755) != 0) {
+      return Status::Io("cannot create " + target + ": " + std::strerror(errno));
+    }
+    mounts->read_write.emplace_back(job.string(), target);
+    mounts->owned = job.string();
+  } else if (::symlink(job.c_str(), target.c_str()) != 0) {
+    return Status::Io("cannot link " + target + ": " + std::strerror(errno));
   }
   return Status::Ok();
-}
-
-void Agent::HandBackCheckpoint(const Task& t) {
-  if (!t.uid || t.assignment.checkpoint_dir.empty()) return;
-  if (Status s = ChownTree(t.assignment.checkpoint_dir, 0, 0); !s.ok()) {
-    base::log::Warn("job {}: {}", t.job, s.message());
-  }
 }
 
 void Agent::AddDataEnv(const Task& t, std::map<std::string, std::string>* env) const {
@@ -123,7 +143,7 @@ void Agent::AddDataEnv(const Task& t, std::map<std::string, std::string>* env) c
   for (const protocol::DataMount& d : a.data) {
     (*env)[DatasetVariable(d.name)] = DatasetTarget(t.dir, d.name);
   }
-  if (!a.checkpoint_dir.empty()) (*env)["MERIDIAN_CHECKPOINT_DIR"] = a.checkpoint_dir;
+  if (!a.checkpoint_dir.empty()) (*env)["MERIDIAN_CHECKPOINT_DIR"] = CheckpointTarget(t.dir);
 }
 
 void Agent::AddDataVolumes(const Task& t, std::vector<std::string>* argv) const {
@@ -132,7 +152,7 @@ void Agent::AddDataVolumes(const Task& t, std::vector<std::string>* argv) const 
     argv->insert(argv->end(), {"-v", d.path + ":" + DatasetTarget(t.dir, d.name) + ":ro"});
   }
   if (!a.checkpoint_dir.empty()) {
-    argv->insert(argv->end(), {"-v", a.checkpoint_dir + ":" + a.checkpoint_dir});
+    argv->insert(argv->end(), {"-v", a.checkpoint_dir + ":" + CheckpointTarget(t.dir)});
   }
 }
 

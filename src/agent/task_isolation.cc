@@ -72,8 +72,9 @@ base::Status DropPrivileges(uint32_t uid, uint32_t gid) {
 }
 
 base::Status IsolateMounts(const std::vector<std::string>& nodes,
-                           const std::vector<std::pair<std::string, std::string>>& read_only) {
-  if (nodes.empty() && read_only.empty()) return base::Status::Ok();
+                           const std::vector<std::pair<std::string, std::string>>& read_only,
+                           const std::vector<std::pair<std::string, std::string>>& read_write) {
+  if (nodes.empty() && read_only.empty() && read_write.empty()) return base::Status::Ok();
   if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) {
     return base::Status::Internal("cannot make a mount namespace for the task: " +
                                   std::string(strerror(errno)));
@@ -83,15 +84,106 @@ base::Status IsolateMounts(const std::vector<std::string>& nodes,
       return base::Status::Internal("cannot hide " + n + ": " + strerror(errno));
     }
   }
-  // A bind takes the source's flags; read-only needs a second, remounting pass (mount(2)).
-  for (const auto& [source, target] : read_only) {
+  // A bind takes the source's flags; read-only (and no set-uid programs or devices either way)
+  // needs a second, remounting pass (mount(2)).
+  auto bind = [](const std::string& source, const std::string& target, unsigned long flags) {
     if (mount(source.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
-        mount(nullptr, target.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0) {
-      return base::Status::Internal("cannot mount " + source + " read-only at " + target + ": " +
+        mount(nullptr, target.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | flags,
+              nullptr) != 0) {
+      return base::Status::Internal("cannot mount " + source + " at " + target + ": " +
                                     strerror(errno));
     }
+    return base::Status::Ok();
+  };
+  for (const auto& [source, target] : read_only) {
+    if (base::Status s = bind(source, target, MS_RDONLY); !s.ok()) return s;
+  }
+  for (const auto& [source, target] : read_write) {
+    if (base::Status s = bind(source, target, 0); !s.ok()) return s;
   }
   return base::Status::Ok();
+}
+
+namespace {
+
+// Calls `visit(dir, name, st)` for every entry below the folder open at `dir`, never following a
+// link: folders are entered through openat(O_NOFOLLOW | O_DIRECTORY) relative to their parent.
+template <class Visit>
+base::Status Walk(int dir, const std::string& where, int depth, const Visit& visit) {
+  if (depth > 256) return base::Status::Invalid(where + ": folders nested too deep");
+  const int listing = ::dup(dir);
+  DIR* d = listing >= 0 ? ::fdopendir(listing) : nullptr;
+  if (!d) {
+    if (listing >= 0) ::close(listing);
+    return base::Status::Io("cannot list " + where + ": " + strerror(errno));
+  }
+  base::Status result = base::Status::Ok();
+  while (struct dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st {};
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;  // gone
+    if (base::Status s = visit(dir, name, st); !s.ok()) {
+      result = s;
+      break;
+    }
+    if (!S_ISDIR(st.st_mode)) continue;
+    const int sub = ::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) continue;  // gone, or no longer a folder
+    result = Walk(sub, where + "/" + name, depth + 1, visit);
+    ::close(sub);
+    if (!result.ok()) break;
+  }
+  ::closedir(d);
+  return result;
+}
+
+template <class Visit>
+base::Status WalkFolder(const std::string& path, const Visit& visit) {
+  const int top = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (top < 0) return base::Status::Io("cannot open folder " + path + ": " + strerror(errno));
+  base::Status s = Walk(top, path, 0, visit);
+  ::close(top);
+  return s;
+}
+
+}  // namespace
+
+base::Status ChownTree(const std::string& path, uint32_t uid, uint32_t gid) {
+  const int top = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (top < 0 || ::fchown(top, uid, gid) != 0) {
+    if (top >= 0) ::close(top);
+    return base::Status::Io("cannot give " + path + " to uid " + std::to_string(uid) + ": " +
+                            strerror(errno));
+  }
+  ::close(top);
+  return WalkFolder(path, [&](int dir, const std::string& name, const struct stat& st) {
+    if (!S_ISDIR(st.st_mode) && st.st_nlink > 1) return base::Status::Ok();  // shared elsewhere
+    if (::fchownat(dir, name.c_str(), uid, gid, AT_SYMLINK_NOFOLLOW) != 0 && errno != ENOENT) {
+      return base::Status::Io("cannot give " + path + "/.../" + name + " to uid " +
+                              std::to_string(uid) + ": " + strerror(errno));
+    }
+    return base::Status::Ok();
+  });
+}
+
+base::Status RemoveOthersWrite(const std::string& path) {
+  const int top = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (top < 0) return base::Status::Io("cannot open folder " + path + ": " + strerror(errno));
+  struct stat st {};
+  const bool ok = ::fstat(top, &st) == 0 && ::fchmod(top, st.st_mode & 07755) == 0;
+  ::close(top);
+  if (!ok) return base::Status::Io("cannot change the mode of " + path + ": " + strerror(errno));
+  return WalkFolder(path, [&](int dir, const std::string& name, const struct stat& entry) {
+    // Links have no mode of their own; a hard-linked file is changed for every name it has,
+    // which is what a read-only copy wants.
+    if (S_ISLNK(entry.st_mode) || (entry.st_mode & 022) == 0) return base::Status::Ok();
+    if (::fchmodat(dir, name.c_str(), entry.st_mode & 07755, 0) != 0 && errno != ENOENT) {
+      return base::Status::Io("cannot change the mode of " + path + "/.../" + name + ": " +
+                              strerror(errno));
+    }
+    return base::Status::Ok();
+  });
 }
 
 void CloseFdsFrom(int first) {

@@ -26,7 +26,18 @@ base::Status DropPrivileges(uint32_t uid, uint32_t gid);
 // Called in the task's process before it leaves root: without CAP_SYS_ADMIN it cannot undo them.
 // Nothing to do: no namespace.
 base::Status IsolateMounts(const std::vector<std::string>& nodes,
-                           const std::vector<std::pair<std::string, std::string>>& read_only = {});
+                           const std::vector<std::pair<std::string, std::string>>& read_only = {},
+                           const std::vector<std::pair<std::string, std::string>>& read_write = {});
+
+// Gives the folder `path` and everything below it to `uid`:`gid`, walking by file descriptors
+// (openat with O_NOFOLLOW): a link swapped in for a folder midway, by a task that writes there at
+// the same time, is never followed, and a file with other hard links is left as it is. What
+// vanishes during the walk is skipped. `path` itself must be a folder, not a link.
+base::Status ChownTree(const std::string& path, uint32_t uid, uint32_t gid);
+
+// Takes write permission for group and others from everything below `path` (a staged dataset:
+// only root changes it), by the same walk.
+base::Status RemoveOthersWrite(const std::string& path);
 
 // Closes every file descriptor from `first` on, so that an exec'd program inherits no socket
 // or file of the agent's (its connection to the server, above all).

@@ -437,13 +437,16 @@ Json ToJson(const ShimSpec& s) {
     }
     out["stages"] = std::move(stages);
   }
-  if (!s.read_only.empty()) {
+  for (const auto& [key, list] :
+       {std::pair{"readOnly", &s.read_only}, std::pair{"readWrite", &s.read_write}}) {
+    if (list->empty()) continue;
     Json binds = Json::array();
-    for (const auto& [source, target] : s.read_only) {
+    for (const auto& [source, target] : *list) {
       binds.push_back({{"source", source}, {"target", target}});
     }
-    out["readOnly"] = std::move(binds);
+    out[key] = std::move(binds);
   }
+  if (!s.owned.empty()) out["owned"] = s.owned;
   if (s.fence_grace) out["fenceGrace"] = *s.fence_grace;
   if (s.uid) out["uid"] = *s.uid;
   if (s.gid) out["gid"] = *s.gid;
@@ -636,6 +639,10 @@ base::Result<ShimSpec> DecodeShimSpec(const Json& j) {
     r.ObjectList("readOnly", [&](FieldReader& b) {
       s.read_only.emplace_back(b.String("source", true), b.String("target", true));
     });
+    r.ObjectList("readWrite", [&](FieldReader& b) {
+      s.read_write.emplace_back(b.String("source", true), b.String("target", true));
+    });
+    s.owned = r.String("owned", false);
     r.ObjectList("stages", [&](FieldReader& b) {
       ShimSpec::Stage st;
       st.dataset = b.String("dataset", true);

@@ -329,8 +329,13 @@ struct ShimSpec {
   // GPU device nodes of GPUs the task was not given: the shim puts /dev/null over each, in a
   // mount namespace of the task's own, before it leaves root.
   std::vector<std::string> hide_devices;
-  // Folders bound read-only into the task's mount namespace (its datasets), source to target.
+  // Folders bound into the task's mount namespace, source to target: read-only (its datasets)
+  // and read-write (its job's checkpoint folder).
   std::vector<std::pair<std::string, std::string>> read_only;
+  std::vector<std::pair<std::string, std::string>> read_write;
+  // A folder the shim gives to the task's uid before it starts (its checkpoint folder, written by
+  // earlier runs under other uids perhaps), walking it safely (ChownTree).
+  std::string owned;
   // Datasets to copy into the site's cache before the task starts, one after another.
   struct Stage {
     std::string dataset;

@@ -64,7 +64,7 @@ std::string DescribeDataCost(const Snapshot& s, const DataCost& cost) {
     const std::string& name = s.datasets[static_cast<size_t>(m.dataset)].name;
     if (!out.empty()) out += "; ";
     if (m.from < 0) {
-      out += name + " is at no site";
+      out += "stage " + name + " from its object store (time not estimated)";
       continue;
     }
     const ClusterState& from = s.clusters[static_cast<size_t>(m.from)];

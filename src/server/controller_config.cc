@@ -34,12 +34,15 @@ bool SameCluster(const domain::Cluster& a, const domain::Cluster& b) {
          a.storage == b.storage;
 }
 
-// What the back end reads of datasets and sites: where each lives, and each site's storage.
+// What the back end reads of datasets and sites: where each lives, each site's storage and links
+// (which source a staging copies from).
 bool SameData(const Estate& a, const Estate& b) {
   if (a.datasets != b.datasets || a.clusters.size() != b.clusters.size()) return false;
   for (size_t i = 0; i < a.clusters.size(); ++i) {
     if (a.clusters[i].name != b.clusters[i].name ||
-        !(a.clusters[i].storage == b.clusters[i].storage)) {
+        !(a.clusters[i].storage == b.clusters[i].storage) ||
+        a.clusters[i].bandwidth_gbps != b.clusters[i].bandwidth_gbps ||
+        a.clusters[i].egress_per_gib != b.clusters[i].egress_per_gib) {
       return false;
     }
   }

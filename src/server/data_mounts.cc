@@ -35,10 +35,13 @@ std::vector<protocol::DataMount> DataMounts(const std::map<std::string, domain::
   const domain::ClusterStorage storage =
       site == sites.end() ? domain::ClusterStorage{} : site->second.storage;
   for (const std::string& name : names) {
-    auto d = datasets.find(name);
-    if (d == datasets.end()) continue;
     protocol::DataMount m;
     m.name = name;
+    auto d = datasets.find(name);
+    if (d == datasets.end()) {  // no longer declared: nowhere to find it (the agent says so)
+      out.push_back(std::move(m));
+      continue;
+    }
     m.size_gib = d->second.size_gib;
     const domain::DatasetLocation* here = nullptr;
     const domain::DatasetLocation* from = nullptr;

@@ -13,8 +13,8 @@ namespace meridian::server {
 // (docs/adr/0044-datasets.md): at a location the Dataset has there (a path on the site's
 // shared filesystem), or in the site's cache, staged from the nearest other location: an object
 // store of the same site first, then the site with the fastest link (the cheaper egress between
-// equals). A dataset the cluster can neither reach nor cache gets an empty path (the scheduler
-// places no such job there); one no longer declared is left out.
+// equals). A dataset the cluster can neither reach nor cache, or one no longer declared, gets an
+// empty path: the agent refuses the task, saying which.
 std::vector<protocol::DataMount> DataMounts(const std::map<std::string, domain::Dataset>& datasets,
                                             const std::map<std::string, domain::Cluster>& sites,
                                             const std::vector<std::string>& names,

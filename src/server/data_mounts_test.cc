@@ -49,12 +49,14 @@ TEST(DataMounts, ElsewhereItIsStagedIntoTheCacheFromTheFastestSite) {
   EXPECT_TRUE(m[0].staging_command.empty()) << "the default copy";
 }
 
-TEST(DataMounts, NoCacheNoPathAndUndeclaredDatasetsAreLeftOut) {
+TEST(DataMounts, NoCacheOrNoDatasetDocumentGivesNoPath) {
   auto sites = Sites();
   sites["ams"].storage.cache.clear();
   auto m = DataMounts(Datasets(), sites, {"imagenet", "laion"}, "ams");
-  ASSERT_EQ(m.size(), 1u) << "laion is no Dataset";
+  ASSERT_EQ(m.size(), 2u);
   EXPECT_TRUE(m[0].path.empty()) << "the agent refuses it, saying why";
+  EXPECT_EQ(m[1].name, "laion");
+  EXPECT_TRUE(m[1].path.empty()) << "no Dataset document: the same";
 }
 
 TEST(DataMounts, CheckpointFoldersAreByProjectAndJobWhereTheSiteKeepsThem) {

@@ -291,12 +291,14 @@ base::Result<std::unique_ptr<Estate>> BuildEstate(const std::vector<store::Objec
       }
     });
   }
-  // Datasets: where each lives joins its cluster's list (what the data score reads as local).
+  // Datasets: a folder where one lives joins its cluster's list (what the data score reads as
+  // local). An object store is not: its own site stages from it as any other does.
   for (const store::Object& o : objects) {
     if (o.kind != "Dataset") continue;
     Guarded(o, e.get(), [&] {
       domain::Dataset d = domain::DatasetOfSpec(o.name, o.spec);
       for (const domain::DatasetLocation& at : d.locations) {
+        if (at.path.empty()) continue;
         for (domain::Cluster& c : e->clusters) {
           if (c.name != at.cluster) continue;
           if (std::find(c.datasets.begin(), c.datasets.end(), d.name) == c.datasets.end()) {

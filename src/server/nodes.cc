@@ -220,12 +220,13 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     nodes_[node].state = "Ready";
   }
   if (!beat->tasks.empty()) {
-    auto applied = ApplyReports(node, beat->tasks, &failed);
-    if (!applied.ok()) return applied.status();
-    seq = std::max(seq, *applied);
+    // Staging first, while the runs it is about are still assigned (a report may end them).
     auto staged = ApplyStaging(node, beat->tasks);
     if (!staged.ok()) return staged.status();
     seq = std::max(seq, *staged);
+    auto applied = ApplyReports(node, beat->tasks, &failed);
+    if (!applied.ok()) return applied.status();
+    seq = std::max(seq, *applied);
   }
   if (!xids.empty()) {
     auto acted = ApplyXids(node, xids, &failed);
@@ -563,7 +564,7 @@ void NodeService::AssignLocked(const store::JobRecord& j) {
         ran_order_.pop_front();
       }
     }
-    assigned_[node][{j.id, task}] = Assigned{std::move(a), stop_deadline};
+    assigned_[node][{j.id, task}] = Assigned{std::move(a), stop_deadline, cluster};
     nodes_of_job_[j.id].insert(node);
   }
 }

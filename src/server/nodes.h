@@ -232,15 +232,16 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   std::map<std::string, domain::Dataset> datasets_;
   std::map<std::string, domain::Cluster> sites_;
   std::map<std::string, std::map<std::string, domain::DatasetCopy>> copies_;  // cluster, dataset
-  // The last staging step said of each run's dataset (job, task, generation, dataset): events
-  // only for a new one.
-  std::map<std::tuple<int64_t, int32_t, int64_t, std::string>, int> staging_steps_;
+  // The last staging step said of each run's dataset (job, task, generation, restarts,
+  // dataset): events only for a new one.
+  std::map<std::tuple<int64_t, int32_t, int64_t, int64_t, std::string>, int> staging_steps_;
   // registered node -> its agent's address: set by registrations (and Load), erased by deletions
   std::map<std::string, std::string> address_;
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on
   struct Assigned {
     protocol::Assignment assignment;
     double stop_deadline = 0;  // a Stopping job's, on this server's clock; sent as stopWithin
+    std::string cluster;       // of the node, as the allocation says
   };
   std::map<std::string, std::map<std::pair<int64_t, int32_t>, Assigned>> assigned_;
   std::map<int64_t, std::set<std::string>> nodes_of_job_;

@@ -20,9 +20,10 @@ int Step(const protocol::StagingProgress& p) {
   if (p.state == "staged") return 100;
   if (p.state == "cached") return 101;
   if (p.state == "failed") return 102;
-  const int64_t total = std::max<int64_t>(1, p.total_bytes);
-  const int quarter = static_cast<int>(std::min<int64_t>(3, 4 * p.done_bytes / total));
-  return p.attempt * 4 + quarter - 4;  // a new attempt starts over, as new steps
+  const double total = static_cast<double>(std::max<int64_t>(1, p.total_bytes));
+  const int quarter =
+      static_cast<int>(std::clamp(4.0 * static_cast<double>(p.done_bytes) / total, 0.0, 3.0));
+  return std::clamp(p.attempt, 1, 20) * 4 + quarter - 4;  // a new attempt starts over
 }
 
 std::string Gib(double bytes) {
@@ -72,31 +73,51 @@ std::vector<std::string> NodeService::EvictionsLocked(const std::string& cluster
 
 base::Result<int64_t> NodeService::ApplyStaging(const std::string& node,
                                                 const std::vector<protocol::TaskReport>& tasks) {
+  // What the node says is taken only for runs assigned to it, of datasets those runs stage, and
+  // of evictions the server asked of them: a node (or a task that wrote its supervisor's file)
+  // cannot make the server record, or later evict, a path of its choosing.
   struct News {
     int64_t job;
     int32_t task;
-    int64_t generation;
+    std::string project;
+    std::string cluster;
+    protocol::DataMount mount;
     protocol::StagingProgress progress;
+    std::tuple<int64_t, int32_t, int64_t, int64_t, std::string> key;
+    int step;
   };
   std::vector<News> news;
-  std::map<std::string, domain::Dataset> datasets;
   std::map<std::string, domain::Cluster> sites;
   std::map<std::string, std::map<std::string, domain::DatasetCopy>> copies;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    auto here = assigned_.find(node);
+    if (here == assigned_.end()) return 0;
     for (const protocol::TaskReport& t : tasks) {
+      auto run = here->second.find({t.job, t.report.task});
+      if (run == here->second.end() || run->second.assignment.generation != t.report.generation) {
+        continue;
+      }
       for (const protocol::StagingProgress& p : t.staging) {
-        const auto key = std::make_tuple(t.job, t.report.task, t.report.generation, p.dataset);
-        auto said = staging_steps_.find(key);
+        const auto& mounts = run->second.assignment.data;
+        auto m = std::find_if(mounts.begin(), mounts.end(), [&](const protocol::DataMount& d) {
+          return d.name == p.dataset && !d.stage_from.empty();
+        });
+        if (m == mounts.end()) continue;
+        auto key = std::make_tuple(t.job, t.report.task, t.report.generation, t.report.restarts,
+                                   p.dataset);
         const int step = Step(p);
+        auto said = staging_steps_.find(key);
         if (said != staging_steps_.end() && said->second >= step) continue;
-        if (staging_steps_.size() > 100000) staging_steps_.clear();  // bounded; said again at worst
-        staging_steps_[key] = step;
-        news.push_back({t.job, t.report.task, t.report.generation, p});
+        protocol::StagingProgress taken = p;
+        std::erase_if(taken.evicted, [&](const std::string& path) {
+          return std::find(m->evict.begin(), m->evict.end(), path) == m->evict.end();
+        });
+        news.push_back({t.job, t.report.task, run->second.assignment.project, run->second.cluster,
+                        *m, std::move(taken), std::move(key), step});
       }
     }
     if (news.empty()) return 0;
-    datasets = datasets_;
     sites = sites_;
     copies = copies_;
   }
@@ -106,20 +127,17 @@ base::Result<int64_t> NodeService::ApplyStaging(const std::string& node,
   std::vector<std::pair<std::string, std::string>> gone;  // cluster, dataset
   Status s = store_->Write([&](store::Tx& tx) {
     for (const News& n : news) {
-      auto job = tx.GetJob(n.job);
-      if (!job.ok() || job->generation != n.generation || !job->allocation.is_array() ||
-          n.task < 0 || n.task >= static_cast<int32_t>(job->allocation.size())) {
-        continue;  // a run that is over
-      }
-      const std::string cluster = job->allocation[n.task].value("cluster", "");
       const protocol::StagingProgress& p = n.progress;
+      const std::string& cluster = n.cluster;
       const std::string task = " (task " + std::to_string(n.task) + ")";
       std::string reason = "Staging", type = "Normal", message;
+      const int64_t total = std::max<int64_t>(1, p.total_bytes);
+      const int64_t done = std::clamp<int64_t>(p.done_bytes, 0, total);
       if (p.state == "copying") {
-        const int64_t total = std::max<int64_t>(1, p.total_bytes);
         message = "dataset " + p.dataset + ": copying into cluster " + cluster + "'s cache, " +
-                  std::to_string(100 * std::min(p.done_bytes, total) / total) + "% (" +
-                  Gib(static_cast<double>(p.done_bytes)) + " of " +
+                  std::to_string(static_cast<int>(100.0 * static_cast<double>(done) /
+                                                  static_cast<double>(total))) +
+                  "% (" + Gib(static_cast<double>(done)) + " of " +
                   Gib(static_cast<double>(p.total_bytes)) + ", attempt " +
                   std::to_string(p.attempt) + ")" + task;
       } else if (p.state == "staged") {
@@ -136,34 +154,12 @@ base::Result<int64_t> NodeService::ApplyStaging(const std::string& node,
         type = "Warning";
         message = "dataset " + p.dataset + ": " + p.error + task;
       }
-      auto e = tx.AppendEvent(
-          {0, now, "Job", std::to_string(n.job), job->project, type, reason, message});
+      auto e =
+          tx.AppendEvent({0, now, "Job", std::to_string(n.job), n.project, type, reason, message});
       if (!e.ok()) return e.status();
       seq = *e;
-      if (p.state != "staged" && p.state != "cached") continue;
-      // The cache as it is now: this copy, used now, and what was evicted for it.
-      auto site = sites.find(cluster);
-      if (site == sites.end() || site->second.storage.cache.empty()) continue;
-      domain::DatasetCopy c;
-      auto known = copies[cluster].find(p.dataset);
-      if (known != copies[cluster].end()) c = known->second;
-      c.cluster = cluster;
-      c.dataset = p.dataset;
-      c.path = site->second.storage.cache + "/" + p.dataset;
-      auto d = datasets.find(p.dataset);
-      c.size_gib = d != datasets.end() ? d->second.size_gib : c.size_gib;
-      if (p.state == "staged" || c.staged_at == 0) c.staged_at = now;
-      c.last_used = now;
-      store::Object o;
-      o.kind = "DatasetCopy";
-      o.name = domain::DatasetCopyName(cluster, p.dataset);
-      o.spec = CopySpec(c);
-      o.updated_at = now;
-      o.updated_by = "node/" + node;
-      if (auto v = tx.PutObject(o, store::kAnyVersion); !v.ok()) return v.status();
-      const bool news_for_scheduler = known == copies[cluster].end();
-      copies[cluster][p.dataset] = c;
-      kept.push_back(c);
+      // The cache as it is now: what was evicted (whatever became of the copy), and this copy,
+      // used now, once it is there.
       std::string evicted;
       for (const std::string& path : p.evicted) {
         for (auto it = copies[cluster].begin(); it != copies[cluster].end(); ++it) {
@@ -179,13 +175,37 @@ base::Result<int64_t> NodeService::ApplyStaging(const std::string& node,
           break;
         }
       }
-      if (news_for_scheduler || !evicted.empty()) {
+      bool added = false;
+      const std::string name = domain::DatasetCopyName(cluster, p.dataset);
+      if (p.state == "staged" || p.state == "cached") {
+        domain::DatasetCopy c;
+        auto known = copies[cluster].find(p.dataset);
+        added = known == copies[cluster].end();
+        if (!added) c = known->second;
+        c.cluster = cluster;
+        c.dataset = p.dataset;
+        c.path = n.mount.path;
+        c.size_gib = n.mount.size_gib;
+        if (p.state == "staged" || c.staged_at == 0) c.staged_at = now;
+        c.last_used = now;
+        store::Object o;
+        o.kind = "DatasetCopy";
+        o.name = name;
+        o.spec = CopySpec(c);
+        o.updated_at = now;
+        o.updated_by = "node/" + node;
+        if (auto v = tx.PutObject(o, store::kAnyVersion); !v.ok()) return v.status();
+        copies[cluster][p.dataset] = c;
+        kept.push_back(c);
+      }
+      if (added || !evicted.empty()) {
         // An estate event: the scheduler reads the caches again (server/controller_config.cc).
-        auto ce =
-            tx.AppendEvent({0, now, "DatasetCopy", o.name, "", "Normal",
-                            p.state == "staged" ? "DatasetStaged" : "DatasetCached",
-                            "dataset " + p.dataset + " is in cluster " + cluster + "'s cache" +
-                                (evicted.empty() ? "" : "; evicted to make room: " + evicted)});
+        auto ce = tx.AppendEvent(
+            {0, now, "DatasetCopy", name, "", "Normal",
+             added ? (p.state == "staged" ? "DatasetStaged" : "DatasetCached") : "DatasetEvicted",
+             (added ? "dataset " + p.dataset + " is in cluster " + cluster + "'s cache"
+                    : "cluster " + cluster + "'s cache") +
+                 (evicted.empty() ? "" : "; evicted to make room: " + evicted)});
         if (!ce.ok()) return ce.status();
         seq = *ce;
       }
@@ -194,8 +214,14 @@ base::Result<int64_t> NodeService::ApplyStaging(const std::string& node,
   });
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const domain::DatasetCopy& c : kept) copies_[c.cluster][c.dataset] = c;
+  // Said once written: a write that failed is said again with the next heartbeat.
+  if (staging_steps_.size() > 100000) staging_steps_.clear();  // bounded; said again at worst
+  for (const News& n : news) {
+    int& step = staging_steps_[n.key];
+    step = std::max(step, n.step);
+  }
   for (const auto& [cluster, dataset] : gone) copies_[cluster].erase(dataset);
+  for (const domain::DatasetCopy& c : kept) copies_[c.cluster][c.dataset] = c;
   return seq;
 }
 

@@ -425,15 +425,20 @@ TEST(ReplayData, ACappedCacheEvictsAndBlindPlacementMovesMore) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->stagings, 2);
   EXPECT_EQ(r->evictions, 1);
-  const auto many = DataJobs(
-      "1,0,500,4,big\n2,0,500,4,big\n3,600,500,4,other\n4,600,500,4,other\n5,1200,500,4,big\n"
-      "6,1200,500,4,other\n");
-  auto results = RunReplays(*cluster, many, {"fifo"}, 50, nullptr, 0, /*data_blind_too=*/true);
+  // site-b's 16-GPU node holds a long 12-GPU job (site-a's 8 cannot): best fit alone puts a
+  // 4-GPU job in the 4 left there, away from its data; the data score keeps it at site-a.
+  std::string text = kTwoSites;
+  const std::string b = "{name: b, count: 1, gpus: 8,";
+  text.replace(text.find(b), b.size(), "{name: b, count: 1, gpus: 16,");
+  auto packed = ParseReplayCluster(text, "sites.yaml");
+  ASSERT_TRUE(packed.ok()) << packed.status().message();
+  const auto fit = DataJobs("1,0,100000,12,\n2,10,500,4,big\n");
+  auto results = RunReplays(*packed, fit, {"fifo"}, 50, nullptr, 0, /*data_blind_too=*/true);
   ASSERT_EQ(results.size(), 2u);
   ASSERT_TRUE(results[0].ok() && results[1].ok());
   EXPECT_EQ(results[1]->policy, "fifo data-blind");
-  EXPECT_DOUBLE_EQ(results[0]->staged_gib, 0) << "site-a holds every job, and has the data";
-  EXPECT_GE(results[1]->staged_gib, results[0]->staged_gib);
+  EXPECT_DOUBLE_EQ(results[0]->staged_gib, 0) << "site-a has room, and the data";
+  EXPECT_DOUBLE_EQ(results[1]->staged_gib, 1000) << "packed beside job 1 at site-b";
 }
 
 }  // namespace
