@@ -73,6 +73,10 @@ spec:
   sizeGib: 1
   locations: [{cluster: fra, path: DIR/fra/datasets/lost}]
 ---
+kind: PriorityClass
+metadata: {name: high}
+spec: {value: 100}
+---
 kind: Policy
 metadata: {name: default}
 spec: {heartbeatInterval: 0.2, nodeLostTimeout: 2}
@@ -156,6 +160,12 @@ class DataTest : public ::testing::Test {
     return ReadFile(server_->data_dir() + "/logs/" + std::to_string(id) + "/task-0.gen-" +
                     std::to_string(generation) + ".log");
   }
+  // The output of the job's run, once it holds `part`: logs reach the server after the run has
+  // ended, a little later than its phase.
+  std::string OutputWith(int64_t id, const std::string& part, int generation = 1) {
+    Eventually([&] { return Has(Output(id, generation), part); });
+    return Output(id, generation);
+  }
   bool Has(const std::string& text, const std::string& part) {
     return text.find(part) != std::string::npos;
   }
@@ -194,7 +204,7 @@ TEST_F(DataTest, AJobRunsWhereItsDatasetIsAndReadsItReadOnly) {
   const int64_t job = Submit(Reader("imagenet"));
   ASSERT_TRUE(Eventually([&] { return Phase(job) == "Succeeded"; }, 20)) << Job(job).dump();
   EXPECT_EQ(NodeOf(Job(job)), "fra-1");
-  const std::string out = Output(job);
+  const std::string out = OutputWith(job, "touch:");
   EXPECT_TRUE(Has(out, "imagenet images")) << out;
   EXPECT_TRUE(Has(out, "Read-only file system")) << out;
   EXPECT_TRUE(Has(out, "/data/imagenet")) << "a stable path in its task folder: " << out;
@@ -219,25 +229,26 @@ TEST_F(DataTest, ForcedAwayItIsStagedAndTheNextJobFindsItCachedUntilEvicted) {
   EXPECT_TRUE(Has(events, "Staging: dataset imagenet: copying into cluster ams's cache, 0%"))
       << events;
   EXPECT_TRUE(Has(events, "Staged: dataset imagenet: staged into cluster ams's cache")) << events;
-  EXPECT_TRUE(Has(Output(first), "imagenet images")) << Output(first);
-  EXPECT_TRUE(Has(Output(first), "touch: cannot touch")) << Output(first);
+  const std::string out = OutputWith(first, "touch:");
+  EXPECT_TRUE(Has(out, "imagenet images")) << out;
+  EXPECT_TRUE(Has(out, "touch: cannot touch")) << out;
   EXPECT_FALSE(std::filesystem::exists(staged + "/mine"));
   struct stat cache {};
   ASSERT_EQ(::stat(dir_.File("ams/cache").c_str(), &cache), 0);
   EXPECT_EQ(cache.st_mode & 0777, 0700u) << "no task reaches a copy but through its mount";
-  EXPECT_TRUE(Has(Output(first), "staging dataset imagenet (attempt 1 of 3)")) << Output(first);
+  EXPECT_TRUE(Has(out, "staging dataset imagenet (attempt 1 of 3)")) << out;
 
   const int64_t second = Submit(Reader("imagenet"), "second");
   ASSERT_TRUE(Eventually([&] { return Phase(second) == "Succeeded"; }, 20)) << Job(second).dump();
   EXPECT_TRUE(Has(Events(second), "DatasetCached: dataset imagenet: found in cluster ams's cache"))
       << Events(second);
-  EXPECT_FALSE(Has(Output(second), "staging dataset")) << Output(second);
+  EXPECT_FALSE(Has(OutputWith(second, "touch:"), "staging dataset")) << Output(second);
 
   // laion (100 GiB) and imagenet (200) do not fit in 250 GiB together: imagenet goes.
   const int64_t third = Submit(Reader("laion"), "third");
   ASSERT_TRUE(Eventually([&] { return Phase(third) == "Succeeded"; }, 30))
       << Job(third).dump() << Events(third);
-  EXPECT_TRUE(Has(Output(third), "laion images")) << Output(third);
+  EXPECT_TRUE(Has(OutputWith(third, "touch:"), "laion images")) << Output(third);
   EXPECT_TRUE(Has(Output(third), "evicted " + staged)) << Output(third);
   EXPECT_FALSE(std::filesystem::exists(staged));
   EXPECT_TRUE(std::filesystem::exists(dir_.File("ams/cache/laion/labels.txt")));
@@ -261,15 +272,14 @@ TEST_F(DataTest, AStagingThatFailsFailsTheJobWithItsCause) {
       message, "staging dataset lost from " + dir_.File("fra/datasets/lost") + " failed 3 times"))
       << message;
   EXPECT_TRUE(Has(Events(job), "StagingFailed")) << Events(job);
-  EXPECT_TRUE(Has(Output(job), "attempt 3 of 3")) << Output(job);
+  EXPECT_TRUE(Has(OutputWith(job, "attempt 3 of 3"), "attempt 3 of 3")) << Output(job);
   EXPECT_FALSE(Has(Output(job), "lost images"));
 }
 
-// A checkpoint written before its job was stopped is there when the job runs again on another
+// A checkpoint written before its job was preempted is there when the job runs again on another
 // node of the site; the folder is reached only through the task's own mount.
-TEST_F(DataTest, ACheckpointOutlivesARequeueOntoAnotherNode) {
+TEST_F(DataTest, ACheckpointOutlivesAPreemptionOntoAnotherNode) {
   StartAgent("fra-1", "fra");
-  StartAgent("fra-2", "fra");
   const int64_t job = Submit(
       {{"gpus", 4},
        {"checkpoint", true},
@@ -279,30 +289,62 @@ TEST_F(DataTest, ACheckpointOutlivesARequeueOntoAnotherNode) {
          "f=$MERIDIAN_CHECKPOINT_DIR/step; if [ -f $f ]; then echo \"resumed from $(cat $f) on "
          "$MERIDIAN_NODE\"; exit 0; fi; echo 42 > $f; echo \"wrote on $MERIDIAN_NODE\"; "
          "while true; do sleep 0.1; done"}}});
-  ASSERT_TRUE(Eventually([&] { return Has(Output(job), "wrote on"); }, 20)) << Job(job).dump();
-  const std::string first = NodeOf(Job(job));
+  ASSERT_TRUE(Eventually([&] { return Has(Output(job), "wrote on fra-1"); }, 20))
+      << Job(job).dump();
   const std::string folder = dir_.File("fra/checkpoints/research/" + std::to_string(job));
   struct stat st {};
   ASSERT_EQ(::stat(folder.c_str(), &st), 0);
   EXPECT_NE(st.st_uid, 0u) << "the task's uid's";
   EXPECT_EQ(st.st_mode & 0777, 0700u);
-  EXPECT_TRUE(Has(Output(job), "wrote on")) << Output(job);
   // The project's folder is root's alone: a task of any uid reaches a job's folder only through
   // its own mount.
   ASSERT_EQ(::stat(dir_.File("fra/checkpoints/research").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 0u);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
-  CliResult drained = Run("drain " + first + " --reason 'disk swap' --no-wait");
-  ASSERT_EQ(drained.code, 0) << drained.output;
+  // A job of a higher class takes fra-1; the checkpointing one goes back to the queue and runs
+  // on fra-2 once it joins.
+  const int64_t high = Submit({{"gpus", 4},
+                               {"priorityClass", "high"},
+                               {"clusters", {"fra"}},
+                               {"command", {"sleep", "600"}}},
+                              "high");
+  ASSERT_TRUE(Eventually([&] { return Phase(high) == "Running"; }, 20)) << Events(job);
+  EXPECT_TRUE(Has(Events(job), "Preempted")) << Events(job);
+  StartAgent("fra-2", "fra");
   ASSERT_TRUE(Eventually([&] { return Phase(job) == "Succeeded"; }, 30))
       << Job(job).dump() << Events(job);
-  const std::string second = NodeOf(Job(job));
-  EXPECT_NE(second, first);
-  EXPECT_TRUE(Has(Output(job, 2), "resumed from 42 on " + second)) << Output(job, 2);
+  EXPECT_EQ(NodeOf(Job(job)), "fra-2");
+  EXPECT_TRUE(Has(OutputWith(job, "resumed", 2), "resumed from 42 on fra-2")) << Output(job, 2);
 }
 
-// A dataset that does not exist is refused by name, before the job waits for anything.
+// A copy pinned in a cache stays there: the cache goes over its cap rather than lose it.
+TEST_F(DataTest, APinnedCopyIsNeverEvicted) {
+  std::string estate = ReadFile(dir_.File("estate.yaml"));
+  const std::string imagenet = "  sizeGib: 200\n";
+  estate.replace(estate.find(imagenet), imagenet.size(), imagenet + "  pinnedIn: [ams]\n");
+  CliResult applied = Run("apply -f " + WriteTestFile(dir_.File("pinned.yaml"), estate));
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  StartAgent("fra-1", "fra");
+  StartAgent("ams-1", "ams");
+  FillFra();
+  const int64_t first = Submit(Reader("imagenet"), "first");
+  ASSERT_TRUE(Eventually([&] { return Phase(first) == "Succeeded"; }, 30)) << Events(first);
+  const int64_t second = Submit(Reader("laion"), "second");
+  ASSERT_TRUE(Eventually([&] { return Phase(second) == "Succeeded"; }, 30)) << Events(second);
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("ams/cache/imagenet/labels.txt")));
+  EXPECT_TRUE(std::filesystem::exists(dir_.File("ams/cache/laion/labels.txt")));
+  EXPECT_FALSE(Has(OutputWith(second, "touch:"), "evicted")) << Output(second);
+}
+
+// A dataset that does not exist is refused by name, before the job waits for anything; those
+// that do are listed.
 TEST_F(DataTest, ADatasetThatDoesNotExistIsRefusedByName) {
+  CliResult listed = Run("get datasets");
+  ASSERT_EQ(listed.code, 0) << listed.output;
+  for (const char* name : {"imagenet", "laion", "lost"}) {
+    EXPECT_TRUE(Has(listed.output, name)) << listed.output;
+  }
+  EXPECT_TRUE(Has(listed.output, "200")) << "imagenet's size: " << listed.output;
   HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_,
                       Json{{"metadata", {{"name", "j"}, {"project", "research"}}},
                            {"spec", {{"command", {"true"}}, {"datasets", {"coco"}}}}}

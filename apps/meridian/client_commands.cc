@@ -102,12 +102,11 @@ void AddClientCommands(CLI::App& app, int* rc) {
   static std::string resource, name;
   static meridian::cli::GetFlags gf;
   CLI::App* get = app.add_subcommand("get", "List or show resources (jobs, nodes, events, ...)");
-  get->add_option(
-         "resource", resource,
-         "jobs, nodes, events, alerts, idle, clusters, nodepools, projects, "
-         "teams, organizations, quotas, priorityclasses, "
-         "policies, alertrules, alertreceivers, identityproviders, idlepolicies, budgets, users, "
-         "tokens")
+  get->add_option("resource", resource,
+                  "jobs, nodes, events, alerts, idle, clusters, nodepools, projects, "
+                  "teams, organizations, quotas, priorityclasses, "
+                  "policies, alertrules, alertreceivers, identityproviders, idlepolicies, budgets, "
+                  "datasets, users, tokens")
       ->required();
   get->add_option("name", name, "one of them (a job's id, a project's name)");
   get->add_option("-p,--project", gf.project, "jobs of these projects (comma-separated)");
@@ -278,7 +277,8 @@ void AddClientCommands(CLI::App& app, int* rc) {
         "idle",         "clusters",      "nodepools",      "projects",
         "teams",        "organizations", "quotas",         "priorityclasses",
         "policies",     "alertrules",    "alertreceivers", "identityproviders",
-        "idlepolicies", "budgets",       "users",          "tokens"};
+        "idlepolicies", "budgets",       "datasets",       "users",
+        "tokens"};
     const std::map<std::string, std::vector<std::string>> words = {
         {"meridian get", kinds}, {"meridian describe", kinds}, {"meridian delete", kinds}};
     std::fputs((shell == "zsh" ? ZshCompletion(root, words) : BashCompletion(root, words)).c_str(),

@@ -263,6 +263,7 @@ Table ObjectsTable(const std::string& resource, const Json& items, bool wide, do
       {"identityproviders", {"issuer", "clientId"}},
       {"idlepolicies",
        {"project", "jobTypes", "action", "threshold", "idleFor", "grace", "dryRun"}},
+      {"datasets", {"sizeGib", "pinnedIn"}},
       {"users", {"roles"}},
   };
   Table t;

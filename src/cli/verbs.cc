@@ -162,6 +162,7 @@ std::string Resource(std::string r) {
       {"idps", "identityproviders"},
       {"idlepolicy", "idlepolicies"},
       {"budget", "budgets"},
+      {"dataset", "datasets"},
   };
   std::transform(r.begin(), r.end(), r.begin(), [](unsigned char ch) { return std::tolower(ch); });
   auto it = kAliases.find(r);
@@ -172,7 +173,7 @@ const std::vector<std::string>& ConfigResources() {
   static const std::vector<std::string> kResources = {
       "organizations",     "teams",        "projects", "quotas",     "priorityclasses",
       "clusters",          "nodepools",    "policies", "alertrules", "alertreceivers",
-      "identityproviders", "idlepolicies", "budgets"};
+      "identityproviders", "idlepolicies", "budgets",  "datasets"};
   return kResources;
 }
 
@@ -418,7 +419,7 @@ int Get(Context& c, const std::string& resource_in, const std::string& name, con
     c.err << "meridian: unknown resource \"" << resource_in
           << "\" (jobs, nodes, events, alerts, idle, clusters, nodepools, projects, teams, "
              "organizations, quotas, priorityclasses, policies, alertrules, alertreceivers, "
-             "identityproviders, idlepolicies, budgets, users, tokens)\n";
+             "identityproviders, idlepolicies, budgets, datasets, users, tokens)\n";
     return kExitUsage;
   }
   auto body = Do(c, "GET", path, nullptr, &code);
