@@ -336,6 +336,32 @@ TEST_F(DataTest, APinnedCopyIsNeverEvicted) {
   EXPECT_FALSE(Has(OutputWith(second, "touch:"), "evicted")) << Output(second);
 }
 
+// GPUs that wait for a dataset to be copied are not idle: an IdlePolicy that would reclaim the
+// job within about five seconds leaves it alone through a staging of twelve, and the task runs.
+TEST_F(DataTest, AJobWaitingForItsDataIsNotReclaimedAsIdle) {
+  std::string estate = ReadFile(dir_.File("estate.yaml"));
+  const std::string pause = "sleep 1; cp";
+  estate.replace(estate.find(pause), pause.size(), "sleep 12; cp");
+  estate +=
+      "\n---\nkind: IdlePolicy\nmetadata: {name: idle}\nspec: {project: research, action: "
+      "reclaim, jobTypes: [batch], threshold: 0.05, idleFor: 1, grace: 1}\n";
+  CliResult applied = Run("apply -f " + WriteTestFile(dir_.File("idle.yaml"), estate));
+  ASSERT_EQ(applied.code, 0) << applied.output;
+  StartAgent("fra-1", "fra");
+  StartAgent("ams-1", "ams");
+  FillFra();
+  Json spec = Reader("imagenet");
+  spec["simulateUtilization"] = 0;  // its GPUs show nothing, staging or not
+  const int64_t job = Submit(spec);
+  ASSERT_TRUE(Eventually(
+      [&] { return Phase(job) != "Pending" && Phase(job) != "Placed" && Phase(job) != "Running"; },
+      30))
+      << Events(job);
+  EXPECT_EQ(Phase(job), "Succeeded") << Events(job);
+  EXPECT_FALSE(Has(Events(job), "Reclaimed")) << Events(job);
+  EXPECT_TRUE(Has(OutputWith(job, "touch:"), "imagenet images")) << Output(job);
+}
+
 // A dataset that does not exist is refused by name, before the job waits for anything; those
 // that do are listed.
 TEST_F(DataTest, ADatasetThatDoesNotExistIsRefusedByName) {

@@ -278,7 +278,9 @@ Status IdleReclaimer::Gather(std::vector<domain::IdlePolicy>* policies,
       }
     }
     if (devices == 0) continue;  // CPU only: no GPU to reclaim
-    if (known) o.utilization = busiest;
+    // Its GPUs wait while its datasets are copied to the site (docs/adr/0044): not idle, and
+    // judged afresh once its task runs.
+    if (known && !nodes_->Staging(r.id, r.generation)) o.utilization = busiest;
     jobs->push_back(std::move(o));
   }
   return Status::Ok();

@@ -118,6 +118,9 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
     std::vector<domain::NodeCondition> conditions;  // warnings and the failing-jobs flag
   };
   std::map<std::string, NodeReport> Reports();
+  // Whether a run of `job` (this generation) is still copying a dataset into its site's cache, as
+  // its node last said: its GPUs wait for data, they are not idle.
+  bool Staging(int64_t job, int64_t generation) const;
 
   // Called when this server becomes the leader of its database's replicas (docs/adr/0028): every
   // node is taken as seen now, so that none is declared lost before a full nodeLostTimeout from

@@ -16,10 +16,12 @@ namespace {
 
 // Steps of one dataset's staging, each said once: a quarter of the copy at a time, then how it
 // ended.
+constexpr int kStaged = 100;  // the steps of an ended staging, and above: past copying
+
 int Step(const protocol::StagingProgress& p) {
-  if (p.state == "staged") return 100;
-  if (p.state == "cached") return 101;
-  if (p.state == "failed") return 102;
+  if (p.state == "staged") return kStaged;
+  if (p.state == "cached") return kStaged + 1;
+  if (p.state == "failed") return kStaged + 2;
   const double total = static_cast<double>(std::max<int64_t>(1, p.total_bytes));
   const int quarter =
       static_cast<int>(std::clamp(4.0 * static_cast<double>(p.done_bytes) / total, 0.0, 3.0));
@@ -69,6 +71,15 @@ std::vector<std::string> NodeService::EvictionsLocked(const std::string& cluster
     used -= c->size_gib;
   }
   return out;
+}
+
+bool NodeService::Staging(int64_t job, int64_t generation) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = staging_steps_.lower_bound({job, 0, 0, 0, ""});
+       it != staging_steps_.end() && std::get<0>(it->first) == job; ++it) {
+    if (std::get<2>(it->first) == generation && it->second < kStaged) return true;
+  }
+  return false;
 }
 
 base::Result<int64_t> NodeService::ApplyStaging(const std::string& node,
