@@ -257,6 +257,36 @@ TEST_F(DataTest, ForcedAwayItIsStagedAndTheNextJobFindsItCachedUntilEvicted) {
   EXPECT_TRUE(Has(estate.text, "evicted to make room: imagenet")) << estate.text;
 }
 
+// The two tasks of a gang at the site that lacks its dataset: one node copies it, the other
+// waits for that copy rather than make its own.
+TEST_F(DataTest, TheNodesOfAGangStageADatasetOnce) {
+  StartAgent("fra-1", "fra");
+  StartAgent("ams-1", "ams");
+  StartAgent("ams-2", "ams");
+  FillFra();
+  Json spec = Reader("imagenet");
+  spec["tasks"] = 2;
+  spec["gpus"] = 4;
+  const int64_t job = Submit(spec);
+  ASSERT_TRUE(Eventually([&] { return Phase(job) == "Succeeded"; }, 30)) << Events(job);
+  auto task = [&](int i) {
+    const std::string path = server_->data_dir() + "/logs/" + std::to_string(job) + "/task-" +
+                             std::to_string(i) + ".gen-1.log";
+    Eventually([&] { return Has(ReadFile(path), "touch:"); });
+    return ReadFile(path);
+  };
+  const std::string a = task(0), b = task(1);
+  EXPECT_TRUE(Has(a, "imagenet images") && Has(b, "imagenet images")) << a << b;
+  const int copies =
+      Has(a, "staging dataset imagenet (attempt 1") + Has(b, "staging dataset imagenet (attempt 1");
+  // The other waited for it ("waiting for another node of the site"), or, started later than a
+  // copy takes here, found it made.
+  EXPECT_EQ(copies, 1) << a << b;
+  const std::string events = Events(job);
+  EXPECT_TRUE(Has(events, "Staged: dataset imagenet")) << events;
+  EXPECT_TRUE(Has(events, "DatasetCached: dataset imagenet")) << events;
+}
+
 // A staging that fails is tried three times, then fails the job, which says why.
 TEST_F(DataTest, AStagingThatFailsFailsTheJobWithItsCause) {
   StartAgent("fra-1", "fra");

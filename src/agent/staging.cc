@@ -96,6 +96,64 @@ bool EvictableCopy(const std::filesystem::path& cache, const std::string& path) 
   return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// One node of a site copies a dataset at a time; the others wait for its copy. The lock is a file
+// in the cache whose holder dates it at least every second while it copies: one left undated for
+// kStaleLock seconds (its holder died) is taken over. Removed when its holder is done.
+constexpr double kStaleLock = 60;
+
+class CopyLock {
+ public:
+  explicit CopyLock(std::string path) : path_(std::move(path)) {}
+  ~CopyLock() {
+    if (held_) ::unlink(path_.c_str());
+  }
+  CopyLock(const CopyLock&) = delete;
+  CopyLock& operator=(const CopyLock&) = delete;
+
+  // Takes the lock, or says why not: the copy appeared meanwhile, or a stop came.
+  enum class Outcome { kHeld, kCopied, kStopped };
+  Outcome Take(const std::string& target, const std::function<std::string()>& stop_reason,
+               const std::function<void()>& waiting, std::string* stopped) {
+    bool said = false;
+    for (;;) {
+      const int fd =
+          ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      std::error_code ec;
+      if (fd >= 0 || errno != EEXIST) {  // no lock to be had at all: copy without one
+        if (fd >= 0) {
+          const std::string who = std::to_string(static_cast<int64_t>(::getpid())) + "\n";
+          (void)!::write(fd, who.data(), who.size());
+          ::close(fd);
+          held_ = true;
+        }
+        // The holder before it may have finished the copy just now.
+        return std::filesystem::is_directory(target, ec) ? Outcome::kCopied : Outcome::kHeld;
+      }
+      if (std::filesystem::is_directory(target, ec)) return Outcome::kCopied;
+      struct stat st {};
+      if (::lstat(path_.c_str(), &st) == 0 &&
+          base::WallClockNow() - static_cast<double>(st.st_mtime) > kStaleLock) {
+        ::unlink(path_.c_str());  // its holder is gone
+        continue;
+      }
+      if (std::string why = stop_reason(); !why.empty()) {
+        *stopped = why;
+        return Outcome::kStopped;
+      }
+      if (!said) waiting();
+      said = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }
+  void Renew() const {
+    if (held_) ::utimensat(AT_FDCWD, path_.c_str(), nullptr, AT_SYMLINK_NOFOLLOW);
+  }
+
+ private:
+  std::string path_;
+  bool held_ = false;
+};
+
 }  // namespace
 
 int64_t FolderBytes(const std::string& path) {
@@ -148,6 +206,23 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
       publish();
       return {"", "staging dataset " + st.dataset + ": " + s.message()};
     }
+    CopyLock lock((cache / (".lock-" + st.dataset)).string());
+    std::string stopped;
+    const CopyLock::Outcome taken = lock.Take(
+        st.target, stop_reason,
+        [&] {
+          Say(output, "waiting for another node of the site, which stages dataset " + st.dataset);
+          p.state = "copying";
+          publish();
+        },
+        &stopped);
+    if (taken == CopyLock::Outcome::kStopped) return {stopped, ""};
+    if (taken == CopyLock::Outcome::kCopied) {
+      p.state = "cached";
+      p.done_bytes = st.bytes;
+      publish();
+      continue;
+    }
     for (const std::string& old : st.evict) {
       // Only copies in this cache: the server names them, the shim still checks.
       if (old == st.target || !EvictableCopy(cache, old)) continue;
@@ -190,6 +265,7 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
         }
         const double now = base::WallClockNow();
         if (now - published >= 1.0) {
+          lock.Renew();
           p.done_bytes = FolderBytes(tmp);
           p.seconds = now - began;
           publish();
@@ -230,6 +306,7 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
       // Again after a pause that grows, unless a stop comes meanwhile.
       const double again_at = base::WallClockNow() + (1 << attempt);
       while (base::WallClockNow() < again_at) {
+        lock.Renew();
         if (std::string stop = stop_reason(); !stop.empty()) {
           std::filesystem::remove_all(scratch, ec);
           return {stop, ""};

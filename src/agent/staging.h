@@ -8,10 +8,10 @@
 
 // Staging (docs/adr/0044-datasets.md): the task's supervisor copies each dataset its site's cache
 // lacks into the cache before the task starts, with the site's command, into a folder of its own
-// that is renamed into place once whole, so that a reader never sees half a copy and two nodes
-// staging the same dataset at once leave one whole copy. Progress goes to a file the agent
-// reports from. A failed copy is tried again (three attempts, 2 s and 4 s apart), then fails the
-// task with the command's exit and the end of what it wrote.
+// that is renamed into place once whole, so that a reader never sees half a copy. One node of a
+// site copies a dataset at a time (a lock file in the cache); the others wait for its copy.
+// Progress goes to a file the agent reports from. A failed copy is tried again (three attempts, 2 s
+// and 4 s apart), then fails the task with the command's exit and the end of what it wrote.
 namespace meridian::agent {
 
 struct StagingResult {
