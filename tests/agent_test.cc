@@ -750,6 +750,22 @@ tar -C $P/rootfs -c . | podman import - localhost/meridian-test > /dev/null
   EXPECT_LE(uid, 265535) << out;
   EXPECT_NE(out.find("from-the-image"), std::string::npos) << out;
   EXPECT_NE(out.find("67108864"), std::string::npos) << out;
+  // Its checkpoint folder is a volume the container's uid may write (ADR 0044).
+  const Json cluster = {{"metadata", {{"name", "onprem"}}},
+                        {"spec",
+                         {{"type", "on-prem"},
+                          {"region", "eu-west"},
+                          {"storage", {{"checkpoints", dir_.File("checkpoints")}}}}}};
+  ASSERT_EQ(Http(*server_, "PUT", "/api/v1/clusters/onprem", admin_, cluster.dump()).status, 200);
+  const int64_t saver = Submit({{"image", "localhost/meridian-test"},
+                                {"checkpoint", true},
+                                {"command",
+                                 {"sh", "-c",
+                                  "echo 7 > $MERIDIAN_CHECKPOINT_DIR/step && echo checkpoint-"
+                                  "written"}}});
+  EXPECT_TRUE(Eventually([&] { return Phase(saver) == "Succeeded"; }, 30)) << Job(saver).dump();
+  const std::string step = dir_.File("checkpoints/research/" + std::to_string(saver) + "/step");
+  EXPECT_EQ(ReadFile(step), "7") << Run("logs " + std::to_string(saver)).output;
   // Cancelled while it sleeps: stopped, and its container removed.
   const int64_t sleeper = Submit(
       {{"image", "localhost/meridian-test"}, {"gracePeriod", 1}, {"command", {"sleep", "60"}}});

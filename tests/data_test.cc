@@ -103,6 +103,8 @@ class DataTest : public ::testing::Test {
          {"fra", "fra/datasets", "fra/datasets/imagenet/train", "fra/datasets/laion/train"}) {
       ASSERT_EQ(::chmod(dir_.File(f).c_str(), 0755), 0) << f;
     }
+    // Its data is some user's, not root's: a staged copy must still be root's alone to change.
+    ASSERT_EQ(::chown(dir_.File("fra/datasets/imagenet/train/part-0").c_str(), 4242, 4242), 0);
     // Anyone may write in the datasets' own folders: only the read-only mount keeps a task out.
     for (const char* f : {"fra/datasets/imagenet", "fra/datasets/laion"}) {
       ASSERT_EQ(::chmod(dir_.File(f).c_str(), 0777), 0) << f;
@@ -236,6 +238,10 @@ TEST_F(DataTest, ForcedAwayItIsStagedAndTheNextJobFindsItCachedUntilEvicted) {
   struct stat cache {};
   ASSERT_EQ(::stat(dir_.File("ams/cache").c_str(), &cache), 0);
   EXPECT_EQ(cache.st_mode & 0777, 0700u) << "no task reaches a copy but through its mount";
+  struct stat part {};
+  ASSERT_EQ(::stat((staged + "/train/part-0").c_str(), &part), 0);
+  EXPECT_EQ(part.st_uid, 0u) << "the copy is root's, whoever owned the source";
+  EXPECT_EQ(part.st_mode & 022, 0u);
   EXPECT_TRUE(Has(out, "staging dataset imagenet (attempt 1 of 3)")) << out;
 
   const int64_t second = Submit(Reader("imagenet"), "second");

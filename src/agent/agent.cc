@@ -475,7 +475,11 @@ void Agent::Start(Task& t) {
     spec.hide_devices = DevicesToHide(GpuDeviceNodes(), granted);
     spec.read_only = std::move(mounts.read_only);
     spec.read_write = std::move(mounts.read_write);
+  }
+  // In a container too: the runtime runs its processes as the task's uid (--user).
+  if (t.uid && !mounts.owned.empty()) {
     spec.owned = std::move(mounts.owned);
+    spec.owner = *t.uid;
   }
   for (const protocol::DataMount& d : t.assignment.data) {
     if (d.stage_from.empty()) continue;

@@ -181,9 +181,9 @@ int RunShim(const std::string& dir) {
   signal(SIGHUP, SIG_IGN);
 
   // Its checkpoint folder is its uid's, whatever uid wrote it before (a run on another node).
-  if (!spec.owned.empty() && spec.uid && spec.gid) {
-    if (base::Status s = ChownTree(spec.owned, static_cast<uint32_t>(*spec.uid),
-                                   static_cast<uint32_t>(*spec.gid));
+  if (!spec.owned.empty() && spec.owner > 0) {
+    if (base::Status s = ChownTree(spec.owned, static_cast<uint32_t>(spec.owner),
+                                   static_cast<uint32_t>(spec.owner));
         !s.ok()) {
       protocol::ShimExit ended;
       ended.reason = "its checkpoint folder could not be given to it: " + s.message();

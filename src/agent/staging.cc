@@ -226,6 +226,7 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
     for (const std::string& old : st.evict) {
       // Only copies in this cache: the server names them, the shim still checks.
       if (old == st.target || !EvictableCopy(cache, old)) continue;
+      lock.Renew();
       std::filesystem::remove_all(old, ec);
       if (ec) continue;
       p.evicted.push_back(old);
@@ -252,7 +253,10 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
       std::error_code size_ec;
       const int64_t output_at = static_cast<int64_t>(std::filesystem::file_size(output, size_ec));
       const pid_t pid = Spawn(argv, output);
-      if (pid < 0) return {"", "cannot start the staging command for " + st.dataset};
+      if (pid < 0) {
+        std::filesystem::remove_all(scratch, ec);
+        return {"", "cannot start the staging command for " + st.dataset};
+      }
       int status = 0;
       double published = base::WallClockNow();
       for (;;) {
@@ -274,12 +278,22 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
       kill(-pid, SIGKILL);  // whatever it left running in its group
+      lock.Renew();
       const bool exited_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (exited_ok && std::filesystem::is_directory(tmp, ec)) {
-        // Only root changes a cached copy, whatever modes its source had.
-        (void)RemoveOthersWrite(tmp);
+      struct stat made {};
+      const bool folder = ::lstat(tmp.c_str(), &made) == 0 && S_ISDIR(made.st_mode);
+      // Only root changes a cached copy, whoever owned its source and whatever its modes.
+      const base::Status sealed =
+          exited_ok && folder ? GiveToRootReadOnly(tmp) : base::Status::Ok();
+      if (exited_ok && folder && sealed.ok()) {
         std::filesystem::rename(tmp, st.target, ec);
-        // Another node of the site staged it meanwhile: theirs is as good.
+        struct stat placed {};
+        if (ec && (::lstat(st.target.c_str(), &placed) != 0 || !S_ISDIR(placed.st_mode))) {
+          std::filesystem::remove_all(scratch, ec);
+          return {"", "staging dataset " + st.dataset + ": cannot move the copy to " + st.target +
+                          ": " + ec.message()};
+        }
+        // Renamed, or another node of the site staged it meanwhile: theirs is as good.
         std::filesystem::remove_all(scratch, ec);
         p.state = "staged";
         p.done_bytes = FolderBytes(st.target);
@@ -291,8 +305,9 @@ StagingResult StageDatasets(const std::vector<protocol::ShimSpec::Stage>& stages
       }
       std::filesystem::remove_all(tmp, ec);
       std::string why = !WIFEXITED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
-                        : exited_ok        ? "it exited 0 but wrote no folder at {target}"
-                                           : "exit code " + std::to_string(WEXITSTATUS(status));
+                        : !exited_ok       ? "exit code " + std::to_string(WEXITSTATUS(status))
+                        : !folder          ? "it exited 0 but wrote no folder at {target}"
+                                           : sealed.message();
       const std::string said = LastLine(output, output_at);
       if (!said.empty() && !exited_ok) why += ": " + said;
       p.error = why;

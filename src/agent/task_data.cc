@@ -124,13 +124,13 @@ Status Agent::PrepareData(const Task& t, Mounts* mounts) {
   }
   const std::string target = CheckpointTarget(t.dir);
   std::filesystem::remove(target, ec);  // an earlier run's link or empty folder
-  if (container) return Status::Ok();   // a volume (TaskArgv)
+  if (t.uid) mounts->owned = job.string();
+  if (container) return Status::Ok();  // a volume (TaskArgv)
   if (t.uid) {
     if (::mkdir(target.c_str(), 0755) != 0) {
       return Status::Io("cannot create " + target + ": " + std::strerror(errno));
     }
     mounts->read_write.emplace_back(job.string(), target);
-    mounts->owned = job.string();
   } else if (::symlink(job.c_str(), target.c_str()) != 0) {
     return Status::Io("cannot link " + target + ": " + std::strerror(errno));
   }
@@ -149,10 +149,12 @@ void Agent::AddDataEnv(const Task& t, std::map<std::string, std::string>* env) c
 void Agent::AddDataVolumes(const Task& t, std::vector<std::string>* argv) const {
   const protocol::Assignment& a = t.assignment;
   for (const protocol::DataMount& d : a.data) {
-    argv->insert(argv->end(), {"-v", d.path + ":" + DatasetTarget(t.dir, d.name) + ":ro"});
+    argv->insert(argv->end(),
+                 {"-v", d.path + ":" + DatasetTarget(t.dir, d.name) + ":ro,nosuid,nodev"});
   }
   if (!a.checkpoint_dir.empty()) {
-    argv->insert(argv->end(), {"-v", a.checkpoint_dir + ":" + CheckpointTarget(t.dir)});
+    argv->insert(argv->end(),
+                 {"-v", a.checkpoint_dir + ":" + CheckpointTarget(t.dir) + ":nosuid,nodev"});
   }
 }
 

@@ -167,18 +167,22 @@ base::Status ChownTree(const std::string& path, uint32_t uid, uint32_t gid) {
   });
 }
 
-base::Status RemoveOthersWrite(const std::string& path) {
+base::Status GiveToRootReadOnly(const std::string& path) {
   const int top = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (top < 0) return base::Status::Io("cannot open folder " + path + ": " + strerror(errno));
   struct stat st {};
-  const bool ok = ::fstat(top, &st) == 0 && ::fchmod(top, st.st_mode & 07755) == 0;
+  const bool ok =
+      ::fstat(top, &st) == 0 && ::fchown(top, 0, 0) == 0 && ::fchmod(top, st.st_mode & 0755) == 0;
   ::close(top);
-  if (!ok) return base::Status::Io("cannot change the mode of " + path + ": " + strerror(errno));
+  if (!ok) return base::Status::Io("cannot make " + path + " root's: " + strerror(errno));
   return WalkFolder(path, [&](int dir, const std::string& name, const struct stat& entry) {
-    // Links have no mode of their own; a hard-linked file is changed for every name it has,
-    // which is what a read-only copy wants.
-    if (S_ISLNK(entry.st_mode) || (entry.st_mode & 022) == 0) return base::Status::Ok();
-    if (::fchmodat(dir, name.c_str(), entry.st_mode & 07755, 0) != 0 && errno != ENOENT) {
+    if (::fchownat(dir, name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0) {
+      return base::Status::Io("cannot make " + path + "/.../" + name +
+                              " root's: " + strerror(errno));
+    }
+    // Links have no mode of their own.
+    if (S_ISLNK(entry.st_mode) || (entry.st_mode & 07022) == 0) return base::Status::Ok();
+    if (::fchmodat(dir, name.c_str(), entry.st_mode & 0755, 0) != 0) {
       return base::Status::Io("cannot change the mode of " + path + "/.../" + name + ": " +
                               strerror(errno));
     }

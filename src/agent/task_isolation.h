@@ -35,9 +35,10 @@ base::Status IsolateMounts(const std::vector<std::string>& nodes,
 // vanishes during the walk is skipped. `path` itself must be a folder, not a link.
 base::Status ChownTree(const std::string& path, uint32_t uid, uint32_t gid);
 
-// Takes write permission for group and others from everything below `path` (a staged dataset:
-// only root changes it), by the same walk.
-base::Status RemoveOthersWrite(const std::string& path);
+// Makes everything from `path` down root's, without write permission for group and others and
+// without set-uid, set-gid or sticky bits (a staged dataset: only root changes it, whoever owned
+// its source), by the same walk. Fails on anything it could not change.
+base::Status GiveToRootReadOnly(const std::string& path);
 
 // Closes every file descriptor from `first` on, so that an exec'd program inherits no socket
 // or file of the agent's (its connection to the server, above all).

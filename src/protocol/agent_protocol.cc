@@ -447,6 +447,7 @@ Json ToJson(const ShimSpec& s) {
     out[key] = std::move(binds);
   }
   if (!s.owned.empty()) out["owned"] = s.owned;
+  if (s.owner > 0) out["owner"] = s.owner;
   if (s.fence_grace) out["fenceGrace"] = *s.fence_grace;
   if (s.uid) out["uid"] = *s.uid;
   if (s.gid) out["gid"] = *s.gid;
@@ -643,6 +644,7 @@ base::Result<ShimSpec> DecodeShimSpec(const Json& j) {
       s.read_write.emplace_back(b.String("source", true), b.String("target", true));
     });
     s.owned = r.String("owned", false);
+    s.owner = r.Int("owner", 0, std::numeric_limits<int32_t>::max() - 1, 0);
     r.ObjectList("stages", [&](FieldReader& b) {
       ShimSpec::Stage st;
       st.dataset = b.String("dataset", true);

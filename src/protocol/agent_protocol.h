@@ -333,9 +333,10 @@ struct ShimSpec {
   // and read-write (its job's checkpoint folder).
   std::vector<std::pair<std::string, std::string>> read_only;
   std::vector<std::pair<std::string, std::string>> read_write;
-  // A folder the shim gives to the task's uid before it starts (its checkpoint folder, written by
-  // earlier runs under other uids perhaps), walking it safely (ChownTree).
+  // A folder the shim gives to `owner` (the task's uid, in a container too) before it starts:
+  // its checkpoint folder, written by earlier runs under other uids perhaps (ChownTree).
   std::string owned;
+  int64_t owner = 0;
   // Datasets to copy into the site's cache before the task starts, one after another.
   struct Stage {
     std::string dataset;

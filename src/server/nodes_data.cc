@@ -75,9 +75,34 @@ std::vector<std::string> NodeService::EvictionsLocked(const std::string& cluster
 
 bool NodeService::Staging(int64_t job, int64_t generation) const {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = staging_steps_.lower_bound({job, 0, 0, 0, ""});
-       it != staging_steps_.end() && std::get<0>(it->first) == job; ++it) {
-    if (std::get<2>(it->first) == generation && it->second < kStaged) return true;
+  auto nodes = nodes_of_job_.find(job);
+  if (nodes == nodes_of_job_.end()) return false;
+  auto assigned = [&](int32_t task) {  // this run of the task is still the node's to run
+    for (const std::string& node : nodes->second) {
+      auto on = assigned_.find(node);
+      if (on == assigned_.end()) continue;
+      auto run = on->second.find({job, task});
+      if (run != on->second.end() && run->second.assignment.generation == generation) return true;
+    }
+    return false;
+  };
+  const auto first = staging_steps_.lower_bound({job, 0, 0, 0, ""});
+  auto of_job = [&](auto it) {
+    return it != staging_steps_.end() && std::get<0>(it->first) == job;
+  };
+  // What each task's latest restart said: a dataset still copying.
+  std::map<int32_t, int64_t> latest;
+  for (auto it = first; of_job(it); ++it) {
+    if (std::get<2>(it->first) != generation) continue;
+    int64_t& restarts = latest[std::get<1>(it->first)];
+    restarts = std::max(restarts, std::get<3>(it->first));
+  }
+  for (auto it = first; of_job(it); ++it) {
+    const int32_t task = std::get<1>(it->first);
+    if (std::get<2>(it->first) == generation && std::get<3>(it->first) == latest[task] &&
+        it->second < kStaged && assigned(task)) {
+      return true;
+    }
   }
   return false;
 }
