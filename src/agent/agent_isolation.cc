@@ -17,25 +17,7 @@ namespace meridian::agent {
 
 using base::Status;
 
-namespace {
-
-// A folder the agent makes inside a folder of its own (never one a task may write in), with
-// `owner` and `mode` whatever was there before: a link or a file in its place is refused.
-Status MakeFolder(const std::string& path, uid_t owner, gid_t group, mode_t mode) {
-  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
-    return Status::Io("cannot create " + path + ": " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Status::Io(path + " is not a folder");
-  }
-  if (::lchown(path.c_str(), owner, group) != 0 || ::chmod(path.c_str(), mode) != 0) {
-    return Status::Io("cannot set the owner and mode of " + path + ": " + std::strerror(errno));
-  }
-  return Status::Ok();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Status Agent::SetUpIsolation() {
   const uid_t self = ::geteuid();

@@ -49,19 +49,6 @@ bool PlainAbsolute(const std::string& path) {
   return true;
 }
 
-// Makes `path` a folder of root's that only root enters (0700), unless it is a link.
-Status RootOnlyFolder(const std::string& path) {
-  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
-    return Status::Io("cannot create " + path + ": " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-      ::lchown(path.c_str(), 0, 0) != 0 || ::chmod(path.c_str(), 0700) != 0) {
-    return Status::Io(path + " cannot be made a folder only root enters");
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 Status Agent::PrepareData(const Task& t, Mounts* mounts) {
@@ -115,7 +102,7 @@ Status Agent::PrepareData(const Task& t, Mounts* mounts) {
   std::filesystem::create_directories(job.parent_path().parent_path(), ec);
   if (ec) return Status::Io("cannot create " + job.parent_path().string() + ": " + ec.message());
   if (t.uid) {
-    if (Status s = RootOnlyFolder(job.parent_path().string()); !s.ok()) return s;
+    if (Status s = MakeFolder(job.parent_path().string(), 0, 0, 0700); !s.ok()) return s;
   } else {
     std::filesystem::create_directories(job.parent_path(), ec);
   }

@@ -198,6 +198,20 @@ void CloseFdsFrom(int first) {
   for (long fd = first; fd < (max > 0 ? max : 65536); ++fd) close(static_cast<int>(fd));
 }
 
+base::Status MakeFolder(const std::string& path, uid_t owner, gid_t group, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST) {
+    return base::Status::Io("cannot create " + path + ": " + strerror(errno));
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return base::Status::Io(path + " is not a folder");
+  }
+  if (::lchown(path.c_str(), owner, group) != 0 || ::chmod(path.c_str(), mode) != 0) {
+    return base::Status::Io("cannot set the owner and mode of " + path + ": " + strerror(errno));
+  }
+  return base::Status::Ok();
+}
+
 void ChildIoTo(const std::string& output) {
   const int out = ::open(output.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0600);
   const int in = ::open("/dev/null", O_RDONLY);

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <set>
 #include <string>
@@ -28,6 +30,10 @@ base::Status DropPrivileges(uint32_t uid, uint32_t gid);
 base::Status IsolateMounts(const std::vector<std::string>& nodes,
                            const std::vector<std::pair<std::string, std::string>>& read_only = {},
                            const std::vector<std::pair<std::string, std::string>>& read_write = {});
+
+// A folder the agent makes inside a folder of its own (never one a task may write in), with
+// `owner` and `mode` whatever was there before: a link or a file in its place is refused.
+base::Status MakeFolder(const std::string& path, uid_t owner, gid_t group, mode_t mode);
 
 // Gives the folder `path` and everything below it to `uid`:`gid`, walking by file descriptors
 // (openat with O_NOFOLLOW): a link swapped in for a folder midway, by a task that writes there at
