@@ -678,6 +678,90 @@ TEST_F(AgentTest, AgentOnNvmlRegistersTheGpusItReadsWithTheirTelemetry) {
   EXPECT_EQ(line.find("simulated"), std::string::npos) << line;
 }
 
+// MIG through NVML end to end, against the FAKE libnvidia-ml with healthy GPUs: the agent makes
+// the instances the scheduler grants and gives each task its MIG device's UUID.
+TEST_F(AgentTest, MigThroughNvmlGivesEachTaskItsInstance) {
+  AgentProcess agent(kBinary,
+                     {"--cluster", "onprem", "--pool", "h100", "--node", "real1", "--nvml-library",
+                      FAKE_NVML_LIBRARY, "--work-dir", dir_.File("agent-real1"), "--cpu-milli",
+                      "8000", "--memory-mib", "8192"},
+                     dir_.File("agent-real1.log"),
+                     {{"FAKE_NVML_CALLS", dir_.File("nvml-calls")}, {"FAKE_NVML_HEALTHY", "1"}});
+  agent.Start(server_->url(), agent_token_);
+  ASSERT_TRUE(Eventually([&] {
+    const HttpResult nodes = Http(*server_, "GET", "/api/v1/nodes", admin_);
+    return nodes.body["items"].size() == 1 && nodes.body["items"][0]["gpus"].size() == 4;
+  })) << ReadFile(dir_.File("agent-real1.log"));
+  // GPU 3, which the agent found in MIG mode, is where MIG work goes first (no mode change): a
+  // 3g.40gb and a 1g.10gb share it, each task given its MIG device's UUID, and the layout the
+  // agent reads back from NVML shows both (beside an instance made there by hand before).
+  const std::string sleep_then_say = "echo \"mig=$CUDA_VISIBLE_DEVICES\"; sleep 3";
+  const int64_t big =
+      Submit({{"migProfile", "3g.40gb"}, {"command", {"sh", "-c", sleep_then_say}}});
+  const int64_t small =
+      Submit({{"migProfile", "1g.10gb"}, {"command", {"sh", "-c", sleep_then_say}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(big) == "Running" && Phase(small) == "Running"; }));
+  std::set<std::string> granted;
+  for (int64_t id : {big, small}) {
+    const Json d = Job(id)["status"]["allocation"][0]["devices"][0];
+    EXPECT_EQ(d["gpu"], 3) << d.dump();
+    granted.insert(d["mig"]["profile"].get<std::string>() + "@" +
+                   std::to_string(d["mig"]["start"].get<int>()));
+  }
+  std::set<std::string> layout;
+  EXPECT_TRUE(Eventually([&] {
+    const HttpResult nodes = Http(*server_, "GET", "/api/v1/nodes", admin_);
+    layout.clear();
+    for (const Json& m : nodes.body["items"][0]["gpus"][3].value("migInstances", Json::array())) {
+      layout.insert(m.get<std::string>());
+    }
+    return std::includes(layout.begin(), layout.end(), granted.begin(), granted.end());
+  })) << ReadFile(dir_.File("agent-real1.log"));
+  EXPECT_TRUE(layout.count("1g.10gb@6"));
+  ASSERT_TRUE(Eventually([&] { return Phase(big) == "Succeeded" && Phase(small) == "Succeeded"; }))
+      << Job(big).dump() << Job(small).dump();
+  for (int64_t id : {big, small}) {
+    EXPECT_TRUE(Eventually([&] {
+      return Run("logs " + std::to_string(id)).output.find("mig=MIG-fake-0003-") !=
+             std::string::npos;
+    })) << Run("logs " + std::to_string(id)).output;
+  }
+  const std::string calls = ReadFile(dir_.File("nvml-calls"));
+  EXPECT_EQ(calls.find("nvmlDeviceSetMigMode"), std::string::npos) << calls;
+  EXPECT_NE(calls.find("nvmlDeviceCreateGpuInstanceWithPlacement gpu=3 profile=2"),
+            std::string::npos)
+      << calls;
+  EXPECT_NE(calls.find("nvmlDeviceCreateGpuInstanceWithPlacement gpu=3 profile=0"),
+            std::string::npos)
+      << calls;
+  // Both ended: their instances are destroyed, compute instance first.
+  EXPECT_TRUE(Eventually([&] {
+    const std::string c = ReadFile(dir_.File("nvml-calls"));
+    size_t destroyed = 0;
+    for (size_t at = c.find("nvmlGpuInstanceDestroy gpu=3"); at != std::string::npos;
+         at = c.find("nvmlGpuInstanceDestroy gpu=3", at + 1)) {
+      ++destroyed;
+    }
+    return destroyed >= 2;
+  })) << ReadFile(dir_.File("nvml-calls"));
+  // A job that needs the whole node: GPU 3 leaves MIG mode first (the instance left there by
+  // hand destroyed before), and the task sees four whole GPUs.
+  std::remove(dir_.File("nvml-calls").c_str());
+  const int64_t whole = Submit({{"gpus", 4}, {"command", {"sh", "-c", sleep_then_say}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(whole) == "Succeeded"; }, 20)) << Job(whole).dump();
+  EXPECT_TRUE(Eventually([&] {
+    return Run("logs " + std::to_string(whole)).output.find("GPU-fake-0000-0003") !=
+           std::string::npos;
+  })) << Run("logs " + std::to_string(whole)).output;
+  const std::string leaving = ReadFile(dir_.File("nvml-calls"));
+  const size_t ci = leaving.find("nvmlComputeInstanceDestroy gpu=3");
+  const size_t gi = leaving.find("nvmlGpuInstanceDestroy gpu=3");
+  const size_t off = leaving.find("nvmlDeviceSetMigMode gpu=3 mode=0");
+  EXPECT_TRUE(ci < gi && gi < off && off != std::string::npos) << leaving;
+  const HttpResult nodes = Http(*server_, "GET", "/api/v1/nodes", admin_);
+  EXPECT_EQ(nodes.body["items"][0]["gpus"][3]["mig"], false);
+}
+
 // A job with an image runs in a container through podman (rootful, a local image imported
 // from a busybox root file system; the host's settings from ../shared/components), with its
 // limits and the task directory mounted; a cancelled one leaves no container behind. Where no

@@ -139,7 +139,9 @@ Status Agent::Register() {
   reg.memory_mib = o_.memory_mib;
   reg.simulated = gpus_->simulated();
   reg.agent_version = "0.5.0";
+  gpu_models_.clear();
   for (const GpuInfo& g : *inventory) {
+    gpu_models_.push_back(g.model);
     reg.gpus.push_back({g.index, g.uuid, g.model, g.memory_mib, g.nvlink_domain, g.mig_capable,
                         g.mig_enabled, true, ""});
   }
@@ -426,12 +428,7 @@ void Agent::Start(Task& t) {
   if (Status s = error.empty() ? PrepareData(t, &mounts) : Status::Ok(); !s.ok()) {
     error = s.message();
   }
-  // MIG grants: the instance is made (or the layout changed) before the task starts.
-  for (const protocol::DeviceGrant& d : t.assignment.devices) {
-    if (!d.mig || !error.empty()) continue;
-    auto made = gpus_->CreateMigInstance(d.gpu, d.mig->profile, d.mig->start);
-    if (!made.ok()) error = made.status().message();
-  }
+  if (Status s = error.empty() ? PrepareGpus(t) : Status::Ok(); !s.ok()) error = s.message();
   const std::map<std::string, std::string> task_env = TaskEnv(t);
   std::vector<std::string> cleanup;
   std::vector<std::string> argv =
@@ -700,12 +697,6 @@ domain::Diagnosis Agent::Diagnose(const Task& t, const protocol::ShimExit& exit)
   in.seekg(std::max<int64_t>(0, size - kTail));
   f.output_tail.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   return domain::Diagnose(f);
-}
-
-void Agent::ReleaseDevices(const Task& t) {
-  for (const protocol::DeviceGrant& d : t.assignment.devices) {
-    if (d.mig) gpus_->DestroyMigInstance(d.gpu, d.mig->profile, d.mig->start);
-  }
 }
 
 std::vector<protocol::TaskReport> Agent::Reports() const {

@@ -92,6 +92,9 @@ class Agent {
     // The uid (and gid) it runs under, its job's on this node; held until its folder is removed,
     // so that no other job gets the uid while files of this one are left. None: the agent's.
     std::optional<uint32_t> uid;
+    // What the task is given for each of its devices (CUDA_VISIBLE_DEVICES): the GPU's UUID, or
+    // its MIG device's, as PrepareGpus made it.
+    std::vector<std::string> device_names;
   };
   using Key = std::tuple<int64_t, int32_t, int64_t>;  // job, task, generation
 
@@ -131,6 +134,10 @@ class Agent {
   // Stops a run: its notice, SIGTERM half its grace later, SIGKILL at the grace's end, or within
   // `within` seconds when that is sooner (the server's deadline, a drain's).
   void RequestStop(Task& t, const std::string& reason, std::optional<double> within = std::nullopt);
+  // The task's GPUs before it runs (task_gpus.cc): each GPU put in the mode its grant wants (the
+  // MIG instance made, stale instances in its slices destroyed; MIG mode left for a whole GPU or
+  // a share) and the name the task is given for each device. Says why when it cannot.
+  base::Status PrepareGpus(Task& t);
   void ReleaseDevices(const Task& t);  // MIG instances of an ended run
   // Why a run ended (killed for memory, a GPU fault, a missing command, ...), from what the shim
   // wrote, the task's cgroup (read before it is removed), its GPUs and the end of its output.
@@ -175,6 +182,7 @@ class Agent {
 
   AgentOptions o_;
   std::unique_ptr<GpuDiscovery> gpus_;
+  std::vector<std::string> gpu_models_;  // the catalogue model of each GPU, from registration
   cli::Client client_;
   Cgroups cgroups_;
   std::string cgroup_prefix_;  // the node and its work directory: see Run

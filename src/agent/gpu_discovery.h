@@ -34,12 +34,24 @@ class GpuDiscovery {
   virtual base::Result<std::vector<GpuInfo>> Inventory() = 0;
   virtual base::Result<std::vector<GpuTelemetry>> Telemetry() = 0;
   virtual bool simulated() const = 0;
-  // Carries out a MIG grant the scheduler decided: MIG mode on if it is off, and an instance of
-  // `profile` at memory slice `start`. Returns the device name a task sees.
+  // MIG (issue 20), carried out on the GPU itself: through NVML on real GPUs, in the process's
+  // own state on simulated ones. The agent calls these before a task starts and after it ends;
+  // each is idempotent, so that an agent restarted half-way through converges.
+  //
+  // Carries out a MIG grant the scheduler decided: MIG mode on if it is off, then a GPU instance
+  // of `profile` at memory slice `start` with one compute instance spanning it, or the instance
+  // already there. Returns the name a task is given (CUDA_VISIBLE_DEVICES): the MIG device's
+  // UUID. An error names the GPU, the profile and the slice, and what NVML said.
   virtual base::Result<std::string> CreateMigInstance(int32_t gpu, const std::string& profile,
                                                       int32_t start) = 0;
-  // Gives the instance back when its task has ended.
-  virtual void DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) = 0;
+  // Destroys the instance (its compute instances first); Ok when there is none.
+  virtual base::Status DestroyMigInstance(int32_t gpu, const std::string& profile,
+                                          int32_t start) = 0;
+  // MIG mode on or off. Turning it off destroys the instances left (the caller makes sure none
+  // is in use). An error says when the change waits for a GPU reset.
+  virtual base::Status SetMigMode(int32_t gpu, bool enabled) = 0;
+  // The instances on `gpu` now, as "profile@start" ("3g.40gb@4"); empty outside MIG mode.
+  virtual std::vector<std::string> MigLayout(int32_t gpu) = 0;
 
   // Fault injection, for simulated GPUs only (the server refuses it for the others): GPU `gpu`
   // reports `xid` from the next Telemetry on, as NVML reports an XID event, with the state that
@@ -83,7 +95,13 @@ class NoGpus final : public GpuDiscovery {
   base::Result<std::string> CreateMigInstance(int32_t, const std::string&, int32_t) override {
     return base::Status::Invalid("this node has no GPUs");
   }
-  void DestroyMigInstance(int32_t, const std::string&, int32_t) override {}
+  base::Status DestroyMigInstance(int32_t, const std::string&, int32_t) override {
+    return base::Status::Ok();
+  }
+  base::Status SetMigMode(int32_t, bool) override {
+    return base::Status::Invalid("this node has no GPUs");
+  }
+  std::vector<std::string> MigLayout(int32_t) override { return {}; }
   base::Status Probe(int32_t) override { return base::Status::Invalid("this node has no GPUs"); }
 };
 

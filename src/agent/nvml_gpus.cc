@@ -7,80 +7,11 @@
 #include <functional>
 #include <optional>
 
+#include "agent/nvml_api.h"
+
 namespace meridian::agent {
 
-namespace {
-
-// The parts of NVML's C interface used here (nvml.h of the driver), declared from its
-// documentation: return codes are ints, NVML_SUCCESS is 0; handles are opaque pointers.
-using Device = void*;
-using EventSet = void*;
-struct Memory {
-  unsigned long long total, free, used;
-};
-struct Utilization {
-  unsigned int gpu, memory;
-};
-struct PciInfo {
-  char bus_id_legacy[16];
-  unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
-  char bus_id[32];
-};
-struct EventData {
-  Device device;
-  unsigned long long event_type;
-  unsigned long long event_data;
-  unsigned int gpu_instance_id, compute_instance_id;
-};
-
-constexpr int kSuccess = 0;
-constexpr unsigned int kTemperatureGpu = 0;
-constexpr int kInsufficientSize = 7;
-constexpr unsigned int kClockSm = 1;    // NVML_CLOCK_SM
-constexpr int kEccCorrected = 0;        // NVML_MEMORY_ERROR_TYPE_CORRECTED: single-bit
-constexpr int kEccUncorrected = 1;      // NVML_MEMORY_ERROR_TYPE_UNCORRECTED: double-bit
-constexpr int kEccVolatile = 0;         // NVML_VOLATILE_ECC: since the driver loaded
-constexpr int kRetiredSingleBit = 0;    // NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
-constexpr int kRetiredDoubleBit = 1;    // NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
-constexpr unsigned int kMaxPages = 64;  // what one call lists; the count comes back regardless
-constexpr unsigned long long kEventXidCritical = 0x8;
-constexpr unsigned int kMaxNvLinks = 18;
-constexpr int kThresholdSlowdown = 1;  // NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
-constexpr int kNvLinkCrcFlit = 2;      // NVML_NVLINK_ERROR_DL_CRC_FLIT
-constexpr int kNvLinkCrcData = 3;      // NVML_NVLINK_ERROR_DL_CRC_DATA
-constexpr unsigned int kBufferSize = 96;
-
-}  // namespace
-
-struct NvmlGpus::Api {
-  int (*init)() = nullptr;
-  int (*shutdown)() = nullptr;
-  const char* (*error_string)(int) = nullptr;
-  int (*count)(unsigned int*) = nullptr;
-  int (*handle_by_index)(unsigned int, Device*) = nullptr;
-  int (*uuid)(Device, char*, unsigned int) = nullptr;
-  int (*name)(Device, char*, unsigned int) = nullptr;
-  int (*memory)(Device, Memory*) = nullptr;
-  int (*utilization)(Device, Utilization*) = nullptr;
-  int (*temperature)(Device, unsigned int, unsigned int*) = nullptr;
-  int (*power)(Device, unsigned int*) = nullptr;
-  int (*mig_mode)(Device, unsigned int*, unsigned int*) = nullptr;
-  int (*ecc)(Device, int, int, unsigned long long*) = nullptr;
-  int (*clock)(Device, unsigned int, unsigned int*) = nullptr;
-  int (*retired_pages)(Device, int, unsigned int*, unsigned long long*) = nullptr;
-  int (*remapped_rows)(Device, unsigned int*, unsigned int*, unsigned int*,
-                       unsigned int*) = nullptr;
-  int (*pci_info)(Device, PciInfo*) = nullptr;
-  int (*nvlink_state)(Device, unsigned int, int*) = nullptr;
-  int (*nvlink_remote_pci)(Device, unsigned int, PciInfo*) = nullptr;
-  int (*temperature_threshold)(Device, int, unsigned int*) = nullptr;
-  int (*throttle_reasons)(Device, unsigned long long*) = nullptr;
-  int (*nvlink_errors)(Device, unsigned int, int, unsigned long long*) = nullptr;
-  int (*event_set_create)(EventSet*) = nullptr;
-  int (*register_events)(Device, unsigned long long, EventSet) = nullptr;
-  int (*event_wait)(EventSet, EventData*, unsigned int) = nullptr;
-  int (*event_set_free)(EventSet) = nullptr;
-};
+using namespace nvml;  // NOLINT: the binding's own names, in its own files
 
 base::Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& library) {
   void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -131,6 +62,20 @@ base::Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& librar
   want(a.register_events, "nvmlDeviceRegisterEvents");
   want(a.event_wait, "nvmlEventSetWait_v2");
   want(a.event_set_free, "nvmlEventSetFree");
+  // MIG: drivers from R450 on; a GPU without MIG answers NOT_SUPPORTED.
+  want(a.set_mig_mode, "nvmlDeviceSetMigMode");
+  want(a.gi_profile_info, "nvmlDeviceGetGpuInstanceProfileInfo");
+  want(a.create_gi, "nvmlDeviceCreateGpuInstanceWithPlacement");
+  want(a.get_gis, "nvmlDeviceGetGpuInstances");
+  want(a.gi_info, "nvmlGpuInstanceGetInfo");
+  want(a.gi_destroy, "nvmlGpuInstanceDestroy");
+  want(a.ci_profile_info, "nvmlGpuInstanceGetComputeInstanceProfileInfo");
+  want(a.create_ci, "nvmlGpuInstanceCreateComputeInstance");
+  want(a.get_cis, "nvmlGpuInstanceGetComputeInstances");
+  want(a.ci_destroy, "nvmlComputeInstanceDestroy");
+  want(a.max_mig_devices, "nvmlDeviceGetMaxMigDeviceCount");
+  want(a.mig_device_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
+  want(a.mig_gi_id, "nvmlDeviceGetGpuInstanceId");
   if (!missing.empty()) {
     return base::Status::NotFound(library + " lacks " + missing + " (a driver too old?)");
   }
@@ -147,6 +92,10 @@ base::Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& librar
       return s;
     }
     g->devices_.push_back(d);
+    char name[kBufferSize] = {0};
+    Memory mem{};
+    const bool named = a.name(d, name, kBufferSize) == kSuccess && a.memory(d, &mem) == kSuccess;
+    g->models_.push_back(named ? CatalogueModel(name, static_cast<int64_t>(mem.total >> 20)) : "");
   }
   // XID events: some GPUs (and unprivileged users) cannot watch them; telemetry goes on without.
   if (a.event_set_create && a.register_events && a.event_wait &&
@@ -169,15 +118,6 @@ base::Status NvmlGpus::Check(int rc, const char* what) const {
   const char* text = api_ && api_->error_string ? api_->error_string(rc) : nullptr;
   return base::Status::Io(std::string("NVML ") + what + ": " +
                           (text ? text : "error " + std::to_string(rc)));
-}
-
-base::Result<std::string> NvmlGpus::CreateMigInstance(int32_t gpu, const std::string& profile,
-                                                      int32_t start) {
-  return base::Status(base::StatusCode::kFailedPrecondition,
-                      "GPU " + std::to_string(gpu) + ": creating MIG instance " + profile + " at " +
-                          std::to_string(start) +
-                          " through NVML is not supported by this agent yet; create it with "
-                          "`nvidia-smi mig` and restart the agent");
 }
 
 std::string NvmlGpus::CatalogueModel(const std::string& product, int64_t memory_mib) {
@@ -325,6 +265,7 @@ base::Result<std::vector<GpuTelemetry>> NvmlGpus::Telemetry() {
       t.throttle_reasons = static_cast<int64_t>(reasons);
     }
     t.nvlink_crc_errors = NvLinkCrcErrors(d);
+    t.mig_instances = MigLayout(t.index);
     if (auto x = xids_.find(t.index); x != xids_.end()) {
       t.xid_errors = x->second.first;
       t.last_xid = x->second.second;

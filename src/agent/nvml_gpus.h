@@ -28,11 +28,14 @@ class NvmlGpus final : public GpuDiscovery {
   base::Result<std::vector<GpuInfo>> Inventory() override;
   base::Result<std::vector<GpuTelemetry>> Telemetry() override;
   bool simulated() const override { return false; }
-  // Not carried out through NVML yet: the instance must exist (nvidia-smi mig), and the
-  // error says so.
+  // MIG through NVML (nvml_mig.cc): MIG mode, GPU instances at the scheduler's placement, one
+  // compute instance spanning each, the MIG device's UUID read back. A profile name of the
+  // catalogue ("3g.40gb") is matched to NVML's profile by its compute slices and memory.
   base::Result<std::string> CreateMigInstance(int32_t gpu, const std::string& profile,
                                               int32_t start) override;
-  void DestroyMigInstance(int32_t, const std::string&, int32_t) override {}
+  base::Status DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) override;
+  base::Status SetMigMode(int32_t gpu, bool enabled) override;
+  std::vector<std::string> MigLayout(int32_t gpu) override;
   // The device answers NVML (its UUID reads) and no row remap waits for a reset.
   base::Status Probe(int32_t gpu) override;
 
@@ -42,16 +45,34 @@ class NvmlGpus final : public GpuDiscovery {
 
  private:
   struct Api;
+  // One NVML GPU-instance profile of a device: its id and width.
+  struct GiProfile {
+    unsigned int id = 0;
+    unsigned int compute_slices = 0;
+    unsigned int memory_slices = 0;
+  };
   NvmlGpus() = default;
   base::Status Check(int rc, const char* what) const;
+  // NVML's profile for a catalogue profile name on GPU `gpu`, found once and kept.
+  base::Result<GiProfile> FindGiProfile(int32_t gpu, const std::string& profile);
+  // The GPU instances of a profile (nvmlGpuInstance_t) with their first memory slice.
+  std::vector<std::pair<void*, int32_t>> GpuInstances(int32_t gpu, const GiProfile& p) const;
+  // The GPU instance of `profile` at `start`, or null.
+  void* FindGpuInstance(int32_t gpu, const GiProfile& p, int32_t start) const;
+  // The UUID of the MIG device of GPU instance id `gi`.
+  base::Result<std::string> MigDeviceUuid(int32_t gpu, unsigned int gi) const;
+  base::Status DestroyGpuInstance(int32_t gpu, void* instance, const std::string& what);
+  bool MigOn(int32_t gpu) const;
   // CRC errors (flit and data) summed over the device's active NVLinks; absent when it has
   // none or NVML cannot read them.
   std::optional<int64_t> NvLinkCrcErrors(void* device) const;
 
   void* handle_ = nullptr;
   std::unique_ptr<Api> api_;
-  std::vector<void*> devices_;  // nvmlDevice_t
-  void* events_ = nullptr;      // nvmlEventSet_t, when XID events can be watched
+  std::vector<void*> devices_;       // nvmlDevice_t
+  std::vector<std::string> models_;  // the catalogue's name of each device
+  std::map<std::pair<int32_t, std::string>, GiProfile> gi_profiles_;
+  void* events_ = nullptr;  // nvmlEventSet_t, when XID events can be watched
   std::map<int32_t, std::pair<int64_t, int32_t>> xids_;  // index -> count, last
 };
 

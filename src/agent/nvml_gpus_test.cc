@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
 namespace meridian::agent {
 namespace {
 
@@ -62,6 +66,110 @@ TEST(NvmlGpus, ReadsInventoryTopologyAndTelemetryThroughDlopen) {
   EXPECT_EQ((*t)[0].throttle_reasons, 0x1);
   EXPECT_EQ((*t)[1].nvlink_crc_errors, 14);
   EXPECT_EQ((*t)[0].nvlink_crc_errors, 0);
+}
+
+// The MIG calls the agent makes through NVML, and their order, as the FAKE libnvidia-ml logs
+// them (FAKE_NVML_CALLS): each test reads the calls made since it started.
+class NvmlMig : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    calls_ = ::testing::TempDir() + "/nvml-calls-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::remove(calls_.c_str());
+    ::setenv("FAKE_NVML_CALLS", calls_.c_str(), 1);
+    auto g = NvmlGpus::Open(FAKE_NVML_LIBRARY);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    gpus_ = std::move(*g);
+  }
+  void TearDown() override { ::unsetenv("FAKE_NVML_CALLS"); }
+  // The calls logged since the last look.
+  std::vector<std::string> Calls() {
+    std::vector<std::string> out;
+    std::ifstream in(calls_);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    std::remove(calls_.c_str());
+    return out;
+  }
+  std::string calls_;
+  std::unique_ptr<NvmlGpus> gpus_;
+};
+
+TEST_F(NvmlMig, EnableCreateDestroyDisableInNvmlsOrder) {
+  EXPECT_TRUE(gpus_->MigLayout(0).empty());
+  // A 3g.40gb at slice 4 on a whole GPU: MIG mode on, the GPU instance of NVML's profile 2 at
+  // placement 4 (four memory slices), one compute instance of the same three slices.
+  auto made = gpus_->CreateMigInstance(0, "3g.40gb", 4);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_EQ(*made, "MIG-fake-0000-0001");  // the MIG device's UUID, read back from NVML
+  EXPECT_EQ(Calls(), (std::vector<std::string>{
+                         "nvmlDeviceSetMigMode gpu=0 mode=1",
+                         "nvmlDeviceCreateGpuInstanceWithPlacement gpu=0 profile=2 start=4 size=4",
+                         "nvmlGpuInstanceCreateComputeInstance gpu=0 gi=1 profile=2",
+                     }));
+  // The 1g.20gb is NVML's profile 9 (one compute slice, twice the memory of the 1g.10gb),
+  // two slices wide; MIG mode is already on.
+  auto small = gpus_->CreateMigInstance(0, "1g.20gb", 2);
+  ASSERT_TRUE(small.ok()) << small.status().message();
+  EXPECT_EQ(Calls(), (std::vector<std::string>{
+                         "nvmlDeviceCreateGpuInstanceWithPlacement gpu=0 profile=9 start=2 size=2",
+                         "nvmlGpuInstanceCreateComputeInstance gpu=0 gi=2 profile=0",
+                     }));
+  EXPECT_EQ(gpus_->MigLayout(0), (std::vector<std::string>{"1g.20gb@2", "3g.40gb@4"}));
+  auto t = gpus_->Telemetry();
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)[0].mig_instances, (std::vector<std::string>{"1g.20gb@2", "3g.40gb@4"}));
+  // Made again (an agent restarted half-way): the instance there is used, nothing is created.
+  auto again = gpus_->CreateMigInstance(0, "3g.40gb", 4);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *made);
+  EXPECT_TRUE(Calls().empty());
+  // Destroyed: the compute instance first, then the GPU instance.
+  ASSERT_TRUE(gpus_->DestroyMigInstance(0, "3g.40gb", 4).ok());
+  EXPECT_EQ(Calls(), (std::vector<std::string>{"nvmlComputeInstanceDestroy gpu=0 gi=1",
+                                               "nvmlGpuInstanceDestroy gpu=0 gi=1"}));
+  ASSERT_TRUE(gpus_->DestroyMigInstance(0, "3g.40gb", 4).ok());  // already gone
+  EXPECT_TRUE(Calls().empty());
+  // MIG mode off: what instances are left go first.
+  ASSERT_TRUE(gpus_->SetMigMode(0, false).ok());
+  EXPECT_EQ(Calls(), (std::vector<std::string>{"nvmlComputeInstanceDestroy gpu=0 gi=2",
+                                               "nvmlGpuInstanceDestroy gpu=0 gi=2",
+                                               "nvmlDeviceSetMigMode gpu=0 mode=0"}));
+  auto inventory = gpus_->Inventory();
+  ASSERT_TRUE(inventory.ok());
+  EXPECT_FALSE((*inventory)[0].mig_enabled);
+  ASSERT_TRUE(gpus_->SetMigMode(0, false).ok());  // already off: no call
+  EXPECT_TRUE(Calls().empty());
+}
+
+TEST_F(NvmlMig, ReadsBackTheLayoutItFinds) {
+  // GPU 3 was put in MIG mode by hand, with a 1g.10gb at slice 6.
+  EXPECT_EQ(gpus_->MigLayout(3), (std::vector<std::string>{"1g.10gb@6"}));
+  ASSERT_TRUE(gpus_->DestroyMigInstance(3, "1g.10gb", 6).ok());
+  EXPECT_TRUE(gpus_->MigLayout(3).empty());
+}
+
+TEST_F(NvmlMig, ErrorsNameTheGpuTheProfileAndWhatNvmlSaid) {
+  // Slices taken by an instance there: NVML's "insufficient resources", with GPU and profile.
+  auto overlap = gpus_->CreateMigInstance(3, "3g.40gb", 4);
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_EQ(overlap.status().message(),
+            "GPU 3: MIG instance 3g.40gb at slice 4: NVML "
+            "nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Resources");
+  // MIG mode that waits for a GPU reset (an A100 with work on it): the grant cannot be carried
+  // out, and the error says what it waits for.
+  auto pending = gpus_->CreateMigInstance(1, "1g.10gb", 0);
+  ASSERT_FALSE(pending.ok());
+  EXPECT_EQ(pending.status().message(),
+            "GPU 1: MIG instance 1g.10gb at slice 0: MIG mode on is pending: it takes "
+            "effect after a GPU reset (NVML: Reset Required)");
+  EXPECT_EQ(Calls(), (std::vector<std::string>{
+                         "nvmlDeviceCreateGpuInstanceWithPlacement gpu=3 profile=2 start=4 size=4",
+                         "nvmlDeviceSetMigMode gpu=1 mode=1",
+                     }));
+  // A profile the model does not have.
+  auto unknown = gpus_->CreateMigInstance(0, "5g.50gb", 0);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message(), "GPU 0: H100-80GB has no MIG profile 5g.50gb");
 }
 
 TEST(NvmlGpus, ProductNamesMapToTheCatalogue) {

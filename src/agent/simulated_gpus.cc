@@ -127,22 +127,57 @@ base::Result<std::string> SimulatedGpus::CreateMigInstance(int32_t gpu, const st
   }
   GpuInfo& g = gpus_[static_cast<size_t>(gpu)];
   const domain::GpuModel* model = domain::GpuCatalog::Builtin().Find(g.model);
-  if (!model || !model->FindMigProfile(profile)) {
-    return base::Status::Invalid(g.model + " has no MIG profile " + profile);
+  const domain::MigProfile* p = model ? model->FindMigProfile(profile) : nullptr;
+  const std::string where = "GPU " + std::to_string(gpu) + ": MIG instance " + profile +
+                            " at slice " + std::to_string(start);
+  if (!p) return base::Status::Invalid(where + ": " + g.model + " has no such profile");
+  if (std::find(p->starts.begin(), p->starts.end(), start) == p->starts.end()) {
+    return base::Status::Invalid(where + ": not a placement of " + profile);
   }
   const std::string instance = profile + "@" + std::to_string(start);
+  const std::string name = "MIG-" + g.uuid + "/" + profile + "/" + std::to_string(start);
   std::vector<std::string>& layout = mig_[gpu];
-  if (std::find(layout.begin(), layout.end(), instance) == layout.end()) {
-    layout.push_back(instance);
+  if (std::find(layout.begin(), layout.end(), instance) != layout.end()) return name;
+  // The slices are checked as NVML checks them: an overlap is "insufficient resources".
+  const int first = start, last = start + p->memory_slices;
+  for (const std::string& other : layout) {
+    const size_t at = other.find('@');
+    const domain::MigProfile* q = model->FindMigProfile(other.substr(0, at));
+    const int o = std::stoi(other.substr(at + 1));
+    if (q && o < last && first < o + q->memory_slices) {
+      return base::Status(base::StatusCode::kFailedPrecondition,
+                          where + ": insufficient resources (" + other + " holds its slices)");
+    }
   }
+  layout.push_back(instance);
   g.mig_enabled = true;
-  return "MIG-" + g.uuid + "/" + profile + "/" + std::to_string(start);
+  return name;
 }
 
-void SimulatedGpus::DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) {
+base::Status SimulatedGpus::DestroyMigInstance(int32_t gpu, const std::string& profile,
+                                               int32_t start) {
   auto it = mig_.find(gpu);
-  if (it == mig_.end()) return;
-  std::erase(it->second, profile + "@" + std::to_string(start));
+  if (it != mig_.end()) std::erase(it->second, profile + "@" + std::to_string(start));
+  return base::Status::Ok();
+}
+
+base::Status SimulatedGpus::SetMigMode(int32_t gpu, bool enabled) {
+  if (gpu < 0 || gpu >= static_cast<int32_t>(gpus_.size())) {
+    return base::Status::Invalid("no simulated GPU " + std::to_string(gpu));
+  }
+  GpuInfo& g = gpus_[static_cast<size_t>(gpu)];
+  if (enabled && !g.mig_capable) {
+    return base::Status::Invalid("GPU " + std::to_string(gpu) + ": " + g.model +
+                                 " does not support MIG");
+  }
+  g.mig_enabled = enabled;
+  if (!enabled) mig_.erase(gpu);
+  return base::Status::Ok();
+}
+
+std::vector<std::string> SimulatedGpus::MigLayout(int32_t gpu) {
+  auto it = mig_.find(gpu);
+  return it == mig_.end() ? std::vector<std::string>{} : it->second;
 }
 
 base::Status SimulatedGpus::InjectXid(int32_t gpu, int32_t xid) {
@@ -192,6 +227,8 @@ base::Status SimulatedGpus::ClearFault(int32_t gpu) {
     return base::Status::Invalid("no simulated GPU " + std::to_string(gpu));
   }
   Faults& f = faults_[static_cast<size_t>(gpu)];
+  // As a reset does: MIG mode stays, its instances are gone (the agent makes them again).
+  mig_.erase(gpu);
   f.faulted = false;
   f.remap_pending = false;  // the reset carries the remap out; a failed one stays failed
   f.double_bit = 0;         // volatile counters start again with the reset

@@ -26,7 +26,9 @@ class SimulatedGpus final : public GpuDiscovery {
   bool simulated() const override { return true; }
   base::Result<std::string> CreateMigInstance(int32_t gpu, const std::string& profile,
                                               int32_t start) override;
-  void DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) override;
+  base::Status DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) override;
+  base::Status SetMigMode(int32_t gpu, bool enabled) override;
+  std::vector<std::string> MigLayout(int32_t gpu) override;
   base::Status InjectXid(int32_t gpu, int32_t xid) override;
   base::Status InjectWarning(int32_t gpu, const std::string& warning) override;
   // The slowdown temperature simulated GPUs report (a made-up figure, in the range of

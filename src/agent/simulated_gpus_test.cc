@@ -41,6 +41,39 @@ TEST(SimulatedGpus, RefusesBadSpecsWithAReason) {
   }
 }
 
+// The same MIG operations as on real GPUs, with NVML's rules: placements, overlaps, and a reset
+// that takes the instances (not the mode) away.
+TEST(SimulatedGpus, MigInstancesFollowNvmlsRules) {
+  auto g = SimulatedGpus::FromSpec("2xH100-80GB", "n1");
+  ASSERT_TRUE(g.ok());
+  SimulatedGpus& gpus = **g;
+  auto made = gpus.CreateMigInstance(0, "3g.40gb", 4);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_EQ(*made, "MIG-GPU-sim-n1-0/3g.40gb/4");
+  EXPECT_TRUE((*gpus.Inventory())[0].mig_enabled);
+  ASSERT_TRUE(gpus.CreateMigInstance(0, "3g.40gb", 4).ok());  // there already: used again
+  EXPECT_EQ(gpus.MigLayout(0), (std::vector<std::string>{"3g.40gb@4"}));
+  auto overlap = gpus.CreateMigInstance(0, "1g.10gb", 5);
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_EQ(overlap.status().message(),
+            "GPU 0: MIG instance 1g.10gb at slice 5: insufficient resources (3g.40gb@4 holds its "
+            "slices)");
+  auto misplaced = gpus.CreateMigInstance(0, "3g.40gb", 2);
+  ASSERT_FALSE(misplaced.ok());
+  EXPECT_EQ(misplaced.status().message(),
+            "GPU 0: MIG instance 3g.40gb at slice 2: not a placement of 3g.40gb");
+  ASSERT_TRUE(gpus.CreateMigInstance(0, "1g.10gb", 0).ok());
+  ASSERT_TRUE(gpus.ClearFault(0).ok());  // a reset: MIG mode stays, the instances are gone
+  EXPECT_TRUE(gpus.MigLayout(0).empty());
+  EXPECT_TRUE((*gpus.Inventory())[0].mig_enabled);
+  ASSERT_TRUE(gpus.CreateMigInstance(0, "1g.10gb", 0).ok());
+  ASSERT_TRUE(gpus.DestroyMigInstance(0, "1g.10gb", 0).ok());
+  ASSERT_TRUE(gpus.CreateMigInstance(0, "7g.80gb", 0).ok());
+  ASSERT_TRUE(gpus.SetMigMode(0, false).ok());  // off: the instances left go with it
+  EXPECT_TRUE(gpus.MigLayout(0).empty());
+  EXPECT_FALSE((*gpus.Inventory())[0].mig_enabled);
+}
+
 TEST(SimulatedGpus, TelemetryFollowsTheLoad) {
   auto gpus = SimulatedGpus::FromSpec("2xH100-80GB", "n1", 0);
   ASSERT_TRUE(gpus.ok());

@@ -21,12 +21,6 @@ bool OnPath(const std::string& program) {
   return false;
 }
 
-// The device name a task sees for a grant: the GPU's UUID, or its MIG instance's.
-std::string DeviceName(const protocol::DeviceGrant& d) {
-  if (!d.mig) return d.uuid;
-  return "MIG-" + d.uuid + "/" + d.mig->profile + "/" + std::to_string(d.mig->start);
-}
-
 }  // namespace
 
 std::vector<std::string> Agent::TaskArgv(const Task& t,
@@ -94,8 +88,10 @@ std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
   for (const auto& [k, v] : a.run.env) env[k] = v;
   std::string devices;
   int64_t milli = 0, gpu_memory = 0;
-  for (const protocol::DeviceGrant& d : a.devices) {
-    devices += (devices.empty() ? "" : ",") + DeviceName(d);
+  for (size_t i = 0; i < a.devices.size(); ++i) {
+    const protocol::DeviceGrant& d = a.devices[i];
+    devices +=
+        (devices.empty() ? "" : ",") + (i < t.device_names.size() ? t.device_names[i] : d.uuid);
     milli += d.milli;
     gpu_memory += d.memory_mib;
   }

@@ -44,6 +44,10 @@ domain::Node NodeOfObject(const store::Object& o) {
         g.value("healthy", true) &&
         !domain::GpuCordoned(ops.gpus, g.value("index", static_cast<int32_t>(n.gpus.size())));
     d.healthy = d.working && d.unmanaged.empty();
+    // A GPU the agent found in MIG mode (its instances are made per grant, so none is counted):
+    // only where the catalogue knows the model's MIG geometry.
+    const domain::GpuModel* model = domain::GpuCatalog::Builtin().Find(d.model);
+    d.mig_enabled = g.value("migEnabled", false) && model && model->mig_capable();
     n.gpus.push_back(d);
   }
   return n;

@@ -1,0 +1,92 @@
+// A task's GPUs before it runs and after (issue 20): the GPU put in the mode its grant wants,
+// and the names the task is given. Part of Agent (agent.h); the agent's loop is in agent.cc.
+#include <set>
+
+#include "agent/agent.h"
+#include "base/log.h"
+#include "domain/gpu_model.h"
+
+namespace meridian::agent {
+
+namespace {
+
+// The memory slices an instance "profile@start" (or a profile at a start) covers, as a bit set;
+// 0 when the catalogue does not know it.
+unsigned SlicesOf(const std::string& model, const std::string& profile, int start) {
+  const domain::GpuModel* m = domain::GpuCatalog::Builtin().Find(model);
+  const domain::MigProfile* p = m ? m->FindMigProfile(profile) : nullptr;
+  return p ? ((1u << p->memory_slices) - 1) << start : 0;
+}
+
+std::pair<std::string, int> Split(const std::string& instance) {
+  const size_t at = instance.find('@');
+  return {instance.substr(0, at), at == std::string::npos ? 0 : std::atoi(&instance[at + 1])};
+}
+
+}  // namespace
+
+Status Agent::PrepareGpus(Task& t) {
+  // What the other runs of this node hold: MIG instances, and GPUs used whole or shared.
+  std::map<int32_t, std::set<std::string>> held_instances;
+  std::set<int32_t> held_plain;
+  for (const auto& [key, other] : tasks_) {
+    if (&other == &t || other.state == "Exited") continue;
+    for (const protocol::DeviceGrant& d : other.assignment.devices) {
+      if (d.mig) {
+        held_instances[d.gpu].insert(d.mig->profile + "@" + std::to_string(d.mig->start));
+      } else {
+        held_plain.insert(d.gpu);
+      }
+    }
+  }
+  t.device_names.clear();
+  for (const protocol::DeviceGrant& d : t.assignment.devices) {
+    const std::string model =
+        d.gpu >= 0 && d.gpu < static_cast<int32_t>(gpu_models_.size()) ? gpu_models_[d.gpu] : "";
+    if (!d.mig) {
+      // A whole GPU or a share of one: out of MIG mode, unless instances of other runs are on it
+      // (the control plane would not grant that; the agent does not break what runs).
+      if (!held_instances[d.gpu].empty()) {
+        return Status(base::StatusCode::kFailedPrecondition,
+                      "GPU " + std::to_string(d.gpu) +
+                          " holds MIG instances of other tasks: it cannot be used whole");
+      }
+      if (Status s = gpus_->SetMigMode(d.gpu, false); !s.ok()) return s;
+      t.device_names.push_back(d.uuid);
+      continue;
+    }
+    if (held_plain.count(d.gpu)) {
+      return Status(
+          base::StatusCode::kFailedPrecondition,
+          "GPU " + std::to_string(d.gpu) + " is used whole by another task: no MIG there");
+    }
+    // Instances in the grant's slices that no run holds are left from an earlier layout (the
+    // scheduler re-partitioned an idle GPU, or an instance outlived its task): they go first.
+    const unsigned wanted = SlicesOf(model, d.mig->profile, d.mig->start);
+    const std::string own = d.mig->profile + "@" + std::to_string(d.mig->start);
+    for (const std::string& instance : gpus_->MigLayout(d.gpu)) {
+      if (instance == own || held_instances[d.gpu].count(instance)) continue;
+      const auto [profile, start] = Split(instance);
+      if ((SlicesOf(model, profile, start) & wanted) == 0) continue;
+      if (Status s = gpus_->DestroyMigInstance(d.gpu, profile, start); !s.ok()) return s;
+      base::log::Info("GPU {}: destroyed MIG instance {} no task holds, for {}", d.gpu, instance,
+                      own);
+    }
+    auto made = gpus_->CreateMigInstance(d.gpu, d.mig->profile, d.mig->start);
+    if (!made.ok()) return made.status();
+    t.device_names.push_back(*made);
+  }
+  return Status::Ok();
+}
+
+void Agent::ReleaseDevices(const Task& t) {
+  for (const protocol::DeviceGrant& d : t.assignment.devices) {
+    if (!d.mig) continue;
+    if (Status s = gpus_->DestroyMigInstance(d.gpu, d.mig->profile, d.mig->start); !s.ok()) {
+      // Left in place: the next grant in these slices destroys it first (PrepareGpus).
+      base::log::Warn("{}", s.message());
+    }
+  }
+}
+
+}  // namespace meridian::agent
