@@ -762,6 +762,126 @@ TEST_F(AgentTest, MigThroughNvmlGivesEachTaskItsInstance) {
   EXPECT_EQ(nodes.body["items"][0]["gpus"][3]["mig"], false);
 }
 
+// Shares of a GPU in a pool of gpuSharing mps run through the GPU's MPS control daemon, here a
+// FAKE nvidia-cuda-mps-control (a script: MPS needs an NVIDIA GPU) that logs how it is called:
+// one daemon per shared GPU, started for the first share and told to quit after the last, and
+// each task given its share of compute and memory for MPS to enforce.
+TEST_F(AgentTest, SharesOfAGpuRunThroughItsMpsDaemon) {
+  const std::string log = WriteFile("mps.log", "");
+  const std::string control = WriteFile("nvidia-cuda-mps-control", R"SH(#!/bin/sh
+if [ "$1" = "-d" ]; then
+  echo "start $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY" >> )SH" + log +
+                                                                       R"SH(
+  sleep 1000 < /dev/null > /dev/null 2>&1 &
+  echo $! > "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
+  exit 0
+fi
+read command
+echo "$command $CUDA_VISIBLE_DEVICES" >> )SH" + log + R"SH(
+[ "$command" = quit ] && kill "$(cat "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid")"
+exit 0
+)SH");
+  ASSERT_EQ(::chmod(control.c_str(), 0755), 0);
+  AgentProcess agent(kBinary,
+                     {"--cluster", "onprem", "--pool", "h100", "--node", "n1", "--simulate-gpus",
+                      "4xH100-80GB", "--work-dir", dir_.File("agent-n1"), "--cpu-milli", "16000",
+                      "--memory-mib", "65536", "--mps-control", control},
+                     dir_.File("agent-n1.log"));
+  agent.Start(server_->url(), agent_token_);
+  ASSERT_TRUE(Eventually([&] { return NodeState("n1") == "Ready"; }));
+  const std::string say =
+      "echo \"sharing=$MERIDIAN_GPU_SHARING threads=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE "
+      "pinned=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT pipe=$CUDA_MPS_PIPE_DIRECTORY\"; sleep 2";
+  const int64_t a =
+      Submit({{"gpuMilli", 250}, {"gpuMemoryMib", 10240}, {"command", {"sh", "-c", say}}});
+  const int64_t b = Submit({{"gpuMilli", 500}, {"command", {"sh", "-c", say}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(a) == "Running" && Phase(b) == "Running"; }));
+  const Json da = Job(a)["status"]["allocation"][0]["devices"][0];
+  const Json db = Job(b)["status"]["allocation"][0]["devices"][0];
+  EXPECT_EQ(da["sharing"], "mps") << da.dump();
+  // Shares are packed: both on one GPU, one daemon for it.
+  ASSERT_EQ(da["gpu"], db["gpu"]) << da.dump() << db.dump();
+  const std::string gpu = std::to_string(da["gpu"].get<int>());
+  const std::string pipe = dir_.File("agent-n1") + "/mps/" + gpu + "/pipe";
+  ASSERT_TRUE(Eventually([&] { return Phase(a) == "Succeeded" && Phase(b) == "Succeeded"; }));
+  EXPECT_TRUE(Eventually([&] {
+    return Run("logs " + std::to_string(a))
+               .output.find("sharing=mps threads=25 pinned=0=10240M pipe=" + pipe) !=
+           std::string::npos;
+  })) << Run("logs " + std::to_string(a)).output;
+  EXPECT_TRUE(Eventually([&] {
+    return Run("logs " + std::to_string(b))
+               .output.find("sharing=mps threads=50 pinned= pipe=" + pipe) != std::string::npos;
+  })) << Run("logs " + std::to_string(b)).output;
+  const std::string uuid = da["uuid"].get<std::string>();
+  EXPECT_TRUE(Eventually([&] {
+    return ReadFile(log) == "start " + uuid + " " + pipe + "\nquit " + uuid;
+  })) << ReadFile(log);
+  const std::vector<Json> shared_events = Events(a);
+  const Json* shared = FindEvent(shared_events, "GpuShared");
+  ASSERT_TRUE(shared);
+  EXPECT_EQ((*shared)["message"], "GPU " + gpu +
+                                      " of node n1 shared through MPS: 25% of its compute and "
+                                      "10240 MiB of its memory, enforced (task 0)");
+}
+
+// Where MPS is not installed, a share is time-sliced and the job is told; a pool may choose
+// time-slicing (development pools), or give GPUs only whole (exclusive), and shares then wait,
+// saying why.
+TEST_F(AgentTest, SharesFallBackToTimeSlicingAndPoolsChooseHowGpusAreShared) {
+  StartAgent("n1");
+  const std::string say =
+      "echo \"sharing=$MERIDIAN_GPU_SHARING threads=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\"";
+  const int64_t a =
+      Submit({{"gpuMilli", 250}, {"gpuMemoryMib", 10240}, {"command", {"sh", "-c", say}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(a) == "Succeeded"; }));
+  EXPECT_EQ(Job(a)["status"]["allocation"][0]["devices"][0]["sharing"], "mps");
+  EXPECT_TRUE(Eventually([&] {
+    const std::string out = Run("logs " + std::to_string(a)).output;
+    return out.find("sharing=time-slicing threads=\n") != std::string::npos &&
+           out.find(
+               "nvidia-cuda-mps-control is not installed on this node: the share (250 "
+               "milli-GPU, 10240 MiB) is time-sliced and not enforced") != std::string::npos;
+  })) << Run("logs " + std::to_string(a)).output;
+  const std::vector<Json> fallback_events = Events(a);
+  const Json* fallback = FindEvent(fallback_events, "GpuShared");
+  ASSERT_TRUE(fallback);
+  EXPECT_EQ((*fallback)["type"], "Warning");
+  EXPECT_NE((*fallback)["message"].get<std::string>().find(
+                "time-sliced: nvidia-cuda-mps-control is not installed"),
+            std::string::npos)
+      << (*fallback)["message"];
+  // A development pool shares by time-slicing: its jobs are placed saying so.
+  auto pool = [&](const std::string& sharing) {
+    CliResult r = Run("apply -f " + WriteFile("pool.yaml",
+                                              "kind: NodePool\nmetadata: {name: h100}\n"
+                                              "spec: {cluster: onprem, gpusPerNode: 4, "
+                                              "gpuModel: H100-80GB, gpuSharing: " +
+                                                  sharing + "}\n"));
+    ASSERT_EQ(r.code, 0) << r.output;
+  };
+  pool("time-slicing");
+  const int64_t dev = Submit({{"gpuMilli", 250}, {"command", {"sh", "-c", say}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(dev) == "Succeeded"; }));
+  EXPECT_EQ(Job(dev)["status"]["allocation"][0]["devices"][0]["sharing"], "time-slicing");
+  const std::vector<Json> sliced_events = Events(dev);
+  const Json* sliced = FindEvent(sliced_events, "GpuShared");
+  ASSERT_TRUE(sliced);
+  EXPECT_EQ((*sliced)["type"], "Normal");
+  EXPECT_NE((*sliced)["message"].get<std::string>().find("time-sliced as its pool shares GPUs"),
+            std::string::npos);
+  // An exclusive pool gives GPUs whole: a share waits and says why; a whole GPU runs.
+  pool("exclusive");
+  const int64_t share = Submit({{"gpuMilli", 250}, {"command", {"true"}}});
+  const int64_t whole = Submit({{"gpus", 1}, {"command", {"true"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(whole) == "Succeeded"; }));
+  EXPECT_TRUE(Eventually([&] {
+    return Job(share)["status"].value("reason", "").find("gpuSharing: exclusive") !=
+           std::string::npos;
+  })) << Job(share).dump();
+  EXPECT_EQ(Phase(share), "Pending");
+}
+
 // A job with an image runs in a container through podman (rootful, a local image imported
 // from a busybox root file system; the host's settings from ../shared/components), with its
 // limits and the task directory mounted; a cancelled one leaves no container behind. Where no

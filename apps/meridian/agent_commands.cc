@@ -137,6 +137,11 @@ void AddAgentCommands(CLI::App& app, int* rc) {
   agent->add_option("--container-runtime", f.o.container_runtime,
                     "command that runs images, e.g. \"podman --runtime runc\" (default: podman or "
                     "docker, when installed)");
+  agent
+      ->add_option("--mps-control", f.o.mps_control,
+                   "NVIDIA's MPS control program, for shares of GPUs in pools of gpuSharing mps "
+                   "(without it, shares are time-sliced and jobs are told)")
+      ->capture_default_str();
   agent->add_flag("--no-cgroups", f.no_cgroups, "do not limit tasks' CPU and memory");
   CLI::Option* task_uids = agent->add_option(
       "--task-uids", f.task_uids,

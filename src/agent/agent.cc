@@ -717,6 +717,7 @@ std::vector<protocol::TaskReport> Agent::Reports() const {
     }
     r.report.message = t.message;
     r.staging = StagingOf(t);
+    if (!exited) r.sharing = t.sharing;
     out.push_back(std::move(r));
   }
   return out;

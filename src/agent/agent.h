@@ -12,6 +12,7 @@
 
 #include "agent/cgroups.h"
 #include "agent/gpu_discovery.h"
+#include "agent/mps.h"
 #include "agent/orders_waiter.h"
 #include "agent/task_isolation.h"
 #include "agent/task_uids.h"
@@ -39,6 +40,8 @@ struct AgentOptions {
   // How images run: the command before `run` ("podman", "docker", or with global flags);
   // empty: podman, else docker, when installed.
   std::string container_runtime;
+  // NVIDIA's MPS control program, for shares of GPUs in pools of gpuSharing mps (mps.h).
+  std::string mps_control = "nvidia-cuda-mps-control";
   bool cgroups = true;  // limit CPU and memory of tasks
   // The uids tasks run under, one per job (docs/adr/0016-task-isolation.md); none: the agent's
   // own (`--task-uids off`). An agent that is not root cannot switch uids: it says so at start-up
@@ -95,6 +98,10 @@ class Agent {
     // What the task is given for each of its devices (CUDA_VISIBLE_DEVICES): the GPU's UUID, or
     // its MIG device's, as PrepareGpus made it.
     std::vector<std::string> device_names;
+    // A share of a GPU: how it is shared in effect, its MPS daemon when through MPS, and why it
+    // is time-sliced when MPS was granted.
+    std::optional<protocol::SharingNote> sharing;
+    std::optional<MpsEndpoint> mps;
   };
   using Key = std::tuple<int64_t, int32_t, int64_t>;  // job, task, generation
 
@@ -138,7 +145,10 @@ class Agent {
   // MIG instance made, stale instances in its slices destroyed; MIG mode left for a whole GPU or
   // a share) and the name the task is given for each device. Says why when it cannot.
   base::Status PrepareGpus(Task& t);
-  void ReleaseDevices(const Task& t);  // MIG instances of an ended run
+  void ReleaseDevices(const Task& t);  // MIG instances of an ended run, its MPS daemon
+  // A share of GPU `d`: through the GPU's MPS daemon (started if it is not running) when its pool
+  // shares by MPS and MPS is installed, else time-sliced, saying why in the task's output.
+  void ShareGpu(Task& t, const protocol::DeviceGrant& d);
   // Why a run ended (killed for memory, a GPU fault, a missing command, ...), from what the shim
   // wrote, the task's cgroup (read before it is removed), its GPUs and the end of its output.
   domain::Diagnosis Diagnose(const Task& t, const protocol::ShimExit& exit);
@@ -183,6 +193,7 @@ class Agent {
   AgentOptions o_;
   std::unique_ptr<GpuDiscovery> gpus_;
   std::vector<std::string> gpu_models_;  // the catalogue model of each GPU, from registration
+  std::unique_ptr<MpsDaemons> mps_;      // made at the first share of a GPU under MPS
   cli::Client client_;
   Cgroups cgroups_;
   std::string cgroup_prefix_;  // the node and its work directory: see Run

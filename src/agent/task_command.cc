@@ -6,20 +6,14 @@
 #include <sstream>
 
 #include "agent/agent.h"
+#include "base/command.h"
 #include "base/strings.h"
 
 namespace meridian::agent {
 
 namespace {
 
-bool OnPath(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  for (std::string_view dir : base::Split(path ? path : "/usr/bin:/bin", ':')) {
-    const std::string candidate = std::string(dir) + "/" + program;
-    if (::access(candidate.c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
+bool OnPath(const std::string& program) { return !base::FindProgram(program).empty(); }
 
 }  // namespace
 
@@ -48,6 +42,10 @@ std::vector<std::string> Agent::TaskArgv(const Task& t,
   argv.insert(argv.end(),
               {"run", "--rm", "--network=host", "--name", name, "-v", t.dir + ":" + t.dir});
   AddDataVolumes(t, &argv);
+  if (t.mps) {
+    // The GPU's MPS daemon, reached through its pipes and shared memory.
+    argv.insert(argv.end(), {"--ipc=host", "-v", t.mps->pipe_dir + ":" + t.mps->pipe_dir});
+  }
   if (run.cpu_milli > 0) argv.push_back("--cpus=" + std::to_string(run.cpu_milli / 1000.0));
   if (run.memory_mib > 0) argv.push_back("--memory=" + std::to_string(run.memory_mib) + "m");
   // The runtime runs as root; the container's processes run as the task's uid.
@@ -55,8 +53,8 @@ std::vector<std::string> Agent::TaskArgv(const Task& t,
   // Names only: the runtime takes each value from its own environment (root's to read), where a
   // value on its command line would be in /proc/PID/cmdline for every process of the machine.
   for (const auto& [k, v] : env) {
-    if (k.rfind("MERIDIAN_", 0) == 0 || k.find("VISIBLE_DEVICES") != std::string::npos ||
-        run.env.count(k)) {
+    if (k.rfind("MERIDIAN_", 0) == 0 || k.rfind("CUDA_MPS_", 0) == 0 ||
+        k.find("VISIBLE_DEVICES") != std::string::npos || run.env.count(k)) {
       argv.insert(argv.end(), {"-e", k});
     }
   }
@@ -97,11 +95,20 @@ std::map<std::string, std::string> Agent::TaskEnv(const Task& t) const {
   }
   env["CUDA_VISIBLE_DEVICES"] = devices;
   env["NVIDIA_VISIBLE_DEVICES"] = devices.empty() ? "void" : devices;
-  if (milli > 0 && milli < 1000) {
-    env["MERIDIAN_GPU_MILLI"] = std::to_string(milli);
-    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::max<int64_t>(1, milli / 10));
-  }
+  if (milli > 0 && milli < 1000) env["MERIDIAN_GPU_MILLI"] = std::to_string(milli);
   if (gpu_memory > 0) env["MERIDIAN_GPU_MEMORY_MIB"] = std::to_string(gpu_memory);
+  if (t.sharing) env["MERIDIAN_GPU_SHARING"] = t.sharing->mode;
+  if (t.mps) {
+    // The share, enforced by the GPU's MPS server: its part of the SMs, and the device memory
+    // its allocations may pin (beyond it, they fail instead of starving the others). The device
+    // is the task's first and only visible one.
+    env["CUDA_MPS_PIPE_DIRECTORY"] = t.mps->pipe_dir;
+    env["CUDA_MPS_LOG_DIRECTORY"] = t.mps->log_dir;
+    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(std::max<int64_t>(1, milli / 10));
+    if (gpu_memory > 0) {
+      env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(gpu_memory) + "M";
+    }
+  }
   env["MERIDIAN_JOB_ID"] = std::to_string(t.job);
   env["MERIDIAN_JOB_NAME"] = a.name;
   env["MERIDIAN_PROJECT"] = a.project;

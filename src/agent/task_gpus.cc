@@ -1,5 +1,6 @@
 // A task's GPUs before it runs and after (issue 20): the GPU put in the mode its grant wants,
 // and the names the task is given. Part of Agent (agent.h); the agent's loop is in agent.cc.
+#include <fstream>
 #include <set>
 
 #include "agent/agent.h"
@@ -40,6 +41,8 @@ Status Agent::PrepareGpus(Task& t) {
     }
   }
   t.device_names.clear();
+  t.sharing.reset();
+  t.mps.reset();
   for (const protocol::DeviceGrant& d : t.assignment.devices) {
     const std::string model =
         d.gpu >= 0 && d.gpu < static_cast<int32_t>(gpu_models_.size()) ? gpu_models_[d.gpu] : "";
@@ -53,6 +56,7 @@ Status Agent::PrepareGpus(Task& t) {
       }
       if (Status s = gpus_->SetMigMode(d.gpu, false); !s.ok()) return s;
       t.device_names.push_back(d.uuid);
+      if (d.milli < 1000) ShareGpu(t, d);
       continue;
     }
     if (held_plain.count(d.gpu)) {
@@ -79,7 +83,42 @@ Status Agent::PrepareGpus(Task& t) {
   return Status::Ok();
 }
 
+void Agent::ShareGpu(Task& t, const protocol::DeviceGrant& d) {
+  protocol::SharingNote note;
+  note.gpu = d.gpu;
+  note.mode = "time-slicing";
+  const std::string share = std::to_string(d.milli) + " milli-GPU" +
+                            (d.memory_mib > 0 ? ", " + std::to_string(d.memory_mib) + " MiB" : "");
+  if (d.sharing == "time-slicing") {
+    // Asked for (a development pool): the job's placement says so already.
+    t.sharing = note;
+    return;
+  }
+  if (!mps_) mps_ = std::make_unique<MpsDaemons>(o_.mps_control, o_.work_dir + "/mps");
+  auto daemon = mps_->Acquire(d.gpu, d.uuid);
+  if (daemon.ok()) {
+    note.mode = "mps";
+    t.mps = *daemon;
+  } else {
+    note.why =
+        daemon.status().message() + ": the share (" + share + ") is time-sliced and not enforced";
+    std::ofstream(t.dir + "/output.log", std::ios::app)
+        << "meridian: GPU " << d.gpu << ": " << note.why << "\n";
+  }
+  t.sharing = note;
+}
+
 void Agent::ReleaseDevices(const Task& t) {
+  if (t.mps && mps_) {
+    // The GPU's daemon goes when no other run shares the GPU through it.
+    const int32_t gpu = t.sharing ? t.sharing->gpu : -1;
+    bool shared = false;
+    for (const auto& [key, other] : tasks_) {
+      shared = shared || (&other != &t && other.state != "Exited" && other.mps && other.sharing &&
+                          other.sharing->gpu == gpu);
+    }
+    if (!shared) mps_->Release(gpu);
+  }
   for (const protocol::DeviceGrant& d : t.assignment.devices) {
     if (!d.mig) continue;
     if (Status s = gpus_->DestroyMigInstance(d.gpu, d.mig->profile, d.mig->start); !s.ok()) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 extern char** environ;
@@ -120,6 +121,24 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+std::string FindProgram(const std::string& program) {
+  if (program.empty()) return "";
+  if (program.find('/') != std::string::npos) {
+    return ::access(program.c_str(), X_OK) == 0 ? program : "";
+  }
+  const char* path = std::getenv("PATH");
+  const std::string folders = path ? path : "/usr/bin:/bin";
+  size_t from = 0;
+  for (;;) {
+    const size_t colon = folders.find(':', from);
+    const std::string dir = folders.substr(from, colon == std::string::npos ? colon : colon - from);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (colon == std::string::npos) return "";
+    from = colon + 1;
+  }
 }
 
 }  // namespace meridian::base

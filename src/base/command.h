@@ -23,4 +23,8 @@ base::Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                        const std::map<std::string, std::string>& extra_env,
                                        const std::string& input, double timeout);
 
+// Where `program` is: itself when it names a path, else the first folder of this process's PATH
+// that holds it as an executable. Empty when it is not installed.
+std::string FindProgram(const std::string& program);
+
 }  // namespace meridian::base

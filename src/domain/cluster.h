@@ -11,6 +11,12 @@ enum class SiteKind { kOnPrem, kCloud };
 enum class Backend { kAgent, kSlurm, kKubernetes };
 enum class PoolPurpose { kAny, kTraining, kInference, kInteractive };
 
+// How a pool's GPUs are shared among fractional requests (issue 20): through an MPS server per
+// GPU with each task's share of compute and memory enforced (mps, the default; time-slicing where
+// MPS is not installed, and the job is told), by plain time-slicing without limits (development
+// pools), or not at all (exclusive: whole GPUs and MIG instances only).
+enum class GpuSharing : int8_t { kMps, kTimeSlicing, kExclusive };
+
 // Where a site keeps data on its shared filesystem (paths every node of the site sees alike):
 // each job's checkpoint folder, and the cache that datasets staged from elsewhere go to.
 struct ClusterStorage {
@@ -123,7 +129,8 @@ struct Node {
   std::string name;
   std::string cluster;
   std::string pool;
-  PoolPurpose purpose = PoolPurpose::kAny;  // its pool's: which kinds of job it runs
+  PoolPurpose purpose = PoolPurpose::kAny;    // its pool's: which kinds of job it runs
+  GpuSharing gpu_sharing = GpuSharing::kMps;  // its pool's: how its GPUs are shared
   std::string rack;
   // What Meridian may place on: the node's CPUs and memory less what work outside Meridian holds
   // (the unmanaged_ amounts, which views add back to show the node's size).

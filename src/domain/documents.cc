@@ -174,6 +174,7 @@ void ElasticSpec(FieldReader& s, int64_t declared) {
 void NodePoolSpec(FieldReader& s) {
   s.Name("cluster", true);
   s.Enum("purpose", {"any", "training", "inference", "interactive"}, "any");
+  s.Enum("gpuSharing", {"mps", "time-slicing", "exclusive"}, "mps");
   s.Bool("spot", false);
   const int64_t declared = s.Int("nodes", 0, kMaxNodesPerPool, 0);
   const std::string model = s.String("gpuModel", false);

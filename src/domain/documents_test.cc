@@ -66,6 +66,7 @@ TEST(Documents, AValidEstateIsCanonical) {
   EXPECT_EQ(docs[2].spec["weight"], 2.0);
   // Defaults are filled in, so that the same meaning compares equal.
   EXPECT_EQ(docs[4].spec["purpose"], "any");
+  EXPECT_EQ(docs[4].spec["gpuSharing"], "mps");  // shares of its GPUs through MPS by default
   EXPECT_EQ(docs[3].spec["backend"], "agent");
   EXPECT_EQ(docs[4].line, 18);
 }
@@ -341,6 +342,8 @@ TEST(Documents, PoolAndPriorityClassErrorsNameTheField) {
   const Case cases[] = {
       {"kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c, purpose: serving}\n",
        "spec.purpose: \"serving\" is not one of any, training, inference, interactive"},
+      {"kind: NodePool\nmetadata: {name: p}\nspec: {cluster: c, gpuSharing: shared}\n",
+       "spec.gpuSharing: \"shared\" is not one of mps, time-slicing, exclusive"},
       {"kind: NodePool\nmetadata: {name: p}\nspec:\n  cluster: c\n  taints:\n    - {value: x}\n",
        "estate.yaml:6:7: spec.taints[0].key: is required"},
       {"kind: NodePool\nmetadata: {name: p}\nspec:\n  cluster: c\n  taints:\n"

@@ -46,6 +46,25 @@ std::optional<PoolPurpose> ParsePoolPurpose(std::string_view name) {
   return std::nullopt;
 }
 
+const char* GpuSharingName(GpuSharing sharing) {
+  switch (sharing) {
+    case GpuSharing::kMps:
+      return "mps";
+    case GpuSharing::kTimeSlicing:
+      return "time-slicing";
+    case GpuSharing::kExclusive:
+      return "exclusive";
+  }
+  return "mps";
+}
+
+std::optional<GpuSharing> ParseGpuSharing(std::string_view name) {
+  for (GpuSharing s : {GpuSharing::kMps, GpuSharing::kTimeSlicing, GpuSharing::kExclusive}) {
+    if (name == GpuSharingName(s)) return s;
+  }
+  return std::nullopt;
+}
+
 bool PoolServes(PoolPurpose purpose, JobKind kind) {
   switch (purpose) {
     case PoolPurpose::kAny:

@@ -13,6 +13,9 @@ const char* JobKindName(JobKind kind);
 std::optional<JobKind> ParseJobKind(std::string_view name);
 const char* PoolPurposeName(PoolPurpose purpose);
 std::optional<PoolPurpose> ParsePoolPurpose(std::string_view name);
+// "mps", "time-slicing", "exclusive" (a NodePool's gpuSharing).
+const char* GpuSharingName(GpuSharing sharing);
+std::optional<GpuSharing> ParseGpuSharing(std::string_view name);
 
 // Whether the nodes of a pool of `purpose` may run work of `kind`. A pool of purpose `any` runs
 // every kind; a training, inference or interactive pool runs jobs of its own type, and a

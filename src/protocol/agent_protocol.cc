@@ -67,6 +67,7 @@ void ReadDevice(FieldReader& r, DeviceGrant& d) {
   d.milli = static_cast<int32_t>(r.Int("milli", 0, 1000, def.milli));
   d.memory_mib = r.Int("memoryMib", 0, int64_t{1} << 30, 0);
   d.disable_mig = r.Enum("change", {"none", "disable-mig"}, "none") == "disable-mig";
+  if (r.Has("sharing")) d.sharing = r.Enum("sharing", {"mps", "time-slicing"}, "mps");
   if (!r.Has("mig")) return;
   Json ignored;
   FieldReader m = r.Object("mig", &ignored);
@@ -168,6 +169,15 @@ void ReadTaskReport(FieldReader& r, TaskReport& t) {
     ReadStagingProgress(item, p);
     t.staging.push_back(std::move(p));
   });
+  if (r.Has("sharing")) {
+    Json ignored;
+    FieldReader s = r.Object("sharing", &ignored);
+    SharingNote n;
+    n.gpu = static_cast<int32_t>(s.Int("gpu", 0, 1023, 0));
+    n.mode = s.Enum("mode", {"mps", "time-slicing"}, "mps");
+    n.why = s.String("why", false);
+    t.sharing = std::move(n);
+  }
 }
 
 void ReadGpuSample(FieldReader& r, GpuSample& g) {
@@ -252,6 +262,7 @@ Json ToJson(const DeviceGrant& d) {
   Json out = {{"gpu", d.gpu}, {"uuid", d.uuid}, {"milli", d.milli}};
   if (d.memory_mib > 0) out["memoryMib"] = d.memory_mib;
   if (d.disable_mig) out["change"] = "disable-mig";
+  if (!d.sharing.empty()) out["sharing"] = d.sharing;
   if (d.mig) {
     out["mig"] = {{"profile", d.mig->profile}, {"start", d.mig->start}, {"change", d.mig->change}};
   }
@@ -320,6 +331,10 @@ Json ToJson(const TaskReport& t) {
     Json staging = Json::array();
     for (const StagingProgress& p : t.staging) staging.push_back(ToJson(p));
     out["staging"] = std::move(staging);
+  }
+  if (t.sharing) {
+    out["sharing"] = {{"gpu", t.sharing->gpu}, {"mode", t.sharing->mode}};
+    if (!t.sharing->why.empty()) out["sharing"]["why"] = t.sharing->why;
   }
   return out;
 }

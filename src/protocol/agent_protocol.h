@@ -100,6 +100,9 @@ struct DeviceGrant {
   int32_t milli = 1000;
   int64_t memory_mib = 0;    // a fraction's GPU memory; 0: not limited
   bool disable_mig = false;  // the GPU leaves MIG mode before the task starts
+  // A share of a GPU: how its pool shares it, "mps" (an MPS server per GPU, the share enforced)
+  // or "time-slicing" (no limits); empty for a whole GPU or a MIG instance.
+  std::string sharing;
   std::optional<MigGrant> mig;
 };
 
@@ -182,10 +185,19 @@ struct StagingProgress {
   bool operator==(const StagingProgress&) const = default;
 };
 
+// How the agent shares a task's GPU when the task holds a share of one (issue 20): the mode in
+// effect ("mps" or "time-slicing") and, when it is not the one granted, why.
+struct SharingNote {
+  int32_t gpu = 0;
+  std::string mode;
+  std::string why;
+};
+
 struct TaskReport {
   int64_t job = 0;
   domain::TaskReport report;
   std::vector<StagingProgress> staging = {};
+  std::optional<SharingNote> sharing = {};
 };
 
 // What one GPU is doing, as the agent's GpuDiscovery measured it (NVML, or the simulation).

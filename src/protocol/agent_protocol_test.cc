@@ -30,6 +30,7 @@ Assignment SampleAssignment() {
   share.uuid = "GPU-4";
   share.milli = 250;
   share.memory_mib = 2048;
+  share.sharing = "mps";
   a.devices = {whole, slice, share};
   a.world_size = 2;
   a.master_addr = "n1";
@@ -66,6 +67,8 @@ TEST(AgentProtocolTest, AnAssignmentSurvivesItsJsonForm) {
   EXPECT_EQ(back->devices[1].mig->change, "create-instance");
   EXPECT_EQ(back->devices[2].milli, 250);
   EXPECT_EQ(back->devices[2].memory_mib, 2048);
+  EXPECT_EQ(back->devices[2].sharing, "mps");
+  EXPECT_EQ(back->devices[0].sharing, "");
   EXPECT_EQ(back->world_size, 2);
   EXPECT_EQ(back->master_addr, "n1");
   EXPECT_EQ(back->run.command, a.run.command);

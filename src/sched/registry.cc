@@ -9,6 +9,7 @@
 #include "sched/plugins/fragmentation/fragmentation.h"
 #include "sched/plugins/gpu_clustering/gpu_clustering.h"
 #include "sched/plugins/gpu_packing/gpu_packing.h"
+#include "sched/plugins/gpu_sharing/gpu_sharing.h"
 #include "sched/plugins/model_reserve/model_reserve.h"
 #include "sched/plugins/multi_gpu_reserve/multi_gpu_reserve.h"
 #include "sched/plugins/node_resources/node_resources.h"
@@ -122,6 +123,9 @@ Registry MakeBuiltin() {
   must(r.RegisterFilter("pool-purpose", [](const PluginArgs&) {
     return std::make_unique<plugins::PoolPurposeMatch>();
   }));
+  must(r.RegisterFilter("gpu-sharing", [](const PluginArgs&) {
+    return std::make_unique<plugins::GpuSharingMatch>();
+  }));
   must(r.RegisterFilter("node-selector", [](const PluginArgs&) {
     return std::make_unique<plugins::NodeSelector>();
   }));
@@ -150,8 +154,9 @@ Registry MakeBuiltin() {
 }
 
 // Every policy filters alike: the policies differ only in how they rank what is feasible.
-const std::vector<std::string> kFilters = {"cluster",          "pool-purpose",   "node-selector",
-                                           "taint-toleration", "node-resources", "reservation"};
+const std::vector<std::string> kFilters = {"cluster",       "pool-purpose",     "gpu-sharing",
+                                           "node-selector", "taint-toleration", "node-resources",
+                                           "reservation"};
 
 }  // namespace
 

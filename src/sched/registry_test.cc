@@ -35,7 +35,7 @@ TEST(Registry, EveryNamedPolicyBuilds) {
     for (const auto& f : profile->filters) filters.emplace_back(f->Name());
     // Every policy the server may be configured with honours pools, selectors and taints.
     EXPECT_EQ(filters,
-              (std::vector<std::string>{"cluster", "pool-purpose", "node-selector",
+              (std::vector<std::string>{"cluster", "pool-purpose", "gpu-sharing", "node-selector",
                                         "taint-toleration", "node-resources", "reservation"}))
         << name;
   }

@@ -66,6 +66,7 @@ Status Snapshot::Append(const domain::Node& n, const std::string& where, const M
   ns.memory_capacity = ns.memory_free = n.memory_mib;
   ns.schedulable = n.schedulable;
   ns.purpose = n.purpose;
+  ns.gpu_sharing = n.gpu_sharing;
   ns.labels.assign(n.labels.begin(), n.labels.end());
   ns.taints = n.taints;
   ns.gpu_begin = static_cast<int32_t>(gpus.size());
@@ -183,6 +184,7 @@ Status Snapshot::UpdateNode(int32_t node, const domain::Node& n) {
   ns.memory_free += n.memory_mib - ns.memory_capacity;
   ns.memory_capacity = n.memory_mib;
   ns.purpose = n.purpose;
+  ns.gpu_sharing = n.gpu_sharing;
   ns.labels.assign(n.labels.begin(), n.labels.end());
   ns.taints = n.taints;
   for (size_t gi = 0; gi < n.gpus.size(); ++gi) {

@@ -68,8 +68,9 @@ struct NodeState {
   // failing rack (each placement then requeued, and counted against its restarts).
   bool reachable = true;
   bool Usable() const { return schedulable && reachable; }
-  domain::PoolPurpose purpose = domain::PoolPurpose::kAny;  // of its pool
-  std::vector<std::pair<std::string, std::string>> labels;  // sorted by key
+  domain::PoolPurpose purpose = domain::PoolPurpose::kAny;    // of its pool
+  domain::GpuSharing gpu_sharing = domain::GpuSharing::kMps;  // of its pool
+  std::vector<std::pair<std::string, std::string>> labels;    // sorted by key
   std::vector<domain::Taint> taints;
   // Shapes of the GPU tasks running here (tag, count): what the gpu-clustering score groups by.
   std::vector<std::pair<uint32_t, int32_t>> gpu_affinity;

@@ -18,7 +18,8 @@ using base::Status;
 namespace {
 
 bool SameTraits(const domain::Node& a, const domain::Node& b) {
-  if (a.purpose != b.purpose || a.labels != b.labels || a.taints.size() != b.taints.size()) {
+  if (a.purpose != b.purpose || a.gpu_sharing != b.gpu_sharing || a.labels != b.labels ||
+      a.taints.size() != b.taints.size()) {
     return false;
   }
   for (size_t i = 0; i < a.taints.size(); ++i) {
@@ -186,6 +187,7 @@ bool SchedulerController::MergeEstate(Estate* next) {
     domain::Node& merged = nodes[at->second];
     if (SameTraits(merged, n)) continue;
     merged.purpose = n.purpose;
+    merged.gpu_sharing = n.gpu_sharing;
     merged.labels = n.labels;
     merged.taints = n.taints;
     const int32_t index = static_cast<int32_t>(at->second);

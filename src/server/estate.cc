@@ -68,6 +68,8 @@ PoolTraits TraitsOf(const store::Object& pool) {
   PoolTraits t;
   t.purpose =
       domain::ParsePoolPurpose(s.value("purpose", "any")).value_or(domain::PoolPurpose::kAny);
+  t.gpu_sharing =
+      domain::ParseGpuSharing(s.value("gpuSharing", "mps")).value_or(domain::GpuSharing::kMps);
   if (s.contains("labels")) {
     for (const auto& [k, v] : s.at("labels").items()) t.labels[k] = v.get<std::string>();
   }
@@ -400,6 +402,7 @@ void ApplyPoolTraits(const Estate& estate, domain::Node* node) {
   auto pool = estate.pool_traits.find(node->pool);
   if (pool == estate.pool_traits.end()) return;
   node->purpose = pool->second.purpose;
+  node->gpu_sharing = pool->second.gpu_sharing;
   node->labels.insert(pool->second.labels.begin(), pool->second.labels.end());
   node->taints.insert(node->taints.end(), pool->second.taints.begin(), pool->second.taints.end());
 }
@@ -477,6 +480,10 @@ Json AllocationToJson(const std::vector<sched::Placement>& placements, const Est
       Json dev = {
           {"gpu", local}, {"uuid", estate.nodes[p.node].gpus[local].uuid}, {"milli", d.milli}};
       if (d.memory_mib > 0) dev["memoryMib"] = d.memory_mib;
+      // A share of a GPU says how it is shared (MPS with limits, or time-slicing without).
+      if (d.mig_profile < 0 && d.milli < 1000) {
+        dev["sharing"] = domain::GpuSharingName(estate.nodes[p.node].gpu_sharing);
+      }
       // A GPU taken back whole from MIG mode: the agent leaves MIG mode before the task starts.
       if (d.mig_change == sched::MigChange::kDisableMig) dev["change"] = "disable-mig";
       if (d.mig_profile >= 0) {

@@ -27,6 +27,7 @@ using Json = nlohmann::json;
 // it runs), its labels and its taints.
 struct PoolTraits {
   domain::PoolPurpose purpose = domain::PoolPurpose::kAny;
+  domain::GpuSharing gpu_sharing = domain::GpuSharing::kMps;
   std::map<std::string, std::string> labels;
   std::vector<domain::Taint> taints;
 };

@@ -224,6 +224,9 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     auto staged = ApplyStaging(node, beat->tasks);
     if (!staged.ok()) return staged.status();
     seq = std::max(seq, *staged);
+    auto shared = ApplySharing(node, beat->tasks);
+    if (!shared.ok()) return shared.status();
+    seq = std::max(seq, *shared);
     auto applied = ApplyReports(node, beat->tasks, &failed);
     if (!applied.ok()) return applied.status();
     seq = std::max(seq, *applied);

@@ -198,6 +198,10 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   // site's cache as it is now (DatasetCopy objects, with an event the scheduler follows).
   base::Result<int64_t> ApplyStaging(const std::string& node,
                                      const std::vector<protocol::TaskReport>& tasks);
+  // How the node shares its tasks' GPUs (nodes_gpus.cc): an event on the job when a share starts
+  // through MPS or time-sliced, with why when MPS was granted and is not there.
+  base::Result<int64_t> ApplySharing(const std::string& node,
+                                     const std::vector<protocol::TaskReport>& tasks);
   // Copies in `cluster`'s cache to remove, least recently used first, so that `m` fits within
   // the cache's capacity: never a pinned one or one a task assigned there reads.
   std::vector<std::string> EvictionsLocked(const std::string& cluster,
@@ -238,6 +242,8 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   // The last staging step said of each run's dataset (job, task, generation, restarts,
   // dataset): events only for a new one.
   std::map<std::tuple<int64_t, int32_t, int64_t, int64_t, std::string>, int> staging_steps_;
+  // The runs (job, task, generation, restarts) whose GPU sharing is said.
+  std::set<std::tuple<int64_t, int32_t, int64_t, int64_t>> sharing_said_;
   // registered node -> its agent's address: set by registrations (and Load), erased by deletions
   std::map<std::string, std::string> address_;
   // node -> (job, task) -> assignment; job -> the nodes it has tasks on

@@ -111,7 +111,8 @@ inline Profile MakeProfile(std::vector<std::pair<std::string, double>> scores,
                            int32_t max_feasible = 0) {
   ProfileSpec spec;
   spec.name = "test";
-  spec.filters = {"cluster", "pool-purpose", "node-selector", "taint-toleration", "node-resources"};
+  spec.filters = {"cluster",       "pool-purpose",     "gpu-sharing",
+                  "node-selector", "taint-toleration", "node-resources"};
   spec.scores = std::move(scores);
   spec.device_choice = choice;
   spec.max_feasible_nodes = max_feasible;
