@@ -762,6 +762,58 @@ TEST_F(AgentTest, MigThroughNvmlGivesEachTaskItsInstance) {
   EXPECT_EQ(nodes.body["items"][0]["gpus"][3]["mig"], false);
 }
 
+// MIG shaped by demand on simulated GPUs: a 1g.10gb and a 3g.40gb share one GPU (MIG mode on for
+// the first, an instance in free slices for the second, each job's Placed event saying so); once
+// they end, a job that needs the whole node takes the GPU back whole, after the layout has kept
+// for the Policy's migReconfigureInterval, and says why it waits until then.
+TEST_F(AgentTest, MigLayoutFollowsDemandAndKeepsForItsInterval) {
+  RestartWithPolicy("{heartbeatInterval: 0.2, nodeLostTimeout: 2, migReconfigureInterval: 8}");
+  StartAgent("n1");
+  const std::string say = "echo \"mig=$CUDA_VISIBLE_DEVICES\"; sleep 2";
+  const int64_t small = Submit({{"migProfile", "1g.10gb"}, {"command", {"sh", "-c", say}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(small) == "Running"; }));
+  const int64_t big = Submit({{"migProfile", "3g.40gb"}, {"command", {"sh", "-c", say}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(big) == "Running"; }));
+  const Json s = Job(small)["status"]["allocation"][0]["devices"][0];
+  const Json b = Job(big)["status"]["allocation"][0]["devices"][0];
+  EXPECT_EQ(s["gpu"], b["gpu"]) << s.dump() << b.dump();
+  EXPECT_EQ(s["mig"]["change"], "enable-mig") << s.dump();
+  EXPECT_EQ(b["mig"]["change"], "create-instance") << b.dump();
+  const int gpu = s["gpu"].get<int>();
+  auto placed_message = [&](int64_t id) {
+    for (const Json& e : Events(id)) {
+      if (e.value("reason", "") == "Placed") return e.value("message", "");
+    }
+    return std::string();
+  };
+  EXPECT_NE(
+      placed_message(small).find("GPU " + std::to_string(gpu) + " of n1 into MIG mode for 1g.10gb"),
+      std::string::npos)
+      << placed_message(small);
+  EXPECT_NE(placed_message(big).find("3g.40gb at slice"), std::string::npos) << placed_message(big);
+  const int64_t whole =
+      Submit({{"gpus", 4}, {"command", {"sh", "-c", "echo $CUDA_VISIBLE_DEVICES"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(small) == "Succeeded" && Phase(big) == "Succeeded"; }));
+  // Its layout was made less than 8 s ago: the whole-node job waits, saying why.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return Job(whole)["status"].value("reason", "").find("migReconfigureInterval") !=
+               std::string::npos;
+      },
+      5))
+      << Job(whole).dump();
+  ASSERT_TRUE(Eventually([&] { return Phase(whole) == "Succeeded"; }, 20)) << Job(whole).dump();
+  EXPECT_NE(placed_message(whole).find("GPU " + std::to_string(gpu) + " of n1 out of MIG mode"),
+            std::string::npos)
+      << placed_message(whole);
+  EXPECT_TRUE(Eventually([&] {
+    return Run("logs " + std::to_string(whole)).output.find("GPU-sim-n1-" + std::to_string(gpu)) !=
+           std::string::npos;
+  }));
+  const HttpResult nodes = Http(*server_, "GET", "/api/v1/nodes", admin_);
+  EXPECT_EQ(nodes.body["items"][0]["gpus"][gpu]["mig"], false);
+}
+
 // Shares of a GPU in a pool of gpuSharing mps run through the GPU's MPS control daemon, here a
 // FAKE nvidia-cuda-mps-control (a script: MPS needs an NVIDIA GPU) that logs how it is called:
 // one daemon per shared GPU, started for the first share and told to quit after the last, and

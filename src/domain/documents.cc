@@ -202,6 +202,8 @@ void PolicySpec(FieldReader& s) {
   s.Bool("backfill", true);
   s.Duration("fairShareHalfLife", 1, kMaxSeconds, 3600);
   s.Duration("reserveAfter", 0, kMaxSeconds, 3600);
+  // How long a GPU keeps a MIG layout the scheduler gave it before it may change it again.
+  s.Duration("migReconfigureInterval", 0, kMaxSeconds, 60);
   s.Duration("starvationHorizon", 0, kMaxSeconds, 24 * 3600.0);
   // The meridian order across tenants: a job's estimate counts (1 + usageStretch × hours of the
   // whole estate its tenant received lately) times over (docs/adr/0034-deep-queues.md).

@@ -36,7 +36,7 @@ std::string Unschedulable::Summary() const {
                : "no feasible node";
   }
   // Details may contain commas ("training, not inference"), so parts are split by semicolons.
-  std::string out = std::to_string(nodes_considered) + " nodes considered: ";
+  std::string out = Nodes(nodes_considered) + " considered: ";
   bool first = true;
   auto part = [&](const std::string& text) {
     if (!first) out += "; ";

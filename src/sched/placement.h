@@ -30,6 +30,13 @@ struct DeviceGrant {
   MigChange mig_change = MigChange::kNone;
 };
 
+// Whether carrying out `c` changes the GPU's MIG mode or destroys instances: such changes are
+// rate-limited per GPU (SchedulerOptions::mig_reconfigure_interval). Making an instance in free
+// slices is not one of them.
+inline bool ReshapesGpu(MigChange c) {
+  return c == MigChange::kEnableMig || c == MigChange::kDisableMig || c == MigChange::kRepartition;
+}
+
 struct Placement {
   int32_t node = -1;
   std::vector<DeviceGrant> devices;

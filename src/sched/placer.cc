@@ -33,7 +33,8 @@ bool Placer::WholeOption(const TaskSpec& task, const NodeState& node) {
   int32_t idle_total = 0;
   for (int32_t i = 0; i < node.gpu_count; ++i) {
     const GpuState& g = s_->gpus[node.gpu_begin + i];
-    if (!(g.Idle() || (reclaim_mig_ && g.IdleMig()))) continue;
+    if (reclaim_mig_ && g.IdleMig() && g.mig_frozen) frozen_seen_ = true;
+    if (!(g.Idle() || (reclaim_mig_ && g.IdleMig() && !g.mig_frozen))) continue;
     ++idle_total;
     int d = 0;
     while (d < n_domains && domains[d] != g.nvlink_domain) ++d;
@@ -68,7 +69,10 @@ bool Placer::WholeOption(const TaskSpec& task, const NodeState& node) {
       const bool take_mig = pass == 1;
       for (int32_t i = 0; i < node.gpu_count && opt.count < task.gpu_count; ++i) {
         const GpuState& g = s_->gpus[node.gpu_begin + i];
-        if (g.nvlink_domain != domains[order[k]] || !(take_mig ? g.IdleMig() : g.Idle())) continue;
+        if (g.nvlink_domain != domains[order[k]] ||
+            !(take_mig ? g.IdleMig() && !g.mig_frozen : g.Idle())) {
+          continue;
+        }
         DeviceGrant grant;
         grant.gpu = node.gpu_begin + i;
         grant.milli = 1000;
@@ -159,11 +163,14 @@ bool Placer::MigOptions(const NodeState& node) {
           }
         }
       }
-      if (rank > 2 && !any_allocated) {
+      if (rank > 2 && !any_allocated && g.mig_frozen) frozen_seen_ = true;
+      if (rank > 2 && !any_allocated && !g.mig_frozen) {
         rank = 2;
         grant.mig_start = static_cast<int8_t>(profile->starts.front());
         grant.mig_change = MigChange::kRepartition;
       }
+    } else if (g.Idle() && g.mig_frozen) {
+      frozen_seen_ = true;
     } else if (g.Idle()) {
       rank = 3;
       grant.mig_start = static_cast<int8_t>(profile->starts.front());
@@ -304,6 +311,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
   rejected_nodes_.resize(profile_->filters.size());
   for (std::vector<int32_t>& nodes : rejected_nodes_) nodes.clear();
   int64_t gpu_rejects = 0;
+  int64_t mig_waits = 0;  // nodes where only a frozen MIG layout stood in the way
   int32_t feasible_nodes = 0;
   int64_t ties = 0;
   double best_score = 0;
@@ -340,8 +348,10 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
         }
       }
       if (!passed) continue;
+      frozen_seen_ = false;
       if (!DeviceOptions(task, node)) {
-        ++gpu_rejects;
+        // Turned away only because an idle GPU's layout changed too recently to change again.
+        ++(frozen_seen_ ? mig_waits : gpu_rejects);
         continue;
       }
       ++feasible_nodes;
@@ -387,6 +397,12 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
     }
   }
   if (gpu_rejects > 0) out.why.Reject("gpu-fit", gpu_rejects);
+  if (mig_waits > 0) {
+    out.why.Reject("mig-reconfigure", mig_waits);
+    out.why.Explain("mig-reconfigure",
+                    "whose idle GPUs changed MIG layout too recently to change again "
+                    "(migReconfigureInterval)");
+  }
   Remember(hash, task.FeasibilityKey(), cycle, out.why);
   return out;
 }
@@ -462,7 +478,7 @@ bool Placer::Fits(const TaskSpec& task, const Placement& p) const {
     const GpuState& g = s_->gpus[d.gpu];
     if (d.mig_profile < 0) {
       if (d.mig_change == MigChange::kDisableMig) {
-        if (!g.IdleMig()) return false;
+        if (!g.IdleMig() || g.mig_frozen) return false;
         continue;
       }
       if (g.mig_enabled || g.free_milli < d.milli || g.free_memory_mib < d.memory_mib) return false;
@@ -485,12 +501,13 @@ bool Placer::Fits(const TaskSpec& task, const Placement& p) const {
         if (!g.mig_enabled || (g.mig_used & bits)) return false;
         break;
       case MigChange::kRepartition:
+        if (g.mig_frozen) return false;
         for (const MigSlot& m : g.mig) {
           if (m.allocated) return false;
         }
         break;
       case MigChange::kEnableMig:
-        if (!g.Idle()) return false;
+        if (!g.Idle() || g.mig_frozen) return false;
         break;
       case MigChange::kDisableMig:
         return false;  // a MIG grant never leaves MIG mode

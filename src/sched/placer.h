@@ -137,6 +137,7 @@ class Placer {
   NodeIndex index_;
   std::vector<uint32_t> visited_;
   bool reclaim_mig_ = true;
+  bool frozen_seen_ = false;  // DeviceOptions passed over a GPU whose layout is frozen
   bool first_fit_ = false;
   uint32_t stamp_ = 0;
   uint64_t rotor_ = 0;

@@ -230,6 +230,7 @@ void Scheduler::Rollback(const Job& j, const std::vector<Placement>& done) {
 
 bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why) {
   out->clear();
+  j.layout_changes.clear();
   // A job of several tasks may place some before one fits nowhere: what it took is undone
   // (inside TryPlace's trial, no capacity was released), and the job's shape, its tasks' shapes
   // together, is remembered as fitting nowhere until capacity is, as a task's is. Behind a large
@@ -288,6 +289,9 @@ bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std:
       return false;
     }
     placer_.Commit(t, o.placement, &cycle_);
+    for (const DeviceGrant& d : o.placement.devices) {
+      if (d.mig_change != MigChange::kNone) j.layout_changes.push_back(d);
+    }
     SettleMig(&o.placement);
     out->push_back(std::move(o.placement));
     // A gang stays in the cluster of its first task.
@@ -356,7 +360,17 @@ void Scheduler::Start(Job& j, double now, CycleResult* out) {
   // pending_ drops started jobs at the end of the cycle, in one sweep (erasing one by one
   // made a pass over 100,000 jobs quadratic).
   running_.push_back(j.spec.id);
-  if (out) out->started.push_back({j.spec.id, j.placements, j.borrowed, j.on_loan_from});
+  // A GPU whose layout this start changes keeps it for the Policy's interval (ThawMig).
+  for (const DeviceGrant& d : j.layout_changes) {
+    if (!ReshapesGpu(d.mig_change) || options_.mig_reconfigure_interval <= 0) continue;
+    snapshot_.gpus[static_cast<size_t>(d.gpu)].mig_frozen = true;
+    frozen_until_[d.gpu] = now + options_.mig_reconfigure_interval;
+  }
+  if (out) {
+    out->started.push_back(
+        {j.spec.id, j.placements, j.borrowed, j.on_loan_from, std::move(j.layout_changes)});
+  }
+  j.layout_changes.clear();
 }
 
 void Scheduler::Stop(Job& j, double now) {

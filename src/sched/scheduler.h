@@ -54,6 +54,10 @@ struct SchedulerOptions {
   // behind it fill free capacity greedily (as Slurm's bf_min_age_reserve does). Reserving at
   // once for whichever job heads the queue holds nodes idle on estimates that users overstate.
   double reserve_after = 3600;
+  // A GPU whose MIG layout changed (MIG mode on or off, a re-partition) keeps it this long before
+  // it may change again, so that alternating demand does not flap a GPU between layouts (each
+  // change takes the GPU from whatever could use it while the agent carries it out). 0: no limit.
+  double mig_reconfigure_interval = 60;
   // Reserved nodes are lent to preemptible jobs that could not start elsewhere; the job
   // holding the reservation takes them back by preemption when it could otherwise start. A
   // reservation then costs the work since the borrowers' last checkpoint, not idle nodes.
@@ -91,6 +95,9 @@ struct StartDecision {
   std::vector<Placement> placements;  // one per task
   bool borrowed = false;              // beyond its tenant's guarantee
   int64_t on_loan_from = -1;  // runs on nodes reserved for this job, which may take them back
+  // The MIG layout changes its start carries out (the placements' grants no longer say, once
+  // committed), for its events: each grant that made an instance or changed a GPU's layout.
+  std::vector<DeviceGrant> layout_changes = {};
 };
 
 struct PreemptDecision {
@@ -272,6 +279,7 @@ class Scheduler {
     // places that could hold one, wherever it goes, so a commit elsewhere cannot make the job
     // fit (Placer::Remember's while_unchanged is for the others).
     bool alike_tasks = false;
+    std::vector<DeviceGrant> layout_changes;  // of the placements PlaceIn made last
   };
   struct Usage {
     double gpu = 0, cpu = 0, mem = 0;  // decayed resource-seconds
@@ -279,6 +287,8 @@ class Scheduler {
   };
 
   void AdvanceUsage(double now);
+  // GPUs whose layout has kept long enough may change again.
+  void ThawMig(double now);
   // FairShare of every node of the tenancy tree at once (the order's working copy).
   std::vector<double> Shares() const;
   void Pass(double now, CycleResult* out);
@@ -366,6 +376,7 @@ class Scheduler {
   int64_t allocated_milli_ = 0;       // GPU milli held by running jobs
   int64_t reserved_job_ = -1;         // the job holding the backfill reservation, until it starts
   int64_t reservation_used_by_ = -1;  // the job whose start in the last cycle used it up
+  std::map<int32_t, double> frozen_until_;  // GPU -> when its MIG layout may change again
   int64_t gpu_capacity_ = 1, cpu_capacity_ = 1, mem_capacity_ = 1;
 };
 

@@ -23,6 +23,7 @@ CycleResult Scheduler::Cycle(double now) {
   // A pass looks at the first queue_depth jobs; when it started some and more wait beyond the
   // depth, another pass follows at once, so the depth bounds work per pass, not throughput.
   CycleResult out;
+  ThawMig(now);
   reservation_used_by_ = -1;
   size_t started = 0;
   do {
@@ -33,6 +34,23 @@ CycleResult Scheduler::Cycle(double now) {
   } while (out.started.size() > started &&
            pending_.size() > static_cast<size_t>(options_.queue_depth));
   return out;
+}
+
+void Scheduler::ThawMig(double now) {
+  bool thawed = false;
+  for (auto it = frozen_until_.begin(); it != frozen_until_.end();) {
+    if (it->second > now) {
+      ++it;
+      continue;
+    }
+    if (it->first < static_cast<int32_t>(snapshot_.gpus.size())) {
+      snapshot_.gpus[static_cast<size_t>(it->first)].mig_frozen = false;
+    }
+    it = frozen_until_.erase(it);
+    thawed = true;
+  }
+  // What waited for a layout to thaw may fit now.
+  if (thawed) placer_.ForgetAnswers();
 }
 
 void Scheduler::Pass(double now, CycleResult* result) {

@@ -41,12 +41,18 @@ struct GpuState {
   int32_t sharers = 0;  // tasks holding part of this GPU
   bool healthy = true;
   bool mig_enabled = false;
+  // Its MIG layout changed (MIG mode on or off, a re-partition) within the Policy's
+  // migReconfigureInterval: no other such change until the scheduler thaws it. Instances in free
+  // slices are still made.
+  bool mig_frozen = false;
   uint8_t mig_used = 0;  // bit i set: memory slice i belongs to an instance
   std::vector<MigSlot> mig;
 
   bool Idle() const { return healthy && !mig_enabled && free_milli == 1000 && sharers == 0; }
   // In MIG mode with no instance in use: it may go back to a whole GPU (MigChange::kDisableMig).
   bool IdleMig() const { return healthy && mig_enabled && sharers == 0; }
+  // Whose layout may change now: idle (whole or MIG) and not changed too recently.
+  bool Reshapeable() const { return !mig_frozen && (Idle() || IdleMig()); }
   // Free for a whole-GPU task: idle, or an idle MIG GPU it would take back whole.
   bool Wholeable() const { return Idle() || IdleMig(); }
 };

@@ -94,10 +94,15 @@ std::vector<SchedulerController::Decision> SchedulerController::Decide(
     d.start = true;
     auto life = api::LifeOf(d.record);
     d.record.allocation = AllocationToJson(start.placements, *estate_, now);
-    auto placed = life.ok() ? domain::lifecycle::Place(
-                                  *life, static_cast<int32_t>(d.record.allocation.size()),
-                                  Where(d.record.allocation, start), now)
-                            : base::Result<domain::Transition>(life.status());
+    const std::string layout =
+        MarkLayoutChanges(start.layout_changes, *estate_, &d.record.allocation);
+    auto placed =
+        life.ok()
+            ? domain::lifecycle::Place(
+                  *life, static_cast<int32_t>(d.record.allocation.size()),
+                  Where(d.record.allocation, start) + (layout.empty() ? "" : " (" + layout + ")"),
+                  now)
+            : base::Result<domain::Transition>(life.status());
     if (placed.ok()) {
       d.steps.push_back(*placed);
     } else {

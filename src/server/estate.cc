@@ -144,6 +144,8 @@ void ApplyPolicy(const store::Object& o, Estate* e) {
   e->options.backfill = o.spec.value("backfill", true);
   e->options.fair_share_half_life = o.spec.value("fairShareHalfLife", 3600.0);
   e->options.reserve_after = o.spec.value("reserveAfter", 3600.0);
+  e->options.mig_reconfigure_interval =
+      o.spec.value("migReconfigureInterval", sched::SchedulerOptions{}.mig_reconfigure_interval);
   e->options.starvation_horizon = o.spec.value("starvationHorizon", 24 * 3600.0);
   e->options.usage_stretch = o.spec.value("usageStretch", sched::SchedulerOptions{}.usage_stretch);
   e->placement = o.spec.value("placement", "meridian");
@@ -466,6 +468,60 @@ const char* MigChangeName(sched::MigChange c) {
 }
 
 }  // namespace
+
+std::string MarkLayoutChanges(const std::vector<sched::DeviceGrant>& changes, const Estate& estate,
+                              Json* allocation) {
+  std::string words;
+  for (const sched::DeviceGrant& c : changes) {
+    if (c.gpu < 0 || c.gpu >= static_cast<int32_t>(estate.snapshot.gpus.size())) continue;
+    // The node of the GPU, and the allocation's device for it.
+    std::string node;
+    int32_t local = -1;
+    for (const sched::NodeState& n : estate.snapshot.nodes) {
+      if (c.gpu >= n.gpu_begin && c.gpu < n.gpu_begin + n.gpu_count) {
+        node = n.name;
+        local = c.gpu - n.gpu_begin;
+      }
+    }
+    std::string profile;
+    if (c.mig_profile >= 0) {
+      const auto& model = estate.snapshot.model(estate.snapshot.gpus[c.gpu].model);
+      profile = model.mig_profiles[c.mig_profile].name;
+    }
+    for (Json& task : *allocation) {
+      if (task.value("node", "") != node) continue;
+      for (Json& dev : task["devices"]) {
+        if (dev.value("gpu", -1) != local) continue;
+        if (c.mig_change == sched::MigChange::kDisableMig) {
+          dev["change"] = "disable-mig";
+        } else if (dev.contains("mig") && dev["mig"].value("start", -1) == c.mig_start) {
+          dev["mig"]["change"] = MigChangeName(c.mig_change);
+        }
+      }
+    }
+    const std::string gpu = "GPU " + std::to_string(local) + " of " + node;
+    const std::string instance = profile + " at slice " + std::to_string(c.mig_start);
+    std::string what;
+    switch (c.mig_change) {
+      case sched::MigChange::kEnableMig:
+        what = gpu + " into MIG mode for " + instance;
+        break;
+      case sched::MigChange::kDisableMig:
+        what = gpu + " out of MIG mode, whole again";
+        break;
+      case sched::MigChange::kRepartition:
+        what = gpu + " re-partitioned for " + instance + " (its idle instances destroyed)";
+        break;
+      case sched::MigChange::kCreateInstance:
+        what = "a " + instance + " instance made on " + gpu;
+        break;
+      case sched::MigChange::kNone:
+        continue;
+    }
+    words += (words.empty() ? "" : "; ") + what;
+  }
+  return words;
+}
 
 Json AllocationToJson(const std::vector<sched::Placement>& placements, const Estate& estate,
                       double placed_at) {

@@ -127,6 +127,12 @@ base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const E
 // share, price of a GPU-hour, and `placed_at`.
 Json AllocationToJson(const std::vector<sched::Placement>& placements, const Estate& estate,
                       double placed_at);
+// The MIG layout changes a start carries out (sched::StartDecision::layout_changes), marked on
+// the allocation's devices ("mig": {"change": ...}, or "change": "disable-mig") for the agent and
+// views; returns them in words for the job's Placed event ("GPU 0 of n1 into MIG mode for
+// 1g.10gb"), empty when there are none.
+std::string MarkLayoutChanges(const std::vector<sched::DeviceGrant>& changes, const Estate& estate,
+                              Json* allocation);
 base::Result<std::vector<sched::Placement>> AllocationFromJson(const Json& allocation,
                                                                const Estate& estate);
 

@@ -1,0 +1,176 @@
+// MIG shaped by demand (issue 20): the scheduler's layout changes both ways, never on a GPU with
+// running work, and no more often than the Policy's migReconfigureInterval.
+#include <gtest/gtest.h>
+
+#include "base/rng.h"
+#include "sched/scheduler.h"
+#include "sched/testing/estate.h"
+
+namespace meridian::sched {
+namespace {
+
+struct MigFixture {
+  QuotaTree quotas;
+  int32_t tenant = -1;
+  std::unique_ptr<Scheduler> sched;
+
+  explicit MigFixture(int gpus, SchedulerOptions options = {}) {
+    tenant = quotas.AddNode("team", quotas.AddNode("org", -1));
+    options.preemption = false;
+    sched =
+        std::make_unique<Scheduler>(testing::Build({{"n0", "H100-80GB", gpus}}),
+                                    testing::MakeProfile({{"best-fit", 1}}), quotas, options, 1);
+  }
+  void Submit(int64_t id, TaskSpec task) {
+    JobSpec j;
+    j.id = id;
+    j.tenant = tenant;
+    j.tasks = {std::move(task)};
+    ASSERT_TRUE(sched->Submit(j).ok());
+  }
+  const GpuState& Gpu(int i) const { return sched->snapshot().gpus[static_cast<size_t>(i)]; }
+};
+
+const StartDecision* StartOf(const CycleResult& r, int64_t job) {
+  for (const StartDecision& d : r.started) {
+    if (d.job == job) return &d;
+  }
+  return nullptr;
+}
+
+std::string WhyPending(const CycleResult& r, int64_t job) {
+  for (const auto& [id, why] : r.pending) {
+    if (id == job) return why;
+  }
+  return "";
+}
+
+TEST(SchedulerMig, AGpuGoesToMigForSmallSlicesAndBackWholeOnceItsLayoutHasKept) {
+  MigFixture f(1);  // migReconfigureInterval: the default, 60 s
+  // A 1g.10gb and a 3g.40gb share the one GPU: MIG mode on for the first, an instance in free
+  // slices for the second, at valid placements that do not overlap.
+  f.Submit(1, testing::Mig("1g.10gb"));
+  f.Submit(2, testing::Mig("3g.40gb"));
+  CycleResult r = f.sched->Cycle(0);
+  const StartDecision* small = StartOf(r, 1);
+  const StartDecision* big = StartOf(r, 2);
+  ASSERT_TRUE(small && big);
+  ASSERT_EQ(small->layout_changes.size(), 1u);
+  EXPECT_EQ(small->layout_changes[0].mig_change, MigChange::kEnableMig);
+  ASSERT_EQ(big->layout_changes.size(), 1u);
+  EXPECT_EQ(big->layout_changes[0].mig_change, MigChange::kCreateInstance);
+  const DeviceGrant& s = small->placements[0].devices[0];
+  const DeviceGrant& b = big->placements[0].devices[0];
+  EXPECT_EQ(s.gpu, b.gpu);
+  const domain::GpuModel& model = f.sched->snapshot().model(f.Gpu(0).model);
+  const auto bits = [&](const DeviceGrant& d) {
+    const domain::MigProfile& p = model.mig_profiles[d.mig_profile];
+    EXPECT_NE(std::find(p.starts.begin(), p.starts.end(), d.mig_start), p.starts.end());
+    return ((1u << p.memory_slices) - 1) << d.mig_start;
+  };
+  EXPECT_EQ(bits(s) & bits(b), 0u) << "overlapping instances";
+  EXPECT_TRUE(f.Gpu(0).mig_enabled);
+  EXPECT_TRUE(f.Gpu(0).mig_frozen);
+  // A whole-GPU job waits while they run: their GPU is never taken from them.
+  f.Submit(3, testing::Whole(1));
+  EXPECT_FALSE(StartOf(f.sched->Cycle(10), 3));
+  f.sched->Finish(1, 20);
+  f.sched->Finish(2, 20);
+  // Both ended, but the layout was made 30 s ago: it keeps, and the job says why.
+  r = f.sched->Cycle(30);
+  EXPECT_FALSE(StartOf(r, 3));
+  EXPECT_EQ(WhyPending(r, 3),
+            "1 node considered: 1 node whose idle GPUs changed MIG layout too recently to change "
+            "again (migReconfigureInterval)");
+  // Once it has kept the interval, the GPU leaves MIG mode for the whole-GPU job.
+  r = f.sched->Cycle(61);
+  const StartDecision* whole = StartOf(r, 3);
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->layout_changes.size(), 1u);
+  EXPECT_EQ(whole->layout_changes[0].mig_change, MigChange::kDisableMig);
+  EXPECT_FALSE(f.Gpu(0).mig_enabled);
+  EXPECT_TRUE(f.Gpu(0).mig_frozen);
+  // And back to MIG when small slices wait again, after the interval again.
+  f.sched->Finish(3, 70);
+  f.Submit(4, testing::Mig("1g.10gb"));
+  EXPECT_FALSE(StartOf(f.sched->Cycle(80), 4));
+  r = f.sched->Cycle(122);
+  ASSERT_TRUE(StartOf(r, 4));
+  EXPECT_EQ(StartOf(r, 4)->layout_changes[0].mig_change, MigChange::kEnableMig);
+}
+
+TEST(SchedulerMig, WithoutAnIntervalLayoutsFollowDemandAtOnce) {
+  SchedulerOptions o;
+  o.mig_reconfigure_interval = 0;
+  MigFixture f(1, o);
+  f.Submit(1, testing::Mig("1g.10gb"));
+  ASSERT_TRUE(StartOf(f.sched->Cycle(0), 1));
+  EXPECT_FALSE(f.Gpu(0).mig_frozen);
+  f.sched->Finish(1, 1);
+  f.Submit(2, testing::Whole(1));
+  ASSERT_TRUE(StartOf(f.sched->Cycle(1), 2));
+}
+
+// A property over random arrivals and departures of whole, fractional and MIG work on a small
+// node: no layout change ever touches a GPU that holds running work, none comes sooner than the
+// interval after the last on that GPU, and every MIG grant is a valid placement clear of the
+// GPU's other instances.
+TEST(SchedulerMig, NoLayoutChangeTouchesRunningWorkOrComesTooSoon) {
+  SchedulerOptions o;
+  o.mig_reconfigure_interval = 60;
+  MigFixture f(4, o);
+  base::Rng rng(7);
+  const std::vector<TaskSpec> shapes = {testing::Mig("1g.10gb"), testing::Mig("2g.20gb"),
+                                        testing::Mig("3g.40gb"), testing::Whole(1),
+                                        testing::Whole(2),       testing::Fraction(300)};
+  std::map<int64_t, std::vector<int32_t>> running;  // job -> its GPUs
+  std::map<int32_t, double> last_change;
+  int64_t next = 1;
+  int changes = 0;
+  for (int step = 0; step < 600; ++step) {
+    const double now = step * 5.0;
+    for (int k = rng.Uniform(3); k > 0; --k) {
+      f.Submit(next++, shapes[rng.Uniform(shapes.size())]);
+    }
+    // GPUs that held running work when this cycle began.
+    std::set<int32_t> busy;
+    for (const auto& [job, gpus] : running) busy.insert(gpus.begin(), gpus.end());
+    const CycleResult r = f.sched->Cycle(now);
+    for (const StartDecision& d : r.started) {
+      for (const DeviceGrant& c : d.layout_changes) {
+        if (!ReshapesGpu(c.mig_change)) continue;
+        ++changes;
+        EXPECT_FALSE(busy.count(c.gpu)) << "step " << step << ": GPU " << c.gpu << " held work";
+        if (last_change.count(c.gpu)) {
+          EXPECT_GE(now - last_change[c.gpu], 60.0) << "step " << step << ": GPU " << c.gpu;
+        }
+        last_change[c.gpu] = now;
+      }
+      for (const Placement& p : d.placements) {
+        for (const DeviceGrant& g : p.devices) running[d.job].push_back(g.gpu);
+      }
+    }
+    // MIG instances on each GPU are valid and disjoint.
+    for (const GpuState& g : f.sched->snapshot().gpus) {
+      uint32_t used = 0;
+      for (const MigSlot& m : g.mig) {
+        const uint32_t bits = ((1u << m.width) - 1) << m.start;
+        EXPECT_EQ(used & bits, 0u) << "step " << step;
+        used |= bits;
+      }
+    }
+    // Some work ends.
+    for (auto it = running.begin(); it != running.end();) {
+      if (rng.Uniform(4) == 0) {
+        f.sched->Finish(it->first, now + 1);
+        it = running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  EXPECT_GT(changes, 10) << "the workload should make the layout follow demand";
+}
+
+}  // namespace
+}  // namespace meridian::sched
