@@ -282,8 +282,17 @@ int RunSimReplay(const ReplayFlags& f) {
     // placement buys (docs/adr/0044-datasets.md).
     const bool datasets =
         std::any_of(jobs->begin(), jobs->end(), [](const auto& j) { return !j.datasets.empty(); });
+    // Jobs that ask for MIG instances on a cluster with a MIG layout: each policy also on that
+    // layout kept static, to show what shaping it by demand buys
+    // (docs/adr/0045-gpu-partitioning.md).
+    const bool mig = std::any_of(jobs->begin(), jobs->end(),
+                                 [](const auto& j) { return !j.mig_profile.empty(); }) &&
+                     std::any_of(cluster->nodes.begin(), cluster->nodes.end(), [](const auto& n) {
+                       return std::any_of(n.gpus.begin(), n.gpus.end(),
+                                          [](const auto& g) { return g.mig_enabled; });
+                     });
     results = meridian::sim::RunReplays(*cluster, *jobs, policies, f.samples, progress,
-                                        f.reclaim_after, datasets);
+                                        f.reclaim_after, datasets, mig);
   }
   if (tty) std::fprintf(stderr, "\n");
   std::vector<meridian::sim::ReplayResult> ok;
@@ -343,6 +352,10 @@ int RunSimGenerate(const GenerateFlags& f) {
   if (!(o.cache_gib >= 0)) return Fail(Status::Invalid("--cache-gib: 0 or more"));
   if (!(o.data_share >= 0 && o.data_share <= 1)) {
     return Fail(Status::Invalid("--data-share: 0 to 1"));
+  }
+  if (!(o.mig_share >= 0 && o.mig_share <= 1)) return Fail(Status::Invalid("--mig-share: 0 to 1"));
+  if (o.mig_nodes < 0 || o.mig_nodes * 8 > o.gpus) {
+    return Fail(Status::Invalid("--mig-nodes: 0 to the number of nodes (--gpus / 8)"));
   }
   if (!deep && o.sweep_share > 0)
     return Fail(Status::Invalid("--sweep-share applies to --shape deep"));
@@ -688,6 +701,10 @@ void AddSimCommands(CLI::App& app, int* rc) {
                        "share of the jobs that read one of the datasets (0.6)");
   generate->add_option("--cache-gib", gf.options.cache_gib,
                        "each site's cache of staged datasets, GiB (4000; 0: no cap)");
+  generate->add_option("--mig-share", gf.options.mig_share,
+                       "share of the jobs that ask for one MIG instance (1g, 2g or 3g) (0)");
+  generate->add_option("--mig-nodes", gf.options.mig_nodes,
+                       "nodes whose GPUs start partitioned as 3g.40gb+2g.20gb+1g.10gb (0)");
   generate->callback([rc] { *rc = RunSimGenerate(gf); });
   AddSimExport(sim, rc);
 }

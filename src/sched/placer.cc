@@ -33,8 +33,9 @@ bool Placer::WholeOption(const TaskSpec& task, const NodeState& node) {
   int32_t idle_total = 0;
   for (int32_t i = 0; i < node.gpu_count; ++i) {
     const GpuState& g = s_->gpus[node.gpu_begin + i];
-    if (reclaim_mig_ && g.IdleMig() && g.mig_frozen) frozen_seen_ = true;
-    if (!(g.Idle() || (reclaim_mig_ && g.IdleMig() && !g.mig_frozen))) continue;
+    const bool reclaim = reclaim_mig_ && !static_mig_;
+    if (reclaim && g.IdleMig() && g.mig_frozen) frozen_seen_ = true;
+    if (!(g.Idle() || (reclaim && g.IdleMig() && !g.mig_frozen))) continue;
     ++idle_total;
     int d = 0;
     while (d < n_domains && domains[d] != g.nvlink_domain) ++d;
@@ -65,7 +66,7 @@ bool Placer::WholeOption(const TaskSpec& task, const NodeState& node) {
   Option opt{static_cast<int32_t>(grants_.size()), 0};
   for (int k = 0; k < n_domains && opt.count < task.gpu_count; ++k) {
     // GPUs already whole first; idle MIG GPUs go back to whole only when those do not suffice.
-    for (int pass = 0; pass < (reclaim_mig_ ? 2 : 1); ++pass) {
+    for (int pass = 0; pass < (reclaim_mig_ && !static_mig_ ? 2 : 1); ++pass) {
       const bool take_mig = pass == 1;
       for (int32_t i = 0; i < node.gpu_count && opt.count < task.gpu_count; ++i) {
         const GpuState& g = s_->gpus[node.gpu_begin + i];
@@ -153,7 +154,7 @@ bool Placer::MigOptions(const NodeState& node) {
           grant.mig_start = m.start;
         }
       }
-      if (rank > 1) {
+      if (rank > 1 && !static_mig_) {
         for (int start : profile->starts) {
           if ((g.mig_used & SliceBits(start, profile->memory_slices)) == 0) {
             rank = 1;
@@ -163,12 +164,14 @@ bool Placer::MigOptions(const NodeState& node) {
           }
         }
       }
-      if (rank > 2 && !any_allocated && g.mig_frozen) frozen_seen_ = true;
-      if (rank > 2 && !any_allocated && !g.mig_frozen) {
+      if (rank > 2 && !any_allocated && g.mig_frozen && !static_mig_) frozen_seen_ = true;
+      if (rank > 2 && !any_allocated && !g.mig_frozen && !static_mig_) {
         rank = 2;
         grant.mig_start = static_cast<int8_t>(profile->starts.front());
         grant.mig_change = MigChange::kRepartition;
       }
+    } else if (static_mig_) {
+      continue;
     } else if (g.Idle() && g.mig_frozen) {
       frozen_seen_ = true;
     } else if (g.Idle()) {

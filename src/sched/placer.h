@@ -49,6 +49,13 @@ class Placer {
   // off the reserved nodes no longer holds; what was learnt with the reservation ignored does.
   // Which of the two a Place asks is CycleState::avoid_reserved, part of what is remembered.
   void ReservationChanged() { ++reservation_; }
+  // A static MIG layout (what a replay compares the layout shaped by demand with): MIG tasks
+  // take only the instances there are, whole-GPU and fractional tasks only GPUs outside MIG mode;
+  // no layout ever changes.
+  void set_static_mig(bool on) {
+    if (static_mig_ != on) ForgetAnswers();
+    static_mig_ = on;
+  }
   // Whether whole-GPU tasks may take idle MIG GPUs back (MigChange::kDisableMig). Off during a
   // preemption search, whose trial placements are undone by Release, which does not undo a
   // layout change.
@@ -138,6 +145,7 @@ class Placer {
   std::vector<uint32_t> visited_;
   bool reclaim_mig_ = true;
   bool frozen_seen_ = false;  // DeviceOptions passed over a GPU whose layout is frozen
+  bool static_mig_ = false;
   bool first_fit_ = false;
   uint32_t stamp_ = 0;
   uint64_t rotor_ = 0;

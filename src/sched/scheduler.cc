@@ -47,6 +47,7 @@ Scheduler::Scheduler(Snapshot snapshot, Profile profile, QuotaTree quotas, Sched
                   [](const auto& f) { return f->Name() == "reservation"; });
   if (!has_reservation) profile_.filters.push_back(std::make_unique<plugins::Reservation>());
   usage_.resize(quotas_.size());
+  placer_.set_static_mig(options_.mig_static);
   gpu_capacity_ = std::max<int64_t>(1, snapshot_.TotalGpuMilli());
   cpu_capacity_ = 1;
   mem_capacity_ = 1;

@@ -58,6 +58,9 @@ struct SchedulerOptions {
   // it may change again, so that alternating demand does not flap a GPU between layouts (each
   // change takes the GPU from whatever could use it while the agent carries it out). 0: no limit.
   double mig_reconfigure_interval = 60;
+  // The MIG layout as the estate has it, never changed (Placer::set_static_mig): what a replay
+  // compares the layout shaped by demand with.
+  bool mig_static = false;
   // Reserved nodes are lent to preemptible jobs that could not start elsewhere; the job
   // holding the reservation takes them back by preemption when it could otherwise start. A
   // reservation then costs the work since the borrowers' last checkpoint, not idle nodes.

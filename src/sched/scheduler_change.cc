@@ -123,6 +123,7 @@ base::Status Scheduler::ReplaceQuotas(QuotaTree quotas, const std::vector<int32_
 void Scheduler::SetOptions(const SchedulerOptions& options, double now) {
   AdvanceUsage(now);  // decayed at the half-life it had until now
   options_ = options;
+  placer_.set_static_mig(options_.mig_static);
   ordered_valid_ = false;  // the order, or LAS's levels, may have changed
   placer_.InvalidateCache();
 }

@@ -54,6 +54,11 @@ struct Setup {
 std::vector<sched::TaskSpec> TasksOf(const ReplayJob& j, const sched::Snapshot& s) {
   sched::TaskSpec t =
       GpuTaskSpec(j.cpu_milli, j.memory_mib, j.gpus_per_task, j.gpu_milli, j.gpu_models, s);
+  if (!j.mig_profile.empty()) {
+    t.gpu_kind = sched::GpuKind::kMig;
+    t.gpu_count = 1;
+    t.mig_profile = j.mig_profile;
+  }
   for (const std::string& d : j.datasets) {
     if (int32_t i = s.FindDataset(d); i >= 0) t.datasets.push_back(i);
   }
@@ -98,6 +103,8 @@ base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<R
   if (options.reserve_after) order->reserve_after = *options.reserve_after;
   if (options.starvation_horizon) order->starvation_horizon = *options.starvation_horizon;
   if (options.usage_stretch) order->usage_stretch = *options.usage_stretch;
+  order->mig_static = options.mig_static;
+  order->mig_reconfigure_interval = options.mig_reconfigure_interval;
 
   Setup out;
   sched::QuotaTree quotas;
@@ -221,19 +228,23 @@ std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
                                                    const std::vector<std::string>& policies,
                                                    int32_t samples,
                                                    const std::function<void(double)>& progress,
-                                                   double reclaim_idle_after, bool data_blind_too) {
+                                                   double reclaim_idle_after, bool data_blind_too,
+                                                   bool mig_static_too) {
   // With reclamation, every policy runs twice: as it is, and reclaiming idle jobs; with datasets
   // to compare, as it is and blind to them.
   std::vector<ReplayOptions> runs;
   for (int twice = 0; twice < (reclaim_idle_after > 0 ? 2 : 1); ++twice) {
     for (const std::string& policy : policies) {
       for (int blind = 0; blind < (data_blind_too ? 2 : 1); ++blind) {
-        ReplayOptions o;
-        o.policy = policy;
-        o.samples = samples;
-        if (twice) o.reclaim_idle_after = reclaim_idle_after;
-        o.data_aware = blind == 0;
-        runs.push_back(std::move(o));
+        for (int fixed = 0; fixed < (mig_static_too ? 2 : 1); ++fixed) {
+          ReplayOptions o;
+          o.policy = policy;
+          o.samples = samples;
+          if (twice) o.reclaim_idle_after = reclaim_idle_after;
+          o.data_aware = blind == 0;
+          o.mig_static = fixed == 1;
+          runs.push_back(std::move(o));
+        }
       }
     }
   }
@@ -241,6 +252,7 @@ std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
   for (size_t i = 0; i < results.size(); ++i) {
     if (results[i].ok() && runs[i].reclaim_idle_after > 0) results[i]->policy += "+reclaim";
     if (results[i].ok() && !runs[i].data_aware) results[i]->policy += " data-blind";
+    if (results[i].ok() && runs[i].mig_static) results[i]->policy += " static-MIG";
   }
   return results;
 }
@@ -312,6 +324,21 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   res.total_gpus = static_cast<double>(snap.TotalGpuMilli()) / 1000.0;
   res.projects = setup->projects;
   const size_t n_projects = res.projects.size();
+  // MIG (issue 20): the slices of GPUs in MIG mode and those allocated, counted as the layout
+  // is now, when any job asks for an instance.
+  const bool has_mig = std::any_of(jobs.begin(), jobs.end(),
+                                   [](const ReplayJob& j) { return !j.mig_profile.empty(); });
+  double mig_slice_time = 0, mig_used_time = 0;
+  auto mig_slices = [&](double* used) {
+    double total = 0;
+    *used = 0;
+    for (const sched::GpuState& g : snap.gpus) {
+      if (!g.mig_enabled || !g.healthy) continue;
+      total += domain::kMigMemorySlices;
+      for (const sched::MigSlot& m : g.mig) *used += m.allocated ? m.width : 0;
+    }
+    return total;
+  };
 
   // Jobs in arrival order; the scheduler knows them by index.
   std::vector<size_t> arrival(jobs.size());
@@ -444,6 +471,11 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     // The estate's use counts while there is work; the tail in which idle elastic nodes wait to
     // be released is billing alone.
     const bool work = running > 0 || pending > 0 || next < arrival.size();
+    if (dt > 0 && work && has_mig) {
+      double used = 0;
+      mig_slice_time += mig_slices(&used) * dt;
+      mig_used_time += used * dt;
+    }
     if (dt > 0 && work) {
       res.utilization += alloc * dt;
       capacity_time += capacity * dt;
@@ -597,10 +629,19 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
       for (const sched::Placement& p : d.placements) {
         const sched::NodeState& node = snap.nodes[p.node];
         for (const sched::DeviceGrant& g : p.devices) {
-          s.milli += g.milli;
+          // A MIG instance holds its share of the GPU's memory slices.
+          const int32_t milli =
+              g.mig_profile >= 0
+                  ? snap.model(node.model).mig_profiles[g.mig_profile].memory_slices * 1000 /
+                        domain::kMigMemorySlices
+                  : g.milli;
+          s.milli += milli;
           const auto& prices = snap.clusters[node.cluster].price_by_model;
-          s.price_rate += node.model >= 0 ? prices[node.model] * g.milli / 1000.0 : 0;
+          s.price_rate += node.model >= 0 ? prices[node.model] * milli / 1000.0 : 0;
         }
+      }
+      for (const sched::DeviceGrant& c : d.layout_changes) {
+        res.layout_changes += sched::ReshapesGpu(c.mig_change) ? 1 : 0;
       }
       ++running;
       --pending;
@@ -739,7 +780,7 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   advance(now);
   if (options.progress) options.progress(1.0);
 
-  std::vector<double> jct, delay;
+  std::vector<double> jct, delay, mig_delay, gpu_delay;
   std::vector<std::vector<double>> project_jct(n_projects), project_delay(n_projects);
   double last_end = first;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -749,6 +790,11 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     ++res.projects[p].completed;
     jct.push_back(st[i].end - jobs[i].submit_time);
     delay.push_back(st[i].first_start - jobs[i].submit_time);
+    if (!jobs[i].mig_profile.empty()) {
+      mig_delay.push_back(delay.back());
+    } else if (jobs[i].gpus_per_task > 0) {
+      gpu_delay.push_back(delay.back());
+    }
     project_jct[p].push_back(jct.back());
     project_delay[p].push_back(delay.back());
     last_end = std::max(last_end, st[i].end);
@@ -756,6 +802,13 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   res.never_started = res.jobs - res.completed;
   res.jct = Summarise(jct);
   res.queueing_delay = Summarise(delay);
+  if (has_mig) {
+    res.mig_jobs = std::count_if(jobs.begin(), jobs.end(),
+                                 [](const ReplayJob& j) { return !j.mig_profile.empty(); });
+    res.mig_queueing_delay = Summarise(std::move(mig_delay));
+    res.gpu_queueing_delay = Summarise(std::move(gpu_delay));
+    res.slice_utilization = mig_slice_time > 0 ? mig_used_time / mig_slice_time : 0;
+  }
   for (size_t p = 0; p < n_projects; ++p) {
     res.projects[p].jct = Summarise(std::move(project_jct[p]));
     res.projects[p].queueing_delay = Summarise(std::move(project_delay[p]));

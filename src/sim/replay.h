@@ -47,6 +47,11 @@ struct ReplayOptions {
   // Off: placement ignores where jobs' datasets are (the data-locality score is left out);
   // staging still costs what it costs.
   bool data_aware = true;
+  // MIG (docs/adr/0045-gpu-partitioning.md): on, the cluster file's layout is kept as it is (MIG
+  // tasks take only its instances, whole-GPU work only GPUs outside MIG mode); off, the
+  // scheduler shapes it by demand, each GPU's layout kept at least `mig_reconfigure_interval`.
+  bool mig_static = false;
+  double mig_reconfigure_interval = 60;
   std::function<void(double done)> progress;  // fraction of jobs arrived; may be empty
 };
 
@@ -115,6 +120,14 @@ struct ReplayResult {
   double staged_gib = 0;
   double staging_hours = 0;
   double egress = 0;
+  // MIG, when jobs ask for instances: how many did, their wait and that of GPU jobs, the share of
+  // the slices of GPUs in MIG mode that instances held (time-averaged), and how often a GPU's
+  // layout changed (MIG mode on or off, a re-partition).
+  int64_t mig_jobs = 0;
+  Percentiles mig_queueing_delay;
+  Percentiles gpu_queueing_delay;
+  double slice_utilization = 0;
+  int64_t layout_changes = 0;
   std::vector<ProjectStats> projects;
   std::vector<ReplaySample> samples;
   double wall_seconds = 0;
@@ -144,14 +157,14 @@ std::vector<base::Result<ReplayResult>> RunBurstReplays(
 
 // Every policy on the same jobs, side by side, one thread each; with `reclaim_idle_after` > 0,
 // each policy again with idle reclamation ("meridian+reclaim"), so that the report shows its gain;
-// with `data_blind_too`, each again with placement blind to datasets ("meridian data-blind").
+// with `data_blind_too`, each again with placement blind to datasets ("meridian data-blind");
+// with `mig_static_too`, each again on the cluster file's MIG layout kept as it is ("meridian
+// static-MIG").
 // `progress` (may be empty) is called, serialised, with the fraction done by the slowest policy.
-std::vector<base::Result<ReplayResult>> RunReplays(const ReplayCluster& cluster,
-                                                   const std::vector<ReplayJob>& jobs,
-                                                   const std::vector<std::string>& policies,
-                                                   int32_t samples,
-                                                   const std::function<void(double)>& progress,
-                                                   double reclaim_idle_after = 0,
-                                                   bool data_blind_too = false);
+std::vector<base::Result<ReplayResult>> RunReplays(
+    const ReplayCluster& cluster, const std::vector<ReplayJob>& jobs,
+    const std::vector<std::string>& policies, int32_t samples,
+    const std::function<void(double)>& progress, double reclaim_idle_after = 0,
+    bool data_blind_too = false, bool mig_static_too = false);
 
 }  // namespace meridian::sim

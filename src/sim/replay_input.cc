@@ -1,9 +1,12 @@
 #include "sim/replay_input.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 
 #include "base/rng.h"
+#include "base/strings.h"
+#include "domain/gpu_model.h"
 #include "domain/spec.h"
 #include "sim/alibaba_trace.h"
 #include "sim/csv.h"
@@ -31,6 +34,36 @@ void ReadNodeGroup(const domain::SourceDoc& doc, const Json& g, const std::strin
   const std::map<std::string, std::string> labels = r.StringMap("labels");
   std::string pool = r.String("pool", false);
   const bool declared = r.Bool("declared", false);
+  // A MIG layout the group's first `mig_gpus` GPUs start in ("3g.40gb@0,2g.20gb@4,1g.10gb@6"):
+  // a static partition, or where a replay that shapes MIG by demand starts from.
+  const int64_t mig_gpus = r.Int("mig_gpus", 0, 64, 0);
+  std::vector<domain::MigInstance> mig_layout;
+  if (r.Has("mig_layout")) {
+    const domain::GpuModel* m = domain::GpuCatalog::Builtin().Find(model);
+    uint32_t used = 0;
+    const std::string text = r.String("mig_layout", false);
+    for (std::string_view part : base::Split(text, ',')) {
+      const size_t at = part.find('@');
+      const std::string profile(part.substr(0, at));
+      const domain::MigProfile* p = m ? m->FindMigProfile(profile) : nullptr;
+      int start = -1;
+      if (at != std::string_view::npos) start = std::atoi(std::string(part.substr(at + 1)).c_str());
+      if (!p || std::find(p->starts.begin(), p->starts.end(), start) == p->starts.end()) {
+        r.Error("mig_layout", "\"" + std::string(part) + "\" is not a MIG instance of " + model +
+                                  " (profile@start, at one of the profile's placements)");
+        break;
+      }
+      const uint32_t bits = ((1u << p->memory_slices) - 1) << start;
+      if (used & bits) {
+        r.Error("mig_layout", "\"" + std::string(part) + "\" overlaps an instance before it");
+        break;
+      }
+      used |= bits;
+      mig_layout.push_back({profile, start});
+    }
+  }
+  if (mig_gpus > gpus) r.Error("mig_gpus", "exceeds gpus");
+  if (mig_gpus > 0 && mig_layout.empty()) r.Error("mig_layout", "is required with mig_gpus");
   if (gpus > 0 && model.empty()) r.Error("model", "is required with gpus");
   if (declared && pool.empty()) r.Error("declared", "needs pool: the node pool that declares it");
   // An elastic group: `count` is the pool's maxNodes, none of them up at the start.
@@ -65,6 +98,10 @@ void ReadNodeGroup(const domain::SourceDoc& doc, const Json& g, const std::strin
       d.uuid = "GPU-" + n.name + "-" + std::to_string(k);
       d.model = model;
       d.nvlink_domain = domain_size > 0 ? static_cast<int>(k / domain_size) : 0;
+      if (k < mig_gpus) {
+        d.mig_enabled = true;
+        d.mig_instances = mig_layout;
+      }
       n.gpus.push_back(std::move(d));
     }
     out->nodes.push_back(std::move(n));
@@ -302,6 +339,22 @@ base::Result<std::vector<ReplayJob>> ParseReplayJobs(std::string_view text, std:
     if (t.Has("datasets") && !t.Field("datasets").empty()) {
       for (std::string_view d : base::Split(t.Field("datasets"), '|')) {
         if (!d.empty()) j.datasets.emplace_back(d);
+      }
+    }
+    // A MIG instance of this profile per task, instead of GPUs.
+    if (t.Has("mig") && !t.Field("mig").empty()) {
+      j.mig_profile = std::string(t.Field("mig"));
+      bool known = false;
+      for (const domain::GpuModel& m : domain::GpuCatalog::Builtin().models()) {
+        known = known || m.FindMigProfile(j.mig_profile);
+      }
+      if (!known) {
+        return t.Error(t.line_no(), t.Column("mig"),
+                       "mig: \"" + j.mig_profile + "\" is not a MIG profile of any known model");
+      }
+      if (j.gpus_per_task != 1 || j.gpu_milli != 1000) {
+        return t.Error(t.line_no(), t.Column("mig"),
+                       "mig: a MIG task takes one instance (gpus_per_task 1, whole)");
       }
     }
     out.push_back(std::move(j));

@@ -67,6 +67,8 @@ struct ReplayJob {
   // job waiting on something else); -1: busy throughout. What idle reclamation can take back.
   double idle_from = -1;
   std::vector<std::string> datasets;  // what it reads (the cluster file's datasets)
+  // Each task takes a MIG instance of this profile ("1g.10gb") instead of a GPU; empty: GPUs.
+  std::string mig_profile;
 };
 
 // Idle phases for a trace that records none (the Alibaba trace has no utilisation): a share

@@ -67,6 +67,24 @@ const Row kDataRows[] = {
     {"egress cost", [](const ReplayResult& r) { return Fixed(r.egress, 2); }},
 };
 
+// Shown when jobs ask for MIG instances.
+const Row kMigRows[] = {
+    {"MIG jobs", [](const ReplayResult& r) { return std::to_string(r.mig_jobs); }},
+    {"MIG wait mean (s)", [](const ReplayResult& r) { return Fixed(r.mig_queueing_delay.mean); }},
+    {"MIG wait p95 (s)", [](const ReplayResult& r) { return Fixed(r.mig_queueing_delay.p95); }},
+    {"GPU-job wait mean (s)",
+     [](const ReplayResult& r) { return Fixed(r.gpu_queueing_delay.mean); }},
+    {"GPU-job wait p95 (s)", [](const ReplayResult& r) { return Fixed(r.gpu_queueing_delay.p95); }},
+    {"MIG slice utilisation %",
+     [](const ReplayResult& r) { return Fixed(100 * r.slice_utilization, 2); }},
+    {"MIG layout changes", [](const ReplayResult& r) { return std::to_string(r.layout_changes); }},
+};
+
+bool AsksMig(const std::vector<ReplayResult>& results) {
+  return std::any_of(results.begin(), results.end(),
+                     [](const ReplayResult& r) { return r.mig_jobs > 0; });
+}
+
 // Whether the runs are of jobs that read datasets: the data rows and plot are shown then.
 bool ReadsData(const std::vector<ReplayResult>& results) {
   return std::any_of(results.begin(), results.end(), [](const ReplayResult& r) {
@@ -103,6 +121,9 @@ void PrintReplayTable(const std::vector<ReplayResult>& results, std::ostream& ou
   for (const Row& row : kRows) print(row);
   if (data) {
     for (const Row& row : kDataRows) print(row);
+  }
+  if (AsksMig(results)) {
+    for (const Row& row : kMigRows) print(row);
   }
   if (results.empty()) return;
   out << "\nshare of GPU-hours by project (quota share):\n";
@@ -157,6 +178,11 @@ nlohmann::json ReplayJson(const std::vector<ReplayResult>& results) {
          {"staged_gib", r.staged_gib},
          {"staging_hours", r.staging_hours},
          {"egress", r.egress},
+         {"mig_jobs", r.mig_jobs},
+         {"mig_queueing_delay", PercentilesJson(r.mig_queueing_delay)},
+         {"gpu_queueing_delay", PercentilesJson(r.gpu_queueing_delay)},
+         {"slice_utilization", r.slice_utilization},
+         {"layout_changes", r.layout_changes},
          {"budget", r.budget < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.budget)},
          {"gpus", r.total_gpus},
          {"wall_seconds", r.wall_seconds},
@@ -306,6 +332,12 @@ std::string ReplayHtml(const std::vector<ReplayResult>& results, const std::stri
     for (const ReplayResult& r : results) html += "<td>" + kDataRows[i].value(r) + "</td>";
     html += "</tr>";
   }
+  const bool mig = AsksMig(results);
+  for (size_t i = 0; mig && i < std::size(kMigRows); ++i) {
+    html += "<tr><td>" + std::string(kMigRows[i].label) + "</td>";
+    for (const ReplayResult& r : results) html += "<td>" + kMigRows[i].value(r) + "</td>";
+    html += "</tr>";
+  }
   html += "</table>";
   if (data) {
     // What data-aware placement buys: each policy beside its data-blind run.
@@ -315,6 +347,18 @@ std::string ReplayHtml(const std::vector<ReplayResult>& results, const std::stri
     }
     html += SvgBarChart("Data moved, GPU-hours waiting for it, and egress", "",
                         {"TiB moved", "GPU-h waiting for data", "egress (hundreds)"}, moved);
+  }
+  if (mig) {
+    // MIG shaped by demand beside the static layout: waits, and how full the MIG GPUs were.
+    std::vector<Series> waits, slices;
+    for (const ReplayResult& r : results) {
+      waits.push_back({r.policy, {}, {r.mig_queueing_delay.mean, r.gpu_queueing_delay.mean}});
+      slices.push_back({r.policy, {}, {100 * r.slice_utilization, 100 * r.utilization}});
+    }
+    html += SvgBarChart("Mean wait of MIG jobs and of GPU jobs", "seconds",
+                        {"MIG jobs", "GPU jobs"}, waits);
+    html += SvgBarChart("MIG slice utilisation and GPU utilisation", "%",
+                        {"slices of MIG GPUs held", "GPUs allocated"}, slices);
   }
   html += SvgLineChart("GPU utilisation over time", "hours", "% of GPUs allocated", util);
   html += SvgLineChart("Queue length over time", "hours", "pending jobs", queue);

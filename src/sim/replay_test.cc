@@ -441,5 +441,65 @@ TEST(ReplayData, ACappedCacheEvictsAndBlindPlacementMovesMore) {
   EXPECT_DOUBLE_EQ(results[1]->staged_gib, 1000) << "packed beside job 1 at site-b";
 }
 
+// MIG: one node partitioned (3g.40gb + 2g.20gb + 1g.10gb on each of its two GPUs), one whole.
+const char* kMigEstate = R"(clusters:
+  - name: onprem
+    nodes:
+      - {name: mig, count: 1, gpus: 2, model: H100-80GB, cpu_milli: 64000, memory_mib: 262144, mig_gpus: 2, mig_layout: "3g.40gb@0,2g.20gb@4,1g.10gb@6"}
+      - {name: whole, count: 1, gpus: 2, model: H100-80GB, cpu_milli: 64000, memory_mib: 262144}
+)";
+
+// Four 1g.10gb jobs at once: the static layout has two 1g instances, so two wait; shaped by
+// demand, the idle whole node is partitioned for them (a layout change) and none waits. A
+// 2-GPU job afterwards: static, only the whole node takes it; by demand, the partitioned node
+// too may go back whole, once its layout has kept the interval.
+TEST(ReplayMig, ALayoutShapedByDemandServesWhatAStaticOneMakesWait) {
+  auto cluster = ParseReplayCluster(kMigEstate, "mig.yaml");
+  ASSERT_TRUE(cluster.ok()) << cluster.status().message();
+  EXPECT_TRUE(cluster->nodes[0].gpus[1].mig_enabled);
+  EXPECT_EQ(cluster->nodes[0].gpus[1].mig_instances.size(), 3u);
+  auto jobs = ParseReplayJobs(
+      "id,submit_time,duration,gpus_per_task,mig\n1,0,1000,1,1g.10gb\n2,0,1000,1,1g.10gb\n"
+      "3,0,1000,1,1g.10gb\n4,0,1000,1,1g.10gb\n5,10,500,2,\n",
+      "jobs.csv");
+  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  auto results = RunReplays(*cluster, *jobs, {"fifo"}, 50, nullptr, 0, false,
+                            /*mig_static_too=*/true);
+  ASSERT_EQ(results.size(), 2u);
+  ASSERT_TRUE(results[0].ok() && results[1].ok());
+  const ReplayResult& shaped = *results[0];
+  const ReplayResult& fixed = *results[1];
+  EXPECT_EQ(fixed.policy, "fifo static-MIG");
+  EXPECT_EQ(shaped.completed, 5);
+  EXPECT_EQ(fixed.completed, 5);
+  EXPECT_EQ(fixed.mig_jobs, 4);
+  EXPECT_EQ(fixed.layout_changes, 0);
+  EXPECT_NEAR(fixed.mig_queueing_delay.mean, 500, 1e-6) << "two of four waited 1,000 s";
+  EXPECT_GT(shaped.layout_changes, 0);
+  EXPECT_LT(shaped.mig_queueing_delay.mean, fixed.mig_queueing_delay.mean);
+  EXPECT_GT(fixed.slice_utilization, 0);
+}
+
+TEST(ReplayMig, BadLayoutsAndProfilesSayWhere) {
+  std::string text = kMigEstate;
+  const std::string layout = "3g.40gb@0,2g.20gb@4,1g.10gb@6";
+  for (const auto& [bad, want] : std::vector<std::pair<std::string, std::string>>{
+           {"3g.40gb@2", "\"3g.40gb@2\" is not a MIG instance of H100-80GB"},
+           {"3g.40gb@0,2g.20gb@2", "\"2g.20gb@2\" overlaps an instance before it"}}) {
+    std::string t = text;
+    t.replace(t.find(layout), layout.size(), bad);
+    auto c = ParseReplayCluster(t, "mig.yaml");
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find(want), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find("mig.yaml:4:"), std::string::npos) << c.status().message();
+  }
+  auto jobs =
+      ParseReplayJobs("id,submit_time,duration,gpus_per_task,mig\n1,0,10,1,5g.50gb\n", "jobs.csv");
+  ASSERT_FALSE(jobs.ok());
+  EXPECT_NE(jobs.status().message().find("jobs.csv:2:"), std::string::npos)
+      << jobs.status().message();
+  EXPECT_NE(jobs.status().message().find("\"5g.50gb\" is not a MIG profile"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace meridian::sim

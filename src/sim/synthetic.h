@@ -72,6 +72,12 @@ struct SyntheticReplayOptions {
   int datasets = 0;
   double data_share = 0.6;
   double cache_gib = 4000;  // each site's cache of staged datasets (0: no cap)
+  // MIG (docs/adr/0045-gpu-partitioning.md): `mig_share` of the jobs ask for one MIG instance
+  // (half 1g.10gb, a quarter each 2g.20gb and 3g.40gb) instead of GPUs, and every GPU of the
+  // first `mig_nodes` nodes starts partitioned as 3g.40gb + 2g.20gb + 1g.10gb (what a static
+  // layout dedicates to MIG work). The defaults write what a workload without MIG always was.
+  double mig_share = 0;
+  int mig_nodes = 0;
 };
 
 // A replay workload in Meridian's formats: a cluster description (YAML, one on-prem cluster of
