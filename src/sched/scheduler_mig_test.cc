@@ -99,6 +99,30 @@ TEST(SchedulerMig, AGpuGoesToMigForSmallSlicesAndBackWholeOnceItsLayoutHasKept) 
   EXPECT_EQ(StartOf(r, 4)->layout_changes[0].mig_change, MigChange::kEnableMig);
 }
 
+// A fault cordons the GPU with its instances: nothing is placed on them. Healed, the GPU comes
+// back with its layout (MIG mode survives a GPU reset; its free instances are made again as
+// grants use them), so MIG work takes it without a mode change.
+TEST(SchedulerMig, ACordonedMigGpuComesBackWithItsLayout) {
+  MigFixture f(1);
+  f.Submit(1, testing::Mig("3g.40gb"));
+  ASSERT_TRUE(StartOf(f.sched->Cycle(0), 1));
+  domain::Node node = testing::MakeNode({"n0", "H100-80GB", 1});
+  node.gpus[0].healthy = false;
+  ASSERT_TRUE(f.sched->UpdateNode(0, node).ok());
+  f.sched->Finish(1, 10);
+  f.Submit(2, testing::Mig("1g.10gb"));
+  EXPECT_FALSE(StartOf(f.sched->Cycle(100), 2)) << "no instance of a cordoned GPU";
+  node.gpus[0].healthy = true;
+  ASSERT_TRUE(f.sched->UpdateNode(0, node).ok());
+  EXPECT_TRUE(f.Gpu(0).mig_enabled);
+  EXPECT_EQ(f.Gpu(0).mig.size(), 1u) << "its 3g.40gb, free";
+  CycleResult r = f.sched->Cycle(110);
+  ASSERT_TRUE(StartOf(r, 2));
+  for (const DeviceGrant& c : StartOf(r, 2)->layout_changes) {
+    EXPECT_FALSE(ReshapesGpu(c.mig_change)) << "placed in its layout, no mode change";
+  }
+}
+
 TEST(SchedulerMig, WithoutAnIntervalLayoutsFollowDemandAtOnce) {
   SchedulerOptions o;
   o.mig_reconfigure_interval = 0;
