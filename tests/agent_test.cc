@@ -728,10 +728,10 @@ TEST_F(AgentTest, MigThroughNvmlGivesEachTaskItsInstance) {
   }
   const std::string calls = ReadFile(dir_.File("nvml-calls"));
   EXPECT_EQ(calls.find("nvmlDeviceSetMigMode"), std::string::npos) << calls;
-  EXPECT_NE(calls.find("nvmlDeviceCreateGpuInstanceWithPlacement gpu=3 profile=2"),
+  EXPECT_NE(calls.find("nvmlDeviceCreateGpuInstanceWithPlacement gpu=3 profile=9"),
             std::string::npos)
       << calls;
-  EXPECT_NE(calls.find("nvmlDeviceCreateGpuInstanceWithPlacement gpu=3 profile=0"),
+  EXPECT_NE(calls.find("nvmlDeviceCreateGpuInstanceWithPlacement gpu=3 profile=19"),
             std::string::npos)
       << calls;
   // Both ended: their instances are destroyed, compute instance first.
@@ -854,7 +854,7 @@ exit 0
   // Shares are packed: both on one GPU, one daemon for it.
   ASSERT_EQ(da["gpu"], db["gpu"]) << da.dump() << db.dump();
   const std::string gpu = std::to_string(da["gpu"].get<int>());
-  const std::string pipe = dir_.File("agent-n1") + "/mps/" + gpu + "/pipe";
+  const std::string pipe = dir_.File("agent-n1") + "/mps/" + gpu + "/0/pipe";
   ASSERT_TRUE(Eventually([&] { return Phase(a) == "Succeeded" && Phase(b) == "Succeeded"; }));
   EXPECT_TRUE(Eventually([&] {
     return Run("logs " + std::to_string(a))
@@ -875,6 +875,16 @@ exit 0
   EXPECT_EQ((*shared)["message"], "GPU " + gpu +
                                       " of node n1 shared through MPS: 25% of its compute and "
                                       "10240 MiB of its memory, enforced (task 0)");
+  // The next share of the GPU gets a daemon of its own, in new folders: the one told to quit may
+  // still be draining.
+  const int64_t c = Submit({{"gpuMilli", 250}, {"command", {"sh", "-c", say}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(c) == "Succeeded"; }));
+  const int g = Job(c)["status"]["allocation"][0]["devices"][0]["gpu"].get<int>();
+  const std::string next = dir_.File("agent-n1") + "/mps/" + std::to_string(g) +
+                           (std::to_string(g) == gpu ? "/1/pipe" : "/0/pipe");
+  EXPECT_TRUE(Eventually([&] {
+    return Run("logs " + std::to_string(c)).output.find("pipe=" + next) != std::string::npos;
+  })) << Run("logs " + std::to_string(c)).output;
 }
 
 // Where MPS is not installed, a share is time-sliced and the job is told; a pool may choose

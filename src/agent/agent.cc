@@ -413,6 +413,7 @@ void Agent::Reconcile(const Json& answer) {
   for (auto& [key, t] : tasks_) {
     if (listed.count(key)) continue;
     if (t.state == "Exited" || t.state == "BackingOff") {
+      if (t.state == "BackingOff") ReleaseDevices(t);  // kept for a restart that will not come
       t.state = "Exited";
       t.gone = true;  // the server has what it needs
     } else {
@@ -512,6 +513,7 @@ void Agent::Start(Task& t) {
   if (pid < 0) {
     t.state = "Exited";
     t.message = "cannot start the task's supervisor";
+    ReleaseDevices(t);
     return;
   }
   t.shim_pid = pid;
@@ -527,6 +529,7 @@ void Agent::RequestStop(Task& t, const std::string& reason, std::optional<double
   if (t.stop_requested) return;
   t.stop_requested = true;
   if (t.state == "BackingOff" || t.state == "Starting") {
+    if (t.state == "BackingOff") ReleaseDevices(t);
     t.state = "Exited";
     t.message = reason;
     return;
@@ -553,6 +556,7 @@ void Agent::Poll() {
         t.state = "Exited";
         t.message = "its supervisor ended without an exit status";
         t.cause = domain::FailureCause::kNotStarted;
+        ReleaseDevices(t);
       }
       continue;
     }

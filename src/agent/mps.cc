@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "base/command.h"
 #include "base/log.h"
@@ -16,12 +17,16 @@ namespace {
 
 constexpr double kCommandSeconds = 10;
 
-// Whether the daemon whose pid file is in `pipe_dir` still runs.
+// Whether the daemon whose pid file is in `pipe_dir` still runs (a zombie does not).
 bool DaemonRuns(const std::string& pipe_dir) {
   std::ifstream in(pipe_dir + "/nvidia-cuda-mps-control.pid");
   long pid = 0;
   if (!(in >> pid) || pid <= 0) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] != 'Z';
 }
 
 }  // namespace
@@ -32,7 +37,9 @@ MpsDaemons::MpsDaemons(std::string control, std::string root)
 std::string MpsDaemons::Program() const { return base::FindProgram(control_); }
 
 MpsEndpoint MpsDaemons::EndpointOf(int32_t gpu) const {
-  const std::string dir = root_ + "/" + std::to_string(gpu);
+  auto g = generation_.find(gpu);
+  const std::string dir = root_ + "/" + std::to_string(gpu) + "/" +
+                          std::to_string(g == generation_.end() ? 0 : g->second);
   return {dir + "/pipe", dir + "/log"};
 }
 
@@ -48,11 +55,16 @@ base::Result<MpsEndpoint> MpsDaemons::Acquire(int32_t gpu, const std::string& uu
   if (program.empty()) {
     return base::Status::NotFound(control_ + " is not installed on this node");
   }
+  if (running_.count(gpu) && DaemonRuns(EndpointOf(gpu).pipe_dir)) return EndpointOf(gpu);
+  // A daemon told to quit may still drain: the next one gets folders of its own, so that no
+  // share is handed the one going away.
+  if (quitting_.erase(gpu)) ++generation_[gpu];
   const MpsEndpoint e = EndpointOf(gpu);
-  if (running_.count(gpu) && DaemonRuns(e.pipe_dir)) return e;
   // Tasks run under uids of their own: they enter the folders to reach the daemon's pipes (which
   // the daemon makes), and nothing else there.
-  for (const std::string& dir : {root_, root_ + "/" + std::to_string(gpu), e.pipe_dir, e.log_dir}) {
+  const std::string gpu_dir = root_ + "/" + std::to_string(gpu);
+  for (const std::string& dir :
+       {root_, gpu_dir, e.pipe_dir.substr(0, e.pipe_dir.rfind('/')), e.pipe_dir, e.log_dir}) {
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
       return base::Status::Io("cannot make " + dir + ": " + std::strerror(errno));
     }
@@ -87,6 +99,7 @@ void MpsDaemons::Release(int32_t gpu) {
     }
   }
   running_.erase(it);
+  quitting_.insert(gpu);
 }
 
 }  // namespace meridian::agent

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 #include "base/status.h"
@@ -17,12 +18,12 @@ struct MpsEndpoint {
 
 // NVIDIA's Multi-Process Service for the GPUs that fractional tasks share in pools of
 // gpuSharing mps (issue 20, docs/adr/0045-gpu-partitioning.md): one control daemon per GPU,
-// started when the first share of it starts and told to quit when the last one ends, each with a
-// pipe folder of its own under the agent's work directory, so that a task reaches its GPU's
-// daemon only. The shares themselves (active-thread percentage, pinned device memory) are set in
-// each task's environment (Agent::TaskEnv), which MPS enforces. Without the control program
-// installed, shares are time-sliced, and the agent says so. The agent's loop calls it; not
-// thread-safe.
+// started when the first share of it starts and told to quit when the last one ends (never
+// waited for: the next daemon of the GPU gets new folders), each with a pipe folder of its own
+// under the agent's work directory, so that a task reaches its GPU's daemon only. The shares
+// themselves (active-thread percentage, pinned device memory) are set in each task's environment
+// (Agent::TaskEnv), which MPS enforces. Without the control program installed, shares are
+// time-sliced, and the agent says so. The agent's loop calls it; not thread-safe.
 class MpsDaemons {
  public:
   // `control`: the control program (nvidia-cuda-mps-control, looked up in PATH, or a path);
@@ -44,6 +45,10 @@ class MpsDaemons {
   std::string control_;
   std::string root_;
   std::map<int32_t, std::string> running_;  // gpu -> its uuid
+  // Each GPU's daemons so far in this life of the agent (<root>/<gpu>/<generation>), and the
+  // GPUs whose daemon was told to quit: the next one starts in new folders.
+  std::map<int32_t, int64_t> generation_;
+  std::set<int32_t> quitting_;
 };
 
 }  // namespace meridian::agent

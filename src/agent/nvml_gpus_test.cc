@@ -96,22 +96,22 @@ class NvmlMig : public ::testing::Test {
 
 TEST_F(NvmlMig, EnableCreateDestroyDisableInNvmlsOrder) {
   EXPECT_TRUE(gpus_->MigLayout(0).empty());
-  // A 3g.40gb at slice 4 on a whole GPU: MIG mode on, the GPU instance of NVML's profile 2 at
+  // A 3g.40gb at slice 4 on a whole GPU: MIG mode on, the GPU instance of NVML's profile id 9 at
   // placement 4 (four memory slices), one compute instance of the same three slices.
   auto made = gpus_->CreateMigInstance(0, "3g.40gb", 4);
   ASSERT_TRUE(made.ok()) << made.status().message();
   EXPECT_EQ(*made, "MIG-fake-0000-0001");  // the MIG device's UUID, read back from NVML
   EXPECT_EQ(Calls(), (std::vector<std::string>{
                          "nvmlDeviceSetMigMode gpu=0 mode=1",
-                         "nvmlDeviceCreateGpuInstanceWithPlacement gpu=0 profile=2 start=4 size=4",
+                         "nvmlDeviceCreateGpuInstanceWithPlacement gpu=0 profile=9 start=4 size=4",
                          "nvmlGpuInstanceCreateComputeInstance gpu=0 gi=1 profile=2",
                      }));
-  // The 1g.20gb is NVML's profile 9 (one compute slice, twice the memory of the 1g.10gb),
+  // The 1g.20gb is NVML's profile id 15 (one compute slice, twice the memory of the 1g.10gb),
   // two slices wide; MIG mode is already on.
   auto small = gpus_->CreateMigInstance(0, "1g.20gb", 2);
   ASSERT_TRUE(small.ok()) << small.status().message();
   EXPECT_EQ(Calls(), (std::vector<std::string>{
-                         "nvmlDeviceCreateGpuInstanceWithPlacement gpu=0 profile=9 start=2 size=2",
+                         "nvmlDeviceCreateGpuInstanceWithPlacement gpu=0 profile=15 start=2 size=2",
                          "nvmlGpuInstanceCreateComputeInstance gpu=0 gi=2 profile=0",
                      }));
   EXPECT_EQ(gpus_->MigLayout(0), (std::vector<std::string>{"1g.20gb@2", "3g.40gb@4"}));
@@ -163,7 +163,7 @@ TEST_F(NvmlMig, ErrorsNameTheGpuTheProfileAndWhatNvmlSaid) {
             "GPU 1: MIG instance 1g.10gb at slice 0: MIG mode on is pending: it takes "
             "effect after a GPU reset (NVML: Reset Required)");
   EXPECT_EQ(Calls(), (std::vector<std::string>{
-                         "nvmlDeviceCreateGpuInstanceWithPlacement gpu=3 profile=2 start=4 size=4",
+                         "nvmlDeviceCreateGpuInstanceWithPlacement gpu=3 profile=9 start=4 size=4",
                          "nvmlDeviceSetMigMode gpu=1 mode=1",
                      }));
   // A profile the model does not have.

@@ -166,7 +166,8 @@ base::Result<std::string> NvmlGpus::CreateMigInstance(int32_t gpu, const std::st
   const std::string where = InstanceWhere(gpu, profile, start);
   auto p = FindGiProfile(gpu, profile);
   if (!p.ok()) return p.status();
-  if (!a.create_gi || !a.ci_profile_info || !a.create_ci || !a.get_cis) {
+  if (!a.create_gi || !a.ci_profile_info || !a.create_ci || !a.get_cis || !a.gi_info ||
+      !a.gi_destroy || !a.ci_destroy) {
     return base::Status::NotFound(where + ": this driver's NVML has no MIG functions");
   }
   if (base::Status s = SetMigMode(gpu, true); !s.ok()) return At(where, s);
@@ -185,7 +186,7 @@ base::Result<std::string> NvmlGpus::CreateMigInstance(int32_t gpu, const std::st
   for (unsigned int id = 0; id < kCiProfiles; ++id) {
     CiProfileInfo info{};
     if (a.ci_profile_info(gi, id, kCiEngineShared, &info) != kSuccess) continue;
-    if (info.slice_count == p->compute_slices) ci_profile = info.id;
+    if (info.slice_count == p->compute_slices && !ci_profile) ci_profile = info.id;
     unsigned int count = kMaxInstances;
     if (a.get_cis(gi, info.id, existing, &count) == kSuccess && count > 0) has_compute = true;
   }
@@ -208,10 +209,13 @@ base::Result<std::string> NvmlGpus::CreateMigInstance(int32_t gpu, const std::st
 base::Status NvmlGpus::DestroyGpuInstance(int32_t gpu, void* instance, const std::string& what) {
   (void)gpu;
   const Api& a = *api_;
-  for (unsigned int id = 0; id < kCiProfiles; ++id) {
+  for (unsigned int index = 0; index < kCiProfiles; ++index) {
+    // Listed by the profile's id, as NVML numbers it, not by its index.
+    CiProfileInfo info{};
+    if (a.ci_profile_info(instance, index, kCiEngineShared, &info) != kSuccess) continue;
     ComputeInstance cis[kMaxInstances] = {};
     unsigned int count = kMaxInstances;
-    if (a.get_cis(instance, id, cis, &count) != kSuccess) continue;
+    if (a.get_cis(instance, info.id, cis, &count) != kSuccess) continue;
     for (unsigned int i = 0; i < count && i < kMaxInstances; ++i) {
       if (int rc = a.ci_destroy(cis[i]); rc != kSuccess) {
         return At(what, Check(rc, "nvmlComputeInstanceDestroy"));
@@ -229,7 +233,9 @@ base::Status NvmlGpus::DestroyMigInstance(int32_t gpu, const std::string& profil
     return base::Status::Invalid("no GPU " + std::to_string(gpu));
   }
   const Api& a = *api_;
-  if (!a.gi_destroy || !a.ci_destroy || !a.get_cis) return base::Status::Ok();  // none to destroy
+  if (!a.gi_destroy || !a.ci_destroy || !a.get_cis || !a.ci_profile_info) {
+    return base::Status::Ok();  // no MIG functions: no instance to destroy
+  }
   auto p = FindGiProfile(gpu, profile);
   if (!p.ok()) return p.status();
   GpuInstance gi = FindGpuInstance(gpu, *p, start);

@@ -16,7 +16,8 @@ namespace {
 unsigned SlicesOf(const std::string& model, const std::string& profile, int start) {
   const domain::GpuModel* m = domain::GpuCatalog::Builtin().Find(model);
   const domain::MigProfile* p = m ? m->FindMigProfile(profile) : nullptr;
-  return p ? ((1u << p->memory_slices) - 1) << start : 0;
+  if (!p || start < 0 || start + p->memory_slices > domain::kMigMemorySlices) return 0;
+  return ((1u << p->memory_slices) - 1) << start;
 }
 
 std::pair<std::string, int> Split(const std::string& instance) {
@@ -68,6 +69,11 @@ Status Agent::PrepareGpus(Task& t) {
     // scheduler re-partitioned an idle GPU, or an instance outlived its task): they go first.
     const unsigned wanted = SlicesOf(model, d.mig->profile, d.mig->start);
     const std::string own = d.mig->profile + "@" + std::to_string(d.mig->start);
+    if (held_instances[d.gpu].count(own)) {
+      return Status(
+          base::StatusCode::kFailedPrecondition,
+          "GPU " + std::to_string(d.gpu) + ": MIG instance " + own + " is held by another task");
+    }
     for (const std::string& instance : gpus_->MigLayout(d.gpu)) {
       if (instance == own || held_instances[d.gpu].count(instance)) continue;
       const auto [profile, start] = Split(instance);
@@ -109,18 +115,22 @@ void Agent::ShareGpu(Task& t, const protocol::DeviceGrant& d) {
 }
 
 void Agent::ReleaseDevices(const Task& t) {
-  if (t.mps && mps_) {
-    // The GPU's daemon goes when no other run shares the GPU through it.
-    const int32_t gpu = t.sharing ? t.sharing->gpu : -1;
-    bool shared = false;
-    for (const auto& [key, other] : tasks_) {
-      shared = shared || (&other != &t && other.state != "Exited" && other.mps && other.sharing &&
-                          other.sharing->gpu == gpu);
+  // What other runs of this node hold still (an adopted run included, whose sharing is not
+  // known to this life of the agent): their shares of a GPU, their MIG instances.
+  std::set<int32_t> shared;
+  std::set<std::pair<int32_t, std::string>> instances;
+  for (const auto& [key, other] : tasks_) {
+    if (&other == &t || other.state == "Exited") continue;
+    for (const protocol::DeviceGrant& d : other.assignment.devices) {
+      if (d.mig) instances.insert({d.gpu, d.mig->profile + "@" + std::to_string(d.mig->start)});
+      if (!d.mig && d.milli < 1000) shared.insert(d.gpu);
     }
-    if (!shared) mps_->Release(gpu);
   }
   for (const protocol::DeviceGrant& d : t.assignment.devices) {
+    // The GPU's MPS daemon goes when no other run shares the GPU.
+    if (mps_ && !d.mig && d.milli < 1000 && !shared.count(d.gpu)) mps_->Release(d.gpu);
     if (!d.mig) continue;
+    if (instances.count({d.gpu, d.mig->profile + "@" + std::to_string(d.mig->start)})) continue;
     if (Status s = gpus_->DestroyMigInstance(d.gpu, d.mig->profile, d.mig->start); !s.ok()) {
       // Left in place: the next grant in these slices destroys it first (PrepareGpus).
       base::log::Warn("{}", s.message());

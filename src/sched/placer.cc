@@ -422,6 +422,9 @@ void Placer::Commit(const TaskSpec& task, const Placement& p, CycleState* cycle)
       ++layout_changes_;
       if (in_trial_) trial_changed_ = true;
     }
+    // Kept until the placement is settled (a start), so that giving it back before then (a
+    // gang placed in part, a trial, an explanation) gives the GPU its layout back too.
+    if (ReshapesGpu(d.mig_change) && !reshaped_.count(d.gpu)) reshaped_.emplace(d.gpu, g);
     if (d.mig_profile < 0) {
       if (d.mig_change == MigChange::kDisableMig) {
         g.mig_enabled = false;
@@ -539,6 +542,15 @@ void Placer::Release(const TaskSpec& task, const Placement& p) {
       }
     }
   }
+  // A layout change that was never settled goes with the last placement that held the GPU.
+  for (const DeviceGrant& d : p.devices) {
+    auto before = reshaped_.find(d.gpu);
+    if (before == reshaped_.end() || s_->gpus[d.gpu].sharers != 0) continue;
+    const bool healthy = s_->gpus[d.gpu].healthy;
+    s_->gpus[d.gpu] = before->second;
+    s_->gpus[d.gpu].healthy = healthy;
+    reshaped_.erase(before);
+  }
   if (uint32_t tag = task.AffinityTag()) {
     auto it = std::find_if(node.gpu_affinity.begin(), node.gpu_affinity.end(),
                            [tag](const auto& e) { return e.first == tag; });
@@ -546,6 +558,10 @@ void Placer::Release(const TaskSpec& task, const Placement& p) {
   }
   index_.Update(*s_, p.node);
   epoch_ = version_ = ++last_epoch_;
+}
+
+void Placer::Settle(const Placement& p) {
+  for (const DeviceGrant& d : p.devices) reshaped_.erase(d.gpu);
 }
 
 void Placer::NodeAdded(int32_t node) {

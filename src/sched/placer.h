@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -111,6 +112,9 @@ class Placer {
   void set_first_fit(bool on) { first_fit_ = on; }
   // The snapshot gained a node (the last), or one changed other than by Commit and Release
   // (it became unschedulable, a GPU's health moved).
+  // The placement's layout changes are carried out (its job started): giving it back no longer
+  // undoes them.
+  void Settle(const Placement& p);
   void NodeAdded(int32_t node);
   void NodeChanged(int32_t node);
 
@@ -146,6 +150,8 @@ class Placer {
   bool reclaim_mig_ = true;
   bool frozen_seen_ = false;  // DeviceOptions passed over a GPU whose layout is frozen
   bool static_mig_ = false;
+  // GPUs a committed placement reshaped, as they were before, until the placement is settled.
+  std::map<int32_t, GpuState> reshaped_;
   bool first_fit_ = false;
   uint32_t stamp_ = 0;
   uint64_t rotor_ = 0;

@@ -12,10 +12,39 @@ using testing::Build;
 using testing::MakeProfile;
 using testing::NodeSpec;
 
+// Placed, committed and settled, as a started job's placement is: a MIG layout it changed stays
+// changed when it is given back.
 PlaceOutcome PlaceAndCommit(Placer& p, const TaskSpec& t, CycleState* cycle) {
   PlaceOutcome o = p.Place(t, *cycle);
-  if (o.placed) p.Commit(t, o.placement, cycle);
+  if (o.placed) {
+    p.Commit(t, o.placement, cycle);
+    p.Settle(o.placement);
+  }
   return o;
+}
+
+// Given back before it was settled (a gang placed in part, a trial, an explanation), a
+// placement that switched an idle GPU to MIG mode takes the change back with it.
+TEST(Placer, AnUnsettledLayoutChangeIsTakenBackWithItsPlacement) {
+  Snapshot s = Build({{"n1", "H100-80GB", 1}});
+  Profile prof = MakeProfile({{"best-fit", 1}}, DeviceChoice::kBestFit);
+  Placer p(&s, &prof, 1);
+  CycleState cycle;
+  const TaskSpec small = testing::Mig("1g.10gb");
+  PlaceOutcome a = p.Place(small, cycle);
+  ASSERT_TRUE(a.placed);
+  EXPECT_EQ(a.placement.devices[0].mig_change, MigChange::kEnableMig);
+  p.Commit(small, a.placement, &cycle);
+  EXPECT_TRUE(s.gpus[0].mig_enabled);
+  p.Undo(small, a.placement);
+  EXPECT_FALSE(s.gpus[0].mig_enabled);
+  EXPECT_TRUE(s.gpus[0].mig.empty());
+  EXPECT_TRUE(s.gpus[0].Idle());
+  // Settled (started), it stays when the task ends.
+  a = PlaceAndCommit(p, small, &cycle);
+  p.Release(small, a.placement);
+  EXPECT_TRUE(s.gpus[0].mig_enabled);
+  EXPECT_EQ(s.gpus[0].mig.size(), 1u);
 }
 
 TEST(Placer, WholeGpusStayInOneNvlinkDomainWhenOneHoldsThem) {

@@ -361,6 +361,7 @@ void Scheduler::Start(Job& j, double now, CycleResult* out) {
   // pending_ drops started jobs at the end of the cycle, in one sweep (erasing one by one
   // made a pass over 100,000 jobs quadratic).
   running_.push_back(j.spec.id);
+  for (const Placement& p : j.placements) placer_.Settle(p);
   // A GPU whose layout this start changes keeps it for the Policy's interval (ThawMig).
   for (const DeviceGrant& d : j.layout_changes) {
     if (!ReshapesGpu(d.mig_change) || options_.mig_reconfigure_interval <= 0) continue;
@@ -398,10 +399,14 @@ void Scheduler::RedoMigLayout(Placement* p) const {
   // agents register GPUs without their layout) may lack the instance, or MIG mode itself. The
   // grant is adopted with the change that makes it again on this snapshot.
   for (DeviceGrant& d : p->devices) {
-    if (d.mig_profile < 0 || d.gpu < 0 || d.gpu >= static_cast<int32_t>(snapshot_.gpus.size())) {
+    if (d.gpu < 0 || d.gpu >= static_cast<int32_t>(snapshot_.gpus.size())) continue;
+    const GpuState& g = snapshot_.gpus[static_cast<size_t>(d.gpu)];
+    if (d.mig_profile < 0) {
+      // A whole GPU or a share on a GPU its agent registered in MIG mode: the scheduler took it
+      // out of MIG mode since (registrations are not updated for it), and takes it out again.
+      if (g.mig_enabled && g.IdleMig()) d.mig_change = MigChange::kDisableMig;
       continue;
     }
-    const GpuState& g = snapshot_.gpus[static_cast<size_t>(d.gpu)];
     const domain::MigProfile& prof = snapshot_.model(g.model).mig_profiles[d.mig_profile];
     const uint8_t bits = static_cast<uint8_t>(((1u << prof.memory_slices) - 1) << d.mig_start);
     bool free_instance = false;

@@ -349,6 +349,7 @@ double Scheduler::EstimateStartFromScratch(const Job& j, std::vector<int32_t>* n
   // a scored placement per running job.
   Snapshot what_if = snapshot_;
   Placer p(&what_if, &profile_, 1);
+  p.set_static_mig(options_.mig_static);
   std::vector<std::pair<double, int64_t>> ends;
   for (int64_t id : running_) {
     const Job& r = jobs_.at(id);
@@ -415,6 +416,7 @@ double Scheduler::EstimateStartFromScratch(const Job& j, std::vector<int32_t>* n
       // hang on how many trials came before (they draw on the tie-breaks' stream); the first
       // fit's if it finds none.
       Placer scored(&what_if, &profile_, 1);
+      scored.set_static_mig(options_.mig_static);
       std::vector<int32_t> first_fit = *nodes;
       if (!fits(scored)) *nodes = std::move(first_fit);
     }

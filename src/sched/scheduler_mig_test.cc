@@ -14,17 +14,18 @@ struct MigFixture {
   int32_t tenant = -1;
   std::unique_ptr<Scheduler> sched;
 
-  explicit MigFixture(int gpus, SchedulerOptions options = {}) {
+  explicit MigFixture(int gpus, SchedulerOptions options = {}, bool preemption = false) {
     tenant = quotas.AddNode("team", quotas.AddNode("org", -1));
-    options.preemption = false;
+    options.preemption = preemption;
     sched =
         std::make_unique<Scheduler>(testing::Build({{"n0", "H100-80GB", gpus}}),
                                     testing::MakeProfile({{"best-fit", 1}}), quotas, options, 1);
   }
-  void Submit(int64_t id, TaskSpec task) {
+  void Submit(int64_t id, TaskSpec task, int priority = 0) {
     JobSpec j;
     j.id = id;
     j.tenant = tenant;
+    j.priority = priority;
     j.tasks = {std::move(task)};
     ASSERT_TRUE(sched->Submit(j).ok());
   }
@@ -123,6 +124,29 @@ TEST(SchedulerMig, ACordonedMigGpuComesBackWithItsLayout) {
   }
 }
 
+// A restart: the agent registered the GPU in MIG mode and the scheduler took it out since (the
+// registration is not updated for that). A job running whole there is adopted, not lost.
+TEST(SchedulerMig, AWholeJobOnAGpuRegisteredInMigModeIsAdopted) {
+  QuotaTree quotas;
+  const int32_t tenant = quotas.AddNode("team", quotas.AddNode("org", -1));
+  domain::Node node = testing::MakeNode({"n0", "H100-80GB", 1});
+  node.gpus[0].mig_enabled = true;
+  auto snap = Snapshot::Build(testing::TwoClusters(), {node}, domain::GpuCatalog::Builtin());
+  ASSERT_TRUE(snap.ok()) << snap.status().message();
+  Scheduler sched(std::move(*snap), testing::MakeProfile({{"best-fit", 1}}), quotas, {}, 1);
+  JobSpec j;
+  j.id = 1;
+  j.tenant = tenant;
+  j.tasks = {testing::Whole(1)};
+  Placement p;
+  p.node = 0;
+  p.devices = {{0, 1000, 0, -1, -1, MigChange::kNone}};
+  base::Status s = sched.Adopt(j, {p}, 0);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_FALSE(sched.snapshot().gpus[0].mig_enabled);
+  EXPECT_EQ(sched.snapshot().AllocatedGpuMilli(), 1000);
+}
+
 TEST(SchedulerMig, WithoutAnIntervalLayoutsFollowDemandAtOnce) {
   SchedulerOptions o;
   o.mig_reconfigure_interval = 0;
@@ -138,11 +162,15 @@ TEST(SchedulerMig, WithoutAnIntervalLayoutsFollowDemandAtOnce) {
 // A property over random arrivals and departures of whole, fractional and MIG work on a small
 // node: no layout change ever touches a GPU that holds running work, none comes sooner than the
 // interval after the last on that GPU, and every MIG grant is a valid placement clear of the
-// GPU's other instances.
-TEST(SchedulerMig, NoLayoutChangeTouchesRunningWorkOrComesTooSoon) {
+// GPU's other instances; with preemption too (its searches try placements and give them back).
+class SchedulerMigProperty : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SchedulerMigProperty, NoLayoutChangeTouchesRunningWorkOrComesTooSoon) {
   SchedulerOptions o;
   o.mig_reconfigure_interval = 60;
-  MigFixture f(4, o);
+  o.await_stop_reports = true;  // as the server runs it: a victim holds its GPUs until it stops
+  const bool preemption = GetParam();
+  MigFixture f(4, o, preemption);
   base::Rng rng(7);
   const std::vector<TaskSpec> shapes = {testing::Mig("1g.10gb"), testing::Mig("2g.20gb"),
                                         testing::Mig("3g.40gb"), testing::Whole(1),
@@ -150,16 +178,22 @@ TEST(SchedulerMig, NoLayoutChangeTouchesRunningWorkOrComesTooSoon) {
   std::map<int64_t, std::vector<int32_t>> running;  // job -> its GPUs
   std::map<int32_t, double> last_change;
   int64_t next = 1;
-  int changes = 0;
+  int changes = 0, preempted = 0;
   for (int step = 0; step < 600; ++step) {
     const double now = step * 5.0;
     for (int k = rng.Uniform(3); k > 0; --k) {
-      f.Submit(next++, shapes[rng.Uniform(shapes.size())]);
+      f.Submit(next++, shapes[rng.Uniform(shapes.size())],
+               preemption && rng.Uniform(4) == 0 ? 10 : 0);
     }
     // GPUs that held running work when this cycle began.
     std::set<int32_t> busy;
     for (const auto& [job, gpus] : running) busy.insert(gpus.begin(), gpus.end());
     const CycleResult r = f.sched->Cycle(now);
+    for (const PreemptDecision& v : r.preempted) {
+      ++preempted;
+      f.sched->Evicted(v.job, now);
+      running.erase(v.job);
+    }
     for (const StartDecision& d : r.started) {
       for (const DeviceGrant& c : d.layout_changes) {
         if (!ReshapesGpu(c.mig_change)) continue;
@@ -194,7 +228,10 @@ TEST(SchedulerMig, NoLayoutChangeTouchesRunningWorkOrComesTooSoon) {
     }
   }
   EXPECT_GT(changes, 10) << "the workload should make the layout follow demand";
+  if (preemption) EXPECT_GT(preempted, 5) << "high-priority work should preempt";
 }
+
+INSTANTIATE_TEST_SUITE_P(WithAndWithoutPreemption, SchedulerMigProperty, ::testing::Bool());
 
 }  // namespace
 }  // namespace meridian::sched

@@ -477,7 +477,8 @@ TEST(ReplayMig, ALayoutShapedByDemandServesWhatAStaticOneMakesWait) {
   EXPECT_NEAR(fixed.mig_queueing_delay.mean, 500, 1e-6) << "two of four waited 1,000 s";
   EXPECT_GT(shaped.layout_changes, 0);
   EXPECT_LT(shaped.mig_queueing_delay.mean, fixed.mig_queueing_delay.mean);
-  EXPECT_GT(fixed.slice_utilization, 0);
+  // Static: two of the sixteen slices of the two MIG GPUs (a 1g instance each) held throughout.
+  EXPECT_NEAR(fixed.slice_utilization, 2.0 / 16, 1e-9);
 }
 
 TEST(ReplayMig, BadLayoutsAndProfilesSayWhere) {

@@ -56,17 +56,25 @@ void BusId(int index, char* out) { std::snprintf(out, 32, "00000000:%02X:00.0", 
 
 // --- MIG ---
 struct GiProfile {
-  unsigned int id, slices, size;  // compute slices, memory slices of a placement
+  unsigned int index, id;     // NVML_GPU_INSTANCE_PROFILE_*, and the id NVML gives it
+  unsigned int slices, size;  // compute slices, memory slices of a placement
   unsigned long long memory_mb;
 };
 // NVML_GPU_INSTANCE_PROFILE_1_SLICE (0), 2_SLICE (1), 3_SLICE (2), 4_SLICE (3), 7_SLICE (4),
-// 1_SLICE_REV1 (7, "+me"), 1_SLICE_REV2 (9, twice the memory), as an H100 80GB lists them.
-const GiProfile kProfiles[] = {{0, 1, 1, 9856},  {1, 2, 2, 19968}, {2, 3, 4, 40192},
-                               {3, 4, 4, 40192}, {4, 7, 8, 80384}, {7, 1, 1, 9856},
-                               {9, 1, 2, 19968}};
-const GiProfile* Profile(unsigned int id) {
+// 1_SLICE_REV1 (7, "+me"), 1_SLICE_REV2 (9, twice the memory), with the ids an H100 80GB gives
+// them (`nvidia-smi mig -lgip`), which are not their indices.
+const GiProfile kProfiles[] = {{0, 19, 1, 1, 9856}, {1, 14, 2, 2, 19968}, {2, 9, 3, 4, 40192},
+                               {3, 5, 4, 4, 40192}, {4, 0, 7, 8, 80384},  {7, 20, 1, 1, 9856},
+                               {9, 15, 1, 2, 19968}};
+const GiProfile* Profile(unsigned int id) {  // by id
   for (const GiProfile& p : kProfiles) {
     if (p.id == id) return &p;
+  }
+  return nullptr;
+}
+const GiProfile* ProfileAt(unsigned int index) {
+  for (const GiProfile& p : kProfiles) {
+    if (p.index == index) return &p;
   }
   return nullptr;
 }
@@ -124,7 +132,7 @@ void ResetMig() {
     g_mig_current[gpu] = g_mig_pending[gpu] = gpu == 3 ? 1 : 0;
     g_next_gi_id[gpu] = 0;
   }
-  FakeGi* by_hand = AddGi(3, 0, 6);
+  FakeGi* by_hand = AddGi(3, 19, 6);  // a 1g.10gb
   by_hand->has_ci = true;
 }
 
@@ -230,7 +238,7 @@ int nvmlDeviceSetMigMode(void* d, unsigned int mode, int* activation) {
   return 0;
 }
 int nvmlDeviceGetGpuInstanceProfileInfo(void*, unsigned int profile, unsigned int* info) {
-  const GiProfile* p = Profile(profile);
+  const GiProfile* p = ProfileAt(profile);
   if (!p) return 3;  // NOT_SUPPORTED
   // nvmlGpuInstanceProfileInfo_t: id, isP2pSupported, sliceCount, instanceCount,
   // multiprocessorCount, copyEngineCount, decoderCount, encoderCount, jpegCount, ofaCount,
