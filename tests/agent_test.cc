@@ -779,6 +779,10 @@ TEST_F(AgentTest, MigLayoutFollowsDemandAndKeepsForItsInterval) {
   EXPECT_EQ(s["gpu"], b["gpu"]) << s.dump() << b.dump();
   EXPECT_EQ(s["mig"]["change"], "enable-mig") << s.dump();
   EXPECT_EQ(b["mig"]["change"], "create-instance") << b.dump();
+  const std::string described = Run("describe job " + std::to_string(big)).output;
+  EXPECT_NE(described.find(" [MIG 3g.40gb@" + std::to_string(b["mig"]["start"].get<int>()) + "]"),
+            std::string::npos)
+      << described;
   const int gpu = s["gpu"].get<int>();
   auto placed_message = [&](int64_t id) {
     for (const Json& e : Events(id)) {
@@ -869,7 +873,11 @@ exit 0
   EXPECT_TRUE(Eventually([&] {
     return ReadFile(log) == "start " + uuid + " " + pipe + "\nquit " + uuid;
   })) << ReadFile(log);
-  const std::vector<Json> shared_events = Events(a);
+  std::vector<Json> shared_events;
+  EXPECT_TRUE(Eventually([&] {
+    shared_events = Events(a);
+    return FindEvent(shared_events, "GpuShared") != nullptr;
+  }));
   const Json* shared = FindEvent(shared_events, "GpuShared");
   ASSERT_TRUE(shared);
   EXPECT_EQ((*shared)["message"], "GPU " + gpu +
@@ -905,7 +913,11 @@ TEST_F(AgentTest, SharesFallBackToTimeSlicingAndPoolsChooseHowGpusAreShared) {
                "nvidia-cuda-mps-control is not installed on this node: the share (250 "
                "milli-GPU, 10240 MiB) is time-sliced and not enforced") != std::string::npos;
   })) << Run("logs " + std::to_string(a)).output;
-  const std::vector<Json> fallback_events = Events(a);
+  std::vector<Json> fallback_events;
+  EXPECT_TRUE(Eventually([&] {
+    fallback_events = Events(a);
+    return FindEvent(fallback_events, "GpuShared") != nullptr;
+  }));
   const Json* fallback = FindEvent(fallback_events, "GpuShared");
   ASSERT_TRUE(fallback);
   EXPECT_EQ((*fallback)["type"], "Warning");
@@ -926,7 +938,13 @@ TEST_F(AgentTest, SharesFallBackToTimeSlicingAndPoolsChooseHowGpusAreShared) {
   const int64_t dev = Submit({{"gpuMilli", 250}, {"command", {"sh", "-c", say}}});
   ASSERT_TRUE(Eventually([&] { return Phase(dev) == "Succeeded"; }));
   EXPECT_EQ(Job(dev)["status"]["allocation"][0]["devices"][0]["sharing"], "time-slicing");
-  const std::vector<Json> sliced_events = Events(dev);
+  const std::string described = Run("describe job " + std::to_string(dev)).output;
+  EXPECT_NE(described.find(" [0.25, time-slicing]"), std::string::npos) << described;
+  std::vector<Json> sliced_events;
+  EXPECT_TRUE(Eventually([&] {
+    sliced_events = Events(dev);
+    return FindEvent(sliced_events, "GpuShared") != nullptr;
+  }));
   const Json* sliced = FindEvent(sliced_events, "GpuShared");
   ASSERT_TRUE(sliced);
   EXPECT_EQ((*sliced)["type"], "Normal");

@@ -721,7 +721,7 @@ std::vector<protocol::TaskReport> Agent::Reports() const {
     }
     r.report.message = t.message;
     r.staging = StagingOf(t);
-    if (!exited) r.sharing = t.sharing;
+    r.sharing = t.sharing;  // of the run, however short: said once, while it is still assigned
     out.push_back(std::move(r));
   }
   return out;

@@ -557,8 +557,21 @@ int Describe(Context& c, const std::string& resource_in, const std::string& name
   if (!s.at("allocation").empty()) {
     c.out << "Allocation:\n";
     for (const Json& t : s.at("allocation")) {
+      // Each GPU, with its MIG instance ("0 [MIG 3g.40gb@4]") or its share and how the pool
+      // shares it ("1 [0.25, mps]").
       std::string gpus;
-      for (const Json& d : t.at("devices")) gpus += (gpus.empty() ? "" : ",") + Num(d.at("gpu"));
+      for (const Json& d : t.at("devices")) {
+        std::string detail;
+        if (d.contains("mig") && d.at("mig").is_object()) {
+          detail = "MIG " + d.at("mig").value("profile", "") + "@" +
+                   Num(d.at("mig").value("start", Json(0)));
+        } else if (d.value("milli", 1000) < 1000) {
+          detail = Num(Json(d.value("milli", 1000) / 1000.0)) +
+                   (d.contains("sharing") ? ", " + d.value("sharing", "") : "");
+        }
+        gpus += (gpus.empty() ? "" : ",") + Num(d.at("gpu")) +
+                (detail.empty() ? "" : " [" + detail + "]");
+      }
       c.out << "  task " << Num(t.at("task")) << ": " << t.value("cluster", "") << "/"
             << t.value("node", "") << " GPUs " << (gpus.empty() ? "-" : gpus) << "\n";
     }
