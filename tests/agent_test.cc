@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -185,6 +186,16 @@ class AgentTest : public ::testing::Test {
       return Http(*server_, "GET", "/metrics", admin_).text.find(series + " " + value + "\n") !=
              std::string::npos;
     });
+  }
+  // The job's first event of `reason`, once there (events of a heartbeat land after it).
+  std::optional<Json> EventSoon(int64_t id, const std::string& reason) {
+    std::optional<Json> found;
+    Eventually([&] {
+      const std::vector<Json> events = Events(id);
+      if (const Json* e = FindEvent(events, reason)) found = *e;
+      return found.has_value();
+    });
+    return found;
   }
   const Json* FindEvent(const std::vector<Json>& events, const std::string& reason) {
     for (const Json& e : events) {
@@ -873,12 +884,7 @@ exit 0
   EXPECT_TRUE(Eventually([&] {
     return ReadFile(log) == "start " + uuid + " " + pipe + "\nquit " + uuid;
   })) << ReadFile(log);
-  std::vector<Json> shared_events;
-  EXPECT_TRUE(Eventually([&] {
-    shared_events = Events(a);
-    return FindEvent(shared_events, "GpuShared") != nullptr;
-  }));
-  const Json* shared = FindEvent(shared_events, "GpuShared");
+  const std::optional<Json> shared = EventSoon(a, "GpuShared");
   ASSERT_TRUE(shared);
   EXPECT_EQ((*shared)["message"], "GPU " + gpu +
                                       " of node n1 shared through MPS: 25% of its compute and "
@@ -913,12 +919,7 @@ TEST_F(AgentTest, SharesFallBackToTimeSlicingAndPoolsChooseHowGpusAreShared) {
                "nvidia-cuda-mps-control is not installed on this node: the share (250 "
                "milli-GPU, 10240 MiB) is time-sliced and not enforced") != std::string::npos;
   })) << Run("logs " + std::to_string(a)).output;
-  std::vector<Json> fallback_events;
-  EXPECT_TRUE(Eventually([&] {
-    fallback_events = Events(a);
-    return FindEvent(fallback_events, "GpuShared") != nullptr;
-  }));
-  const Json* fallback = FindEvent(fallback_events, "GpuShared");
+  const std::optional<Json> fallback = EventSoon(a, "GpuShared");
   ASSERT_TRUE(fallback);
   EXPECT_EQ((*fallback)["type"], "Warning");
   EXPECT_NE((*fallback)["message"].get<std::string>().find(
@@ -940,12 +941,7 @@ TEST_F(AgentTest, SharesFallBackToTimeSlicingAndPoolsChooseHowGpusAreShared) {
   EXPECT_EQ(Job(dev)["status"]["allocation"][0]["devices"][0]["sharing"], "time-slicing");
   const std::string described = Run("describe job " + std::to_string(dev)).output;
   EXPECT_NE(described.find(" [0.25, time-slicing]"), std::string::npos) << described;
-  std::vector<Json> sliced_events;
-  EXPECT_TRUE(Eventually([&] {
-    sliced_events = Events(dev);
-    return FindEvent(sliced_events, "GpuShared") != nullptr;
-  }));
-  const Json* sliced = FindEvent(sliced_events, "GpuShared");
+  const std::optional<Json> sliced = EventSoon(dev, "GpuShared");
   ASSERT_TRUE(sliced);
   EXPECT_EQ((*sliced)["type"], "Normal");
   EXPECT_NE((*sliced)["message"].get<std::string>().find("time-sliced as its pool shares GPUs"),

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,18 @@ class GpuDiscovery {
   // pending). Ok when healthy, else why not.
   virtual base::Status Probe(int32_t gpu) = 0;
 };
+
+// A MIG instance as MigLayout and telemetry name it, "profile@start", taken apart; a name
+// without "@" reads as starting at slice 0.
+struct MigInstanceName {
+  std::string profile;
+  int32_t start = 0;
+};
+inline MigInstanceName ParseMigInstance(const std::string& name) {
+  const size_t at = name.find('@');
+  if (at == std::string::npos) return {name, 0};
+  return {name.substr(0, at), static_cast<int32_t>(std::atoi(name.c_str() + at + 1))};
+}
 
 // A node without GPUs (CPU work only).
 class NoGpus final : public GpuDiscovery {

@@ -134,10 +134,8 @@ base::Status NvmlGpus::SetMigMode(int32_t gpu, bool enabled) {
   if (!enabled) {
     // Instances left behind keep MIG mode from being left: they go first.
     for (const std::string& instance : MigLayout(gpu)) {
-      const size_t at = instance.find('@');
-      if (base::Status s =
-              DestroyMigInstance(gpu, instance.substr(0, at), std::atoi(instance.c_str() + at + 1));
-          !s.ok()) {
+      const MigInstanceName left = ParseMigInstance(instance);
+      if (base::Status s = DestroyMigInstance(gpu, left.profile, left.start); !s.ok()) {
         return s;
       }
     }

@@ -141,9 +141,9 @@ base::Result<std::string> SimulatedGpus::CreateMigInstance(int32_t gpu, const st
   // The slices are checked as NVML checks them: an overlap is "insufficient resources".
   const int first = start, last = start + p->memory_slices;
   for (const std::string& other : layout) {
-    const size_t at = other.find('@');
-    const domain::MigProfile* q = model->FindMigProfile(other.substr(0, at));
-    const int o = std::stoi(other.substr(at + 1));
+    const MigInstanceName there = ParseMigInstance(other);
+    const domain::MigProfile* q = model->FindMigProfile(there.profile);
+    const int o = there.start;
     if (q && o < last && first < o + q->memory_slices) {
       return base::Status(base::StatusCode::kFailedPrecondition,
                           where + ": insufficient resources (" + other + " holds its slices)");

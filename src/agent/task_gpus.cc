@@ -20,11 +20,6 @@ unsigned SlicesOf(const std::string& model, const std::string& profile, int star
   return ((1u << p->memory_slices) - 1) << start;
 }
 
-std::pair<std::string, int> Split(const std::string& instance) {
-  const size_t at = instance.find('@');
-  return {instance.substr(0, at), at == std::string::npos ? 0 : std::atoi(&instance[at + 1])};
-}
-
 }  // namespace
 
 Status Agent::PrepareGpus(Task& t) {
@@ -76,7 +71,7 @@ Status Agent::PrepareGpus(Task& t) {
     }
     for (const std::string& instance : gpus_->MigLayout(d.gpu)) {
       if (instance == own || held_instances[d.gpu].count(instance)) continue;
-      const auto [profile, start] = Split(instance);
+      const auto [profile, start] = ParseMigInstance(instance);
       if ((SlicesOf(model, profile, start) & wanted) == 0) continue;
       if (Status s = gpus_->DestroyMigInstance(d.gpu, profile, start); !s.ok()) return s;
       base::log::Info("GPU {}: destroyed MIG instance {} no task holds, for {}", d.gpu, instance,
