@@ -773,6 +773,79 @@ TEST_F(AgentTest, MigThroughNvmlGivesEachTaskItsInstance) {
   EXPECT_EQ(nodes.body["items"][0]["gpus"][3]["mig"], false);
 }
 
+// A MIG mode change that NVML takes but puts in effect only after a GPU reset (an A100, or work
+// on the GPU): GPU 3 of the fake is in MIG mode and leaving it waits for a reset. A job that needs
+// all four GPUs whole does not start; the GPU is cordoned (not a fault) before the job goes back
+// to the queue; the Policy's remediation resets it (here a command that stands for nvidia-smi
+// --gpu-reset, telling the fake to put the pending mode in effect), the probe passes, the GPU is
+// back in service whole, and the job runs there.
+TEST_F(AgentTest, AMigModeChangeWaitingForAResetCordonsTheGpuUntilTheRemediationResetsIt) {
+  const std::string resets = dir_.File("resets");
+  ASSERT_TRUE(std::filesystem::create_directory(resets));
+  RestartWithPolicy(
+      "{heartbeatInterval: 0.2, nodeLostTimeout: 2, gpuHealth: {remediation: [touch, '" + resets +
+      "/{gpu}']}}");
+  AgentProcess agent(kBinary,
+                     {"--cluster", "onprem", "--pool", "h100", "--node", "real1", "--nvml-library",
+                      FAKE_NVML_LIBRARY, "--work-dir", dir_.File("agent-real1"), "--cpu-milli",
+                      "8000", "--memory-mib", "8192"},
+                     dir_.File("agent-real1.log"),
+                     {{"FAKE_NVML_CALLS", dir_.File("nvml-calls")},
+                      {"FAKE_NVML_HEALTHY", "1"},
+                      {"FAKE_NVML_RESET_REQUIRED", "3"},
+                      {"FAKE_NVML_RESETS", resets}});
+  agent.Start(server_->url(), agent_token_);
+  ASSERT_TRUE(Eventually([&] { return NodeState("real1") == "Ready"; }))
+      << ReadFile(dir_.File("agent-real1.log"));
+  auto node_events = [&](const std::string& reason) {
+    std::vector<std::string> out;
+    const HttpResult r =
+        Http(*server_, "GET", "/api/v1/events?objectKind=Node&object=real1&limit=1000", admin_);
+    for (const Json& e : r.body.value("items", Json::array())) {
+      if (e.value("reason", "") == reason) out.push_back(e.value("message", ""));
+    }
+    return out;
+  };
+  const int64_t whole =
+      Submit({{"gpus", 4}, {"command", {"sh", "-c", "echo \"gpus=$CUDA_VISIBLE_DEVICES\""}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(whole) == "Succeeded"; }, 30))
+      << Job(whole).dump() << ReadFile(dir_.File("agent-real1.log"));
+  // The first start failed for the pending mode and sent the job back; the second ran whole.
+  const std::vector<Json> events = Events(whole);
+  const Json* refused = nullptr;
+  for (const Json& e : events) {
+    if (!refused && e.value("message", "").find("GPU reset") != std::string::npos) refused = &e;
+  }
+  ASSERT_NE(refused, nullptr) << Json(events).dump();
+  EXPECT_NE(refused->value("message", "").find("GPU 3"), std::string::npos) << refused->dump();
+  const std::vector<std::string> cordoned = node_events("GpuCordoned");
+  ASSERT_EQ(cordoned.size(), 1u) << Json(cordoned).dump();
+  EXPECT_NE(cordoned[0].find("GPU 3 cordoned: its MIG mode change waits for a GPU reset"),
+            std::string::npos)
+      << cordoned[0];
+  const std::vector<std::string> back = node_events("GpuUncordoned");
+  ASSERT_EQ(back.size(), 1u) << Json(back).dump();
+  EXPECT_NE(back[0].find("GPU 3 remediated and its health probe passed"), std::string::npos)
+      << back[0];
+  EXPECT_TRUE(node_events("GpuHeld").empty());
+  EXPECT_TRUE(Eventually([&] {
+    return Run("logs " + std::to_string(whole)).output.find("GPU-fake-0000-0003") !=
+           std::string::npos;
+  })) << Run("logs " + std::to_string(whole)).output;
+  // NVML was asked once, the reset came after, and the mode then held: no second request.
+  const std::string calls = ReadFile(dir_.File("nvml-calls"));
+  const size_t asked = calls.find("nvmlDeviceSetMigMode gpu=3 mode=0");
+  const size_t reset = calls.find("reset gpu=3");
+  EXPECT_TRUE(asked < reset && reset != std::string::npos) << calls;
+  EXPECT_EQ(calls.find("nvmlDeviceSetMigMode", asked + 1), std::string::npos) << calls;
+  // Not a fault: the GPU keeps no fault history, and nothing of it is left cordoned.
+  const Json node = Http(*server_, "GET", "/api/v1/nodes", admin_).body["items"][0];
+  for (const Json& g : node.value("gpuHealth", Json::array())) {
+    EXPECT_FALSE(g.value("cordoned", true)) << node.dump();
+    EXPECT_TRUE(g.value("faults", Json::array()).empty()) << node.dump();
+  }
+}
+
 // MIG shaped by demand on simulated GPUs: a 1g.10gb and a 3g.40gb share one GPU (MIG mode on for
 // the first, an instance in free slices for the second, each job's Placed event saying so); once
 // they end, a job that needs the whole node takes the GPU back whole, after the layout has kept

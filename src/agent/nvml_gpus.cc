@@ -266,6 +266,10 @@ base::Result<std::vector<GpuTelemetry>> NvmlGpus::Telemetry() {
     }
     t.nvlink_crc_errors = NvLinkCrcErrors(d);
     t.mig_instances = MigLayout(t.index);
+    unsigned int mig_current = 0, mig_pending = 0;
+    if (a.mig_mode && a.mig_mode(d, &mig_current, &mig_pending) == kSuccess) {
+      t.mig_mode_pending = mig_current != mig_pending;
+    }
     if (auto x = xids_.find(t.index); x != xids_.end()) {
       t.xid_errors = x->second.first;
       t.last_xid = x->second.second;
@@ -304,6 +308,12 @@ base::Status NvmlGpus::Probe(int32_t gpu) {
       a.remapped_rows(d, &correctable, &uncorrectable, &pending, &failed) == kSuccess) {
     if (failed) return base::Status::Io("a row remap failed: the GPU needs replacing");
     if (pending) return base::Status::Io("a row remap still waits for a GPU reset");
+  }
+  unsigned int mig_current = 0, mig_pending = 0;
+  if (a.mig_mode && a.mig_mode(d, &mig_current, &mig_pending) == kSuccess &&
+      mig_current != mig_pending) {
+    return base::Status::Io(std::string("MIG mode ") + (mig_pending ? "on" : "off") +
+                            " still waits for a GPU reset");
   }
   return base::Status::Ok();
 }

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 namespace meridian::agent {
@@ -170,6 +171,35 @@ TEST_F(NvmlMig, ErrorsNameTheGpuTheProfileAndWhatNvmlSaid) {
   auto unknown = gpus_->CreateMigInstance(0, "5g.50gb", 0);
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.status().message(), "GPU 0: H100-80GB has no MIG profile 5g.50gb");
+}
+
+// A mode change pending a reset is what the GPU's samples say (the server cordons it for that)
+// and what its health probe refuses, until a reset puts it in effect (the fake's stand-in for
+// nvidia-smi --gpu-reset: a file named after the GPU in FAKE_NVML_RESETS).
+TEST_F(NvmlMig, AModeChangePendingAResetIsReportedAndProbedUntilTheReset) {
+  const std::string resets = ::testing::TempDir() + "/nvml-resets";
+  std::filesystem::create_directories(resets);
+  ::setenv("FAKE_NVML_RESETS", resets.c_str(), 1);
+  ::setenv("FAKE_NVML_RESET_REQUIRED", "0", 1);  // GPU 0 behaves like GPU 1 by default
+  auto sampled = gpus_->Telemetry();
+  ASSERT_TRUE(sampled.ok());
+  EXPECT_EQ((*sampled)[0].mig_mode_pending, false);
+  EXPECT_FALSE(gpus_->SetMigMode(0, true).ok());
+  sampled = gpus_->Telemetry();
+  ASSERT_TRUE(sampled.ok());
+  EXPECT_EQ((*sampled)[0].mig_mode_pending, true);
+  EXPECT_EQ((*sampled)[2].mig_mode_pending, false);
+  EXPECT_EQ(gpus_->Probe(0).message(), "MIG mode on still waits for a GPU reset");
+  std::ofstream{resets + "/0"};
+  EXPECT_TRUE(gpus_->Probe(0).ok()) << gpus_->Probe(0).message();
+  sampled = gpus_->Telemetry();
+  ASSERT_TRUE(sampled.ok());
+  EXPECT_EQ((*sampled)[0].mig_mode_pending, false);
+  ASSERT_TRUE(gpus_->SetMigMode(0, true).ok());  // in effect: nothing to ask
+  EXPECT_EQ(Calls(),
+            (std::vector<std::string>{"nvmlDeviceSetMigMode gpu=0 mode=1", "reset gpu=0"}));
+  ::unsetenv("FAKE_NVML_RESET_REQUIRED");
+  ::unsetenv("FAKE_NVML_RESETS");
 }
 
 TEST(NvmlGpus, ProductNamesMapToTheCatalogue) {

@@ -96,20 +96,25 @@ bool GpuCordoned(const std::vector<GpuHealth>& gpus, int32_t index) {
   return g && g->cordoned;
 }
 
-FaultRecorded RecordGpuFault(std::vector<GpuHealth>* gpus, int32_t index, int32_t xid,
-                             const std::string& reason, const GpuHealthPolicy& policy, double now) {
+namespace {
+
+// GPU `index`'s record, made (in index order) if it has none.
+GpuHealth& RecordOf(std::vector<GpuHealth>* gpus, int32_t index) {
   auto it = std::find_if(gpus->begin(), gpus->end(),
                          [&](const GpuHealth& g) { return g.index == index; });
-  if (it == gpus->end()) {
-    GpuHealth fresh;
-    fresh.index = index;
-    gpus->push_back(std::move(fresh));
-    std::sort(gpus->begin(), gpus->end(),
-              [](const GpuHealth& a, const GpuHealth& b) { return a.index < b.index; });
-    it = std::find_if(gpus->begin(), gpus->end(),
-                      [&](const GpuHealth& g) { return g.index == index; });
-  }
-  GpuHealth& g = *it;
+  if (it != gpus->end()) return *it;
+  auto at =
+      std::find_if(gpus->begin(), gpus->end(), [&](const GpuHealth& g) { return g.index > index; });
+  GpuHealth fresh;
+  fresh.index = index;
+  return *gpus->insert(at, std::move(fresh));
+}
+
+}  // namespace
+
+FaultRecorded RecordGpuFault(std::vector<GpuHealth>* gpus, int32_t index, int32_t xid,
+                             const std::string& reason, const GpuHealthPolicy& policy, double now) {
+  GpuHealth& g = RecordOf(gpus, index);
   FaultRecorded out;
   std::erase_if(g.faults, [&](double at) { return at <= now - policy.fault_window; });
   g.faults.push_back(now);
@@ -128,6 +133,17 @@ FaultRecorded RecordGpuFault(std::vector<GpuHealth>* gpus, int32_t index, int32_
   return out;
 }
 
+bool CordonForMigMode(std::vector<GpuHealth>* gpus, int32_t index, const std::string& reason,
+                      double now) {
+  GpuHealth& g = RecordOf(gpus, index);
+  g.mig_mode_pending = true;
+  if (g.cordoned) return false;  // a fault's cordon stays what it says; the reset serves both
+  g.cordoned = true;
+  g.since = now;
+  g.reason = reason;
+  return true;
+}
+
 bool UncordonGpu(std::vector<GpuHealth>* gpus, int32_t index, Uncordon how) {
   auto it = std::find_if(gpus->begin(), gpus->end(),
                          [&](const GpuHealth& g) { return g.index == index; });
@@ -142,6 +158,7 @@ bool UncordonGpu(std::vector<GpuHealth>* gpus, int32_t index, Uncordon how) {
   it->xid = 0;
   it->reason.clear();
   it->since = 0;
+  it->mig_mode_pending = false;
   return was;
 }
 
@@ -154,7 +171,8 @@ Json GpuHealthToJson(const std::vector<GpuHealth>& gpus) {
                    {"reason", g.reason},
                    {"since", g.since},
                    {"held", g.held},
-                   {"faults", g.faults}});
+                   {"faults", g.faults},
+                   {"migModePending", g.mig_mode_pending}});
   }
   return out;
 }
@@ -171,6 +189,7 @@ std::vector<GpuHealth> GpuHealthOf(const Json& items) {
     };
     g.cordoned = boolean("cordoned");
     g.held = boolean("held");
+    g.mig_mode_pending = boolean("migModePending");
     if (j.contains("xid") && j.at("xid").is_number_integer()) g.xid = j.at("xid").get<int32_t>();
     if (j.contains("reason") && j.at("reason").is_string())
       g.reason = j.at("reason").get<std::string>();

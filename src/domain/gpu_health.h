@@ -64,6 +64,9 @@ struct GpuHealth {
   // until an operator uncordons it.
   bool held = false;
   std::vector<double> faults;  // when its hardware faults happened, within the window
+  // Cordoned, without a fault, until a reset puts a MIG mode change that NVML took in effect: the
+  // Policy's remediation resets it; nothing of it counts toward max_faults.
+  bool mig_mode_pending = false;
 };
 
 // What recording a hardware fault did to a GPU's record.
@@ -79,6 +82,11 @@ struct FaultRecorded {
 FaultRecorded RecordGpuFault(std::vector<GpuHealth>* gpus, int32_t index, int32_t xid,
                              const std::string& reason, const GpuHealthPolicy& policy, double now);
 
+// Cordons GPU `index` until a reset puts its pending MIG mode change in effect (not a fault: its
+// faults are left as they are). Returns whether it was not cordoned before.
+bool CordonForMigMode(std::vector<GpuHealth>* gpus, int32_t index, const std::string& reason,
+                      double now);
+
 // Uncordons GPU `index` (remediated, or an operator's word). An operator's uncordon (`forget`)
 // also forgets its faults, so that a GPU that was repaired starts afresh; a remediation keeps
 // them, so that a GPU that keeps faulting is held. Returns whether it was cordoned.
@@ -89,7 +97,8 @@ const GpuHealth* FindGpu(const std::vector<GpuHealth>& gpus, int32_t index);
 bool GpuCordoned(const std::vector<GpuHealth>& gpus, int32_t index);
 
 // The stored form (`gpuHealth` of a Node's spec), and the API's: [{index, cordoned, xid, reason,
-// since, held, faults}]. Items of the wrong shape read as absent (a store written by hand).
+// since, held, faults, migModePending}]. Items of the wrong shape read as absent (a store written
+// by hand).
 Json GpuHealthToJson(const std::vector<GpuHealth>& gpus);
 std::vector<GpuHealth> GpuHealthOf(const Json& items);
 

@@ -102,6 +102,38 @@ TEST(GpuHealth, RecordsRoundTripThroughTheNodeSpecAndSurviveOtherOps) {
   EXPECT_EQ(spec["cluster"], "onprem");
 }
 
+// A MIG mode change waiting for a reset cordons the GPU without counting a fault, so that a GPU
+// whose layout changes often is never held for it; the remediation's uncordon clears it.
+TEST(GpuHealth, AMigModeWaitingForAResetCordonsWithoutAFault) {
+  GpuHealthPolicy policy;
+  policy.max_faults = 1;
+  std::vector<GpuHealth> gpus;
+  EXPECT_TRUE(CordonForMigMode(&gpus, 1, "GPU 1: MIG mode", 10));
+  EXPECT_FALSE(CordonForMigMode(&gpus, 1, "again", 11));
+  ASSERT_TRUE(GpuCordoned(gpus, 1));
+  EXPECT_TRUE(FindGpu(gpus, 1)->mig_mode_pending);
+  EXPECT_EQ(FindGpu(gpus, 1)->reason, "GPU 1: MIG mode");
+  EXPECT_TRUE(FindGpu(gpus, 1)->faults.empty());
+  EXPECT_FALSE(FindGpu(gpus, 1)->held);
+  // Stored and read back, in index order beside a fault's record.
+  RecordGpuFault(&gpus, 0, 48, "GPU 0: XID 48", policy, 12);
+  NodeOps ops;
+  ops.gpus = gpus;
+  Json spec = Json::object();
+  EncodeNodeOps(ops, &spec);
+  const NodeOps back = DecodeNodeOps(spec);
+  ASSERT_EQ(back.gpus.size(), 2u);
+  EXPECT_EQ(back.gpus[0].index, 0);
+  EXPECT_FALSE(back.gpus[0].mig_mode_pending);
+  EXPECT_TRUE(back.gpus[1].mig_mode_pending);
+  // A fault's cordon is not overwritten by a pending mode; both wait for the same reset.
+  EXPECT_FALSE(CordonForMigMode(&gpus, 0, "GPU 0: MIG mode", 13));
+  EXPECT_EQ(FindGpu(gpus, 0)->reason, "GPU 0: XID 48");
+  EXPECT_TRUE(UncordonGpu(&gpus, 1, Uncordon::kRemediated));
+  EXPECT_FALSE(FindGpu(gpus, 1)->mig_mode_pending);
+  EXPECT_FALSE(GpuCordoned(gpus, 1));
+}
+
 TEST(GpuHealth, ThePolicyHasNvidiasResetByDefault) {
   const GpuHealthPolicy defaults = GpuHealthPolicyOf(Json::object());
   EXPECT_EQ(defaults.remediation,

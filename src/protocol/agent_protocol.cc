@@ -197,6 +197,7 @@ void ReadGpuSample(FieldReader& r, GpuSample& g) {
   g.remapped_rows_uncorrectable = OptionalInt(r, "remappedRowsUncorrectable", 0, kMaxInt);
   if (r.Has("rowRemapPending")) g.row_remap_pending = r.Bool("rowRemapPending", false);
   if (r.Has("rowRemapFailed")) g.row_remap_failed = r.Bool("rowRemapFailed", false);
+  if (r.Has("migModePending")) g.mig_mode_pending = r.Bool("migModePending", false);
   g.xid_errors = r.Int("xidErrors", 0, kMaxInt, 0);
   g.last_xid = static_cast<int32_t>(r.Int("lastXid", 0, 1000000, 0));
   if (r.Has("slowdownTemperatureC")) {
@@ -368,6 +369,7 @@ Json ToJson(const GpuSample& g) {
   optional("remappedRowsUncorrectable", g.remapped_rows_uncorrectable);
   optional("rowRemapPending", g.row_remap_pending);
   optional("rowRemapFailed", g.row_remap_failed);
+  optional("migModePending", g.mig_mode_pending);
   optional("slowdownTemperatureC", g.slowdown_temperature_c);
   optional("throttleReasons", g.throttle_reasons);
   optional("nvlinkCrcErrors", g.nvlink_crc_errors);

@@ -227,6 +227,9 @@ struct GpuSample {
   int64_t xid_errors = 0;  // critical XID events seen since the agent started
   int32_t last_xid = 0;    // the latest one's code (0: none), e.g. 79 "fallen off the bus"
   std::vector<std::string> mig_instances;  // the MIG layout, "profile@start" ("1g.10gb@0")
+  // A MIG mode change that NVML took but that waits for a GPU reset (NVML's pending mode differs
+  // from its current one): absent where the GPU has no MIG.
+  std::optional<bool> mig_mode_pending;
   // Warnings before failures (domain/gpu_warnings.h): the temperature at which the GPU slows
   // itself down (NVML's slowdown threshold), its clock throttle reason bits, and NVLink CRC
   // errors (flit and data) summed over its links since the driver loaded.

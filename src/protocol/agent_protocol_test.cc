@@ -118,6 +118,7 @@ TEST(AgentProtocolTest, AHeartbeatAndItsAnswerSurviveTheirJsonForm) {
   g.xid_errors = 2;
   g.last_xid = 48;
   g.mig_instances = {"1g.10gb@0"};
+  g.mig_mode_pending = true;
   g.slowdown_temperature_c = 87;
   g.throttle_reasons = 0x4;
   g.nvlink_crc_errors = 14;
@@ -147,6 +148,8 @@ TEST(AgentProtocolTest, AHeartbeatAndItsAnswerSurviveTheirJsonForm) {
   EXPECT_FALSE(s.remapped_rows_uncorrectable);
   EXPECT_EQ(s.row_remap_pending, true);
   EXPECT_FALSE(s.row_remap_failed);
+  EXPECT_EQ(s.mig_mode_pending, true);
+  EXPECT_FALSE(back->telemetry[1].mig_mode_pending);
   EXPECT_EQ(s.last_xid, 48);
   EXPECT_EQ(s.mig_instances, g.mig_instances);
   EXPECT_EQ(s.slowdown_temperature_c, 87);

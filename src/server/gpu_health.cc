@@ -226,6 +226,98 @@ base::Result<int64_t> NodeService::ApplyXids(const std::string& node,
   return seq;
 }
 
+NodeService::MigModes NodeService::MigModesLocked(const NodeEntry& e,
+                                                  const std::vector<protocol::GpuSample>& samples) {
+  MigModes out;
+  for (const protocol::GpuSample& s : samples) {
+    if (!s.mig_mode_pending) continue;
+    const domain::GpuHealth* g = domain::FindGpu(e.ops.gpus, s.index);
+    const bool marked = g && g->mig_mode_pending;
+    if (*s.mig_mode_pending && !marked) out.pending.push_back(s.index);
+    if (!*s.mig_mode_pending && marked) out.settled.push_back(s.index);
+  }
+  return out;
+}
+
+base::Result<int64_t> NodeService::ApplyMigModes(const std::string& node, const MigModes& modes) {
+  const double now = clock_->Now();
+  bool remediates = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    remediates = gpu_health_.remediates();
+  }
+  domain::NodeOps ops;
+  int64_t seq = 0;
+  bool written = false;
+  Status s = store_->Write([&](store::Tx& tx) {
+    seq = 0;
+    written = false;
+    auto o = tx.GetObject("Node", node);
+    if (!o.ok()) return Status::Ok();  // deleted meanwhile
+    written = true;
+    ops = domain::DecodeNodeOps(o->spec);
+    auto jobs = JobsHolding(tx, {node});
+    if (!jobs.ok()) return jobs.status();
+    std::vector<store::Event> events;
+    auto say = [&](const char* type, const char* reason, std::string message) {
+      events.push_back({0, now, "Node", node, "", type, reason, std::move(message)});
+    };
+    for (int32_t g : modes.pending) {
+      const std::string gpu = "GPU " + std::to_string(g);
+      const std::string why =
+          gpu + " of node " + node + ": its MIG mode change waits for a GPU reset";
+      domain::CordonForMigMode(&ops.gpus, g, why, now);
+      say("Warning", "GpuCordoned",
+          gpu + " cordoned: its MIG mode change waits for a GPU reset; " +
+              (remediates ? "the Policy's remediation resets it once no task holds it"
+                          : "no remediation is configured: reset it (nvidia-smi --gpu-reset -i " +
+                                std::to_string(g) + ")"));
+    }
+    for (int32_t g : modes.settled) {
+      auto h = std::find_if(ops.gpus.begin(), ops.gpus.end(),
+                            [&](const domain::GpuHealth& x) { return x.index == g; });
+      if (h == ops.gpus.end()) continue;
+      if (h->cordoned && h->xid == 0 && !h->held) {
+        domain::UncordonGpu(&ops.gpus, g, domain::Uncordon::kRemediated);
+        say("Normal", "GpuUncordoned",
+            "GPU " + std::to_string(g) + ": its MIG mode change is in effect: back in service");
+      } else {
+        h->mig_mode_pending = false;  // cordoned for a fault too: that cordon stays
+      }
+    }
+    // The node first, so that the scheduler follows the cordons before the jobs requeue.
+    if (Status put = PutOps(tx, &*o, ops, kHealth, now, events, &seq); !put.ok()) return put;
+    for (store::JobRecord& j : *jobs) {
+      auto held = std::find_if(modes.pending.begin(), modes.pending.end(),
+                               [&](int32_t g) { return Holds(j, node, {g}, false); });
+      if (held == modes.pending.end()) continue;
+      auto life = api::LifeOf(j);
+      if (!life.ok()) return life.status();
+      auto spec = api::SpecOf(j);
+      const double grace = spec.ok() ? spec->grace_period : domain::JobSpec{}.grace_period;
+      auto t = domain::lifecycle::RequestStop(
+          *life,
+          {domain::StopIntent::kRequeue,
+           "GPU " + std::to_string(*held) + " of node " + node +
+               " waits for a GPU reset to put its MIG mode change in effect",
+           "Drained", now + grace, 0},
+          now);
+      if (!t.ok()) return t.status();
+      if (t->events.empty()) continue;  // already stopping, for as strong a reason
+      auto c = api::CommitTransition(tx, *t, now, &j);
+      if (!c.ok()) return c.status();
+      seq = std::max(seq, *c);
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  if (written) {  // a settled flag may be all that changed
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = nodes_.find(node); it != nodes_.end()) it->second.ops = ops;
+  }
+  return seq;
+}
+
 base::Result<int64_t> NodeService::ApplyRemediations(
     const std::string& node, const std::vector<protocol::RemediationResult>& results) {
   const double now = clock_->Now();
@@ -275,9 +367,10 @@ void NodeService::HealthOrdersLocked(const std::string& node, NodeEntry& e,
   if (!gpu_health_.remediates()) return;
   const auto a = assigned_.find(node);
   for (const domain::GpuHealth& g : e.ops.gpus) {
-    // A GPU fallen off the bus waits for the node's reboot; a held one for an operator.
-    if (!g.cordoned || g.held || g.xid == 0 ||
-        domain::ClassifyXid(g.xid).scope == domain::XidScope::kNode) {
+    // A GPU fallen off the bus waits for the node's reboot; a held one, or one an operator
+    // cordoned, for an operator. A MIG mode change waiting for a reset is reset.
+    if (!g.cordoned || g.held || (g.xid == 0 && !g.mig_mode_pending) ||
+        (g.xid != 0 && domain::ClassifyXid(g.xid).scope == domain::XidScope::kNode)) {
       continue;
     }
     // Reset only once no task holds it: its job's tasks are seen to have stopped.
@@ -354,15 +447,18 @@ base::Result<Json> NodeService::UncordonGpu(const std::string& node, const std::
                                             int32_t gpu) {
   {
     // Memory whose row remap waits for a reset would be cordoned again by the next sample, after
-    // work may have been placed on it: the reset comes first.
+    // work may have been placed on it, and a MIG mode change waiting for one would fail the next
+    // grant there: the reset comes first.
     std::lock_guard<std::mutex> lock(mu_);
     auto it = nodes_.find(node);
     if (it != nodes_.end()) {
       for (const protocol::GpuSample& s : it->second.telemetry) {
-        if (s.index == gpu && s.row_remap_pending.value_or(false)) {
-          return Status::Conflict("GPU " + std::to_string(gpu) + " of node " + node +
-                                  " has a row remap pending: reset it first (nvidia-smi "
-                                  "--gpu-reset -i " +
+        const char* pending = s.row_remap_pending.value_or(false)  ? "a row remap"
+                              : s.mig_mode_pending.value_or(false) ? "a MIG mode change"
+                                                                   : nullptr;
+        if (s.index == gpu && pending) {
+          return Status::Conflict("GPU " + std::to_string(gpu) + " of node " + node + " has " +
+                                  pending + " pending: reset it first (nvidia-smi --gpu-reset -i " +
                                   std::to_string(gpu) + ")");
         }
       }

@@ -170,6 +170,7 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
   const double now = clock_->Now();
   bool back = false;
   std::vector<XidSeen> xids;
+  MigModes mig_modes;
   std::vector<domain::NodeCondition> warnings_began;
   std::vector<domain::NodeFailure> failed;
   {
@@ -186,6 +187,12 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     it->second.last_seen = now;
     if (body.contains("telemetry")) {
       xids = NewXidsLocked(it->second, beat->telemetry);
+      mig_modes = MigModesLocked(it->second, beat->telemetry);
+      // A reset the remediation made is said by its result, below.
+      std::erase_if(mig_modes.settled, [&](int32_t g) {
+        return std::any_of(beat->remediations.begin(), beat->remediations.end(),
+                           [&](const protocol::RemediationResult& r) { return r.gpu == g; });
+      });
       warnings_began = ObserveWarningsLocked(it->second, beat->telemetry, now);
       it->second.telemetry = std::move(beat->telemetry);
     }
@@ -218,6 +225,12 @@ base::Result<Json> NodeService::Heartbeat(const std::string& node, const Json& b
     if (!s.ok()) return s;
     std::lock_guard<std::mutex> lock(mu_);
     nodes_[node].state = "Ready";
+  }
+  if (!mig_modes.empty()) {
+    // Before the reports: the task that failed to start for it requeues with its GPU cordoned.
+    auto cordoned = ApplyMigModes(node, mig_modes);
+    if (!cordoned.ok()) return cordoned.status();
+    seq = std::max(seq, *cordoned);
   }
   if (!beat->tasks.empty()) {
     // Staging first, while the runs it is about are still assigned (a report may end them).

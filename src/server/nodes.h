@@ -168,6 +168,19 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   // affected job's stop. Returns the last event's sequence (0: nothing written).
   base::Result<int64_t> ApplyXids(const std::string& node, const std::vector<XidSeen>& xids,
                                   std::vector<domain::NodeFailure>* failed);
+  // MIG mode changes that wait for a GPU reset, from the samples: GPUs newly pending (`pending`)
+  // and GPUs whose pending change is in effect now (`settled`, reset by the remediation or by
+  // hand).
+  struct MigModes {
+    std::vector<int32_t> pending, settled;
+    bool empty() const { return pending.empty() && settled.empty(); }
+  };
+  MigModes MigModesLocked(const NodeEntry& e, const std::vector<protocol::GpuSample>& samples);
+  // A pending GPU is cordoned until reset (not a fault) and the jobs that hold it are stopped and
+  // requeued (drained through the lifecycle); the Policy's remediation resets it once no task
+  // holds it. A settled one cordoned for nothing else is back in service. Node events first, in
+  // one transaction; returns the last event's sequence (0: nothing written).
+  base::Result<int64_t> ApplyMigModes(const std::string& node, const MigModes& modes);
   // Remediations the agent ran: a GPU whose probe passed is uncordoned; one that failed is held.
   base::Result<int64_t> ApplyRemediations(const std::string& node,
                                           const std::vector<protocol::RemediationResult>& results);

@@ -22,7 +22,7 @@ struct Family {
   const char* type;
   const char* help;
 };
-constexpr std::array<Family, 27> kFamilies = {{
+constexpr std::array<Family, 28> kFamilies = {{
     {"meridian_gpu_healthy", "gauge",
      "1 when the GPU is healthy (what its agent registered, not cordoned for a fault), 0 when "
      "not; a GPU held by work outside Meridian is healthy unless it is faulted."},
@@ -50,6 +50,8 @@ constexpr std::array<Family, 27> kFamilies = {{
      "REMAPPED_ROWS, _UNCORRECTABLE_). Ampere and later."},
     {"meridian_gpu_row_remap_pending", "gauge",
      "1 when a row remap waits for a GPU reset (DCGM_FI_DEV_ROW_REMAP_PENDING)."},
+    {"meridian_gpu_mig_mode_pending", "gauge",
+     "1 when a MIG mode change waits for a GPU reset (the GPU is cordoned until then)."},
     {"meridian_gpu_row_remap_failed", "gauge",
      "1 when a row remap ever failed: the GPU needs service (DCGM_FI_DEV_ROW_REMAP_FAILURE)."},
     {"meridian_gpu_xid_errors_total", "counter",
@@ -165,6 +167,7 @@ void RenderTelemetry(const MetricLabels& l, const protocol::GpuSample& s, api::M
            With(l, "cause", "uncorrectable"));
   optional("meridian_gpu_row_remap_pending", s.row_remap_pending, 1, l);
   optional("meridian_gpu_row_remap_failed", s.row_remap_failed, 1, l);
+  optional("meridian_gpu_mig_mode_pending", s.mig_mode_pending, 1, l);
   for (const std::string& m : s.mig_instances) {
     const size_t at = m.find('@');
     MetricLabels mig = With(l, "GPU_I_PROFILE", m.substr(0, at));

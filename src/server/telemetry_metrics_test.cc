@@ -56,6 +56,7 @@ std::map<std::string, NodeService::NodeReport> Reports(const std::string& state 
   busy.remapped_rows_uncorrectable = 0;
   busy.row_remap_pending = false;
   busy.row_remap_failed = false;
+  busy.mig_mode_pending = true;
   busy.xid_errors = 2;
   busy.last_xid = 48;
   busy.mig_instances = {"3g.40gb@0", "1g.10gb@6"};
@@ -120,6 +121,7 @@ TEST(TelemetryMetrics, EveryGpuHasItsSeriesWithDcgmLabelsInBaseUnits) {
            "meridian_gpu_remapped_rows" + l0 + ",cause=\"uncorrectable\"} 0",
            "meridian_gpu_row_remap_pending" + kGpu0 + " 0",
            "meridian_gpu_row_remap_failed" + kGpu0 + " 0",
+           "meridian_gpu_mig_mode_pending" + kGpu0 + " 1",
            "meridian_gpu_xid_errors_total" + kGpu0 + " 2",
            "meridian_gpu_last_xid" + kGpu0 + " 48",
            "meridian_gpu_mig_instances" + kGpu0 + " 2",

@@ -13,15 +13,22 @@
 // the 1g.10gb+me variant) with NVML's numbers, placements on eight memory slices, one compute
 // instance per GPU instance. GPU 3 starts in MIG mode with a 1g.10gb instance at slice 6 made "by
 // hand"; GPU 1 behaves like an A100 with work on it: MIG mode changes are pending until a GPU
-// reset (activation status RESET_REQUIRED). Overlapping slices answer INSUFFICIENT_RESOURCES.
+// reset (activation status RESET_REQUIRED); FAKE_NVML_RESET_REQUIRED, a list of GPU indices
+// ("1,3"), names others instead. A reset is a file named after the GPU's index in the folder that
+// FAKE_NVML_RESETS names (what a test's remediation command writes, standing for nvidia-smi
+// --gpu-reset): the next look at the GPU's MIG mode finds the pending mode in effect and the
+// file gone. Overlapping slices answer INSUFFICIENT_RESOURCES.
 // Every call that changes the MIG layout is appended, one line each, to the file named by
 // FAKE_NVML_CALLS when it is set, so that tests can check the calls and their order. nvmlInit
 // puts every GPU back as described. With FAKE_NVML_HEALTHY set, the GPUs have no faults (no XID
 // event, no ECC errors, no row remapped), so that a node on them takes work. Never shipped.
+#include <unistd.h>
+
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace {
 
@@ -136,6 +143,28 @@ void ResetMig() {
   by_hand->has_ci = true;
 }
 
+// Whether a mode change of GPU `gpu` waits for a reset.
+bool ResetRequired(int gpu) {
+  const char* list = std::getenv("FAKE_NVML_RESET_REQUIRED");
+  if (!list) return gpu == 1;
+  for (const char* at = list; *at; ++at) {
+    if (*at - '0' == gpu && (at == list || at[-1] == ',') && (at[1] == ',' || at[1] == 0)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A reset of GPU `gpu` asked for since the last look: the pending mode takes effect.
+void TakeReset(int gpu) {
+  const char* folder = std::getenv("FAKE_NVML_RESETS");
+  if (!folder) return;
+  const std::string marker = std::string(folder) + "/" + std::to_string(gpu);
+  if (::unlink(marker.c_str()) != 0) return;
+  Log("reset gpu=%d", gpu);
+  g_mig_current[gpu] = g_mig_pending[gpu];
+}
+
 bool IsMigDevice(void* d) {
   for (auto& row : g_mig_devices) {
     for (MigDevice& m : row) {
@@ -217,6 +246,7 @@ int nvmlDeviceGetPowerUsage(void* d, unsigned int* mw) {
   return 0;
 }
 int nvmlDeviceGetMigMode(void* d, unsigned int* current, unsigned int* pending) {
+  TakeReset(Index(d));
   *current = g_mig_current[Index(d)];
   *pending = g_mig_pending[Index(d)];
   return 0;
@@ -229,7 +259,7 @@ int nvmlDeviceSetMigMode(void* d, unsigned int mode, int* activation) {
     if (g.used && mode == 0) return 19;  // IN_USE: instances must go first
   }
   g_mig_pending[i] = mode;
-  if (i == 1 && mode != g_mig_current[i]) {
+  if (ResetRequired(i) && mode != g_mig_current[i]) {
     *activation = 16;  // RESET_REQUIRED: pending until a reset
     return 0;
   }
