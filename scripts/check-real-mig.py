@@ -8,7 +8,8 @@ migReconfigureInterval 0, so that layouts change at once), then:
      `nvidia-smi mig -lgi`, `nvidia-smi mig -lci` and `nvidia-smi -L`;
   2. cancels them: their instances must be gone from `nvidia-smi mig -lgi`;
   3. submits a job that needs every GPU of the node: MIG mode must be off (`nvidia-smi`);
-  4. submits two shares of one GPU (pool gpuSharing mps): an MPS server must run, each task must
+  4. submits two shares of one GPU (pool gpuSharing mps): an MPS control daemon must run for each
+     job (each runs under a uid of its own, and a daemon serves one uid at a time), each task must
      have its thread percentage and pinned memory limit, and the jobs' GpuShared events must say
      "through MPS".
 Prints one line per check and exits 1 on a mismatch, 2 when there is no GPU (or no MIG) here.
@@ -166,9 +167,9 @@ def main():
         shares = [submit({"gpuMilli": 500, "gpuMemoryMib": 4096, "command": say}) for _ in range(2)]
         check(wait(lambda: all(job(i)["status"]["phase"] == "Running" for i in shares), 120),
               "two shares running")
-        servers = subprocess.run(["pgrep", "-f", "nvidia-cuda-mps"], capture_output=True,
+        daemons = subprocess.run(["pgrep", "-f", "nvidia-cuda-mps-control"], capture_output=True,
                                  text=True).stdout.split()
-        check(len(servers) >= 1, "an MPS control daemon runs", str(servers))
+        check(len(daemons) >= 2, "an MPS control daemon runs for each job", str(daemons))
         for i in shares:
             out = wait(lambda: logs(i) if "CUDA_MPS_PINNED" in logs(i) else None, 20) or ""
             check("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50" in out and

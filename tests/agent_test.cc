@@ -902,10 +902,11 @@ TEST_F(AgentTest, MigLayoutFollowsDemandAndKeepsForItsInterval) {
   EXPECT_EQ(nodes.body["items"][0]["gpus"][gpu]["mig"], false);
 }
 
-// Shares of a GPU in a pool of gpuSharing mps run through the GPU's MPS control daemon, here a
-// FAKE nvidia-cuda-mps-control (a script: MPS needs an NVIDIA GPU) that logs how it is called:
-// one daemon per shared GPU, started for the first share and told to quit after the last, and
-// each task given its share of compute and memory for MPS to enforce.
+// Shares of a GPU in an MPS pool run through NVIDIA's MPS control daemon (a fake control program
+// here, which records how it is started and told to quit): one daemon per job and GPU, since a
+// daemon serves one uid's processes at a time and each job runs under a uid of its own; each job's
+// daemon folder is entered by that job's tasks only; each task gets its thread percentage and
+// pinned memory limit; the daemons are told to quit when their jobs' shares end.
 TEST_F(AgentTest, SharesOfAGpuRunThroughItsMpsDaemon) {
   const std::string log = WriteFile("mps.log", "");
   const std::string control = WriteFile("nvidia-cuda-mps-control", R"SH(#!/bin/sh
@@ -917,7 +918,8 @@ if [ "$1" = "-d" ]; then
   exit 0
 fi
 read command
-echo "$command $CUDA_VISIBLE_DEVICES" >> )SH" + log + R"SH(
+echo "$command $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY" >> )SH" +
+                                                                       log + R"SH(
 [ "$command" = quit ] && kill "$(cat "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid")"
 exit 0
 )SH");
@@ -929,49 +931,91 @@ exit 0
                      dir_.File("agent-n1.log"));
   agent.Start(server_->url(), agent_token_);
   ASSERT_TRUE(Eventually([&] { return NodeState("n1") == "Ready"; }));
+  const std::string mps = dir_.File("agent-n1") + "/mps";
   const std::string say =
       "echo \"sharing=$MERIDIAN_GPU_SHARING threads=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE "
-      "pinned=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT pipe=$CUDA_MPS_PIPE_DIRECTORY\"; sleep 2";
-  const int64_t a =
-      Submit({{"gpuMilli", 250}, {"gpuMemoryMib", 10240}, {"command", {"sh", "-c", say}}});
-  const int64_t b = Submit({{"gpuMilli", 500}, {"command", {"sh", "-c", say}}});
+      "pinned=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT pipe=$CUDA_MPS_PIPE_DIRECTORY uid=$(id -u)\"; ";
+  const int64_t a = Submit(
+      {{"gpuMilli", 250}, {"gpuMemoryMib", 10240}, {"command", {"sh", "-c", say + "sleep 3"}}});
+  // The second job looks for the first one's daemon folder on each GPU while both run.
+  const std::string peek = "sleep 1; for g in 0 1 2 3; do ls " + mps + "/$g/" + std::to_string(a) +
+                           "/0/pipe; done 2>&1 | grep -o 'Permission denied'";
+  const int64_t b =
+      Submit({{"gpuMilli", 500}, {"command", {"sh", "-c", say + peek + "; sleep 1"}}});
   ASSERT_TRUE(Eventually([&] { return Phase(a) == "Running" && Phase(b) == "Running"; }));
   const Json da = Job(a)["status"]["allocation"][0]["devices"][0];
   const Json db = Job(b)["status"]["allocation"][0]["devices"][0];
   EXPECT_EQ(da["sharing"], "mps") << da.dump();
-  // Shares are packed: both on one GPU, one daemon for it.
+  // Shares are packed: both on one GPU, a daemon for each job there.
   ASSERT_EQ(da["gpu"], db["gpu"]) << da.dump() << db.dump();
   const std::string gpu = std::to_string(da["gpu"].get<int>());
-  const std::string pipe = dir_.File("agent-n1") + "/mps/" + gpu + "/0/pipe";
-  ASSERT_TRUE(Eventually([&] { return Phase(a) == "Succeeded" && Phase(b) == "Succeeded"; }));
+  const std::string pipe_a = mps + "/" + gpu + "/" + std::to_string(a) + "/0/pipe";
+  const std::string pipe_b = mps + "/" + gpu + "/" + std::to_string(b) + "/0/pipe";
+  ASSERT_TRUE(Eventually([&] { return Phase(a) == "Succeeded" && Phase(b) == "Succeeded"; }, 20));
+  std::string out_a, out_b;
   EXPECT_TRUE(Eventually([&] {
-    return Run("logs " + std::to_string(a))
-               .output.find("sharing=mps threads=25 pinned=0=10240M pipe=" + pipe) !=
+    out_a = Run("logs " + std::to_string(a)).output;
+    return out_a.find("sharing=mps threads=25 pinned=0=10240M pipe=" + pipe_a + " uid=") !=
            std::string::npos;
-  })) << Run("logs " + std::to_string(a)).output;
+  })) << out_a;
   EXPECT_TRUE(Eventually([&] {
-    return Run("logs " + std::to_string(b))
-               .output.find("sharing=mps threads=50 pinned= pipe=" + pipe) != std::string::npos;
-  })) << Run("logs " + std::to_string(b)).output;
+    out_b = Run("logs " + std::to_string(b)).output;
+    return out_b.find("sharing=mps threads=50 pinned= pipe=" + pipe_b + " uid=") !=
+           std::string::npos;
+  })) << out_b;
+  // The other job's daemon is out of reach: its folder is the first job's group's alone.
+  EXPECT_NE(out_b.find("Permission denied"), std::string::npos) << out_b;
+  struct stat folder {};
+  ASSERT_EQ(::stat((mps + "/" + gpu + "/" + std::to_string(a)).c_str(), &folder), 0);
+  EXPECT_EQ(folder.st_mode & 07777, 0750u);
+  const std::string uid_a = out_a.substr(out_a.find(" uid=") + 5);
+  EXPECT_EQ(std::to_string(folder.st_gid), uid_a.substr(0, uid_a.find('\n'))) << out_a;
   const std::string uuid = da["uuid"].get<std::string>();
+  std::set<std::string> said;
   EXPECT_TRUE(Eventually([&] {
-    return ReadFile(log) == "start " + uuid + " " + pipe + "\nquit " + uuid;
+    said.clear();
+    std::istringstream lines(ReadFile(log));
+    for (std::string line; std::getline(lines, line);) said.insert(line);
+    return said ==
+           std::set<std::string>{"start " + uuid + " " + pipe_a, "start " + uuid + " " + pipe_b,
+                                 "quit " + uuid + " " + pipe_a, "quit " + uuid + " " + pipe_b};
   })) << ReadFile(log);
   const std::optional<Json> shared = EventSoon(a, "GpuShared");
   ASSERT_TRUE(shared);
   EXPECT_EQ((*shared)["message"], "GPU " + gpu +
                                       " of node n1 shared through MPS: 25% of its compute and "
                                       "10240 MiB of its memory, enforced (task 0)");
-  // The next share of the GPU gets a daemon of its own, in new folders: the one told to quit may
-  // still be draining.
-  const int64_t c = Submit({{"gpuMilli", 250}, {"command", {"sh", "-c", say}}});
-  ASSERT_TRUE(Eventually([&] { return Phase(c) == "Succeeded"; }));
-  const int g = Job(c)["status"]["allocation"][0]["devices"][0]["gpu"].get<int>();
-  const std::string next = dir_.File("agent-n1") + "/mps/" + std::to_string(g) +
-                           (std::to_string(g) == gpu ? "/1/pipe" : "/0/pipe");
+  // A run restarted in place keeps its job's daemon: it was kept through the back-off.
+  const int64_t c = Submit({{"gpuMilli", 250},
+                            {"command",
+                             {"sh", "-c",
+                              "echo \"pipe=$CUDA_MPS_PIPE_DIRECTORY\"; "
+                              "[ \"$MERIDIAN_RESTART\" = 1 ] || exit 3"}},
+                            {"restartPolicy", "on-failure"},
+                            {"maxRestarts", 1}});
+  ASSERT_TRUE(Eventually([&] { return Phase(c) == "Succeeded"; }, 20)) << Job(c).dump();
+  const std::string gc =
+      std::to_string(Job(c)["status"]["allocation"][0]["devices"][0]["gpu"].get<int>());
+  const std::string pipe_c = mps + "/" + gc + "/" + std::to_string(c) + "/0/pipe";
   EXPECT_TRUE(Eventually([&] {
-    return Run("logs " + std::to_string(c)).output.find("pipe=" + next) != std::string::npos;
+    const std::string out = Run("logs " + std::to_string(c)).output;
+    const size_t first = out.find("pipe=" + pipe_c + "\n");
+    return first != std::string::npos &&
+           out.find("pipe=" + pipe_c + "\n", first + 1) != std::string::npos;
   })) << Run("logs " + std::to_string(c)).output;
+  EXPECT_TRUE(Eventually([&] {
+    const std::string text = ReadFile(log);
+    return text.find("quit " +
+                     Job(c)["status"]["allocation"][0]["devices"][0]["uuid"].get<std::string>() +
+                     " " + pipe_c) != std::string::npos;
+  })) << ReadFile(log);
+  const std::string calls = ReadFile(log);
+  size_t starts = 0;
+  for (size_t at = calls.find("start "); at != std::string::npos;
+       at = calls.find("start ", at + 1)) {
+    ++starts;
+  }
+  EXPECT_EQ(starts, 3u) << calls;  // a, b, and c once
 }
 
 // Where MPS is not installed, a share is time-sliced and the job is told; a pool may choose

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -29,6 +30,18 @@ bool DaemonRuns(const std::string& pipe_dir) {
   return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] != 'Z';
 }
 
+// Makes `dir` (or takes it as it is) with `mode`, in group `gid` when given.
+base::Status MakeDir(const std::string& dir, mode_t mode, std::optional<uint32_t> gid) {
+  if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) {
+    return base::Status::Io("cannot make " + dir + ": " + std::strerror(errno));
+  }
+  if ((gid && ::chown(dir.c_str(), static_cast<uid_t>(-1), static_cast<gid_t>(*gid)) != 0) ||
+      ::chmod(dir.c_str(), mode) != 0) {
+    return base::Status::Io("cannot give " + dir + " its owner and mode: " + std::strerror(errno));
+  }
+  return base::Status::Ok();
+}
+
 }  // namespace
 
 MpsDaemons::MpsDaemons(std::string control, std::string root)
@@ -36,9 +49,10 @@ MpsDaemons::MpsDaemons(std::string control, std::string root)
 
 std::string MpsDaemons::Program() const { return base::FindProgram(control_); }
 
-MpsEndpoint MpsDaemons::EndpointOf(int32_t gpu) const {
-  auto g = generation_.find(gpu);
-  const std::string dir = root_ + "/" + std::to_string(gpu) + "/" +
+MpsEndpoint MpsDaemons::EndpointOf(const Key& key) const {
+  auto g = generation_.find(key);
+  const std::string dir = root_ + "/" + std::to_string(key.second) + "/" +
+                          std::to_string(key.first) + "/" +
                           std::to_string(g == generation_.end() ? 0 : g->second);
   return {dir + "/pipe", dir + "/log"};
 }
@@ -50,25 +64,33 @@ std::map<std::string, std::string> MpsDaemons::EnvOf(const MpsEndpoint& e,
           {"CUDA_MPS_LOG_DIRECTORY", e.log_dir}};
 }
 
-base::Result<MpsEndpoint> MpsDaemons::Acquire(int32_t gpu, const std::string& uuid) {
+base::Result<MpsEndpoint> MpsDaemons::Acquire(int64_t job, int32_t gpu, const std::string& uuid,
+                                              std::optional<uint32_t> gid) {
   const std::string program = Program();
   if (program.empty()) {
     return base::Status::NotFound(control_ + " is not installed on this node");
   }
-  if (running_.count(gpu) && DaemonRuns(EndpointOf(gpu).pipe_dir)) return EndpointOf(gpu);
+  const Key key{job, gpu};
+  if (running_.count(key) && DaemonRuns(EndpointOf(key).pipe_dir)) return EndpointOf(key);
   // A daemon told to quit may still drain: the next one gets folders of its own, so that no
   // share is handed the one going away.
-  if (quitting_.erase(gpu)) ++generation_[gpu];
-  const MpsEndpoint e = EndpointOf(gpu);
-  // Tasks run under uids of their own: they enter the folders to reach the daemon's pipes (which
-  // the daemon makes), and nothing else there.
+  if (quitting_.erase(key)) ++generation_[key];
+  const MpsEndpoint e = EndpointOf(key);
+  // Tasks pass through the agent's folders without listing them; the job's folder is entered by
+  // its group only; its daemon's pipe and log folders are written by its MPS server, which runs
+  // under the job's uid.
   const std::string gpu_dir = root_ + "/" + std::to_string(gpu);
-  for (const std::string& dir :
-       {root_, gpu_dir, e.pipe_dir.substr(0, e.pipe_dir.rfind('/')), e.pipe_dir, e.log_dir}) {
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-      return base::Status::Io("cannot make " + dir + ": " + std::strerror(errno));
-    }
-    ::chmod(dir.c_str(), 0755);
+  const std::string job_dir = gpu_dir + "/" + std::to_string(job);
+  const mode_t job_mode = gid ? 0750 : 0755, inner_mode = gid ? 0770 : 0755;
+  for (const auto& [dir, mode, group] :
+       std::initializer_list<std::tuple<std::string, mode_t, std::optional<uint32_t>>>{
+           {root_, 0711, std::nullopt},
+           {gpu_dir, 0711, std::nullopt},
+           {job_dir, job_mode, gid},
+           {e.pipe_dir.substr(0, e.pipe_dir.rfind('/')), job_mode, gid},
+           {e.pipe_dir, inner_mode, gid},
+           {e.log_dir, inner_mode, gid}}) {
+    if (base::Status s = MakeDir(dir, mode, group); !s.ok()) return s;
   }
   if (!DaemonRuns(e.pipe_dir)) {
     auto started = base::RunCommand({program, "-d"}, EnvOf(e, uuid), "", kCommandSeconds);
@@ -78,28 +100,31 @@ base::Result<MpsEndpoint> MpsDaemons::Acquire(int32_t gpu, const std::string& uu
                               " -d exited with code " + std::to_string(started->exit_code) + ": " +
                               started->err);
     }
-    base::log::Info("GPU {}: MPS control daemon started (pipes in {})", gpu, e.pipe_dir);
+    base::log::Info("GPU {}: MPS control daemon of job {} started (pipes in {})", gpu, job,
+                    e.pipe_dir);
   }
-  running_[gpu] = uuid;
+  running_[key] = uuid;
   return e;
 }
 
-void MpsDaemons::Release(int32_t gpu) {
-  auto it = running_.find(gpu);
+void MpsDaemons::Release(int64_t job, int32_t gpu) {
+  const Key key{job, gpu};
+  auto it = running_.find(key);
   if (it == running_.end()) return;
-  const MpsEndpoint e = EndpointOf(gpu);
+  const MpsEndpoint e = EndpointOf(key);
   const std::string program = Program();
   if (!program.empty()) {
     auto quit = base::RunCommand({program}, EnvOf(e, it->second), "quit\n", kCommandSeconds);
     if (!quit.ok() || quit->exit_code != 0) {
-      base::log::Warn("GPU {}: the MPS control daemon did not take quit: {}", gpu,
+      base::log::Warn("GPU {}: the MPS control daemon of job {} did not take quit: {}", gpu, job,
                       quit.ok() ? quit->err : quit.status().message());
     } else {
-      base::log::Info("GPU {}: MPS control daemon told to quit (no share of the GPU runs)", gpu);
+      base::log::Info("GPU {}: MPS control daemon of job {} told to quit (none of its shares runs)",
+                      gpu, job);
     }
   }
   running_.erase(it);
-  quitting_.insert(gpu);
+  quitting_.insert(key);
 }
 
 }  // namespace meridian::agent

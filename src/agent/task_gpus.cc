@@ -96,7 +96,7 @@ void Agent::ShareGpu(Task& t, const protocol::DeviceGrant& d) {
     return;
   }
   if (!mps_) mps_ = std::make_unique<MpsDaemons>(o_.mps_control, o_.work_dir + "/mps");
-  auto daemon = mps_->Acquire(d.gpu, d.uuid);
+  auto daemon = mps_->Acquire(t.job, d.gpu, d.uuid, t.uid);
   if (daemon.ok()) {
     note.mode = "mps";
     t.mps = *daemon;
@@ -111,19 +111,20 @@ void Agent::ShareGpu(Task& t, const protocol::DeviceGrant& d) {
 
 void Agent::ReleaseDevices(const Task& t) {
   // What other runs of this node hold still (an adopted run included, whose sharing is not
-  // known to this life of the agent): their shares of a GPU, their MIG instances.
+  // known to this life of the agent): the shares of a GPU of this job's other tasks, the MIG
+  // instances of every task.
   std::set<int32_t> shared;
   std::set<std::pair<int32_t, std::string>> instances;
   for (const auto& [key, other] : tasks_) {
     if (&other == &t || other.state == "Exited") continue;
     for (const protocol::DeviceGrant& d : other.assignment.devices) {
       if (d.mig) instances.insert({d.gpu, d.mig->profile + "@" + std::to_string(d.mig->start)});
-      if (!d.mig && d.milli < 1000) shared.insert(d.gpu);
+      if (!d.mig && d.milli < 1000 && other.job == t.job) shared.insert(d.gpu);
     }
   }
   for (const protocol::DeviceGrant& d : t.assignment.devices) {
-    // The GPU's MPS daemon goes when no other run shares the GPU.
-    if (mps_ && !d.mig && d.milli < 1000 && !shared.count(d.gpu)) mps_->Release(d.gpu);
+    // The job's MPS daemon on the GPU goes when no other run of the job shares the GPU.
+    if (mps_ && !d.mig && d.milli < 1000 && !shared.count(d.gpu)) mps_->Release(t.job, d.gpu);
     if (!d.mig) continue;
     if (instances.count({d.gpu, d.mig->profile + "@" + std::to_string(d.mig->start)})) continue;
     if (Status s = gpus_->DestroyMigInstance(d.gpu, d.mig->profile, d.mig->start); !s.ok()) {
