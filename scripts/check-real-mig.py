@@ -5,7 +5,8 @@ Starts a `meridian server` and a `meridian agent --gpu-discovery nvml` on loopba
 migReconfigureInterval 0, so that layouts change at once), then:
   1. submits a small and a large MIG job; while they run, compares the instances the agent made
      (the node's migInstances, the jobs' allocations, the UUID each task was given) with
-     `nvidia-smi mig -lgi`, `nvidia-smi mig -lci` and `nvidia-smi -L`;
+     `nvidia-smi mig -lgi`, `nvidia-smi mig -lci` and `nvidia-smi -L`, and checks that each task
+     can open its own instance's two capability nodes and not mig/config;
   2. cancels them: their instances must be gone from `nvidia-smi mig -lgi`;
   3. submits a job that needs every GPU of the node: MIG mode must be off (`nvidia-smi`);
   4. submits two shares of one GPU (pool gpuSharing mps): an MPS control daemon must run for each
@@ -54,6 +55,16 @@ def wait(what, seconds=60):
 
 def smi(*args):
     return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True).stdout
+
+
+def open_minor(path):
+    """The DeviceFileMinor of one of the driver's capability files; None when absent."""
+    try:
+        with open(path) as f:
+            m = re.search(r"DeviceFileMinor:\s*(\d+)", f.read())
+            return int(m.group(1)) if m else None
+    except OSError:
+        return None
 
 
 def main():
@@ -120,7 +131,8 @@ def main():
             return subprocess.run([args.binary, "logs", str(i)], env=env, capture_output=True,
                                   text=True).stdout
 
-        say = ["sh", "-c", "env | grep -E '^(CUDA|MERIDIAN_GPU)'; sleep 30"]
+        say = ["sh", "-c", "env | grep -E '^(CUDA|MERIDIAN_GPU)'; "
+               "stat -c 'cap %n %t:%T' /dev/nvidia-caps/nvidia-cap* 2>/dev/null; sleep 30"]
         small, large = PROFILES[model]
         jobs = [submit({"migProfile": p, "command": say}) for p in (small, large)]
         check(wait(lambda: all(job(i)["status"]["phase"] == "Running" for i in jobs), 120),
@@ -149,6 +161,16 @@ def main():
             seen = wait(lambda: re.search(r"CUDA_VISIBLE_DEVICES=(\S+)", logs(i)), 20)
             given = seen.group(1) if seen else ""
             check(given in uuids, f"job {i}'s task was given a MIG device of nvidia-smi -L", given)
+            # Its own instance's capabilities open; the others' and mig/config are /dev/null
+            # (1:3) in its mount namespace.
+            caps = dict(re.findall(r"cap (\S+) (\S+)", logs(i)))
+            config = open_minor("/proc/driver/nvidia/capabilities/mig/config")
+            if caps and config is not None:
+                check(caps.get(f"/dev/nvidia-caps/nvidia-cap{config}") == "1:3",
+                      f"job {i}'s task cannot open mig/config", str(caps))
+                check(sum(1 for v in caps.values() if v != "1:3") == 2,
+                      f"job {i}'s task opens two capabilities (its GPU and compute instance)",
+                      str(caps))
         for i in jobs:
             call(url + f"/api/v1/jobs/{i}/cancel", admin, "POST", {})
         wait(lambda: all(job(i)["status"]["phase"] == "Cancelled" for i in jobs), 60)

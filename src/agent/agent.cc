@@ -471,6 +471,11 @@ void Agent::Start(Task& t) {
     std::set<std::string> granted;
     for (const protocol::DeviceGrant& d : t.assignment.devices) granted.insert(d.uuid);
     spec.hide_devices = DevicesToHide(GpuDeviceNodes(), granted);
+    // And on a MIG GPU, only its own instances: the capabilities of the others, and the one
+    // that makes and destroys instances, are hidden too.
+    for (std::string& cap : MigCapsToHide(MigCapabilities(), t.mig_ids)) {
+      spec.hide_devices.push_back(std::move(cap));
+    }
     spec.read_only = std::move(mounts.read_only);
     spec.read_write = std::move(mounts.read_write);
   }

@@ -102,6 +102,9 @@ class Agent {
     // is time-sliced when MPS was granted.
     std::optional<protocol::SharingNote> sharing;
     std::optional<MpsEndpoint> mps;
+    // Its MIG instances as the driver's capabilities name them: the capability device nodes it
+    // may open (none known: it opens none).
+    std::vector<MigInstanceIds> mig_ids;
   };
   using Key = std::tuple<int64_t, int32_t, int64_t>;  // job, task, generation
 

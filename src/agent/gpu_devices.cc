@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -57,6 +58,62 @@ std::vector<GpuDeviceNode> GpuDeviceNodes(const std::string& dev, const std::str
     out.push_back({e.path().string(), it == uuid_of_minor.end() ? "" : it->second});
   }
   return out;
+}
+
+int64_t ParseCapabilityMinor(const std::string& text) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (std::string v = Field(line, "DeviceFileMinor");
+        !v.empty() && v.size() < 10 && v.find_first_not_of("0123456789") == std::string::npos) {
+      return std::stoll(v);
+    }
+  }
+  return -1;
+}
+
+std::vector<MigCapability> MigCapabilities(const std::string& root) {
+  std::vector<MigCapability> out;
+  std::error_code ec;
+  // The driver's tree is a few levels deep (gpuN/mig/giN/ciN/access): walked without following
+  // links, in a stable order.
+  std::vector<std::string> files;
+  for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it.depth() > 5) it.disable_recursion_pending();
+    const std::string name = it->path().filename();
+    if (it->is_regular_file(ec) && (name == "access" || name == "config" || name == "monitor")) {
+      files.push_back(std::filesystem::relative(it->path(), root, ec).string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  for (const std::string& f : files) {
+    if (f.find("mig/") == std::string::npos) continue;  // fabric-mgmt and others: not MIG's
+    std::ifstream in(root + "/" + f);
+    std::stringstream text;
+    text << in.rdbuf();
+    const int64_t minor = ParseCapabilityMinor(text.str());
+    if (minor >= 0) out.push_back({f, minor});
+  }
+  return out;
+}
+
+std::vector<std::string> MigCapsToHide(const std::vector<MigCapability>& caps,
+                                       const std::vector<MigInstanceIds>& granted,
+                                       const std::string& dev) {
+  std::set<std::string> own;
+  for (const MigInstanceIds& g : granted) {
+    const std::string gi = "gpu" + std::to_string(g.gpu_minor) + "/mig/gi" + std::to_string(g.gi);
+    own.insert(gi + "/access");
+    own.insert(gi + "/ci" + std::to_string(g.ci) + "/access");
+  }
+  std::vector<std::string> hide;
+  for (const MigCapability& c : caps) {
+    if (own.count(c.path)) continue;
+    const std::string node = dev + "/nvidia-cap" + std::to_string(c.minor);
+    struct stat st {};
+    if (::stat(node.c_str(), &st) == 0) hide.push_back(node);
+  }
+  return hide;
 }
 
 std::vector<std::string> DevicesToHide(const std::vector<GpuDeviceNode>& nodes,

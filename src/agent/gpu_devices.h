@@ -33,4 +33,39 @@ std::vector<GpuDeviceNode> GpuDeviceNodes(const std::string& dev = "/dev",
 std::vector<std::string> DevicesToHide(const std::vector<GpuDeviceNode>& nodes,
                                        const std::set<std::string>& granted);
 
+// --- MIG capabilities ---
+// With MIG, what a process may open is a capability each: a GPU instance and a compute instance
+// of it are opened through device nodes /dev/nvidia-caps/nvidia-cap<minor>, whose minors the
+// driver lists under /proc/driver/nvidia/capabilities (gpu<gpu minor>/mig/gi<id>/access,
+// .../gi<id>/ci<id>/access; mig/config, which creates and destroys instances, and mig/monitor).
+// A task given one instance must open its own two only.
+
+// A MIG instance as the driver's capabilities name it: the parent GPU's minor, the GPU
+// instance's id and its compute instance's.
+struct MigInstanceIds {
+  int64_t gpu_minor = -1;
+  int64_t gi = -1;
+  int64_t ci = -1;
+  bool operator==(const MigInstanceIds&) const = default;
+};
+
+// One capability the driver lists: where (relative to the capabilities folder, as
+// "gpu0/mig/gi1/ci0/access" or "mig/config") and the minor of its device node.
+struct MigCapability {
+  std::string path;
+  int64_t minor = -1;
+};
+
+// The minor an access file names ("DeviceFileMinor: 12"); -1 when none.
+int64_t ParseCapabilityMinor(const std::string& text);
+// The MIG capabilities the driver lists; none without the driver (or without MIG).
+std::vector<MigCapability> MigCapabilities(
+    const std::string& root = "/proc/driver/nvidia/capabilities");
+// Pure: the capability device nodes a task given `granted` instances (none: whole GPUs or
+// shares) must not open: every MIG capability but the access of its own GPU and compute
+// instances, mig/config and mig/monitor included. Only nodes that exist under `dev` are listed.
+std::vector<std::string> MigCapsToHide(const std::vector<MigCapability>& caps,
+                                       const std::vector<MigInstanceIds>& granted,
+                                       const std::string& dev = "/dev/nvidia-caps");
+
 }  // namespace meridian::agent

@@ -2,9 +2,11 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "agent/gpu_devices.h"
 #include "base/status.h"
 #include "protocol/agent_protocol.h"
 
@@ -53,6 +55,11 @@ class GpuDiscovery {
   virtual base::Status SetMigMode(int32_t gpu, bool enabled) = 0;
   // The instances on `gpu` now, as "profile@start" ("3g.40gb@4"); empty outside MIG mode.
   virtual std::vector<std::string> MigLayout(int32_t gpu) = 0;
+  // How the driver's capabilities name MIG device `mig_uuid` of GPU `gpu` (gpu_devices.h), so
+  // that a task opens its own instance only; none where there is no driver (simulated GPUs).
+  virtual std::optional<MigInstanceIds> MigIds(int32_t /*gpu*/, const std::string& /*mig_uuid*/) {
+    return std::nullopt;
+  }
 
   // Fault injection, for simulated GPUs only (the server refuses it for the others): GPU `gpu`
   // reports `xid` from the next Telemetry on, as NVML reports an XID event, with the state that

@@ -124,6 +124,8 @@ struct NvmlGpus::Api {
   int (*max_mig_devices)(nvml::Device, unsigned int*) = nullptr;
   int (*mig_device_by_index)(nvml::Device, unsigned int, nvml::Device*) = nullptr;
   int (*mig_gi_id)(nvml::Device, unsigned int*) = nullptr;
+  int (*mig_ci_id)(nvml::Device, unsigned int*) = nullptr;
+  int (*minor_number)(nvml::Device, unsigned int*) = nullptr;
 };
 
 }  // namespace meridian::agent

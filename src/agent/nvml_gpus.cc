@@ -76,6 +76,8 @@ base::Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& librar
   want(a.max_mig_devices, "nvmlDeviceGetMaxMigDeviceCount");
   want(a.mig_device_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
   want(a.mig_gi_id, "nvmlDeviceGetGpuInstanceId");
+  want(a.mig_ci_id, "nvmlDeviceGetComputeInstanceId");
+  want(a.minor_number, "nvmlDeviceGetMinorNumber");
   if (!missing.empty()) {
     return base::Status::NotFound(library + " lacks " + missing + " (a driver too old?)");
   }

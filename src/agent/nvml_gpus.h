@@ -36,6 +36,7 @@ class NvmlGpus final : public GpuDiscovery {
   base::Status DestroyMigInstance(int32_t gpu, const std::string& profile, int32_t start) override;
   base::Status SetMigMode(int32_t gpu, bool enabled) override;
   std::vector<std::string> MigLayout(int32_t gpu) override;
+  std::optional<MigInstanceIds> MigIds(int32_t gpu, const std::string& mig_uuid) override;
   // The device answers NVML (its UUID reads) and no row remap waits for a reset.
   base::Status Probe(int32_t gpu) override;
 

@@ -142,6 +142,18 @@ TEST_F(NvmlMig, EnableCreateDestroyDisableInNvmlsOrder) {
   EXPECT_TRUE(Calls().empty());
 }
 
+// A task's instance as the driver's capabilities name it: the parent's minor (which the fake
+// numbers the other way round from NVML's index), the GPU and compute instance ids.
+TEST_F(NvmlMig, NamesAnInstanceAsTheDriversCapabilitiesDo) {
+  auto made = gpus_->CreateMigInstance(0, "3g.40gb", 4);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  const std::optional<MigInstanceIds> ids = gpus_->MigIds(0, *made);
+  ASSERT_TRUE(ids);
+  EXPECT_EQ(*ids, (MigInstanceIds{3, 1, 0}));
+  EXPECT_FALSE(gpus_->MigIds(0, "MIG-not-here"));
+  EXPECT_FALSE(gpus_->MigIds(1, *made)) << "another GPU's";
+}
+
 TEST_F(NvmlMig, ReadsBackTheLayoutItFinds) {
   // GPU 3 was put in MIG mode by hand, with a 1g.10gb at slice 6.
   EXPECT_EQ(gpus_->MigLayout(3), (std::vector<std::string>{"1g.10gb@6"}));

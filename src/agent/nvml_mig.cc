@@ -122,6 +122,31 @@ base::Result<std::string> NvmlGpus::MigDeviceUuid(int32_t gpu, unsigned int gi) 
                                 std::to_string(gi));
 }
 
+std::optional<MigInstanceIds> NvmlGpus::MigIds(int32_t gpu, const std::string& mig_uuid) {
+  const Api& a = *api_;
+  if (gpu < 0 || gpu >= static_cast<int32_t>(devices_.size()) || !a.max_mig_devices ||
+      !a.mig_device_by_index || !a.mig_gi_id || !a.mig_ci_id || !a.minor_number) {
+    return std::nullopt;
+  }
+  Device parent = devices_[static_cast<size_t>(gpu)];
+  unsigned int minor = 0, most = 0;
+  if (a.minor_number(parent, &minor) != kSuccess || a.max_mig_devices(parent, &most) != kSuccess) {
+    return std::nullopt;
+  }
+  for (unsigned int i = 0; i < most; ++i) {
+    Device mig = nullptr;
+    char buf[kBufferSize] = {0};
+    unsigned int gi = 0, ci = 0;
+    if (a.mig_device_by_index(parent, i, &mig) != kSuccess ||
+        a.uuid(mig, buf, kBufferSize) != kSuccess || mig_uuid != buf ||
+        a.mig_gi_id(mig, &gi) != kSuccess || a.mig_ci_id(mig, &ci) != kSuccess) {
+      continue;
+    }
+    return MigInstanceIds{minor, gi, ci};
+  }
+  return std::nullopt;
+}
+
 base::Status NvmlGpus::SetMigMode(int32_t gpu, bool enabled) {
   if (gpu < 0 || gpu >= static_cast<int32_t>(devices_.size())) {
     return base::Status::Invalid("no GPU " + std::to_string(gpu));

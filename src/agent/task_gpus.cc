@@ -39,6 +39,7 @@ Status Agent::PrepareGpus(Task& t) {
   t.device_names.clear();
   t.sharing.reset();
   t.mps.reset();
+  t.mig_ids.clear();
   for (const protocol::DeviceGrant& d : t.assignment.devices) {
     const std::string model =
         d.gpu >= 0 && d.gpu < static_cast<int32_t>(gpu_models_.size()) ? gpu_models_[d.gpu] : "";
@@ -80,6 +81,7 @@ Status Agent::PrepareGpus(Task& t) {
     auto made = gpus_->CreateMigInstance(d.gpu, d.mig->profile, d.mig->start);
     if (!made.ok()) return made.status();
     t.device_names.push_back(*made);
+    if (auto ids = gpus_->MigIds(d.gpu, *made)) t.mig_ids.push_back(*ids);
   }
   return Status::Ok();
 }

@@ -408,6 +408,19 @@ int nvmlDeviceGetGpuInstanceId(void* d, unsigned int* id) {
   *id = static_cast<MigDevice*>(d)->gi->id;
   return 0;
 }
+// One compute instance spanning each GPU instance: the first, id 0.
+int nvmlDeviceGetComputeInstanceId(void* d, unsigned int* id) {
+  if (!IsMigDevice(d)) return 2;
+  *id = 0;
+  return 0;
+}
+// The driver's minor numbers run the other way round from NVML's indices here (3 for GPU 0), so
+// that what uses one for the other shows.
+int nvmlDeviceGetMinorNumber(void* d, unsigned int* minor) {
+  if (IsMigDevice(d)) return 3;  // NOT_SUPPORTED
+  *minor = 3 - static_cast<unsigned int>(Index(d));
+  return 0;
+}
 // errorType 0: corrected (single-bit), 1: uncorrected (double-bit); counterType 0: volatile.
 int nvmlDeviceGetTotalEccErrors(void* d, int error_type, int, unsigned long long* count) {
   *count = Index(d) == 1 && !g_healthy ? (error_type == 0 ? 5 : 2) : 0;
