@@ -17,7 +17,7 @@ unsigned SlicesOf(const std::string& model, const std::string& profile, int star
   const domain::GpuModel* m = domain::GpuCatalog::Builtin().Find(model);
   const domain::MigProfile* p = m ? m->FindMigProfile(profile) : nullptr;
   if (!p || start < 0 || start + p->memory_slices > domain::kMigMemorySlices) return 0;
-  return ((1u << p->memory_slices) - 1) << start;
+  return p->SliceBits(start);
 }
 
 }  // namespace

@@ -16,6 +16,10 @@ struct MigProfile {
   int memory_slices = 0;   // width of the placement, in eighths of the GPU's memory
   int64_t memory_mib = 0;  // memory the instance exposes
   std::vector<int> starts;
+  // The memory slices an instance at `start` covers, as bits (slice 0 the lowest).
+  uint8_t SliceBits(int start) const {
+    return static_cast<uint8_t>(((1u << memory_slices) - 1) << start);
+  }
 };
 
 inline constexpr int kMigMemorySlices = 8;

@@ -19,10 +19,6 @@ int32_t EffectiveMilli(const TaskSpec& t, const GpuState& g) {
   return static_cast<int32_t>((t.gpu_memory_mib * 1000 + g.memory_mib - 1) / g.memory_mib);
 }
 
-uint8_t SliceBits(int start, int width) {
-  return static_cast<uint8_t>(((1u << width) - 1) << start);
-}
-
 }  // namespace
 
 bool Placer::WholeOption(const TaskSpec& task, const NodeState& node) {
@@ -156,7 +152,7 @@ bool Placer::MigOptions(const NodeState& node) {
       }
       if (rank > 1 && !static_mig_) {
         for (int start : profile->starts) {
-          if ((g.mig_used & SliceBits(start, profile->memory_slices)) == 0) {
+          if ((g.mig_used & profile->SliceBits(start)) == 0) {
             rank = 1;
             grant.mig_start = static_cast<int8_t>(start);
             grant.mig_change = MigChange::kCreateInstance;
@@ -454,7 +450,7 @@ void Placer::Commit(const TaskSpec& task, const Placement& p, CycleState* cycle)
       }
     } else {
       g.mig.push_back({d.mig_profile, d.mig_start, static_cast<int8_t>(prof.memory_slices), true});
-      g.mig_used |= SliceBits(d.mig_start, prof.memory_slices);
+      g.mig_used |= prof.SliceBits(d.mig_start);
     }
     ++g.sharers;
   }
@@ -492,7 +488,7 @@ bool Placer::Fits(const TaskSpec& task, const Placement& p) const {
       continue;
     }
     const domain::MigProfile& prof = s_->model(g.model).mig_profiles[d.mig_profile];
-    const uint8_t bits = SliceBits(d.mig_start, prof.memory_slices);
+    const uint8_t bits = prof.SliceBits(d.mig_start);
     switch (d.mig_change) {
       case MigChange::kNone: {
         bool free_instance = false;

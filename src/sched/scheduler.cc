@@ -408,7 +408,7 @@ void Scheduler::RedoMigLayout(Placement* p) const {
       continue;
     }
     const domain::MigProfile& prof = snapshot_.model(g.model).mig_profiles[d.mig_profile];
-    const uint8_t bits = static_cast<uint8_t>(((1u << prof.memory_slices) - 1) << d.mig_start);
+    const uint8_t bits = prof.SliceBits(d.mig_start);
     bool free_instance = false;
     for (const MigSlot& m : g.mig) {
       free_instance =

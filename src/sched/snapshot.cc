@@ -104,7 +104,7 @@ Status Snapshot::Append(const domain::Node& n, const std::string& where, const M
                                        "].mig_instances: invalid instance " + inst.profile +
                                        " at slice " + std::to_string(inst.start));
         }
-        uint8_t bits = static_cast<uint8_t>(((1u << p->memory_slices) - 1) << inst.start);
+        const uint8_t bits = p->SliceBits(inst.start);
         if (g.mig_used & bits) {
           return base::Status::Invalid(where + ".gpus[" + std::to_string(gi) +
                                        "].mig_instances: overlapping instances");

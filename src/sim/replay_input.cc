@@ -53,7 +53,7 @@ void ReadNodeGroup(const domain::SourceDoc& doc, const Json& g, const std::strin
                                   " (profile@start, at one of the profile's placements)");
         break;
       }
-      const uint32_t bits = ((1u << p->memory_slices) - 1) << start;
+      const uint32_t bits = p->SliceBits(start);
       if (used & bits) {
         r.Error("mig_layout", "\"" + std::string(part) + "\" overlaps an instance before it");
         break;
