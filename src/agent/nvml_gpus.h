@@ -60,6 +60,16 @@ class NvmlGpus final : public GpuDiscovery {
   std::vector<std::pair<void*, int32_t>> GpuInstances(int32_t gpu, const GiProfile& p) const;
   // The GPU instance of `profile` at `start`, or null.
   void* FindGpuInstance(int32_t gpu, const GiProfile& p, int32_t start) const;
+  // One GPU instance on a GPU, of whatever profile: its name (the catalogue's, or one made from
+  // what NVML says of a profile the catalogue lacks, such as "1g.10gb+me") and memory slices.
+  struct GiSeen {
+    void* instance = nullptr;
+    std::string name;
+    int32_t start = 0;
+    int32_t size = 0;
+    bool catalogued = false;
+  };
+  std::vector<GiSeen> AllGpuInstances(int32_t gpu);
   // The UUID of the MIG device of GPU instance id `gi`.
   base::Result<std::string> MigDeviceUuid(int32_t gpu, unsigned int gi) const;
   base::Status DestroyGpuInstance(int32_t gpu, void* instance, const std::string& what);

@@ -154,6 +154,35 @@ TEST_F(NvmlMig, NamesAnInstanceAsTheDriversCapabilitiesDo) {
   EXPECT_FALSE(gpus_->MigIds(1, *made)) << "another GPU's";
 }
 
+// An instance of a profile the catalogue lacks (a "+me" variant, made by hand) is listed under
+// the name nvidia-smi gives it, and destroyed when a grant needs its slices or MIG mode goes.
+TEST_F(NvmlMig, InstancesOfProfilesTheCatalogueLacksAreSeenAndMakeRoom) {
+  ::setenv("FAKE_NVML_ME_AT", "0", 1);
+  auto reopened = NvmlGpus::Open(FAKE_NVML_LIBRARY);
+  ::unsetenv("FAKE_NVML_ME_AT");
+  ASSERT_TRUE(reopened.ok()) << reopened.status().message();
+  gpus_ = std::move(*reopened);
+  EXPECT_EQ(gpus_->MigLayout(3), (std::vector<std::string>{"1g.10gb+me@0", "1g.10gb@6"}));
+  auto made = gpus_->CreateMigInstance(3, "2g.20gb", 0);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_EQ(gpus_->MigLayout(3), (std::vector<std::string>{"2g.20gb@0", "1g.10gb@6"}));
+  EXPECT_EQ(Calls(), (std::vector<std::string>{
+                         "nvmlComputeInstanceDestroy gpu=3 gi=2",
+                         "nvmlGpuInstanceDestroy gpu=3 gi=2",
+                         "nvmlDeviceCreateGpuInstanceWithPlacement gpu=3 profile=14 start=0 size=2",
+                         "nvmlGpuInstanceCreateComputeInstance gpu=3 gi=3 profile=1",
+                     }));
+  ASSERT_TRUE(gpus_->DestroyMigInstance(3, "1g.10gb+me", 0).ok()) << "none left there: fine";
+  // MIG mode off takes what is left, whatever its profile.
+  ::setenv("FAKE_NVML_ME_AT", "2", 1);
+  reopened = NvmlGpus::Open(FAKE_NVML_LIBRARY);
+  ::unsetenv("FAKE_NVML_ME_AT");
+  ASSERT_TRUE(reopened.ok());
+  gpus_ = std::move(*reopened);
+  ASSERT_TRUE(gpus_->SetMigMode(3, false).ok());
+  EXPECT_TRUE(gpus_->MigLayout(3).empty());
+}
+
 TEST_F(NvmlMig, ReadsBackTheLayoutItFinds) {
   // GPU 3 was put in MIG mode by hand, with a 1g.10gb at slice 6.
   EXPECT_EQ(gpus_->MigLayout(3), (std::vector<std::string>{"1g.10gb@6"}));

@@ -1,10 +1,13 @@
 // MIG through NVML (issue 20): MIG mode, GPU and compute instances at the placements the
 // scheduler grants, and the MIG devices' UUIDs that tasks are given. Part of NvmlGpus
 // (nvml_gpus.h); its reading of inventory and telemetry is in nvml_gpus.cc.
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <vector>
 
 #include "agent/nvml_api.h"
+#include "base/log.h"
 #include "domain/gpu_model.h"
 
 namespace meridian::agent {
@@ -89,6 +92,62 @@ std::vector<std::pair<void*, int32_t>> NvmlGpus::GpuInstances(int32_t gpu,
       out.emplace_back(instances[i], static_cast<int32_t>(info.placement.start));
     }
   }
+  return out;
+}
+
+std::vector<NvmlGpus::GiSeen> NvmlGpus::AllGpuInstances(int32_t gpu) {
+  std::vector<GiSeen> out;
+  const Api& a = *api_;
+  if (!a.gi_profile_info || !a.get_gis || !a.gi_info) return out;
+  const domain::GpuModel* model =
+      domain::GpuCatalog::Builtin().Find(models_[static_cast<size_t>(gpu)]);
+  // NVML's profile ids that are the catalogue's profiles.
+  static const std::vector<domain::MigProfile> kNone;
+  const std::vector<domain::MigProfile>& catalogue = model ? model->mig_profiles : kNone;
+  std::map<unsigned int, std::string> catalogued;
+  if (model) {
+    for (const domain::MigProfile& profile : catalogue) {
+      if (auto p = FindGiProfile(gpu, profile.name); p.ok())
+        catalogued.emplace(p->id, profile.name);
+    }
+  }
+  for (unsigned int index = 0; index < kGiProfiles; ++index) {
+    GiProfileInfo info{};
+    if (a.gi_profile_info(devices_[static_cast<size_t>(gpu)], index, &info) != kSuccess) continue;
+    std::string name;
+    if (auto it = catalogued.find(info.id); it != catalogued.end()) {
+      name = it->second;
+    } else {
+      // A variant of a catalogue profile (the same slices and memory: "+me", with the media
+      // engines), or a profile of its own, named as nvidia-smi names them.
+      const domain::MigProfile* like = nullptr;
+      for (const domain::MigProfile& p : catalogue) {
+        if (p.compute_slices == static_cast<int>(info.slice_count) &&
+            std::llabs(p.memory_mib - static_cast<long long>(info.memory_size_mb)) * 20 <=
+                p.memory_mib) {
+          like = &p;
+        }
+      }
+      name =
+          like ? like->name + "+me"
+               : std::to_string(info.slice_count) + "g." +
+                     std::to_string(std::lround(static_cast<double>(info.memory_size_mb) / 1024)) +
+                     "gb";
+    }
+    GpuInstance instances[kMaxInstances] = {};
+    unsigned int count = kMaxInstances;
+    if (a.get_gis(devices_[static_cast<size_t>(gpu)], info.id, instances, &count) != kSuccess) {
+      continue;
+    }
+    for (unsigned int i = 0; i < count && i < kMaxInstances; ++i) {
+      GiInfo gi{};
+      if (a.gi_info(instances[i], &gi) != kSuccess) continue;
+      out.push_back({instances[i], name, static_cast<int32_t>(gi.placement.start),
+                     static_cast<int32_t>(gi.placement.size), catalogued.count(info.id) > 0});
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const GiSeen& x, const GiSeen& y) { return x.start < y.start; });
   return out;
 }
 
@@ -194,6 +253,18 @@ base::Result<std::string> NvmlGpus::CreateMigInstance(int32_t gpu, const std::st
     return base::Status::NotFound(where + ": this driver's NVML has no MIG functions");
   }
   if (base::Status s = SetMigMode(gpu, true); !s.ok()) return At(where, s);
+  // Instances of profiles the catalogue lacks are never Meridian's (made by hand: a "+me"
+  // variant), and the scheduler counts none of them: those in the grant's slices go first.
+  for (const GiSeen& other : AllGpuInstances(gpu)) {
+    if (other.catalogued || other.start >= start + static_cast<int32_t>(p->memory_slices) ||
+        start >= other.start + other.size) {
+      continue;
+    }
+    const std::string what = InstanceWhere(gpu, other.name, other.start);
+    if (base::Status s = DestroyGpuInstance(gpu, other.instance, what); !s.ok()) return s;
+    base::log::Info("{}: destroyed (not made by Meridian), for {} at slice {}", what, profile,
+                    start);
+  }
   GpuInstance gi = FindGpuInstance(gpu, *p, start);
   if (!gi) {
     const GiPlacement placement{static_cast<unsigned int>(start), p->memory_slices};
@@ -259,26 +330,19 @@ base::Status NvmlGpus::DestroyMigInstance(int32_t gpu, const std::string& profil
   if (!a.gi_destroy || !a.ci_destroy || !a.get_cis || !a.ci_profile_info) {
     return base::Status::Ok();  // no MIG functions: no instance to destroy
   }
-  auto p = FindGiProfile(gpu, profile);
-  if (!p.ok()) return p.status();
-  GpuInstance gi = FindGpuInstance(gpu, *p, start);
-  if (!gi) return base::Status::Ok();
-  return DestroyGpuInstance(gpu, gi, InstanceWhere(gpu, profile, start));
+  for (const GiSeen& seen : AllGpuInstances(gpu)) {
+    if (seen.name == profile && seen.start == start) {
+      return DestroyGpuInstance(gpu, seen.instance, InstanceWhere(gpu, profile, start));
+    }
+  }
+  return base::Status::Ok();  // none there
 }
 
 std::vector<std::string> NvmlGpus::MigLayout(int32_t gpu) {
   std::vector<std::string> out;
   if (gpu < 0 || gpu >= static_cast<int32_t>(devices_.size()) || !MigOn(gpu)) return out;
-  const domain::GpuModel* model =
-      domain::GpuCatalog::Builtin().Find(models_[static_cast<size_t>(gpu)]);
-  if (!model) return out;
-  for (const domain::MigProfile& profile : model->mig_profiles) {
-    auto p = FindGiProfile(gpu, profile.name);
-    if (!p.ok()) continue;
-    for (const auto& [instance, start] : GpuInstances(gpu, *p)) {
-      (void)instance;
-      out.push_back(profile.name + "@" + std::to_string(start));
-    }
+  for (const GiSeen& seen : AllGpuInstances(gpu)) {
+    out.push_back(seen.name + "@" + std::to_string(seen.start));
   }
   return out;
 }

@@ -12,7 +12,8 @@
 // MIG: the H100's GPU-instance profiles (1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb and
 // the 1g.10gb+me variant) with NVML's numbers, placements on eight memory slices, one compute
 // instance per GPU instance. GPU 3 starts in MIG mode with a 1g.10gb instance at slice 6 made "by
-// hand"; GPU 1 behaves like an A100 with work on it: MIG mode changes are pending until a GPU
+// hand" (and, with FAKE_NVML_ME_AT=<slice>, a 1g.10gb+me there, a profile the catalogue lacks);
+// GPU 1 behaves like an A100 with work on it: MIG mode changes are pending until a GPU
 // reset (activation status RESET_REQUIRED); FAKE_NVML_RESET_REQUIRED, a list of GPU indices
 // ("1,3"), names others instead. A reset is a file named after the GPU's index in the folder that
 // FAKE_NVML_RESETS names (what a test's remediation command writes, standing for nvidia-smi
@@ -141,6 +142,11 @@ void ResetMig() {
   }
   FakeGi* by_hand = AddGi(3, 19, 6);  // a 1g.10gb
   by_hand->has_ci = true;
+  // FAKE_NVML_ME_AT=<start>: a 1g.10gb+me made by hand on GPU 3 too, at that slice.
+  if (const char* at = std::getenv("FAKE_NVML_ME_AT")) {
+    FakeGi* me = AddGi(3, 20, static_cast<unsigned int>(std::atoi(at)));
+    me->has_ci = true;
+  }
 }
 
 // Whether a mode change of GPU `gpu` waits for a reset.
