@@ -191,8 +191,9 @@ class SlurmTest : public ::testing::Test {
   std::string Logs(int64_t id, int task = 0) {
     return Run("logs " + std::to_string(id) + " --task " + std::to_string(task)).output;
   }
+  // The connector's instance is its cluster's name, hpc.
   std::string SlurmName(int64_t id, int64_t generation = 1) {
-    return "meridian-" + std::to_string(id) + "-" + std::to_string(generation);
+    return "meridian-hpc-" + std::to_string(id) + "-" + std::to_string(generation);
   }
   std::string Says() {
     return "\nconnector:\n" + ReadFile(dir_.File("connector.log")) + "\nsqueue:\n" +
@@ -435,6 +436,41 @@ TEST_F(SlurmTest, AForeignSlurmJobsGpusAreNotDoubleBooked) {
   CancelAndSeeItRunThere(foreign, waiting, "slurm-n1");
 }
 
+// Slurm jobs named as another Meridian's (another instance's, or one from before instances) are
+// that installation's: counted as work outside this Meridian, never fenced by this connector. And
+// a second connector on this one's work directory is refused at once.
+TEST_F(SlurmTest, AnotherMeridiansSlurmJobsAreForeignAndNeverFenced) {
+  const std::string lab = Shell(
+      "sbatch --parsable -J meridian-lab-7-1 -w n1 --gres=gpu:4 --mem=1000 --wrap 'sleep 120'");
+  const std::string older =
+      Shell("sbatch --parsable -J meridian-8-1 -w n2 --gres=gpu:4 --mem=1000 --wrap 'sleep 120'");
+  auto unmanaged = [&](const std::string& node) {
+    int n = 0;
+    for (const Json& g : Node(node).value("gpus", Json::array())) n += g.contains("unmanaged");
+    return n;
+  };
+  ASSERT_TRUE(
+      Eventually([&] { return unmanaged("slurm-n1") == 4 && unmanaged("slurm-n2") == 4; }, 20))
+      << lab << older << Says();
+  // Several rounds later (every 0.5 s), both still run.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const std::string squeue = Shell("squeue -h -o '%j %T'");
+  EXPECT_NE(squeue.find("meridian-lab-7-1 RUNNING"), std::string::npos) << Says();
+  EXPECT_NE(squeue.find("meridian-8-1 RUNNING"), std::string::npos) << Says();
+  EXPECT_EQ(ReadFile(dir_.File("connector.log")).find("fenced"), std::string::npos) << Says();
+  // A second connector on the same work directory.
+  const std::string second = Shell(
+      "MERIDIAN_CONFIG=/nonexistent MERIDIAN_SERVER='" + server_->url() + "' MERIDIAN_TOKEN='" +
+      agent_token_ + "' timeout 20 " + kBinary + " slurm-connector --cluster hpc --slurm-conf " +
+      slurm_->conf() + " --work-dir " + dir_.File("connector") + " 2>&1; echo rc=$?");
+  EXPECT_NE(second.find("--work-dir " + dir_.File("connector") +
+                        " is in use by another Slurm connector (pid "),
+            std::string::npos)
+      << second;
+  EXPECT_NE(second.find("rc=1"), std::string::npos) << second;
+  Shell("scancel " + lab.substr(0, lab.find('\n')) + " " + older.substr(0, older.find('\n')));
+}
+
 TEST_F(SlurmTest, AForeignSlurmJobsCpusAreNotDoubleBooked) {
   // Bob submits to Slurm directly: all sixteen CPUs of n2, none of its GPUs.
   const std::string foreign = Shell(
@@ -630,7 +666,7 @@ TEST(DevEstateWithSlurm, RunsASlurmClusterBesideTheAgentsAndStopsItAll) {
                 .output.find("rank 1 of 2 on hpc-n"),
             std::string::npos);
   const std::string squeue = slurm->Command({"squeue", "-h", "-o", "%j %D %T"});
-  EXPECT_NE(squeue.find("meridian-" + std::to_string(id) + "-1 2 RUNNING"), std::string::npos)
+  EXPECT_NE(squeue.find("meridian-hpc-" + std::to_string(id) + "-1 2 RUNNING"), std::string::npos)
       << squeue;
 
   // SIGTERM while the gang runs on Slurm: everything stops, Slurm's side too.

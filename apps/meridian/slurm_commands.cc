@@ -17,6 +17,12 @@ struct SlurmFlags {
 int RunConnector(SlurmFlags& f) {
   using meridian::base::Status;
   if (f.o.cluster.empty()) return Fail(Status::Invalid("--cluster is required"));
+  const std::string instance = f.o.instance.empty() ? f.o.cluster : f.o.instance;
+  if (!meridian::slurm::ValidInstance(instance)) {
+    return Fail(Status::Invalid((f.o.instance.empty() ? "--cluster " : "--instance ") + instance +
+                                ": a Slurm job name carries it: 1-64 letters, digits, '.', '_' "
+                                "or '-'"));
+  }
   auto config = RunnerClientConfig(f.token_file);
   if (!config.ok()) return Fail(config.status());
   f.o.server = *config;
@@ -51,6 +57,10 @@ void AddSlurmCommands(CLI::App& app, int* rc) {
                 "a partition Meridian may use (repeatable; jobs go to the first; default: every "
                 "node, Slurm's default partition)");
   c->add_option("--account", f.o.account, "the Slurm account jobs are charged to");
+  c->add_option("--instance", f.o.instance,
+                "what this connector's Slurm jobs are named by (meridian-INSTANCE-JOB-GENERATION), "
+                "so that another Meridian's or connector's are never taken for its own (default: "
+                "--cluster)");
   c->add_option("--node-prefix", f.o.node_prefix,
                 "prefix of Meridian's names for Slurm's nodes (default: none)");
   c->add_option("--gpu-model", f.gpu_models,

@@ -21,13 +21,13 @@
 
 #include "api/api.h"
 #include "api/dashboard.h"
+#include "base/dir_lock.h"
 #include "base/log.h"
 #include "base/strings.h"
 #include "net/http_server.h"
 #include "server/alerting.h"
 #include "server/budgets.h"
 #include "server/controller.h"
-#include "server/data_dir_lock.h"
 #include "server/idle_reclaim.h"
 #include "server/leadership.h"
 #include "server/telemetry_metrics.h"
@@ -221,7 +221,7 @@ Status RunServer(const ServerOptions& o) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (Status s = PrepareDataDir(o.data_dir); !s.ok()) return s;
-  DataDirLock lock;
+  base::DirLock lock;
   if (Status s = lock.Acquire(o.data_dir); !s.ok()) return s;
   auto opened = OpenStore(o);
   if (!opened.ok()) return opened.status();

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "server/data_dir_lock.h"
+#include "base/dir_lock.h"
 #include "store/copy/store_copy.h"
 #include "store/postgres/postgres_store.h"
 #include "store/sqlite/sqlite_store.h"
@@ -49,7 +49,7 @@ Status MigrateStore(const MigrateOptions& o) {
   const std::string dir = o.from.substr(7);
   auto db = ExistingDatabase(dir, "--from sqlite:");
   if (!db.ok()) return db.status();
-  DataDirLock lock;
+  base::DirLock lock;
   if (Status s = lock.Acquire(dir, "--from sqlite:"); !s.ok()) return s;
   if (Status s = store::SqliteStore::CheckIntegrity(*db); !s.ok()) {
     return Status(s.code(), "--from: " + s.message());
@@ -112,7 +112,7 @@ Status RestoreSqlite(const std::string& from, const std::string& data_dir) {
     if (ec) return Status::Io("--data " + data_dir + ": " + ec.message());
     ::chmod(data_dir.c_str(), 0700);
   }
-  DataDirLock lock;
+  base::DirLock lock;
   if (Status s = lock.Acquire(data_dir, "--data"); !s.ok()) return s;
   const std::string db = data_dir + "/meridian.db";
   const std::string staged = db + ".restoring";

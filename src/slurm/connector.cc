@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "base/dir_lock.h"
 #include "base/files.h"
 #include "base/log.h"
 #include "base/version.h"
@@ -87,6 +88,7 @@ SlurmConnector::SlurmConnector(ConnectorOptions options)
       slurm_(o_.slurm_conf, std::clamp(o_.slurm_timeout / 2, 1.0, 20.0)) {
   for (const auto& [type, model] : DefaultGpuModels()) o_.gpu_models.emplace(type, model);
   o_.server.keep_connection = true;
+  if (o_.instance.empty()) o_.instance = o_.cluster;
 }
 
 std::string SlurmConnector::RunDir(const RunTag& tag) const {
@@ -101,11 +103,13 @@ Status SlurmConnector::LoadRuns() {
   chmod((o_.work_dir + "/credentials").c_str(), 0700);
   for (const auto& entry : fs::directory_iterator(o_.work_dir + "/runs", ec)) {
     const std::string name = entry.path().filename();
-    auto tag = ParseTagName("meridian-" + name);
+    auto parsed = ParseTagName("meridian-" + name);
     std::error_code missing;
-    if (!tag || !fs::exists(entry.path() / "slurm-job", missing)) continue;
-    RunState& run = runs_[*tag];
-    run.tag = *tag;
+    if (!parsed || !parsed->instance.empty() || !fs::exists(entry.path() / "slurm-job", missing)) {
+      continue;
+    }
+    RunState& run = runs_[parsed->tag];
+    run.tag = parsed->tag;
     run.submitted = true;
     const std::string id = base::ReadWholeFile(entry.path() / "slurm-job");
     run.slurm_id = id.empty() ? 0 : std::atoll(id.c_str());
@@ -272,8 +276,16 @@ Status SlurmConnector::Register(Link& link) {
 void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
   std::map<RunTag, const SlurmJob*> seen;
   for (const SlurmJob& j : jobs) {
-    auto tag = ParseTagName(j.name);
-    if (!tag) continue;  // foreign: Slurm's own users' work
+    auto parsed = ParseTagName(j.name);
+    if (!parsed) continue;  // foreign: Slurm's own users' work
+    // Another installation's, or another connector's: foreign too. A name from before instances
+    // is this connector's only for a run its folders know (submitted before an upgrade).
+    const std::optional<RunTag> tag =
+        parsed->instance == o_.instance ||
+                (parsed->instance.empty() && runs_.count(parsed->tag) > 0)
+            ? std::optional<RunTag>(parsed->tag)
+            : std::nullopt;
+    if (!tag) continue;
     auto known = runs_.find(*tag);
     const int64_t want = known == runs_.end() ? 0 : known->second.slurm_id;
     auto& slot = seen[*tag];
@@ -541,7 +553,7 @@ void SlurmConnector::Submit(RunState& run) {
     return;
   }
   std::vector<std::string> options = {
-      "--job-name=" + TagName(run.tag),
+      "--job-name=" + TagName(run.tag, o_.instance),
       "--comment=meridian job " + std::to_string(run.tag.job) + " generation " +
           std::to_string(run.tag.generation) + " project " + first.project,
       "--nodes=" + std::to_string(nodes.size()),
@@ -700,8 +712,8 @@ void SlurmConnector::Fence() {
     run.killed = s.ok();  // else again next round
     const std::string what = fmt::format(
         "Slurm job {} ({}, on {}): Meridian no longer runs job {} generation {} there",
-        run.slurm_id, TagName(tag), run.slurm_nodes.empty() ? "no node yet" : run.slurm_nodes,
-        tag.job, tag.generation);
+        run.slurm_id, TagName(tag, o_.instance),
+        run.slurm_nodes.empty() ? "no node yet" : run.slurm_nodes, tag.job, tag.generation);
     base::log::Warn("fenced {}{}", what, s.ok() ? "" : ": " + s.message());
     if (s.ok()) Notify(run, "BackendJobFenced", "cancelled " + what);
   }
@@ -814,12 +826,13 @@ Status SlurmConnector::Round() {
     for (auto& [tag, run] : runs_) {
       if (run.killed || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) continue;
       run.killed = slurm_.Cancel(run.slurm_id).ok();
-      base::log::Warn("lease ran out: cancelled Slurm job {} ({})", run.slurm_id, TagName(tag));
+      base::log::Warn("lease ran out: cancelled Slurm job {} ({})", run.slurm_id,
+                      TagName(tag, o_.instance));
       if (run.killed) {
         Notify(run, "BackendLeaseExpired",
                fmt::format("cancelled Slurm job {} ({}): the server had not answered for longer "
                            "than the agents' lease ({:.0f} s)",
-                           run.slurm_id, TagName(tag), lease_));
+                           run.slurm_id, TagName(tag, o_.instance), lease_));
       }
     }
   }
@@ -832,6 +845,16 @@ Status SlurmConnector::Round() {
 }
 
 Status SlurmConnector::Run(const std::atomic<bool>& stop) {
+  std::error_code ec;
+  fs::create_directories(o_.work_dir, ec);
+  if (ec) return Status::Io("--work-dir " + o_.work_dir + ": " + ec.message());
+  // Two connectors on one work dir would each submit and fence the same runs.
+  base::DirLock lock;
+  if (Status s = lock.Acquire(o_.work_dir, "--work-dir", "Slurm connector",
+                              "one connector per work dir; stop it or choose another work dir");
+      !s.ok()) {
+    return s;
+  }
   if (Status s = LoadRuns(); !s.ok()) return s;
   // The lease counts from the server's last answer, of this life or of the one before (kept in
   // the work directory with the lease it gave), as an agent's shims count it from the lease
@@ -844,8 +867,10 @@ Status SlurmConnector::Run(const std::atomic<bool>& stop) {
     server_seen_at_ = std::min(seen, server_seen_at_);
   }
   slurm_seen_at_ = base::WallClockNow();
-  base::log::Info("Slurm connector for cluster {} (SLURM_CONF {}), every {:.1f} s", o_.cluster,
-                  o_.slurm_conf.empty() ? "default" : o_.slurm_conf, o_.interval);
+  base::log::Info(
+      "Slurm connector for cluster {} (SLURM_CONF {}), every {:.1f} s; its Slurm jobs are named "
+      "meridian-{}-JOB-GENERATION",
+      o_.cluster, o_.slurm_conf.empty() ? "default" : o_.slurm_conf, o_.interval, o_.instance);
   while (!stop) {
     if (Status s = Round(); !s.ok()) base::log::Warn("{}", s.message());
     // Runs left to submit: the next round at once.

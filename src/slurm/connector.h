@@ -23,7 +23,11 @@ const std::map<std::string, std::string>& DefaultGpuModels();
 struct ConnectorOptions {
   cli::ClientConfig server;  // the control plane, and the connector's agent token
   std::string cluster;       // the Meridian Cluster (backend: slurm) its nodes join
-  std::string slurm_conf;    // SLURM_CONF for every Slurm command; empty: Slurm's default
+  // What its Slurm jobs' names carry (meridian-INSTANCE-JOB-GENERATION), so that Slurm jobs of
+  // another Meridian installation, or of another connector, are never taken for its own (and
+  // fenced); empty: the cluster's name.
+  std::string instance;
+  std::string slurm_conf;  // SLURM_CONF for every Slurm command; empty: Slurm's default
   // The partitions whose nodes Meridian may use (empty: every node); jobs are submitted to the
   // first, or to Slurm's default partition when none is named.
   std::vector<std::string> partitions;
@@ -49,7 +53,8 @@ struct ConnectorOptions {
 // with into Slurm jobs. So the server's lifecycle, fencing, lost nodes, logs and quotas apply to
 // Slurm's nodes unchanged; the connector never decides placement and never writes a phase.
 //
-// - A run (a job's generation) becomes one Slurm job named meridian-JOB-GENERATION, on exactly
+// - A run (a job's generation) becomes one Slurm job named meridian-INSTANCE-JOB-GENERATION
+//   (slurm_cli.h), on exactly
 //   the nodes Meridian chose (--nodelist), one task per node through srun, with the task's GPUs,
 //   CPUs and memory, its runtime limit as --time, and its notice signal before that limit.
 // - A run the server asks to stop gets its notice signal at once, Slurm's stop (SIGTERM, then

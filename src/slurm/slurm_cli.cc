@@ -188,22 +188,41 @@ base::Result<std::vector<SlurmJob>> DecodeJobs(const Json& squeue) {
   return out;
 }
 
-std::string TagName(const RunTag& tag) {
-  return "meridian-" + std::to_string(tag.job) + "-" + std::to_string(tag.generation);
+std::string TagName(const RunTag& tag, const std::string& instance) {
+  return "meridian-" + (instance.empty() ? "" : instance + "-") + std::to_string(tag.job) + "-" +
+         std::to_string(tag.generation);
 }
 
-std::optional<RunTag> ParseTagName(const std::string& name) {
+bool ValidInstance(const std::string& instance) {
+  return !instance.empty() && instance.size() <= 64 &&
+         std::all_of(instance.begin(), instance.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+         });
+}
+
+std::optional<ParsedTag> ParseTagName(const std::string& name) {
   static const std::string kPrefix = "meridian-";
   if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
-  const std::string rest = name.substr(kPrefix.size());
-  const size_t dash = rest.find('-');
-  if (dash == std::string::npos || dash == 0 || dash + 1 >= rest.size()) return std::nullopt;
-  const std::string job = rest.substr(0, dash), generation = rest.substr(dash + 1);
-  auto digits = [](const std::string& s) {
-    return s.size() <= 18 && std::all_of(s.begin(), s.end(), ::isdigit);
+  std::string rest = name.substr(kPrefix.size());
+  // The job and generation are the last two fields; what comes before them is the instance.
+  auto last = [&rest]() -> std::optional<int64_t> {
+    const size_t dash = rest.rfind('-');
+    const std::string digits = dash == std::string::npos ? rest : rest.substr(dash + 1);
+    if (digits.empty() || digits.size() > 18 ||
+        !std::all_of(digits.begin(), digits.end(), ::isdigit)) {
+      return std::nullopt;
+    }
+    rest = dash == std::string::npos ? "" : rest.substr(0, dash);
+    return std::stoll(digits);
   };
-  if (!digits(job) || !digits(generation)) return std::nullopt;
-  return RunTag{std::stoll(job), std::stoll(generation)};
+  const size_t fields = static_cast<size_t>(std::count(rest.begin(), rest.end(), '-'));
+  if (fields == 0) return std::nullopt;
+  const std::optional<int64_t> generation = last();
+  if (!generation || rest.empty()) return std::nullopt;
+  const bool has_instance = rest.find('-') != std::string::npos;
+  const std::optional<int64_t> job = last();
+  if (!job || (has_instance && !ValidInstance(rest))) return std::nullopt;
+  return ParsedTag{{*job, *generation}, rest};
 }
 
 SlurmCli::SlurmCli(std::string slurm_conf, double timeout)

@@ -70,9 +70,11 @@ GpuGres ParseGpuGres(const std::string& gres);
 base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo);
 base::Result<std::vector<SlurmJob>> DecodeJobs(const Json& squeue);
 
-// What a Meridian run is called in Slurm: its job's ID and generation in the Slurm job's name
-// ("meridian-42-3"), which squeue always shows, so that a connector finds its runs again after a
-// restart with nothing of its own.
+// What a Meridian run is called in Slurm: the connector's instance (by default its Meridian
+// cluster's name), its job's ID and its generation in the Slurm job's name ("meridian-hpc-42-3"),
+// which squeue always shows, so that a connector finds its runs again after a restart with
+// nothing of its own, and never takes another installation's (or another connector's) for its
+// own. Names before instances ("meridian-42-3") read with an empty instance.
 struct RunTag {
   int64_t job = 0;
   int64_t generation = 0;
@@ -81,8 +83,14 @@ struct RunTag {
   }
   bool operator==(const RunTag& o) const { return job == o.job && generation == o.generation; }
 };
-std::string TagName(const RunTag& tag);
-std::optional<RunTag> ParseTagName(const std::string& name);
+std::string TagName(const RunTag& tag, const std::string& instance);
+struct ParsedTag {
+  RunTag tag;
+  std::string instance;  // empty: a name from before instances
+};
+std::optional<ParsedTag> ParseTagName(const std::string& name);
+// An instance a job name can carry: 1-64 letters, digits, '.', '_' or '-'.
+bool ValidInstance(const std::string& instance);
 
 // Slurm's commands for one cluster. Thread-compatible; every call runs one command.
 class SlurmCli {

@@ -95,15 +95,30 @@ TEST(SlurmCli, GresAndRunTags) {
   EXPECT_EQ(ParseGpuGres("tmpdisk:100,gpu:a100:2").type, "a100");
   EXPECT_EQ(ParseGpuGres("(null)").count, 0);
   EXPECT_EQ(ParseGpuGres("gpu:a100:x").count, 0);
-  EXPECT_EQ(TagName({42, 3}), "meridian-42-3");
-  auto tag = ParseTagName("meridian-42-3");
+  EXPECT_EQ(TagName({42, 3}, "hpc"), "meridian-hpc-42-3");
+  auto tag = ParseTagName("meridian-hpc-42-3");
   ASSERT_TRUE(tag);
-  EXPECT_EQ(tag->job, 42);
-  EXPECT_EQ(tag->generation, 3);
+  EXPECT_EQ(tag->tag, (RunTag{42, 3}));
+  EXPECT_EQ(tag->instance, "hpc");
+  // An instance may have dashes and digits: the job and generation are the last two fields.
+  tag = ParseTagName(TagName({7, 1}, "lab-2"));
+  ASSERT_TRUE(tag);
+  EXPECT_EQ(tag->tag, (RunTag{7, 1}));
+  EXPECT_EQ(tag->instance, "lab-2");
+  // Names from before instances.
+  tag = ParseTagName("meridian-42-3");
+  ASSERT_TRUE(tag);
+  EXPECT_EQ(tag->tag, (RunTag{42, 3}));
+  EXPECT_EQ(tag->instance, "");
   for (const char* not_ours : {"meridian-42", "meridian--3", "meridian-4x-3", "alice-42-3",
-                               "meridian-42-3-", "meridian-99999999999999999999-1"}) {
+                               "meridian-42-3-", "meridian-99999999999999999999-1",
+                               "meridian-hpc--3", "meridian-h p c-4-3", "meridian-hpc-4x-3"}) {
     EXPECT_FALSE(ParseTagName(not_ours)) << not_ours;
   }
+  EXPECT_TRUE(ValidInstance("hpc_eu-1.b"));
+  EXPECT_FALSE(ValidInstance(""));
+  EXPECT_FALSE(ValidInstance("a/b"));
+  EXPECT_FALSE(ValidInstance(std::string(65, 'a')));
 }
 
 TEST(SlurmCli, RunCommandFeedsItsInputAndSaysHowItEnded) {

@@ -1,4 +1,4 @@
-#include "server/data_dir_lock.h"
+#include "base/dir_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -8,15 +8,14 @@
 
 #include "base/strings.h"
 
-namespace meridian::server {
+namespace meridian::base {
 
-using base::Status;
-
-DataDirLock::~DataDirLock() {
+DirLock::~DirLock() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status DataDirLock::Acquire(const std::string& dir, const std::string& flag) {
+Status DirLock::Acquire(const std::string& dir, const std::string& flag, const std::string& owner,
+                        const std::string& advice) {
   const std::string path = dir + "/LOCK";
   const std::string named = flag + (!flag.empty() && flag.back() == ':' ? "" : " ") + dir;
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -25,14 +24,13 @@ Status DataDirLock::Acquire(const std::string& dir, const std::string& flag) {
     const int err = errno;
     std::string holder;
     char buf[32] = {};
-    if (::pread(fd_, buf, sizeof buf - 1, 0) > 0) holder = std::string(base::Trim(buf));
+    if (::pread(fd_, buf, sizeof buf - 1, 0) > 0) holder = std::string(Trim(buf));
     ::close(fd_);
     fd_ = -1;
     if (err != EWOULDBLOCK) return Status::Io(named + ": cannot lock " + path);
-    return Status(base::StatusCode::kFailedPrecondition,
-                  named + " is in use by another meridian server" +
-                      (holder.empty() ? std::string() : " (pid " + holder + ")") +
-                      ": one server per data dir; stop it or choose another data dir");
+    return Status(StatusCode::kFailedPrecondition,
+                  named + " is in use by another " + owner +
+                      (holder.empty() ? std::string() : " (pid " + holder + ")") + ": " + advice);
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
@@ -41,4 +39,4 @@ Status DataDirLock::Acquire(const std::string& dir, const std::string& flag) {
   return Status::Ok();
 }
 
-}  // namespace meridian::server
+}  // namespace meridian::base
