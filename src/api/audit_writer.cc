@@ -6,6 +6,7 @@
 #include <map>
 
 #include "api/api_internal.h"
+#include "base/duration.h"
 #include "base/log.h"
 
 namespace meridian::api {
@@ -18,14 +19,7 @@ constexpr size_t kMaxHeld = 10000;
 // Past this many addresses in one minute, the rest are counted together as "other addresses".
 constexpr size_t kMaxAddresses = 10000;
 
-std::string Utc(double at) {
-  const std::time_t t = static_cast<std::time_t>(at);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string Utc(double at) { return base::FormatUtc(at); }
 
 std::string EntryText(const store::AuditEntry& a) {
   return Json{{"at", a.at},     {"user", a.user},     {"method", a.method},

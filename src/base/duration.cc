@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <vector>
 
 #include "base/strings.h"
@@ -114,6 +115,15 @@ std::string FormatElapsed(double seconds) {
     std::snprintf(buf, sizeof buf, "%02lld:%02lld:%02lld", total / 3600, total % 3600 / 60,
                   total % 60);
   }
+  return buf;
+}
+
+std::string FormatUtc(double at) {
+  const std::time_t t = static_cast<std::time_t>(at);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
 

@@ -27,4 +27,7 @@ Result<double> ParseDuration(std::string_view text);
 // "HH:MM:SS", and "D-HH:MM:SS" from a day on. Fractions of a second are dropped.
 std::string FormatElapsed(double seconds);
 
+// A time (seconds since the epoch) in UTC, to the second: "2026-12-06T14:40:00Z".
+std::string FormatUtc(double at);
+
 }  // namespace meridian::base

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <utility>
 
 namespace meridian::domain {
@@ -293,6 +294,18 @@ Transition Report(const JobLife& life, const std::string& node,
     // like any other, and counts as a failure.)
     t = Into(l, Phase::kPending, "requeued: " + refused);
     t.life.started_at = 0;
+    // Given back again and again (a limit of the back end's that placement cannot see): each
+    // placement from the second on waits twice as long as the one before.
+    t.life.refusals = l.refusals + 1;
+    if (t.life.refusals >= 2) {
+      const double wait =
+          std::min(kRefusalBackoffMax,
+                   kRefusalBackoff * std::pow(2.0, static_cast<double>(t.life.refusals - 2)));
+      t.life.eligible_at = now + wait;
+      t.life.reason += "; given back " + std::to_string(t.life.refusals) +
+                       " times in a row: not placed again for " +
+                       std::to_string(static_cast<int64_t>(wait)) + " s";
+    }
     Say(&t, true, "Requeued", t.life.reason);
     t.events.insert(t.events.begin(), restarts.begin(), restarts.end());
     return t;
@@ -320,6 +333,8 @@ Transition Report(const JobLife& life, const std::string& node,
   } else if (l.phase == Phase::kPlaced && running > 0) {
     t = Into(l, Phase::kRunning, "running on " + node);
     t.life.started_at = now;
+    t.life.refusals = 0;
+    t.life.eligible_at = 0;
     Say(&t, false, "Started", t.life.reason);
   }
   t.events.insert(t.events.begin(), restarts.begin(), restarts.end());
@@ -434,6 +449,8 @@ base::Result<JobLife> DecodeLife(std::string_view phase, std::string reason, int
     return o.contains(key) && o.at(key).is_string() ? o.at(key).get<std::string>() : "";
   };
   life.requeues = static_cast<int64_t>(number(status, "restarts", 0));
+  life.refusals = static_cast<int64_t>(number(status, "refusals", 0));
+  life.eligible_at = number(status, "eligibleAt", 0);
   life.started_at = number(status, "startedAt", 0);
   life.finished_at = number(status, "finishedAt", 0);
   life.cause = ParseCause(text(status, "cause")).value_or(FailureCause::kNone);
@@ -490,6 +507,10 @@ void EncodeLife(const JobLife& life, Json* status) {
   }
   if (life.started_at > 0) s["startedAt"] = life.started_at;
   if (life.finished_at > 0) s["finishedAt"] = life.finished_at;
+  s.erase("refusals");
+  s.erase("eligibleAt");
+  if (life.refusals > 0) s["refusals"] = life.refusals;
+  if (life.eligible_at > 0) s["eligibleAt"] = life.eligible_at;
   if (life.stop != StopIntent::kNone) {
     const char* intent = life.stop == StopIntent::kCancel ? "cancel"
                          : life.stop == StopIntent::kFail ? "fail"

@@ -66,11 +66,20 @@ struct JobLife {
   // Observed, for `generation`: one entry per task while the job holds resources.
   std::vector<TaskStatus> tasks;
   int64_t requeues = 0;  // runs given up after a lost node (counted against maxRestarts)
+  // Placements its runners gave back in a row, nothing of them started (a Slurm cluster that
+  // keeps the job waiting for a reason Meridian cannot see), and the time before which it is
+  // not placed again: from the second in a row on, each waits twice as long as the one before
+  // (kRefusalBackoff, at most kRefusalBackoffMax). Both go back to 0 once a run starts.
+  int64_t refusals = 0;
+  double eligible_at = 0;
   // Why the job failed (its first failed task's cause); kNone unless it failed or is failing.
   FailureCause cause = FailureCause::kNone;
   double started_at = 0;
   double finished_at = 0;
 };
+
+inline constexpr double kRefusalBackoff = 30;       // seconds, after the second refusal
+inline constexpr double kRefusalBackoffMax = 1800;  // seconds
 
 struct LifeEvent {
   bool warning = false;

@@ -228,6 +228,49 @@ TEST(Lifecycle, ARefusedTaskSendsTheJobBackToTheQueue) {
   EXPECT_TRUE(lifecycle::Report(Life(Phase::kPlaced, 2), "n1", {old}, nodes, 3, 10).events.empty());
 }
 
+// A placement given back again and again (a limit of Slurm's that Meridian cannot see: a QOS)
+// is not placed again at once: from the second refusal in a row on, the job waits 30 s, then
+// twice as long each time, at most 30 minutes; a run that starts forgets it all.
+TEST(Lifecycle, RefusalsInARowBackOffUntilARunStarts) {
+  const std::vector<std::string> nodes = {"n1"};
+  TaskReport no = Rep(0, State::kExited);
+  no.refused = true;
+  no.message = "Slurm kept job 9 pending (QOSMaxGRESPerUser)";
+  JobLife l = Life(Phase::kPlaced, 1);
+  auto first = lifecycle::Report(l, "n1", {no}, nodes, 3, 100);
+  EXPECT_EQ(first.life.refusals, 1);
+  EXPECT_EQ(first.life.eligible_at, 0) << "the first is placed again at once";
+  std::vector<double> waits;
+  JobLife life = first.life;
+  for (int i = 0; i < 8; ++i) {
+    life.phase = Phase::kPlaced;  // placed again
+    auto again = lifecycle::Report(life, "n1", {no}, nodes, 3, 1000);
+    life = again.life;
+    waits.push_back(life.eligible_at - 1000);
+  }
+  EXPECT_EQ(waits, (std::vector<double>{30, 60, 120, 240, 480, 960, 1800, 1800}));
+  EXPECT_EQ(life.refusals, 9);
+  EXPECT_NE(life.reason.find("given back 9 times in a row: not placed again for 1800 s"),
+            std::string::npos)
+      << life.reason;
+  // Kept in the stored form.
+  Json status = Json::object();
+  EncodeLife(life, &status);
+  auto back = DecodeLife("Pending", life.reason, 1, status);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->refusals, 9);
+  EXPECT_EQ(back->eligible_at, life.eligible_at);
+  // It starts at last: all forgotten.
+  life.phase = Phase::kPlaced;
+  auto runs = lifecycle::Report(life, "n1", {Rep(0, State::kRunning)}, nodes, 3, 3000);
+  EXPECT_EQ(runs.life.phase, Phase::kRunning);
+  EXPECT_EQ(runs.life.refusals, 0);
+  EXPECT_EQ(runs.life.eligible_at, 0);
+  EncodeLife(runs.life, &status);
+  EXPECT_FALSE(status.contains("refusals"));
+  EXPECT_FALSE(status.contains("eligibleAt"));
+}
+
 TEST(Lifecycle, AStoppingJobEndsOnlyWhenEveryTaskHasStopped) {
   const std::vector<std::string> nodes = {"n1", "n1"};
   auto c = lifecycle::Cancel(Life(Phase::kRunning, 2), "alice", 30, 100);

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "api/job_life.h"
+#include "base/duration.h"
 #include "base/log.h"
 #include "sched/assembly.h"
 
@@ -207,8 +208,41 @@ void SchedulerController::Track(const store::JobRecord& job) {
   if (first) TrackGates(job, &k);
 }
 
+bool SchedulerController::BackingOff(int64_t id, double now) const {
+  auto k = known_.find(id);
+  return k != known_.end() && k->second.phase == "Pending" && k->second.status.is_object() &&
+         k->second.status.value("eligibleAt", 0.0) > now;
+}
+
+void SchedulerController::HoldForBackoff(int64_t id, sched::JobSpec spec) {
+  const Known& k = known_.at(id);
+  const double until = k.status.value("eligibleAt", 0.0);
+  reasons_.Set(id, "given back by its runners " +
+                       std::to_string(k.status.value("refusals", int64_t{0})) +
+                       " times in a row, nothing of it started (" + k.reason +
+                       "): not placed again before " + base::FormatUtc(until));
+  backing_off_[id] = std::move(spec);
+}
+
+void SchedulerController::ReleaseBackoff(double now) {
+  std::vector<int64_t> due;
+  for (const auto& [id, spec] : backing_off_) {
+    if (!BackingOff(id, now)) due.push_back(id);
+  }
+  for (int64_t id : due) {
+    sched::JobSpec spec = std::move(backing_off_.at(id));
+    backing_off_.erase(id);
+    reasons_.Erase(id);
+    Queue(std::move(spec));
+  }
+}
+
 void SchedulerController::Queue(sched::JobSpec spec) {
   const int64_t id = spec.id;
+  if (BackingOff(id, clock_->Now())) {
+    HoldForBackoff(id, std::move(spec));
+    return;
+  }
   if (Gated(id)) {
     refused_.erase(id);
     held_[id] = std::move(spec);
@@ -242,6 +276,7 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
     refused_.erase(id);
     held_.erase(id);
     released_.erase(id);
+    backing_off_.erase(id);
     backend_->Track(job);
     return;
   }
@@ -279,6 +314,14 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
   }
   Track(job);
   backend_->Track(job);
+  // Given back again by its runner: it waits out its back-off out of the queue.
+  if (before != "Pending" && job.phase == "Pending" && BackingOff(id, now)) {
+    if (const sched::JobSpec* spec = scheduler_->Find(id)) {
+      sched::JobSpec held = *spec;
+      scheduler_->Cancel(id, now);
+      HoldForBackoff(id, std::move(held));
+    }
+  }
 }
 
 Status SchedulerController::ReadState(std::vector<store::Object>* objects,
@@ -399,6 +442,10 @@ std::vector<std::pair<int64_t, std::string>> SchedulerController::TakeIn(
     Track(job);
     if (!spec.ok()) {
       reasons_.Set(job.id, spec.status().message());
+      continue;
+    }
+    if (job.phase == "Pending" && BackingOff(job.id, clock_->Now())) {
+      HoldForBackoff(job.id, std::move(spec.value()));
       continue;
     }
     if (job.phase == "Pending" && Gated(job.id)) {
@@ -583,6 +630,7 @@ Status SchedulerController::RunOnce() {
   const double now = clock_->Now();
   if (Status s = SettleStops(now); !s.ok()) return s;
   if (Status s = ReleaseHeld(now); !s.ok()) return s;
+  ReleaseBackoff(now);
   FollowMix(now);
   const std::map<std::string, BudgetBlock> blocks =
       budget_blocks_ ? budget_blocks_() : std::map<std::string, BudgetBlock>{};

@@ -164,6 +164,12 @@ class SchedulerController final : public api::SchedulerHooks {
   // out of the scheduler, so the scheduler (quota, fair share, preemption, backfill) sees only
   // what may run. Whether `id` is to be held.
   bool Gated(int64_t id) const;
+  // A pending job its runners gave back again and again waits out its back-off
+  // (domain::JobLife::eligible_at) in backing_off_, out of the scheduler, with a pending reason
+  // that says until when; each round queues those whose time has come.
+  bool BackingOff(int64_t id, double now) const;
+  void HoldForBackoff(int64_t id, sched::JobSpec spec);
+  void ReleaseBackoff(double now);
   // Each round, before the cycle: reads the state of what held jobs depend on, fails those whose
   // dependencies can never be met (through the lifecycle), and queues those whose dependencies
   // are met while their array has room, lowest index first.
@@ -220,10 +226,11 @@ class SchedulerController final : public api::SchedulerHooks {
   std::mutex mu_;  // guards everything below except the thread's wake-up state
   std::unique_ptr<Estate> estate_;
   std::unique_ptr<sched::Scheduler> scheduler_;
-  std::map<int64_t, Known> known_;             // pending and placed jobs
-  std::map<int64_t, sched::JobSpec> refused_;  // pending jobs no node could ever hold, so far
-  std::map<int64_t, sched::JobSpec> held_;     // pending jobs not to be queued yet (Gated)
-  std::set<int64_t> released_;                 // gated jobs let through: not held again
+  std::map<int64_t, Known> known_;                 // pending and placed jobs
+  std::map<int64_t, sched::JobSpec> refused_;      // pending jobs no node could ever hold, so far
+  std::map<int64_t, sched::JobSpec> held_;         // pending jobs not to be queued yet (Gated)
+  std::set<int64_t> released_;                     // gated jobs let through: not held again
+  std::map<int64_t, sched::JobSpec> backing_off_;  // pending jobs waiting out a back-off
   // Victims whose preemption was left out of the last commit (they moved underneath), with the
   // job it was for: one that is being stopped anyway (its user cancelled it) still frees room
   // for that job, which then takes no other victim.

@@ -225,5 +225,55 @@ TEST_F(Gates, CancellingOneElementLetsTheNextIn) {
   EXPECT_EQ(Phase(ids[3]), "Pending");
 }
 
+// A job its runner gives back again and again (a Slurm limit placement cannot see) is held out of
+// the queue for its back-off, saying until when, and placed again once it is over; a server
+// restarted meanwhile (a rebuild) keeps holding it.
+TEST_F(Gates, AJobGivenBackAgainAndAgainWaitsOutItsBackOff) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  const int64_t id = Submit("p1", {{"gpus", 8}});
+  auto refuse = [&] {
+    Json reports = Json::array();
+    for (const Json& a : Heartbeat("n1")) {
+      reports.push_back({{"job", a["job"]},
+                         {"task", a["task"]},
+                         {"generation", a["generation"]},
+                         {"state", "Exited"},
+                         {"refused", true},
+                         {"message", "Slurm kept it pending (QOSMaxGRESPerUser)"}});
+    }
+    ASSERT_EQ(reports.size(), 1u);
+    Heartbeat("n1", reports);
+  };
+  Rounds();
+  ASSERT_EQ(Phase(id), "Placed");
+  refuse();
+  ASSERT_EQ(Phase(id), "Pending");
+  Rounds();
+  ASSERT_EQ(Phase(id), "Placed") << "the first is placed again at once";
+  refuse();
+  ASSERT_EQ(Phase(id), "Pending");
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(5);
+    Heartbeat("n1");
+    Round();
+    EXPECT_EQ(Phase(id), "Pending") << "within its 30 s";
+  }
+  EXPECT_NE(controller_->PendingReason(id).find("given back by its runners 2 times in a row"),
+            std::string::npos)
+      << controller_->PendingReason(id);
+  EXPECT_NE(controller_->PendingReason(id).find("not placed again before "), std::string::npos);
+  // A server restarted meanwhile holds it too.
+  Restart();
+  Round();
+  EXPECT_EQ(Phase(id), "Pending");
+  clock_.Advance(6);
+  Heartbeat("n1");
+  Rounds();
+  EXPECT_EQ(Phase(id), "Placed") << controller_->PendingReason(id);
+  EXPECT_EQ(Events(id, "Requeued").size(), 2u);
+}
+
 }  // namespace
 }  // namespace meridian::server
