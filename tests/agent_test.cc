@@ -908,10 +908,11 @@ TEST_F(AgentTest, MigLayoutFollowsDemandAndKeepsForItsInterval) {
 // daemon folder is entered by that job's tasks only; each task gets its thread percentage and
 // pinned memory limit; the daemons are told to quit when their jobs' shares end.
 TEST_F(AgentTest, SharesOfAGpuRunThroughItsMpsDaemon) {
-  const std::string log = WriteFile("mps.log", "");
+  const std::string log = SharedFile("mps.log");  // the daemons run as their jobs' uids
   const std::string control = WriteFile("nvidia-cuda-mps-control", R"SH(#!/bin/sh
 if [ "$1" = "-d" ]; then
-  echo "start $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY" >> )SH" + log +
+  echo "start $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY $(id -u)" >> )SH" +
+                                                                       log +
                                                                        R"SH(
   sleep 1000 < /dev/null > /dev/null 2>&1 &
   echo $! > "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
@@ -963,28 +964,36 @@ exit 0
     return out_b.find("sharing=mps threads=50 pinned= pipe=" + pipe_b + " uid=") !=
            std::string::npos;
   })) << out_b;
-  // The other job's daemon is out of reach: its folder is the first job's group's alone.
+  // The other job's daemon is out of reach: its folders are the first job's alone, and it runs
+  // as the first job's uid.
   EXPECT_NE(out_b.find("Permission denied"), std::string::npos) << out_b;
+  std::string uid_a = out_a.substr(out_a.find(" uid=") + 5);
+  uid_a = uid_a.substr(0, uid_a.find('\n'));
+  std::string uid_b = out_b.substr(out_b.find(" uid=") + 5);
+  uid_b = uid_b.substr(0, uid_b.find('\n'));
+  EXPECT_NE(uid_a, uid_b);
   struct stat folder {};
-  ASSERT_EQ(::stat((mps + "/" + gpu + "/" + std::to_string(a)).c_str(), &folder), 0);
-  EXPECT_EQ(folder.st_mode & 07777, 0750u);
-  const std::string uid_a = out_a.substr(out_a.find(" uid=") + 5);
-  EXPECT_EQ(std::to_string(folder.st_gid), uid_a.substr(0, uid_a.find('\n'))) << out_a;
+  ASSERT_EQ(::stat(pipe_a.c_str(), &folder), 0);
+  EXPECT_EQ(folder.st_mode & 07777, 0700u);
+  EXPECT_EQ(std::to_string(folder.st_uid), uid_a) << out_a;
   const std::string uuid = da["uuid"].get<std::string>();
   std::set<std::string> said;
   EXPECT_TRUE(Eventually([&] {
     said.clear();
     std::istringstream lines(ReadFile(log));
     for (std::string line; std::getline(lines, line);) said.insert(line);
-    return said ==
-           std::set<std::string>{"start " + uuid + " " + pipe_a, "start " + uuid + " " + pipe_b,
-                                 "quit " + uuid + " " + pipe_a, "quit " + uuid + " " + pipe_b};
+    return said == std::set<std::string>{"start " + uuid + " " + pipe_a + " " + uid_a,
+                                         "start " + uuid + " " + pipe_b + " " + uid_b,
+                                         "quit " + uuid + " " + pipe_a,
+                                         "quit " + uuid + " " + pipe_b};
   })) << ReadFile(log);
   const std::optional<Json> shared = EventSoon(a, "GpuShared");
   ASSERT_TRUE(shared);
-  EXPECT_EQ((*shared)["message"], "GPU " + gpu +
-                                      " of node n1 shared through MPS: 25% of its compute and "
-                                      "10240 MiB of its memory, enforced (task 0)");
+  EXPECT_EQ((*shared)["message"],
+            "GPU " + gpu +
+                " of node n1 shared through MPS: held to 10240 MiB of its memory and to 25% of "
+                "its compute within its job's turns (other jobs' shares of the GPU take turns "
+                "with it) (task 0)");
   // A run restarted in place keeps its job's daemon: it was kept through the back-off.
   const int64_t c = Submit({{"gpuMilli", 250},
                             {"command",

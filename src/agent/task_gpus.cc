@@ -125,8 +125,12 @@ void Agent::ReleaseDevices(const Task& t) {
     }
   }
   for (const protocol::DeviceGrant& d : t.assignment.devices) {
-    // The job's MPS daemon on the GPU goes when no other run of the job shares the GPU.
-    if (mps_ && !d.mig && d.milli < 1000 && !shared.count(d.gpu)) mps_->Release(t.job, d.gpu);
+    // The job's MPS daemon on the GPU goes when no other run of the job shares the GPU (one an
+    // earlier life of the agent started for an adopted run too).
+    if (!d.mig && d.milli < 1000 && d.sharing != "time-slicing" && !shared.count(d.gpu)) {
+      if (!mps_) mps_ = std::make_unique<MpsDaemons>(o_.mps_control, o_.work_dir + "/mps");
+      mps_->Release(t.job, d.gpu, t.uid);
+    }
     if (!d.mig) continue;
     if (instances.count({d.gpu, d.mig->profile + "@" + std::to_string(d.mig->start)})) continue;
     if (Status s = gpus_->DestroyMigInstance(d.gpu, d.mig->profile, d.mig->start); !s.ok()) {

@@ -40,11 +40,15 @@ base::Result<int64_t> NodeService::ApplySharing(const std::string& node,
       const std::string task = " (task " + std::to_string(t.report.task) + ")";
       std::string memory = d->memory_mib > 0 ? std::to_string(d->memory_mib) + " MiB" : "";
       if (n.mode == "mps") {
+        // MPS holds a job's tasks to their memory and to their share of the SMs; the MPS
+        // servers of different jobs on the GPU (one per job) are time-sliced by the GPU.
         news.push_back({t.job, run->second.assignment.project, "Normal",
-                        gpu + " shared through MPS: " + std::to_string(d->milli / 10) +
-                            "% of its compute" +
-                            (memory.empty() ? "" : " and " + memory + " of its memory") +
-                            ", enforced" + task});
+                        gpu + " shared through MPS: held to " +
+                            (memory.empty() ? "" : memory + " of its memory and to ") +
+                            std::to_string(d->milli / 10) +
+                            "% of its compute within its job's turns (other jobs' shares of "
+                            "the GPU take turns with it)" +
+                            task});
       } else if (!n.why.empty()) {
         news.push_back({t.job, run->second.assignment.project, "Warning",
                         gpu + " time-sliced: " + n.why.substr(0, 512) + task});
