@@ -471,10 +471,13 @@ void Agent::Start(Task& t) {
     std::set<std::string> granted;
     for (const protocol::DeviceGrant& d : t.assignment.devices) granted.insert(d.uuid);
     spec.hide_devices = DevicesToHide(GpuDeviceNodes(), granted);
-    // And on a MIG GPU, only its own instances: the capabilities of the others, and the one
-    // that makes and destroys instances, are hidden too.
-    for (std::string& cap : MigCapsToHide(MigCapabilities(), t.mig_ids)) {
-      spec.hide_devices.push_back(std::move(cap));
+    // And on a MIG machine, only its own instances' capabilities: a /dev/nvidia-caps of its own
+    // (PrepareGpus found them).
+    if (!t.mig_caps_dir.empty()) {
+      spec.devices_dir = t.mig_caps_dir;
+      for (const MigCapability& c : t.mig_caps) {
+        spec.devices.push_back({c.node(), t.mig_caps_major, c.minor, c.mode});
+      }
     }
     spec.read_only = std::move(mounts.read_only);
     spec.read_write = std::move(mounts.read_write);

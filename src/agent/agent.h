@@ -102,9 +102,12 @@ class Agent {
     // is time-sliced when MPS was granted.
     std::optional<protocol::SharingNote> sharing;
     std::optional<MpsEndpoint> mps;
-    // Its MIG instances as the driver's capabilities name them: the capability device nodes it
-    // may open (none known: it opens none).
+    // Its MIG instances as the driver's capabilities name them, and on a machine with MIG
+    // capabilities, the folder of their nodes and the nodes it may open (its own instances').
     std::vector<MigInstanceIds> mig_ids;
+    std::string mig_caps_dir;
+    int64_t mig_caps_major = -1;
+    std::vector<MigCapability> mig_caps;
   };
   using Key = std::tuple<int64_t, int32_t, int64_t>;  // job, task, generation
 

@@ -53,8 +53,8 @@ base::Result<protocol::ShimExec> Agent::ExecInto(const Task& t,
   exec.cgroup_procs = spec->cgroup_procs;
   // Its mount namespace (where its GPUs are hidden, its datasets mounted) is entered only when it
   // has one of its own.
-  if (spec->uid &&
-      (!spec->hide_devices.empty() || !spec->read_only.empty() || !spec->read_write.empty())) {
+  if (spec->uid && (!spec->hide_devices.empty() || !spec->read_only.empty() ||
+                    !spec->read_write.empty() || !spec->devices_dir.empty())) {
     auto started_json = ReadJsonOrError(t.dir + "/started.json");
     if (!started_json.ok()) return started_json.status();
     auto started = protocol::DecodeShimStarted(*started_json);

@@ -73,16 +73,18 @@ int64_t ParseCapabilityMinor(const std::string& text) {
 
 std::vector<MigCapability> MigCapabilities(const std::string& root) {
   std::vector<MigCapability> out;
-  std::error_code ec;
   // The driver's tree is a few levels deep (gpuN/mig/giN/ciN/access): walked without following
-  // links, in a stable order.
+  // links, in a stable order. An error part-way stops the walk: what was found is returned, and
+  // a task whose own instance is not among it is refused (PrepareGpus).
+  std::error_code ec;
   std::vector<std::string> files;
   for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     if (it.depth() > 5) it.disable_recursion_pending();
     const std::string name = it->path().filename();
-    if (it->is_regular_file(ec) && (name == "access" || name == "config" || name == "monitor")) {
-      files.push_back(std::filesystem::relative(it->path(), root, ec).string());
+    std::error_code kind;
+    if (it->is_regular_file(kind) && (name == "access" || name == "config" || name == "monitor")) {
+      files.push_back(it->path().lexically_relative(root).string());
     }
   }
   std::sort(files.begin(), files.end());
@@ -92,28 +94,47 @@ std::vector<MigCapability> MigCapabilities(const std::string& root) {
     std::stringstream text;
     text << in.rdbuf();
     const int64_t minor = ParseCapabilityMinor(text.str());
-    if (minor >= 0) out.push_back({f, minor});
+    if (minor < 0) continue;
+    MigCapability c{f, minor};
+    std::istringstream lines(text.str());
+    for (std::string line; std::getline(lines, line);) {
+      if (std::string v = Field(line, "DeviceFileMode");
+          !v.empty() && v.size() < 6 && v.find_first_not_of("0123456789") == std::string::npos) {
+        c.mode = static_cast<uint32_t>(std::stoul(v)) & 0777;
+      }
+    }
+    out.push_back(std::move(c));
   }
   return out;
 }
 
-std::vector<std::string> MigCapsToHide(const std::vector<MigCapability>& caps,
-                                       const std::vector<MigInstanceIds>& granted,
-                                       const std::string& dev) {
-  std::set<std::string> own;
+std::vector<MigCapability> OwnMigCapabilities(const std::vector<MigCapability>& caps,
+                                              const std::vector<MigInstanceIds>& granted) {
+  std::vector<MigCapability> out;
   for (const MigInstanceIds& g : granted) {
     const std::string gi = "gpu" + std::to_string(g.gpu_minor) + "/mig/gi" + std::to_string(g.gi);
-    own.insert(gi + "/access");
-    own.insert(gi + "/ci" + std::to_string(g.ci) + "/access");
+    for (const std::string& path :
+         {gi + "/access", gi + "/ci" + std::to_string(g.ci) + "/access"}) {
+      auto it = std::find_if(caps.begin(), caps.end(),
+                             [&](const MigCapability& c) { return c.path == path; });
+      if (it != caps.end()) out.push_back(*it);
+    }
   }
-  std::vector<std::string> hide;
-  for (const MigCapability& c : caps) {
-    if (own.count(c.path)) continue;
-    const std::string node = dev + "/nvidia-cap" + std::to_string(c.minor);
-    struct stat st {};
-    if (::stat(node.c_str(), &st) == 0) hide.push_back(node);
+  return out;
+}
+
+int64_t CharDeviceMajor(const std::string& name, const std::string& devices) {
+  std::ifstream in(devices);
+  bool characters = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Character devices:", 0) == 0) characters = true;
+    if (line.rfind("Block devices:", 0) == 0) characters = false;
+    std::istringstream fields(line);
+    int64_t major = -1;
+    std::string device;
+    if (characters && fields >> major >> device && device == name) return major;
   }
-  return hide;
+  return -1;
 }
 
 std::vector<std::string> DevicesToHide(const std::vector<GpuDeviceNode>& nodes,

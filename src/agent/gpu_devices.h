@@ -38,7 +38,10 @@ std::vector<std::string> DevicesToHide(const std::vector<GpuDeviceNode>& nodes,
 // of it are opened through device nodes /dev/nvidia-caps/nvidia-cap<minor>, whose minors the
 // driver lists under /proc/driver/nvidia/capabilities (gpu<gpu minor>/mig/gi<id>/access,
 // .../gi<id>/ci<id>/access; mig/config, which creates and destroys instances, and mig/monitor).
-// A task given one instance must open its own two only.
+// A task given one instance must open its own two only. Hiding the others is not enough (the
+// setuid nvidia-modprobe makes a node when CUDA first asks for it, and instances made after the
+// task started have nodes it would see): the task gets a /dev/nvidia-caps of its own, made anew
+// with its own nodes only and read-only (IsolateMounts).
 
 // A MIG instance as the driver's capabilities name it: the parent GPU's minor, the GPU
 // instance's id and its compute instance's.
@@ -50,10 +53,13 @@ struct MigInstanceIds {
 };
 
 // One capability the driver lists: where (relative to the capabilities folder, as
-// "gpu0/mig/gi1/ci0/access" or "mig/config") and the minor of its device node.
+// "gpu0/mig/gi1/ci0/access" or "mig/config"), the minor of its device node and the node's mode.
 struct MigCapability {
   std::string path;
   int64_t minor = -1;
+  uint32_t mode = 0444;
+  std::string node() const { return "nvidia-cap" + std::to_string(minor); }  // in nvidia-caps
+  bool operator==(const MigCapability&) const = default;
 };
 
 // The minor an access file names ("DeviceFileMinor: 12"); -1 when none.
@@ -61,11 +67,13 @@ int64_t ParseCapabilityMinor(const std::string& text);
 // The MIG capabilities the driver lists; none without the driver (or without MIG).
 std::vector<MigCapability> MigCapabilities(
     const std::string& root = "/proc/driver/nvidia/capabilities");
-// Pure: the capability device nodes a task given `granted` instances (none: whole GPUs or
-// shares) must not open: every MIG capability but the access of its own GPU and compute
-// instances, mig/config and mig/monitor included. Only nodes that exist under `dev` are listed.
-std::vector<std::string> MigCapsToHide(const std::vector<MigCapability>& caps,
-                                       const std::vector<MigInstanceIds>& granted,
-                                       const std::string& dev = "/dev/nvidia-caps");
+// Pure: the capabilities a task given `granted` instances may open: the access of its own GPU
+// and compute instances, in the order granted (none for whole GPUs or shares: never mig/config
+// or mig/monitor). A granted instance the driver lists no capability of has fewer than two.
+std::vector<MigCapability> OwnMigCapabilities(const std::vector<MigCapability>& caps,
+                                              const std::vector<MigInstanceIds>& granted);
+// The major number of the character devices `name` in /proc/devices ("nvidia-caps"); -1 when
+// the kernel has none.
+int64_t CharDeviceMajor(const std::string& name, const std::string& devices = "/proc/devices");
 
 }  // namespace meridian::agent

@@ -48,12 +48,11 @@ TEST(GpuDevices, ReadsTheDriversInformationFile) {
 }
 
 // The driver's capabilities as /proc/driver/nvidia/capabilities lays them out, with a GPU (minor
-// 1) holding two instances: a task given one opens that instance's GPU- and compute-instance
+// 1) holding two instances: a task given one may open that instance's GPU- and compute-instance
 // capabilities only, never another's, nor mig/config (which makes and destroys instances).
-TEST(GpuDevices, ATaskOnAMigInstanceOpensItsOwnCapabilitiesOnly) {
+TEST(GpuDevices, ATaskOnAMigInstanceMayOpenItsOwnCapabilitiesOnly) {
   base::testing::TempDir dir;
   const std::string proc = dir.File("capabilities");
-  const std::string dev = dir.File("nvidia-caps");
   auto write = [](const std::string& path, const std::string& text) {
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
     std::ofstream(path) << text;
@@ -61,30 +60,35 @@ TEST(GpuDevices, ATaskOnAMigInstanceOpensItsOwnCapabilitiesOnly) {
   write(proc + "/mig/config", "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n");
   write(proc + "/mig/monitor", "DeviceFileMinor: 2\nDeviceFileMode: 292\n");
   write(proc + "/fabric-mgmt", "DeviceFileMinor: 0\n");
-  write(proc + "/gpu1/mig/gi1/access", "DeviceFileMinor: 138\n");
-  write(proc + "/gpu1/mig/gi1/ci0/access", "DeviceFileMinor: 139\n");
+  write(proc + "/gpu1/mig/gi1/access", "DeviceFileMinor: 138\nDeviceFileMode: 292\n");
+  write(proc + "/gpu1/mig/gi1/ci0/access", "DeviceFileMinor: 139\nDeviceFileMode: 292\n");
   write(proc + "/gpu1/mig/gi2/access", "DeviceFileMinor: 147\n");
   write(proc + "/gpu1/mig/gi2/ci0/access", "DeviceFileMinor: 148\n");
   write(proc + "/gpu1/mig/gi9/access", "DeviceFileMode: 292\n");  // names no minor: skipped
-  for (int minor : {0, 1, 2, 138, 139, 147, 148}) {
-    write(dev + "/nvidia-cap" + std::to_string(minor), "");
-  }
   EXPECT_EQ(ParseCapabilityMinor("DeviceFileMinor: 12\nDeviceFileMode: 292\n"), 12);
   EXPECT_EQ(ParseCapabilityMinor("DeviceFileMinor: x\n"), -1);
   const std::vector<MigCapability> caps = MigCapabilities(proc);
   ASSERT_EQ(caps.size(), 6u);
-  EXPECT_EQ(caps[0].path, "gpu1/mig/gi1/access");
-  EXPECT_EQ(caps[0].minor, 138);
+  EXPECT_EQ(caps[0], (MigCapability{"gpu1/mig/gi1/access", 138, 0444}));
+  EXPECT_EQ(caps[4].path, "mig/config");
+  EXPECT_EQ(caps[4].mode, 0400u);
   EXPECT_EQ(caps[5].path, "mig/monitor");
-  auto node = [&](int minor) { return dev + "/nvidia-cap" + std::to_string(minor); };
-  EXPECT_EQ(MigCapsToHide(caps, {{1, 2, 0}}, dev),
-            (std::vector<std::string>{node(138), node(139), node(1), node(2)}));
-  EXPECT_EQ(MigCapsToHide(caps, {}, dev), (std::vector<std::string>{node(138), node(139), node(147),
-                                                                    node(148), node(1), node(2)}))
-      << "whole GPUs and shares open no instance";
-  // Another GPU's instance of the same ids is not this one.
-  EXPECT_EQ(MigCapsToHide(caps, {{0, 1, 0}}, dev).size(), 6u);
-  EXPECT_TRUE(MigCapabilities(dir.File("none")).empty()) << "no driver: nothing to hide";
+  EXPECT_EQ(caps[0].node(), "nvidia-cap138");
+  const std::vector<MigCapability> own = OwnMigCapabilities(caps, {{1, 2, 0}});
+  ASSERT_EQ(own.size(), 2u);
+  EXPECT_EQ(own[0].minor, 147);
+  EXPECT_EQ(own[1].minor, 148);
+  EXPECT_TRUE(OwnMigCapabilities(caps, {}).empty()) << "whole GPUs and shares open none";
+  EXPECT_TRUE(OwnMigCapabilities(caps, {{0, 1, 0}}).empty()) << "another GPU's instance";
+  EXPECT_EQ(OwnMigCapabilities(caps, {{1, 9, 0}}).size(), 0u) << "one the driver does not name";
+  EXPECT_TRUE(MigCapabilities(dir.File("none")).empty()) << "no driver: nothing";
+  // The nodes' major, from /proc/devices.
+  write(dir.File("devices"),
+        "Character devices:\n  1 mem\n195 nvidia-frontend\n234 nvidia-caps\n\n"
+        "Block devices:\n  7 loop\n234 nvidia-caps-not\n");
+  EXPECT_EQ(CharDeviceMajor("nvidia-caps", dir.File("devices")), 234);
+  EXPECT_EQ(CharDeviceMajor("loop", dir.File("devices")), -1) << "a block device";
+  EXPECT_EQ(CharDeviceMajor("nvidia-caps", dir.File("none")), -1);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,8 +74,11 @@ base::Status DropPrivileges(uint32_t uid, uint32_t gid) {
 
 base::Status IsolateMounts(const std::vector<std::string>& nodes,
                            const std::vector<std::pair<std::string, std::string>>& read_only,
-                           const std::vector<std::pair<std::string, std::string>>& read_write) {
-  if (nodes.empty() && read_only.empty() && read_write.empty()) return base::Status::Ok();
+                           const std::vector<std::pair<std::string, std::string>>& read_write,
+                           const std::string& devices_dir, const std::vector<DeviceNode>& devices) {
+  if (nodes.empty() && read_only.empty() && read_write.empty() && devices_dir.empty()) {
+    return base::Status::Ok();
+  }
   if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) {
     return base::Status::Internal("cannot make a mount namespace for the task: " +
                                   std::string(strerror(errno)));
@@ -100,6 +104,25 @@ base::Status IsolateMounts(const std::vector<std::string>& nodes,
   }
   for (const auto& [source, target] : read_write) {
     if (base::Status s = bind(source, target, 0); !s.ok()) return s;
+  }
+  if (!devices_dir.empty()) {
+    const unsigned long flags = MS_NOSUID | MS_NOEXEC;
+    if (mount("tmpfs", devices_dir.c_str(), "tmpfs", flags, "mode=0755,size=64k") != 0) {
+      return base::Status::Internal("cannot make " + devices_dir + " anew: " + strerror(errno));
+    }
+    for (const DeviceNode& d : devices) {
+      const std::string path = devices_dir + "/" + d.name;
+      if (d.name.empty() || d.name.find('/') != std::string::npos ||
+          mknod(path.c_str(), S_IFCHR | (d.mode & 0666), makedev(d.major, d.minor)) != 0 ||
+          chmod(path.c_str(), d.mode & 0666) != 0) {
+        return base::Status::Internal("cannot make " + path + ": " + strerror(errno));
+      }
+    }
+    if (mount(nullptr, devices_dir.c_str(), nullptr, MS_REMOUNT | MS_RDONLY | flags, nullptr) !=
+        0) {
+      return base::Status::Internal("cannot make " + devices_dir +
+                                    " read-only: " + strerror(errno));
+    }
   }
   return base::Status::Ok();
 }

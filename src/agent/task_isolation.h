@@ -22,14 +22,25 @@ namespace meridian::agent {
 // a child process that is about to exec (or to do one thing as the task's user and exit).
 base::Status DropPrivileges(uint32_t uid, uint32_t gid);
 
-// Puts /dev/null over each of `nodes` (device nodes of GPUs the task was not given) and binds
-// each source of `read_only` (a dataset's folder) read-only at its target (an empty folder), in a
-// mount namespace of the calling process's own, whose mounts follow the host's (a slave of /).
-// Called in the task's process before it leaves root: without CAP_SYS_ADMIN it cannot undo them.
-// Nothing to do: no namespace.
+// A device node a task is given in a folder made anew for it (IsolateMounts).
+struct DeviceNode {
+  std::string name;
+  uint32_t major = 0, minor = 0;
+  uint32_t mode = 0444;
+};
+
+// Puts /dev/null over each of `nodes` (device nodes of GPUs the task was not given), binds each
+// source of `read_only` (a dataset's folder) read-only at its target (an empty folder), and, with
+// `devices_dir` (/dev/nvidia-caps on a MIG machine), puts an empty folder of its own there with
+// only `devices` in it (its own MIG instances' capabilities), read-only, so that no node can be
+// added (nvidia-modprobe makes them on demand), all in a mount namespace of the calling
+// process's own, whose mounts follow the host's (a slave of /). Called in the task's process
+// before it leaves root: without CAP_SYS_ADMIN it cannot undo them. Nothing to do: no namespace.
 base::Status IsolateMounts(const std::vector<std::string>& nodes,
                            const std::vector<std::pair<std::string, std::string>>& read_only = {},
-                           const std::vector<std::pair<std::string, std::string>>& read_write = {});
+                           const std::vector<std::pair<std::string, std::string>>& read_write = {},
+                           const std::string& devices_dir = "",
+                           const std::vector<DeviceNode>& devices = {});
 
 // A folder the agent makes inside a folder of its own (never one a task may write in), with
 // `owner` and `mode` whatever was there before: a link or a file in its place is refused.

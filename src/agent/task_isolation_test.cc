@@ -8,9 +8,11 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -83,6 +85,45 @@ TEST(TaskIsolation, HiddenDevicesAreNullInTheTasksNamespaceOnlyAndStaySo) {
             0);
   EXPECT_EQ(Read(gpu), "a GPU") << "the host's view is unchanged";
   EXPECT_TRUE(IsolateMounts({}).ok()) << "nothing to hide: no namespace";
+}
+
+// A folder of device nodes made anew in the task's namespace (/dev/nvidia-caps on a MIG
+// machine): only the nodes given are there, as devices, and none can be added, even by root
+// (nvidia-modprobe, setuid, makes them on demand).
+TEST(TaskIsolation, AFolderOfDevicesMadeAnewHoldsItsOwnNodesOnly) {
+  ASSERT_EQ(::geteuid(), 0u) << "this test makes a mount namespace, which needs root";
+  base::testing::TempDir dir;
+  const std::string caps = dir.File("nvidia-caps");
+  ASSERT_EQ(::mkdir(caps.c_str(), 0755), 0);
+  std::ofstream(caps + "/nvidia-cap1") << "mig/config";  // stand-ins for the host's nodes
+  std::ofstream(caps + "/nvidia-cap147") << "another job's instance";
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0711), 0);
+  // Its own instance's nodes, as /dev/null's numbers (1:3) stand in for nvidia-caps'.
+  const std::vector<DeviceNode> own = {{"nvidia-cap138", 1, 3, 0444},
+                                       {"nvidia-cap139", 1, 3, 0444}};
+  EXPECT_EQ(InChild([&] {
+              if (!IsolateMounts({}, {}, {}, caps, own).ok()) return 1;
+              std::vector<std::string> names;
+              for (const auto& e : std::filesystem::directory_iterator(caps)) {
+                names.push_back(e.path().filename());
+              }
+              std::sort(names.begin(), names.end());
+              if (names != std::vector<std::string>{"nvidia-cap138", "nvidia-cap139"}) return 2;
+              struct stat st {};
+              if (::stat((caps + "/nvidia-cap139").c_str(), &st) != 0 || !S_ISCHR(st.st_mode) ||
+                  major(st.st_rdev) != 1 || minor(st.st_rdev) != 3 || (st.st_mode & 0777) != 0444) {
+                return 3;
+              }
+              // Root cannot add a node: the folder is read-only.
+              if (::mknod((caps + "/nvidia-cap1").c_str(), S_IFCHR | 0444, makedev(1, 3)) == 0 ||
+                  errno != EROFS) {
+                return 4;
+              }
+              if (!DropPrivileges(kUid, kUid).ok()) return 5;
+              return ::umount(caps.c_str()) == 0 ? 6 : 0;  // a task cannot undo it
+            }),
+            0);
+  EXPECT_EQ(Read(caps + "/nvidia-cap147"), "another job's instance") << "the host's view";
 }
 
 TEST(TaskIsolation, WhatAUidLeavesIsKilledAndRemovedAsThatUid) {

@@ -463,6 +463,15 @@ Json ToJson(const ShimSpec& s) {
     }
     out[key] = std::move(binds);
   }
+  if (!s.devices_dir.empty()) {
+    out["devicesDir"] = s.devices_dir;
+    Json devices = Json::array();
+    for (const ShimSpec::Device& d : s.devices) {
+      devices.push_back(
+          {{"name", d.name}, {"major", d.major}, {"minor", d.minor}, {"mode", d.mode}});
+    }
+    out["devices"] = std::move(devices);
+  }
   if (!s.owned.empty()) out["owned"] = s.owned;
   if (s.owner > 0) out["owner"] = s.owner;
   if (s.fence_grace) out["fenceGrace"] = *s.fence_grace;
@@ -654,6 +663,15 @@ base::Result<ShimSpec> DecodeShimSpec(const Json& j) {
     s.cgroup_procs = r.StringList("cgroupProcs");
     s.cleanup = r.StringList("cleanup");
     s.hide_devices = r.StringList("hideDevices");
+    s.devices_dir = r.String("devicesDir", false);
+    r.ObjectList("devices", [&](FieldReader& b) {
+      ShimSpec::Device d;
+      d.name = b.String("name", true);
+      d.major = b.Int("major", 0, 4095, 0, true);
+      d.minor = b.Int("minor", 0, (1 << 20) - 1, 0, true);
+      d.mode = b.Int("mode", 0, 0777, 0444);
+      s.devices.push_back(std::move(d));
+    });
     r.ObjectList("readOnly", [&](FieldReader& b) {
       s.read_only.emplace_back(b.String("source", true), b.String("target", true));
     });

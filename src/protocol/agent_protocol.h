@@ -344,6 +344,16 @@ struct ShimSpec {
   // GPU device nodes of GPUs the task was not given: the shim puts /dev/null over each, in a
   // mount namespace of the task's own, before it leaves root.
   std::vector<std::string> hide_devices;
+  // On a machine with MIG: the folder of its capability nodes (/dev/nvidia-caps), which the shim
+  // makes anew in the task's mount namespace with only `devices` in it (its own instances'),
+  // read-only. Empty: left as it is.
+  struct Device {
+    std::string name;  // "nvidia-cap139"
+    int64_t major = 0, minor = 0;
+    int64_t mode = 0444;
+  };
+  std::string devices_dir;
+  std::vector<Device> devices;
   // Folders bound into the task's mount namespace, source to target: read-only (its datasets)
   // and read-write (its job's checkpoint folder).
   std::vector<std::pair<std::string, std::string>> read_only;

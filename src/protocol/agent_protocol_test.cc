@@ -364,6 +364,8 @@ TEST(AgentProtocolTest, TheShimsFilesSurviveTheirJsonForm) {
   s.uid = 200007;
   s.gid = 200007;
   s.hide_devices = {"/dev/nvidia1"};
+  s.devices_dir = "/dev/nvidia-caps";
+  s.devices = {{"nvidia-cap138", 234, 138, 0444}};
   auto spec = DecodeShimSpec(ToJson(s));
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(spec->argv, s.argv);
@@ -375,6 +377,12 @@ TEST(AgentProtocolTest, TheShimsFilesSurviveTheirJsonForm) {
   EXPECT_EQ(spec->uid, 200007);
   EXPECT_EQ(spec->gid, 200007);
   EXPECT_EQ(spec->hide_devices, s.hide_devices);
+  EXPECT_EQ(spec->devices_dir, "/dev/nvidia-caps");
+  ASSERT_EQ(spec->devices.size(), 1u);
+  EXPECT_EQ(spec->devices[0].name, "nvidia-cap138");
+  EXPECT_EQ(spec->devices[0].major, 234);
+  EXPECT_EQ(spec->devices[0].minor, 138);
+  EXPECT_EQ(spec->devices[0].mode, 0444);
   ShimSpec no_fence;
   EXPECT_FALSE(DecodeShimSpec(ToJson(no_fence))->fence_grace);
   EXPECT_FALSE(DecodeShimSpec(ToJson(no_fence))->uid);
