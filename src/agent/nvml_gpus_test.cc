@@ -239,6 +239,15 @@ TEST_F(NvmlMig, AModeChangePendingAResetIsReportedAndProbedUntilTheReset) {
   ASSERT_TRUE(gpus_->SetMigMode(0, true).ok());  // in effect: nothing to ask
   EXPECT_EQ(Calls(),
             (std::vector<std::string>{"nvmlDeviceSetMigMode gpu=0 mode=1", "reset gpu=0"}));
+  // A change asked for, then its opposite before any reset (the next grant wants the GPU as it
+  // is): the pending change is taken back, so that a reset does not undo the grant's mode.
+  EXPECT_FALSE(gpus_->SetMigMode(0, false).ok());  // pending
+  ASSERT_TRUE(gpus_->SetMigMode(0, true).ok()) << "MIG mode on is in effect";
+  sampled = gpus_->Telemetry();
+  ASSERT_TRUE(sampled.ok());
+  EXPECT_EQ((*sampled)[0].mig_mode_pending, false);
+  EXPECT_EQ(Calls(), (std::vector<std::string>{"nvmlDeviceSetMigMode gpu=0 mode=0",
+                                               "nvmlDeviceSetMigMode gpu=0 mode=1"}));
   ::unsetenv("FAKE_NVML_RESET_REQUIRED");
   ::unsetenv("FAKE_NVML_RESETS");
 }

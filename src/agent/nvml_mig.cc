@@ -214,7 +214,13 @@ base::Status NvmlGpus::SetMigMode(int32_t gpu, bool enabled) {
   if (!a.set_mig_mode || !a.mig_mode) {
     return base::Status::NotFound(GpuWhere(gpu) + ": this driver's NVML has no MIG functions");
   }
-  if (MigOn(gpu) == enabled) return base::Status::Ok();
+  unsigned int current = 0, pending = 0;
+  if (a.mig_mode(devices_[static_cast<size_t>(gpu)], &current, &pending) == kSuccess &&
+      (current == 1) == enabled && (pending == 1) == enabled) {
+    return base::Status::Ok();
+  }
+  // (In effect already but the other mode pending, from an earlier grant: set again, which takes
+  // the pending change back, so that the next reset does not undo this grant's mode.)
   if (!enabled) {
     // Instances left behind keep MIG mode from being left: they go first.
     for (const std::string& instance : MigLayout(gpu)) {

@@ -266,7 +266,12 @@ base::Result<int64_t> NodeService::ApplyMigModes(const std::string& node, const 
       const std::string gpu = "GPU " + std::to_string(g);
       const std::string why =
           gpu + " of node " + node + ": its MIG mode change waits for a GPU reset";
-      domain::CordonForMigMode(&ops.gpus, g, why, now);
+      if (!domain::CordonForMigMode(&ops.gpus, g, why, now)) {
+        // Cordoned already, for a fault: that cordon's reset puts the mode in effect too.
+        say("Normal", "GpuResetPending",
+            gpu + " (cordoned already): its MIG mode change waits for the same GPU reset");
+        continue;
+      }
       say("Warning", "GpuCordoned",
           gpu + " cordoned: its MIG mode change waits for a GPU reset; " +
               (remediates ? "the Policy's remediation resets it once no task holds it"

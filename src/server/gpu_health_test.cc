@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "domain/node_ops.h"
 #include "server/testing/control_plane.h"
@@ -156,6 +157,88 @@ TEST_F(GpuHealthTest, ARowRemapPendingCordonsTheGpuLikeItsXid) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), base::StatusCode::kConflict);
   EXPECT_NE(refused.status().message().find("row remap pending"), std::string::npos);
+}
+
+// A MIG mode change pending a reset (NVML's pending mode differs from its current one) cordons
+// its GPU without a fault, once however many samples say so; jobs on the GPU are drained; the
+// remediation resets it (not while a task holds it); a reset by hand puts it back too; an
+// operator cannot put it back before the reset; on a GPU cordoned for a fault already, the
+// fault's cordon stays what it says.
+TEST_F(GpuHealthTest, AMigModeWaitingForAResetCordonsTheGpuWithoutAFaultUntilItIsReset) {
+  Open(Estate(0));
+  const int64_t gang = RunningGang();
+  const store::JobRecord placed = Get(gang);
+  const std::string node = placed.allocation[0]["node"];
+  const int gpu = placed.allocation[0]["devices"][0]["gpu"];
+  auto beat = [&](const std::set<int>& pending, Json extra = Json::object()) {
+    Json telemetry = Json::array();
+    for (int i = 0; i < 8; ++i) {
+      telemetry.push_back({{"index", i}, {"migModePending", pending.count(i) > 0}});
+    }
+    Json body = {{"telemetry", telemetry}};
+    body.update(extra);
+    auto r = nodes_->Heartbeat(node, body);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? *r : Json::object();
+  };
+  const auto written = [&] { return Get(gang).version; };
+  for (int i = 0; i < 3; ++i) beat({gpu});
+  domain::NodeOps ops = Ops(node);
+  ASSERT_EQ(ops.gpus.size(), 1u);
+  EXPECT_TRUE(ops.gpus[0].cordoned);
+  EXPECT_TRUE(ops.gpus[0].mig_mode_pending);
+  EXPECT_EQ(ops.gpus[0].xid, 0);
+  EXPECT_TRUE(ops.gpus[0].faults.empty()) << "not a fault";
+  ASSERT_EQ(NodeEvents(node, "GpuCordoned").size(), 1u) << "once";
+  EXPECT_NE(NodeEvents(node, "GpuCordoned")[0].find("its MIG mode change waits for a GPU reset"),
+            std::string::npos);
+  EXPECT_EQ(Phase(gang), "Stopping") << "drained through the lifecycle";
+  ASSERT_EQ(Events(gang, "Drained").size(), 1u);
+  EXPECT_NE(Events(gang, "Drained")[0].find("GPU " + std::to_string(gpu) + " of node " + node),
+            std::string::npos);
+  const int64_t version = written();
+  beat({gpu});
+  EXPECT_EQ(written(), version) << "nothing written again while it waits";
+  // An operator cannot put it back before the reset.
+  auto refused = nodes_->UncordonGpu(node, "admin", gpu);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("a MIG mode change pending"), std::string::npos);
+  // Its tasks still hold it: no reset yet; once they stopped, the remediation is asked for.
+  Round();
+  EXPECT_FALSE(beat({gpu}).contains("remediations"));
+  Stopped(gang);
+  Round();
+  const Json answer = beat({gpu});
+  ASSERT_TRUE(answer.contains("remediations")) << answer.dump();
+  EXPECT_EQ(answer["remediations"][0]["gpu"], gpu);
+  beat({}, {{"remediations", {{{"gpu", gpu}, {"healthy", true}, {"message", "nvidia-smi"}}}}});
+  ops = Ops(node);
+  EXPECT_FALSE(domain::GpuCordoned(ops.gpus, gpu));
+  EXPECT_FALSE(ops.gpus[0].mig_mode_pending);
+  ASSERT_EQ(NodeEvents(node, "GpuUncordoned").size(), 1u);
+  EXPECT_NE(NodeEvents(node, "GpuUncordoned")[0].find("remediated"), std::string::npos);
+  // Reset by hand, with no remediation asked for: the sample showing the mode in effect puts it
+  // back.
+  const int other = (gpu + 1) % 8;
+  beat({other});
+  ASSERT_TRUE(domain::GpuCordoned(Ops(node).gpus, other));
+  beat({});
+  EXPECT_FALSE(domain::GpuCordoned(Ops(node).gpus, other));
+  ASSERT_EQ(NodeEvents(node, "GpuUncordoned").size(), 2u);
+  EXPECT_NE(NodeEvents(node, "GpuUncordoned")[1].find("its MIG mode change is in effect"),
+            std::string::npos);
+  // Cordoned for a fault already: that cordon stays, and says what it is.
+  Beat(node, {{other, {1, 48}}});
+  beat({other});
+  ops = Ops(node);
+  const domain::GpuHealth* faulty = domain::FindGpu(ops.gpus, other);
+  ASSERT_NE(faulty, nullptr);
+  EXPECT_EQ(faulty->xid, 48);
+  EXPECT_TRUE(faulty->mig_mode_pending);
+  EXPECT_EQ(NodeEvents(node, "GpuResetPending").size(), 1u);
+  beat({});  // the mode in effect: the fault's cordon stays
+  EXPECT_TRUE(domain::GpuCordoned(Ops(node).gpus, other));
+  EXPECT_FALSE(domain::FindGpu(Ops(node).gpus, other)->mig_mode_pending);
 }
 
 // The third fault within 24 h keeps the GPU cordoned, without remediation, and says so; an
