@@ -391,6 +391,61 @@ TEST_F(SlurmTest, SlurmGonePastItsTimeoutMakesItsNodesLostRequeuesOnceAndStaleRu
   EXPECT_EQ(slurm_->JobsNamed(SlurmName(id, again)).size(), 1u) << Says();
 }
 
+// The server silent past the agents' lease (its process stopped: heartbeats get no answer): the
+// connector kills its Slurm jobs at once, as an agent's shims kill their tasks, and does not wait
+// for the heartbeats' answers nor for Slurm's KillWait (60 s here), after which a task that
+// ignores SIGTERM would still run while the server has requeued its job elsewhere.
+TEST_F(SlurmTest, TheServerSilentPastTheLeaseHasItsSlurmJobsKilledAtOnce) {
+  std::string conf = ReadFile(slurm_->conf());
+  ASSERT_NE(conf.find("KillWait=2"), std::string::npos);
+  conf.replace(conf.find("KillWait=2"), 10, "KillWait=60");
+  WriteTestFile(slurm_->conf(), conf);
+  Shell("scontrol reconfigure");
+  ASSERT_TRUE(Eventually([&] {
+    return Shell("scontrol show config").find("KillWait                = 60 sec") !=
+           std::string::npos;
+  })) << Shell("scontrol show config | grep -i killwait");
+  // Each line its run's generation and the time: a later run (the job requeued once the server
+  // is back) writes there too.
+  const std::string trace = dir_.File("trace");
+  const int64_t id =
+      Submit({{"command",
+               {"bash", "-c",
+                "trap '' TERM; while true; do echo \"$MERIDIAN_GENERATION $(date +%s.%N)\" >> " +
+                    trace + "; sleep 0.1; done"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running" && !ReadFile(trace).empty(); }, 30))
+      << Says();
+  const double silent =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  server_->Signal(SIGSTOP);
+  // The lease is 4.2 s (the Policy's nodeLostTimeout, 6 s, times 0.7).
+  const bool ended = Eventually(
+      [&] {
+        const std::vector<Json> jobs = slurm_->JobsNamed(SlurmName(id));
+        return jobs.size() == 1 && jobs[0].value("job_state", "") != "RUNNING";
+      },
+      30);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  server_->Signal(SIGCONT);
+  ASSERT_TRUE(ended) << Says();
+  // The first run's last line: written within the lease and a round of the server going silent,
+  // not at Slurm's KillWait.
+  double last = 0;
+  std::istringstream lines(ReadFile(trace));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("1 ", 0) == 0) last = std::max(last, std::stod(line.substr(2)));
+  }
+  EXPECT_GT(last, silent);
+  EXPECT_LT(last - silent, 10) << "the first run ran on after the lease" << Says();
+  EXPECT_NE(ReadFile(dir_.File("connector.log")).find("lease ran out: killed Slurm job"),
+            std::string::npos)
+      << Says();
+  // Slurm as the other tests have it: what is left is cancelled quickly at the end.
+  WriteTestFile(slurm_->conf(),
+                ReadFile(slurm_->conf()).replace(conf.find("KillWait=60"), 11, "KillWait=2"));
+  Shell("scontrol reconfigure");
+}
+
 TEST_F(SlurmTest, AForeignSlurmJobsGpusAreNotDoubleBooked) {
   // Alice submits to Slurm directly: all four GPUs of n1.
   const std::string foreign =

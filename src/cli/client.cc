@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +97,13 @@ struct Client::Connection {
 Client::Client(ClientConfig config)
     : config_(std::move(config)), connection_(std::make_shared<Connection>()) {}
 
+void Client::SetReadTimeout(double seconds) {
+  if (seconds == config_.read_timeout) return;
+  config_.read_timeout = seconds;
+  std::lock_guard<std::mutex> lock(connection_->mu);
+  connection_->http.reset();  // the kept connection's client is made again with it
+}
+
 namespace {
 
 std::unique_ptr<httplib::Client> NewHttpClient(const ClientConfig& config,
@@ -103,7 +111,8 @@ std::unique_ptr<httplib::Client> NewHttpClient(const ClientConfig& config,
   auto http = std::make_unique<httplib::Client>(server);
   http->set_connection_timeout(5);
   http->set_tcp_nodelay(true);
-  http->set_read_timeout(60);
+  http->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::duration<double>(config.read_timeout)));
   http->set_keep_alive(config.keep_connection);
   if (!config.token.empty()) http->set_bearer_token_auth(config.token);
   if (!config.ca_cert.empty()) http->set_ca_cert_path(config.ca_cert.c_str());

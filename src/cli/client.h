@@ -34,6 +34,9 @@ struct ClientConfig {
   // Keep one connection open and send every call over it (node agents: a heartbeat every few
   // seconds need not cost a connection each). Calls from several threads at once take turns.
   bool keep_connection = false;
+  // Seconds a call waits for its answer once sent. A runner that must act on its own when the
+  // server goes silent (the Slurm connector's lease) waits less than its lease.
+  double read_timeout = 60;
 };
 
 // $MERIDIAN_CONFIG, else $HOME/.config/meridian/config.json.
@@ -59,6 +62,8 @@ class Client {
  public:
   explicit Client(ClientConfig config);
   const ClientConfig& config() const { return config_; }
+  // From the next call on, waits at most `seconds` for an answer (ClientConfig::read_timeout).
+  void SetReadTimeout(double seconds);
 
   // `headers`: sent besides the token's (an Idempotency-Key).
   base::Result<Response> Call(const std::string& method, const std::string& path,

@@ -418,6 +418,9 @@ void SlurmConnector::Beat(Link& link) {
   beat.tasks = ReportsFor(link.registration.node);
   beat.notices = link.notices;
   Json body = protocol::ToJson(beat);
+  // A server that does not answer must not hold the round past the lease: the call waits a
+  // tenth of it at most (the lease is enforced between the nodes' heartbeats).
+  link.client->SetReadTimeout(std::clamp(lease_ / 10, 0.5, 5.0));
   auto r =
       link.client->Call("POST", "/api/v1/agents/" + link.registration.node + "/heartbeat", &body);
   if (!r.ok()) return;
@@ -631,6 +634,32 @@ void SlurmConnector::Stop(RunState& run) {
   if (!run.killed && now >= run.kill_at) run.killed = slurm_.Cancel(run.slurm_id, "KILL").ok();
 }
 
+Status SlurmConnector::KillNow(int64_t slurm_id) {
+  // SIGKILL to its steps first: Slurm's own cancel sends SIGTERM and waits its KillWait (30 s by
+  // default) before SIGKILL, longer than the server waits before it runs the job elsewhere.
+  (void)slurm_.Cancel(slurm_id, "KILL");  // a job with no step yet has nothing to signal
+  return slurm_.Cancel(slurm_id);
+}
+
+void SlurmConnector::EnforceLease() {
+  const double now = base::WallClockNow();
+  if (server_seen_at_ <= 0 || now - server_seen_at_ <= lease_) return;
+  // The lease ran out: the server may have given these runs to other nodes. Killed, as an
+  // agent's shims kill their tasks.
+  for (auto& [tag, run] : runs_) {
+    if (run.killed || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) continue;
+    run.killed = KillNow(run.slurm_id).ok();
+    base::log::Warn("lease ran out: killed Slurm job {} ({})", run.slurm_id,
+                    TagName(tag, o_.instance));
+    if (run.killed) {
+      Notify(run, "BackendLeaseExpired",
+             fmt::format("killed Slurm job {} ({}): the server had not answered for longer "
+                         "than the agents' lease ({:.0f} s)",
+                         run.slurm_id, TagName(tag, o_.instance), lease_));
+    }
+  }
+}
+
 void SlurmConnector::GiveBackStuck() {
   const double now = base::WallClockNow();
   for (auto& [tag, run] : runs_) {
@@ -708,7 +737,7 @@ void SlurmConnector::Fence() {
         !IsActiveState(run.slurm_state) || run.slurm_state == "COMPLETING") {
       continue;
     }
-    Status s = slurm_.Cancel(run.slurm_id);
+    Status s = KillNow(run.slurm_id);
     run.killed = s.ok();  // else again next round
     const std::string what = fmt::format(
         "Slurm job {} ({}, on {}): Meridian no longer runs job {} generation {} there",
@@ -816,26 +845,14 @@ Status SlurmConnector::Round() {
   }
   for (auto& [tag, run] : runs_) run.listed = false;
   const double heard_before = server_seen_at_;
-  for (auto& [name, link] : links_) Beat(link);
+  for (auto& [name, link] : links_) {
+    Beat(link);
+    EnforceLease();  // between heartbeats too: a silent server makes each one wait
+  }
   if (server_seen_at_ != heard_before) {
     WriteFile(o_.work_dir + "/lease", fmt::format("{} {:.3f}\n", lease_, server_seen_at_), 0600);
   }
-  if (server_seen_at_ > 0 && now - server_seen_at_ > lease_) {
-    // The lease ran out: the server may have given these runs to other nodes. Stop them, as an
-    // agent's shims stop their tasks.
-    for (auto& [tag, run] : runs_) {
-      if (run.killed || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) continue;
-      run.killed = slurm_.Cancel(run.slurm_id).ok();
-      base::log::Warn("lease ran out: cancelled Slurm job {} ({})", run.slurm_id,
-                      TagName(tag, o_.instance));
-      if (run.killed) {
-        Notify(run, "BackendLeaseExpired",
-               fmt::format("cancelled Slurm job {} ({}): the server had not answered for longer "
-                           "than the agents' lease ({:.0f} s)",
-                           run.slurm_id, TagName(tag, o_.instance), lease_));
-      }
-    }
-  }
+  EnforceLease();
   Act();
   GiveBackStuck();
   UploadLogs();

@@ -154,6 +154,11 @@ class SlurmConnector {
   // not known): only then can no answer still list it.
   bool HeardFromAll(const RunState& run) const;
   void GiveBackStuck();
+  // Kills a Slurm job at once (SIGKILL to its steps, then cancels it), not after Slurm's KillWait:
+  // what the server counts as stopped (a lost lease, a fenced run) must not run on.
+  base::Status KillNow(int64_t slurm_id);
+  // The server silent past the lease: every Slurm job of Meridian's is killed.
+  void EnforceLease();
 
   ConnectorOptions o_;
   SlurmCli slurm_;
