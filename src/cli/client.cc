@@ -98,10 +98,12 @@ Client::Client(ClientConfig config)
     : config_(std::move(config)), connection_(std::make_shared<Connection>()) {}
 
 void Client::SetReadTimeout(double seconds) {
-  if (seconds == config_.read_timeout) return;
   config_.read_timeout = seconds;
   std::lock_guard<std::mutex> lock(connection_->mu);
-  connection_->http.reset();  // the kept connection's client is made again with it
+  if (connection_->http) {  // the kept connection goes on, with the new timeout
+    connection_->http->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::duration<double>(seconds)));
+  }
 }
 
 namespace {

@@ -418,9 +418,12 @@ void SlurmConnector::Beat(Link& link) {
   beat.tasks = ReportsFor(link.registration.node);
   beat.notices = link.notices;
   Json body = protocol::ToJson(beat);
-  // A server that does not answer must not hold the round past the lease: the call waits a
-  // tenth of it at most (the lease is enforced between the nodes' heartbeats).
-  link.client->SetReadTimeout(std::clamp(lease_ / 10, 0.5, 5.0));
+  // A server that does not answer must not hold the round past the lease: the call waits no
+  // longer than the lease has left (the lease is enforced between the nodes' heartbeats), and at
+  // most 10 s; at least half a second, to be answered at all.
+  const double left =
+      server_seen_at_ > 0 ? server_seen_at_ + lease_ - base::WallClockNow() : lease_;
+  link.client->SetReadTimeout(std::clamp(left, 0.5, 10.0));
   auto r =
       link.client->Call("POST", "/api/v1/agents/" + link.registration.node + "/heartbeat", &body);
   if (!r.ok()) return;
