@@ -446,6 +446,62 @@ TEST_F(SlurmTest, TheServerSilentPastTheLeaseHasItsSlurmJobsKilledAtOnce) {
   Shell("scontrol reconfigure");
 }
 
+// A node taken out of the connector's partitions while a job runs there is heartbeated no more:
+// the server gives it up after its lost timeout and runs the job elsewhere, so the connector
+// kills the Slurm job there once that node's lease has run out, as the node's agent would, and
+// the job runs once at a time (each node has a lease of its own, not one for the connector).
+TEST_F(SlurmTest, ANodeLeavingThePartitionHasItsRunKilledWhenItsLeaseRunsOut) {
+  const std::string trace = dir_.File("trace");
+  const int64_t id =
+      Submit({{"command",
+               {"bash", "-c",
+                "trap '' TERM; while true; do echo \"$MERIDIAN_GENERATION $(date +%s.%N)\" >> " +
+                    trace + "; sleep 0.1; done"}},
+              {"restartPolicy", "on-failure"}});
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running" && !ReadFile(trace).empty(); }, 30))
+      << Says();
+  const std::string node = Job(id)["status"]["allocation"][0].value("node", "");
+  ASSERT_EQ(node.rfind("slurm-n", 0), 0u) << node;
+  const std::string slurm_node = node.substr(6);  // "n3"
+  std::string others;
+  for (int i = 1; i <= 4; ++i) {
+    if ("n" + std::to_string(i) == slurm_node) continue;
+    others += (others.empty() ? "n" : ",n") + std::to_string(i);
+  }
+  const double left =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  Shell("scontrol update PartitionName=gpu Nodes=" + others);
+  // The server requeues it (the node lost after 6 s) and it runs again elsewhere.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const Json j = Job(id);
+        return Phase(id) == "Running" && j["status"].value("generation", 0) == 2;
+      },
+      40))
+      << Job(id).dump() << Says();
+  EXPECT_NE(Job(id)["status"]["allocation"][0].value("node", ""), node);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const std::vector<Json> first = slurm_->JobsNamed(SlurmName(id, 1));
+        return first.size() == 1 && first[0].value("job_state", "") != "RUNNING";
+      },
+      20))
+      << Says();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  // The first run ended within its node's lease (4.2 s) and a round or two of the node leaving,
+  // before the second began: never both at once.
+  double last_first = 0, first_second = 1e18;
+  std::istringstream lines(ReadFile(trace));
+  for (std::string line; std::getline(lines, line);) {
+    const double at = std::stod(line.substr(line.find(' ') + 1));
+    if (line.rfind("1 ", 0) == 0) last_first = std::max(last_first, at);
+    if (line.rfind("2 ", 0) == 0) first_second = std::min(first_second, at);
+  }
+  EXPECT_LT(last_first - left, 10) << "the first run ran on after its node's lease" << Says();
+  EXPECT_LT(last_first, first_second) << "both runs at once " << std::fixed << last_first << " " << first_second << " left " << left << Says();
+  Shell("scontrol update PartitionName=gpu Nodes=n[1-4]");
+}
+
 TEST_F(SlurmTest, AForeignSlurmJobsGpusAreNotDoubleBooked) {
   // Alice submits to Slurm directly: all four GPUs of n1.
   const std::string foreign =
@@ -495,24 +551,49 @@ TEST_F(SlurmTest, AForeignSlurmJobsGpusAreNotDoubleBooked) {
 // that installation's: counted as work outside this Meridian, never fenced by this connector. And
 // a second connector on this one's work directory is refused at once.
 TEST_F(SlurmTest, AnotherMeridiansSlurmJobsAreForeignAndNeverFenced) {
-  const std::string lab = Shell(
-      "sbatch --parsable -J meridian-lab-7-1 -w n1 --gres=gpu:4 --mem=1000 --wrap 'sleep 120'");
-  const std::string older =
-      Shell("sbatch --parsable -J meridian-8-1 -w n2 --gres=gpu:4 --mem=1000 --wrap 'sleep 120'");
+  // One of this Meridian's jobs runs on n4 (meridian-hpc-ID-1); another Meridian's, of an older
+  // version, has the same job id and generation (meridian-ID-1) on n2; others are under instances
+  // "lab" and "hpc-2" (which begins like this one's) on n1 and n3.
+  for (const char* n : {"slurm-n1", "slurm-n2", "slurm-n3"}) {
+    ASSERT_EQ(Run(std::string("cordon ") + n).code, 0);
+  }
+  const int64_t ours = Submit({{"command", {"sleep", "120"}}, {"gpus", 4}});
+  ASSERT_TRUE(Eventually([&] { return Phase(ours) == "Running"; }, 30)) << Job(ours).dump();
+  ASSERT_EQ(Job(ours)["status"]["allocation"][0].value("node", ""), "slurm-n4");
+  for (const char* n : {"slurm-n1", "slurm-n2", "slurm-n3"}) {
+    ASSERT_EQ(Run(std::string("uncordon ") + n).code, 0);
+  }
+  std::vector<std::string> theirs;
+  for (const auto& [name, node] : std::vector<std::pair<std::string, std::string>>{
+           {"meridian-lab-7-1", "n1"},
+           {"meridian-" + std::to_string(ours) + "-1", "n2"},
+           {"meridian-hpc-2-" + std::to_string(ours) + "-1", "n3"}}) {
+    const std::string id = Shell("sbatch --parsable -J " + name + " -w " + node +
+                                 " --gres=gpu:4 --mem=1000 --wrap 'sleep 120'");
+    theirs.push_back(id.substr(0, id.find('\n')));
+  }
   auto unmanaged = [&](const std::string& node) {
     int n = 0;
     for (const Json& g : Node(node).value("gpus", Json::array())) n += g.contains("unmanaged");
     return n;
   };
-  ASSERT_TRUE(
-      Eventually([&] { return unmanaged("slurm-n1") == 4 && unmanaged("slurm-n2") == 4; }, 20))
-      << lab << older << Says();
-  // Several rounds later (every 0.5 s), both still run.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return unmanaged("slurm-n1") == 4 && unmanaged("slurm-n2") == 4 &&
+               unmanaged("slurm-n3") == 4;
+      },
+      20))
+      << Says();
+  // Several rounds later (every 0.5 s), all still run, and ours is one job in Slurm.
   std::this_thread::sleep_for(std::chrono::seconds(3));
   const std::string squeue = Shell("squeue -h -o '%j %T'");
-  EXPECT_NE(squeue.find("meridian-lab-7-1 RUNNING"), std::string::npos) << Says();
-  EXPECT_NE(squeue.find("meridian-8-1 RUNNING"), std::string::npos) << Says();
+  for (const std::string& name :
+       {std::string("meridian-lab-7-1"), "meridian-" + std::to_string(ours) + "-1",
+        "meridian-hpc-2-" + std::to_string(ours) + "-1", SlurmName(ours)}) {
+    EXPECT_NE(squeue.find(name + " RUNNING"), std::string::npos) << name << Says();
+  }
   EXPECT_EQ(ReadFile(dir_.File("connector.log")).find("fenced"), std::string::npos) << Says();
+  EXPECT_EQ(Phase(ours), "Running");
   // A second connector on the same work directory.
   const std::string second = Shell(
       "MERIDIAN_CONFIG=/nonexistent MERIDIAN_SERVER='" + server_->url() + "' MERIDIAN_TOKEN='" +
@@ -523,7 +604,7 @@ TEST_F(SlurmTest, AnotherMeridiansSlurmJobsAreForeignAndNeverFenced) {
             std::string::npos)
       << second;
   EXPECT_NE(second.find("rc=1"), std::string::npos) << second;
-  Shell("scancel " + lab.substr(0, lab.find('\n')) + " " + older.substr(0, older.find('\n')));
+  Shell("scancel " + theirs[0] + " " + theirs[1] + " " + theirs[2]);
 }
 
 TEST_F(SlurmTest, AForeignSlurmJobsCpusAreNotDoubleBooked) {

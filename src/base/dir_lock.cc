@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "base/strings.h"
 
@@ -27,6 +28,10 @@ Status DirLock::Acquire(const std::string& dir, const std::string& flag, const s
     if (::pread(fd_, buf, sizeof buf - 1, 0) > 0) holder = std::string(Trim(buf));
     ::close(fd_);
     fd_ = -1;
+    if (err == ENOSYS || err == EOPNOTSUPP || err == ENOLCK) {
+      return Status(StatusCode::kUnavailable,
+                    named + ": its filesystem takes no locks (" + strerror(err) + ")");
+    }
     if (err != EWOULDBLOCK) return Status::Io(named + ": cannot lock " + path);
     return Status(StatusCode::kFailedPrecondition,
                   named + " is in use by another " + owner +

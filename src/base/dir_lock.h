@@ -25,6 +25,9 @@ class DirLock {
       const std::string& dir, const std::string& flag = "--data-dir",
       const std::string& owner = "meridian server",
       const std::string& advice = "one server per data dir; stop it or choose another data dir");
+  // A filesystem that takes no locks (a shared one mounted without them) answers kUnavailable;
+  // the caller may go on without the lock, and say so.
+  bool held() const { return fd_ >= 0; }
 
  private:
   int fd_ = -1;

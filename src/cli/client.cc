@@ -98,8 +98,10 @@ Client::Client(ClientConfig config)
     : config_(std::move(config)), connection_(std::make_shared<Connection>()) {}
 
 void Client::SetReadTimeout(double seconds) {
-  config_.read_timeout = seconds;
+  // Under the connection's lock, as calls read the config (a kept connection's under it); a call
+  // in flight keeps the timeout it began with.
   std::lock_guard<std::mutex> lock(connection_->mu);
+  config_.read_timeout = seconds;
   if (connection_->http) {  // the kept connection goes on, with the new timeout
     connection_->http->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(
         std::chrono::duration<double>(seconds)));

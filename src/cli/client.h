@@ -63,6 +63,7 @@ class Client {
   explicit Client(ClientConfig config);
   const ClientConfig& config() const { return config_; }
   // From the next call on, waits at most `seconds` for an answer (ClientConfig::read_timeout).
+  // Not while another thread calls through this client without a kept connection.
   void SetReadTimeout(double seconds);
 
   // `headers`: sent besides the token's (an Idempotency-Key).

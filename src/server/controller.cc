@@ -216,11 +216,9 @@ bool SchedulerController::BackingOff(int64_t id, double now) const {
 
 void SchedulerController::HoldForBackoff(int64_t id, sched::JobSpec spec) {
   const Known& k = known_.at(id);
-  const double until = k.status.value("eligibleAt", 0.0);
-  reasons_.Set(id, "given back by its runners " +
-                       std::to_string(k.status.value("refusals", int64_t{0})) +
-                       " times in a row, nothing of it started (" + k.reason +
-                       "): not placed again before " + base::FormatUtc(until));
+  // Its reason says how often it was given back and for how long it waits: when that ends.
+  reasons_.Set(id,
+               k.reason + " (until " + base::FormatUtc(k.status.value("eligibleAt", 0.0)) + ")");
   backing_off_[id] = std::move(spec);
 }
 
@@ -232,6 +230,7 @@ void SchedulerController::ReleaseBackoff(double now) {
   for (int64_t id : due) {
     sched::JobSpec spec = std::move(backing_off_.at(id));
     backing_off_.erase(id);
+    if (!known_.count(id)) continue;  // ended meanwhile
     reasons_.Erase(id);
     Queue(std::move(spec));
   }
@@ -243,6 +242,7 @@ void SchedulerController::Queue(sched::JobSpec spec) {
     HoldForBackoff(id, std::move(spec));
     return;
   }
+  backing_off_.erase(id);  // its back-off is over, whoever queues it
   if (Gated(id)) {
     refused_.erase(id);
     held_[id] = std::move(spec);
@@ -397,6 +397,7 @@ Status SchedulerController::Rebuild() {
   refused_.clear();
   held_.clear();
   released_.clear();
+  backing_off_.clear();
   claims_.clear();
   deleted_nodes_.clear();
   const std::vector<std::pair<int64_t, std::string>> unplaced =

@@ -254,6 +254,7 @@ Status SchedulerController::RetenantJobs(Estate* next, const std::vector<store::
       reasons_.Set(id, spec.status().message());
       refused_.erase(id);
       held_.erase(id);  // queued again, through its gates, once its project exists again
+      backing_off_.erase(id);
       if (held && k.phase == "Pending") {
         scheduler_->Cancel(id, now);  // it cannot run until its project exists again
       } else if (held) {

@@ -2,6 +2,7 @@
 // control plane without processes (server/testing/control_plane.h).
 #include <gtest/gtest.h>
 
+#include "api/job_life.h"
 #include "server/controller.h"
 #include "server/testing/control_plane.h"
 
@@ -260,10 +261,10 @@ TEST_F(Gates, AJobGivenBackAgainAndAgainWaitsOutItsBackOff) {
     Round();
     EXPECT_EQ(Phase(id), "Pending") << "within its 30 s";
   }
-  EXPECT_NE(controller_->PendingReason(id).find("given back by its runners 2 times in a row"),
+  EXPECT_NE(controller_->PendingReason(id).find(
+                "given back 2 times in a row: not placed again for 30 s (until "),
             std::string::npos)
       << controller_->PendingReason(id);
-  EXPECT_NE(controller_->PendingReason(id).find("not placed again before "), std::string::npos);
   // A server restarted meanwhile holds it too.
   Restart();
   Round();
@@ -273,6 +274,32 @@ TEST_F(Gates, AJobGivenBackAgainAndAgainWaitsOutItsBackOff) {
   Rounds();
   EXPECT_EQ(Phase(id), "Placed") << controller_->PendingReason(id);
   EXPECT_EQ(Events(id, "Requeued").size(), 2u);
+  // Refused a third time (nothing of it ever started): 60 s now; cancelled while it waits, its
+  // back-off ends with it.
+  refuse();
+  Round();
+  ASSERT_EQ(Phase(id), "Pending");
+  EXPECT_NE(controller_->PendingReason(id).find("given back 3 times in a row: not placed again "
+                                                "for 60 s"),
+            std::string::npos)
+      << controller_->PendingReason(id);
+  ASSERT_TRUE(store_
+                  ->Write([&](store::Tx& tx) {
+                    auto j = tx.GetJob(id);
+                    auto life = api::LifeOf(*j);
+                    auto t = domain::lifecycle::Cancel(*life, "alice", 30, clock_.Now());
+                    return api::CommitTransition(tx, *t, clock_.Now(), &*j).status();
+                  })
+                  .ok());
+  Round();
+  ASSERT_EQ(Phase(id), "Cancelled");
+  clock_.Advance(120);
+  Heartbeat("n1");
+  Rounds();
+  EXPECT_EQ(Phase(id), "Cancelled");
+  const int64_t next = Submit("p1", {{"gpus", 8}});
+  Rounds();
+  EXPECT_EQ(Phase(next), "Placed") << "the node is free: nothing of the cancelled job holds it";
 }
 
 }  // namespace

@@ -278,17 +278,15 @@ void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
   for (const SlurmJob& j : jobs) {
     auto parsed = ParseTagName(j.name);
     if (!parsed) continue;  // foreign: Slurm's own users' work
-    // Another installation's, or another connector's: foreign too. A name from before instances
-    // is this connector's only for a run its folders know (submitted before an upgrade).
-    const std::optional<RunTag> tag =
-        parsed->instance == o_.instance ||
-                (parsed->instance.empty() && runs_.count(parsed->tag) > 0)
-            ? std::optional<RunTag>(parsed->tag)
-            : std::nullopt;
-    if (!tag) continue;
-    auto known = runs_.find(*tag);
+    // Another installation's, or another connector's: foreign too. Under another name (one from
+    // before instances, or under an instance since changed) a job is this connector's only when
+    // it is the very Slurm job its work directory recorded for that run.
+    auto known = runs_.find(parsed->tag);
+    const bool recorded =
+        known != runs_.end() && known->second.slurm_id > 0 && j.id == known->second.slurm_id;
+    if (parsed->instance != o_.instance && !recorded) continue;
     const int64_t want = known == runs_.end() ? 0 : known->second.slurm_id;
-    auto& slot = seen[*tag];
+    auto& slot = seen[parsed->tag];
     // The one this connector submitted; else (adopted) the newest of that name.
     if (!slot || j.id == want || (slot->id != want && j.id > slot->id)) slot = &j;
   }
@@ -426,6 +424,7 @@ void SlurmConnector::Beat(Link& link) {
   link.client->SetReadTimeout(std::clamp(left, 0.5, 10.0));
   auto r =
       link.client->Call("POST", "/api/v1/agents/" + link.registration.node + "/heartbeat", &body);
+  link.client->SetReadTimeout(o_.server.read_timeout);  // registrations, log uploads
   if (!r.ok()) return;
   if (r->status == 404 || r->status == 401) {
     link.registered = false;  // forgotten or revoked: register again next round
@@ -449,6 +448,7 @@ void SlurmConnector::Beat(Link& link) {
   }
   link.heard = true;
   server_seen_at_ = base::WallClockNow();
+  answered_at_[link.registration.node] = server_seen_at_;
   for (const protocol::DecodedAssignment& d : protocol::DecodeAssignments(r->body)) {
     if (!d.assignment.ok()) {
       base::log::Warn("an assignment to {} does not decode: {}", link.registration.node,
@@ -638,27 +638,42 @@ void SlurmConnector::Stop(RunState& run) {
 }
 
 Status SlurmConnector::KillNow(int64_t slurm_id) {
-  // SIGKILL to its steps first: Slurm's own cancel sends SIGTERM and waits its KillWait (30 s by
-  // default) before SIGKILL, longer than the server waits before it runs the job elsewhere.
-  (void)slurm_.Cancel(slurm_id, "KILL");  // a job with no step yet has nothing to signal
+  // SIGKILL to its step first (step 0, the srun its batch script runs): Slurm's own cancel, and a
+  // SIGKILL sent to the whole job, send SIGTERM and wait its KillWait (30 s by default) before
+  // SIGKILL, longer than the server waits before it runs the job elsewhere.
+  (void)slurm_.SignalStep(slurm_id, 0, "KILL");  // a job with no step yet has nothing to kill
   return slurm_.Cancel(slurm_id);
 }
 
 void SlurmConnector::EnforceLease() {
   const double now = base::WallClockNow();
-  if (server_seen_at_ <= 0 || now - server_seen_at_ <= lease_) return;
-  // The lease ran out: the server may have given these runs to other nodes. Killed, as an
-  // agent's shims kill their tasks.
+  // Each node's lease, as each agent has its own: a node whose heartbeat has not been answered
+  // for longer than the lease (the server silent, or the node left Slurm's partitions and is
+  // heartbeated no more) may have been given up by the server, and its runs given to other
+  // nodes. A run found again after a restart, its tasks not yet known, goes by the server's
+  // last answer to any node.
   for (auto& [tag, run] : runs_) {
     if (run.killed || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) continue;
+    double seen = server_seen_at_;
+    std::string silent = "the server";
+    for (const auto& [index, task] : run.tasks) {
+      auto at = answered_at_.find(task.node);
+      const double node_seen = at == answered_at_.end() ? server_seen_at_ : at->second;
+      if (silent == "the server" || node_seen < seen) {
+        seen = node_seen;
+        silent =
+            "node " + task.node + (links_.count(task.node) ? "" : " (out of Slurm's partitions)");
+      }
+    }
+    if (seen <= 0 || now - seen <= lease_) continue;
     run.killed = KillNow(run.slurm_id).ok();
-    base::log::Warn("lease ran out: killed Slurm job {} ({})", run.slurm_id,
-                    TagName(tag, o_.instance));
+    base::log::Warn("lease ran out: killed Slurm job {} ({}): {} not answered", run.slurm_id,
+                    TagName(tag, o_.instance), silent);
     if (run.killed) {
       Notify(run, "BackendLeaseExpired",
-             fmt::format("killed Slurm job {} ({}): the server had not answered for longer "
-                         "than the agents' lease ({:.0f} s)",
-                         run.slurm_id, TagName(tag, o_.instance), lease_));
+             fmt::format("killed Slurm job {} ({}): the heartbeat of {} had not been answered "
+                         "for longer than the agents' lease ({:.0f} s)",
+                         run.slurm_id, TagName(tag, o_.instance), silent, lease_));
     }
   }
 }
@@ -873,7 +888,9 @@ Status SlurmConnector::Run(const std::atomic<bool>& stop) {
   if (Status s = lock.Acquire(o_.work_dir, "--work-dir", "Slurm connector",
                               "one connector per work dir; stop it or choose another work dir");
       !s.ok()) {
-    return s;
+    // A shared filesystem mounted without locks: the connector runs, unguarded.
+    if (s.code() != base::StatusCode::kUnavailable) return s;
+    base::log::Warn("{}: nothing keeps a second connector off it", s.message());
   }
   if (Status s = LoadRuns(); !s.ok()) return s;
   // The lease counts from the server's last answer, of this life or of the one before (kept in

@@ -166,7 +166,10 @@ class SlurmConnector {
   std::map<RunTag, RunState> runs_;
   double slurm_seen_at_ = 0;   // Slurm last answered
   double server_seen_at_ = 0;  // a heartbeat was last answered
-  double lease_ = 15;          // from the server's terms
+  // When each node's heartbeat was last answered (kept for a node that left Slurm's
+  // partitions: its runs' lease runs out from then).
+  std::map<std::string, double> answered_at_;
+  double lease_ = 15;  // from the server's terms
   double heartbeat_interval_ = 2;
   bool backlog_ = false;  // runs were left to submit in the last round
   bool slurm_lost_said_ = false;

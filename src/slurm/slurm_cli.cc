@@ -292,6 +292,15 @@ base::Result<int64_t> SlurmCli::Submit(const std::vector<std::string>& options,
   return static_cast<int64_t>(std::stoll(id));
 }
 
+Status SlurmCli::SignalStep(int64_t id, int step, const std::string& signal) const {
+  auto r =
+      RunCommand({"scancel", "--signal=" + signal, std::to_string(id) + "." + std::to_string(step)},
+                 Env(), "", timeout_);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "scancel: " + Said(*r));
+  return Status::Ok();
+}
+
 Status SlurmCli::Cancel(int64_t id, const std::string& signal, const std::string& only_if) const {
   std::vector<std::string> argv = {"scancel"};
   if (!signal.empty()) argv.push_back("--signal=" + signal);

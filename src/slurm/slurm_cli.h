@@ -110,6 +110,9 @@ class SlurmCli {
   // (PENDING: never one that has just started).
   base::Status Cancel(int64_t id, const std::string& signal = "",
                       const std::string& only_if = "") const;
+  // scancel --signal: `signal` to step `step` of the job only. A step's SIGKILL is delivered at
+  // once, where the job's is turned into Slurm's own stop (SIGTERM, and SIGKILL after KillWait).
+  base::Status SignalStep(int64_t id, int step, const std::string& signal) const;
 
  private:
   base::Result<Json> JsonOf(const std::vector<std::string>& argv) const;
