@@ -634,7 +634,8 @@ void SlurmConnector::Stop(RunState& run) {
   // Each step is marked done only once Slurm took it: a scancel lost to a slurmctld hiccup is
   // sent again next round.
   if (!run.termed && now >= run.term_at) run.termed = slurm_.Cancel(run.slurm_id).ok();
-  if (!run.killed && now >= run.kill_at) run.killed = slurm_.Cancel(run.slurm_id, "KILL").ok();
+  // At its deadline, killed as the lease kills (a SIGKILL to the whole job would wait KillWait).
+  if (!run.killed && now >= run.kill_at) run.killed = KillNow(run.slurm_id).ok();
 }
 
 Status SlurmConnector::KillNow(int64_t slurm_id) {
