@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "base/duration.h"
 #include "base/strings.h"
 
 namespace meridian::cli {
@@ -107,12 +108,9 @@ std::string Num(const Json& v) {
 
 std::string UtcTimestamp(double t) {
   if (t <= 0) return "Unknown";
-  const std::time_t s = static_cast<std::time_t>(t);
-  std::tm tm{};
-  gmtime_r(&s, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  return buf;
+  std::string at = base::FormatUtc(t);
+  at.pop_back();  // as sacct writes it, without the Z
+  return at;
 }
 
 }  // namespace meridian::cli

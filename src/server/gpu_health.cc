@@ -296,20 +296,12 @@ base::Result<int64_t> NodeService::ApplyMigModes(const std::string& node, const 
       auto held = std::find_if(modes.pending.begin(), modes.pending.end(),
                                [&](int32_t g) { return Holds(j, node, {g}, false); });
       if (held == modes.pending.end()) continue;
-      auto life = api::LifeOf(j);
-      if (!life.ok()) return life.status();
       auto spec = api::SpecOf(j);
       const double grace = spec.ok() ? spec->grace_period : domain::JobSpec{}.grace_period;
-      auto t = domain::lifecycle::RequestStop(
-          *life,
-          {domain::StopIntent::kRequeue,
-           "GPU " + std::to_string(*held) + " of node " + node +
-               " waits for a GPU reset to put its MIG mode change in effect",
-           "Drained", now + grace, 0},
-          now);
-      if (!t.ok()) return t.status();
-      if (t->events.empty()) continue;  // already stopping, for as strong a reason
-      auto c = api::CommitTransition(tx, *t, now, &j);
+      auto c = DrainJob(tx, &j,
+                        "GPU " + std::to_string(*held) + " of node " + node +
+                            " waits for a GPU reset to put its MIG mode change in effect",
+                        now + grace, now);
       if (!c.ok()) return c.status();
       seq = std::max(seq, *c);
     }

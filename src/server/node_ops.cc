@@ -119,15 +119,9 @@ base::Result<Json> NodeService::Drain(const std::string& node, const std::string
     const std::string reason = "node " + node + " drained by " + by +
                                (request.reason.empty() ? "" : " (" + request.reason + ")");
     for (store::JobRecord& j : *jobs) {
-      auto life = api::LifeOf(j);
-      if (!life.ok()) return life.status();
-      auto t = domain::lifecycle::RequestStop(
-          *life, {domain::StopIntent::kRequeue, reason, "Drained", deadline, 0}, now);
-      if (!t.ok()) return t.status();
-      stopping.push_back(j.id);
-      if (t->events.empty()) continue;  // already stopping, for as strong a reason
-      auto c = api::CommitTransition(tx, *t, now, &j);
+      auto c = DrainJob(tx, &j, reason, deadline, now);
       if (!c.ok()) return c.status();
+      stopping.push_back(j.id);
       seq = std::max(seq, *c);
     }
     return Status::Ok();

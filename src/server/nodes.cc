@@ -28,6 +28,17 @@ domain::RestartPolicy RestartOf(const store::JobRecord& job) {
   return spec.ok() ? spec->restart : domain::RestartPolicy{};
 }
 
+base::Result<int64_t> DrainJob(store::Tx& tx, store::JobRecord* job, const std::string& reason,
+                               double deadline, double now) {
+  auto life = api::LifeOf(*job);
+  if (!life.ok()) return life.status();
+  auto t = domain::lifecycle::RequestStop(
+      *life, {domain::StopIntent::kRequeue, reason, "Drained", deadline, 0}, now);
+  if (!t.ok()) return t.status();
+  if (t->events.empty()) return int64_t{0};  // already stopping, for as strong a reason
+  return api::CommitTransition(tx, *t, now, job);
+}
+
 base::Result<std::vector<store::JobRecord>> JobsHolding(store::Tx& tx,
                                                         const std::set<std::string>& nodes) {
   std::vector<store::JobRecord> out;

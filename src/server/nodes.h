@@ -33,6 +33,12 @@ domain::RestartPolicy RestartOf(const store::JobRecord& job);
 base::Result<std::vector<store::JobRecord>> JobsHolding(store::Tx& tx,
                                                         const std::set<std::string>& nodes);
 
+// Asks `job` (holding resources on a node being drained) to stop and be requeued, within
+// `deadline`, with `reason` and a Drained event, in `tx`. Returns the last event's sequence, 0
+// when the job was stopping already for as strong a reason (nothing written).
+base::Result<int64_t> DrainJob(store::Tx& tx, store::JobRecord* job, const std::string& reason,
+                               double deadline, double now);
+
 // The side of the server that node agents talk to.
 //
 // Agents register their node (stored as a `Node` object, which the scheduler's estate is built
