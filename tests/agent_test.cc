@@ -135,6 +135,21 @@ class AgentTest : public ::testing::Test {
     return *a;
   }
 
+  // Starts an agent for node real1 on the FAKE libnvidia-ml (tests/fake_nvml), with `env` for
+  // the fake; the caller waits for what it needs of the registration.
+  AgentProcess& StartNvmlAgent(std::vector<std::pair<std::string, std::string>> env = {}) {
+    auto& a = agents_["real1"];
+    a = std::make_unique<AgentProcess>(
+        kBinary,
+        std::vector<std::string>{"--cluster", "onprem", "--pool", "h100", "--node", "real1",
+                                 "--nvml-library", FAKE_NVML_LIBRARY, "--work-dir",
+                                 dir_.File("agent-real1"), "--cpu-milli", "8000", "--memory-mib",
+                                 "8192"},
+        dir_.File("agent-real1.log"), std::move(env));
+    a->Start(server_->url(), agent_token_);
+    return *a;
+  }
+
   std::string NodeState(const std::string& name) {
     HttpResult nodes = Http(*server_, "GET", "/api/v1/nodes", admin_);
     if (!nodes.body.is_object()) return "";
@@ -635,12 +650,7 @@ TEST_F(AgentTest, ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNone
 // The agent's NVML path end to end, against a FAKE libnvidia-ml (tests/fake_nvml): what it
 // reads reaches the node list, and the node does not claim to be simulated.
 TEST_F(AgentTest, AgentOnNvmlRegistersTheGpusItReadsWithTheirTelemetry) {
-  AgentProcess agent(kBinary,
-                     {"--cluster", "onprem", "--pool", "h100", "--node", "real1", "--nvml-library",
-                      FAKE_NVML_LIBRARY, "--work-dir", dir_.File("agent-real1"), "--cpu-milli",
-                      "8000", "--memory-mib", "8192"},
-                     dir_.File("agent-real1.log"));
-  agent.Start(server_->url(), agent_token_);
+  StartNvmlAgent();
   Json node;
   ASSERT_TRUE(Eventually([&] {
     const HttpResult nodes = Http(*server_, "GET", "/api/v1/nodes", admin_);
@@ -692,13 +702,7 @@ TEST_F(AgentTest, AgentOnNvmlRegistersTheGpusItReadsWithTheirTelemetry) {
 // MIG through NVML end to end, against the FAKE libnvidia-ml with healthy GPUs: the agent makes
 // the instances the scheduler grants and gives each task its MIG device's UUID.
 TEST_F(AgentTest, MigThroughNvmlGivesEachTaskItsInstance) {
-  AgentProcess agent(kBinary,
-                     {"--cluster", "onprem", "--pool", "h100", "--node", "real1", "--nvml-library",
-                      FAKE_NVML_LIBRARY, "--work-dir", dir_.File("agent-real1"), "--cpu-milli",
-                      "8000", "--memory-mib", "8192"},
-                     dir_.File("agent-real1.log"),
-                     {{"FAKE_NVML_CALLS", dir_.File("nvml-calls")}, {"FAKE_NVML_HEALTHY", "1"}});
-  agent.Start(server_->url(), agent_token_);
+  StartNvmlAgent({{"FAKE_NVML_CALLS", dir_.File("nvml-calls")}, {"FAKE_NVML_HEALTHY", "1"}});
   ASSERT_TRUE(Eventually([&] {
     const HttpResult nodes = Http(*server_, "GET", "/api/v1/nodes", admin_);
     return nodes.body["items"].size() == 1 && nodes.body["items"][0]["gpus"].size() == 4;
@@ -785,16 +789,10 @@ TEST_F(AgentTest, AMigModeChangeWaitingForAResetCordonsTheGpuUntilTheRemediation
   RestartWithPolicy(
       "{heartbeatInterval: 0.2, nodeLostTimeout: 2, gpuHealth: {remediation: [touch, '" + resets +
       "/{gpu}']}}");
-  AgentProcess agent(kBinary,
-                     {"--cluster", "onprem", "--pool", "h100", "--node", "real1", "--nvml-library",
-                      FAKE_NVML_LIBRARY, "--work-dir", dir_.File("agent-real1"), "--cpu-milli",
-                      "8000", "--memory-mib", "8192"},
-                     dir_.File("agent-real1.log"),
-                     {{"FAKE_NVML_CALLS", dir_.File("nvml-calls")},
-                      {"FAKE_NVML_HEALTHY", "1"},
-                      {"FAKE_NVML_RESET_REQUIRED", "3"},
-                      {"FAKE_NVML_RESETS", resets}});
-  agent.Start(server_->url(), agent_token_);
+  StartNvmlAgent({{"FAKE_NVML_CALLS", dir_.File("nvml-calls")},
+                  {"FAKE_NVML_HEALTHY", "1"},
+                  {"FAKE_NVML_RESET_REQUIRED", "3"},
+                  {"FAKE_NVML_RESETS", resets}});
   ASSERT_TRUE(Eventually([&] { return NodeState("real1") == "Ready"; }))
       << ReadFile(dir_.File("agent-real1.log"));
   auto node_events = [&](const std::string& reason) {

@@ -473,11 +473,9 @@ void Agent::Start(Task& t) {
     spec.hide_devices = DevicesToHide(GpuDeviceNodes(), granted);
     // And on a MIG machine, only its own instances' capabilities: a /dev/nvidia-caps of its own
     // (PrepareGpus found them).
-    if (!t.mig_caps_dir.empty()) {
-      spec.devices_dir = t.mig_caps_dir;
-      for (const MigCapability& c : t.mig_caps) {
-        spec.devices.push_back({c.node(), t.mig_caps_major, c.minor, c.mode});
-      }
+    if (t.mig_caps) {
+      spec.devices_dir = kNvidiaCaps;
+      spec.devices = *t.mig_caps;
     }
     spec.read_only = std::move(mounts.read_only);
     spec.read_write = std::move(mounts.read_write);

@@ -102,12 +102,9 @@ class Agent {
     // is time-sliced when MPS was granted.
     std::optional<protocol::SharingNote> sharing;
     std::optional<MpsEndpoint> mps;
-    // Its MIG instances as the driver's capabilities name them, and on a machine with MIG
-    // capabilities, the folder of their nodes and the nodes it may open (its own instances').
-    std::vector<MigInstanceIds> mig_ids;
-    std::string mig_caps_dir;
-    int64_t mig_caps_major = -1;
-    std::vector<MigCapability> mig_caps;
+    // On a machine whose driver grants MIG instances as capabilities: the capability nodes it
+    // may open (its own instances'), in a /dev/nvidia-caps of its own (PrepareGpus).
+    std::optional<std::vector<protocol::ShimSpec::Device>> mig_caps;
   };
   using Key = std::tuple<int64_t, int32_t, int64_t>;  // job, task, generation
 

@@ -60,15 +60,23 @@ std::vector<GpuDeviceNode> GpuDeviceNodes(const std::string& dev, const std::str
   return out;
 }
 
-int64_t ParseCapabilityMinor(const std::string& text) {
+MigCapability ParseCapabilityFile(const std::string& text) {
+  MigCapability c;
+  auto number = [](const std::string& v, size_t most) {
+    return !v.empty() && v.size() <= most && v.find_first_not_of("0123456789") == std::string::npos
+               ? std::stoll(v)
+               : -1;
+  };
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
-    if (std::string v = Field(line, "DeviceFileMinor");
-        !v.empty() && v.size() < 10 && v.find_first_not_of("0123456789") == std::string::npos) {
-      return std::stoll(v);
+    if (const int64_t minor = number(Field(line, "DeviceFileMinor"), 9); minor >= 0) {
+      c.minor = minor;
+    }
+    if (const int64_t mode = number(Field(line, "DeviceFileMode"), 5); mode >= 0) {
+      c.mode = static_cast<uint32_t>(mode) & 0777;
     }
   }
-  return -1;
+  return c;
 }
 
 std::vector<MigCapability> MigCapabilities(const std::string& root) {
@@ -93,16 +101,9 @@ std::vector<MigCapability> MigCapabilities(const std::string& root) {
     std::ifstream in(root + "/" + f);
     std::stringstream text;
     text << in.rdbuf();
-    const int64_t minor = ParseCapabilityMinor(text.str());
-    if (minor < 0) continue;
-    MigCapability c{f, minor};
-    std::istringstream lines(text.str());
-    for (std::string line; std::getline(lines, line);) {
-      if (std::string v = Field(line, "DeviceFileMode");
-          !v.empty() && v.size() < 6 && v.find_first_not_of("0123456789") == std::string::npos) {
-        c.mode = static_cast<uint32_t>(std::stoul(v)) & 0777;
-      }
-    }
+    MigCapability c = ParseCapabilityFile(text.str());
+    if (c.minor < 0) continue;
+    c.path = f;
     out.push_back(std::move(c));
   }
   return out;

@@ -34,6 +34,7 @@ std::vector<std::string> DevicesToHide(const std::vector<GpuDeviceNode>& nodes,
                                        const std::set<std::string>& granted);
 
 // --- MIG capabilities ---
+inline constexpr const char* kNvidiaCaps = "/dev/nvidia-caps";
 // With MIG, what a process may open is a capability each: a GPU instance and a compute instance
 // of it are opened through device nodes /dev/nvidia-caps/nvidia-cap<minor>, whose minors the
 // driver lists under /proc/driver/nvidia/capabilities (gpu<gpu minor>/mig/gi<id>/access,
@@ -62,8 +63,9 @@ struct MigCapability {
   bool operator==(const MigCapability&) const = default;
 };
 
-// The minor an access file names ("DeviceFileMinor: 12"); -1 when none.
-int64_t ParseCapabilityMinor(const std::string& text);
+// What an access file says ("DeviceFileMinor: 12", "DeviceFileMode: 292"), without its path;
+// a minor of -1 when it names none.
+MigCapability ParseCapabilityFile(const std::string& text);
 // The MIG capabilities the driver lists; none without the driver (or without MIG).
 std::vector<MigCapability> MigCapabilities(
     const std::string& root = "/proc/driver/nvidia/capabilities");

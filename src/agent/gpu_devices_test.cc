@@ -65,8 +65,8 @@ TEST(GpuDevices, ATaskOnAMigInstanceMayOpenItsOwnCapabilitiesOnly) {
   write(proc + "/gpu1/mig/gi2/access", "DeviceFileMinor: 147\n");
   write(proc + "/gpu1/mig/gi2/ci0/access", "DeviceFileMinor: 148\n");
   write(proc + "/gpu1/mig/gi9/access", "DeviceFileMode: 292\n");  // names no minor: skipped
-  EXPECT_EQ(ParseCapabilityMinor("DeviceFileMinor: 12\nDeviceFileMode: 292\n"), 12);
-  EXPECT_EQ(ParseCapabilityMinor("DeviceFileMinor: x\n"), -1);
+  EXPECT_EQ(ParseCapabilityFile("DeviceFileMinor: 12\nDeviceFileMode: 292\n").minor, 12);
+  EXPECT_EQ(ParseCapabilityFile("DeviceFileMinor: x\n").minor, -1);
   const std::vector<MigCapability> caps = MigCapabilities(proc);
   ASSERT_EQ(caps.size(), 6u);
   EXPECT_EQ(caps[0], (MigCapability{"gpu1/mig/gi1/access", 138, 0444}));

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <tuple>
 
+#include "agent/task_isolation.h"
 #include "base/command.h"
 #include "base/log.h"
 
@@ -39,25 +40,6 @@ bool DaemonRuns(const std::string& pipe_dir) {
   std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   const size_t paren = text.rfind(')');
   return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] != 'Z';
-}
-
-// Makes `dir` (or takes the folder there, never a link) with `mode`, root's or `owner`'s.
-base::Status MakeDir(const std::string& dir, mode_t mode, std::optional<uint32_t> owner) {
-  if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) {
-    return base::Status::Io("cannot make " + dir + ": " + std::strerror(errno));
-  }
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return base::Status::Io("cannot open " + dir + ": " + std::strerror(errno));
-  const uid_t uid = owner ? static_cast<uid_t>(*owner) : static_cast<uid_t>(-1);
-  const bool ok =
-      ::fchown(fd, uid, owner ? static_cast<gid_t>(*owner) : static_cast<gid_t>(-1)) == 0 &&
-      ::fchmod(fd, mode) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!ok) {
-    return base::Status::Io("cannot give " + dir + " its owner and mode: " + std::strerror(err));
-  }
-  return base::Status::Ok();
 }
 
 }  // namespace
@@ -141,7 +123,8 @@ base::Result<MpsEndpoint> MpsDaemons::Acquire(int64_t job, int32_t gpu, const st
            {e.pipe_dir.substr(0, e.pipe_dir.rfind('/')), open_mode, std::nullopt},
            {e.pipe_dir, own_mode, uid},
            {e.log_dir, own_mode, uid}}) {
-    if (base::Status s = MakeDir(dir, mode, owner); !s.ok()) return s;
+    const uid_t id = owner ? static_cast<uid_t>(*owner) : static_cast<uid_t>(-1);  // -1: as is
+    if (base::Status s = MakeFolder(dir, id, id, mode); !s.ok()) return s;
   }
   if (!DaemonRuns(e.pipe_dir)) {
     auto started = base::RunCommand(As(uid, {program, "-d"}), EnvOf(e, uuid), "", kCommandSeconds);

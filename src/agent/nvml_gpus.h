@@ -70,6 +70,14 @@ class NvmlGpus final : public GpuDiscovery {
     bool catalogued = false;
   };
   std::vector<GiSeen> AllGpuInstances(int32_t gpu);
+  // NVML's GPU-instance profiles of a GPU, each with its name (as GiSeen has it): asked of NVML
+  // once per GPU, as they do not change.
+  struct NamedProfile {
+    unsigned int id = 0;
+    std::string name;
+    bool catalogued = false;
+  };
+  const std::vector<NamedProfile>& NamedProfiles(int32_t gpu);
   // The UUID of the MIG device of GPU instance id `gi`.
   base::Result<std::string> MigDeviceUuid(int32_t gpu, unsigned int gi) const;
   base::Status DestroyGpuInstance(int32_t gpu, void* instance, const std::string& what);
@@ -83,6 +91,7 @@ class NvmlGpus final : public GpuDiscovery {
   std::vector<void*> devices_;       // nvmlDevice_t
   std::vector<std::string> models_;  // the catalogue's name of each device
   std::map<std::pair<int32_t, std::string>, GiProfile> gi_profiles_;
+  std::map<int32_t, std::vector<NamedProfile>> named_profiles_;
   void* events_ = nullptr;  // nvmlEventSet_t, when XID events can be watched
   std::map<int32_t, std::pair<int64_t, int32_t>> xids_;  // index -> count, last
 };

@@ -95,55 +95,62 @@ std::vector<std::pair<void*, int32_t>> NvmlGpus::GpuInstances(int32_t gpu,
   return out;
 }
 
-std::vector<NvmlGpus::GiSeen> NvmlGpus::AllGpuInstances(int32_t gpu) {
-  std::vector<GiSeen> out;
+const std::vector<NvmlGpus::NamedProfile>& NvmlGpus::NamedProfiles(int32_t gpu) {
+  std::vector<NamedProfile>& out = named_profiles_[gpu];
   const Api& a = *api_;
-  if (!a.gi_profile_info || !a.get_gis || !a.gi_info) return out;
+  if (!out.empty() || !a.gi_profile_info) return out;
   const domain::GpuModel* model =
       domain::GpuCatalog::Builtin().Find(models_[static_cast<size_t>(gpu)]);
-  // NVML's profile ids that are the catalogue's profiles.
   static const std::vector<domain::MigProfile> kNone;
   const std::vector<domain::MigProfile>& catalogue = model ? model->mig_profiles : kNone;
+  // NVML's profile ids that are the catalogue's profiles.
   std::map<unsigned int, std::string> catalogued;
-  if (model) {
-    for (const domain::MigProfile& profile : catalogue) {
-      if (auto p = FindGiProfile(gpu, profile.name); p.ok())
-        catalogued.emplace(p->id, profile.name);
-    }
+  for (const domain::MigProfile& profile : catalogue) {
+    if (auto p = FindGiProfile(gpu, profile.name); p.ok()) catalogued.emplace(p->id, profile.name);
   }
   for (unsigned int index = 0; index < kGiProfiles; ++index) {
     GiProfileInfo info{};
     if (a.gi_profile_info(devices_[static_cast<size_t>(gpu)], index, &info) != kSuccess) continue;
-    std::string name;
     if (auto it = catalogued.find(info.id); it != catalogued.end()) {
-      name = it->second;
-    } else {
-      // A variant of a catalogue profile (the same slices and memory: "+me", with the media
-      // engines), or a profile of its own, named as nvidia-smi names them.
-      const domain::MigProfile* like = nullptr;
-      for (const domain::MigProfile& p : catalogue) {
-        if (p.compute_slices == static_cast<int>(info.slice_count) &&
-            std::llabs(p.memory_mib - static_cast<long long>(info.memory_size_mb)) * 20 <=
-                p.memory_mib) {
-          like = &p;
-        }
-      }
-      name =
-          like ? like->name + "+me"
-               : std::to_string(info.slice_count) + "g." +
-                     std::to_string(std::lround(static_cast<double>(info.memory_size_mb) / 1024)) +
-                     "gb";
+      out.push_back({info.id, it->second, true});
+      continue;
     }
+    // A variant of a catalogue profile (the same slices and memory: "+me", with the media
+    // engines), or a profile of its own, named as nvidia-smi names them.
+    const domain::MigProfile* like = nullptr;
+    for (const domain::MigProfile& p : catalogue) {
+      if (p.compute_slices == static_cast<int>(info.slice_count) &&
+          std::llabs(p.memory_mib - static_cast<long long>(info.memory_size_mb)) * 20 <=
+              p.memory_mib) {
+        like = &p;
+      }
+    }
+    out.push_back(
+        {info.id,
+         like ? like->name + "+me"
+              : std::to_string(info.slice_count) + "g." +
+                    std::to_string(std::lround(static_cast<double>(info.memory_size_mb) / 1024)) +
+                    "gb",
+         false});
+  }
+  return out;
+}
+
+std::vector<NvmlGpus::GiSeen> NvmlGpus::AllGpuInstances(int32_t gpu) {
+  std::vector<GiSeen> out;
+  const Api& a = *api_;
+  if (!a.get_gis || !a.gi_info) return out;
+  for (const NamedProfile& profile : NamedProfiles(gpu)) {
     GpuInstance instances[kMaxInstances] = {};
     unsigned int count = kMaxInstances;
-    if (a.get_gis(devices_[static_cast<size_t>(gpu)], info.id, instances, &count) != kSuccess) {
+    if (a.get_gis(devices_[static_cast<size_t>(gpu)], profile.id, instances, &count) != kSuccess) {
       continue;
     }
     for (unsigned int i = 0; i < count && i < kMaxInstances; ++i) {
       GiInfo gi{};
       if (a.gi_info(instances[i], &gi) != kSuccess) continue;
-      out.push_back({instances[i], name, static_cast<int32_t>(gi.placement.start),
-                     static_cast<int32_t>(gi.placement.size), catalogued.count(info.id) > 0});
+      out.push_back({instances[i], profile.name, static_cast<int32_t>(gi.placement.start),
+                     static_cast<int32_t>(gi.placement.size), profile.catalogued});
     }
   }
   std::sort(out.begin(), out.end(),

@@ -242,13 +242,8 @@ int RunShim(const std::string& dir) {
     ChildIoTo(output);
     if (spec.uid && spec.gid) {
       // Only its own GPUs, then no root: neither can be undone without root.
-      std::vector<DeviceNode> devices;
-      for (const protocol::ShimSpec::Device& d : spec.devices) {
-        devices.push_back({d.name, static_cast<uint32_t>(d.major), static_cast<uint32_t>(d.minor),
-                           static_cast<uint32_t>(d.mode)});
-      }
       base::Status ready = IsolateMounts(spec.hide_devices, spec.read_only, spec.read_write,
-                                         spec.devices_dir, devices);
+                                         spec.devices_dir, spec.devices);
       if (ready.ok()) {
         ready = DropPrivileges(static_cast<uint32_t>(*spec.uid), static_cast<uint32_t>(*spec.gid));
       }

@@ -39,9 +39,8 @@ Status Agent::PrepareGpus(Task& t) {
   t.device_names.clear();
   t.sharing.reset();
   t.mps.reset();
-  t.mig_ids.clear();
-  t.mig_caps_dir.clear();
-  t.mig_caps.clear();
+  t.mig_caps.reset();
+  std::vector<MigInstanceIds> mig_ids;  // as the driver's capabilities name its instances
   size_t mig_grants = 0;
   for (const protocol::DeviceGrant& d : t.assignment.devices) {
     const std::string model =
@@ -85,22 +84,22 @@ Status Agent::PrepareGpus(Task& t) {
     if (!made.ok()) return made.status();
     t.device_names.push_back(*made);
     ++mig_grants;
-    if (auto ids = gpus_->MigIds(d.gpu, *made)) t.mig_ids.push_back(*ids);
+    if (auto ids = gpus_->MigIds(d.gpu, *made)) mig_ids.push_back(*ids);
   }
   // On a machine whose driver grants MIG instances as capabilities, the task opens its own
   // instances' only: a /dev/nvidia-caps of its own (IsolateMounts). One the agent cannot name is
   // refused rather than started without its GPU.
   const std::vector<MigCapability> caps = MigCapabilities();
   if (!caps.empty()) {
-    t.mig_caps_major = CharDeviceMajor("nvidia-caps");
-    t.mig_caps = OwnMigCapabilities(caps, t.mig_ids);
-    if (t.mig_caps_major < 0 || t.mig_ids.size() != mig_grants ||
-        t.mig_caps.size() != 2 * mig_grants) {
+    const int64_t major = CharDeviceMajor("nvidia-caps");
+    const std::vector<MigCapability> own = OwnMigCapabilities(caps, mig_ids);
+    if (major < 0 || mig_ids.size() != mig_grants || own.size() != 2 * mig_grants) {
       return Status(base::StatusCode::kFailedPrecondition,
                     "cannot find the driver's capabilities of the task's MIG instances "
                     "(/proc/driver/nvidia/capabilities, nvidia-caps in /proc/devices)");
     }
-    t.mig_caps_dir = "/dev/nvidia-caps";
+    t.mig_caps.emplace();
+    for (const MigCapability& c : own) t.mig_caps->push_back({c.node(), major, c.minor, c.mode});
   }
   return Status::Ok();
 }

@@ -75,7 +75,8 @@ base::Status DropPrivileges(uint32_t uid, uint32_t gid) {
 base::Status IsolateMounts(const std::vector<std::string>& nodes,
                            const std::vector<std::pair<std::string, std::string>>& read_only,
                            const std::vector<std::pair<std::string, std::string>>& read_write,
-                           const std::string& devices_dir, const std::vector<DeviceNode>& devices) {
+                           const std::string& devices_dir,
+                           const std::vector<protocol::ShimSpec::Device>& devices) {
   if (nodes.empty() && read_only.empty() && read_write.empty() && devices_dir.empty()) {
     return base::Status::Ok();
   }
@@ -110,11 +111,12 @@ base::Status IsolateMounts(const std::vector<std::string>& nodes,
     if (mount("tmpfs", devices_dir.c_str(), "tmpfs", flags, "mode=0755,size=64k") != 0) {
       return base::Status::Internal("cannot make " + devices_dir + " anew: " + strerror(errno));
     }
-    for (const DeviceNode& d : devices) {
+    for (const protocol::ShimSpec::Device& d : devices) {
       const std::string path = devices_dir + "/" + d.name;
       if (d.name.empty() || d.name.find('/') != std::string::npos ||
-          mknod(path.c_str(), S_IFCHR | (d.mode & 0666), makedev(d.major, d.minor)) != 0 ||
-          chmod(path.c_str(), d.mode & 0666) != 0) {
+          mknod(path.c_str(), S_IFCHR | static_cast<mode_t>(d.mode & 0666),
+                makedev(static_cast<unsigned>(d.major), static_cast<unsigned>(d.minor))) != 0 ||
+          chmod(path.c_str(), static_cast<mode_t>(d.mode & 0666)) != 0) {
         return base::Status::Internal("cannot make " + path + ": " + strerror(errno));
       }
     }

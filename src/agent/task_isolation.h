@@ -9,6 +9,7 @@
 
 #include "agent/task_uids.h"
 #include "base/status.h"
+#include "protocol/agent_protocol.h"
 
 // What the agent and the shim do on the machine to keep tasks of different jobs apart
 // (docs/adr/0016-task-isolation.md): the uid a task runs under, files only it and root can read,
@@ -22,13 +23,6 @@ namespace meridian::agent {
 // a child process that is about to exec (or to do one thing as the task's user and exit).
 base::Status DropPrivileges(uint32_t uid, uint32_t gid);
 
-// A device node a task is given in a folder made anew for it (IsolateMounts).
-struct DeviceNode {
-  std::string name;
-  uint32_t major = 0, minor = 0;
-  uint32_t mode = 0444;
-};
-
 // Puts /dev/null over each of `nodes` (device nodes of GPUs the task was not given), binds each
 // source of `read_only` (a dataset's folder) read-only at its target (an empty folder), and, with
 // `devices_dir` (/dev/nvidia-caps on a MIG machine), puts an empty folder of its own there with
@@ -40,7 +34,7 @@ base::Status IsolateMounts(const std::vector<std::string>& nodes,
                            const std::vector<std::pair<std::string, std::string>>& read_only = {},
                            const std::vector<std::pair<std::string, std::string>>& read_write = {},
                            const std::string& devices_dir = "",
-                           const std::vector<DeviceNode>& devices = {});
+                           const std::vector<protocol::ShimSpec::Device>& devices = {});
 
 // A folder the agent makes inside a folder of its own (never one a task may write in), with
 // `owner` and `mode` whatever was there before: a link or a file in its place is refused.

@@ -99,8 +99,8 @@ TEST(TaskIsolation, AFolderOfDevicesMadeAnewHoldsItsOwnNodesOnly) {
   std::ofstream(caps + "/nvidia-cap147") << "another job's instance";
   ASSERT_EQ(::chmod(dir.path().c_str(), 0711), 0);
   // Its own instance's nodes, as /dev/null's numbers (1:3) stand in for nvidia-caps'.
-  const std::vector<DeviceNode> own = {{"nvidia-cap138", 1, 3, 0444},
-                                       {"nvidia-cap139", 1, 3, 0444}};
+  const std::vector<protocol::ShimSpec::Device> own = {{"nvidia-cap138", 1, 3, 0444},
+                                                       {"nvidia-cap139", 1, 3, 0444}};
   EXPECT_EQ(InChild([&] {
               if (!IsolateMounts({}, {}, {}, caps, own).ok()) return 1;
               std::vector<std::string> names;

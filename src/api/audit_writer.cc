@@ -19,8 +19,6 @@ constexpr size_t kMaxHeld = 10000;
 // Past this many addresses in one minute, the rest are counted together as "other addresses".
 constexpr size_t kMaxAddresses = 10000;
 
-std::string Utc(double at) { return base::FormatUtc(at); }
-
 std::string EntryText(const store::AuditEntry& a) {
   return Json{{"at", a.at},     {"user", a.user},     {"method", a.method},
               {"path", a.path}, {"action", a.action}, {"project", a.project},
@@ -138,8 +136,8 @@ void Api::FlushFailedAuths(bool all) {
       a.code = 401;
       a.result = "denied";
       a.message = std::to_string(f.count) + " failed authentication" + (f.count == 1 ? "" : "s") +
-                  " from " + key.second + " in the minute from " + Utc(a.at) + ": " + reasons +
-                  "; last " + f.method + " " + f.path;
+                  " from " + key.second + " in the minute from " + base::FormatUtc(a.at) + ": " +
+                  reasons + "; last " + f.method + " " + f.path;
       entries.push_back(std::move(a));
       it = st.failed.erase(it);
     }

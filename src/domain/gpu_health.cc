@@ -144,6 +144,16 @@ bool CordonForMigMode(std::vector<GpuHealth>* gpus, int32_t index, const std::st
   return true;
 }
 
+bool MigModeInEffect(std::vector<GpuHealth>* gpus, int32_t index) {
+  auto it = std::find_if(gpus->begin(), gpus->end(),
+                         [&](const GpuHealth& g) { return g.index == index; });
+  if (it == gpus->end()) return false;
+  if (it->cordoned && it->xid == 0 && !it->held)
+    return UncordonGpu(gpus, index, Uncordon::kRemediated);
+  it->mig_mode_pending = false;  // cordoned for a fault too: that cordon stays
+  return false;
+}
+
 bool UncordonGpu(std::vector<GpuHealth>* gpus, int32_t index, Uncordon how) {
   auto it = std::find_if(gpus->begin(), gpus->end(),
                          [&](const GpuHealth& g) { return g.index == index; });

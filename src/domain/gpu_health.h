@@ -87,6 +87,11 @@ FaultRecorded RecordGpuFault(std::vector<GpuHealth>* gpus, int32_t index, int32_
 bool CordonForMigMode(std::vector<GpuHealth>* gpus, int32_t index, const std::string& reason,
                       double now);
 
+// GPU `index`'s pending MIG mode change is in effect (it was reset): uncordoned when nothing
+// else kept it cordoned (a fault, an operator's hold), which is what it returns; the flag goes
+// either way.
+bool MigModeInEffect(std::vector<GpuHealth>* gpus, int32_t index);
+
 // Uncordons GPU `index` (remediated, or an operator's word). An operator's uncordon (`forget`)
 // also forgets its faults, so that a GPU that was repaired starts afresh; a remediation keeps
 // them, so that a GPU that keeps faulting is held. Returns whether it was cordoned.

@@ -132,6 +132,14 @@ TEST(GpuHealth, AMigModeWaitingForAResetCordonsWithoutAFault) {
   EXPECT_TRUE(UncordonGpu(&gpus, 1, Uncordon::kRemediated));
   EXPECT_FALSE(FindGpu(gpus, 1)->mig_mode_pending);
   EXPECT_FALSE(GpuCordoned(gpus, 1));
+  // The mode in effect (reset by hand): back in service when nothing else cordons it; a fault's
+  // cordon stays, the flag goes.
+  EXPECT_TRUE(CordonForMigMode(&gpus, 1, "GPU 1: MIG mode", 14));
+  EXPECT_TRUE(MigModeInEffect(&gpus, 1));
+  EXPECT_FALSE(GpuCordoned(gpus, 1));
+  EXPECT_FALSE(MigModeInEffect(&gpus, 0));
+  EXPECT_TRUE(GpuCordoned(gpus, 0));
+  EXPECT_FALSE(FindGpu(gpus, 0)->mig_mode_pending);
 }
 
 TEST(GpuHealth, ThePolicyHasNvidiasResetByDefault) {

@@ -498,6 +498,8 @@ void EncodeLife(const JobLife& life, Json* status) {
   s.erase("stop");
   s.erase("startedAt");
   s.erase("finishedAt");
+  s.erase("refusals");
+  s.erase("eligibleAt");
   s.erase("cause");
   if (life.cause != FailureCause::kNone) s["cause"] = CauseName(life.cause);
   if (life.requeues > 0) {
@@ -507,8 +509,6 @@ void EncodeLife(const JobLife& life, Json* status) {
   }
   if (life.started_at > 0) s["startedAt"] = life.started_at;
   if (life.finished_at > 0) s["finishedAt"] = life.finished_at;
-  s.erase("refusals");
-  s.erase("eligibleAt");
   if (life.refusals > 0) s["refusals"] = life.refusals;
   if (life.eligible_at > 0) s["eligibleAt"] = life.eligible_at;
   if (life.stop != StopIntent::kNone) {

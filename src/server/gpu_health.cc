@@ -279,15 +279,9 @@ base::Result<int64_t> NodeService::ApplyMigModes(const std::string& node, const 
                                 std::to_string(g) + ")"));
     }
     for (int32_t g : modes.settled) {
-      auto h = std::find_if(ops.gpus.begin(), ops.gpus.end(),
-                            [&](const domain::GpuHealth& x) { return x.index == g; });
-      if (h == ops.gpus.end()) continue;
-      if (h->cordoned && h->xid == 0 && !h->held) {
-        domain::UncordonGpu(&ops.gpus, g, domain::Uncordon::kRemediated);
+      if (domain::MigModeInEffect(&ops.gpus, g)) {
         say("Normal", "GpuUncordoned",
             "GPU " + std::to_string(g) + ": its MIG mode change is in effect: back in service");
-      } else {
-        h->mig_mode_pending = false;  // cordoned for a fault too: that cordon stays
       }
     }
     // The node first, so that the scheduler follows the cordons before the jobs requeue.

@@ -3,6 +3,7 @@
 // affected jobs stopped through the lifecycle, remediation and uncordon, a repeating fault held.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <set>
 
@@ -21,13 +22,21 @@ class GpuHealthTest : public ControlPlane {
   // `extra` fields (remediation results); returns the answer.
   Json Beat(const std::string& node, const std::map<int, std::pair<int64_t, int32_t>>& xids,
             Json extra = Json::object()) {
+    return BeatWith(
+        node,
+        [&](int i) {
+          auto x = xids.find(i);
+          return Json{{"index", i},
+                      {"xidErrors", x == xids.end() ? 0 : x->second.first},
+                      {"lastXid", x == xids.end() ? 0 : x->second.second}};
+        },
+        std::move(extra));
+  }
+  // A heartbeat whose sample of each of the node's 8 GPUs is `sample(index)`.
+  Json BeatWith(const std::string& node, const std::function<Json(int)>& sample,
+                Json extra = Json::object()) {
     Json telemetry = Json::array();
-    for (int i = 0; i < 8; ++i) {
-      auto x = xids.find(i);
-      telemetry.push_back({{"index", i},
-                           {"xidErrors", x == xids.end() ? 0 : x->second.first},
-                           {"lastXid", x == xids.end() ? 0 : x->second.second}});
-    }
+    for (int i = 0; i < 8; ++i) telemetry.push_back(sample(i));
     Json body = {{"telemetry", telemetry}};
     body.update(extra);
     auto r = nodes_->Heartbeat(node, body);
@@ -171,15 +180,12 @@ TEST_F(GpuHealthTest, AMigModeWaitingForAResetCordonsTheGpuWithoutAFaultUntilItI
   const std::string node = placed.allocation[0]["node"];
   const int gpu = placed.allocation[0]["devices"][0]["gpu"];
   auto beat = [&](const std::set<int>& pending, Json extra = Json::object()) {
-    Json telemetry = Json::array();
-    for (int i = 0; i < 8; ++i) {
-      telemetry.push_back({{"index", i}, {"migModePending", pending.count(i) > 0}});
-    }
-    Json body = {{"telemetry", telemetry}};
-    body.update(extra);
-    auto r = nodes_->Heartbeat(node, body);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? *r : Json::object();
+    return BeatWith(
+        node,
+        [&](int i) {
+          return Json{{"index", i}, {"migModePending", pending.count(i) > 0}};
+        },
+        std::move(extra));
   };
   const auto written = [&] { return Get(gang).version; };
   for (int i = 0; i < 3; ++i) beat({gpu});

@@ -656,17 +656,19 @@ void SlurmConnector::EnforceLease() {
   for (auto& [tag, run] : runs_) {
     if (run.killed || run.slurm_id <= 0 || !IsActiveState(run.slurm_state)) continue;
     double seen = server_seen_at_;
-    std::string silent = "the server";
+    const std::string* node = nullptr;  // the node heard from least lately
     for (const auto& [index, task] : run.tasks) {
       auto at = answered_at_.find(task.node);
       const double node_seen = at == answered_at_.end() ? server_seen_at_ : at->second;
-      if (silent == "the server" || node_seen < seen) {
+      if (!node || node_seen < seen) {
         seen = node_seen;
-        silent =
-            "node " + task.node + (links_.count(task.node) ? "" : " (out of Slurm's partitions)");
+        node = &task.node;
       }
     }
     if (seen <= 0 || now - seen <= lease_) continue;
+    const std::string silent =
+        !node ? "the server"
+              : "node " + *node + (links_.count(*node) ? "" : " (out of Slurm's partitions)");
     run.killed = KillNow(run.slurm_id).ok();
     base::log::Warn("lease ran out: killed Slurm job {} ({}): {} not answered", run.slurm_id,
                     TagName(tag, o_.instance), silent);

@@ -203,26 +203,23 @@ bool ValidInstance(const std::string& instance) {
 std::optional<ParsedTag> ParseTagName(const std::string& name) {
   static const std::string kPrefix = "meridian-";
   if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
-  std::string rest = name.substr(kPrefix.size());
+  const std::string rest = name.substr(kPrefix.size());
   // The job and generation are the last two fields; what comes before them is the instance.
-  auto last = [&rest]() -> std::optional<int64_t> {
-    const size_t dash = rest.rfind('-');
-    const std::string digits = dash == std::string::npos ? rest : rest.substr(dash + 1);
-    if (digits.empty() || digits.size() > 18 ||
-        !std::all_of(digits.begin(), digits.end(), ::isdigit)) {
-      return std::nullopt;
-    }
-    rest = dash == std::string::npos ? "" : rest.substr(0, dash);
-    return std::stoll(digits);
+  const size_t second = rest.rfind('-');
+  if (second == std::string::npos || second == 0) return std::nullopt;
+  const size_t first = rest.rfind('-', second - 1);
+  const size_t job_at = first == std::string::npos ? 0 : first + 1;
+  const std::string job = rest.substr(job_at, second - job_at);
+  const std::string generation = rest.substr(second + 1);
+  const std::string instance = first == std::string::npos ? "" : rest.substr(0, first);
+  auto digits = [](const std::string& s) {
+    return !s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), ::isdigit);
   };
-  const size_t fields = static_cast<size_t>(std::count(rest.begin(), rest.end(), '-'));
-  if (fields == 0) return std::nullopt;
-  const std::optional<int64_t> generation = last();
-  if (!generation || rest.empty()) return std::nullopt;
-  const bool has_instance = rest.find('-') != std::string::npos;
-  const std::optional<int64_t> job = last();
-  if (!job || (has_instance && !ValidInstance(rest))) return std::nullopt;
-  return ParsedTag{{*job, *generation}, rest};
+  if (!digits(job) || !digits(generation) ||
+      (first != std::string::npos && !ValidInstance(instance))) {
+    return std::nullopt;
+  }
+  return ParsedTag{{std::stoll(job), std::stoll(generation)}, instance};
 }
 
 SlurmCli::SlurmCli(std::string slurm_conf, double timeout)
@@ -293,20 +290,20 @@ base::Result<int64_t> SlurmCli::Submit(const std::vector<std::string>& options,
 }
 
 Status SlurmCli::SignalStep(int64_t id, int step, const std::string& signal) const {
-  auto r =
-      RunCommand({"scancel", "--signal=" + signal, std::to_string(id) + "." + std::to_string(step)},
-                 Env(), "", timeout_);
-  if (!r.ok()) return r.status();
-  if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "scancel: " + Said(*r));
-  return Status::Ok();
+  return Scancel({"--signal=" + signal, std::to_string(id) + "." + std::to_string(step)});
 }
 
 Status SlurmCli::Cancel(int64_t id, const std::string& signal, const std::string& only_if) const {
-  std::vector<std::string> argv = {"scancel"};
-  if (!signal.empty()) argv.push_back("--signal=" + signal);
-  if (!only_if.empty()) argv.push_back("--state=" + only_if);
-  argv.push_back(std::to_string(id));
-  auto r = RunCommand(argv, Env(), "", timeout_);
+  std::vector<std::string> args;
+  if (!signal.empty()) args.push_back("--signal=" + signal);
+  if (!only_if.empty()) args.push_back("--state=" + only_if);
+  args.push_back(std::to_string(id));
+  return Scancel(std::move(args));
+}
+
+Status SlurmCli::Scancel(std::vector<std::string> args) const {
+  args.insert(args.begin(), "scancel");
+  auto r = RunCommand(args, Env(), "", timeout_);
   if (!r.ok()) return r.status();
   if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "scancel: " + Said(*r));
   return Status::Ok();

@@ -116,6 +116,7 @@ class SlurmCli {
 
  private:
   base::Result<Json> JsonOf(const std::vector<std::string>& argv) const;
+  base::Status Scancel(std::vector<std::string> args) const;  // scancel ARGS...
   std::map<std::string, std::string> Env() const;
 
   std::string slurm_conf_;
