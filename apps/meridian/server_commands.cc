@@ -54,6 +54,13 @@ void AddServerCommands(CLI::App& app, int* rc) {
   server->add_option("--store", o.store,
                      "postgresql://... : keep the state in PostgreSQL instead of SQLite in "
                      "--data-dir (which still holds the admin token and job logs)");
+  server
+      ->add_option("--store-wait", o.store_wait,
+                   "how long a start waits for the PostgreSQL database of --store to answer "
+                   "(restarting, failing over) before it gives up")
+      ->transform(DurationFlag())
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   server->add_option("--listen", o.listen, "HOST:PORT to serve on (port 0: any free port)");
   server->add_option("--advertise", o.advertise,
                      "URL clients reach this server at, where the other servers on its "

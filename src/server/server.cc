@@ -30,6 +30,7 @@
 #include "server/controller.h"
 #include "server/idle_reclaim.h"
 #include "server/leadership.h"
+#include "server/restart_in_place.h"
 #include "server/telemetry_metrics.h"
 #include "store/postgres/postgres_store.h"
 #include "store/sqlite/sqlite_store.h"
@@ -224,7 +225,27 @@ Status RunServer(const ServerOptions& o) {
   base::DirLock lock;
   if (Status s = lock.Acquire(o.data_dir); !s.ok()) return s;
   auto opened = OpenStore(o);
+  // PostgreSQL restarting or failing over (or this server starting afresh after it lost its
+  // session) is waited for, a second between tries, and SIGINT or SIGTERM ends the wait.
+  const auto wait_until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(o.store_wait);
+  std::string waiting_for;
+  while (!opened.ok() && opened.status().code() == base::StatusCode::kUnavailable &&
+         !o.store.empty() && std::chrono::steady_clock::now() < wait_until) {
+    if (opened.status().message() != waiting_for) {
+      waiting_for = opened.status().message();
+      base::log::Warn("{}: waiting for the database (at most {} s in all; --store-wait)",
+                      waiting_for, o.store_wait);
+    }
+    const timespec second{1, 0};
+    if (const int sig = sigtimedwait(&signals, nullptr, &second); sig > 0) {
+      base::log::Info("stopping (signal {}) before the database answered", sig);
+      return Status::Ok();
+    }
+    opened = OpenStore(o);
+  }
   if (!opened.ok()) return opened.status();
+  if (!waiting_for.empty()) base::log::Info("the database answers now");
 
   api::Metrics metrics;
   InstrumentedStore store(opened->get(), &metrics);
@@ -310,17 +331,28 @@ Status RunServer(const ServerOptions& o) {
 
   // On PostgreSQL, one of the servers on the database leads (docs/adr/0028): only it acts (the
   // scheduler loop, node expiry, alerting, idle reclaim) and writes; the others follow. A
-  // deposed leader exits at once rather than stopping its loops: its state in memory (heartbeats,
-  // assignments, the scheduler's) is a leader's, and a process started afresh is the one path
-  // to a clean follower that every start exercises. Its supervisor restarts it.
+  // deposed leader (another took over, or its database session was lost: PostgreSQL restarted
+  // or moved) stops acting at once by starting afresh in place rather than stopping its loops:
+  // its state in memory (heartbeats, assignments, the scheduler's) is a leader's, and a start
+  // afresh is the one path to a clean follower that every start exercises. Should that fail,
+  // it exits with status 3 for its supervisor to restart it.
   auto* election = dynamic_cast<store::Election*>(opened->get());
   std::unique_ptr<Leadership> leadership;
+  std::atomic<bool> signalled{false};  // SIGINT or SIGTERM: stopping
   if (election) {
-    election->OnDeposed([](const std::string& why) {
+    election->OnDeposed([&http, &signalled](const std::string& why) {
+      if (signalled) {
+        base::log::Error("{}: this server was stopping, and exits now (status 3)", why);
+        std::fflush(nullptr);
+        std::_Exit(3);
+      }
       base::log::Error(
-          "{}: this server stops acting and exits now (status 3); its supervisor "
-          "restarts it as a follower",
+          "{}: this server stops acting and starts afresh in place (the same process id and "
+          "listening socket), to follow or to lead again",
           why);
+      const Status s = RestartInPlace(http->listener());
+      base::log::Error("{}: exits now (status 3); its supervisor restarts it as a follower",
+                       s.message());
       std::fflush(nullptr);
       std::_Exit(3);
     });
@@ -377,7 +409,6 @@ Status RunServer(const ServerOptions& o) {
       act();
     });
   }
-  std::atomic<bool> signalled{false};
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&signals, &sig);

@@ -13,6 +13,9 @@ struct ServerOptions {
   std::string data_dir = "meridian-data";
   // Empty: SQLite in data_dir. A postgresql:// (or postgres://) URL: that PostgreSQL database.
   std::string store;
+  // How long a start waits for the PostgreSQL database to answer (it may be restarting, or
+  // failing over) before it gives up; SQLite does not wait.
+  double store_wait = 60;
   std::string listen = "127.0.0.1:8080";  // host:port; port 0 picks a free one
   // The URL clients and agents reach this server at, where followers redirect writes when it
   // leads (PostgreSQL, several servers). Empty: http(s)://listen, as bound.
