@@ -27,8 +27,9 @@ packages=(
   libjwt-dev python3 python3-jwt python3-cryptography
   # The server's and agents' logs: spdlog (on Debian's fmt), text or JSON lines.
   libspdlog-dev
-  # The PostgreSQL store: libpq, and the server the store's conformance suite starts.
-  libpq-dev postgresql
+  # The PostgreSQL store: libpq, and the server the store's conformance suite starts; and
+  # PostgreSQL's own failover, tested under Patroni with etcd (deploy/patroni/).
+  libpq-dev postgresql patroni etcd-server
   # The Slurm connector: its end-to-end test starts a real Slurm cluster (slurmctld, slurmd and
   # Slurm's commands from slurm-wlm, with munge for their authentication).
   slurm-wlm munge

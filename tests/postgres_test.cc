@@ -6,14 +6,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <atomic>
-#include <map>
-#include <mutex>
 #include <thread>
 
 #include "base/testing/temp_dir.h"
 #include "store/testing/postgres_server.h"
 #include "tests/server_process.h"
+#include "tests/submitting_clients.h"
 
 namespace meridian::testing {
 namespace {
@@ -214,51 +212,15 @@ TEST(ServerOnPostgres, RestartedUnderLoadItsServersComeBackAndLoseNothingAcknowl
   ASSERT_EQ(applied.code, 0) << applied.output;
   const pid_t pids[] = {a.pid(), b.pid()};
 
-  std::mutex mu;
-  std::map<std::string, int64_t> acked;  // key -> job id
-  std::atomic<bool> submitting{true};
-  std::atomic<int> retries{0};
-  std::atomic<int> given_up{0};
-  auto client = [&](int n) {
-    for (int i = 0; submitting; ++i) {
-      const std::string key = "c" + std::to_string(n) + "-" + std::to_string(i);
-      const Json job = {{"metadata", {{"name", key}, {"project", "research"}}},
-                        {"spec", {{"gpus", 1}, {"command", {"true"}}}}};
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-      int64_t id = 0;
-      for (int attempt = 0; id == 0 && std::chrono::steady_clock::now() < deadline; ++attempt) {
-        const ServerProcess& to = (attempt + n) % 2 ? b : a;
-        HttpResult r =
-            Http(to, "POST", "/api/v1/jobs", admin, job.dump(), {{"Idempotency-Key", key}});
-        if (r.status == 201 || r.status == 200) {
-          id = r.body.value("id", int64_t{0});
-        } else if (r.status != 307) {  // a follower's redirect: the other server is tried next
-          ++retries;                   // refused while PostgreSQL is away, or the connection closed
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-      }
-      if (id == 0) {
-        ++given_up;
-        return;
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        acked[key] = id;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // under the write limit
-    }
-  };
-  std::thread c0(client, 0), c1(client, 1);
+  SubmittingClients clients({&a, &b}, admin, "research");
   for (int i = 0; i < 3; ++i) {
     std::this_thread::sleep_for(std::chrono::seconds(2));
     ASSERT_EQ(pg.Restart(), "");
   }
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  submitting = false;
-  c0.join();
-  c1.join();
-  EXPECT_EQ(given_up.load(), 0) << "a submission found no server that took it within 30 s";
-  EXPECT_GT(retries.load(), 0) << "no submission met the restarts";
+  clients.Stop();
+  EXPECT_EQ(clients.given_up(), 0) << "a submission found no server that took it within 60 s";
+  EXPECT_GT(clients.retries(), 0) << "no submission met the restarts";
 
   // The same two processes, each alive: one leads, the other redirects to it.
   EXPECT_EQ(a.pid(), pids[0]);
@@ -270,28 +232,12 @@ TEST(ServerOnPostgres, RestartedUnderLoadItsServersComeBackAndLoseNothingAcknowl
     return Http(a, "POST", "/api/v1/tokens", admin, token).status == 201 ||
            Http(b, "POST", "/api/v1/tokens", admin, token).status == 201;
   }));
-
-  // Every acknowledged job is there, and each key made one job.
-  std::map<std::string, int> made;
-  std::string after;
-  for (;;) {
-    HttpResult page = Http(a, "GET", "/api/v1/jobs?limit=500" + after, admin);
-    ASSERT_EQ(page.status, 200) << page.text;
-    for (const Json& j : page.body["items"]) ++made[j["metadata"].value("name", "")];
-    const Json& next = page.body["continue"];
-    if (!next.is_number()) break;
-    after = "&continue=" + std::to_string(next.get<int64_t>());
-  }
-  ASSERT_GT(acked.size(), 50u);
-  for (const auto& [key, id] : acked) {
-    EXPECT_EQ(made[key], 1) << key << " (job " << id << ")";
-    EXPECT_EQ(GetJob(b, admin, id).value("id", int64_t{0}), id) << key;
-  }
-  for (const auto& [name, count] : made) EXPECT_LE(count, 1) << name;
+  ASSERT_GT(clients.acked_count(), 50u);
+  clients.ExpectEachAcknowledgedOnce(b);
   std::printf(
-      "%zu submissions acknowledged across 3 restarts of PostgreSQL; %d attempts "
-      "refused or cut off, and sent again\n",
-      acked.size(), retries.load());
+      "%zu submissions acknowledged across 3 restarts of PostgreSQL; %d attempts refused or cut "
+      "off, and sent again\n",
+      clients.acked_count(), clients.retries());
 }
 
 }  // namespace
