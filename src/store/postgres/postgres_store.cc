@@ -150,7 +150,17 @@ class PostgresConnection final : public SqlConnection {
                                                           bool writer) {
     auto c = std::unique_ptr<PostgresConnection>(new PostgresConnection());
     c->writer_ = writer;
-    c->conn_ = PQconnectdb(conninfo.c_str());
+    // Defaults that `conninfo` may override (it comes last, and libpq lets later settings win):
+    // a connection attempt gives up after 5 s, and an established one whose data goes
+    // unacknowledged for 5 s (the network to the database cut) fails, rather than after the
+    // kernel's retransmissions (about 15 minutes) or never. So a leader cut off from PostgreSQL
+    // finds its session lost and stops acting within seconds, before PostgreSQL's own
+    // keepalives end the session and let a follower take over (docs/adr/0028).
+    const char* const keys[] = {
+        "connect_timeout",     "tcp_user_timeout", "keepalives", "keepalives_idle",
+        "keepalives_interval", "keepalives_count", "dbname",     nullptr};
+    const char* const values[] = {"5", "5000", "1", "5", "1", "3", conninfo.c_str(), nullptr};
+    c->conn_ = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
     if (!c->conn_) return Status(base::StatusCode::kUnavailable, "PostgreSQL: out of memory");
     if (PQstatus(c->conn_) != CONNECTION_OK) return c->Unreachable();
     // Notices ("relation already exists, skipping") are not errors; they would go to stderr.

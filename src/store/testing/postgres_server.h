@@ -22,7 +22,16 @@ namespace meridian::store::testing {
 // folder removed, on destruction. Debian's `postgresql` package provides it (install-deps.sh).
 class PostgresServer {
  public:
+  // Where it runs and listens beyond its socket, for tests of the network between servers and
+  // their database.
+  struct Network {
+    std::string netns;     // a network namespace to run in (`ip netns exec`); "": this one
+    std::string listen;    // TCP addresses (listen_addresses), trusted from anywhere
+    std::string settings;  // more `-c name=value` settings
+  };
+
   PostgresServer() = default;
+  explicit PostgresServer(Network network) : network_(std::move(network)) {}
   PostgresServer(const PostgresServer&) = delete;
   PostgresServer& operator=(const PostgresServer&) = delete;
   ~PostgresServer() {
@@ -48,6 +57,9 @@ class PostgresServer {
     if (Shell(Bin("initdb") + " -D " + pg + "/data -U postgres -A trust -E UTF8 --no-sync > " + pg +
               "/initdb.log 2>&1") != 0) {
       return "initdb failed: " + Read(pg + "/initdb.log");
+    }
+    if (!network_.listen.empty()) {
+      std::ofstream(pg + "/data/pg_hba.conf", std::ios::app) << "host all all 0.0.0.0/0 trust\n";
     }
     return Control("start");
   }
@@ -95,7 +107,8 @@ class PostgresServer {
  private:
   std::string Control(const std::string& action) {
     const std::string pg = dir_.File("pg");
-    const std::string options = "-c listen_addresses='' -k " + pg + " -c max_connections=200";
+    const std::string options = "-c listen_addresses='" + network_.listen + "' -k " + pg +
+                                " -c max_connections=200 " + network_.settings;
     if (Shell(Bin("pg_ctl") + " -D " + pg + "/data -l " + pg + "/server.log -w -t 60 -o \"" +
               options + "\" " + action + " > " + pg + "/pg_ctl.log 2>&1") != 0) {
       return "pg_ctl " + action + " failed: " + Read(pg + "/pg_ctl.log") + Read(pg + "/server.log");
@@ -114,7 +127,8 @@ class PostgresServer {
   }
   std::string Bin(const std::string& tool) const {
     const std::string path = bin_ + "/" + tool;
-    return ::geteuid() == 0 ? "cd / && runuser -u postgres -- " + path : path;
+    const std::string in = network_.netns.empty() ? "" : "ip netns exec " + network_.netns + " ";
+    return ::geteuid() == 0 ? "cd / && " + in + "runuser -u postgres -- " + path : in + path;
   }
   static int Shell(const std::string& command) { return std::system(command.c_str()); }
   static std::string Read(const std::string& path) {
@@ -124,6 +138,7 @@ class PostgresServer {
     return s.str();
   }
 
+  const Network network_;
   base::testing::TempDir dir_;
   std::string bin_;
   bool started_ = false;
