@@ -30,6 +30,9 @@ packages=(
   # The PostgreSQL store: libpq, and the server the store's conformance suite starts; and
   # PostgreSQL's own failover, tested under Patroni with etcd (deploy/patroni/).
   libpq-dev postgresql patroni etcd-server
+  # A leader cut off from its database: PostgreSQL in a network namespace, the link cut by
+  # iptables.
+  iproute2 iptables
   # The Slurm connector: its end-to-end test starts a real Slurm cluster (slurmctld, slurmd and
   # Slurm's commands from slurm-wlm, with munge for their authentication).
   slurm-wlm munge
