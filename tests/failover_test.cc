@@ -104,9 +104,10 @@ TEST(ServerReplicas, KillNineOfTheLeaderLosesNoAcknowledgedJobAndRunsNoneTwiceAt
   for (auto& r : replicas) all += (all.empty() ? "" : ",") + r->url();
   ASSERT_EQ(Sql(conninfo, "SELECT url FROM leader"), replicas[0]->url());
 
-  // A follower: reads from the database; writes redirected to the leader (307).
-  HttpResult redirected = Http(*replicas[1], "POST", "/api/v1/jobs", admin, "{}");
-  EXPECT_EQ(redirected.status, 307) << redirected.text;
+  // A follower: reads from the database; writes sent on to the leader, whose answer it gives.
+  HttpResult forwarded = Http(*replicas[1], "POST", "/api/v1/jobs", admin, "{}");
+  EXPECT_EQ(forwarded.status, 400) << forwarded.text;
+  EXPECT_EQ(forwarded.body["error"].value("code", ""), "invalid_argument") << forwarded.text;
   EXPECT_EQ(Http(*replicas[1], "GET", "/api/v1/jobs", admin).status, 200);
 
   { std::ofstream(dir.File("estate.yaml")) << kEstate; }

@@ -76,8 +76,10 @@ TEST(ServerOnPostgres, KeepsWhatItAcknowledgedAcrossKillNineAndASecondServerFoll
   struct stat st {};
   EXPECT_NE(::stat(dir.File("data/meridian.db").c_str(), &st), 0);
 
-  // A second server on the same database follows: it serves reads from the database and
-  // redirects writes (307) to the leader's advertised URL, where the client's retry lands.
+  // A second server on the same database follows: it serves reads of the database itself and
+  // forwards everything else, once authenticated, to the leader (writes, and what only the
+  // leader holds in memory), so that a client of either sees the same; agents' calls it
+  // redirects (307) to the leader's advertised URL.
   ServerProcess second(kBinary, dir.File("second"), {"--store", url});
   ASSERT_TRUE(second.Start()) << ReadFile(dir.File("second.log"));
   EXPECT_NE(ReadFile(dir.File("second.log")).find("following the leader " + server.url()),
@@ -86,13 +88,36 @@ TEST(ServerOnPostgres, KeepsWhatItAcknowledgedAcrossKillNineAndASecondServerFoll
   EXPECT_EQ(GetJob(second, admin, ids[0]).value("id", int64_t{0}), ids[0]);
   Json extra = {{"metadata", {{"name", "via-follower"}, {"project", "research"}}},
                 {"spec", {{"gpus", 1}, {"command", {"true"}}}}};
+  HttpResult forwarded = Http(second, "POST", "/api/v1/jobs", admin, extra.dump());
+  ASSERT_EQ(forwarded.status, 201) << forwarded.text;
+  const int64_t forwarded_id = forwarded.body.value("id", int64_t{0});
+  EXPECT_EQ(GetJob(server, admin, forwarded_id)["metadata"].value("name", ""), "via-follower");
+  ids.push_back(forwarded_id);
+  // A pending job's explanation is the leader's scheduler's: the follower gives the same.
+  HttpResult here =
+      Http(server, "GET", "/api/v1/jobs/" + std::to_string(ids[0]) + "/explanation", admin);
+  HttpResult there =
+      Http(second, "GET", "/api/v1/jobs/" + std::to_string(ids[0]) + "/explanation", admin);
+  EXPECT_EQ(here.status, 200) << here.text;
+  EXPECT_EQ(there.status, 200) << there.text;
+  EXPECT_EQ(there.body.value("phase", ""), here.body.value("phase", "")) << there.text;
+  // A bad token is refused by the follower itself, without a word to the leader.
+  EXPECT_EQ(Http(second, "POST", "/api/v1/jobs", "mrd_0000_bad", extra.dump()).status, 401);
+  // The write was audited once, by the leader that made it.
+  HttpResult audit = Http(second, "GET", "/api/v1/audit?limit=500", admin);
+  ASSERT_EQ(audit.status, 200) << audit.text;
+  int creates = 0;
+  for (const Json& e : audit.body["items"]) {
+    creates += e.value("action", "") == "jobs.create" && e.value("code", 0) == 201;
+  }
+  EXPECT_EQ(creates, 6) << audit.text;  // five to the leader, one through the follower
   {
     httplib::Client c("127.0.0.1", second.port());
     httplib::Headers h = {{"Authorization", "Bearer " + admin}};
-    auto r = c.Post("/api/v1/jobs", h, extra.dump(), "application/json");
+    auto r = c.Post("/api/v1/agents/register", h, "{}", "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 307) << r->body;
-    EXPECT_EQ(r->get_header_value("Location"), server.url() + "/api/v1/jobs");
+    EXPECT_EQ(r->get_header_value("Location"), server.url() + "/api/v1/agents/register");
   }
   // The CLI given both addresses follows the redirect: the job is the leader's.
   CliResult via = Cli(kBinary, "submit -p research --gpus 1 --name via -- true",
@@ -135,7 +160,7 @@ TEST(ServerOnPostgres, KeepsWhatItAcknowledgedAcrossKillNineAndASecondServerFoll
 // A leader whose database session ends (PostgreSQL restarted under it, or the session cut) has
 // lost its lock: it stops acting at once by starting afresh in place (the same process id and
 // port, saying why). Then one server leads at the next epoch, the follower or the old leader
-// started afresh (which campaigns at once), and the other redirects writes to it.
+// started afresh (which campaigns at once), and the other sends writes on to it.
 TEST(ServerOnPostgres, ALeaderThatLosesItsDatabaseSessionStartsAfreshAndOneServerLeadsAgain) {
   base::testing::TempDir dir;
   store::testing::PostgresServer pg;
@@ -170,23 +195,24 @@ TEST(ServerOnPostgres, ALeaderThatLosesItsDatabaseSessionStartsAfreshAndOneServe
   EXPECT_EQ(leader.pid(), leader_pid);
   EXPECT_EQ(::waitpid(leader_pid, nullptr, WNOHANG), 0) << "the old leader exited: " << log;
 
-  // One of the two leads at epoch 2 and takes writes; the other redirects them to it.
-  const std::string token = Json{{"user", "admin"}, {"description", "after"}}.dump();
-  int leads = -1;
+  // One of the two leads at epoch 2; the other follows it and sends writes on to it.
+  std::string leader_url;
   EXPECT_TRUE(Eventually([&] {
-    if (Http(leader, "POST", "/api/v1/tokens", admin, token).status == 201) leads = 0;
-    if (Http(follower, "POST", "/api/v1/tokens", admin, token).status == 201) leads = 1;
-    return leads >= 0;
+    const std::string row = Sql(conninfo, "SELECT epoch || ' ' || url FROM leader");
+    if (row.rfind("2 ", 0) != 0) return false;
+    leader_url = row.substr(2);
+    return true;
   })) << ReadFile(dir.File("a.log"))
       << ReadFile(dir.File("b.log"));
-  ASSERT_GE(leads, 0);
-  ServerProcess& now = leads == 0 ? leader : follower;
-  ServerProcess& other = leads == 0 ? follower : leader;
-  EXPECT_EQ(Sql(conninfo, "SELECT epoch || ' ' || url FROM leader"), "2 " + now.url());
+  ASSERT_TRUE(leader_url == leader.url() || leader_url == follower.url()) << leader_url;
+  const bool old_leads = leader_url == leader.url();
+  ServerProcess& other = old_leads ? follower : leader;
   EXPECT_TRUE(Eventually([&] {
-    HttpResult redirected = Http(other, "POST", "/api/v1/tokens", admin, token);
-    return redirected.status == 307;
+    return ReadFile(dir.File(old_leads ? "b.log" : "a.log"))
+               .find("following the leader " + leader_url) != std::string::npos;
   }));
+  const std::string token = Json{{"user", "admin"}, {"description", "after"}}.dump();
+  EXPECT_EQ(Http(other, "POST", "/api/v1/tokens", admin, token).status, 201);
 }
 
 // PostgreSQL restarted under load, three times, while two clients submit through both servers

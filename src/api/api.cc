@@ -419,6 +419,7 @@ void Api::Route(net::HttpServer& server, const char* method, const std::string& 
     FlushFailedAuths(false);
     Call call{req, res, action, {}, false, false, "", "", "", "", clock_->Now(), nullptr, "", 0};
     double held = 0;  // seconds until the address may try to authenticate again
+    bool forwarded = false;
     try {
       // An address that keeps failing to authenticate is held off before its tokens are
       // looked up (a guess costs the store a read and the audit log a count).
@@ -435,6 +436,8 @@ void Api::Route(net::HttpServer& server, const char* method, const std::string& 
       } else if (!auth.ok()) {
         if (kind != Kind::kPublic) failed_auths_.Take(req.remote_addr, call.started);
         Fail(call, auth);
+      } else if (kind != Kind::kPublic && forwarder_ && forwarder_(action, req, res)) {
+        forwarded = true;  // limited, answered and audited by the leader
       } else if (kind == Kind::kMutate && !call.access.OnlyRunsNodes() &&
                  (wait = writes_.Take(call.token_id, call.started)) > 0) {
         RateLimited(call, "writes", wait,
@@ -465,14 +468,16 @@ void Api::Route(net::HttpServer& server, const char* method, const std::string& 
       Fail(call, 500, "internal", "internal error; the server logs it");
     }
     bool failed_auth = kind != Kind::kPublic && !call.authenticated;
-    if (kind == Kind::kSignIn) {
+    if (forwarded) {
+      failed_auth = false;  // the leader counted it
+    } else if (kind == Kind::kSignIn) {
       failed_auth = held > 0 || res.status == 401;
       if (res.status == 401) failed_auths_.Take(req.remote_addr, call.started);
     }
     if (failed_auth) {
       // Counted, not written one by one: a client retrying a bad token must not fill the log.
       CountFailedAuth(call);
-    } else if (kind != Kind::kPublic && kind != Kind::kSignIn && res.status != 429 &&
+    } else if (!forwarded && kind != Kind::kPublic && kind != Kind::kSignIn && res.status != 429 &&
                ((kind == Kind::kMutate && !call.audited) || res.status == 401 ||
                 res.status == 403)) {
       Audit(call);

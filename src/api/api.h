@@ -311,6 +311,12 @@ class Api {
   void ServeIdle(IdleHooks* idle) { idle_ = idle; }
   // Adds each Budget's status to what GET /api/v1/budgets answers.
   void ServeBudgets(BudgetHooks* budgets) { budgets_ = budgets; }
+  // A follower's way to its leader (server/leadership.h): called with the route's action for
+  // every request that passed authentication (and every sign-in) before its handler; when it
+  // answers in the handler's place (the leader answered, and audits it), it returns true.
+  using Forwarder =
+      std::function<bool(const std::string& action, const net::Request&, net::Response&)>;
+  void SetForwarder(Forwarder forwarder) { forwarder_ = std::move(forwarder); }
   ~Api();
 
   void Register(net::HttpServer& server);
@@ -448,6 +454,7 @@ class Api {
   const base::Clock* clock_;
   base::Entropy* entropy_;
   SchedulerHooks* hooks_;
+  Forwarder forwarder_;
   EventBus* bus_;
   Metrics* metrics_;
   ApiOptions options_;

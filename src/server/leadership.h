@@ -16,16 +16,23 @@ namespace meridian::server {
 // One server's part in the election among the replicas on one PostgreSQL database
 // (docs/adr/0028-several-servers-one-leader.md). A follower campaigns continually (every
 // kCampaignInterval) and, once it leads, calls `on_lead` on its own thread, once; a leader checks
-// its leadership as often, and the store calls its OnDeposed hook when it is lost. Meanwhile a
-// follower answers what would write (every method but GET and HEAD: API writes, agents'
-// registrations and heartbeats) with 307 to the leader's advertised URL, or 503 when no leader
-// is known; it serves reads from the database. Thread-safe.
+// its leadership as often, and the store calls its OnDeposed hook when it is lost.
+//
+// Meanwhile a follower answers every client as the leader would. It serves the reads that the
+// database holds (documents, revisions, users, tokens, the audit log, samples) itself, and
+// forwards every other API request, once authenticated (Forward), to the leader: writes, and
+// reads of what only the leader holds in memory (pending reasons, explanations, nodes'
+// telemetry, alerts, long polls of events, job logs). So a dashboard, or clients behind a load
+// balancer, may use any server. Agents' calls, watches and WebSockets (streams it does not
+// relay) are answered with 307 to the leader's advertised URL instead (Gate), which agents and
+// the CLI follow; 503 while no leader is known. Thread-safe.
 class Leadership {
  public:
   static constexpr double kCampaignInterval = 0.25;  // seconds
 
-  // `advertised`: this server's URL as clients reach it, recorded when it leads.
-  Leadership(store::Election* election, std::string advertised);
+  // `advertised`: this server's URL as clients reach it, recorded when it leads. `ca_cert`: the
+  // PEM file that a follower trusts the leader's HTTPS certificate by ("": the system's).
+  Leadership(store::Election* election, std::string advertised, std::string ca_cert = "");
   ~Leadership();
 
   // Campaigns once, at start: an error only when the database cannot be asked.
@@ -37,13 +44,21 @@ class Leadership {
   bool leading() const { return leading_.load(); }
   // The HTTP gate (net::HttpServer::SetGate): true when it answered in the handler's place.
   bool Gate(const net::Request& req, net::Response& res) const;
+  // The API's forwarder (api::Api::SetForwarder): on a follower, sends a request of route
+  // `action` on to the leader and gives its answer back (true), unless this server answers it
+  // from the database (false).
+  bool Forward(const std::string& action, const net::Request& req, net::Response& res) const;
 
  private:
   void Loop();
   void Learn();  // the leader the database records, for redirects
+  std::string leader_url() const;
+  // 503 with Retry-After: no leader known (`why` says more).
+  static void NoLeader(net::Response& res, const std::string& why);
 
   store::Election* election_;
   const std::string advertised_;
+  const std::string ca_cert_;
   std::atomic<bool> leading_{false};
   std::function<void()> on_lead_;
 

@@ -356,10 +356,15 @@ Status RunServer(const ServerOptions& o) {
       std::fflush(nullptr);
       std::_Exit(3);
     });
-    leadership = std::make_unique<Leadership>(election, o.advertise.empty() ? url : o.advertise);
+    leadership =
+        std::make_unique<Leadership>(election, o.advertise.empty() ? url : o.advertise, o.tls_cert);
     http->SetGate([&leadership](const net::Request& req, net::Response& res) {
       return leadership->Gate(req, res);
     });
+    api.SetForwarder(
+        [&leadership](const std::string& action, const net::Request& req, net::Response& res) {
+          return leadership->Forward(action, req, res);
+        });
     if (Status s = leadership->CampaignOnce(); !s.ok()) {
       return Status(s.code(), "--store: " + s.message());
     }
