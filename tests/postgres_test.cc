@@ -215,6 +215,51 @@ TEST(ServerOnPostgres, ALeaderThatLosesItsDatabaseSessionStartsAfreshAndOneServe
   EXPECT_EQ(Http(other, "POST", "/api/v1/tokens", admin, token).status, 201);
 }
 
+// While no server can lead (another session holds the leader lock), a server follows with no
+// leader to send to: it serves what the database holds, answers the rest 503 with Retry-After
+// (not a redirect to nowhere, nor a hang), and takes over as soon as the lock is free.
+TEST(ServerOnPostgres, WithNoLeaderAServerAnswersUnavailableUntilItCanLead) {
+  base::testing::TempDir dir;
+  store::testing::PostgresServer pg;
+  ASSERT_EQ(pg.Start(), "");
+  std::string error;
+  const std::string conninfo = pg.Database("meridian", &error);
+  ASSERT_NE(conninfo, "") << error;
+  const std::string url = "postgresql://postgres@/meridian?host=" + pg.socket_dir();
+  ServerProcess server(kBinary, dir.File("s"), {"--store", url});
+  ASSERT_TRUE(server.Start()) << ReadFile(dir.File("s.log"));
+  const std::string admin = server.admin_token();
+  { std::ofstream(dir.File("estate.yaml")) << kEstate; }
+  ASSERT_EQ(
+      Cli(kBinary, "apply -f " + dir.File("estate.yaml") + " -m first", server.url(), admin).code,
+      0);
+  server.Stop(SIGTERM);
+
+  PGconn* holder = PQconnectdb(conninfo.c_str());
+  PGresult* held = PQexec(holder, "SELECT pg_advisory_lock(7263746902)");  // the leader lock
+  ASSERT_EQ(PQresultStatus(held), PGRES_TUPLES_OK) << PQresultErrorMessage(held);
+  PQclear(held);
+  ASSERT_TRUE(server.Start()) << ReadFile(dir.File("s.log"));
+  EXPECT_EQ(Http(server, "GET", "/api/v1/projects", admin).status, 200);
+  const std::string token = Json{{"user", "admin"}, {"description", "t"}}.dump();
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(10);
+  auto refused =
+      c.Post("/api/v1/tokens", {{"Authorization", "Bearer " + admin}}, token, "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503) << refused->body;
+  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
+  EXPECT_NE(refused->body.find("no leader"), std::string::npos) << refused->body;
+  // A read of what only a leader holds (pending reasons) is refused the same way.
+  EXPECT_EQ(Http(server, "GET", "/api/v1/jobs", admin).status, 503);
+
+  PQfinish(holder);
+  EXPECT_TRUE(Eventually([&] {
+    return Http(server, "POST", "/api/v1/tokens", admin, token).status == 201;
+  })) << ReadFile(dir.File("s.log"));
+  EXPECT_NE(ReadFile(dir.File("s.log")).find("took over as leader"), std::string::npos);
+}
+
 // PostgreSQL restarted under load, three times, while two clients submit through both servers
 // (each submission with its Idempotency-Key, sent again to either server until one answers, as
 // `meridian submit` does): the servers come back by themselves, the same processes on the same

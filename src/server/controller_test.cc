@@ -126,6 +126,38 @@ TEST_F(ControlPlane, ALostNodesJobIsRequeuedElsewhereInPlace) {
   EXPECT_EQ(Get(id).generation, 2);
 }
 
+// A new leader (a follower taking over after the leader died) gives every node a full
+// nodeLostTimeout from its takeover: no agent could reach a server meanwhile, and their nodes
+// must not be found lost, and their jobs requeued, the moment a server leads again.
+TEST_F(ControlPlane, ANewLeaderGivesEveryNodeAFullLostTimeoutFromItsTakeover) {
+  const auto [id, first, other] = RequeuableJobOnOneOfTwoNodes();
+  ASSERT_FALSE(first.empty());
+  clock_.Advance(600);  // the leader is gone, for twice the lost timeout (300 s)
+  // The follower that takes over: its node service loaded from the store, then TakeOver, and a
+  // controller of its own.
+  nodes_ = std::make_unique<NodeService>(store_.get(), &clock_, &bus_);
+  nodes_->TakeOver();
+  Restart();
+  Round();
+  EXPECT_EQ(Phase(id), "Running");
+  // The other node's agent is back at once; the job's node stays silent.
+  for (int i = 0; i < 29; ++i) {  // 290 s after the takeover
+    clock_.Advance(10);
+    Heartbeat(other);
+    Round();
+  }
+  EXPECT_EQ(Phase(id), "Running") << "lost before a full timeout from the takeover";
+  EXPECT_TRUE(Events(id, "Requeued").empty());
+  for (int i = 0; i < 2; ++i) {  // 310 s after it
+    clock_.Advance(10);
+    Heartbeat(other);
+    Round();
+  }
+  Round();
+  EXPECT_EQ(Events(id, "Requeued").size(), 1u) << "silent a full timeout since the takeover";
+  EXPECT_EQ(NodeOf(id), other);
+}
+
 // Two nodes fall silent a second apart (a rack losing power, its nodes last heard in turn): when
 // the first is declared lost, its job is not placed on the second, silent for as long but not
 // lost yet, where it would be requeued again a second later and counted twice.
