@@ -132,10 +132,11 @@ TEST_F(ControlPlane, ALostNodesJobIsRequeuedElsewhereInPlace) {
 TEST_F(ControlPlane, ANewLeaderGivesEveryNodeAFullLostTimeoutFromItsTakeover) {
   const auto [id, first, other] = RequeuableJobOnOneOfTwoNodes();
   ASSERT_FALSE(first.empty());
-  clock_.Advance(600);  // the leader is gone, for twice the lost timeout (300 s)
-  // The follower that takes over: its node service loaded from the store, then TakeOver, and a
-  // controller of its own.
+  // A follower's node service, which loaded the nodes to answer a read (GET /nodes).
   nodes_ = std::make_unique<NodeService>(store_.get(), &clock_, &bus_);
+  (void)nodes_->NodeStatus(first);
+  clock_.Advance(600);  // the leader is gone, for twice the lost timeout (300 s)
+  // The follower takes over: TakeOver, and a controller of its own.
   nodes_->TakeOver();
   Restart();
   Round();
