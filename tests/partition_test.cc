@@ -19,6 +19,7 @@
 
 #include "base/testing/temp_dir.h"
 #include "store/testing/postgres_server.h"
+#include "tests/postgres_fixtures.h"
 #include "tests/server_process.h"
 #include "tests/submitting_clients.h"
 
@@ -26,26 +27,6 @@ namespace meridian::testing {
 namespace {
 
 const std::string kBinary = MERIDIAN_BINARY;
-
-const char* kEstate = R"(kind: Organization
-metadata: {name: acme}
----
-kind: Team
-metadata: {name: lab}
-spec: {organization: acme}
----
-kind: Project
-metadata: {name: research}
-spec: {team: lab}
----
-kind: Cluster
-metadata: {name: onprem}
-spec: {type: on-prem}
----
-kind: NodePool
-metadata: {name: h100}
-spec: {cluster: onprem, nodes: 1, gpusPerNode: 8, gpuModel: H100-80GB}
-)";
 
 int Shell(const std::string& command) { return std::system(command.c_str()); }
 
@@ -137,7 +118,7 @@ TEST(ServerReplicas, ALeaderCutOffFromPostgresStopsActingBeforeTheFollowerTakesO
   ServerProcess follower(kBinary, dir.File("follower"),
                          {"--store", "postgresql://postgres@" + net.follower_side() + "/meridian"});
   ASSERT_TRUE(follower.Start()) << ReadFile(dir.File("follower.log"));
-  { std::ofstream(dir.File("estate.yaml")) << kEstate; }
+  { std::ofstream(dir.File("estate.yaml")) << kOneNodeEstate; }
   CliResult applied =
       Cli(kBinary, "apply -f " + dir.File("estate.yaml") + " -m first", leader.url(), admin);
   ASSERT_EQ(applied.code, 0) << applied.output;
@@ -177,7 +158,6 @@ TEST(ServerReplicas, ALeaderCutOffFromPostgresStopsActingBeforeTheFollowerTakesO
   std::this_thread::sleep_for(std::chrono::seconds(1));
   clients.Stop();
 
-  EXPECT_EQ(leader.pid(), pid);
   EXPECT_EQ(::waitpid(pid, nullptr, WNOHANG), 0) << ReadFile(dir.File("leader.log"));
   EXPECT_EQ(clients.given_up(), 0) << "a submission found no server that took it within 60 s";
   ASSERT_GT(clients.acked_count(), 20u);

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "base/testing/temp_dir.h"
+#include "tests/postgres_fixtures.h"
 #include "tests/server_process.h"
 #include "tests/submitting_clients.h"
 
@@ -29,26 +30,6 @@ namespace {
 const std::string kBinary = MERIDIAN_BINARY;
 const std::string kPatroniConfig = std::string(MERIDIAN_SOURCE_DIR) + "/deploy/patroni/patroni.yml";
 const std::string kPassword = "test-secret";
-
-const char* kEstate = R"(kind: Organization
-metadata: {name: acme}
----
-kind: Team
-metadata: {name: lab}
-spec: {organization: acme}
----
-kind: Project
-metadata: {name: research}
-spec: {team: lab}
----
-kind: Cluster
-metadata: {name: onprem}
-spec: {type: on-prem}
----
-kind: NodePool
-metadata: {name: h100}
-spec: {cluster: onprem, nodes: 1, gpusPerNode: 8, gpuModel: H100-80GB}
-)";
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -61,21 +42,6 @@ int Get(int port, const std::string& path) {
   c.set_read_timeout(5);
   auto r = c.Get(path);
   return r ? r->status : 0;
-}
-
-// Runs `sql` on `conninfo`; "" when it succeeded, else why not.
-std::string Exec(const std::string& conninfo, const std::string& sql) {
-  PGconn* c = PQconnectdb(conninfo.c_str());
-  std::string error;
-  if (PQstatus(c) != CONNECTION_OK) {
-    error = PQerrorMessage(c);
-  } else {
-    PGresult* r = PQexec(c, sql.c_str());
-    if (PQresultStatus(r) != PGRES_COMMAND_OK) error = PQresultErrorMessage(r);
-    PQclear(r);
-  }
-  PQfinish(c);
-  return error;
 }
 
 // One Patroni member (and the PostgreSQL it runs), as the postgres account when the test is
@@ -100,6 +66,7 @@ class PatroniMember {
             {"PATRONI_POSTGRESQL_PGPASS", dir_ + "/pgpass"},
             {"PATRONI_SUPERUSER_PASSWORD", kPassword},
             {"PATRONI_REPLICATION_PASSWORD", kPassword},
+            {"PATRONI_RESTAPI_PASSWORD", kPassword},
             {"HOME", dir_}};
   }
   ~PatroniMember() {
@@ -208,8 +175,8 @@ TEST(Patroni, TheServerFollowsThePrimaryWhenPatroniMovesItAndWhenItIsLost) {
   // Meridian's role and database, as docs/operations.md makes them.
   const std::string superuser = "host=127.0.0.1 port=" + std::to_string(db1.pg_port()) +
                                 " user=postgres password=" + kPassword + " dbname=postgres";
-  ASSERT_EQ(Exec(superuser, "CREATE ROLE meridian LOGIN PASSWORD '" + kPassword + "'"), "");
-  ASSERT_EQ(Exec(superuser, "CREATE DATABASE meridian OWNER meridian"), "");
+  ASSERT_EQ(SqlExec(superuser, "CREATE ROLE meridian LOGIN PASSWORD '" + kPassword + "'"), "");
+  ASSERT_EQ(SqlExec(superuser, "CREATE DATABASE meridian OWNER meridian"), "");
   const std::string store = "postgresql://meridian:" + kPassword +
                             "@127.0.0.1:" + std::to_string(db1.pg_port()) +
                             ",127.0.0.1:" + std::to_string(db2.pg_port()) +
@@ -218,7 +185,7 @@ TEST(Patroni, TheServerFollowsThePrimaryWhenPatroniMovesItAndWhenItIsLost) {
   ASSERT_TRUE(server.Start()) << ReadFile(dir.File("server.log"));
   const std::string admin = server.admin_token();
   const pid_t pid = server.pid();
-  { std::ofstream(dir.File("estate.yaml")) << kEstate; }
+  { std::ofstream(dir.File("estate.yaml")) << kOneNodeEstate; }
   CliResult applied =
       Cli(kBinary, "apply -f " + dir.File("estate.yaml") + " -m first", server.url(), admin);
   ASSERT_EQ(applied.code, 0) << applied.output;
@@ -233,6 +200,12 @@ TEST(Patroni, TheServerFollowsThePrimaryWhenPatroniMovesItAndWhenItIsLost) {
   {
     httplib::Client c("127.0.0.1", db1.api_port());
     c.set_read_timeout(60);
+    // Refused without the REST API's credentials (deploy/patroni/patroni.yml sets them).
+    auto anonymous = c.Post("/switchover", Json{{"leader", "db1"}, {"candidate", "db2"}}.dump(),
+                            "application/json");
+    ASSERT_TRUE(anonymous);
+    EXPECT_EQ(anonymous->status, 401) << anonymous->body;
+    c.set_basic_auth("patroni", kPassword);
     auto r = c.Post("/switchover", Json{{"leader", "db1"}, {"candidate", "db2"}}.dump(),
                     "application/json");
     ASSERT_TRUE(r) << "no answer from db1's Patroni";
@@ -256,7 +229,6 @@ TEST(Patroni, TheServerFollowsThePrimaryWhenPatroniMovesItAndWhenItIsLost) {
   std::this_thread::sleep_for(std::chrono::seconds(2));
   clients.Stop();
 
-  EXPECT_EQ(server.pid(), pid);
   EXPECT_EQ(::waitpid(pid, nullptr, WNOHANG), 0) << ReadFile(dir.File("server.log"));
   EXPECT_EQ(clients.given_up(), 0) << "a submission found no server that took it within 60 s";
   EXPECT_GT(clients.retries(), 0) << "no submission met the outages";

@@ -498,7 +498,8 @@ TEST_F(SlurmTest, ANodeLeavingThePartitionHasItsRunKilledWhenItsLeaseRunsOut) {
     if (line.rfind("2 ", 0) == 0) first_second = std::min(first_second, at);
   }
   EXPECT_LT(last_first - left, 10) << "the first run ran on after its node's lease" << Says();
-  EXPECT_LT(last_first, first_second) << "both runs at once " << std::fixed << last_first << " " << first_second << " left " << left << Says();
+  EXPECT_LT(last_first, first_second) << "both runs at once " << std::fixed << last_first << " "
+                                      << first_second << " left " << left << Says();
   Shell("scontrol update PartitionName=gpu Nodes=n[1-4]");
 }
 

@@ -1,6 +1,8 @@
 // The API's core: routing, authentication, audit, errors, and the cached view of the tenancy.
 #include "api/api.h"
 
+#include <openssl/crypto.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -417,27 +419,32 @@ void Api::Route(net::HttpServer& server, const char* method, const std::string& 
   auto wrapped = [this, action, kind, handler, waits](const net::Request& req, net::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
     FlushFailedAuths(false);
-    Call call{req, res, action, {}, false, false, "", "", "", "", clock_->Now(), nullptr, "", 0};
+    Call call{req,           res,     action, {}, false,
+              false,         "",      "",     "", "",
+              clock_->Now(), nullptr, "",     0,  ClientAddress(req)};
     double held = 0;  // seconds until the address may try to authenticate again
     bool forwarded = false;
     try {
+      // On a follower, what the store alone does not answer goes to the leader as it came.
+      forwarded = kind != Kind::kPublic && forwarder_ && forwarder_(action, req, res);
       // An address that keeps failing to authenticate is held off before its tokens are
       // looked up (a guess costs the store a read and the audit log a count).
-      held = kind == Kind::kPublic ? 0 : failed_auths_.Wait(req.remote_addr, call.started);
-      Status auth = kind == Kind::kPublic || kind == Kind::kSignIn || held > 0 ? Status::Ok()
-                                                                               : Authenticate(call);
+      held = kind == Kind::kPublic || forwarded ? 0 : failed_auths_.Wait(call.client, call.started);
+      Status auth = forwarded || kind == Kind::kPublic || kind == Kind::kSignIn || held > 0
+                        ? Status::Ok()
+                        : Authenticate(call);
       double wait = 0;
       std::shared_ptr<void> slot;  // one of the token's long polls and watches
-      if (held > 0) {
+      if (forwarded) {
+        // The leader's answer is in `res`.
+      } else if (held > 0) {
         call.auth_failure = "held off: too many failed authentications";
         RateLimited(call, "failed_auth", held,
-                    "too many failed authentications from " + req.remote_addr + " (at most " +
+                    "too many failed authentications from " + call.client + " (at most " +
                         base::Decimal(failed_auths_.burst()) + " a minute)");
       } else if (!auth.ok()) {
-        if (kind != Kind::kPublic) failed_auths_.Take(req.remote_addr, call.started);
+        if (kind != Kind::kPublic) failed_auths_.Take(call.client, call.started);
         Fail(call, auth);
-      } else if (kind != Kind::kPublic && forwarder_ && forwarder_(action, req, res)) {
-        forwarded = true;  // limited, answered and audited by the leader
       } else if (kind == Kind::kMutate && !call.access.OnlyRunsNodes() &&
                  (wait = writes_.Take(call.token_id, call.started)) > 0) {
         RateLimited(call, "writes", wait,
@@ -472,7 +479,7 @@ void Api::Route(net::HttpServer& server, const char* method, const std::string& 
       failed_auth = false;  // the leader counted it
     } else if (kind == Kind::kSignIn) {
       failed_auth = held > 0 || res.status == 401;
-      if (res.status == 401) failed_auths_.Take(req.remote_addr, call.started);
+      if (res.status == 401) failed_auths_.Take(call.client, call.started);
     }
     if (failed_auth) {
       // Counted, not written one by one: a client retrying a bad token must not fill the log.
@@ -492,6 +499,32 @@ void Api::Route(net::HttpServer& server, const char* method, const std::string& 
   server.Handle(method, pattern, std::move(wrapped), std::move(waits));
 }
 
+std::string Api::ClientAddress(const net::Request& req) const {
+  const std::string peer = req.get_header_value(kPeerHeader);
+  // Compared in constant time: how much of a guess matched says nothing.
+  if (peer_secret_.empty() || peer.size() != peer_secret_.size() ||
+      CRYPTO_memcmp(peer.data(), peer_secret_.data(), peer.size()) != 0) {
+    return req.remote_addr;
+  }
+  const std::string forwarded_for = req.get_header_value("X-Forwarded-For");
+  return forwarded_for.empty() ? req.remote_addr : forwarded_for;
+}
+
+bool Api::ReadsOnlyTheStore(const std::string& action) {
+  static const std::set<std::string> kActions = [] {
+    std::set<std::string> a = {"metrics",          "whoami",          "version",
+                               "config.revisions", "config.revision", "users.list",
+                               "tokens.list",      "audit.list",      "reports.usage"};
+    for (const std::string& kind : domain::ConfigKinds()) {
+      if (kind == "Budget") continue;  // its status is the leader's budget service's
+      a.insert(Plural(kind) + ".list");
+      a.insert(Plural(kind) + ".get");
+    }
+    return a;
+  }();
+  return kActions.count(action) > 0;
+}
+
 void Api::AccessLog(const Call& call, Kind kind, double seconds) {
   // Changes and refusals at info; successful reads (heartbeats, scrapes, polls) at debug, so
   // that the default level is not filled by what agents and dashboards ask every few seconds.
@@ -506,7 +539,7 @@ void Api::AccessLog(const Call& call, Kind kind, double seconds) {
                               {"status", std::to_string(status)},
                               {"ms", ms},
                               {"route", call.action},
-                              {"client", call.req.remote_addr}};
+                              {"client", call.client}};
   if (call.authenticated) fields.emplace_back("user", call.access.user());
   // The path only: a query may carry what is not the log's (a sign-in's code and state).
   base::log::Log(level, fields, "{} {} {} {} ms", call.req.method, call.req.path, status, ms);

@@ -312,11 +312,20 @@ class Api {
   // Adds each Budget's status to what GET /api/v1/budgets answers.
   void ServeBudgets(BudgetHooks* budgets) { budgets_ = budgets; }
   // A follower's way to its leader (server/leadership.h): called with the route's action for
-  // every request that passed authentication (and every sign-in) before its handler; when it
-  // answers in the handler's place (the leader answered, and audits it), it returns true.
+  // every request but a public route's, before anything else; when it answers in the handler's
+  // place (the leader authenticated, limited, answered and audited it), it returns true.
   using Forwarder =
       std::function<bool(const std::string& action, const net::Request&, net::Response&)>;
   void SetForwarder(Forwarder forwarder) { forwarder_ = std::move(forwarder); }
+  // Whether a route's answer comes from the store alone (documents but Budgets, revisions,
+  // users, tokens, the audit log, usage reports, whoami, version, this server's metrics): what
+  // a follower answers itself rather than forwarding to the leader.
+  static bool ReadsOnlyTheStore(const std::string& action);
+  // The servers' shared secret (store::Election::PeerSecret): a request that carries it in
+  // kPeerHeader comes from a follower, and its X-Forwarded-For is taken as the client's
+  // address (for the failed-sign-in limit, the audit log and the access log).
+  static constexpr const char* kPeerHeader = "X-Meridian-Peer";
+  void TrustPeers(std::string secret) { peer_secret_ = std::move(secret); }
   ~Api();
 
   void Register(net::HttpServer& server);
@@ -340,6 +349,8 @@ class Api {
   void Route(net::HttpServer& server, const char* method, const std::string& pattern,
              const std::string& action, Kind kind, Handler handler, Waits waits = nullptr);
   base::Status Authenticate(Call& call);
+  // The client's address (Call::client): X-Forwarded-For on a request a follower forwarded.
+  std::string ClientAddress(const net::Request& req) const;
   // One line of the access log for a request answered in `seconds`.
   void AccessLog(const Call& call, Kind kind, double seconds);
   // An ID token of an IdentityProvider's issuer (docs/adr/0021-single-sign-on.md).
@@ -455,6 +466,7 @@ class Api {
   base::Entropy* entropy_;
   SchedulerHooks* hooks_;
   Forwarder forwarder_;
+  std::string peer_secret_;
   EventBus* bus_;
   Metrics* metrics_;
   ApiOptions options_;

@@ -26,6 +26,8 @@ struct Api::Call {
   std::shared_ptr<const void> pinned;  // what `access` points into
   std::string identity_provider;       // signed in with an ID token of this provider
   double expires_at = 0;               // when the credential expires (0: never)
+  // The client's address: the peer's, or the one a follower forwarding the request gives.
+  std::string client;
 
   // The n-th capture of the route's pattern.
   std::string Arg(size_t n) const { return req.matches.size() > n ? req.matches[n] : ""; }

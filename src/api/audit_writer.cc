@@ -98,7 +98,7 @@ void Api::CountFailedAuth(const Call& call) {
   AuditState& st = *audit_;
   const int64_t minute = static_cast<int64_t>(call.started / 60);
   std::lock_guard<std::mutex> lock(st.auth_mu);
-  std::string address = call.req.remote_addr;
+  std::string address = call.client.empty() ? call.req.remote_addr : call.client;
   if (!st.failed.count({minute, address}) && st.failed.size() >= kMaxAddresses) {
     address = "other addresses";
   }

@@ -1,8 +1,5 @@
 #include "net/http_server.h"
 
-#include <fcntl.h>
-#include <sys/socket.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -17,7 +14,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <deque>
 #include <future>
 #include <map>
@@ -740,32 +736,6 @@ void HttpServer::SetErrorBody(
   impl_->error_body = std::move(f);
 }
 
-namespace {
-
-// A listening socket handed to this process (systemd's socket-activation protocol: descriptor 3
-// when LISTEN_PID names this process and LISTEN_FDS is at least 1), or -1. The variables are
-// cleared, so that no child takes them for its own.
-int InheritedListener() {
-  const char* pid = std::getenv("LISTEN_PID");
-  const char* fds = std::getenv("LISTEN_FDS");
-  if (!pid || !fds || std::atol(pid) != static_cast<long>(::getpid()) || std::atoi(fds) < 1) {
-    return -1;
-  }
-  ::unsetenv("LISTEN_PID");
-  ::unsetenv("LISTEN_FDS");
-  ::unsetenv("LISTEN_FDNAMES");
-  int listening = 0;
-  socklen_t length = sizeof listening;
-  if (::getsockopt(3, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0 || !listening) {
-    base::log::Warn("LISTEN_FDS: descriptor 3 is not a listening socket; binding --listen");
-    return -1;
-  }
-  (void)::fcntl(3, F_SETFD, FD_CLOEXEC);
-  return 3;
-}
-
-}  // namespace
-
 base::Result<int> HttpServer::Bind(const std::string& host, int port) {
   Impl& s = *impl_;
   if (!s.o.tls_cert.empty()) {
@@ -782,17 +752,6 @@ base::Result<int> HttpServer::Bind(const std::string& host, int port) {
     }
   }
   beast::error_code ec;
-  if (const int inherited = InheritedListener(); inherited >= 0) {
-    sockaddr_storage local{};
-    socklen_t length = sizeof local;
-    (void)::getsockname(inherited, reinterpret_cast<sockaddr*>(&local), &length);
-    s.acceptor.assign(local.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), inherited, ec);
-    if (ec) return Status::Io("cannot take the listening socket handed over: " + ec.message());
-    const int bound = static_cast<int>(s.acceptor.local_endpoint().port());
-    base::log::Info("listening on the socket handed over (descriptor {}, port {}){}", inherited,
-                    bound, port != 0 && port != bound ? "; --listen's port is not bound" : "");
-    return bound;
-  }
   const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
   if (ec) return Status::Invalid("--listen: \"" + host + "\" is not an IP address");
   const tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
@@ -803,10 +762,6 @@ base::Result<int> HttpServer::Bind(const std::string& host, int port) {
   if (ec)
     return Status::Io("cannot bind " + host + ":" + std::to_string(port) + ": " + ec.message());
   return static_cast<int>(s.acceptor.local_endpoint().port());
-}
-
-int HttpServer::listener() const {
-  return impl_->acceptor.is_open() ? static_cast<int>(impl_->acceptor.native_handle()) : -1;
 }
 
 void HttpServer::Run() {

@@ -62,13 +62,8 @@ class HttpServer {
   // writes to its leader). Set before Run.
   void SetGate(std::function<bool(const Request&, Response&)> gate);
 
-  // Binds host:port (port 0: any free one); returns the bound port. A listening socket handed
-  // to this process by systemd's socket-activation protocol (LISTEN_PID naming this process,
-  // LISTEN_FDS at least 1: descriptor 3) is taken instead, and host:port are not bound: a
-  // systemd socket unit, or this server starting afresh in place (server/restart_in_place.h).
+  // Binds host:port (port 0: any free one); returns the bound port.
   base::Result<int> Bind(const std::string& host, int port);
-  // The listening socket's descriptor, once bound (-1 before).
-  int listener() const;
   // Serves until Stop(); returns once every connection is closed and every handler has ended.
   void Run();
   // Thread-safe; also from a signal-waiting thread.

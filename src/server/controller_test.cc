@@ -132,7 +132,9 @@ TEST_F(ControlPlane, ALostNodesJobIsRequeuedElsewhereInPlace) {
 TEST_F(ControlPlane, ANewLeaderGivesEveryNodeAFullLostTimeoutFromItsTakeover) {
   const auto [id, first, other] = RequeuableJobOnOneOfTwoNodes();
   ASSERT_FALSE(first.empty());
-  // A follower's node service, which loaded the nodes to answer a read (GET /nodes).
+  // A follower's node service, which loaded the nodes to answer a read (GET /nodes). The old
+  // leader's controller goes first: it points at the old node service.
+  controller_.reset();
   nodes_ = std::make_unique<NodeService>(store_.get(), &clock_, &bus_);
   (void)nodes_->NodeStatus(first);
   clock_.Advance(600);  // the leader is gone, for twice the lost timeout (300 s)

@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "api/api.h"
 #include "base/log.h"
+#include "base/strings.h"
 
 namespace meridian::server {
 
@@ -28,7 +30,7 @@ Status Leadership::CampaignOnce() {
   } else {
     Learn();
     std::lock_guard<std::mutex> lock(mu_);
-    base::log::Info("following the leader {}: writes are redirected there",
+    base::log::Info("following the leader {}: what the database alone does not answer goes there",
                     leader_url_.empty() ? std::string("(none known)") : leader_url_);
   }
   return Status::Ok();
@@ -94,6 +96,12 @@ void Leadership::Loop() {
   }
 }
 
+namespace {
+constexpr const char* kNoLeader =
+    "no leader: this server follows, and no server leads its database now (an election is under "
+    "way)";
+}  // namespace
+
 std::string Leadership::leader_url() const {
   std::lock_guard<std::mutex> lock(mu_);
   return leader_url_ != advertised_ ? leader_url_ : "";
@@ -118,9 +126,7 @@ bool Leadership::Gate(const net::Request& req, net::Response& res) const {
   if (relayed) return false;
   const std::string leader = leader_url();
   if (leader.empty()) {
-    NoLeader(res,
-             "no leader: this server follows, and no server leads its database now (an election "
-             "is under way)");
+    NoLeader(res, kNoLeader);
     return true;
   }
   // 307 keeps the method and the body: the client sends the same request to the leader.
@@ -137,97 +143,97 @@ bool Leadership::Gate(const net::Request& req, net::Response& res) const {
 
 namespace {
 
-// Routes a follower answers from the database itself (what they read is in the store alone);
-// every other request goes to the leader.
-bool ServedByFollowers(const std::string& action, const net::Request& req) {
-  static const std::set<std::string> kLocal = {
-      "metrics",         "whoami",      "version",       "config.revisions",
-      "config.revision", "users.list",  "tokens.list",   "audit.list",
-      "reports.usage",   "history.get", "auth.providers"};
-  if (kLocal.count(action)) return true;
-  // Documents (organizations, projects, pools, ...): read from the store, but for a Budget's
-  // status (the leader's budget service keeps it).
-  const bool document_read = req.method == "GET" && action.size() > 5 &&
-                             (action.compare(action.size() - 5, 5, ".list") == 0 ||
-                              action.compare(action.size() - 4, 4, ".get") == 0) &&
-                             action.rfind("jobs.", 0) != 0 && action.rfind("nodes.", 0) != 0 &&
-                             action.rfind("budgets.", 0) != 0;  // spend is the leader's
-  return document_read;
+std::string Lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
 }
 
-// Request headers a follower passes on: the end-to-end ones (RFC 9110, 7.6.1), without what the
-// hop to the leader sets anew (its own length, encodings its client handles, the host).
-bool EndToEnd(const std::string& name) {
-  static const std::set<std::string> kHop = {"connection",
-                                             "keep-alive",
-                                             "te",
-                                             "trailer",
-                                             "upgrade",
-                                             "host",
-                                             "content-length",
-                                             "accept-encoding",
-                                             "transfer-encoding",
-                                             "proxy-authorization"};
-  std::string lower = name;
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return kHop.count(lower) == 0 && lower != "content-encoding" && lower != "x-meridian-forwarded";
+// Headers a follower passes on, either way: the end-to-end ones (RFC 9110, 7.6.1), without what
+// the hop to the leader sets anew (lengths, encodings its client decodes, the host), the
+// headers that `Connection` names, and what only a follower may say (who the client is, the
+// servers' secret).
+bool Passed(const std::string& name, const std::set<std::string>& named_by_connection) {
+  static const std::set<std::string> kDropped = {"connection",
+                                                 "keep-alive",
+                                                 "te",
+                                                 "trailer",
+                                                 "upgrade",
+                                                 "host",
+                                                 "content-length",
+                                                 "content-type",
+                                                 "accept-encoding",
+                                                 "content-encoding",
+                                                 "transfer-encoding",
+                                                 "proxy-authorization",
+                                                 "x-forwarded-for",
+                                                 "forwarded",
+                                                 "x-real-ip",
+                                                 Lower(api::Api::kPeerHeader)};
+  const std::string lower = Lower(name);
+  return kDropped.count(lower) == 0 && named_by_connection.count(lower) == 0;
+}
+
+std::set<std::string> NamedByConnection(const std::string& connection) {
+  std::set<std::string> out;
+  for (std::string_view part : base::Split(connection, ',')) {
+    const std::string name = Lower(std::string(base::Trim(part)));
+    if (!name.empty()) out.insert(name);
+  }
+  return out;
 }
 
 }  // namespace
 
 bool Leadership::Forward(const std::string& action, const net::Request& req,
                          net::Response& res) const {
-  if (leading_ || ServedByFollowers(action, req)) return false;
-  // A request forwarded to a server that follows too (the leader moved meanwhile) is not sent
-  // on again: no loop between two servers that each think the other leads.
-  if (req.has_header("X-Meridian-Forwarded")) {
+  if (leading_ || api::Api::ReadsOnlyTheStore(action)) return false;
+  // A request a follower forwarded that reaches a server that follows too (the leader moved
+  // while it was on its way) is not sent on again: no loop between two servers that each think
+  // the other leads.
+  if (!peer_secret_.empty() && req.get_header_value(api::Api::kPeerHeader) == peer_secret_) {
     NoLeader(res,
              "this server no longer leads (the leader moved while the request was on its way)");
     return true;
   }
   const std::string leader = leader_url();
-  if (leader.empty()) {
-    NoLeader(res,
-             "no leader: this server follows, and no server leads its database now (an election "
-             "is under way)");
+  if (leader.empty() || peer_secret_.empty()) {
+    NoLeader(res, leader.empty() ? kNoLeader : "this server cannot vouch for its clients yet");
     return true;
   }
   httplib::Client client(leader);
   client.set_connection_timeout(5);
-  // A long poll waits up to its own ?wait= (at most a minute); the leader answers it in time.
-  client.set_read_timeout(75);
-  client.set_decompress(true);
+  // A long poll of events waits as long as it asks (at most a minute); anything else is
+  // answered well within 30 s, and a worker is not held longer by a leader that went silent.
+  const std::string wait = req.get_param_value("wait");
+  client.set_read_timeout(action == "events.list" && !wait.empty() ? 75 : 30);
   if (!ca_cert_.empty()) client.set_ca_cert_path(ca_cert_.c_str());
-  httplib::Headers headers;
+  httplib::Request out;
+  out.method = req.method;
+  out.path = req.target;
+  out.body = req.body;
+  const std::set<std::string> hop = NamedByConnection(req.get_header_value("Connection"));
   for (const auto& [name, value] : req.headers) {
-    if (EndToEnd(name)) headers.emplace(name, value);
+    if (Passed(name, hop)) out.headers.emplace(name, value);
   }
-  headers.emplace("X-Meridian-Forwarded", advertised_);
-  headers.emplace("X-Forwarded-For", req.remote_addr);
-  const std::string type = req.get_header_value("Content-Type");
-  httplib::Result r = req.method == "GET"      ? client.Get(req.target, headers)
-                      : req.method == "HEAD"   ? client.Head(req.target, headers)
-                      : req.method == "DELETE" ? client.Delete(req.target, headers, req.body, type)
-                      : req.method == "PUT"    ? client.Put(req.target, headers, req.body, type)
-                      : req.method == "PATCH"  ? client.Patch(req.target, headers, req.body, type)
-                                               : client.Post(req.target, headers, req.body, type);
+  if (req.has_header("Content-Type")) {
+    out.headers.emplace("Content-Type", req.get_header_value("Content-Type"));
+  }
+  out.headers.emplace(api::Api::kPeerHeader, peer_secret_);
+  out.headers.emplace("X-Forwarded-For", req.remote_addr);
+  httplib::Result r = client.send(out);
   if (!r) {
     // Not known to be done or not: the client's retry (with its Idempotency-Key) decides.
     NoLeader(res, "the leader " + leader + " did not answer: " + httplib::to_string(r.error()));
     return true;
   }
   res.status = r->status;
-  std::string content_type = "application/json";
+  const std::set<std::string> answer_hop = NamedByConnection(r->get_header_value("Connection"));
   for (const auto& [name, value] : r->headers) {
-    std::string lower = name;
-    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (lower == "content-type") {
-      content_type = value;
-    } else if (EndToEnd(name) && lower != "content-length") {
-      res.set_header(name, value);
-    }
+    if (Passed(name, answer_hop)) res.set_header(name, value);
   }
-  res.set_content(std::move(r->body), content_type);
+  res.set_content(std::move(r->body), r->has_header("Content-Type")
+                                          ? r->get_header_value("Content-Type")
+                                          : std::string("application/json"));
   return true;
 }
 

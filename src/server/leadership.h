@@ -41,6 +41,9 @@ class Leadership {
   void Start(std::function<void()> on_lead);
   void Stop();
 
+  // The servers' shared secret (store::Election::PeerSecret), which forwarded requests carry.
+  // Set before serving.
+  void SetPeerSecret(std::string secret) { peer_secret_ = std::move(secret); }
   bool leading() const { return leading_.load(); }
   // The HTTP gate (net::HttpServer::SetGate): true when it answered in the handler's place.
   bool Gate(const net::Request& req, net::Response& res) const;
@@ -59,6 +62,7 @@ class Leadership {
   store::Election* election_;
   const std::string advertised_;
   const std::string ca_cert_;
+  std::string peer_secret_;
   std::atomic<bool> leading_{false};
   std::function<void()> on_lead_;
 

@@ -194,9 +194,11 @@ Status WriteSecret(const std::string& path, const std::string& text) {
 }  // namespace
 
 Status RunServer(const ServerOptions& o) {
+  // A start afresh in place binds the address its predecessor had bound (RestartInPlace).
+  const std::string again = TakeRestartListen();
   std::string host;
   int port = 0;
-  if (Status s = SplitListen(o.listen, &host, &port); !s.ok()) return s;
+  if (Status s = SplitListen(again.empty() ? o.listen : again, &host, &port); !s.ok()) return s;
   if (!(o.history_interval > 0) || !(o.history_retention >= o.history_interval)) {
     return Status::Invalid(
         "--history-interval must be positive and --history-retention at least as long");
@@ -338,9 +340,13 @@ Status RunServer(const ServerOptions& o) {
   // it exits with status 3 for its supervisor to restart it.
   auto* election = dynamic_cast<store::Election*>(opened->get());
   std::unique_ptr<Leadership> leadership;
-  std::atomic<bool> signalled{false};  // SIGINT or SIGTERM: stopping
+  std::atomic<bool> signalled{false};   // SIGINT or SIGTERM: stopping
+  std::atomic<bool> restarting{false};  // deposed: about to start afresh
   if (election) {
-    election->OnDeposed([&http, &signalled](const std::string& why) {
+    election->OnDeposed([&, bound](const std::string& why) {
+      // Either this sees the stop, or the signal's thread sees the restart (both flags are
+      // sequentially consistent) and leaves the signal pending for the new start.
+      restarting = true;
       if (signalled) {
         base::log::Error("{}: this server was stopping, and exits now (status 3)", why);
         std::fflush(nullptr);
@@ -348,9 +354,11 @@ Status RunServer(const ServerOptions& o) {
       }
       base::log::Error(
           "{}: this server stops acting and starts afresh in place (the same process id and "
-          "listening socket), to follow or to lead again",
+          "address), to follow or to lead again",
           why);
-      const Status s = RestartInPlace(http->listener());
+      // Not ready until the new start says so.
+      if (!o.port_file.empty()) std::remove(o.port_file.c_str());
+      const Status s = RestartInPlace(host + ":" + std::to_string(bound));
       base::log::Error("{}: exits now (status 3); its supervisor restarts it as a follower",
                        s.message());
       std::fflush(nullptr);
@@ -365,6 +373,11 @@ Status RunServer(const ServerOptions& o) {
         [&leadership](const std::string& action, const net::Request& req, net::Response& res) {
           return leadership->Forward(action, req, res);
         });
+    auto secret = election->PeerSecret();
+    if (!secret.ok())
+      return Status(secret.status().code(), "--store: " + secret.status().message());
+    leadership->SetPeerSecret(*secret);
+    api.TrustPeers(*secret);
     if (Status s = leadership->CampaignOnce(); !s.ok()) {
       return Status(s.code(), "--store: " + s.message());
     }
@@ -418,6 +431,11 @@ Status RunServer(const ServerOptions& o) {
     int sig = 0;
     sigwait(&signals, &sig);
     signalled = true;
+    if (restarting) {
+      // The signal waits, blocked and pending, for the new start: a pending signal outlives exec.
+      kill(getpid(), sig);
+      return;
+    }
     base::log::Info("stopping (signal {})", sig);
     // What runs beside the server (the dev estate's agents) stops first, while the API still
     // answers: an agent's last report to a server that no longer reads waits out its timeout.

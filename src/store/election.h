@@ -35,6 +35,10 @@ class Election {
   virtual base::Status CheckLeading() = 0;
   // The leader the database records now (epoch 0: none yet).
   virtual base::Result<LeaderRecord> Leader() = 0;
+  // The secret that the servers on this database share (made by a migration, never changed):
+  // a follower's forwarded requests carry it, so that the leader trusts the client address
+  // they give.
+  virtual base::Result<std::string> PeerSecret() = 0;
   // This store's epoch: 0 before it leads, -1 once deposed.
   virtual int64_t epoch() const = 0;
   // Called once, from the thread that found it, when this store is deposed (its write refused,

@@ -96,6 +96,13 @@ CREATE TABLE usage (
   outcome TEXT NOT NULL);
 CREATE INDEX usage_by_end ON usage (ended_at);
 )sql",
+    // 9: a secret the servers on one database share, by which the leader knows the requests a
+    // follower forwards (and trusts the client address the follower gives): 244 random bits.
+    R"sql(
+ALTER TABLE leader ADD COLUMN peer_secret TEXT NOT NULL DEFAULT '';
+UPDATE leader SET peer_secret = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '')
+  WHERE id = 1;
+)sql",
 };
 
 // Taken for the migrations, so that servers starting together on one database migrate once.
@@ -421,6 +428,21 @@ Status PostgresStore::CheckLeadingLocked() {
     return Status(base::StatusCode::kUnavailable, why);
   }
   return Status::Ok();
+}
+
+Result<std::string> PostgresStore::PeerSecret() {
+  std::lock_guard<std::mutex> lock(leader_mu_);
+  if (!peer_secret_.empty()) return peer_secret_;
+  // As Leader(): a deposed leader's session may be gone, and is not reset (it held the lock).
+  if (epoch() < 0) leader_.reset();
+  if (Status s = LeaderConnection(); !s.ok()) return s;
+  auto q = leader_->Query("SELECT peer_secret FROM leader WHERE id = 1");
+  std::string secret;
+  if (q->Next()) secret = q->Text(0);
+  if (!q->status().ok()) return q->status();
+  if (secret.empty()) return Status::Internal("the leader row holds no peer secret (migration 9)");
+  peer_secret_ = secret;
+  return secret;
 }
 
 Result<LeaderRecord> PostgresStore::Leader() {

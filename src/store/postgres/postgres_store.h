@@ -33,6 +33,7 @@ class PostgresStore final : public SqlStore, public Election {
   base::Result<bool> Campaign(const std::string& url) override;
   base::Status CheckLeading() override;
   base::Result<LeaderRecord> Leader() override;
+  base::Result<std::string> PeerSecret() override;
   int64_t epoch() const override { return fenced_epoch(); }
   void OnDeposed(std::function<void(const std::string& why)> fn) override {
     SetOnDeposed(std::move(fn));
@@ -47,6 +48,7 @@ class PostgresStore final : public SqlStore, public Election {
   std::mutex leader_mu_;
   // The leader's session: it holds the leader lock for as long as this store leads.
   std::unique_ptr<PostgresConnection> leader_;
+  std::string peer_secret_;  // read once (it never changes)
 };
 
 }  // namespace meridian::store

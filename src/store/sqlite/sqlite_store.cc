@@ -94,6 +94,10 @@ CREATE TABLE usage (
   started_at REAL NOT NULL, ended_at REAL NOT NULL, outcome TEXT NOT NULL);
 CREATE INDEX usage_by_end ON usage (ended_at);
 )sql",
+    // 9: the servers' shared secret (PostgreSQL's migration 9); one SQLite server shares none.
+    R"sql(
+ALTER TABLE leader ADD COLUMN peer_secret TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 Status SqlError(sqlite3* db, const std::string& what) {
