@@ -62,7 +62,10 @@ struct TaskRun {
   bool ended = false;
 };
 
-TEST(ServerReplicas, KillNineOfTheLeaderLosesNoAcknowledgedJobAndRunsNoneTwiceAtOnce) {
+// With two replicas and with three (the parameter).
+class KilledLeaders : public ::testing::TestWithParam<int> {};
+
+TEST_P(KilledLeaders, KillNineOfTheLeaderLosesNoAcknowledgedJobAndRunsNoneTwiceAtOnce) {
   base::testing::TempDir dir;
   // Tasks run under uids of their own: they pass through the test's folder to the shared one.
   ASSERT_EQ(::chmod(dir.path().c_str(), 0711), 0);
@@ -80,7 +83,7 @@ TEST(ServerReplicas, KillNineOfTheLeaderLosesNoAcknowledgedJobAndRunsNoneTwiceAt
   ASSERT_NE(conninfo, "") << error;
   const std::string url = "postgresql://postgres@/meridian?host=" + pg.socket_dir();
 
-  constexpr int kReplicas = 3;
+  const int kReplicas = GetParam();
   std::vector<std::unique_ptr<ServerProcess>> replicas;
   for (int i = 0; i < kReplicas; ++i) {
     replicas.push_back(std::make_unique<ServerProcess>(kBinary, dir.File("r" + std::to_string(i)),
@@ -255,6 +258,11 @@ TEST(ServerReplicas, KillNineOfTheLeaderLosesNoAcknowledgedJobAndRunsNoneTwiceAt
   EXPECT_GE(takeovers.size(), 10u);
   EXPECT_LT(Percentile(takeovers, 0.5), 10.0);
 }
+
+INSTANTIATE_TEST_SUITE_P(ServerReplicas, KilledLeaders, ::testing::Values(2, 3),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::to_string(info.param) + "Replicas";
+                         });
 
 }  // namespace
 }  // namespace meridian::testing

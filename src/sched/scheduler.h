@@ -360,6 +360,9 @@ class Scheduler {
   // What changes an estimate without a placement (a job told to stop or back, its tasks
   // retargeted, its id freed) calls this.
   void ForgetEstimate() { last_estimate_.job = -1; }
+  // Once `placed` is placed to start now (the placer at `version_before` until then): keeps
+  // the reserved job's estimate current when the start leaves it standing (scheduler_cycle.cc).
+  void KeepEstimateThrough(const Job& placed, uint64_t version_before, double now);
   int64_t estimates_computed_ = 0;
   std::string QuotaBlock(const Job& j) const;
   std::string NeverFits(const JobSpec& spec) const;

@@ -101,7 +101,9 @@ void Scheduler::Pass(double now, CycleResult* result) {
                        !(j.spec.runtime_limit > 0 && now + j.spec.runtime_limit <= reservation);
     cycle_.avoid_reserved = avoid;  // part of what the placer remembers of a shape
     std::string why;
+    const uint64_t version_before = placer_.version();
     if (TryPlace(j, &why)) {
+      KeepEstimateThrough(j, version_before, now);  // before Start settles its layout changes
       Start(j, now, &out);
       if (id == reserved_job_) {    // the reservation is used up
         reservation_used_by_ = id;  // unless the start is taken back (Unstart)
@@ -339,6 +341,28 @@ double Scheduler::EstimateStart(const Job& j, double now, std::vector<int32_t>* 
   }
   if (nodes) *nodes = last.nodes;
   return std::max(last.at, now);  // what ended as estimated and still runs ends now at the earliest
+}
+
+void Scheduler::KeepEstimateThrough(const Job& placed, uint64_t version_before, double now) {
+  LastEstimate& last = last_estimate_;
+  // Only an estimate of the reserved job that was current until this start, and a start that
+  // changed no MIG layout (a layout frozen by it could stand in the reserved job's way).
+  if (reserved_job_ < 0 || last.job != reserved_job_ || last.version != version_before ||
+      placed.spec.id == reserved_job_ || last.at >= kNever || !placed.layout_changes.empty()) {
+    return;
+  }
+  // The estimate's nodes hold the reserved job from last.at on. A start keeps that true when
+  // each of its tasks is off those nodes, or all of it ends by then (the what-if gives back at
+  // their expected end the resources of what runs): the estimate then stands as it was, and
+  // the next pass need not work it out again. Anything else that changed the snapshot since
+  // (an end, a preemption, a node) changed the version before this start.
+  const bool ends_before = ExpectedEnd(placed.spec, now) <= last.at;
+  if (!ends_before) {
+    for (const Placement& p : placed.placements) {
+      if (std::find(last.nodes.begin(), last.nodes.end(), p.node) != last.nodes.end()) return;
+    }
+  }
+  last.version = placer_.version();
 }
 
 double Scheduler::EstimateStartFromScratch(const Job& j, std::vector<int32_t>* nodes) {

@@ -625,7 +625,8 @@ TEST(Scheduler, AGangOfUnlikeTasksIsRememberedOnlyWhileNothingChanges) {
 }
 
 // A pass behind a reservation that changed nothing since the last asks for the same estimate;
-// it is worked out again only once something starts or ends.
+// a start that leaves it standing (a backfilled job that ends before it) keeps it too; it is
+// worked out again once something ends.
 TEST(Scheduler, AStartEstimateIsWorkedOutAgainOnlyWhenSomethingChanged) {
   Fixture f = TwoNodeJobBehindOneHeldUntil1000();
   CycleResult r = f.sched->Cycle(10);
@@ -646,7 +647,11 @@ TEST(Scheduler, AStartEstimateIsWorkedOutAgainOnlyWhenSomethingChanged) {
   r = f.sched->Cycle(40);
   EXPECT_TRUE(Started(r, 3));
   r = f.sched->Cycle(50);
-  EXPECT_GT(f.sched->estimates_computed(), computed) << "job 3 started since";
+  EXPECT_EQ(f.sched->estimates_computed(), computed) << "job 3 ends before the reservation";
+  EXPECT_DOUBLE_EQ(r.reserved_at, 1000);
+  f.sched->Finish(3, 60);
+  r = f.sched->Cycle(60);
+  EXPECT_GT(f.sched->estimates_computed(), computed) << "job 3 ended since";
   EXPECT_DOUBLE_EQ(r.reserved_at, 1000);
 }
 

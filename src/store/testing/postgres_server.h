@@ -138,7 +138,7 @@ class PostgresServer {
     return s.str();
   }
 
-  const Network network_;
+  Network network_;
   base::testing::TempDir dir_;
   std::string bin_;
   bool started_ = false;
