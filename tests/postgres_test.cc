@@ -282,6 +282,39 @@ TEST(ServerOnPostgres, WithNoLeaderAServerAnswersUnavailableUntilItCanLead) {
   EXPECT_NE(ReadFile(dir.File("s.log")).find("took over as leader"), std::string::npos);
 }
 
+// Servers that serve HTTPS forward over HTTPS: the follower trusts the leader's certificate by
+// its own --tls-cert file (the servers of this estate share one certificate), and the write
+// sent to the follower is answered by the leader (201, not a redirect).
+TEST(ServerOnPostgres, AFollowerServingHttpsForwardsOverHttps) {
+  base::testing::TempDir dir;
+  const std::string cert = dir.File("cert.pem"), key = dir.File("key.pem");
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+      "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+      key + " -out " + cert + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  store::testing::PostgresServer pg;
+  ASSERT_EQ(pg.Start(), "");
+  std::string error;
+  ASSERT_NE(pg.Database("meridian", &error), "") << error;
+  const std::string url = "postgresql://postgres@/meridian?host=" + pg.socket_dir();
+  const std::vector<std::string> flags = {"--store", url, "--tls-cert", cert, "--tls-key", key};
+  ServerProcess leader(kBinary, dir.File("a"), flags);
+  ASSERT_TRUE(leader.Start()) << ReadFile(dir.File("a.log"));
+  const std::string admin = leader.admin_token();
+  ServerProcess follower(kBinary, dir.File("b"), flags);
+  ASSERT_TRUE(follower.Start()) << ReadFile(dir.File("b.log"));
+  httplib::SSLClient c("127.0.0.1", follower.port());
+  c.set_ca_cert_path(cert.c_str());
+  c.enable_server_certificate_verification(true);
+  auto r = c.Post("/api/v1/tokens", {{"Authorization", "Bearer " + admin}},
+                  Json{{"user", "admin"}, {"description", "through"}}.dump(), "application/json");
+  ASSERT_TRUE(r) << httplib::to_string(r.error());
+  EXPECT_EQ(r->status, 201) << r->body << ReadFile(dir.File("b.log"));
+  EXPECT_NE(ReadFile(dir.File("a.log")).find("POST /api/v1/tokens 201"), std::string::npos)
+      << ReadFile(dir.File("a.log"));
+}
+
 // PostgreSQL restarted under load, three times, while two clients submit through both servers
 // (each submission with its Idempotency-Key, sent again to either server until one answers, as
 // `meridian submit` does): the servers come back by themselves, the same processes on the same
