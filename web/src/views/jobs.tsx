@@ -58,8 +58,11 @@ export function JobsView({ query, who }: { query: URLSearchParams; who: WhoAmI }
     setUser(query.get('user') ?? '');
   }, [query.toString()]);
 
+  // From the URL as it is now, not as this render saw it: after Clear (or another change) the
+  // hash has moved before the view is drawn again, and a filter chosen meanwhile must not bring
+  // the old ones back.
   const go = (changes: Record<string, string>) => {
-    const next = new URLSearchParams(query);
+    const next = new URLSearchParams(location.hash.split('?')[1] ?? '');
     for (const [k, v] of Object.entries(changes)) {
       if (v) next.set(k, v);
       else next.delete(k);
