@@ -53,7 +53,7 @@ test-release: build
 # restart servers under ASan; the Debian package: its configuration's reader is ConfigFile's).
 # To run everything under ASan, once make build-asan has configured its tree: cmake -B
 # build-asan -DMERIDIAN_SANITIZE_E2E=ALL, then make test-asan ASAN_EXCLUDE= (ADR 0043).
-ASAN_EXCLUDE ?= ^(StarvationTest\.TenThousandIdleConnectionsLeaveRoomForEveryoneElse|SecurityTest\.AListingOfLargeSpecsIsBoundedInBytesAndContinues|ArraysTest\.FiftyThousandElementsInOneRequestListedAsOneLine|AgentTest\.ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNoneTwice|Package\.InstallsIntoAScratchRootAndItsServerStartsFromThePackagedConfig)$$
+ASAN_EXCLUDE ?= ^(StarvationTest\.TenThousandIdleConnectionsLeaveRoomForEveryoneElse|SecurityTest\.AListingOfLargeSpecsIsBoundedInBytesAndContinues|ArraysTest\.FiftyThousandElementsInOneRequestListedAsOneLine|AgentTest\.ServerKilledDuringSubmissionsLosesNoAcknowledgedJobAndRunsNoneTwice|Package\.InstallsIntoAScratchRootAndItsServerStartsFromThePackagedConfig|SlurmTest\.SlurmctldKilledAndBackLosesNoJobAndRunsNoneTwice)$$
 
 test-asan: build-asan
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
