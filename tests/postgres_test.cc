@@ -73,10 +73,10 @@ TEST(ServerOnPostgres, KeepsWhatItAcknowledgedAcrossKillNineAndASecondServerFoll
   const int64_t big_id = pending.body.value("id", int64_t{0});
   ids.push_back(big_id);
   std::string reason;
-  ASSERT_TRUE(Eventually([&] {
+  ASSERT_TRUE(Eventually([&] {  // the scheduler's reason, not the submission's
     reason = GetJob(server, admin, big_id)["status"].value("reason", "");
-    return !reason.empty();
-  }));
+    return !reason.empty() && reason != "submitted";
+  })) << reason;
   EXPECT_EQ(GetJob(second, admin, big_id)["status"].value("reason", ""), reason);
   // A long poll of events through the follower wakes when the leader records one (the
   // follower's own event bus never would).

@@ -106,6 +106,9 @@ base::Result<MpsEndpoint> MpsDaemons::Acquire(int64_t job, int32_t gpu, const st
       if (!DaemonRuns(EndpointOf(key).pipe_dir)) generation_[key] = on_disk + 1;
     }
   }
+  // Known from now on, so that a second release of a job's daemon told to quit (and perhaps not
+  // ended yet) does not take it for an earlier life's and tell it again.
+  generation_.emplace(key, 0);
   // A daemon told to quit may still drain: the next one gets folders of its own, so that no
   // share is handed the one going away.
   if (quitting_.erase(key)) ++generation_[key];
