@@ -499,13 +499,14 @@ void Api::Route(net::HttpServer& server, const char* method, const std::string& 
   server.Handle(method, pattern, std::move(wrapped), std::move(waits));
 }
 
-std::string Api::ClientAddress(const net::Request& req) const {
+bool Api::CarriesPeerSecret(const net::Request& req, const std::string& secret) {
   const std::string peer = req.get_header_value(kPeerHeader);
-  // Compared in constant time: how much of a guess matched says nothing.
-  if (peer_secret_.empty() || peer.size() != peer_secret_.size() ||
-      CRYPTO_memcmp(peer.data(), peer_secret_.data(), peer.size()) != 0) {
-    return req.remote_addr;
-  }
+  return !secret.empty() && peer.size() == secret.size() &&
+         CRYPTO_memcmp(peer.data(), secret.data(), peer.size()) == 0;
+}
+
+std::string Api::ClientAddress(const net::Request& req) const {
+  if (!CarriesPeerSecret(req, peer_secret_)) return req.remote_addr;
   const std::string forwarded_for = req.get_header_value("X-Forwarded-For");
   return forwarded_for.empty() ? req.remote_addr : forwarded_for;
 }

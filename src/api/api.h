@@ -325,6 +325,9 @@ class Api {
   // kPeerHeader comes from a follower, and its X-Forwarded-For is taken as the client's
   // address (for the failed-sign-in limit, the audit log and the access log).
   static constexpr const char* kPeerHeader = "X-Meridian-Peer";
+  // Whether `req` carries `secret` in kPeerHeader, compared in constant time (how much of a
+  // guess matched says nothing); false for an empty secret.
+  static bool CarriesPeerSecret(const net::Request& req, const std::string& secret);
   void TrustPeers(std::string secret) { peer_secret_ = std::move(secret); }
   ~Api();
 

@@ -190,7 +190,7 @@ bool Leadership::Forward(const std::string& action, const net::Request& req,
   // A request a follower forwarded that reaches a server that follows too (the leader moved
   // while it was on its way) is not sent on again: no loop between two servers that each think
   // the other leads.
-  if (!peer_secret_.empty() && req.get_header_value(api::Api::kPeerHeader) == peer_secret_) {
+  if (api::Api::CarriesPeerSecret(req, peer_secret_)) {
     NoLeader(res,
              "this server no longer leads (the leader moved while the request was on its way)");
     return true;
