@@ -254,19 +254,21 @@ const Placer::Infeasible* Placer::Slot(uint64_t hash, const CycleState& cycle) c
   return &it->second;
 }
 
-const Unschedulable* Placer::Known(uint64_t hash, const std::string& key, const CycleState& cycle) {
-  const Infeasible* known = Slot(hash, cycle);
+const std::string* Placer::Known(uint64_t hash, const std::string& key, const CycleState& cycle) {
+  auto* known = const_cast<Infeasible*>(Slot(hash, cycle));
   if (!known || known->key != key) return nullptr;
   ++cache_hits_;
-  return &known->why;
+  // A pending job says why at every pass: the words are made once per answer, not per pass.
+  if (known->summary.empty()) known->summary = known->why.Summary();
+  return &known->summary;
 }
 
 void Placer::Remember(uint64_t hash, std::string key, const CycleState& cycle, Unschedulable why,
                       bool while_unchanged) {
   // Inside a trial that holds capacity, or changed a layout, the answer is of another state.
   if (in_trial_ && (trial_held_ > 0 || trial_changed_)) return;
-  infeasible_[CacheSlot(hash, cycle)] = Infeasible{std::move(key), epoch_, reservation_,
-                                                   while_unchanged ? version_ : 0, std::move(why)};
+  infeasible_[CacheSlot(hash, cycle)] = Infeasible{
+      std::move(key), epoch_, reservation_, while_unchanged ? version_ : 0, std::move(why), {}};
 }
 
 void Placer::BeginTrial() {

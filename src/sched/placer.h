@@ -99,12 +99,13 @@ class Placer {
     version_ = mark.version;
   }
 
-  // What a caller learnt fits nowhere under `key` (a gang: its tasks' keys); null when nothing
-  // is known. With `while_unchanged` the answer holds only while the snapshot stays as it was
-  // (version()), not also through commits: a gang of unlike tasks placed one by one may fit
-  // after a commit moved where its first task goes. Otherwise it is kept and forgotten under
-  // the same rule as a task shape's.
-  const Unschedulable* Known(uint64_t hash, const std::string& key, const CycleState& cycle);
+  // Why what a caller learnt fits nowhere under `key` (a gang: its tasks' keys; a task: its
+  // FeasibilityKey, as Place remembers it) fits nowhere, in words (Unschedulable::Summary, made
+  // once per answer); null when nothing is known. With `while_unchanged` the answer holds only
+  // while the snapshot stays as it was (version()), not also through commits: a gang of unlike
+  // tasks placed one by one may fit after a commit moved where its first task goes. Otherwise it is
+  // kept and forgotten under the same rule as a task shape's.
+  const std::string* Known(uint64_t hash, const std::string& key, const CycleState& cycle);
   void Remember(uint64_t hash, std::string key, const CycleState& cycle, Unschedulable why,
                 bool while_unchanged = false);
   // Whether any node that fits will do: Place then takes the first feasible node it visits,
@@ -172,6 +173,7 @@ class Placer {
     uint64_t reservation = 0;  // when learnt keeping off the reserved nodes
     uint64_t version = 0;      // when it holds only while the snapshot is unchanged; else 0
     Unschedulable why;         // what Place answered when the shape failed
+    std::string summary;       // why.Summary(), made when first asked for (Known)
   };
   std::unordered_map<uint64_t, Infeasible> infeasible_;
   // The entry for `hash` if it still holds (its key still to be compared), else null.

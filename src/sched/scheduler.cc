@@ -237,25 +237,39 @@ bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std:
   // together, is remembered as fitting nowhere until capacity is, as a task's is. Behind a large
   // gang, a deep queue is otherwise placed in part and rolled back job by job, pass after pass.
   const bool several = j.spec.tasks.size() > 1;
-  uint64_t hash = 0;
-  std::string key;
-  if (several) {
-    if (j.shape_key.empty()) {
+  if (j.shape_key.empty()) {
+    const TaskSpec& first = j.spec.tasks.front();
+    if (several) {
       j.shape_hash = j.spec.gang ? 0x9e3779b97f4a7c15ULL : 0;
       j.shape_key = j.spec.gang ? "G" : "A";
-      const std::string first = j.spec.tasks.front().FeasibilityKey();
+      const std::string first_key = first.FeasibilityKey();
       j.alike_tasks = true;
       for (const TaskSpec& t : j.spec.tasks) {
         const std::string task_key = t.FeasibilityKey();
         j.shape_hash = (j.shape_hash ^ t.FeasibilityHash()) * 0xbf58476d1ce4e5b9ULL;
         j.shape_key.append(1, '\x03').append(task_key);
-        j.alike_tasks = j.alike_tasks && task_key == first && t.gpu_kind != GpuKind::kMig;
+        j.alike_tasks = j.alike_tasks && task_key == first_key && t.gpu_kind != GpuKind::kMig;
       }
+    } else {  // one task: its shape as the placer remembers it
+      j.shape_hash = first.FeasibilityHash();
+      j.shape_key = first.FeasibilityKey();
     }
+  }
+  uint64_t hash = 0;
+  std::string key;
+  if (several) {
     hash = (j.shape_hash ^ clusters) * 0xbf58476d1ce4e5b9ULL;
     key = clusters == kAll ? j.shape_key : j.shape_key + '@' + std::to_string(clusters);
-    if (const Unschedulable* known = placer_.Known(hash, key, cycle_)) {
-      if (why) *why = known->Summary();
+    if (const std::string* known = placer_.Known(hash, key, cycle_)) {
+      if (why) *why = *known;
+      return false;
+    }
+  } else if ((j.spec.tasks.front().allowed_clusters & clusters) ==
+             j.spec.tasks.front().allowed_clusters) {
+    // A task placed as it is, whose shape failed since nothing was freed: the placer's answer,
+    // without hashing the task, building its key and copying the reasons at every pass.
+    if (const std::string* known = placer_.Known(j.shape_hash, j.shape_key, cycle_)) {
+      if (why) *why = *known;
       return false;
     }
   }

@@ -274,8 +274,9 @@ class Scheduler {
     double preempted_at = -1;   // its last preemption; it neither starts nor preempts again then
     uint32_t queued = 0;        // bumped each time it joins the queue (its entry in ordered_)
     int64_t milli = 0;          // GPU milli of the whole job
-    // A job of several tasks: its tasks' shapes together, as PlaceIn remembers the job fitting
-    // nowhere (built when first needed; emptied when its tasks change).
+    // Its shape as PlaceIn asks the placer whether it fits nowhere: a job of several tasks,
+    // its tasks' shapes together; of one, the task's FeasibilityHash and FeasibilityKey (built
+    // when first needed; emptied when its tasks change).
     uint64_t shape_hash = 0;
     std::string shape_key;
     // Its tasks are alike and take no MIG instance: placed one by one, each takes one of the
@@ -314,6 +315,13 @@ class Scheduler {
     }
   };
   QueueKey KeyOf(const Job& j) const;
+  // A pending job as FairOrder weighs it: its key (the second field its aged estimate) and the
+  // work its tenant is charged for it in the pass (estimated GPU milli-seconds).
+  struct FairEntry {
+    QueueKey key;
+    double work;
+  };
+  std::vector<std::vector<FairEntry>> fair_scratch_;  // FairOrder's buffers, by tenant
   // A job joins the queue: submitted, requeued, or a start taken back (which may find it there
   // still: `maybe_queued`).
   void Enqueue(Job& j, bool maybe_queued = false);

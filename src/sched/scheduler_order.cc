@@ -60,13 +60,14 @@ std::vector<int64_t> Scheduler::Order(double now) {
 }
 
 std::vector<int64_t> Scheduler::FairOrder(double now) {
-  // The queue key, its second field the (aged) estimate in seconds: jobs without one come last.
-  struct Entry {
-    QueueKey key;
-    double work;  // estimated GPU milli-seconds, what the tenant is charged in this pass
-    bool operator<(const Entry& o) const { return key < o.key; }
-  };
-  std::map<int32_t, std::vector<Entry>> by_tenant;
+  // Each tenant's jobs as a heap, best on top: a pass takes a few jobs from each tenant, so
+  // ordering all of a tenant's queue (as a sort would) is work no pass uses. The buffers are
+  // kept from pass to pass: a replay makes hundreds of thousands of passes.
+  std::vector<std::vector<FairEntry>>& by_tenant = fair_scratch_;
+  if (by_tenant.size() < static_cast<size_t>(quotas_.size())) {
+    by_tenant.resize(static_cast<size_t>(quotas_.size()));
+  }
+  std::vector<int32_t> tenants;
   for (int64_t id : pending_) {
     const Job& j = jobs_.at(id);
     double estimate = j.spec.runtime_estimate > 0
@@ -80,62 +81,71 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
     const double aged = options_.starvation_horizon > 0
                             ? estimate / (1.0 + waited / options_.starvation_horizon)
                             : estimate;
-    by_tenant[j.spec.tenant].push_back(
-        {{EffectivePriority(j, now), aged, j.spec.submit_time, id, 0},
-         estimate * static_cast<double>(std::max<int64_t>(j.milli, 1))});
+    std::vector<FairEntry>& mine = by_tenant[static_cast<size_t>(j.spec.tenant)];
+    if (mine.empty()) tenants.push_back(j.spec.tenant);
+    mine.push_back({{EffectivePriority(j, now), aged, j.spec.submit_time, id, 0},
+                    estimate * static_cast<double>(std::max<int64_t>(j.milli, 1))});
   }
-  // Each tenant's queue, best first (reversed so that the best is at the back), with its path
-  // in the tenancy tree from the root down.
+  std::sort(tenants.begin(), tenants.end());  // the scan below meets tenants in this order
+  // Each tenant's queue, best on top of its heap, with its path in the tenancy tree from the
+  // root down.
   struct Queue {
     int32_t tenant;
     std::vector<int32_t> path;
-    std::vector<Entry> jobs;
+    std::vector<FairEntry>* jobs;
+    QueueKey head;  // jobs->front().key, kept here for the scan
   };
+  const auto worse = [](const FairEntry& a, const FairEntry& b) { return b.key < a.key; };
   std::vector<Queue> queues;
-  const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
-  for (auto& [tenant, jobs] : by_tenant) {
-    // No pass takes more than `depth` jobs from one tenant: only those are put in order.
-    const auto keep = static_cast<long>(std::min(depth, jobs.size()));
-    std::partial_sort(jobs.begin(), jobs.begin() + keep, jobs.end());
-    jobs.resize(static_cast<size_t>(keep));
-    std::reverse(jobs.begin(), jobs.end());
+  queues.reserve(tenants.size());
+  for (int32_t tenant : tenants) {
+    std::vector<FairEntry>& jobs = by_tenant[static_cast<size_t>(tenant)];
+    std::make_heap(jobs.begin(), jobs.end(), worse);
     std::vector<int32_t> path;
     for (int32_t n = tenant; n >= 0; n = quotas_.parent(n)) path.push_back(n);
     std::reverse(path.begin(), path.end());
-    queues.push_back({tenant, std::move(path), std::move(jobs)});
+    queues.push_back({tenant, std::move(path), &jobs, jobs.front().key});
   }
+  const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
   // Hierarchical fair share, as in hierarchical DRF: two tenants are compared by the shares of
   // their ancestors where their paths part (organization against organization, then team
   // against team within one organization, then project against project within one team).
   std::vector<double> share = Shares();
-  auto fairer = [&](const Queue& a, const Queue& b) {
-    const size_t depth = std::min(a.path.size(), b.path.size());
-    for (size_t i = 0; i < depth; ++i) {
-      if (a.path[i] == b.path[i]) continue;
-      const double x = share[static_cast<size_t>(a.path[i])];
-      const double y = share[static_cast<size_t>(b.path[i])];
-      if (x != y) return x < y ? -1 : 1;
-      break;
-    }
-    return 0;
-  };
-  // What two tenants have received lately, in hours of the whole estate, compared where their
-  // paths part, as fairer does: organization against organization, then team against team.
-  auto received = [&](const Queue& a, const Queue& b) {
+  // Two tenants are compared where their paths part: the first level at which they differ
+  // (organization against organization, then team against team within one organization), or
+  // the deeper of the shorter path's when one path holds the other. The level, with whether the
+  // paths differ there (the fair-share tie break), is worked out once per pair when there are
+  // few tenants, since the scan compares the same pairs hundreds of times a pass.
+  auto parting = [](const Queue& a, const Queue& b) -> uint8_t {
     size_t i = 0;
     while (i + 1 < a.path.size() && i + 1 < b.path.size() && a.path[i] == b.path[i]) ++i;
-    return std::pair(share[static_cast<size_t>(a.path[i])] / 3600.0,
-                     share[static_cast<size_t>(b.path[i])] / 3600.0);
+    return static_cast<uint8_t>(i | (a.path[i] != b.path[i] ? 0x80 : 0));
   };
-  auto better = [&](const Queue& a, const Queue& b) {
-    const QueueKey& x = a.jobs.back().key;
-    const QueueKey& y = b.jobs.back().key;
+  const size_t n = queues.size();
+  constexpr size_t kTabled = 64;  // at most this many tenants: a table of n * n levels
+  std::vector<uint8_t> parted;
+  if (n <= kTabled) {
+    parted.resize(n * n);
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = 0; b < n; ++b) parted[a * n + b] = parting(queues[a], queues[b]);
+    }
+  }
+  // What two tenants have received lately, in hours of the whole estate, stretches their heads'
+  // estimates; then the fairer (lower share where they part), the earlier, the lower id.
+  auto better = [&](size_t ai, size_t bi) {
+    const Queue& a = queues[ai];
+    const Queue& b = queues[bi];
+    const QueueKey& x = a.head;
+    const QueueKey& y = b.head;
     if (x.priority != y.priority) return x.priority > y.priority;
-    const auto [ha, hb] = received(a, b);
-    const double kx = x.second * (1.0 + options_.usage_stretch * ha);
-    const double ky = y.second * (1.0 + options_.usage_stretch * hb);
+    const uint8_t code = n <= kTabled ? parted[ai * n + bi] : parting(a, b);
+    const size_t level = code & 0x7f;
+    const double sa = share[static_cast<size_t>(a.path[level])];
+    const double sb = share[static_cast<size_t>(b.path[level])];
+    const double kx = x.second * (1.0 + options_.usage_stretch * (sa / 3600.0));
+    const double ky = y.second * (1.0 + options_.usage_stretch * (sb / 3600.0));
     if (kx != ky) return kx < ky;
-    if (int f = fairer(a, b); f != 0) return f < 0;
+    if ((code & 0x80) && sa != sb) return sa < sb;
     if (x.submit != y.submit) return x.submit < y.submit;
     return x.id < y.id;
   };
@@ -147,11 +157,13 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
   while (!live.empty() && out.size() < depth) {
     size_t best = 0;
     for (size_t i = 1; i < live.size(); ++i) {
-      if (better(queues[live[i]], queues[live[best]])) best = i;
+      if (better(live[i], live[best])) best = i;
     }
     Queue& q = queues[live[best]];
-    const Entry e = q.jobs.back();
-    q.jobs.pop_back();
+    std::pop_heap(q.jobs->begin(), q.jobs->end(), worse);
+    const FairEntry e = q.jobs->back();
+    q.jobs->pop_back();
+    if (!q.jobs->empty()) q.head = q.jobs->front().key;
     out.push_back(e.key.id);
     // The tenant and everything above it are charged, in this pass, as if the job ran for its
     // estimate.
@@ -159,8 +171,9 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
       share[static_cast<size_t>(n)] +=
           e.work / static_cast<double>(gpu_capacity_) / quotas_.weight(n);
     }
-    if (q.jobs.empty()) live.erase(live.begin() + static_cast<long>(best));
+    if (q.jobs->empty()) live.erase(live.begin() + static_cast<long>(best));
   }
+  for (int32_t tenant : tenants) by_tenant[static_cast<size_t>(tenant)].clear();
   return out;
 }
 
