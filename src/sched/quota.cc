@@ -83,21 +83,30 @@ int64_t QuotaTree::Limit(int32_t node, ModelId model) const {
   return e ? e->limit : kUnlimited;
 }
 
-std::string QuotaTree::LimitViolation(int32_t leaf, ModelId model, int64_t milli) const {
+std::pair<int32_t, const QuotaTree::Entry*> QuotaTree::Exceeded(int32_t leaf, ModelId model,
+                                                                int64_t milli) const {
   for (int32_t n = leaf; n >= 0; n = nodes_[n].parent) {
     for (const Entry& e : nodes_[n].entries) {
       if (!e.configured || e.limit == kUnlimited || (e.model != kNoModel && e.model != model)) {
         continue;
       }
-      if (e.used + milli > e.limit) {
-        return "quota of " + nodes_[n].name + (e.model == kNoModel ? "" : " for its GPU model") +
-               ": limit " + std::to_string(e.limit / 1000.0).substr(0, 6) + " GPUs, in use " +
-               std::to_string(e.used / 1000.0).substr(0, 6) + ", asked " +
-               std::to_string(milli / 1000.0).substr(0, 6);
-      }
+      if (e.used + milli > e.limit) return {n, &e};
     }
   }
-  return "";
+  return {-1, nullptr};
+}
+
+bool QuotaTree::WithinLimits(int32_t leaf, ModelId model, int64_t milli) const {
+  return Exceeded(leaf, model, milli).second == nullptr;
+}
+
+std::string QuotaTree::LimitViolation(int32_t leaf, ModelId model, int64_t milli) const {
+  const auto [n, e] = Exceeded(leaf, model, milli);
+  if (!e) return "";
+  return "quota of " + nodes_[n].name + (e->model == kNoModel ? "" : " for its GPU model") +
+         ": limit " + std::to_string(e->limit / 1000.0).substr(0, 6) + " GPUs, in use " +
+         std::to_string(e->used / 1000.0).substr(0, 6) + ", asked " +
+         std::to_string(milli / 1000.0).substr(0, 6);
 }
 
 bool QuotaTree::WithinGuarantee(int32_t leaf, ModelId model, int64_t milli) const {

@@ -35,6 +35,8 @@ class QuotaTree {
   // What `leaf` and its ancestors would use with `milli` more of `model` against their limits:
   // empty when it fits, otherwise a sentence naming the node and limit that stops it.
   std::string LimitViolation(int32_t leaf, ModelId model, int64_t milli) const;
+  // LimitViolation(...).empty(), without the sentence: for callers that ask only whether.
+  bool WithinLimits(int32_t leaf, ModelId model, int64_t milli) const;
   // True when `milli` more of `model` keeps `leaf` and every ancestor within the guarantees
   // configured for them, and at least one guarantee applies (without one nothing is owned).
   bool WithinGuarantee(int32_t leaf, ModelId model, int64_t milli) const;
@@ -56,6 +58,9 @@ class QuotaTree {
     int64_t used = 0;
     bool configured = false;  // set by SetQuota; entries made by Charge only count use
   };
+  // The node whose limit `milli` more would pass, and its entry that says so; {-1, null} when
+  // none would.
+  std::pair<int32_t, const Entry*> Exceeded(int32_t leaf, ModelId model, int64_t milli) const;
   struct Node {
     std::string name;
     int32_t parent = -1;

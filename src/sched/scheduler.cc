@@ -343,9 +343,8 @@ bool Scheduler::TryPlace(Job& j, std::string* why) {
     millis.push_back(GrantedMilli(snapshot_, p));
   }
   for (size_t i = 0; i < placements.size(); ++i) {
-    std::string v = quotas_.LimitViolation(j.spec.tenant, models[i], millis[i]);
-    if (!v.empty()) {
-      if (why) *why = v;
+    if (!quotas_.WithinLimits(j.spec.tenant, models[i], millis[i])) {
+      if (why) *why = quotas_.LimitViolation(j.spec.tenant, models[i], millis[i]);
       Undo(j, placements);
       return false;
     }

@@ -345,6 +345,19 @@ class Scheduler {
   // The victim search of TryPreempt, with j's earlier victims (`claimed`) released in the
   // placer; it restores them (and empties `claimed`) once it has decided.
   bool PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, CycleResult* out);
+  // What the running jobs could offer a victim search, gathered at a pass's first search and
+  // kept for the pass: most searches of a deep queue find no victim, and each would otherwise
+  // walk every running job to learn it. It is a bound: a job that starts in the pass is no
+  // victim in it, and one stopped in it offers less than it says.
+  struct RunningSummary {
+    bool valid = false;
+    double lowest_rank = kNever;           // of running preemptible jobs (PreemptionRank)
+    double lowest_borrowed_rank = kNever;  // of those started on borrowed quota
+    std::vector<int64_t> lenders;          // jobs from whose reservation one borrows
+    std::vector<int64_t> awaited;          // jobs a stopping job was preempted for
+  };
+  const RunningSummary& SummariseRunning(double now);
+  RunningSummary running_summary_;  // emptied at each pass
   // Starts, on the reserved nodes, preemptible jobs of this pass that fit nowhere else.
   void Lend(const std::vector<int64_t>& borrowers, double now, CycleResult* out);
   void Start(Job& j, double now, CycleResult* out);

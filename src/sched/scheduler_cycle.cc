@@ -55,6 +55,7 @@ void Scheduler::ThawMig(double now) {
 
 void Scheduler::Pass(double now, CycleResult* result) {
   AdvanceUsage(now);
+  running_summary_.valid = false;
   CycleResult& out = *result;
   const size_t started_before = out.started.size();
   const bool head_of_line = options_.order == QueueOrder::kFifo && !options_.backfill;
@@ -81,6 +82,8 @@ void Scheduler::Pass(double now, CycleResult* result) {
   };
   if (reserved_job_ >= 0 && !reserve(jobs_.at(reserved_job_))) reserved_job_ = -1;
   std::vector<int64_t> borrowers;  // kept off the reserved nodes, and fit nowhere else
+  std::string behind;              // why those wait, said once per reserved job in a pass
+  int64_t behind_of = -1;
   for (int64_t id : Order(now)) {
     Job& j = jobs_.at(id);
     if (j.phase != Phase::kPending) continue;
@@ -120,7 +123,11 @@ void Scheduler::Pass(double now, CycleResult* result) {
       if (TryPreempt(j, now, &out)) continue;
     }
     if (avoid) {
-      why = "waits behind the reservation of job " + std::to_string(reserved_job_);
+      if (behind_of != reserved_job_) {
+        behind = "waits behind the reservation of job " + std::to_string(reserved_job_);
+        behind_of = reserved_job_;
+      }
+      why = behind;
       if (options_.lend_reserved && options_.preemption && j.spec.preemptible) {
         borrowers.push_back(id);
       }
@@ -152,7 +159,10 @@ void Scheduler::Lend(const std::vector<int64_t>& borrowers, double now, CycleRes
   for (int64_t id : borrowers) {
     Job& j = jobs_.at(id);
     // Jobs started later in the pass may have used up the quota this one passed.
-    if (j.phase != Phase::kPending || !QuotaBlock(j).empty() || !TryPlace(j, nullptr)) continue;
+    if (j.phase != Phase::kPending || !quotas_.WithinLimits(j.spec.tenant, kNoModel, j.milli) ||
+        !TryPlace(j, nullptr)) {
+      continue;
+    }
     for (const Placement& p : j.placements) {
       if (cycle_.reserved_nodes[static_cast<size_t>(p.node)]) j.on_loan_from = reserved_job_;
     }
@@ -186,11 +196,14 @@ bool Scheduler::SearchVictims(Job& j, double now, CycleResult* out, bool* stoppe
   // here, so that a job waiting for its victims takes no more (the preemption cascade), and
   // given back to them before returning, since they hold it until Evicted.
   std::vector<int64_t> claimed;
-  for (int64_t id : running_) {
-    Job& v = jobs_.at(id);
-    if (v.phase == Phase::kStopping && v.stopping_for == j.spec.id) {
-      Rollback(v, v.placements);
-      claimed.push_back(id);
+  const std::vector<int64_t>& awaited = SummariseRunning(now).awaited;
+  if (std::find(awaited.begin(), awaited.end(), j.spec.id) != awaited.end()) {
+    for (int64_t id : running_) {
+      Job& v = jobs_.at(id);
+      if (v.phase == Phase::kStopping && v.stopping_for == j.spec.id) {
+        Rollback(v, v.placements);
+        claimed.push_back(id);
+      }
     }
   }
   auto give_back = [&] {
@@ -217,6 +230,14 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
   for (int64_t id : *claimed) claimed_milli += jobs_.at(id).milli;
   const double mine = PreemptionRank(j, now);
   const bool reclaim = quotas_.WithinGuarantee(j.spec.tenant, kNoModel, j.milli);
+  // No running job could be a victim below (the same three reasons): nothing to walk.
+  const RunningSummary& running = SummariseRunning(now);
+  if (!(j.spec.preempting && running.lowest_rank < mine) &&
+      !(reclaim && running.lowest_borrowed_rank <= mine) &&
+      std::find(running.lenders.begin(), running.lenders.end(), j.spec.id) ==
+          running.lenders.end()) {
+    return false;
+  }
   struct Victim {
     int64_t id;
     bool loaned;  // on nodes reserved for j
@@ -310,6 +331,7 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     } else {
       victim.phase = Phase::kStopping;
       victim.stopping_for = j.spec.id;
+      if (running_summary_.valid) running_summary_.awaited.push_back(j.spec.id);
     }
   }
   if (!immediate) {
@@ -323,6 +345,23 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     out->pending.emplace_back(j.spec.id, "preempted jobs freed too little after all");
   }
   return true;
+}
+
+const Scheduler::RunningSummary& Scheduler::SummariseRunning(double now) {
+  RunningSummary& s = running_summary_;
+  if (s.valid) return s;
+  s = RunningSummary{};
+  s.valid = true;
+  for (int64_t id : running_) {
+    const Job& v = jobs_.at(id);
+    if (v.phase == Phase::kStopping && v.stopping_for >= 0) s.awaited.push_back(v.stopping_for);
+    if (v.phase != Phase::kRunning || !v.spec.preemptible) continue;
+    const double rank = PreemptionRank(v, now);
+    s.lowest_rank = std::min(s.lowest_rank, rank);
+    if (v.borrowed) s.lowest_borrowed_rank = std::min(s.lowest_borrowed_rank, rank);
+    if (v.on_loan_from >= 0) s.lenders.push_back(v.on_loan_from);
+  }
+  return s;
 }
 
 double Scheduler::EstimatedStart(int64_t job, double now) {
