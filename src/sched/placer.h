@@ -106,6 +106,10 @@ class Placer {
   // tasks placed one by one may fit after a commit moved where its first task goes. Otherwise it is
   // kept and forgotten under the same rule as a task shape's.
   const std::string* Known(uint64_t hash, const std::string& key, const CycleState& cycle);
+  // Whether an answer that still holds is kept under `hash` (its key not compared).
+  bool Remembers(uint64_t hash, const CycleState& cycle) const {
+    return Slot(hash, cycle) != nullptr;
+  }
   void Remember(uint64_t hash, std::string key, const CycleState& cycle, Unschedulable why,
                 bool while_unchanged = false);
   // Whether any node that fits will do: Place then takes the first feasible node it visits,

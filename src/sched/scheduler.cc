@@ -237,7 +237,8 @@ bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std:
   // together, is remembered as fitting nowhere until capacity is, as a task's is. Behind a large
   // gang, a deep queue is otherwise placed in part and rolled back job by job, pass after pass.
   const bool several = j.spec.tasks.size() > 1;
-  if (j.shape_key.empty()) {
+  if (!j.shaped) {
+    j.shaped = true;
     const TaskSpec& first = j.spec.tasks.front();
     if (several) {
       j.shape_hash = j.spec.gang ? 0x9e3779b97f4a7c15ULL : 0;
@@ -250,9 +251,8 @@ bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std:
         j.shape_key.append(1, '\x03').append(task_key);
         j.alike_tasks = j.alike_tasks && task_key == first_key && t.gpu_kind != GpuKind::kMig;
       }
-    } else {  // one task: its shape as the placer remembers it
+    } else {  // one task: its shape as the placer remembers it (its key when first needed)
       j.shape_hash = first.FeasibilityHash();
-      j.shape_key = first.FeasibilityKey();
     }
   }
   uint64_t hash = 0;
@@ -267,10 +267,15 @@ bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std:
   } else if ((j.spec.tasks.front().allowed_clusters & clusters) ==
              j.spec.tasks.front().allowed_clusters) {
     // A task placed as it is, whose shape failed since nothing was freed: the placer's answer,
-    // without hashing the task, building its key and copying the reasons at every pass.
-    if (const std::string* known = placer_.Known(j.shape_hash, j.shape_key, cycle_)) {
-      if (why) *why = *known;
-      return false;
+    // without hashing the task, building its key and copying the reasons at every pass. The key
+    // (the guard against another shape of the same hash) is built once the placer holds an
+    // answer under the hash: a job placed at its first look never needs one.
+    if (!j.shape_key.empty() || placer_.Remembers(j.shape_hash, cycle_)) {
+      if (j.shape_key.empty()) j.shape_key = j.spec.tasks.front().FeasibilityKey();
+      if (const std::string* known = placer_.Known(j.shape_hash, j.shape_key, cycle_)) {
+        if (why) *why = *known;
+        return false;
+      }
     }
   }
   for (const TaskSpec& original : j.spec.tasks) {

@@ -276,7 +276,9 @@ class Scheduler {
     int64_t milli = 0;          // GPU milli of the whole job
     // Its shape as PlaceIn asks the placer whether it fits nowhere: a job of several tasks,
     // its tasks' shapes together; of one, the task's FeasibilityHash and FeasibilityKey (built
-    // when first needed; emptied when its tasks change).
+    // when first needed, the key of one task only once the placer holds an answer under the
+    // hash; forgotten when its tasks change).
+    bool shaped = false;
     uint64_t shape_hash = 0;
     std::string shape_key;
     // Its tasks are alike and take no MIG instance: placed one by one, each takes one of the

@@ -67,7 +67,8 @@ void Scheduler::Retarget(int64_t id, const std::vector<TaskSpec>& tasks) {
     mine[i].allowed_clusters = tasks[i].allowed_clusters;
     mine[i].allowed_models = tasks[i].allowed_models;
   }
-  it->second.shape_key.clear();  // PlaceIn builds it again from the tasks as they are now
+  it->second.shaped = false;  // PlaceIn builds the shape again from the tasks as they are now
+  it->second.shape_key.clear();
   ForgetEstimate();
 }
 
