@@ -131,6 +131,27 @@ TEST(ServerOnPostgres, KeepsWhatItAcknowledgedAcrossKillNineAndASecondServerFoll
     creates += e.value("action", "") == "jobs.create" && e.value("code", 0) == 201;
   }
   EXPECT_EQ(creates, 7) << audit.text;  // six to the leader, one through the follower
+  // A token revoked through the follower (a write: the leader makes it) is refused by the
+  // leader at once, though it had read the token before; the follower, which answers whoami
+  // from the store itself and also read it before, refuses it within the 10 s its
+  // CredentialCache may keep what another server changed.
+  HttpResult made = Http(second, "POST", "/api/v1/tokens", admin, Json{{"user", "admin"}}.dump());
+  ASSERT_EQ(made.status, 201) << made.text;
+  const std::string token = made.body.value("token", "");
+  ASSERT_GT(token.size(), 20u) << made.text;
+  EXPECT_EQ(Http(server, "GET", "/api/v1/whoami", token).status, 200);
+  EXPECT_EQ(Http(second, "GET", "/api/v1/whoami", token).status, 200);
+  ASSERT_EQ(Http(second, "DELETE", "/api/v1/tokens/" + token.substr(4, 16), admin).status, 200);
+  const auto revoked_at = std::chrono::steady_clock::now();
+  EXPECT_EQ(Http(server, "GET", "/api/v1/whoami", token).status, 401);
+  EXPECT_TRUE(
+      Eventually([&] { return Http(second, "GET", "/api/v1/whoami", token).status == 401; }, 20));
+  const double refused_after =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - revoked_at).count();
+  EXPECT_LE(refused_after, 11.0) << "the follower accepted a revoked token for " << refused_after
+                                 << " s";
+  std::printf("the follower refused the revoked token %.1f s after its revocation\n",
+              refused_after);
   {
     httplib::Client c("127.0.0.1", second.port());
     httplib::Headers h = {{"Authorization", "Bearer " + admin}};

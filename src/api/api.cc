@@ -582,17 +582,26 @@ Status Api::Authenticate(Call& call) {
   }
   store::TokenRecord token;
   std::vector<RoleBinding> roles;
-  Status s = store_->Read([&](store::Tx& tx) {
-    auto t = tx.GetToken(id);
-    if (!t.ok()) return t.status();
-    token = *t;
-    auto user = tx.GetObject("User", token.user);
-    if (!user.ok()) return user.status();
-    auto r = ParseRoles(user->spec);
-    if (!r.ok()) return r.status();
-    roles = *r;
-    return Status::Ok();
-  });
+  Status s = Status::Ok();
+  // The generation before the read: a write that commits meanwhile moves it past the entry.
+  const uint64_t generation = store_->CredentialsGeneration();
+  if (std::optional<CredentialCache::Entry> held = credentials_.Find(id, generation)) {
+    token = std::move(held->token);
+    roles = std::move(held->roles);
+  } else {
+    s = store_->Read([&](store::Tx& tx) {
+      auto t = tx.GetToken(id);
+      if (!t.ok()) return t.status();
+      token = *t;
+      auto user = tx.GetObject("User", token.user);
+      if (!user.ok()) return user.status();
+      auto r = ParseRoles(user->spec);
+      if (!r.ok()) return r.status();
+      roles = *r;
+      return Status::Ok();
+    });
+    if (s.ok()) credentials_.Put(id, generation, {token, roles});
+  }
   if (!s.ok() &&
       (s.code() == base::StatusCode::kIoError || s.code() == base::StatusCode::kUnavailable ||
        s.code() == base::StatusCode::kInternal)) {

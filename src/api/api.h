@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/auth.h"
+#include "api/credential_cache.h"
 #include "api/doorbells.h"
 #include "api/json_body.h"
 #include "api/metrics.h"
@@ -489,6 +490,7 @@ class Api {
   std::unique_ptr<HttpFetcher> own_fetcher_;
   HttpFetcher* oidc_fetcher_ = nullptr;
   std::unique_ptr<OidcVerifier> oidc_;
+  CredentialCache credentials_;  // tokens read from the store, with their users' roles
 
   std::mutex config_mu_;
   std::shared_ptr<const ConfigView> config_;

@@ -55,6 +55,7 @@ class InstrumentedStore final : public store::Store {
     return Timed("read", [&] { return inner_->Read(fn); });
   }
   int32_t SchemaVersion() const override { return inner_->SchemaVersion(); }
+  uint64_t CredentialsGeneration() const override { return inner_->CredentialsGeneration(); }
 
  private:
   template <class F>

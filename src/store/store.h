@@ -262,6 +262,11 @@ class Store {
   virtual base::Status Read(const std::function<base::Status(Tx&)>& fn) = 0;
   // Schema version, for `meridian server --version` and the conformance suite.
   virtual int32_t SchemaVersion() const = 0;
+  // Moves once a commit of this store object that wrote a token or a User has become visible to
+  // reads: what a reader learnt of credentials after it last saw this value holds while it has
+  // not moved. Writes by other processes (other servers on one PostgreSQL, the `meridian store`
+  // tools) do not move it. A wrapper must give its inner store's.
+  virtual uint64_t CredentialsGeneration() const = 0;
 };
 
 // Runs one query that returns a Result in a read transaction: `ReadValue(store, [&](Tx& tx) {

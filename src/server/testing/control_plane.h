@@ -78,6 +78,7 @@ class HookedStore final : public store::Store {
     return s;
   }
   int32_t SchemaVersion() const override { return inner_->SchemaVersion(); }
+  uint64_t CredentialsGeneration() const override { return inner_->CredentialsGeneration(); }
 
   std::function<void()> before_next_write;
   std::function<void()> after_next_read;

@@ -114,7 +114,8 @@ Status SqlStore::Write(const std::function<Status(Tx&)>& fn) {
 
 void SqlStore::WriterLoop() {
   SqlConnection& c = *writer_;
-  std::unique_ptr<Tx> tx = MakeSqlTx(&c, false);
+  bool credentials_written = false;  // by this batch
+  std::unique_ptr<Tx> tx = MakeSqlTx(&c, false, &credentials_written);
   constexpr size_t kMaxBatch = 512;
   for (;;) {
     std::vector<Pending*> batch;
@@ -128,6 +129,7 @@ void SqlStore::WriterLoop() {
       }
     }
     std::vector<Status> results(batch.size());
+    credentials_written = false;
     Status begin = Begin(c, dialect_.begin_write);
     if (begin.ok()) {
       begin = Fenced(c);
@@ -162,6 +164,9 @@ void SqlStore::WriterLoop() {
         ++commits_;
         writes_ += static_cast<int64_t>(kept);
       }
+      // After the commit, before any writer hears of it: a reader that saw the old value may
+      // have read the state before this commit.
+      if (credentials_written) credentials_generation_.fetch_add(1);
     }
     for (size_t i = 0; i < batch.size(); ++i) batch[i]->done.set_value(results[i]);
   }

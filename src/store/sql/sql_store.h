@@ -27,6 +27,7 @@ class SqlStore : public Store {
   base::Status Write(const std::function<base::Status(Tx&)>& fn) override;
   base::Status Read(const std::function<base::Status(Tx&)>& fn) override;
   int32_t SchemaVersion() const override { return schema_version_; }
+  uint64_t CredentialsGeneration() const override { return credentials_generation_.load(); }
 
   // Writes committed and group commits, since the store opened (for the metrics).
   int64_t commits() const;
@@ -77,6 +78,7 @@ class SqlStore : public Store {
   std::string fence_;
   std::atomic<int64_t> epoch_{0};
   std::atomic<bool> deposed_{false};
+  std::atomic<uint64_t> credentials_generation_{0};  // CredentialsGeneration
   std::function<void(const std::string&)> on_deposed_;
 
   mutable std::mutex mu_;

@@ -17,7 +17,8 @@ std::string Placeholders(size_t n) {
 
 class SqlTx final : public Tx {
  public:
-  SqlTx(SqlConnection* c, bool read_only) : c_(c), read_only_(read_only) {}
+  SqlTx(SqlConnection* c, bool read_only, bool* credentials_written)
+      : c_(c), read_only_(read_only), credentials_written_(credentials_written) {}
 
   Result<Object> GetObject(const std::string& kind, const std::string& name) override {
     auto q = c_->Query(
@@ -47,6 +48,7 @@ class SqlTx final : public Tx {
     auto current = ObjectVersion(o.kind, o.name);
     if (!current.ok()) return current.status();
     if (Status s = Check(o.kind + " \"" + o.name + "\"", *current, expected); !s.ok()) return s;
+    if (o.kind == "User") CredentialsWritten();
     const int64_t version = *current + 1;
     auto q = c_->Query(
         "INSERT INTO objects (kind, name, spec, version, updated_at, updated_by) "
@@ -69,6 +71,7 @@ class SqlTx final : public Tx {
     if (!current.ok()) return current.status();
     if (*current == 0) return Status::NotFound(kind + " \"" + name + "\" not found");
     if (Status s = Check(kind + " \"" + name + "\"", *current, expected); !s.ok()) return s;
+    if (kind == "User") CredentialsWritten();
     auto q = c_->Query("DELETE FROM objects WHERE kind = ? AND name = ?");
     q->Bind(kind).Bind(name);
     return q->Run();
@@ -229,6 +232,7 @@ class SqlTx final : public Tx {
 
   Status PutToken(const TokenRecord& t) override {
     if (read_only_) return ReadOnly();
+    CredentialsWritten();
     auto q = c_->Query(
         "INSERT INTO tokens (id, \"user\", secret_hash, description, created_at, expires_at, "
         "revoked) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET revoked = "
@@ -509,14 +513,20 @@ class SqlTx final : public Tx {
     return {q.Text(0), q.Text(1), q.Text(2), q.Text(3), q.Real(4), q.Real(5), q.Int(6) != 0};
   }
 
+  void CredentialsWritten() {
+    if (credentials_written_) *credentials_written_ = true;
+  }
+
   SqlConnection* c_;
   bool read_only_;
+  bool* credentials_written_;
 };
 
 }  // namespace
 
-std::unique_ptr<Tx> MakeSqlTx(SqlConnection* connection, bool read_only) {
-  return std::make_unique<SqlTx>(connection, read_only);
+std::unique_ptr<Tx> MakeSqlTx(SqlConnection* connection, bool read_only,
+                              bool* credentials_written) {
+  return std::make_unique<SqlTx>(connection, read_only, credentials_written);
 }
 
 }  // namespace meridian::store
