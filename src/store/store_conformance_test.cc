@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <set>
 #include <thread>
@@ -517,6 +518,29 @@ TEST_P(StoreConformance, EventsAreOrderedAndScopedByProject) {
                     return Status::Ok();
                   })
                   .ok());
+}
+
+// What authentication keeps in memory holds while the credentials generation stands: it moves
+// by the time a write of a token or a User returns, and only then.
+TEST_P(StoreConformance, TheCredentialsGenerationMovesWithTokensAndUsersOnly) {
+  uint64_t seen = store_->CredentialsGeneration();
+  auto write = [&](const std::function<Status(Tx&)>& fn) {
+    EXPECT_TRUE(store_->Write(fn).ok());
+    const uint64_t now = store_->CredentialsGeneration();
+    const bool moved = now != seen;
+    seen = now;
+    return moved;
+  };
+  EXPECT_TRUE(write([](Tx& tx) { return tx.PutToken({"t1", "alice", "h1", "", 1, 0, false}); }));
+  EXPECT_TRUE(write([](Tx& tx) { return tx.PutToken({"t1", "alice", "h1", "", 1, 0, true}); }));
+  const Object user{"User", "alice", {{"roles", Json::array()}}, 0, 1, "admin"};
+  EXPECT_TRUE(write([&](Tx& tx) { return tx.PutObject(user, kAnyVersion).status(); }));
+  EXPECT_TRUE(write([](Tx& tx) { return tx.DeleteObject("User", "alice", kAnyVersion); }));
+  // Other writes leave it.
+  const Object team{"Team", "vision", Json::object(), 0, 1, "admin"};
+  EXPECT_FALSE(write([&](Tx& tx) { return tx.PutObject(team, kAnyVersion).status(); }));
+  EXPECT_FALSE(write([](Tx& tx) { return tx.PutSample(5, Json::object()); }));
+  EXPECT_FALSE(write([](Tx& tx) { return tx.DeleteObject("Team", "vision", kAnyVersion); }));
 }
 
 TEST_P(StoreConformance, TokensAuditAndRevisions) {
