@@ -55,8 +55,8 @@ struct AgentBenchResult {
 // Many agents heartbeating against one real server on SQLite: `agents` simulated nodes register
 // (8 GPUs each), `jobs` jobs are placed on them, then every agent heartbeats each `interval`
 // seconds (spread evenly) with telemetry and what runs on it, reporting its assigned tasks as
-// running. Each heartbeat is a new connection. With `waits`, each agent also keeps a wait for
-// orders open and heartbeats at once when rung (all agents on one event loop:
+// running. Heartbeats go over a connection each agent keeps. With `waits`, each agent also keeps a
+// wait for orders open and heartbeats at once when rung (all agents on one event loop:
 // bench/async_agents.h); `probes` jobs are
 // then timed from submission to Running. Meanwhile `dashboards`
 // clients read what the dashboard's Estate view reads, every 5 s each.

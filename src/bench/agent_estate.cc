@@ -1,5 +1,7 @@
 #include "bench/agent_estate.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -10,6 +12,25 @@ namespace meridian::bench {
 
 using Json = nlohmann::json;
 
+namespace {
+
+// Each agent keeps two connections (heartbeats, and its wait for orders): the benchmark holds
+// one end of each and the server, its child, the other. Both need `files` descriptors: the
+// limit is raised to that, past the hard limit where the process may (root), which the server
+// then inherits. Otherwise the soft limit goes as far as the hard one.
+void RaiseFileLimit(rlim_t files) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= files) return;
+  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < files) {
+    const rlimit wanted{files, files};
+    if (setrlimit(RLIMIT_NOFILE, &wanted) == 0) return;
+  }
+  limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? files : std::min(files, limit.rlim_max);
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+}  // namespace
+
 base::Status ExpectStatus(const httplib::Result& r, int status, const std::string& what) {
   if (r && r->status == status) return base::Status::Ok();
   return base::Status::Io(what + " failed: " + (r ? r->body : httplib::to_string(r.error())));
@@ -17,6 +38,7 @@ base::Status ExpectStatus(const httplib::Result& r, int status, const std::strin
 
 base::Result<AgentEstate> StartAgentEstate(const std::string& binary, int agents,
                                            std::string estate, double interval) {
+  RaiseFileLimit(static_cast<rlim_t>(2 * agents + 4096));
   auto owned = StartServer(binary, {"--write-rate", "0", "--max-connections-per-address",
                                     std::to_string(2 * agents + 100)});
   if (!owned.ok()) return owned.status();

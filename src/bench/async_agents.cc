@@ -39,6 +39,10 @@ struct Agent {
   Clock::time_point due;
   bool rung = false;
   Json assigned = Json::array();  // the tasks the last answer listed
+  // Its heartbeats' connection, kept open between them as `meridian agent` keeps its own
+  // (cli::ClientConfig::keep_connection), and what was read past the last answer.
+  std::optional<beast::tcp_stream> link;
+  beast::flat_buffer link_buffer;
 };
 
 Clock::duration Seconds(double s) {
@@ -92,30 +96,42 @@ struct AsyncAgents::Loop {
     return R"({"telemetry":)" + telemetry + R"(,"tasks":)" + tasks.dump() + "}";
   }
 
-  // One heartbeat on a new connection, as `meridian agent` sends it.
+  // One heartbeat over the agent's kept connection, as `meridian agent` sends it: opened when
+  // there is none, and opened again once when the kept one turns out closed (the server's idle
+  // timeout, a restart), as its HTTP client does.
   asio::awaitable<void> Heartbeat(Agent& a) {
     http::request<http::string_body> req{http::verb::post,
                                          "/api/v1/agents/" + a.node + "/heartbeat", 11};
     req.set(http::field::host, "127.0.0.1");
     req.set(http::field::authorization, "Bearer " + a.credential);
     req.set(http::field::content_type, "application/json");
-    req.keep_alive(false);
+    req.keep_alive(true);
     req.body() = HeartbeatBody(a);
     req.prepare_payload();
     const auto t0 = Clock::now();
     http::response<http::string_body> res;
-    try {
-      beast::tcp_stream stream(io);
-      stream.expires_after(std::chrono::seconds(30));
-      co_await stream.async_connect(server, asio::use_awaitable);
-      stream.socket().set_option(tcp::no_delay(true));
-      co_await http::async_write(stream, req, asio::use_awaitable);
-      beast::flat_buffer buffer;
-      co_await http::async_read(stream, buffer, res, asio::use_awaitable);
-    } catch (const std::exception& e) {
-      ++stats.errors;
-      ++stats.error_kinds[e.what()];
-      co_return;
+    for (int attempt = 0;; ++attempt) {
+      const bool reused = a.link.has_value();
+      try {
+        if (!a.link) {
+          a.link.emplace(io);
+          a.link_buffer.clear();
+          a.link->expires_after(std::chrono::seconds(30));
+          co_await a.link->async_connect(server, asio::use_awaitable);
+          a.link->socket().set_option(tcp::no_delay(true));
+        }
+        a.link->expires_after(std::chrono::seconds(30));
+        co_await http::async_write(*a.link, req, asio::use_awaitable);
+        co_await http::async_read(*a.link, a.link_buffer, res, asio::use_awaitable);
+        if (!res.keep_alive()) a.link.reset();
+        break;
+      } catch (const std::exception& e) {
+        a.link.reset();
+        if (reused && attempt == 0) continue;
+        ++stats.errors;
+        ++stats.error_kinds[e.what()];
+        co_return;
+      }
     }
     if (res.result_int() != 200) {
       ++stats.errors;

@@ -1,8 +1,8 @@
 #pragma once
 
 // Simulated node agents for the benchmarks, all on one event loop (Asio): each heartbeats every
-// interval on a new connection and keeps a wait for orders open, as `meridian agent` does, so
-// that 10,000 of them cost one client thread instead of 10,000.
+// interval over a connection it keeps open and keeps a wait for orders open on another, as
+// `meridian agent` does, so that 10,000 of them cost one client thread instead of 10,000.
 
 #include <cstdint>
 #include <map>
