@@ -161,6 +161,8 @@ TEST_P(KilledLeaders, KillNineOfTheLeaderLosesNoAcknowledgedJobAndRunsNoneTwiceA
   const Json probe = {{"metadata", {{"name", "probe"}, {"project", "research"}}},
                       {"spec", {{"gpus", 1}, {"command", {"sh", "-c", task}}}}};
   std::vector<double> takeovers;
+  std::string revoked;  // a token the followers read, then revoked by the leader
+  auto revoked_at = std::chrono::steady_clock::now();
   const auto phase_end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (takeovers.size() < 20 && std::chrono::steady_clock::now() < phase_end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // work goes on meanwhile
@@ -170,21 +172,47 @@ TEST_P(KilledLeaders, KillNineOfTheLeaderLosesNoAcknowledgedJobAndRunsNoneTwiceA
       if (replicas[i]->url() == leader_url) leader = i;
     }
     ASSERT_GE(leader, 0) << leader_url;
+    if (takeovers.empty()) {
+      // Before the first kill, each follower reads a token (whoami: it answers that itself), and
+      // the leader revokes it: the followers' own store generations do not move.
+      HttpResult made =
+          Http(*replicas[leader], "POST", "/api/v1/tokens", admin, Json{{"user", "agents"}}.dump());
+      ASSERT_EQ(made.status, 201) << made.text;
+      revoked = made.body.value("token", "");
+      for (int i = 0; i < kReplicas; ++i) {
+        if (i == leader) continue;
+        ASSERT_EQ(Http(*replicas[i], "GET", "/api/v1/whoami", revoked).status, 200);
+      }
+      ASSERT_EQ(Http(*replicas[leader], "DELETE", "/api/v1/tokens/" + revoked.substr(4, 16), admin)
+                    .status,
+                200);
+      revoked_at = std::chrono::steady_clock::now();
+    }
     const double killed = WallNow();
     replicas[leader]->Stop(SIGKILL);
     double accepted = 0;
+    int taker = -1;
     while (accepted == 0 && WallNow() - killed < 30) {
       for (int i = 0; i < kReplicas && accepted == 0; ++i) {
         if (i == leader) continue;
         HttpResult r = Http(*replicas[i], "POST", "/api/v1/jobs", admin, probe.dump());
         if (r.status == 201) {
           accepted = WallNow();
+          taker = i;
           ack(r.body.value("id", int64_t{0}));
         }
       }
       if (accepted == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     ASSERT_GT(accepted, 0) << "no replica took over within 30 s";
+    if (takeovers.empty()) {
+      // The new leader forgot what it read while following: the revoked token is refused at
+      // once, well within the 10 s that would otherwise bound it.
+      EXPECT_EQ(Http(*replicas[taker], "GET", "/api/v1/whoami", revoked).status, 401);
+      EXPECT_LT(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - revoked_at).count(),
+          9.0);
+    }
     takeovers.push_back(accepted - killed);
     ASSERT_TRUE(replicas[leader]->Start())
         << ReadFile(dir.File("r" + std::to_string(leader) + ".log"));

@@ -585,10 +585,13 @@ Status Api::Authenticate(Call& call) {
   Status s = Status::Ok();
   // The generation before the read: a write that commits meanwhile moves it past the entry.
   const uint64_t generation = store_->CredentialsGeneration();
+  const double read_at = credentials_.Now();
+  bool from_store = false;
   if (std::optional<CredentialCache::Entry> held = credentials_.Find(id, generation)) {
     token = std::move(held->token);
     roles = std::move(held->roles);
   } else {
+    from_store = true;
     s = store_->Read([&](store::Tx& tx) {
       auto t = tx.GetToken(id);
       if (!t.ok()) return t.status();
@@ -600,7 +603,6 @@ Status Api::Authenticate(Call& call) {
       roles = *r;
       return Status::Ok();
     });
-    if (s.ok()) credentials_.Put(id, generation, {token, roles});
   }
   if (!s.ok() &&
       (s.code() == base::StatusCode::kIoError || s.code() == base::StatusCode::kUnavailable ||
@@ -612,6 +614,9 @@ Status Api::Authenticate(Call& call) {
     call.auth_failure = "unknown token";
     return invalid;
   }
+  // Kept only once its secret was shown: a guess at a known id costs a store read each, as
+  // an unknown one does.
+  if (from_store) credentials_.Put(id, generation, read_at, {token, roles});
   // Whoever holds the secret learns nothing more either; the audit log says why.
   if (token.revoked) {
     call.auth_failure = "revoked token " + id + " of " + token.user;

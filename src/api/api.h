@@ -318,6 +318,9 @@ class Api {
   using Forwarder =
       std::function<bool(const std::string& action, const net::Request&, net::Response&)>;
   void SetForwarder(Forwarder forwarder) { forwarder_ = std::move(forwarder); }
+  // Forgets the tokens read so far (CredentialCache): a follower that takes over has not seen
+  // the old leader's revocations move its store's generation.
+  void ForgetCredentials() { credentials_.Clear(); }
   // Whether a route's answer comes from the store alone (documents but Budgets, revisions,
   // users, tokens, the audit log, usage reports, whoami, version, this server's metrics): what
   // a follower answers itself rather than forwarding to the leader.

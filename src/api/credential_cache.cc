@@ -26,11 +26,15 @@ std::optional<CredentialCache::Entry> CredentialCache::Find(const std::string& i
   return it->second.entry;
 }
 
-void CredentialCache::Put(const std::string& id, uint64_t generation, Entry entry) {
-  const double now = now_();
+void CredentialCache::Put(const std::string& id, uint64_t generation, double read_at, Entry entry) {
   std::lock_guard<std::mutex> lock(mu_);
   if (held_.size() >= kMaxEntries && !held_.contains(id)) held_.clear();
-  held_[id] = Held{std::move(entry), generation, now};
+  held_[id] = Held{std::move(entry), generation, read_at};
+}
+
+void CredentialCache::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_.clear();
 }
 
 }  // namespace meridian::api

@@ -35,8 +35,11 @@ class CredentialCache {
 
   // The entry of token `id` read at `generation`, while it holds.
   std::optional<Entry> Find(const std::string& id, uint64_t generation);
-  // `generation`: the store's, read before the store read that gave `entry`.
-  void Put(const std::string& id, uint64_t generation, Entry entry);
+  // `generation`: the store's, read before the store read that gave `entry`; `read_at`: Now()
+  // taken then too, so that the bound counts from before the read.
+  void Put(const std::string& id, uint64_t generation, double read_at, Entry entry);
+  void Clear();
+  double Now() const { return now_(); }
 
  private:
   struct Held {

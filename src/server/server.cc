@@ -423,6 +423,7 @@ Status RunServer(const ServerOptions& o) {
   if (!leadership || leadership->leading()) act();
   if (leadership) {
     leadership->Start([&] {
+      api.ForgetCredentials();  // before it acts on writes as the leader
       nodes.TakeOver();
       if (auto t = bootstrap(); !t.ok()) base::log::Warn("bootstrap: {}", t.status().message());
       act();
