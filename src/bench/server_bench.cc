@@ -135,14 +135,21 @@ std::string LogTail(const OwnedServer& server) {
 }
 
 // Elements of the arrays in `phase`.
-int64_t InPhase(httplib::Client& http, const std::vector<int64_t>& arrays,
-                const std::string& phase) {
+// How many elements of the arrays are in `phase`; an error when one array's could not be read
+// (counted as none, a failed read looked like an estate that never filled).
+base::Result<int64_t> InPhase(httplib::Client& http, const std::vector<int64_t>& arrays,
+                              const std::string& phase) {
   int64_t n = 0;
   for (int64_t id : arrays) {
-    auto r = http.Get("/api/v1/jobs/" + std::to_string(id));
-    if (!r || r->status != 200) continue;
+    const std::string path = "/api/v1/jobs/" + std::to_string(id);
+    auto r = http.Get(path);
+    if (!r || r->status != 200) {
+      return base::Status::Io(
+          "GET " + path + ": " +
+          (r ? "HTTP " + std::to_string(r->status) : httplib::to_string(r.error())));
+    }
     const Json j = Json::parse(r->body, nullptr, false);
-    if (!j.is_object()) continue;
+    if (!j.is_object()) return base::Status::Io("GET " + path + ": not a JSON object");
     n += j["status"]["array"]["phases"].value(phase, int64_t{0});
   }
   return n;
@@ -224,12 +231,15 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   int64_t running = 0;
   while (running < busy) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    running = InPhase(http, *fill, "Running");
+    const base::Result<int64_t> now_running = InPhase(http, *fill, "Running");
+    if (now_running.ok()) running = *now_running;
     const AsyncAgentsStats beats = agents.Snapshot();
-    say("filling: " + std::to_string(running) + " of " + std::to_string(busy) + " running; " +
-        std::to_string(beats.heartbeats) + " heartbeats (" + std::to_string(beats.errors) +
-        " errors), " + std::to_string(beats.tasks_reported) + " tasks reported" +
-        ErrorKinds(beats));
+    say("filling: " +
+        (now_running.ok() ? std::to_string(running)
+                          : "? (" + now_running.status().message() + ")") +
+        " of " + std::to_string(busy) + " running; " + std::to_string(beats.heartbeats) +
+        " heartbeats (" + std::to_string(beats.errors) + " errors), " +
+        std::to_string(beats.tasks_reported) + " tasks reported" + ErrorKinds(beats));
     if (Since(filling) > 120 + busy / 50.0) {
       return base::Status::Io("the estate did not fill: " + std::to_string(running) + " of " +
                               std::to_string(busy) + " jobs running after " +
@@ -305,8 +315,12 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   res.probe_max_ms = probe_ms.empty() ? 0 : *std::max_element(probe_ms.begin(), probe_ms.end());
   res.probe_p50_ms = Percentile(probe_ms, 0.50);
   res.probe_p99_ms = Percentile(probe_ms, 0.99);
-  res.running = InPhase(http, *fill, "Running");
-  res.pending = InPhase(http, *queued, "Pending");
+  const base::Result<int64_t> running_at_end = InPhase(http, *fill, "Running");
+  if (!running_at_end.ok()) return running_at_end.status();
+  const base::Result<int64_t> pending_at_end = InPhase(http, *queued, "Pending");
+  if (!pending_at_end.ok()) return pending_at_end.status();
+  res.running = *running_at_end;
+  res.pending = *pending_at_end;
   return res;
 }
 
