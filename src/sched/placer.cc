@@ -255,7 +255,7 @@ const Placer::Infeasible* Placer::Slot(uint64_t hash, const CycleState& cycle) c
 }
 
 const std::string* Placer::Known(uint64_t hash, const std::string& key, const CycleState& cycle) {
-  auto* known = const_cast<Infeasible*>(Slot(hash, cycle));
+  const Infeasible* known = Slot(hash, cycle);
   if (!known || known->key != key) return nullptr;
   ++cache_hits_;
   // A pending job says why at every pass: the words are made once per answer, not per pass.

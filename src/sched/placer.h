@@ -174,10 +174,10 @@ class Placer {
   struct Infeasible {
     std::string key;
     uint64_t epoch = 0;
-    uint64_t reservation = 0;  // when learnt keeping off the reserved nodes
-    uint64_t version = 0;      // when it holds only while the snapshot is unchanged; else 0
-    Unschedulable why;         // what Place answered when the shape failed
-    std::string summary;       // why.Summary(), made when first asked for (Known)
+    uint64_t reservation = 0;     // when learnt keeping off the reserved nodes
+    uint64_t version = 0;         // when it holds only while the snapshot is unchanged; else 0
+    Unschedulable why;            // what Place answered when the shape failed
+    mutable std::string summary;  // why.Summary(), made when first asked for (Known)
   };
   std::unordered_map<uint64_t, Infeasible> infeasible_;
   // The entry for `hash` if it still holds (its key still to be compared), else null.

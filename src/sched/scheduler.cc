@@ -225,6 +225,10 @@ std::string Scheduler::QuotaBlock(const Job& j) const {
   return quotas_.LimitViolation(j.spec.tenant, kNoModel, j.milli);
 }
 
+bool Scheduler::QuotaAllows(const Job& j) const {
+  return quotas_.WithinLimits(j.spec.tenant, kNoModel, j.milli);
+}
+
 void Scheduler::Rollback(const Job& j, const std::vector<Placement>& done) {
   for (size_t i = done.size(); i-- > 0;) placer_.Release(j.spec.tasks[i], done[i]);
 }
@@ -348,8 +352,9 @@ bool Scheduler::TryPlace(Job& j, std::string* why) {
     millis.push_back(GrantedMilli(snapshot_, p));
   }
   for (size_t i = 0; i < placements.size(); ++i) {
-    if (!quotas_.WithinLimits(j.spec.tenant, models[i], millis[i])) {
-      if (why) *why = quotas_.LimitViolation(j.spec.tenant, models[i], millis[i]);
+    std::string v = quotas_.LimitViolation(j.spec.tenant, models[i], millis[i]);
+    if (!v.empty()) {
+      if (why) *why = v;
       Undo(j, placements);
       return false;
     }

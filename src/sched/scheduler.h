@@ -348,9 +348,9 @@ class Scheduler {
   // placer; it restores them (and empties `claimed`) once it has decided.
   bool PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, CycleResult* out);
   // What the running jobs could offer a victim search, gathered at a pass's first search and
-  // kept for the pass: most searches of a deep queue find no victim, and each would otherwise
-  // walk every running job to learn it. It is a bound: a job that starts in the pass is no
-  // victim in it, and one stopped in it offers less than it says.
+  // kept until the pass ends or a search leaves a job stopping: most searches of a deep queue find
+  // no victim, and each would otherwise walk every running job to learn it. It is a bound: a job
+  // that starts in the pass is no victim in it, and one stopped in it offers less than it says.
   struct RunningSummary {
     bool valid = false;
     double lowest_rank = kNever;           // of running preemptible jobs (PreemptionRank)
@@ -359,7 +359,7 @@ class Scheduler {
     std::vector<int64_t> awaited;          // jobs a stopping job was preempted for
   };
   const RunningSummary& SummariseRunning(double now);
-  RunningSummary running_summary_;  // emptied at each pass
+  RunningSummary running_summary_;  // invalid at each pass's start, and after a stop is awaited
   // Starts, on the reserved nodes, preemptible jobs of this pass that fit nowhere else.
   void Lend(const std::vector<int64_t>& borrowers, double now, CycleResult* out);
   void Start(Job& j, double now, CycleResult* out);
@@ -388,6 +388,7 @@ class Scheduler {
   void KeepEstimateThrough(const Job& placed, uint64_t version_before, double now);
   int64_t estimates_computed_ = 0;
   std::string QuotaBlock(const Job& j) const;
+  bool QuotaAllows(const Job& j) const;  // QuotaBlock(j).empty(), without wording why not
   std::string NeverFits(const JobSpec& spec) const;
 
   Snapshot snapshot_;

@@ -159,10 +159,7 @@ void Scheduler::Lend(const std::vector<int64_t>& borrowers, double now, CycleRes
   for (int64_t id : borrowers) {
     Job& j = jobs_.at(id);
     // Jobs started later in the pass may have used up the quota this one passed.
-    if (j.phase != Phase::kPending || !quotas_.WithinLimits(j.spec.tenant, kNoModel, j.milli) ||
-        !TryPlace(j, nullptr)) {
-      continue;
-    }
+    if (j.phase != Phase::kPending || !QuotaAllows(j) || !TryPlace(j, nullptr)) continue;
     for (const Placement& p : j.placements) {
       if (cycle_.reserved_nodes[static_cast<size_t>(p.node)]) j.on_loan_from = reserved_job_;
     }
@@ -331,7 +328,7 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     } else {
       victim.phase = Phase::kStopping;
       victim.stopping_for = j.spec.id;
-      if (running_summary_.valid) running_summary_.awaited.push_back(j.spec.id);
+      running_summary_.valid = false;  // it now awaits a stop: gathered again when asked
     }
   }
   if (!immediate) {
