@@ -107,6 +107,8 @@ struct TaskReport {
   // the job waiting because work Meridian does not manage took its nodes). A Placed job returns
   // to the queue with the message as its reason; no restart is counted.
   bool refused = false;
+
+  friend bool operator==(const TaskReport&, const TaskReport&) = default;
 };
 
 // What one dependency of a pending job names, as the store has it now: each (kind, job) pair of

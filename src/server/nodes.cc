@@ -379,10 +379,21 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
                                                 const std::vector<protocol::TaskReport>& tasks,
                                                 std::vector<domain::NodeFailure>* failed) {
   std::map<int64_t, std::vector<domain::TaskReport>> by_job;
-  for (const protocol::TaskReport& t : tasks) by_job[t.job].push_back(t.report);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const protocol::TaskReport& t : tasks) {
+      // Skipping it changes no decision below: a report that matches what the job's record
+      // says of its task is passed over by the lifecycle (lifecycle::Report).
+      if (!QuietLocked(node, t)) by_job[t.job].push_back(t.report);
+    }
+  }
+  if (by_job.empty()) return 0;
   const double now = clock_->Now();
   int64_t seq = 0;
+  // (job, its version, report) of what changed nothing, kept once the transaction has ended.
+  std::vector<std::tuple<int64_t, int64_t, domain::TaskReport>> quiet;
   Status s = store_->Write([&](store::Tx& tx) {
+    quiet.clear();
     for (const auto& [id, reports] : by_job) {
       auto job = tx.GetJob(id);
       if (!job.ok()) continue;  // reports of a job that does not exist change nothing
@@ -405,7 +416,13 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
       }
       const domain::Transition t =
           domain::lifecycle::Report(*life, node, reports, task_nodes, max_restarts, now);
-      if (t.events.empty()) continue;  // stale or unchanged
+      if (t.events.empty()) {  // stale or unchanged
+        for (const domain::TaskReport& r : reports) {
+          if (r.state != domain::TaskStatus::State::kExited)
+            quiet.emplace_back(id, job->version, r);
+        }
+        continue;
+      }
       auto e = api::CommitTransition(tx, t, now, &*job);
       if (!e.ok()) return e.status();
       seq = *e;
@@ -413,7 +430,27 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
     return Status::Ok();
   });
   if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto here = assigned_.find(node);
+  for (auto& [job, version, report] : quiet) {
+    if (here == assigned_.end()) break;
+    auto a = here->second.find({job, report.task});
+    // Only where what the server tracks is the version read: an older Assigned is replaced
+    // when the job's change reaches it (Track), a newer one was not what was read.
+    if (a == here->second.end() || a->second.version != version ||
+        a->second.assignment.generation != report.generation) {
+      continue;
+    }
+    a->second.quiet = std::move(report);
+  }
   return seq;
+}
+
+bool NodeService::QuietLocked(const std::string& node, const protocol::TaskReport& t) const {
+  auto here = assigned_.find(node);
+  if (here == assigned_.end()) return false;
+  auto a = here->second.find({t.job, t.report.task});
+  return a != here->second.end() && a->second.quiet && *a->second.quiet == t.report;
 }
 
 namespace {
@@ -591,7 +628,7 @@ void NodeService::AssignLocked(const store::JobRecord& j) {
         ran_order_.pop_front();
       }
     }
-    assigned_[node][{j.id, task}] = Assigned{std::move(a), stop_deadline, cluster};
+    assigned_[node][{j.id, task}] = Assigned{std::move(a), stop_deadline, cluster, j.version, {}};
     nodes_of_job_[j.id].insert(node);
   }
 }

@@ -3,6 +3,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -225,9 +226,14 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   // the cache's capacity: never a pinned one or one a task assigned there reads.
   std::vector<std::string> EvictionsLocked(const std::string& cluster,
                                            const protocol::DataMount& m) const;
+  // Commits what the reports change of their jobs. Reports that are known to change nothing
+  // (Assigned::quiet) cost no transaction: most heartbeats say only that tasks still run.
   base::Result<int64_t> ApplyReports(const std::string& node,
                                      const std::vector<protocol::TaskReport>& tasks,
                                      std::vector<domain::NodeFailure>* failed);
+  // Whether this report of a task assigned to `node` was found to change nothing at the job's
+  // version the server tracks.
+  bool QuietLocked(const std::string& node, const protocol::TaskReport& t) const;
   // Adds to `changed` each node whose orders the job's change changed.
   void TrackLocked(const store::JobRecord& job, std::set<std::string>* changed);
   void AssignLocked(const store::JobRecord& job);  // the job's tasks into assigned_
@@ -270,6 +276,11 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
     protocol::Assignment assignment;
     double stop_deadline = 0;  // a Stopping job's, on this server's clock; sent as stopWithin
     std::string cluster;       // of the node, as the allocation says
+    int64_t version = 0;       // of the job record it was made from
+    // A report of the task's run that changed nothing when the job was at `version` (read in a
+    // transaction): the same report changes nothing until the job changes, which makes a new
+    // Assigned. Never an exit (an exit's report also says what failed on the node).
+    std::optional<domain::TaskReport> quiet;
   };
   std::map<std::string, std::map<std::pair<int64_t, int32_t>, Assigned>> assigned_;
   std::map<int64_t, std::set<std::string>> nodes_of_job_;

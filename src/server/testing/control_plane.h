@@ -87,6 +87,28 @@ class HookedStore final : public store::Store {
   store::Store* inner_;
 };
 
+// The store as the node service sees it: counts its transactions.
+class CountedStore final : public store::Store {
+ public:
+  explicit CountedStore(store::Store* inner) : inner_(inner) {}
+  base::Status Write(const std::function<base::Status(store::Tx&)>& fn) override {
+    ++writes;
+    return inner_->Write(fn);
+  }
+  base::Status Read(const std::function<base::Status(store::Tx&)>& fn) override {
+    ++reads;
+    return inner_->Read(fn);
+  }
+  int32_t SchemaVersion() const override { return inner_->SchemaVersion(); }
+  uint64_t CredentialsGeneration() const override { return inner_->CredentialsGeneration(); }
+
+  int writes = 0;
+  int reads = 0;
+
+ private:
+  store::Store* inner_;
+};
+
 class ControlPlane : public ::testing::Test {
  protected:
   void Open(const std::vector<store::Object>& docs) {
@@ -103,7 +125,8 @@ class ControlPlane : public ::testing::Test {
                       return Status::Ok();
                     })
                     .ok());
-    nodes_ = std::make_unique<NodeService>(store_.get(), &clock_, &bus_);
+    counted_ = std::make_unique<CountedStore>(store_.get());
+    nodes_ = std::make_unique<NodeService>(counted_.get(), &clock_, &bus_);
     hooked_ = std::make_unique<HookedStore>(store_.get());
     controller_ = std::make_unique<SchedulerController>(hooked_.get(), &clock_, &bus_, &metrics_,
                                                         nodes_.get());
@@ -321,6 +344,7 @@ class ControlPlane : public ::testing::Test {
   api::Metrics metrics_;
   std::unique_ptr<store::SqliteStore> store_;
   std::unique_ptr<HookedStore> hooked_;
+  std::unique_ptr<CountedStore> counted_;  // the node service's
   std::unique_ptr<NodeService> nodes_;
   std::unique_ptr<SchedulerController> controller_;
 };
