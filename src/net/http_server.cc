@@ -148,6 +148,12 @@ struct Route {
 struct HttpServer::Impl {
   explicit Impl(ServerOptions options) : o(std::move(options)) {}
 
+  static std::vector<std::unique_ptr<asio::io_context>> MakeLoops(int n) {
+    std::vector<std::unique_ptr<asio::io_context>> loops;
+    for (int i = 0; i < std::max(1, n); ++i) loops.push_back(std::make_unique<asio::io_context>(1));
+    return loops;
+  }
+
   ServerOptions o;
   std::vector<Route> routes;
   std::function<std::pair<std::string, std::string>(int, const std::string&)> error_body;
@@ -168,12 +174,16 @@ struct HttpServer::Impl {
   std::map<uint64_t, std::function<void()>> live;
   uint64_t next_id = 0;
 
+  // One event loop per I/O thread, and each connection on one of them, in turn: a request's
+  // bytes are read, and its answer written, by one thread, which no other loop's thread wakes or
+  // waits for (a loop run by several threads hands each event from one to another).
   // Destroyed before the maps above (members go in reverse order): sessions still queued in
-  // the io_context give their connection back as it is destroyed.
-  asio::io_context ioc;
+  // a loop give their connection back as it is destroyed.
+  std::vector<std::unique_ptr<asio::io_context>> loops = MakeLoops(o.io_threads);
+  size_t next_loop = 0;  // the loop of the next connection accepted
   std::optional<asio::ssl::context> tls;
-  tcp::acceptor acceptor{ioc};
-  asio::steady_timer accept_retry{ioc};
+  tcp::acceptor acceptor{*loops[0]};
+  asio::steady_timer accept_retry{*loops[0]};
   std::unique_ptr<WorkerPool> workers;
 
   bool Admit(const std::string& address) {
@@ -683,7 +693,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 }  // namespace
 
 void HttpServer::Impl::Accept() {
-  acceptor.async_accept(asio::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
+  asio::io_context& loop = *loops[next_loop++ % loops.size()];
+  acceptor.async_accept(asio::make_strand(loop), [this](beast::error_code ec, tcp::socket socket) {
     if (stopping || ec == asio::error::operation_aborted) return;
     if (ec) {
       // Out of file descriptors (or another transient failure): try again shortly rather than
@@ -768,9 +779,12 @@ void HttpServer::Run() {
   Impl& s = *impl_;
   s.workers = std::make_unique<WorkerPool>(s.o.workers);
   s.Accept();
+  // Each loop runs until Stop, also while it has no connection.
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> kept;
+  for (auto& loop : s.loops) kept.push_back(asio::make_work_guard(*loop));
   std::vector<std::thread> io;
-  for (int i = 1; i < std::max(1, s.o.io_threads); ++i) io.emplace_back([&s] { s.ioc.run(); });
-  s.ioc.run();
+  for (size_t i = 1; i < s.loops.size(); ++i) io.emplace_back([&s, i] { s.loops[i]->run(); });
+  s.loops[0]->run();
   for (std::thread& t : io) t.join();
   // No I/O thread runs now: the listener and every connection are closed here, so that clients
   // are refused or see the connection end at once.
@@ -788,7 +802,7 @@ void HttpServer::Run() {
 
 void HttpServer::Stop() {
   impl_->stopping = true;
-  impl_->ioc.stop();
+  for (auto& loop : impl_->loops) loop->stop();
 }
 
 int HttpServer::connections() const {
