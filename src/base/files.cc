@@ -1,5 +1,8 @@
 #include "base/files.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -10,6 +13,25 @@ std::string ReadWholeFile(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+int64_t RaiseOpenFiles(int64_t wanted) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
+  const rlim_t want = static_cast<rlim_t>(std::max<int64_t>(wanted, 0));
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < want) {
+    if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < want) {
+      const rlimit both{want, want};
+      setrlimit(RLIMIT_NOFILE, &both);
+    }
+    getrlimit(RLIMIT_NOFILE, &limit);
+    if (limit.rlim_cur < want) {
+      limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? want : std::min(want, limit.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &limit);
+      getrlimit(RLIMIT_NOFILE, &limit);
+    }
+  }
+  return limit.rlim_cur == RLIM_INFINITY ? -1 : static_cast<int64_t>(limit.rlim_cur);
 }
 
 }  // namespace meridian::base

@@ -1,35 +1,16 @@
 #include "bench/agent_estate.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/files.h"
+
 namespace meridian::bench {
 
 using Json = nlohmann::json;
-
-namespace {
-
-// Each agent keeps two connections (heartbeats, and its wait for orders): the benchmark holds
-// one end of each and the server, its child, the other. Both need `files` descriptors: the
-// limit is raised to that, past the hard limit where the process may (root), which the server
-// then inherits. Otherwise the soft limit goes as far as the hard one.
-void RaiseFileLimit(rlim_t files) {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= files) return;
-  if (limit.rlim_max != RLIM_INFINITY && limit.rlim_max < files) {
-    const rlimit wanted{files, files};
-    if (setrlimit(RLIMIT_NOFILE, &wanted) == 0) return;
-  }
-  limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? files : std::min(files, limit.rlim_max);
-  setrlimit(RLIMIT_NOFILE, &limit);
-}
-
-}  // namespace
 
 base::Status ExpectStatus(const httplib::Result& r, int status, const std::string& what) {
   if (r && r->status == status) return base::Status::Ok();
@@ -38,9 +19,22 @@ base::Status ExpectStatus(const httplib::Result& r, int status, const std::strin
 
 base::Result<AgentEstate> StartAgentEstate(const std::string& binary, int agents,
                                            std::string estate, double interval) {
-  RaiseFileLimit(static_cast<rlim_t>(2 * agents + 4096));
-  auto owned = StartServer(binary, {"--write-rate", "0", "--max-connections-per-address",
-                                    std::to_string(2 * agents + 100)});
+  // Each agent keeps two connections (heartbeats, and its wait for orders): the benchmark holds
+  // one end of each and the server, its child, which inherits the limit, the other.
+  const int64_t connections = 2 * static_cast<int64_t>(agents) + 100;
+  const int64_t kept = base::kFilesKeptBesideConnections;
+  const int64_t files = base::RaiseOpenFiles(connections + kept);
+  if (files >= 0 && files < connections + kept) {
+    const int64_t most = std::max<int64_t>((files - kept - 100) / 2, 0);
+    return base::Status::Invalid(
+        std::to_string(agents) + " agents keep " + std::to_string(connections) +
+        " connections open, but this host's open-file limit of " + std::to_string(files) +
+        " per process leaves the server room for " + std::to_string(files - kept) + ": at most " +
+        std::to_string(most) +
+        " agents here (raise the hard limit: ulimit -Hn, systemd's LimitNOFILE=)");
+  }
+  auto owned = StartServer(
+      binary, {"--write-rate", "0", "--max-connections-per-address", std::to_string(connections)});
   if (!owned.ok()) return owned.status();
   AgentEstate e;
   e.server = std::move(owned.value());

@@ -22,6 +22,7 @@
 #include "api/api.h"
 #include "api/dashboard.h"
 #include "base/dir_lock.h"
+#include "base/files.h"
 #include "base/log.h"
 #include "base/strings.h"
 #include "net/http_server.h"
@@ -70,26 +71,20 @@ class InstrumentedStore final : public store::Store {
   api::Metrics* metrics_;
 };
 
-// Each connection is a file descriptor: the soft limit is raised to what max_connections needs
-// (with room for the store, logs and listening socket), within the hard limit. Returns how many
+// Each connection is a file descriptor: the limit is raised to what max_connections needs (with
+// room for the store, logs and listening socket), as far as the host lets it. Returns how many
 // connections fit; the start-up log says so when that is fewer than 10,000.
 int RaiseOpenFileLimit(int max_connections) {
-  constexpr int kReserve = 1024;
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return max_connections;
-  const rlim_t wanted = static_cast<rlim_t>(max_connections) + kReserve;
-  if (limit.rlim_cur < wanted) {
-    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
-    setrlimit(RLIMIT_NOFILE, &limit);
-    getrlimit(RLIMIT_NOFILE, &limit);
-  }
-  const int fit = static_cast<int>(
-      std::min<rlim_t>(max_connections, limit.rlim_cur > kReserve ? limit.rlim_cur - kReserve : 1));
+  const int64_t kReserve = base::kFilesKeptBesideConnections;
+  const int64_t files = base::RaiseOpenFiles(max_connections + kReserve);
+  const int fit = files < 0
+                      ? max_connections
+                      : static_cast<int>(std::clamp<int64_t>(files - kReserve, 1, max_connections));
   if (fit < std::min(max_connections, 10000)) {
     base::log::Warn(
         "at most {} client connections (the open-file limit is {}; raise it with ulimit -n or "
         "LimitNOFILE=)",
-        fit, static_cast<unsigned long long>(limit.rlim_cur));
+        fit, files);
   }
   return fit;
 }
