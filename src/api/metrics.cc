@@ -7,24 +7,40 @@ namespace meridian::api {
 
 namespace {
 
-std::string Escape(const std::string& v) {
-  std::string out;
+void AppendEscaped(const std::string& v, std::string* out) {
   for (char c : v) {
-    if (c == '\\' || c == '"') out.push_back('\\');
+    if (c == '\\' || c == '"') out->push_back('\\');
     if (c == '\n') {
-      out += "\\n";
+      *out += "\\n";
       continue;
     }
-    out.push_back(c);
+    out->push_back(c);
   }
-  return out;
+}
+
+void AppendLabels(const Metrics::Labels& labels, const std::string& extra, std::string* out) {
+  if (labels.empty() && extra.empty()) return;
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [k, v] : labels) {
+    if (!first) out->push_back(',');
+    first = false;
+    *out += k;
+    *out += "=\"";
+    AppendEscaped(v, out);
+    out->push_back('"');
+  }
+  if (!extra.empty()) {
+    if (!first) out->push_back(',');
+    *out += extra;
+  }
+  out->push_back('}');
 }
 
 std::string LabelText(const Metrics::Labels& labels, const std::string& extra = "") {
   std::string s;
-  for (const auto& [k, v] : labels) s += (s.empty() ? "" : ",") + k + "=\"" + Escape(v) + "\"";
-  if (!extra.empty()) s += (s.empty() ? "" : ",") + extra;
-  return s.empty() ? "" : "{" + s + "}";
+  AppendLabels(labels, extra, &s);
+  return s;
 }
 
 std::string Number(double v) {
@@ -122,6 +138,46 @@ std::string Metrics::RenderFamilies(std::vector<std::function<std::string()>>* c
         out += name + LabelText(labels) + " " + Number(v) + "\n";
       }
     }
+  }
+  return out;
+}
+
+void MetricsText::Describe(const std::string& name, const std::string& type,
+                           const std::string& help) {
+  Family& f = Find(name);
+  f.head = "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+MetricsText::Family& MetricsText::Find(const std::string& name) {
+  if (last_ < families_.size() && families_[last_].name == name) return families_[last_];
+  for (size_t i = 0; i < families_.size(); ++i) {
+    if (families_[i].name == name) {
+      last_ = i;
+      return families_[i];
+    }
+  }
+  families_.push_back({name, "", ""});
+  last_ = families_.size() - 1;
+  return families_.back();
+}
+
+void MetricsText::Set(const std::string& name, const Metrics::Labels& labels, double value) {
+  Family& f = Find(name);
+  f.lines += name;
+  AppendLabels(labels, "", &f.lines);
+  f.lines.push_back(' ');
+  f.lines += Number(value);
+  f.lines.push_back('\n');
+}
+
+std::string MetricsText::Render() const {
+  size_t size = 0;
+  for (const Family& f : families_) size += f.head.size() + f.lines.size();
+  std::string out;
+  out.reserve(size);
+  for (const Family& f : families_) {
+    out += f.head;
+    out += f.lines;
   }
   return out;
 }

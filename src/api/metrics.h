@@ -45,6 +45,28 @@ class Metrics {
   std::vector<std::function<std::string()>> collectors_;
 };
 
+// One scrape's families written as text as each series is set: for a collector that makes
+// hundreds of thousands of series per scrape (every GPU of the estate, each with its labels),
+// where a registry of them would be built, sorted and freed at every scrape. Series come out in
+// the order they were set, each family's together; each series is set once. Not thread-safe.
+class MetricsText {
+ public:
+  void Describe(const std::string& name, const std::string& type, const std::string& help);
+  // `name` must have been described.
+  void Set(const std::string& name, const Metrics::Labels& labels, double value);
+  std::string Render() const;  // families in the order described
+
+ private:
+  struct Family {
+    std::string name;
+    std::string head;  // HELP and TYPE
+    std::string lines;
+  };
+  Family& Find(const std::string& name);
+  std::vector<Family> families_;
+  size_t last_ = 0;  // the family set last: most scrapes set one family many times in a row
+};
+
 // Upper bounds of the latency histograms, in seconds (100 us to 10 s).
 const std::vector<double>& LatencyBuckets();
 

@@ -141,7 +141,7 @@ MetricLabels With(MetricLabels labels, const char* key, const std::string& value
   return labels;
 }
 
-void RenderTelemetry(const MetricLabels& l, const protocol::GpuSample& s, api::Metrics* out) {
+void RenderTelemetry(const MetricLabels& l, const protocol::GpuSample& s, api::MetricsText* out) {
   out->Set("meridian_gpu_utilization_ratio", l, s.utilization);
   out->Set("meridian_gpu_memory_used_bytes", l, static_cast<double>(s.memory_used_mib) * kMib);
   out->Set("meridian_gpu_temperature_celsius", l, s.temperature_c);
@@ -176,7 +176,7 @@ void RenderTelemetry(const MetricLabels& l, const protocol::GpuSample& s, api::M
   }
 }
 
-void RenderNode(const Json& node, const NodeService::NodeReport* report, api::Metrics* out) {
+void RenderNode(const Json& node, const NodeService::NodeReport* report, api::MetricsText* out) {
   const MetricLabels l = {{"node", JsonText(node, "name")}, {"cluster", JsonText(node, "cluster")}};
   const std::string state = NodeState(node, report);
   for (const char* s : kNodeStates)
@@ -202,7 +202,7 @@ void RenderNode(const Json& node, const NodeService::NodeReport* report, api::Me
 
 void RenderEstateMetrics(const Json& nodes,
                          const std::map<std::string, NodeService::NodeReport>& reports,
-                         api::Metrics* out) {
+                         api::MetricsText* out) {
   for (const Family& f : kFamilies) out->Describe(f.name, f.type, f.help);
   if (!nodes.is_array()) return;
   for (const Json& node : nodes) {
@@ -334,7 +334,7 @@ std::map<std::string, std::pair<double, double>> JobOutcomes::EndedTotals() cons
   return out;
 }
 
-void JobOutcomes::Render(const std::set<std::string>& projects, api::Metrics* out) const {
+void JobOutcomes::Render(const std::set<std::string>& projects, api::MetricsText* out) const {
   out->Describe("meridian_jobs_succeeded_total", "counter",
                 "Jobs that ended with every task exiting 0, by project.");
   out->Describe("meridian_jobs_failed_total", "counter",
@@ -384,7 +384,7 @@ TelemetryMetrics::TelemetryMetrics(store::Store* store, api::SchedulerHooks* sch
 }
 
 std::string TelemetryMetrics::Render() {
-  api::Metrics m;
+  api::MetricsText m;
   RenderEstateMetrics(scheduler_->Nodes(), nodes_->Reports(), &m);
   // A store that cannot be read now is read at the next scrape: the counters lag, not lie.
   if (base::Status s = outcomes_.Follow(*store_); !s.ok()) {

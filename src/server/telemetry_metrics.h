@@ -17,12 +17,12 @@ namespace meridian::server {
 
 // Renders the GPU and node families from the scheduler's node list (`nodes`: the items of
 // /api/v1/nodes, SchedulerHooks::Nodes()) and the node service's reports of registered nodes
-// into `out`, which should be a fresh registry (each family is described and filled here).
+// into `out`, a fresh scrape's text (each family is described and filled here).
 // Every GPU of `nodes` gets its inventory series (health, allocation); GPUs of registered
 // nodes that are not Lost get their telemetry too. Pure: no clock, no store.
 void RenderEstateMetrics(const Json& nodes,
                          const std::map<std::string, NodeService::NodeReport>& reports,
-                         api::Metrics* out);
+                         api::MetricsText* out);
 
 // Counts job outcomes from the committed event log, which is the one record of every lifecycle
 // transition (api::CommitTransition appends them): an outcome counted here happened, whatever
@@ -60,7 +60,7 @@ class JobOutcomes {
   base::Status Follow(store::Store& store);
   void Start(int64_t after_seq);
   // Every outcome family, with a zero series for each of `projects` not yet seen.
-  void Render(const std::set<std::string>& projects, api::Metrics* out) const;
+  void Render(const std::set<std::string>& projects, api::MetricsText* out) const;
 
   // Jobs ended per project since the start: (succeeded, failed), for the alert rules.
   std::map<std::string, std::pair<double, double>> EndedTotals() const;

@@ -68,7 +68,7 @@ std::map<std::string, NodeService::NodeReport> Reports(const std::string& state 
 }
 
 std::string Render(const Json& nodes, const std::map<std::string, NodeService::NodeReport>& r) {
-  api::Metrics m;
+  api::MetricsText m;
   RenderEstateMetrics(nodes, r, &m);
   return m.Render();
 }
@@ -210,7 +210,7 @@ store::Event JobEvent(int64_t seq, const std::string& job, const std::string& pr
 
 TEST(TelemetryMetrics, JobOutcomesAreCountedFromEventsWithEverySeriesAtZeroFirst) {
   JobOutcomes o;
-  api::Metrics before;
+  api::MetricsText before;
   o.Render({"vision"}, &before);
   const std::string zero = before.Render();
   for (const std::string& want : std::vector<std::string>{
@@ -240,7 +240,7 @@ TEST(TelemetryMetrics, JobOutcomesAreCountedFromEventsWithEverySeriesAtZeroFirst
       {13, 0, "Node", "n1", "", "Normal", "Failed", "not a job"},
   };
   for (const store::Event& e : events) o.Count(e);
-  api::Metrics after;
+  api::MetricsText after;
   o.Render({"vision"}, &after);
   const std::string text = after.Render();
   for (const std::string& want : std::vector<std::string>{
@@ -269,7 +269,7 @@ TEST(TelemetryMetrics, CollectorsAreRenderedAfterTheRegistrysFamilies) {
   int scrapes = 0;
   m.AddCollector([&] {
     ++scrapes;
-    api::Metrics estate;
+    api::MetricsText estate;
     RenderEstateMetrics(Nodes(), Reports(), &estate);
     return estate.Render();
   });
