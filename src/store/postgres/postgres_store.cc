@@ -103,6 +103,11 @@ ALTER TABLE leader ADD COLUMN peer_secret TEXT NOT NULL DEFAULT '';
 UPDATE leader SET peer_secret = replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', '')
   WHERE id = 1;
 )sql",
+    // 10: events of one kind in order (the job outcomes /metrics counts, `get events --kind`):
+    // without it a page of them was a sort of every event of that kind.
+    R"sql(
+CREATE INDEX events_by_kind ON events (object_kind, seq);
+)sql",
 };
 
 // Taken for the migrations, so that servers starting together on one database migrate once.

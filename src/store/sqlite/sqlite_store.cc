@@ -98,6 +98,11 @@ CREATE INDEX usage_by_end ON usage (ended_at);
     R"sql(
 ALTER TABLE leader ADD COLUMN peer_secret TEXT NOT NULL DEFAULT '';
 )sql",
+    // 10: events of one kind in order (the job outcomes /metrics counts, `get events --kind`):
+    // without it a page of them was a sort of every event of that kind.
+    R"sql(
+CREATE INDEX events_by_kind ON events (object_kind, seq);
+)sql",
 };
 
 Status SqlError(sqlite3* db, const std::string& what) {
