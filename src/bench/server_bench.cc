@@ -48,15 +48,25 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The cycle histogram's cumulative buckets (upper bound -> count), from /metrics.
-std::map<double, int64_t> CycleBuckets(httplib::Client& http) {
-  std::map<double, int64_t> buckets;
+// The heartbeat's own histogram: the time its handler took in the server, from the moment a
+// worker took the request whole to its answer (what the benchmark's agents see adds the
+// connection, the server's I/O threads and their own event loop).
+constexpr const char* kHeartbeatHandler =
+    "meridian_api_request_duration_seconds_bucket{route=\"agents.heartbeat\",code=\"200\",le=\"";
+
+std::string ScrapeMetrics(httplib::Client& http) {
   auto r = http.Get("/metrics");
-  if (!r || r->status != 200) return buckets;
-  std::istringstream in(r->body);
-  const std::string prefix = std::string(kCycleMetric) + "_bucket{le=\"";
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind(prefix, 0) != 0) continue;
+  return r && r->status == 200 ? r->body : "";
+}
+
+// A histogram's cumulative buckets (upper bound -> count) from a scrape: the lines that start
+// with `prefix`, its name and labels up to `le="`.
+std::map<double, int64_t> Buckets(const std::string& scrape, const std::string& prefix) {
+  std::map<double, int64_t> buckets;
+  for (size_t at = scrape.find(prefix); at != std::string::npos; at = scrape.find(prefix, at + 1)) {
+    if (at > 0 && scrape[at - 1] != '\n') continue;
+    const size_t eol = std::min(scrape.find('\n', at), scrape.size());
+    const std::string line = scrape.substr(at, eol - at);
     const size_t end = line.find('"', prefix.size());
     if (end == std::string::npos) continue;
     const std::string le = line.substr(prefix.size(), end - prefix.size());
@@ -172,6 +182,8 @@ Json ServerBenchResult::ToJson() const {
           {"heartbeats_per_second", heartbeats_per_second},
           {"heartbeat_p50_ms", heartbeat_p50_ms},
           {"heartbeat_p99_ms", heartbeat_p99_ms},
+          {"heartbeat_handler_p50_ms", heartbeat_handler_p50_ms},
+          {"heartbeat_handler_p99_ms", heartbeat_handler_p99_ms},
           {"probes", probes},
           {"probes_late", probes_late},
           {"probe_p50_ms", probe_p50_ms},
@@ -256,7 +268,8 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
       std::to_string(static_cast<int>(o.seconds)) + " s");
 
   // The window: cycles, heartbeats, probes, server CPU.
-  const std::map<double, int64_t> buckets0 = CycleBuckets(http);
+  const std::string scrape0 = ScrapeMetrics(http);
+  const std::string cycle_prefix = std::string(kCycleMetric) + "_bucket{le=\"";
   const AsyncAgentsStats beats0 = agents.Snapshot();
   double cpu0 = 0, cpu1 = 0, rss = 0;
   server.Usage(&cpu0, &rss);
@@ -297,12 +310,18 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   res.seconds = Since(start);
   server.Usage(&cpu1, &res.server_rss_mib);
   const AsyncAgentsStats beats1 = agents.Snapshot();
-  const std::map<double, int64_t> buckets1 = CycleBuckets(http);
+  const std::string scrape1 = ScrapeMetrics(http);
   agents.Stop();
 
   res.server_cores = (cpu1 - cpu0) / res.seconds;
-  res.cycle_p50_s = BucketQuantile(buckets0, buckets1, 0.50, &res.cycles);
-  res.cycle_p99_s = BucketQuantile(buckets0, buckets1, 0.99, &res.cycles);
+  const auto cycles0 = Buckets(scrape0, cycle_prefix), cycles1 = Buckets(scrape1, cycle_prefix);
+  res.cycle_p50_s = BucketQuantile(cycles0, cycles1, 0.50, &res.cycles);
+  res.cycle_p99_s = BucketQuantile(cycles0, cycles1, 0.99, &res.cycles);
+  const auto handled0 = Buckets(scrape0, kHeartbeatHandler);
+  const auto handled1 = Buckets(scrape1, kHeartbeatHandler);
+  int64_t handled = 0;
+  res.heartbeat_handler_p50_ms = 1000 * BucketQuantile(handled0, handled1, 0.50, &handled);
+  res.heartbeat_handler_p99_ms = 1000 * BucketQuantile(handled0, handled1, 0.99, &handled);
   res.heartbeats = beats1.heartbeats - beats0.heartbeats;
   res.heartbeat_errors = beats1.errors - beats0.errors;
   res.heartbeats_per_second = static_cast<double>(res.heartbeats) / res.seconds;

@@ -32,6 +32,9 @@ struct ServerBenchResult {
   double cycle_p50_s = 0, cycle_p99_s = 0;
   int64_t heartbeats = 0, heartbeat_errors = 0;
   double heartbeats_per_second = 0, heartbeat_p50_ms = 0, heartbeat_p99_ms = 0;
+  // In the server: its handler's time, from its histogram (the agents' figures above add the
+  // connection, the server's I/O threads and the benchmark's own event loop).
+  double heartbeat_handler_p50_ms = 0, heartbeat_handler_p99_ms = 0;
   int64_t probes = 0, probes_late = 0;  // late: not Running within 30 s
   double probe_p50_ms = 0, probe_p99_ms = 0, probe_max_ms = 0;
   double server_cores = 0;  // CPU seconds per second in the window
