@@ -194,9 +194,38 @@ void SchedulerController::Loop() {
   }
 }
 
+void SchedulerController::Tally::Add(int64_t id, const Known& k) {
+  phases[k.phase] += 1;
+  Project& p = projects[k.project];
+  if (k.phase == "Pending") {
+    ++p.pending;
+    p.pending_since.emplace(k.submitted_at, id);
+  } else {
+    ++p.others;
+  }
+  if (k.phase == "Stopping") stopping.insert(id);
+}
+
+void SchedulerController::Tally::Remove(int64_t id, const Known& k) {
+  if (auto ph = phases.find(k.phase); ph != phases.end() && --ph->second <= 0) phases.erase(ph);
+  auto p = projects.find(k.project);
+  if (p != projects.end()) {
+    if (k.phase == "Pending") {
+      --p->second.pending;
+      p->second.pending_since.erase({k.submitted_at, id});
+    } else {
+      --p->second.others;
+    }
+    if (p->second.pending <= 0 && p->second.others <= 0) projects.erase(p);
+  }
+  stopping.erase(id);
+}
+
 void SchedulerController::Track(const store::JobRecord& job) {
-  Known& k = known_[job.id];
+  auto [at, added] = known_.try_emplace(job.id);
+  Known& k = at->second;
   const bool first = k.version == 0;
+  if (!added) tally_.Remove(job.id, k);
   k.project = job.project;
   k.version = job.version;
   k.generation = job.generation;
@@ -205,6 +234,7 @@ void SchedulerController::Track(const store::JobRecord& job) {
   k.submitted_at = job.submitted_at;
   k.allocation = job.allocation;
   k.status = job.status;
+  tally_.Add(job.id, k);
   if (first) TrackGates(job, &k);
 }
 
@@ -271,6 +301,7 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
   if (!Active(job.phase)) {
     if (k == known_.end()) return;  // handled at an earlier event of this batch
     scheduler_->Cancel(id, now);    // over: what it held is free (it was seen to stop)
+    tally_.Remove(id, k->second);
     known_.erase(k);
     reasons_.Erase(id);
     refused_.erase(id);
@@ -393,6 +424,7 @@ Status SchedulerController::Rebuild() {
     carried = std::move(saved.value());
   }
   known_.clear();
+  tally_ = {};
   reasons_.Clear();
   refused_.clear();
   held_.clear();
@@ -661,8 +693,8 @@ Status SchedulerController::SettleStops(double now) {
   // A stop on nodes that no agent runs (declared by a pool) has no runner to wait for: that
   // back end observes it at once.
   std::vector<int64_t> settle;
-  for (const auto& [id, k] : known_) {
-    if (k.phase == "Stopping" && !RunsOnAgents(k.allocation)) settle.push_back(id);
+  for (int64_t id : tally_.stopping) {
+    if (!RunsOnAgents(known_.at(id).allocation)) settle.push_back(id);
   }
   if (settle.empty()) return Status::Ok();
   int64_t seq = 0;

@@ -113,6 +113,21 @@ class SchedulerController final : public api::SchedulerHooks {
     int64_t max_running = 0;  // 0: no limit
     std::vector<domain::Dependency> dependencies;
   };
+  // What the views count of known_ at every cycle and scrape (phases, each project's queue,
+  // the stopping jobs), kept as known_ changes: at a million pending jobs a walk of known_ for
+  // each was most of a cycle.
+  struct Tally {
+    struct Project {
+      int64_t pending = 0;
+      int64_t others = 0;                                  // placed, running or stopping
+      std::set<std::pair<double, int64_t>> pending_since;  // (submitted_at, id), oldest first
+    };
+    std::map<std::string, int64_t> phases;
+    std::map<std::string, Project> projects;
+    std::set<int64_t> stopping;
+    void Add(int64_t id, const Known& k);
+    void Remove(int64_t id, const Known& k);
+  };
   // Reads every object and every active job, and the latest event's sequence number.
   base::Status ReadState(std::vector<store::Object>* objects, std::vector<store::JobRecord>* jobs,
                          int64_t* latest);
@@ -227,6 +242,7 @@ class SchedulerController final : public api::SchedulerHooks {
   std::unique_ptr<Estate> estate_;
   std::unique_ptr<sched::Scheduler> scheduler_;
   std::map<int64_t, Known> known_;                 // pending and placed jobs
+  Tally tally_;                                    // of known_, changed with it
   std::map<int64_t, sched::JobSpec> refused_;      // pending jobs no node could ever hold, so far
   std::map<int64_t, sched::JobSpec> held_;         // pending jobs not to be queued yet (Gated)
   std::set<int64_t> released_;                     // gated jobs let through: not held again

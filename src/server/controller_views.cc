@@ -19,21 +19,15 @@ void SchedulerController::Publish(double cycle_seconds) {
   metrics_->Observe("meridian_scheduler_cycle_duration_seconds", {}, cycle_seconds);
   if (!scheduler_) return;
   const double now = clock_->Now();
-  std::map<std::string, std::pair<double, double>> queue;  // project -> depth, oldest wait
-  std::map<std::string, double> phases;
-  for (const auto& [id, k] : known_) {
-    phases[k.phase] += 1;
-    if (k.phase != "Pending") continue;
-    auto& [depth, oldest] = queue[k.project];
-    depth += 1;
-    oldest = std::max(oldest, now - k.submitted_at);
-  }
   std::vector<std::pair<api::Metrics::Labels, double>> depth, oldest, jobs;
-  for (const auto& [p, v] : queue) {
-    depth.push_back({{{"project", p}}, v.first});
-    oldest.push_back({{{"project", p}}, v.second});
+  for (const auto& [p, t] : tally_.projects) {
+    if (t.pending <= 0) continue;
+    depth.push_back({{{"project", p}}, static_cast<double>(t.pending)});
+    oldest.push_back({{{"project", p}}, std::max(0.0, now - t.pending_since.begin()->first)});
   }
-  for (const auto& [phase, n] : phases) jobs.push_back({{{"phase", phase}}, n});
+  for (const auto& [phase, n] : tally_.phases) {
+    jobs.push_back({{{"phase", phase}}, static_cast<double>(n)});
+  }
   metrics_->SetAll("meridian_queue_depth", depth);
   metrics_->SetAll("meridian_queue_oldest_pending_seconds", oldest);
   metrics_->SetAll("meridian_jobs", jobs);
@@ -104,10 +98,8 @@ std::map<std::string, double> SchedulerController::OldestPending() {
   std::lock_guard<std::mutex> lock(mu_);
   const double now = clock_->Now();
   std::map<std::string, double> out;
-  for (const auto& [id, k] : known_) {
-    if (k.phase != "Pending") continue;
-    double& oldest = out[k.project];
-    oldest = std::max(oldest, now - k.submitted_at);
+  for (const auto& [p, t] : tally_.projects) {
+    if (t.pending > 0) out[p] = std::max(0.0, now - t.pending_since.begin()->first);
   }
   return out;
 }
@@ -121,8 +113,6 @@ Json SchedulerController::Usage() {
   std::lock_guard<std::mutex> lock(mu_);
   Json out = Json::array();
   if (!scheduler_) return out;
-  std::map<std::string, int64_t> pending;
-  for (const auto& [id, k] : known_) pending[k.project] += k.phase == "Pending";
   const sched::QuotaTree& q = scheduler_->quotas();
   // Fair-share position: 1 is the node its siblings' queue serves first (the least decayed use
   // for its weight).
@@ -153,7 +143,9 @@ Json SchedulerController::Usage() {
                 {"fairShare", shares[n]},
                 {"fairShareRank", rank[n]},
                 {"siblings", siblings[n]}};
-    if (auto p = pending.find(q.name(n)); p != pending.end()) row["pending"] = p->second;
+    if (auto p = tally_.projects.find(q.name(n)); p != tally_.projects.end()) {
+      row["pending"] = p->second.pending;
+    }
     out.push_back(row);
   }
   return out;
@@ -262,13 +254,11 @@ void SchedulerController::Sample(double now) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, k] : known_) {
-      api::HistorySample::Queue& q = sample.projects[k.project];
-      if (k.phase == "Pending") {
-        ++q.pending;
-      } else {
-        ++q.running;  // placed, running or stopping: what known_ holds besides pending jobs
-      }
+    for (const auto& [p, t] : tally_.projects) {
+      api::HistorySample::Queue& q = sample.projects[p];
+      q.pending += static_cast<int32_t>(t.pending);
+      q.running += static_cast<int32_t>(
+          t.others);  // placed, running or stopping: what known_ holds besides pending
     }
   }
   // Fair share as of now, kept so that a restart does not forget it.
