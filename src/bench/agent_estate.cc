@@ -33,8 +33,10 @@ base::Result<AgentEstate> StartAgentEstate(const std::string& binary, int agents
         std::to_string(most) +
         " agents here (raise the hard limit: ulimit -Hn, systemd's LimitNOFILE=)");
   }
-  auto owned = StartServer(
-      binary, {"--write-rate", "0", "--max-connections-per-address", std::to_string(connections)});
+  // The server's own caps (30,000 open, 2,000 per client address) let every agent in.
+  auto owned = StartServer(binary, {"--write-rate", "0", "--max-connections",
+                                    std::to_string(std::max<int64_t>(connections, 30000)),
+                                    "--max-connections-per-address", std::to_string(connections)});
   if (!owned.ok()) return owned.status();
   AgentEstate e;
   e.server = std::move(owned.value());

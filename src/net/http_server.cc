@@ -94,6 +94,20 @@ std::optional<std::string> Gzip(const std::string& in) {
   return out;
 }
 
+// Compresses an answer's body for a client that takes gzip (`gzip`), when it is text of 256 bytes
+// or more and not compressed already, and says so in its headers.
+void MaybeGzip(bool gzip, Response* r) {
+  if (!gzip || r->body.size() < 256 || r->headers.count("Content-Encoding") > 0 ||
+      !Compressible(ContentType(*r))) {
+    return;
+  }
+  if (auto z = Gzip(r->body)) {
+    r->body = std::move(*z);
+    r->set_header("Content-Encoding", "gzip");
+    r->set_header("Vary", "Accept-Encoding");
+  }
+}
+
 // A fixed set of threads taking jobs in order.
 class WorkerPool {
  public:
@@ -400,7 +414,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     const Route* route = server_->Find(req.get());
     if (route == nullptr) return Write(server_->ErrorResponse(404, "no such path"));
     auto self = this->shared_from_this();
-    auto run = [self, req, route] {
+    auto run = [self, req, route, gzip = gzip_] {
       Response res;
       try {
         if (!self->server_->gate || !self->server_->gate(*req, res)) route->handler(*req, res);
@@ -414,6 +428,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       if (res.upgrade) return self->Upgrade(std::move(res));
       if (res.later) return self->Defer(std::move(res));
       if (res.stream) return self->StreamFrom(std::move(res));
+      // Here rather than in Write: a large body's compression (a scrape of /metrics at
+      // thousands of nodes) would hold the I/O thread, and every connection of its loop.
+      MaybeGzip(gzip, &res);
       asio::post(self->stream_.get_executor(),
                  [self, res = std::move(res)]() mutable { self->Write(std::move(res)); });
     };
@@ -434,16 +451,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     auto res = std::make_shared<http::response<http::string_body>>();
     res->version(version_);
     res->result(static_cast<unsigned>(r.status));
+    MaybeGzip(gzip_, &r);  // answers that did not come from a worker: errors, long polls
     for (const auto& [k, v] : r.headers) res->insert(k, v);
     const bool keep = keep_alive_ && !server_->stopping;
     res->keep_alive(keep);
-    if (gzip_ && r.body.size() >= 256 && Compressible(ContentType(r))) {
-      if (auto z = Gzip(r.body)) {
-        r.body = std::move(*z);
-        res->set(http::field::content_encoding, "gzip");
-        res->set(http::field::vary, "Accept-Encoding");
-      }
-    }
     res->body() = std::move(r.body);
     res->prepare_payload();
     Tcp().expires_after(Seconds(server_->o.write_timeout));

@@ -73,8 +73,11 @@ std::vector<SchedulerController::Decision> SchedulerController::Decide(
   std::vector<Decision> out;
   auto known = [&](int64_t id) {
     const Known& k = known_.at(id);
-    return RecordOf(id, k.project, k.version, k.generation, k.phase, k.reason, k.allocation,
-                    k.status);
+    store::JobRecord r =
+        RecordOf(id, k.project, k.version, k.generation, k.phase, k.reason, k.allocation, k.status);
+    // Kept by Track: a preempted job back in the queue still waits since its submission.
+    r.submitted_at = k.submitted_at;
+    return r;
   };
   // A decision the lifecycle refuses (the record is not what the scheduler thought) is not
   // written, and so is undone like one whose job moved; the rest of the cycle stands.

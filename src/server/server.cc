@@ -76,6 +76,7 @@ class InstrumentedStore final : public store::Store {
 // connections fit; the start-up log says so when that is fewer than 10,000.
 int RaiseOpenFileLimit(int max_connections) {
   const int64_t kReserve = base::kFilesKeptBesideConnections;
+  max_connections = std::max(1, max_connections);
   const int64_t files = base::RaiseOpenFiles(max_connections + kReserve);
   const int fit = files < 0
                       ? max_connections

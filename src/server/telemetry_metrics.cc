@@ -168,7 +168,10 @@ void RenderTelemetry(const MetricLabels& l, const protocol::GpuSample& s, api::M
   optional("meridian_gpu_row_remap_pending", s.row_remap_pending, 1, l);
   optional("meridian_gpu_row_remap_failed", s.row_remap_failed, 1, l);
   optional("meridian_gpu_mig_mode_pending", s.mig_mode_pending, 1, l);
-  for (const std::string& m : s.mig_instances) {
+  // Each instance once: a sample that names one twice must not make a scrape with a series
+  // twice, which Prometheus refuses.
+  for (const std::string& m :
+       std::set<std::string>(s.mig_instances.begin(), s.mig_instances.end())) {
     const size_t at = m.find('@');
     MetricLabels mig = With(l, "GPU_I_PROFILE", m.substr(0, at));
     out->Set("meridian_gpu_mig_instance_info",
@@ -211,8 +214,10 @@ void RenderEstateMetrics(const Json& nodes,
     const NodeService::NodeReport* report = r == reports.end() ? nullptr : &r->second;
     RenderNode(node, report, out);
     if (!node.contains("gpus") || !node["gpus"].is_array()) continue;
+    std::set<int32_t> seen;  // each GPU of the node once, as above
     for (const Json& gpu : node["gpus"]) {
       const int32_t index = gpu.value("index", 0);
+      if (!seen.insert(index).second) continue;
       const std::vector<NodeService::GpuHolder>* holders = nullptr;
       if (report) {
         auto h = report->holders.find(index);

@@ -280,6 +280,26 @@ TEST(TelemetryMetrics, CollectorsAreRenderedAfterTheRegistrysFamilies) {
   EXPECT_LT(text.find("meridian_build_info"), text.find("meridian_gpu_healthy"));
 }
 
+// A scrape names each series once, even where an agent's sample names a MIG instance twice or
+// a node's list names a GPU twice: Prometheus refuses a scrape with a series twice.
+TEST(TelemetryMetrics, EachSeriesOnceWhenASampleRepeatsItself) {
+  Json nodes = Nodes();
+  nodes[0]["gpus"].push_back(nodes[0]["gpus"][0]);
+  auto reports = Reports();
+  auto& mig = reports["n1"].gpus[0].mig_instances;
+  mig.push_back(mig[0]);
+  const std::string text = Render(nodes, reports);
+  auto count = [&](const std::string& part) {
+    size_t n = 0;
+    for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("meridian_gpu_healthy" + kGpu0 + " "), 1u) << text;
+  EXPECT_EQ(count("meridian_gpu_mig_instance_info{gpu=\"0\",UUID=\"GPU-a\""), 2u)
+      << "3g.40gb and 1g.10gb, once each\n"
+      << text;
+}
+
 TEST(TelemetryMetrics, FailureCausesFromTheirMessages) {
   EXPECT_EQ(JobOutcomes::FailureCause("task 0 exited with code 1"), "exit_code");
   EXPECT_EQ(JobOutcomes::FailureCause("task 0 exited with code 137 (runtime limit reached)"),
