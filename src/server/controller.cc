@@ -198,8 +198,7 @@ void SchedulerController::Tally::Add(int64_t id, const Known& k) {
   phases[k.phase] += 1;
   Project& p = projects[k.project];
   if (k.phase == "Pending") {
-    ++p.pending;
-    p.pending_since.emplace(k.submitted_at, id);
+    p.pending.emplace(k.submitted_at, id);
   } else {
     ++p.others;
   }
@@ -211,12 +210,11 @@ void SchedulerController::Tally::Remove(int64_t id, const Known& k) {
   auto p = projects.find(k.project);
   if (p != projects.end()) {
     if (k.phase == "Pending") {
-      --p->second.pending;
-      p->second.pending_since.erase({k.submitted_at, id});
+      p->second.pending.erase({k.submitted_at, id});
     } else {
       --p->second.others;
     }
-    if (p->second.pending <= 0 && p->second.others <= 0) projects.erase(p);
+    if (p->second.pending.empty() && p->second.others <= 0) projects.erase(p);
   }
   stopping.erase(id);
 }

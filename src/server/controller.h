@@ -118,9 +118,8 @@ class SchedulerController final : public api::SchedulerHooks {
   // each was most of a cycle.
   struct Tally {
     struct Project {
-      int64_t pending = 0;
-      int64_t others = 0;                                  // placed, running or stopping
-      std::set<std::pair<double, int64_t>> pending_since;  // (submitted_at, id), oldest first
+      std::set<std::pair<double, int64_t>> pending;  // (submitted_at, id), oldest first
+      int64_t others = 0;                            // placed, running or stopping
     };
     std::map<std::string, int64_t> phases;
     std::map<std::string, Project> projects;

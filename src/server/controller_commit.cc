@@ -15,21 +15,6 @@ using base::Status;
 
 namespace {
 
-store::JobRecord RecordOf(int64_t id, const std::string& project, int64_t version,
-                          int64_t generation, const std::string& phase, const std::string& reason,
-                          const Json& allocation, const Json& status) {
-  store::JobRecord r;
-  r.id = id;
-  r.project = project;
-  r.version = version;
-  r.generation = generation;
-  r.phase = phase;
-  r.reason = reason;
-  r.allocation = allocation;
-  r.status = status;
-  return r;
-}
-
 // Where a start went, for its event: its nodes, and whether it borrows.
 std::string Where(const Json& allocation, const sched::StartDecision& d) {
   std::string where;
@@ -72,11 +57,19 @@ std::vector<SchedulerController::Decision> SchedulerController::Decide(
     const sched::CycleResult& result, double now) {
   std::vector<Decision> out;
   auto known = [&](int64_t id) {
+    // The job as Track keeps it (a preempted job back in the queue still waits since its
+    // submission).
     const Known& k = known_.at(id);
-    store::JobRecord r =
-        RecordOf(id, k.project, k.version, k.generation, k.phase, k.reason, k.allocation, k.status);
-    // Kept by Track: a preempted job back in the queue still waits since its submission.
+    store::JobRecord r;
+    r.id = id;
+    r.project = k.project;
+    r.version = k.version;
+    r.generation = k.generation;
+    r.phase = k.phase;
+    r.reason = k.reason;
     r.submitted_at = k.submitted_at;
+    r.allocation = k.allocation;
+    r.status = k.status;
     return r;
   };
   // A decision the lifecycle refuses (the record is not what the scheduler thought) is not

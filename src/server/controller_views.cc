@@ -21,9 +21,9 @@ void SchedulerController::Publish(double cycle_seconds) {
   const double now = clock_->Now();
   std::vector<std::pair<api::Metrics::Labels, double>> depth, oldest, jobs;
   for (const auto& [p, t] : tally_.projects) {
-    if (t.pending <= 0) continue;
-    depth.push_back({{{"project", p}}, static_cast<double>(t.pending)});
-    oldest.push_back({{{"project", p}}, std::max(0.0, now - t.pending_since.begin()->first)});
+    if (t.pending.empty()) continue;
+    depth.push_back({{{"project", p}}, static_cast<double>(t.pending.size())});
+    oldest.push_back({{{"project", p}}, std::max(0.0, now - t.pending.begin()->first)});
   }
   for (const auto& [phase, n] : tally_.phases) {
     jobs.push_back({{{"phase", phase}}, static_cast<double>(n)});
@@ -99,7 +99,7 @@ std::map<std::string, double> SchedulerController::OldestPending() {
   const double now = clock_->Now();
   std::map<std::string, double> out;
   for (const auto& [p, t] : tally_.projects) {
-    if (t.pending > 0) out[p] = std::max(0.0, now - t.pending_since.begin()->first);
+    if (!t.pending.empty()) out[p] = std::max(0.0, now - t.pending.begin()->first);
   }
   return out;
 }
@@ -144,7 +144,7 @@ Json SchedulerController::Usage() {
                 {"fairShareRank", rank[n]},
                 {"siblings", siblings[n]}};
     if (auto p = tally_.projects.find(q.name(n)); p != tally_.projects.end()) {
-      row["pending"] = p->second.pending;
+      row["pending"] = p->second.pending.size();
     }
     out.push_back(row);
   }
@@ -256,9 +256,8 @@ void SchedulerController::Sample(double now) {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [p, t] : tally_.projects) {
       api::HistorySample::Queue& q = sample.projects[p];
-      q.pending += static_cast<int32_t>(t.pending);
-      q.running += static_cast<int32_t>(
-          t.others);  // placed, running or stopping: what known_ holds besides pending
+      q.pending += static_cast<int32_t>(t.pending.size());
+      q.running += static_cast<int32_t>(t.others);  // placed, running or stopping
     }
   }
   // Fair share as of now, kept so that a restart does not forget it.

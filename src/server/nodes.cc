@@ -432,8 +432,8 @@ base::Result<int64_t> NodeService::ApplyReports(const std::string& node,
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   auto here = assigned_.find(node);
+  if (here == assigned_.end()) return seq;
   for (auto& [job, version, report] : quiet) {
-    if (here == assigned_.end()) break;
     auto a = here->second.find({job, report.task});
     // Only where what the server tracks is the version read: an older Assigned is replaced
     // when the job's change reaches it (Track), a newer one was not what was read.

@@ -30,14 +30,10 @@ class TaskReports : public ControlPlane {
     return job;
   }
   Json Said(int64_t job, const std::string& state, int64_t restarts = 0) {
-    Json r = {{"job", job}, {"task", 0}, {"generation", Generation(job)}, {"state", state}};
+    Json r = {{"job", job}, {"task", 0}, {"generation", Get(job).generation}, {"state", state}};
     if (restarts > 0) r["restarts"] = restarts;
     if (state == "Exited") r["exitCode"] = 0;
     return Json::array({r});
-  }
-  int64_t Generation(int64_t job) {
-    auto j = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetJob(job); });
-    return j.ok() ? j->generation : -1;
   }
   // Store transactions the node service began for one heartbeat.
   int WritesOf(const Json& tasks) {

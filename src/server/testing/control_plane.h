@@ -96,14 +96,12 @@ class CountedStore final : public store::Store {
     return inner_->Write(fn);
   }
   base::Status Read(const std::function<base::Status(store::Tx&)>& fn) override {
-    ++reads;
     return inner_->Read(fn);
   }
   int32_t SchemaVersion() const override { return inner_->SchemaVersion(); }
   uint64_t CredentialsGeneration() const override { return inner_->CredentialsGeneration(); }
 
   int writes = 0;
-  int reads = 0;
 
  private:
   store::Store* inner_;
