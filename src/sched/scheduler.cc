@@ -381,8 +381,8 @@ void Scheduler::Start(Job& j, double now, CycleResult* out) {
   }
   j.phase = Phase::kRunning;
   j.start_time = now;
-  // pending_ drops started jobs at the end of the cycle, in one sweep (erasing one by one
-  // made a pass over 100,000 jobs quadratic).
+  // pending_ drops the jobs a pass started at its end (Pass), so that a start the pass takes
+  // back finds the job in its place in the queue.
   running_.push_back(j.spec.id);
   for (const Placement& p : j.placements) placer_.Settle(p);
   // A GPU whose layout this start changes keeps it for the Policy's interval (ThawMig).
@@ -549,7 +549,7 @@ void Scheduler::Cancel(int64_t id, double now) {
   if (it->second.phase == Phase::kRunning || it->second.phase == Phase::kStopping) {
     Finish(id, now);
   }
-  std::erase(pending_, id);
+  pending_.Remove(id);
   std::erase(running_, id);
   if (reserved_job_ == id) reserved_job_ = -1;
   ForgetEstimate();  // the id may come back as another job

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "sched/pending_queue.h"
 #include "sched/placer.h"
 #include "sched/profile.h"
 #include "sched/quota.h"
@@ -299,34 +300,17 @@ class Scheduler {
   std::vector<double> Shares() const;
   void Pass(double now, CycleResult* out);
   std::vector<int64_t> Order(double now);
-  // A job's place in a queue: priority first, then `second` (the order's own: an estimate, or
-  // nothing), then age. FIFO, SJF and LAS: a pending job's key does not change while it waits,
-  // so the queue is kept sorted as jobs join it rather than sorted again by every pass; entries
-  // of jobs that left are dropped when met (a job's `queued` tells an old entry from its current
-  // one). The meridian order sorts each tenant's jobs by the same key.
-  struct QueueKey {
-    double priority, second, submit;
-    int64_t id;
-    uint32_t queued;
-    bool operator<(const QueueKey& o) const {
-      if (priority != o.priority) return priority > o.priority;
-      if (second != o.second) return second < o.second;
-      if (submit != o.submit) return submit < o.submit;
-      if (id != o.id) return id < o.id;
-      return queued < o.queued;
-    }
-  };
+  // FIFO, SJF and LAS: a pending job's key does not change while it waits, so the queue is kept
+  // sorted as jobs join it rather than sorted again by every pass; entries of jobs that left are
+  // dropped when met (a job's `queued` tells an old entry from its current one). The Meridian
+  // order reads pending_ by tenant (PendingQueue).
   QueueKey KeyOf(const Job& j) const;
-  // A pending job as FairOrder weighs it: its key (the second field its aged estimate) and the
-  // work its tenant is charged for it in the pass (estimated GPU milli-seconds).
-  struct FairEntry {
-    QueueKey key;
-    double work;
-  };
-  std::vector<std::vector<FairEntry>> fair_scratch_;  // FairOrder's buffers, by tenant
+  // What the Meridian order takes a job to run for: its estimate, never above its limit.
+  static double FairEstimate(const JobSpec& spec);
+  PendingQueue::Entry QueueEntry(const Job& j) const;
   // A job joins the queue: submitted, requeued, or a start taken back (which may find it there
-  // still: `maybe_queued`).
-  void Enqueue(Job& j, bool maybe_queued = false);
+  // still, in the pass that started it).
+  void Enqueue(Job& j);
   std::set<QueueKey> ordered_;
   bool ordered_valid_ = false;  // false: rebuilt from pending_ at the next Order
   std::vector<int64_t> FairOrder(double now);
@@ -399,7 +383,7 @@ class Scheduler {
   Placer placer_;
   CycleState cycle_;
   std::unordered_map<int64_t, Job> jobs_;
-  std::vector<int64_t> pending_;
+  PendingQueue pending_;
   std::vector<int64_t> running_;
   std::vector<Usage> usage_;
   double usage_time_ = 0;

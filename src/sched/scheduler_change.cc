@@ -103,6 +103,7 @@ base::Status Scheduler::ReplaceQuotas(QuotaTree quotas, const std::vector<int32_
   for (auto& [id, j] : jobs_) {
     if (j.phase == Phase::kDone) continue;
     j.spec.tenant = tenant_of_job.at(id);
+    pending_.Regroup(QueueEntry(j));  // when it waits
     if (j.phase != Phase::kRunning && j.phase != Phase::kStopping) continue;
     Usage& u = usage_[static_cast<size_t>(j.spec.tenant)];
     for (size_t i = 0; i < j.charged_milli.size(); ++i) {
@@ -136,16 +137,19 @@ void Scheduler::ReplaceProfile(Profile profile) {
 
 std::vector<TaskSpec> Scheduler::LiveTasks(size_t limit) const {
   std::vector<TaskSpec> tasks;
-  for (const std::vector<int64_t>* ids : {&pending_, &running_}) {
-    for (int64_t id : *ids) {
-      auto it = jobs_.find(id);
-      if (it == jobs_.end()) continue;
-      for (const TaskSpec& t : it->second.spec.tasks) {
-        if (tasks.size() >= limit) return tasks;
-        tasks.push_back(t);
-      }
+  // One job's tasks, while there is room; false once there is none.
+  auto take = [&](int64_t id) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return true;
+    for (const TaskSpec& t : it->second.spec.tasks) {
+      if (tasks.size() >= limit) return false;
+      tasks.push_back(t);
     }
-  }
+    return true;
+  };
+  bool room = true;
+  pending_.ForEach([&](int64_t id) { return room = take(id); });
+  for (size_t i = 0; room && i < running_.size(); ++i) room = take(running_[i]);
   return tasks;
 }
 
@@ -154,6 +158,7 @@ void Scheduler::SetPriority(int64_t id, int32_t priority, bool preempting) {
   if (it == jobs_.end()) return;
   it->second.spec.priority = priority;
   it->second.spec.preempting = preempting;
+  pending_.Regroup(QueueEntry(it->second));  // when it waits: its class changed
 }
 
 const JobSpec* Scheduler::Find(int64_t id) const {
@@ -170,7 +175,7 @@ void Scheduler::Unstart(int64_t id, double now) {
   j.phase = Phase::kPending;
   j.placements.clear();
   j.borrowed = false;
-  Enqueue(j, true);
+  Enqueue(j);
   if (reservation_used_by_ == id) {
     reserved_job_ = id;
     reservation_used_by_ = -1;

@@ -149,7 +149,10 @@ void Scheduler::Pass(double now, CycleResult* result) {
   // Only a start takes a job out of the queue in a pass: without one, a deep queue is not
   // walked again.
   if (out.started.size() > started_before) {
-    std::erase_if(pending_, [this](int64_t id) { return jobs_.at(id).phase != Phase::kPending; });
+    for (size_t k = started_before; k < out.started.size(); ++k) {
+      const int64_t id = out.started[k].job;
+      if (jobs_.at(id).phase != Phase::kPending) pending_.Remove(id);
+    }
   }
 }
 

@@ -14,7 +14,7 @@
 
 namespace meridian::sched {
 
-Scheduler::QueueKey Scheduler::KeyOf(const Job& j) const {
+QueueKey Scheduler::KeyOf(const Job& j) const {
   // What EffectivePriority gives a pending job under these orders: nothing that moves with time.
   const double priority =
       options_.order == QueueOrder::kLeastAttainedService ? -LasLevel(j.attained) : 0;
@@ -25,11 +25,21 @@ Scheduler::QueueKey Scheduler::KeyOf(const Job& j) const {
   return k;
 }
 
-void Scheduler::Enqueue(Job& j, bool maybe_queued) {
+double Scheduler::FairEstimate(const JobSpec& spec) {
+  double estimate = spec.runtime_estimate > 0 ? spec.runtime_estimate
+                                              : (spec.runtime_limit > 0 ? spec.runtime_limit : 1e9);
+  // A job is stopped at its limit, so it cannot run longer: an estimate beyond it is wrong.
+  if (spec.runtime_limit > 0) estimate = std::min(estimate, spec.runtime_limit);
+  return estimate;
+}
+
+PendingQueue::Entry Scheduler::QueueEntry(const Job& j) const {
+  return {j.spec.id, j.spec.tenant, j.spec.priority, FairEstimate(j.spec), j.spec.submit_time};
+}
+
+void Scheduler::Enqueue(Job& j) {
   ++j.queued;
-  if (!maybe_queued || std::find(pending_.begin(), pending_.end(), j.spec.id) == pending_.end()) {
-    pending_.push_back(j.spec.id);
-  }
+  pending_.Add(QueueEntry(j));  // a start taken back in its pass finds it there still
   if (ordered_valid_) ordered_.insert(KeyOf(j));
 }
 
@@ -38,10 +48,11 @@ std::vector<int64_t> Scheduler::Order(double now) {
   // Entries of jobs that started or left pile up until met; past twice the queue, start again.
   if (!ordered_valid_ || ordered_.size() > 2 * pending_.size() + 1024) {
     ordered_.clear();
-    for (int64_t id : pending_) {
+    pending_.ForEach([&](int64_t id) {
       const Job& j = jobs_.at(id);
       if (j.phase == Phase::kPending) ordered_.insert(KeyOf(j));
-    }
+      return true;
+    });
     ordered_valid_ = true;
   }
   const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
@@ -60,53 +71,27 @@ std::vector<int64_t> Scheduler::Order(double now) {
 }
 
 std::vector<int64_t> Scheduler::FairOrder(double now) {
-  // Each tenant's jobs as a heap, best on top: a pass takes a few jobs from each tenant, so
-  // ordering all of a tenant's queue (as a sort would) is work no pass uses. The buffers are
-  // kept from pass to pass: a replay makes hundreds of thousands of passes.
-  std::vector<std::vector<FairEntry>>& by_tenant = fair_scratch_;
-  if (by_tenant.size() < static_cast<size_t>(quotas_.size())) {
-    by_tenant.resize(static_cast<size_t>(quotas_.size()));
-  }
-  std::vector<int32_t> tenants;
-  for (int64_t id : pending_) {
-    const Job& j = jobs_.at(id);
-    double estimate = j.spec.runtime_estimate > 0
-                          ? j.spec.runtime_estimate
-                          : (j.spec.runtime_limit > 0 ? j.spec.runtime_limit : 1e9);
-    // A job is stopped at its limit, so it cannot run longer: an estimate beyond it is wrong.
-    if (j.spec.runtime_limit > 0) estimate = std::min(estimate, j.spec.runtime_limit);
-    // Aging within the tenant: the estimate the order sees halves for every starvation
-    // horizon a job has waited, so a long job cannot be passed over for ever.
-    const double waited = std::max(0.0, now - j.spec.submit_time);
-    const double aged = options_.starvation_horizon > 0
-                            ? estimate / (1.0 + waited / options_.starvation_horizon)
-                            : estimate;
-    std::vector<FairEntry>& mine = by_tenant[static_cast<size_t>(j.spec.tenant)];
-    if (mine.empty()) tenants.push_back(j.spec.tenant);
-    mine.push_back({{EffectivePriority(j, now), aged, j.spec.submit_time, id, 0},
-                    estimate * static_cast<double>(std::max<int64_t>(j.milli, 1))});
-  }
-  std::sort(tenants.begin(), tenants.end());  // the scan below meets tenants in this order
-  // Each tenant's queue, best on top of its heap, with its path in the tenancy tree from the
-  // root down.
+  // Each tenant's jobs best first, read from the queue only as far as the pass takes them: the
+  // estimate counts for less the longer a job waits (halved after one starvation horizon), so a
+  // long job cannot be passed over for ever within its tenant.
+  const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
+  PendingQueue::Reading reading =
+      pending_.Read({now, options_.aging_per_hour, options_.starvation_horizon}, depth);
+  // Each tenant's queue, with its path in the tenancy tree from the root down.
   struct Queue {
     int32_t tenant;
     std::vector<int32_t> path;
-    std::vector<FairEntry>* jobs;
-    QueueKey head;  // jobs->front().key, kept here for the scan
+    QueueKey head;  // the best job's key, kept here for the scan
   };
-  const auto worse = [](const FairEntry& a, const FairEntry& b) { return b.key < a.key; };
   std::vector<Queue> queues;
-  queues.reserve(tenants.size());
-  for (int32_t tenant : tenants) {
-    std::vector<FairEntry>& jobs = by_tenant[static_cast<size_t>(tenant)];
-    std::make_heap(jobs.begin(), jobs.end(), worse);
+  for (int32_t tenant : pending_.Tenants()) {
+    const QueueKey* head = reading.Head(tenant);
+    if (head == nullptr) continue;
     std::vector<int32_t> path;
     for (int32_t n = tenant; n >= 0; n = quotas_.parent(n)) path.push_back(n);
     std::reverse(path.begin(), path.end());
-    queues.push_back({tenant, std::move(path), &jobs, jobs.front().key});
+    queues.push_back({tenant, std::move(path), *head});
   }
-  const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
   // Hierarchical fair share, as in hierarchical DRF: two tenants are compared by the shares of
   // their ancestors where their paths part (organization against organization, then team
   // against team within one organization, then project against project within one team).
@@ -160,20 +145,21 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
       if (better(live[i], live[best])) best = i;
     }
     Queue& q = queues[live[best]];
-    std::pop_heap(q.jobs->begin(), q.jobs->end(), worse);
-    const FairEntry e = q.jobs->back();
-    q.jobs->pop_back();
-    if (!q.jobs->empty()) q.head = q.jobs->front().key;
-    out.push_back(e.key.id);
+    const int64_t id = q.head.id;
+    reading.Take(q.tenant);
+    const QueueKey* next = reading.Head(q.tenant);
+    if (next != nullptr) q.head = *next;
+    out.push_back(id);
     // The tenant and everything above it are charged, in this pass, as if the job ran for its
-    // estimate.
+    // estimate (estimated GPU milli-seconds).
+    const Job& j = jobs_.at(id);
+    const double work = FairEstimate(j.spec) * static_cast<double>(std::max<int64_t>(j.milli, 1));
     for (int32_t n : q.path) {
       share[static_cast<size_t>(n)] +=
-          e.work / static_cast<double>(gpu_capacity_) / quotas_.weight(n);
+          work / static_cast<double>(gpu_capacity_) / quotas_.weight(n);
     }
-    if (q.jobs->empty()) live.erase(live.begin() + static_cast<long>(best));
+    if (next == nullptr) live.erase(live.begin() + static_cast<long>(best));
   }
-  for (int32_t tenant : tenants) by_tenant[static_cast<size_t>(tenant)].clear();
   return out;
 }
 

@@ -1,0 +1,170 @@
+#pragma once
+
+// The scheduler's pending jobs, held so that a pass costs what it takes from the queue and not
+// the queue's depth (issue 18: a million pending jobs).
+//
+// They are kept twice over:
+// - in the order they joined, which FIFO, SJF and LAS build their sorted queues from and the
+//   live workload mix samples (Scheduler::LiveTasks);
+// - for the Meridian order, by tenant, in groups of one priority class and one band of runtime
+//   estimates, each group oldest first.
+//
+// The Meridian order ranks a tenant's jobs by a key that moves with time: a job's priority rises
+// as it waits (aging), and its estimate counts for less the longer it waits (the starvation
+// horizon). No order of the jobs holds from one pass to the next, so none is kept. What does hold
+// is this: within a group, a younger job can be no better than the bound its elders set (it has
+// waited less, and its estimate is at least the group's least). A pass reads each tenant best
+// first by opening a group one job at a time, only while the group's next job could still come
+// next, so it reads about as many jobs as it takes. The keys it gives are exactly the keys a
+// sort of every job would give (pending_queue_test.cc checks one against the other).
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace meridian::sched {
+
+// A pending job's place in a queue: priority first (higher first), then `second` (the order's
+// own: an estimate, or nothing), then age, then id. `queued` tells an old entry of a job from
+// its current one where a queue keeps them (Scheduler::ordered_).
+struct QueueKey {
+  double priority, second, submit;
+  int64_t id;
+  uint32_t queued;
+  bool operator<(const QueueKey& o) const {
+    if (priority != o.priority) return priority > o.priority;
+    if (second != o.second) return second < o.second;
+    if (submit != o.submit) return submit < o.submit;
+    if (id != o.id) return id < o.id;
+    return queued < o.queued;
+  }
+};
+
+// How the Meridian order ages a pending job at a pass (SchedulerOptions has the meaning of each).
+struct Aging {
+  double now = 0;
+  double aging_per_hour = 0;
+  double starvation_horizon = 0;
+};
+
+class PendingQueue {
+ public:
+  struct Entry {
+    int64_t id = 0;
+    int32_t tenant = 0;
+    int32_t priority = 0;  // the job's class, before aging
+    double estimate = 1;   // what the order takes the job to run for (> 0)
+    double submit = 0;
+  };
+
+  // The job's key in the Meridian order at `aging.now`.
+  static QueueKey KeyAt(const Entry& e, const Aging& aging);
+
+  // Adds a job at the end of the joining order; false (and nothing changed) when it is there.
+  bool Add(const Entry& e);
+  // False when it was not there.
+  bool Remove(int64_t id);
+  // The job's tenant or priority changed: it moves group and keeps its place in the joining
+  // order. Nothing happens when it is not there.
+  void Regroup(const Entry& e);
+  bool Contains(int64_t id) const { return where_.count(id) > 0; }
+  size_t size() const { return where_.size(); }
+  bool empty() const { return where_.empty(); }
+
+  // Calls f(id) for every job in the order they joined, while f returns true.
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (int64_t id : order_) {
+      if (id != kGone && !f(id)) return;
+    }
+  }
+
+  // Tenants holding pending jobs, ascending.
+  std::vector<int32_t> Tenants() const;
+
+  // A job in its group: by age, then id.
+  struct Member {
+    double submit;
+    int64_t id;
+    double estimate;
+    bool operator<(const Member& o) const {
+      return submit != o.submit ? submit < o.submit : id < o.id;
+    }
+  };
+
+  // One pass's reading of the queue at one time. It must not outlive a change of the queue.
+  class Reading {
+   public:
+    // The best job of `tenant` not taken yet in this reading; nullptr when none is left.
+    const QueueKey* Head(int32_t tenant);
+    // Takes Head(tenant), which must not be nullptr.
+    void Take(int32_t tenant);
+    // Jobs whose exact key this reading worked out: what it cost.
+    int64_t keys_read() const { return keys_read_; }
+
+   private:
+    friend class PendingQueue;
+    using Jobs = std::set<Member>;
+    // A group read so far: its next job, and what bounds the keys of the jobs from there on.
+    struct Bound {
+      const Jobs* group;
+      Jobs::const_iterator next;
+      double least;
+      int32_t priority;
+    };
+    // A tenant's heap holds jobs with their keys (`queued` 0), and bounds: keys no job left
+    // unread in a group can be better than, with `queued` the bound's index in `bounds` plus 1.
+    struct Tenant {
+      bool opened = false;
+      std::vector<QueueKey> heap;  // best on top
+      std::vector<Bound> bounds;
+    };
+    Reading(const PendingQueue& queue, const Aging& aging, size_t wanted);
+    Tenant& Open(int32_t tenant);
+    QueueKey KeyOf(const Bound& b, uint32_t index) const;
+
+    const PendingQueue* queue_;
+    Aging aging_;
+    size_t wanted_;
+    std::vector<Tenant>& tenants_;  // the queue's, kept from reading to reading
+    int64_t keys_read_ = 0;
+  };
+  // A reading for a pass that takes at most `wanted` jobs.
+  Reading Read(const Aging& aging, size_t wanted) const { return Reading(*this, aging, wanted); }
+
+ private:
+  static constexpr int64_t kGone = std::numeric_limits<int64_t>::min();
+  static constexpr size_t kReadWhole = 8;  // a group this small is read whole
+  // A band of estimates: 16 to each doubling, so a group's least estimate is within 4.5% of any
+  // of its jobs' and a group is opened barely past the jobs that are taken.
+  static int32_t Band(double estimate);
+  // (priority, band): a tenant's groups. Within one, jobs by (submit, id).
+  using GroupKey = std::pair<int32_t, int32_t>;
+  struct Group {
+    double least = std::numeric_limits<double>::infinity();  // no job's estimate is below it
+    std::set<Member> jobs;
+  };
+  struct Where {
+    size_t at;  // in order_
+    int32_t tenant;
+    GroupKey group;
+    Member member;
+  };
+  void Join(const Where& w);   // into its group
+  void Leave(const Where& w);  // out of its group
+  void Compact();
+
+  std::vector<int64_t> order_;  // the joining order; kGone where a job left
+  size_t gone_ = 0;
+  std::unordered_map<int64_t, Where> where_;
+  std::vector<std::map<GroupKey, Group>> groups_;  // by tenant
+  std::vector<int64_t> count_;                     // pending jobs by tenant
+  // The readings' buffers: a replay makes hundreds of thousands of passes.
+  mutable std::vector<Reading::Tenant> reading_buffers_;
+};
+
+}  // namespace meridian::sched
