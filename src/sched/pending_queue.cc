@@ -10,7 +10,9 @@ namespace {
 // A heap's order: the best key on top. A type rather than a function, so that the heap's
 // algorithms inline it.
 struct Worse {
-  bool operator()(const QueueKey& a, const QueueKey& b) const { return b < a; }
+  bool operator()(const PendingQueue::Next& a, const PendingQueue::Next& b) const {
+    return b.key < a.key;
+  }
 };
 
 }  // namespace
@@ -26,6 +28,11 @@ QueueKey PendingQueue::KeyAt(const Entry& e, const Aging& aging) {
   return {priority, second, e.submit, e.id, 0};
 }
 
+PendingQueue::Member PendingQueue::MemberOf(const Entry& e) {
+  return {e.submit, e.id, e.estimate,
+          e.estimate * static_cast<double>(std::max<int64_t>(e.milli, 1))};
+}
+
 int32_t PendingQueue::Band(double estimate) {
   const double band = std::floor(std::log2(estimate) * 4);
   if (!(band < std::numeric_limits<int32_t>::max())) return std::numeric_limits<int32_t>::max();
@@ -34,10 +41,11 @@ int32_t PendingQueue::Band(double estimate) {
 }
 
 bool PendingQueue::Add(const Entry& e) {
-  Where w{order_.size(), e.tenant, {e.priority, Band(e.estimate)}, {e.submit, e.id, e.estimate}};
-  if (!where_.emplace(e.id, w).second) return false;
+  auto [it, added] = where_.try_emplace(e.id);
+  if (!added) return false;
+  it->second.at = order_.size();
   order_.push_back(e.id);
-  Join(w);
+  Join(&it->second, e.tenant, {e.priority, Band(e.estimate)}, MemberOf(e));
   return true;
 }
 
@@ -59,35 +67,35 @@ void PendingQueue::Regroup(const Entry& e) {
   if (it == where_.end()) return;
   Where& w = it->second;
   const GroupKey group{e.priority, Band(e.estimate)};
-  if (w.tenant == e.tenant && w.group == group && w.member.submit == e.submit &&
-      w.member.estimate == e.estimate) {
+  const Member member = MemberOf(e);
+  const Member& was = *w.member;
+  if (w.tenant == e.tenant && w.group->first == group && was.submit == member.submit &&
+      was.estimate == member.estimate && was.work == member.work) {
     return;
   }
   Leave(w);
-  w.tenant = e.tenant;
-  w.group = group;
-  w.member = {e.submit, e.id, e.estimate};
-  Join(w);
+  Join(&w, e.tenant, group, member);
 }
 
-void PendingQueue::Join(const Where& w) {
-  const auto t = static_cast<size_t>(w.tenant);
+void PendingQueue::Join(Where* w, int32_t tenant, const GroupKey& key, const Member& m) {
+  const auto t = static_cast<size_t>(tenant);
   if (groups_.size() <= t) {
     groups_.resize(t + 1);
     count_.resize(t + 1, 0);
   }
-  Group& g = groups_[t][w.group];
-  g.least = std::min(g.least, w.member.estimate);
-  g.jobs.insert(w.member);
+  w->tenant = tenant;
+  w->group = groups_[t].try_emplace(key).first;
+  Group& g = w->group->second;
+  g.least = std::min(g.least, m.estimate);
+  w->member = g.jobs.insert(m).first;
   ++count_[t];
 }
 
 void PendingQueue::Leave(const Where& w) {
-  const auto t = static_cast<size_t>(w.tenant);
-  auto g = groups_[t].find(w.group);
-  g->second.jobs.erase(w.member);
-  if (g->second.jobs.empty()) groups_[t].erase(g);
-  --count_[t];
+  Group& g = w.group->second;
+  g.jobs.erase(w.member);
+  if (g.jobs.empty()) groups_[static_cast<size_t>(w.tenant)].erase(w.group);
+  --count_[static_cast<size_t>(w.tenant)];
 }
 
 void PendingQueue::Compact() {
@@ -109,16 +117,21 @@ std::vector<int32_t> PendingQueue::Tenants() const {
   return out;
 }
 
-QueueKey PendingQueue::Reading::KeyOf(const Bound& b, uint32_t index) const {
+PendingQueue::Next PendingQueue::Reading::Read(const Member& m, int32_t tenant,
+                                               int32_t priority) const {
+  return {KeyAt({m.id, tenant, priority, m.estimate, m.submit}, aging_), m.work};
+}
+
+PendingQueue::Next PendingQueue::Reading::BoundAt(const Bound& b, uint32_t index) const {
   // Every job from `next` on waited no longer than it (the group is by age, then id), so it has
   // gained no more priority, its estimate is at least `least` and aged no more, and on a tie it
   // is no older, nor of a lower id when as old: none of their keys is better than this one. (A
   // bound that went before the jobs of its own key would read a whole array of jobs submitted
   // together, all alike, to take one.)
   const Entry bound{b.next->id, 0, b.priority, b.least, b.next->submit};
-  QueueKey key = KeyAt(bound, aging_);
-  key.queued = index + 1;
-  return key;
+  Next next{KeyAt(bound, aging_), 0};
+  next.key.queued = index + 1;
+  return next;
 }
 
 PendingQueue::Reading::Reading(const PendingQueue& queue, const Aging& aging, size_t wanted)
@@ -144,35 +157,35 @@ PendingQueue::Reading::Tenant& PendingQueue::Reading::Open(int32_t tenant) {
   for (const auto& [key, group] : queue_->groups_[t]) {
     if (whole || group.jobs.size() <= kReadWhole) {
       for (const Member& m : group.jobs) {
-        mine.heap.push_back(KeyAt({m.id, tenant, key.first, m.estimate, m.submit}, aging_));
+        mine.heap.push_back(Read(m, tenant, key.first));
       }
       keys_read_ += static_cast<int64_t>(group.jobs.size());
       continue;
     }
     const Bound b{&group.jobs, group.jobs.begin(), group.least, key.first};
-    mine.heap.push_back(KeyOf(b, static_cast<uint32_t>(mine.bounds.size())));
+    mine.heap.push_back(BoundAt(b, static_cast<uint32_t>(mine.bounds.size())));
     mine.bounds.push_back(b);
   }
   std::make_heap(mine.heap.begin(), mine.heap.end(), Worse{});
   return mine;
 }
 
-const QueueKey* PendingQueue::Reading::Head(int32_t tenant) {
+const PendingQueue::Next* PendingQueue::Reading::Head(int32_t tenant) {
   Tenant& mine = Open(tenant);
-  std::vector<QueueKey>& heap = mine.heap;
+  std::vector<Next>& heap = mine.heap;
   // A bound on top: its group's next job may be the best, so it is read, and the bound moves to
   // the job after it.
-  while (!heap.empty() && heap.front().queued != 0) {
-    const uint32_t index = heap.front().queued - 1;
+  while (!heap.empty() && heap.front().key.queued != 0) {
+    const uint32_t index = heap.front().key.queued - 1;
     std::pop_heap(heap.begin(), heap.end(), Worse{});
     heap.pop_back();
     Bound& b = mine.bounds[index];
     const Member& m = *b.next;
-    heap.push_back(KeyAt({m.id, tenant, b.priority, m.estimate, m.submit}, aging_));
+    heap.push_back(Read(m, tenant, b.priority));
     std::push_heap(heap.begin(), heap.end(), Worse{});
     ++keys_read_;
     if (++b.next != b.group->end()) {
-      heap.push_back(KeyOf(b, index));
+      heap.push_back(BoundAt(b, index));
       std::push_heap(heap.begin(), heap.end(), Worse{});
     }
   }
@@ -180,7 +193,7 @@ const QueueKey* PendingQueue::Reading::Head(int32_t tenant) {
 }
 
 void PendingQueue::Reading::Take(int32_t tenant) {
-  std::vector<QueueKey>& heap = Open(tenant).heap;
+  std::vector<Next>& heap = Open(tenant).heap;
   std::pop_heap(heap.begin(), heap.end(), Worse{});
   heap.pop_back();
 }

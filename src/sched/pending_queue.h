@@ -18,6 +18,7 @@
 // next, so it reads about as many jobs as it takes. The keys it gives are exactly the keys a
 // sort of every job would give (pending_queue_test.cc checks one against the other).
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -59,6 +60,7 @@ class PendingQueue {
     int32_t priority = 0;  // the job's class, before aging
     double estimate = 1;   // what the order takes the job to run for (> 0)
     double submit = 0;
+    int64_t milli = 0;  // GPU milli of the whole job
   };
 
   // The job's key in the Meridian order at `aging.now`.
@@ -74,6 +76,11 @@ class PendingQueue {
   bool Contains(int64_t id) const { return where_.count(id) > 0; }
   size_t size() const { return where_.size(); }
   bool empty() const { return where_.empty(); }
+
+  PendingQueue() = default;
+  // It holds iterators into itself.
+  PendingQueue(const PendingQueue&) = delete;
+  PendingQueue& operator=(const PendingQueue&) = delete;
 
   // Calls f(id) for every job in the order they joined, while f returns true.
   template <typename F>
@@ -91,16 +98,23 @@ class PendingQueue {
     double submit;
     int64_t id;
     double estimate;
+    double work;  // estimate times GPU milli (at least 1): what its tenant is charged in a pass
     bool operator<(const Member& o) const {
       return submit != o.submit ? submit < o.submit : id < o.id;
     }
+  };
+
+  // A job as a reading gives it.
+  struct Next {
+    QueueKey key;
+    double work;  // Member::work
   };
 
   // One pass's reading of the queue at one time. It must not outlive a change of the queue.
   class Reading {
    public:
     // The best job of `tenant` not taken yet in this reading; nullptr when none is left.
-    const QueueKey* Head(int32_t tenant);
+    const Next* Head(int32_t tenant);
     // Takes Head(tenant), which must not be nullptr.
     void Take(int32_t tenant);
     // Jobs whose exact key this reading worked out: what it cost.
@@ -120,12 +134,13 @@ class PendingQueue {
     // unread in a group can be better than, with `queued` the bound's index in `bounds` plus 1.
     struct Tenant {
       bool opened = false;
-      std::vector<QueueKey> heap;  // best on top
+      std::vector<Next> heap;  // best on top
       std::vector<Bound> bounds;
     };
     Reading(const PendingQueue& queue, const Aging& aging, size_t wanted);
     Tenant& Open(int32_t tenant);
-    QueueKey KeyOf(const Bound& b, uint32_t index) const;
+    Next BoundAt(const Bound& b, uint32_t index) const;
+    Next Read(const Member& m, int32_t tenant, int32_t priority) const;
 
     const PendingQueue* queue_;
     Aging aging_;
@@ -142,27 +157,30 @@ class PendingQueue {
   // A band of estimates: 16 to each doubling, so a group's least estimate is within 4.5% of any
   // of its jobs' and a group is opened barely past the jobs that are taken.
   static int32_t Band(double estimate);
+  static Member MemberOf(const Entry& e);
   // (priority, band): a tenant's groups. Within one, jobs by (submit, id).
   using GroupKey = std::pair<int32_t, int32_t>;
   struct Group {
     double least = std::numeric_limits<double>::infinity();  // no job's estimate is below it
     std::set<Member> jobs;
   };
+  using Groups = std::map<GroupKey, Group>;
   struct Where {
     size_t at;  // in order_
     int32_t tenant;
-    GroupKey group;
-    Member member;
+    Groups::iterator group;
+    std::set<Member>::iterator member;
   };
-  void Join(const Where& w);   // into its group
-  void Leave(const Where& w);  // out of its group
+  // Into the group `key` of `tenant`, and out of it.
+  void Join(Where* w, int32_t tenant, const GroupKey& key, const Member& m);
+  void Leave(const Where& w);
   void Compact();
 
   std::vector<int64_t> order_;  // the joining order; kGone where a job left
   size_t gone_ = 0;
   std::unordered_map<int64_t, Where> where_;
-  std::vector<std::map<GroupKey, Group>> groups_;  // by tenant
-  std::vector<int64_t> count_;                     // pending jobs by tenant
+  std::vector<Groups> groups_;  // by tenant
+  std::vector<int64_t> count_;  // pending jobs by tenant
   // The readings' buffers: a replay makes hundreds of thousands of passes.
   mutable std::vector<Reading::Tenant> reading_buffers_;
 };

@@ -23,21 +23,24 @@ std::vector<QueueKey> Sorted(const std::map<int64_t, PendingQueue::Entry>& jobs,
 }
 
 // Reads a tenant whole, best first.
-std::vector<QueueKey> ReadAll(PendingQueue::Reading& reading, int32_t tenant) {
-  std::vector<QueueKey> keys;
-  while (const QueueKey* head = reading.Head(tenant)) {
-    keys.push_back(*head);
+std::vector<PendingQueue::Next> ReadAll(PendingQueue::Reading& reading, int32_t tenant) {
+  std::vector<PendingQueue::Next> jobs;
+  while (const PendingQueue::Next* head = reading.Head(tenant)) {
+    jobs.push_back(*head);
     reading.Take(tenant);
   }
-  return keys;
+  return jobs;
 }
 
-void ExpectSameKeys(const std::vector<QueueKey>& got, const std::vector<QueueKey>& want) {
+void ExpectSameJobs(const std::vector<PendingQueue::Next>& got, const std::vector<QueueKey>& want,
+                    const std::map<int64_t, PendingQueue::Entry>& jobs) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].id, want[i].id) << "at " << i;
-    ASSERT_EQ(got[i].priority, want[i].priority) << "at " << i;
-    ASSERT_EQ(got[i].second, want[i].second) << "at " << i;
+    ASSERT_EQ(got[i].key.id, want[i].id) << "at " << i;
+    ASSERT_EQ(got[i].key.priority, want[i].priority) << "at " << i;
+    ASSERT_EQ(got[i].key.second, want[i].second) << "at " << i;
+    const PendingQueue::Entry& e = jobs.at(want[i].id);
+    ASSERT_EQ(got[i].work, e.estimate * static_cast<double>(std::max<int64_t>(e.milli, 1)));
   }
 }
 
@@ -61,6 +64,7 @@ TEST(PendingQueue, ReadsEachTenantInTheOrderASortOfEveryJobGives) {
       e.estimate = rng() % 2 ? picks[rng() % 4] : std::max(1.0, spread(rng));
       // Mostly in order of joining, some requeued with their old age.
       e.submit = rng() % 5 ? static_cast<double>(id) * 60 : static_cast<double>(rng() % 100) * 60;
+      e.milli = static_cast<int64_t>(rng() % 4) * 500;  // CPU-only jobs among them
       ASSERT_TRUE(queue.Add(e));
       ASSERT_FALSE(queue.Add(e));
       jobs[id] = e;
@@ -85,7 +89,7 @@ TEST(PendingQueue, ReadsEachTenantInTheOrderASortOfEveryJobGives) {
       for (int32_t tenant = 0; tenant < 5; ++tenant) {
         SCOPED_TRACE("round " + std::to_string(round) + ", tenant " + std::to_string(tenant) +
                      ", wanted " + std::to_string(wanted));
-        ExpectSameKeys(ReadAll(reading, tenant), Sorted(jobs, tenant, aging));
+        ExpectSameJobs(ReadAll(reading, tenant), Sorted(jobs, tenant, aging), jobs);
       }
     }
   }
@@ -113,7 +117,7 @@ TEST(PendingQueue, APassReadsAboutAsManyJobsAsItTakesFromADeepQueue) {
     const char* kind = queue == &repeated ? "repeated" : queue == &learned ? "learned" : "arrays";
     EXPECT_LT(reading.keys_read(), 1000) << kind;
     // The jobs alike go by id.
-    if (queue == &arrays) EXPECT_EQ(reading.Head(0)->id, 256) << kind;
+    if (queue == &arrays) EXPECT_EQ(reading.Head(0)->key.id, 256) << kind;
   }
 }
 

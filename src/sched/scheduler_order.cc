@@ -34,7 +34,8 @@ double Scheduler::FairEstimate(const JobSpec& spec) {
 }
 
 PendingQueue::Entry Scheduler::QueueEntry(const Job& j) const {
-  return {j.spec.id, j.spec.tenant, j.spec.priority, FairEstimate(j.spec), j.spec.submit_time};
+  return {j.spec.id,          j.spec.tenant, j.spec.priority, FairEstimate(j.spec),
+          j.spec.submit_time, j.milli};
 }
 
 void Scheduler::Enqueue(Job& j) {
@@ -81,11 +82,11 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
   struct Queue {
     int32_t tenant;
     std::vector<int32_t> path;
-    QueueKey head;  // the best job's key, kept here for the scan
+    PendingQueue::Next head;  // the best job, kept here for the scan
   };
   std::vector<Queue> queues;
   for (int32_t tenant : pending_.Tenants()) {
-    const QueueKey* head = reading.Head(tenant);
+    const PendingQueue::Next* head = reading.Head(tenant);
     if (head == nullptr) continue;
     std::vector<int32_t> path;
     for (int32_t n = tenant; n >= 0; n = quotas_.parent(n)) path.push_back(n);
@@ -120,8 +121,8 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
   auto better = [&](size_t ai, size_t bi) {
     const Queue& a = queues[ai];
     const Queue& b = queues[bi];
-    const QueueKey& x = a.head;
-    const QueueKey& y = b.head;
+    const QueueKey& x = a.head.key;
+    const QueueKey& y = b.head.key;
     if (x.priority != y.priority) return x.priority > y.priority;
     const uint8_t code = n <= kTabled ? parted[ai * n + bi] : parting(a, b);
     const size_t level = code & 0x7f;
@@ -145,19 +146,16 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
       if (better(live[i], live[best])) best = i;
     }
     Queue& q = queues[live[best]];
-    const int64_t id = q.head.id;
-    reading.Take(q.tenant);
-    const QueueKey* next = reading.Head(q.tenant);
-    if (next != nullptr) q.head = *next;
-    out.push_back(id);
+    out.push_back(q.head.key.id);
     // The tenant and everything above it are charged, in this pass, as if the job ran for its
-    // estimate (estimated GPU milli-seconds).
-    const Job& j = jobs_.at(id);
-    const double work = FairEstimate(j.spec) * static_cast<double>(std::max<int64_t>(j.milli, 1));
+    // estimate.
     for (int32_t n : q.path) {
       share[static_cast<size_t>(n)] +=
-          work / static_cast<double>(gpu_capacity_) / quotas_.weight(n);
+          q.head.work / static_cast<double>(gpu_capacity_) / quotas_.weight(n);
     }
+    reading.Take(q.tenant);
+    const PendingQueue::Next* next = reading.Head(q.tenant);
+    if (next != nullptr) q.head = *next;
     if (next == nullptr) live.erase(live.begin() + static_cast<long>(best));
   }
   return out;
