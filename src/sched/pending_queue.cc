@@ -41,6 +41,7 @@ int32_t PendingQueue::Band(double estimate) {
 }
 
 bool PendingQueue::Add(const Entry& e) {
+  if (e.tenant < 0 || e.id == kGone) return false;
   auto [it, added] = where_.try_emplace(e.id);
   if (!added) return false;
   it->second.at = order_.size();
@@ -64,7 +65,7 @@ bool PendingQueue::Remove(int64_t id) {
 
 void PendingQueue::Regroup(const Entry& e) {
   auto it = where_.find(e.id);
-  if (it == where_.end()) return;
+  if (it == where_.end() || e.tenant < 0) return;
   Where& w = it->second;
   const GroupKey group{e.priority, Band(e.estimate)};
   const Member member = MemberOf(e);

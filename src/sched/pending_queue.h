@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <map>
 #include <set>
@@ -66,7 +67,8 @@ class PendingQueue {
   // The job's key in the Meridian order at `aging.now`.
   static QueueKey KeyAt(const Entry& e, const Aging& aging);
 
-  // Adds a job at the end of the joining order; false (and nothing changed) when it is there.
+  // Adds a job at the end of the joining order; false (and nothing changed) when it is there, or
+  // when its tenant is negative or its id is the least int64_t (which the queue keeps for itself).
   bool Add(const Entry& e);
   // False when it was not there.
   bool Remove(int64_t id);
@@ -110,7 +112,9 @@ class PendingQueue {
     double work;  // Member::work
   };
 
-  // One pass's reading of the queue at one time. It must not outlive a change of the queue.
+  // One pass's reading of the queue at one time. It must not outlive a change of the queue, and
+  // only one may be read at a time (they share the queue's buffers). Aging must not be negative:
+  // the bounds count on a younger job being no better than an older one of its group.
   class Reading {
    public:
     // The best job of `tenant` not taken yet in this reading; nullptr when none is left.
@@ -138,6 +142,8 @@ class PendingQueue {
       std::vector<Bound> bounds;
     };
     Reading(const PendingQueue& queue, const Aging& aging, size_t wanted);
+    Reading(const Reading&) = delete;
+    Reading& operator=(const Reading&) = delete;
     Tenant& Open(int32_t tenant);
     Next BoundAt(const Bound& b, uint32_t index) const;
     Next Read(const Member& m, int32_t tenant, int32_t priority) const;
@@ -181,7 +187,7 @@ class PendingQueue {
   std::vector<int64_t> order_;  // the joining order; kGone where a job left
   size_t gone_ = 0;
   std::unordered_map<int64_t, Where> where_;
-  std::vector<Groups> groups_;  // by tenant
+  std::deque<Groups> groups_;   // by tenant; a deque, so that Where's iterators outlive its growth
   std::vector<int64_t> count_;  // pending jobs by tenant
   // The readings' buffers: a replay makes hundreds of thousands of passes.
   mutable std::vector<Reading::Tenant> reading_buffers_;

@@ -308,15 +308,15 @@ class Scheduler {
   // What the Meridian order takes a job to run for: its estimate, never above its limit.
   static double FairEstimate(const JobSpec& spec);
   PendingQueue::Entry QueueEntry(const Job& j) const;
-  // A job joins the queue: submitted, requeued, or a start taken back (which may find it there
-  // still, in the pass that started it).
+  // A job joins the queue: submitted, requeued, or a start taken back (Unstart, after the cycle).
+  // It leaves at the end of the pass that started it, or when cancelled.
   void Enqueue(Job& j);
   std::set<QueueKey> ordered_;
   bool ordered_valid_ = false;  // false: rebuilt from pending_ at the next Order
   std::vector<int64_t> FairOrder(double now);
-  double EffectivePriority(const Job& j, double now) const;
   // What preemption compares: the priority class (aging orders the queue but never preempts,
-  // or two jobs would take turns preempting each other), or the LAS queue level.
+  // or two jobs would take turns preempting each other), or the LAS queue level (a running job's
+  // attained service counted up to `now`).
   double PreemptionRank(const Job& j, double now) const;
   int32_t LasLevel(double attained) const;
   // All-or-nothing placement of every task; commits on success.

@@ -15,7 +15,8 @@
 namespace meridian::sched {
 
 QueueKey Scheduler::KeyOf(const Job& j) const {
-  // What EffectivePriority gives a pending job under these orders: nothing that moves with time.
+  // A pending job's priority under these orders: nothing that moves with time (LAS's level moves
+  // only while the job runs).
   const double priority =
       options_.order == QueueOrder::kLeastAttainedService ? -LasLevel(j.attained) : 0;
   QueueKey k{priority, 0, j.spec.submit_time, j.spec.id, j.queued};
@@ -40,7 +41,7 @@ PendingQueue::Entry Scheduler::QueueEntry(const Job& j) const {
 
 void Scheduler::Enqueue(Job& j) {
   ++j.queued;
-  pending_.Add(QueueEntry(j));  // a start taken back in its pass finds it there still
+  pending_.Add(QueueEntry(j));
   if (ordered_valid_) ordered_.insert(KeyOf(j));
 }
 
@@ -76,8 +77,8 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
   // estimate counts for less the longer a job waits (halved after one starvation horizon), so a
   // long job cannot be passed over for ever within its tenant.
   const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
-  PendingQueue::Reading reading =
-      pending_.Read({now, options_.aging_per_hour, options_.starvation_horizon}, depth);
+  PendingQueue::Reading reading = pending_.Read(
+      {now, std::max(0.0, options_.aging_per_hour), options_.starvation_horizon}, depth);
   // Each tenant's queue, with its path in the tenancy tree from the root down.
   struct Queue {
     int32_t tenant;
