@@ -64,6 +64,20 @@ class Tunnel {
   virtual void Close() = 0;
 };
 
+// A WebSocket that a handler took over as a channel of messages (Response::channel): the server
+// reads each message on its I/O loop and hands it to the handler's function on a worker, one at
+// a time and in order, holding no thread while the channel is quiet (10,000 agents each keep
+// one). The handler sends through this, from any thread.
+class Channel {
+ public:
+  virtual ~Channel() = default;
+  // Queues one message; false once the channel has ended.
+  virtual bool Send(std::string message) = 0;
+  // Ends the channel once what is queued is written.
+  virtual void Close() = 0;
+  virtual bool open() const = 0;
+};
+
 struct Response;
 
 // An answer a handler gives later, from any thread (Response::later): meanwhile the connection
@@ -90,6 +104,10 @@ struct Response {
   // route's waits, and closes the connection when it returns. A request that asked for no
   // WebSocket is answered 400.
   std::function<void(std::shared_ptr<Tunnel>)> upgrade;
+  // Set to take the connection over as a channel (a request with `websocket`): once the
+  // handshake is done the server calls this, on a worker, with the channel; what it returns is
+  // called with each message, on a worker, the next only once it has returned.
+  std::function<std::function<void(std::string)>(std::shared_ptr<Channel>)> channel;
   // Set to answer later without holding a thread (a long poll): the server calls this on the
   // handler's thread, once the handler has returned, with the Later to answer through. If
   // nothing answers within later_timeout seconds, the server sends this Response as it is

@@ -426,6 +426,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         res = self->server_->ErrorResponse(res.status, "request failed");
       }
       if (res.upgrade) return self->Upgrade(std::move(res));
+      if (res.channel) return self->OpenChannel(std::move(res));
       if (res.later) return self->Defer(std::move(res));
       if (res.stream) return self->StreamFrom(std::move(res));
       // Here rather than in Write: a large body's compression (a scrape of /metrics at
@@ -621,6 +622,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // thread, and ends the connection when it returns. The WebSocket keeps itself alive with
   // pings: a peer that answers none within the idle timeout is gone.
   void Upgrade(Response r) {
+    if (!AcceptWebSocket()) return;
+    auto tunnel = std::make_shared<WsTunnel>(this->shared_from_this());
+    r.upgrade(tunnel);
+    tunnel->Close();
+  }
+
+  // The handshake of a WebSocket, waited for on the handler's thread; false when there is none
+  // (a request that asked for no WebSocket is answered 400, a failed handshake just ends).
+  bool AcceptWebSocket() {
     auto self = this->shared_from_this();
     if (!upgrade_request_) {
       keep_alive_ = false;
@@ -629,7 +639,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       asio::post(stream_.get_executor(), [self, refused = std::move(refused)]() mutable {
         self->Write(std::move(refused));
       });
-      return;
+      return false;
     }
     const bool accepted = Await([self](std::function<void(bool)> finished) {
       self->ws_.emplace(self->stream_);
@@ -651,11 +661,97 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         self->Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
         self->Tcp().socket().close(ec);
       });
-      return;
+      return false;
     }
-    auto tunnel = std::make_shared<WsTunnel>(self);
-    r.upgrade(tunnel);
-    tunnel->Close();
+    return true;
+  }
+
+  // A WebSocket taken as a channel (Response::channel): the Session's strand reads a message,
+  // a worker handles it, and only then is the next one read, so that one channel's messages are
+  // handled one at a time and in order and a channel holds no thread while quiet. What the
+  // handler sends is queued and written on the strand, one write at a time as Beast requires.
+  class WsChannel : public Channel {
+   public:
+    explicit WsChannel(std::weak_ptr<Session> s) : s_(std::move(s)) {}
+    bool Send(std::string message) override {
+      if (ended_) return false;
+      auto s = s_.lock();
+      if (!s) return false;
+      asio::post(s->stream_.get_executor(),
+                 [s, m = std::move(message)]() mutable { s->ChannelWrite(std::move(m)); });
+      return true;
+    }
+    void Close() override {
+      if (ended_.exchange(true)) return;
+      if (auto s = s_.lock()) asio::post(s->stream_.get_executor(), [s] { s->ChannelClose(); });
+    }
+    bool open() const override { return !ended_; }
+    std::atomic<bool> ended_{false};
+
+   private:
+    // Weak: a handler may keep its channel past the connection (a doorbell's waits).
+    std::weak_ptr<Session> s_;
+  };
+
+  void OpenChannel(Response r) {
+    if (!AcceptWebSocket()) return;
+    auto self = this->shared_from_this();
+    channel_ = std::make_shared<WsChannel>(self);
+    on_message_ = r.channel(channel_);
+    if (!on_message_) channel_->Close();
+    asio::post(stream_.get_executor(), [self] { self->ChannelRead(); });
+  }
+  void ChannelRead() {
+    if (channel_ended_) return;
+    auto self = this->shared_from_this();
+    ws_->async_read(buffer_, [self](beast::error_code ec, size_t) {
+      if (ec) return self->ChannelEnded();
+      std::string message = beast::buffers_to_string(self->buffer_.data());
+      self->buffer_.consume(self->buffer_.size());
+      self->server_->workers->Post([self, message = std::move(message)]() mutable {
+        try {
+          self->on_message_(std::move(message));
+        } catch (const std::exception& e) {
+          base::log::Error("a channel's handler failed: {}", e.what());
+        }
+        asio::post(self->stream_.get_executor(), [self] { self->ChannelRead(); });
+      });
+    });
+  }
+  void ChannelWrite(std::string message) {
+    if (channel_ended_) return;
+    outbox_.push_back(std::move(message));
+    if (outbox_.size() == 1) ChannelWriteFront();
+  }
+  void ChannelWriteFront() {
+    auto self = this->shared_from_this();
+    ws_->async_write(asio::buffer(outbox_.front()), [self](beast::error_code ec, size_t) {
+      self->outbox_.pop_front();
+      if (ec) return self->ChannelEnded();
+      if (!self->outbox_.empty()) return self->ChannelWriteFront();
+      if (self->channel_->ended_ && !self->channel_ended_) self->ChannelClose();
+    });
+  }
+  // The handler's Close: once what is queued is written, a close frame, then the connection.
+  void ChannelClose() {
+    if (channel_ended_ || !outbox_.empty()) return;  // the last write closes
+    channel_ended_ = true;
+    auto self = this->shared_from_this();
+    ws_->async_close(websocket::close_code::normal, [self](beast::error_code) {
+      beast::error_code ec;
+      self->Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+      self->Tcp().socket().close(ec);
+    });
+  }
+  // The peer left, or a read or write failed: the channel ends and the connection with it.
+  void ChannelEnded() {
+    if (channel_ended_) return;
+    channel_ended_ = true;
+    channel_->ended_ = true;
+    outbox_.clear();
+    beast::error_code ec;
+    Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
+    Tcp().socket().close(ec);
   }
 
   void StreamFrom(Response r) {
@@ -698,6 +794,11 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   // A WebSocket handshake's request, kept for the handshake; then the WebSocket on this stream.
   std::optional<http::request<http::string_body>> upgrade_request_;
   std::optional<websocket::stream<Stream&>> ws_;
+  // A channel's state, on the strand but for what the handler's function holds.
+  std::shared_ptr<WsChannel> channel_;
+  std::function<void(std::string)> on_message_;
+  std::deque<std::string> outbox_;
+  bool channel_ended_ = false;
   asio::steady_timer later_timer_;  // the timeout of an answer given later
   uint64_t id_ = 0;
   bool first_ = true;
@@ -752,6 +853,24 @@ void HttpServer::Handle(const std::string& method, const std::string& pattern, H
                         std::function<bool(const Request&)> waits) {
   impl_->routes.push_back(Route{method, std::regex(pattern, std::regex::ECMAScript),
                                 std::move(handler), std::move(waits)});
+}
+
+void HttpServer::Answer(Request& req, Response& res) {
+  Impl& s = *impl_;
+  const Route* route = s.Find(&req);
+  if (route == nullptr) {
+    res = s.ErrorResponse(404, "no such path");
+    return;
+  }
+  try {
+    if (!s.gate || !s.gate(req, res)) route->handler(req, res);
+  } catch (const std::exception& e) {
+    base::log::Error("{} {}: handler failed: {}", req.method, req.path, e.what());
+    res = s.ErrorResponse(500, "internal error; the server logs it");
+  }
+  if (res.stream || res.later || res.upgrade || res.channel) {
+    res = s.ErrorResponse(400, req.path + " is answered only on a connection of its own");
+  }
 }
 
 void HttpServer::SetGate(std::function<bool(const Request&, Response&)> gate) {

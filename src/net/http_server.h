@@ -62,6 +62,12 @@ class HttpServer {
   // writes to its leader). Set before Run.
   void SetGate(std::function<bool(const Request&, Response&)> gate);
 
+  // Answers `req` as a request of its own would be answered (the gate, then the route whose
+  // pattern matches), on the calling thread: a channel's handler passes its messages through
+  // the same routes, with the authentication and accounting that they do. An answer that is not
+  // whole at once (a stream, a later answer, a WebSocket) is refused with 400.
+  void Answer(Request& req, Response& res);
+
   // Binds host:port (port 0: any free one); returns the bound port.
   base::Result<int> Bind(const std::string& host, int port);
   // Serves until Stop(); returns once every connection is closed and every handler has ended.

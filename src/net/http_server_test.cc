@@ -405,6 +405,105 @@ TEST(HttpServer, TheClientLoopCarriesAPipeAndSeesItsEnd) {
 // A handler that answers later holds no thread: more requests wait than there are workers, and
 // each gets its own answer, from another thread or at its timeout, on a connection that stays
 // open for the next request.
+// A route that takes its connection as a channel: each message is passed through the server's
+// routes as a request of its own (GET /hello, or what the message names), and the answer sent
+// back as "STATUS BODY"; the channel is kept for pushes from the test's thread.
+struct Kept {
+  std::mutex mu;
+  std::shared_ptr<Channel> last;  // the channel opened last
+  int opened = 0;
+  // The channel opened as the n-th (the handshake's answer may reach the client first).
+  std::shared_ptr<Channel> Await(int n) {
+    for (int i = 0; i < 250; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (opened == n) return last;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return nullptr;
+  }
+};
+
+void Channels(HttpServer& s, Kept* kept) {
+  s.Handle("GET", "/channel", [&s, kept](const Request&, Response& res) {
+    res.status = 101;
+    res.channel = [&s, kept](std::shared_ptr<Channel> channel) {
+      {
+        std::lock_guard<std::mutex> lock(kept->mu);
+        kept->last = channel;
+        ++kept->opened;
+      }
+      return [&s, channel](std::string message) {
+        Request sub;
+        sub.method = "GET";
+        sub.path = message.rfind("/", 0) == 0 ? message : "/hello";
+        Response answer;
+        s.Answer(sub, answer);
+        channel->Send(std::to_string(answer.status) + " " + message + ":" + answer.body);
+      };
+    };
+  });
+  s.Handle("GET", "/streamed", [](const Request&, Response& res) {
+    res.stream = [](Sink& sink) {
+      sink.done();
+      return true;
+    };
+  });
+}
+
+TEST(HttpServer, AChannelHandlesItsMessagesInOrderThroughTheRoutesAndTakesPushesFromAnyThread) {
+  Kept kept;
+  ServerOptions o;
+  o.workers = 2;
+  Running r(o, [&](HttpServer& s) {
+    Hello(s);
+    Channels(s, &kept);
+  });
+  WebSocketTarget target;
+  target.server = "http://127.0.0.1:" + std::to_string(r.port());
+  target.path = "/channel";
+  // Quiet channels hold no worker: with two workers, 50 open ones leave plain requests served.
+  std::vector<std::unique_ptr<WebSocketClient>> quiet;
+  for (int i = 0; i < 50; ++i) {
+    WebSocketOpen open = WebSocketClient::Connect(target);
+    ASSERT_TRUE(open.socket) << open.error;
+    quiet.push_back(std::move(open.socket));
+  }
+  httplib::Client c("127.0.0.1", r.port());
+  auto hello = c.Get("/hello");
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->body, "hi");
+
+  WebSocketOpen open = WebSocketClient::Connect(target);
+  ASSERT_TRUE(open.socket) << open.error;
+  std::shared_ptr<Channel> mine = kept.Await(51);
+  ASSERT_TRUE(mine);
+  for (const char* m : {"a", "b", "/nowhere", "/streamed", "c"}) open.socket->Send(m);
+  std::vector<std::string> got;
+  std::thread pusher;
+  const std::string why = open.socket->Run([&](std::string_view m) {
+    got.emplace_back(m);
+    if (got.size() == 5) pusher = std::thread([&] { EXPECT_TRUE(mine->Send("pushed")); });
+    if (got.size() == 6) open.socket->Close();
+  });
+  pusher.join();
+  EXPECT_EQ(why, "");
+  EXPECT_EQ(got, (std::vector<std::string>{
+                     "200 a:hi", "200 b:hi", "404 /nowhere:error 404: no such path",
+                     "400 /streamed:error 400: /streamed is answered only on a connection of "
+                     "its own",
+                     "200 c:hi", "pushed"}));
+  // Once the client has gone, the channel says so and takes nothing more.
+  bool ended = false;
+  for (int i = 0; i < 100 && !ended; ++i) {
+    ended = !mine->open();
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_FALSE(mine->Send("late"));
+}
+
 TEST(HttpServer, AnAnswerGivenLaterHoldsNoThreadAndTimesOutWithTheHandlersResponse) {
   std::mutex mu;
   std::vector<std::shared_ptr<Later>> waiting;
