@@ -483,8 +483,13 @@ int RunBenchAgents(AgentBenchFlags f) {
               r->server_rss_mib);
   std::printf("  nodes lost            %lld; jobs reported running %lld\n",
               static_cast<long long>(r->nodes_lost), static_cast<long long>(r->tasks_running));
-  std::printf("  waits for orders      %s, %lld answered\n", f.options.waits ? "on" : "off",
-              static_cast<long long>(r->waits_answered));
+  if (f.options.channel) {
+    std::printf("  channels              one WebSocket per agent, %lld rings\n",
+                static_cast<long long>(r->waits_answered));
+  } else {
+    std::printf("  waits for orders      %s, %lld answered\n", f.options.waits ? "on" : "off",
+                static_cast<long long>(r->waits_answered));
+  }
   if (f.options.probes > 0) {
     std::printf(
         "  submission to Running p50 %.0f / p99 %.0f ms (max %.0f) over %lld jobs; %lld "
@@ -523,9 +528,10 @@ int RunBenchServer(ServerBenchFlags f) {
   }
   std::printf(
       "server benchmark: %d nodes x %d GPUs (%d spare), %lld jobs running, %lld pending; "
-      "a heartbeat each %.1f s, measured for %.0f s after %.0f s of set-up\n",
+      "a heartbeat each %.1f s%s, measured for %.0f s after %.0f s of set-up\n",
       r->nodes, f.options.gpus_per_node, r->spare_nodes, static_cast<long long>(r->running),
-      static_cast<long long>(r->pending), f.options.interval, r->seconds, r->setup_seconds);
+      static_cast<long long>(r->pending), f.options.interval,
+      f.options.channel ? " over one WebSocket per agent" : "", r->seconds, r->setup_seconds);
   std::printf(
       "  scheduling cycles     %lld; p50 %.3f s, p99 %.3f s (from the server's histogram)\n",
       static_cast<long long>(r->cycles), r->cycle_p50_s, r->cycle_p99_s);
@@ -761,6 +767,9 @@ void AddBenchCommands(CLI::App& app, int* rc) {
                            "open dashboards reading the Estate view every 5 s");
   agents_bench->add_flag("--waits,!--no-waits", gf.options.waits,
                          "agents keep a wait for orders open, as meridian agent does (default)");
+  agents_bench->add_flag("--channel", gf.options.channel,
+                         "each agent keeps one WebSocket for its heartbeats and its doorbell "
+                         "instead of two connections (ADR 0047)");
   agents_bench->add_option("--probes", gf.options.probes,
                            "jobs timed from submission to Running, one after another (20)");
   agents_bench->add_flag("--json", gf.json, "print one JSON object");
@@ -782,6 +791,9 @@ void AddBenchCommands(CLI::App& app, int* rc) {
       ->transform(DurationFlag());
   server_bench->add_option("--probes", sf.options.probes,
                            "1-GPU jobs timed from submission to Running, one after another");
+  server_bench->add_flag("--channel", sf.options.channel,
+                         "each agent keeps one WebSocket for its heartbeats and its doorbell "
+                         "instead of two connections (ADR 0047)");
   server_bench->add_flag("--json", sf.json, "print one JSON object");
   server_bench->callback([rc] { *rc = RunBenchServer(sf); });
 }

@@ -358,6 +358,9 @@ void Api::Register(net::HttpServer& server) {
   // An agent's long poll for news of its orders: it holds no thread while it waits.
   Route(server, "GET", v1 + "/agents/([^/]+)/wait", "agents.wait", Kind::kRead,
         bind(&Api::AgentWait));
+  // Both of those on one connection, a WebSocket that holds no thread (ADR 0047).
+  Route(server, "GET", v1 + "/agents/([^/]+)/channel", "agents.channel", Kind::kRead,
+        [this, &server](Call& call) { AgentChannel(call, server); });
   Route(server, "POST", v1 + "/agents/([^/]+)/logs", "agents.logs", Kind::kRead,
         bind(&Api::UploadLogs));
   Route(server, "GET", v1 + R"(/jobs/(\d+)/logs)", "jobs.logs", Kind::kRead, bind(&Api::JobLogs));

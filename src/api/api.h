@@ -406,6 +406,8 @@ class Api {
   base::Result<std::string> IssueNodeCredential(const std::string& node, double now);
   void AgentHeartbeat(Call& call);
   void AgentWait(Call& call);
+  // One WebSocket carrying an agent's heartbeats, their answers and its doorbell (ADR 0047).
+  void AgentChannel(Call& call, net::HttpServer& server);
   void UploadLogs(Call& call);
   void JobLogs(Call& call);
   // A session into a running task over a WebSocket (api_sessions.cc): the user's end (exec,

@@ -1,6 +1,7 @@
 // The agent protocol (registration, heartbeats, log uploads) and task output for users.
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -211,6 +212,65 @@ void Api::AgentWait(Call& call) {
   call.res.later = [this, node,
                     seen = static_cast<uint64_t>(*seen)](std::shared_ptr<net::Later> later) {
     doorbells_->Wait(node, seen, std::move(later));
+  };
+}
+
+namespace {
+
+// A channel's wait for its node's doorbell: a ring goes to the agent as "ring VERSION-ANSWER".
+// Each heartbeat arms a new one and retires the one before, so that the doorbell keeps one wait
+// per channel.
+class ChannelRing : public net::Later {
+ public:
+  explicit ChannelRing(std::shared_ptr<net::Channel> channel) : channel_(std::move(channel)) {}
+  bool Answer(net::Response response) override {
+    if (!live_.exchange(false)) return false;
+    return channel_->Send("ring " + response.body);
+  }
+  bool waiting() const override { return live_ && channel_->open(); }
+  void Retire() { live_ = false; }
+
+ private:
+  std::shared_ptr<net::Channel> channel_;
+  std::atomic<bool> live_{true};
+};
+
+}  // namespace
+
+void Api::AgentChannel(Call& call, net::HttpServer& server) {
+  if (!agents_) return Fail(call, 404, "not_found", "this server takes no agents");
+  if (!RunsNodes(call)) return;
+  const std::string node = call.Arg(1);
+  if (!ActsFor(call, node)) return;
+  if (!call.req.websocket) {
+    return Fail(call, 400, "invalid_argument",
+                "this path opens a WebSocket (Connection: Upgrade, Upgrade: websocket)");
+  }
+  // Each message is a heartbeat's body. It is answered as POST .../heartbeat with this
+  // request's headers would be (authenticated, rate-limited and counted as one), and the answer
+  // goes back as "STATUS BODY". After each answer the channel waits on the node's doorbell
+  // from the version it had before the heartbeat, as GET .../wait?seen= does.
+  net::Request heartbeat;
+  heartbeat.method = "POST";
+  heartbeat.path = "/api/v1/agents/" + node + "/heartbeat";
+  heartbeat.target = heartbeat.path;
+  heartbeat.headers = call.req.headers;
+  heartbeat.remote_addr = call.req.remote_addr;
+  call.res.status = 101;
+  call.res.channel = [this, &server, node,
+                      heartbeat = std::move(heartbeat)](std::shared_ptr<net::Channel> channel) {
+    auto armed = std::make_shared<std::shared_ptr<ChannelRing>>();
+    return [this, &server, node, heartbeat, channel, armed](std::string message) {
+      const uint64_t seen = doorbells_->Version(node);
+      net::Request req = heartbeat;
+      req.body = std::move(message);
+      net::Response res;
+      server.Answer(req, res);
+      channel->Send(std::to_string(res.status) + " " + res.body);
+      if (*armed) (*armed)->Retire();
+      *armed = std::make_shared<ChannelRing>(channel);
+      doorbells_->Wait(node, seen, *armed);
+    };
   };
 }
 

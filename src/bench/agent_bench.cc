@@ -84,7 +84,8 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   if (o.probes > 0 && o.jobs >= o.agents * o.gpus_per_node) {
     return base::Status::Invalid("--probes: need free GPUs: --jobs below agents x GPUs");
   }
-  auto estate = StartAgentEstate(o.binary, o.agents, kAgentBenchEstate, o.interval);
+  auto estate = StartAgentEstate(o.binary, o.agents, kAgentBenchEstate, o.interval,
+                                 o.channel ? 1 : (o.waits ? 2 : 1));
   if (!estate.ok()) return estate.status();
   OwnedServer& server = *estate->server;
   const int port = server.port;
@@ -112,6 +113,7 @@ base::Result<AgentBenchResult> RunAgentBench(const AgentBenchOptions& o,
   AsyncAgentsOptions agents_options = std::move(registered.value());
   agents_options.interval = o.interval;
   agents_options.waits = o.waits;
+  agents_options.channel = o.channel;
   std::mutex mu;
   double cpu0 = 0, cpu1 = 0, rss = 0;
   server.Usage(&cpu0, &rss);

@@ -19,6 +19,7 @@ struct AgentBenchOptions {
   // Each agent keeps a wait for orders open and heartbeats at once when rung, and again at once
   // to report new tasks running, as `meridian agent` does (docs/adr/0030).
   bool waits = true;
+  bool channel = false;  // one WebSocket per agent instead (AsyncAgentsOptions::channel)
   // Jobs submitted one after another while the agents heartbeat, each timed from its
   // submission to Running (there must be free GPUs: `jobs` below agents x GPUs).
   int probes = 20;

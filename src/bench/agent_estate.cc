@@ -18,15 +18,16 @@ base::Status ExpectStatus(const httplib::Result& r, int status, const std::strin
 }
 
 base::Result<AgentEstate> StartAgentEstate(const std::string& binary, int agents,
-                                           std::string estate, double interval) {
-  // Each agent keeps two connections (heartbeats, and its wait for orders): the benchmark holds
-  // one end of each and the server, its child, which inherits the limit, the other.
+                                           std::string estate, double interval, int per_agent) {
+  // Each agent keeps two connections (heartbeats, and its wait for orders) or one (a channel):
+  // the benchmark holds one end of each and the server, its child, which inherits the limit, the
+  // other.
   constexpr int64_t kOthers = 100;  // the benchmark's own clients, and room
-  const int64_t connections = 2 * static_cast<int64_t>(agents) + kOthers;
+  const int64_t connections = per_agent * static_cast<int64_t>(agents) + kOthers;
   const int64_t kept = base::kFilesKeptBesideConnections;
   const int64_t files = base::RaiseOpenFiles(connections + kept);
   if (files >= 0 && files < connections + kept) {
-    const int64_t most = std::max<int64_t>((files - kept - kOthers) / 2, 0);
+    const int64_t most = std::max<int64_t>((files - kept - kOthers) / per_agent, 0);
     return base::Status::Invalid(
         std::to_string(agents) + " agents keep " + std::to_string(connections) +
         " connections open, but this host's open-file limit of " + std::to_string(files) +

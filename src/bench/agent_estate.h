@@ -29,8 +29,10 @@ struct AgentEstate {
 // refuse their waits and heartbeats) and with the write limit off (one admin token submits every
 // job), and applies `estate` (YAML) with its INTERVAL and LOST replaced by the heartbeat
 // interval and a lost timeout of 15 of them (at least 30 s).
+// `connections`: what each agent keeps open (2: heartbeats and a wait; 1: a channel).
 base::Result<AgentEstate> StartAgentEstate(const std::string& binary, int agents,
-                                           std::string estate, double interval);
+                                           std::string estate, double interval,
+                                           int connections = 2);
 
 // A node to register: its pool and its GPUs' model.
 struct AgentNode {

@@ -15,6 +15,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 #include <chrono>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,7 @@ namespace meridian::bench {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
@@ -43,6 +45,11 @@ struct Agent {
   // (cli::ClientConfig::keep_connection), and what was read past the last answer.
   std::optional<beast::tcp_stream> link;
   beast::flat_buffer link_buffer;
+  // With AsyncAgentsOptions::channel: its WebSocket, and the answer its reader hands the
+  // heartbeat waiting on `answered` (cancelled to wake it).
+  std::shared_ptr<websocket::stream<beast::tcp_stream>> channel;
+  std::unique_ptr<asio::steady_timer> answered;
+  std::optional<std::string> answer;
 };
 
 Clock::duration Seconds(double s) {
@@ -133,19 +140,92 @@ struct AsyncAgents::Loop {
         co_return;
       }
     }
-    if (res.result_int() != 200) {
+    Answered(a, res.result_int(), res.body(), t0);
+  }
+
+  // What a heartbeat's answer says, over either connection.
+  void Answered(Agent& a, int status, const std::string& body, Clock::time_point sent) {
+    if (status != 200) {
       ++stats.errors;
-      ++stats.error_kinds["HTTP " + std::to_string(res.result_int())];
-      co_return;
+      ++stats.error_kinds["HTTP " + std::to_string(status)];
+      return;
     }
     ++stats.heartbeats;
     stats.latency_ms.push_back(
-        std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-    const Json answer = Json::parse(res.body(), nullptr, false);
+        std::chrono::duration<double, std::milli>(Clock::now() - sent).count());
+    const Json answer = Json::parse(body, nullptr, false);
     Json tasks = answer.is_object() ? answer.value("tasks", Json::array()) : Json::array();
     // New tasks are reported running at once, as an agent does once it has started them.
-    if (o.waits && tasks.size() > a.assigned.size()) a.rung = true;
+    if ((o.waits || o.channel) && tasks.size() > a.assigned.size()) a.rung = true;
     a.assigned = std::move(tasks);
+  }
+
+  // One heartbeat over the agent's channel, opened when it has none: the body as a message,
+  // and the answer ("STATUS BODY") as its reader hands it over.
+  asio::awaitable<void> ChannelHeartbeat(Agent& a) {
+    const auto t0 = Clock::now();
+    try {
+      if (!a.channel) {
+        auto ws = std::make_shared<websocket::stream<beast::tcp_stream>>(io);
+        beast::get_lowest_layer(*ws).expires_after(std::chrono::seconds(30));
+        co_await beast::get_lowest_layer(*ws).async_connect(server, asio::use_awaitable);
+        beast::get_lowest_layer(*ws).socket().set_option(tcp::no_delay(true));
+        beast::get_lowest_layer(*ws).expires_never();  // the WebSocket's own timeouts now
+        ws->set_option(websocket::stream_base::timeout::suggested(beast::role_type::client));
+        ws->set_option(websocket::stream_base::decorator(
+            [credential = a.credential](websocket::request_type& req) {
+              req.set(http::field::authorization, "Bearer " + credential);
+            }));
+        ws->binary(true);
+        co_await ws->async_handshake("127.0.0.1", "/api/v1/agents/" + a.node + "/channel",
+                                     asio::use_awaitable);
+        a.channel = ws;
+        asio::co_spawn(io, Read(a, ws), asio::detached);
+      }
+      a.answer.reset();
+      auto ws = a.channel;
+      const std::string body = HeartbeatBody(a);
+      co_await ws->async_write(asio::buffer(body), asio::use_awaitable);
+      if (!a.answer) {  // its reader may have had it already
+        a.answered->expires_after(std::chrono::seconds(30));
+        boost::system::error_code woken;
+        co_await a.answered->async_wait(asio::redirect_error(asio::use_awaitable, woken));
+      }
+      if (!a.answer) throw std::runtime_error(a.channel ? "no answer within 30 s" : "closed");
+    } catch (const std::exception& e) {
+      a.channel.reset();  // the reader ends with its read
+      ++stats.errors;
+      ++stats.error_kinds[e.what()];
+      co_return;
+    }
+    const std::string& m = *a.answer;
+    const size_t space = m.find(' ');
+    const int status = space == std::string::npos ? 0 : std::atoi(m.substr(0, space).c_str());
+    Answered(a, status, space == std::string::npos ? "" : m.substr(space + 1), t0);
+  }
+
+  // Agent a's channel's messages: rings, and its heartbeats' answers.
+  asio::awaitable<void> Read(Agent& a, std::shared_ptr<websocket::stream<beast::tcp_stream>> ws) {
+    beast::flat_buffer buffer;
+    for (;;) {
+      boost::system::error_code ec;
+      co_await ws->async_read(buffer, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || a.channel != ws) break;
+      std::string m = beast::buffers_to_string(buffer.data());
+      buffer.consume(buffer.size());
+      if (m.rfind("ring ", 0) == 0) {
+        ++stats.waits_answered;
+        a.rung = true;
+        a.timer->cancel();
+      } else {
+        a.answer = std::move(m);
+        a.answered->cancel();
+      }
+    }
+    if (a.channel == ws) {
+      a.channel.reset();
+      a.answered->cancel();  // a heartbeat waiting for its answer gets none
+    }
   }
 
   // Agent a's heartbeats: every interval, and at once when rung.
@@ -162,7 +242,11 @@ struct AsyncAgents::Loop {
       if (!rung && now < a.due) continue;
       // One that fell behind skips what it missed: heartbeats/s then says so.
       while (a.due <= now) a.due += interval;
-      co_await Heartbeat(a);
+      if (o.channel) {
+        co_await ChannelHeartbeat(a);
+      } else {
+        co_await Heartbeat(a);
+      }
     }
   }
 
@@ -239,9 +323,10 @@ void AsyncAgents::Start() {
     a.node = l.o.nodes[i];
     a.credential = i < l.o.credentials.size() ? l.o.credentials[i] : "";
     a.timer = std::make_unique<asio::steady_timer>(l.io);
+    a.answered = std::make_unique<asio::steady_timer>(l.io);
     a.due = start + Seconds(static_cast<double>(i) / static_cast<double>(n) * l.o.interval);
     asio::co_spawn(l.io, l.Heartbeats(a), asio::detached);
-    if (l.o.waits) asio::co_spawn(l.io, l.Waits(a), asio::detached);
+    if (l.o.waits && !l.o.channel) asio::co_spawn(l.io, l.Waits(a), asio::detached);
   }
   l.running = true;
   l.thread = std::thread([&l] { l.io.run(); });

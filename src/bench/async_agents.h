@@ -21,6 +21,9 @@ struct AsyncAgentsOptions {
   // Each agent keeps GET /api/v1/agents/NODE/wait open and heartbeats at once when rung, and
   // again at once after a heartbeat that brought new tasks (to report them running).
   bool waits = true;
+  // Each agent keeps one WebSocket instead (GET /api/v1/agents/NODE/channel, ADR 0047) carrying
+  // its heartbeats, their answers and its doorbell: one connection per agent, not two.
+  bool channel = false;
 };
 
 // What the agents saw, read after Stop.
@@ -28,9 +31,9 @@ struct AsyncAgentsStats {
   int64_t heartbeats = 0;                      // answered 200
   int64_t errors = 0;                          // refused, or the connection failed
   std::map<std::string, int64_t> error_kinds;  // "HTTP 503", or what the connection said
-  int64_t waits_answered = 0;
-  std::vector<double> latency_ms;  // of each answered heartbeat, connection included
-  int64_t tasks_reported = 0;      // tasks the agents last reported running, all together
+  int64_t waits_answered = 0;                  // with `channel`, the rings
+  std::vector<double> latency_ms;              // of each answered heartbeat, connection included
+  int64_t tasks_reported = 0;  // tasks the agents last reported running, all together
 };
 
 class AsyncAgents {

@@ -216,7 +216,8 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   const int busy = o.nodes - res.spare_nodes;
   const auto setup = Clock::now();
 
-  auto estate = StartAgentEstate(o.binary, o.nodes, kServerBenchEstate, o.interval);
+  auto estate =
+      StartAgentEstate(o.binary, o.nodes, kServerBenchEstate, o.interval, o.channel ? 1 : 2);
   if (!estate.ok()) return estate.status();
   OwnedServer& server = *estate->server;
   const int port = server.port;
@@ -233,6 +234,7 @@ base::Result<ServerBenchResult> RunServerBench(const ServerBenchOptions& o,
   say("registered in " + std::to_string(static_cast<int>(Since(setup))) + " s");
   AsyncAgentsOptions agents_options = std::move(registered.value());
   agents_options.interval = o.interval;
+  agents_options.channel = o.channel;
 
   // Every H100 node gets a whole-node job; the agents start them, as agents would.
   AsyncAgents agents(agents_options);

@@ -18,7 +18,9 @@ struct ServerBenchOptions {
   double interval = 2.0;  // heartbeat interval
   double seconds = 30;    // how long the estate is measured, once it is full and queued
   int probes = 20;        // 1-GPU jobs of another project, timed from submission to Running
-  std::string binary;     // the meridian binary to start (this one)
+  // The agents keep one WebSocket each (ADR 0047) instead of a heartbeat connection and a wait.
+  bool channel = false;
+  std::string binary;  // the meridian binary to start (this one)
 };
 
 struct ServerBenchResult {
