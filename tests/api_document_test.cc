@@ -403,6 +403,10 @@ TEST_F(ApiDocumentTest, EveryAnswerOfEveryPathMatchesItsSchema) {
       r.Call("GET", "/api/v1/agents/{name}/wait", "/api/v1/agents/n1/wait?seen=0&timeout=5", a);
   EXPECT_EQ(waited.status, 200) << waited.text;
   EXPECT_GT(waited.body.value("version", uint64_t{0}), 0u) << waited.text;
+  // Its channel is a WebSocket (tests/agent_channel_test.cc opens one); a plain request is told.
+  HttpResult channel =
+      r.Call("GET", "/api/v1/agents/{name}/channel", "/api/v1/agents/n1/channel", a);
+  EXPECT_EQ(channel.status, 400) << channel.text;
   // Last, as n1's agent would heartbeat (an admin may speak for a node): the answer lists the
   // idle job's task, an assignment with its devices.
   HttpResult assigned = r.Call("POST", "/api/v1/agents/{name}/heartbeat",
