@@ -2,8 +2,12 @@
 // heartbeats go as messages and come back answered as POST .../heartbeat answers them, and the
 // node's doorbell rings on the same connection when its orders change.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <chrono>
 #include <functional>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -171,6 +175,60 @@ TEST_F(AgentChannelTest, IsRefusedToAnotherNodesCredentialAndToAPlainRequest) {
   HttpResult plain = Http(*server_, "GET", "/api/v1/agents/n1/channel", credentials_[0]);
   EXPECT_EQ(plain.status, 400) << plain.text;
   EXPECT_NE(plain.text.find("WebSocket"), std::string::npos) << plain.text;
+}
+
+// The count of API requests of `route` with `code` (all codes when empty), from /metrics.
+double Requests(const ServerProcess& s, const std::string& admin, const std::string& route,
+                const std::string& code = "") {
+  HttpResult m = Http(s, "GET", "/metrics", admin);
+  double n = 0;
+  std::istringstream lines(m.text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("meridian_api_requests_total{", 0) != 0) continue;
+    if (line.find("route=\"" + route + "\"") == std::string::npos) continue;
+    if (!code.empty() && line.find("code=\"" + code + "\"") == std::string::npos) continue;
+    n += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return n;
+}
+
+// `meridian agent` keeps one connection: its heartbeats go over its node's channel, it waits
+// on no long poll, and a job placed on its node starts at the ring, not at the next heartbeat.
+TEST_F(AgentChannelTest, AnAgentHeartbeatsOverItsChannelAndStartsWorkAtTheRing) {
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0711), 0);
+  AgentProcess agent(
+      kBinary,
+      {"--cluster", "onprem", "--pool", "a100", "--node", "n3", "--simulate-gpus", "1xA100-80GB",
+       "--work-dir", dir_.File("agent-n3"), "--cpu-milli", "16000", "--memory-mib", "65536"},
+      dir_.File("agent-n3.log"));
+  agent.Start(server_->url(), AgentToken(*server_, admin_));
+  ASSERT_TRUE(
+      Eventually([&] { return Requests(*server_, admin_, "agents.heartbeat", "200") >= 3; }, 30))
+      << ReadFile(dir_.File("agent-n3.log"));
+  EXPECT_EQ(Requests(*server_, admin_, "agents.channel"), 1);
+  EXPECT_EQ(Requests(*server_, admin_, "agents.wait"), 0);
+  // n1 and n2 are silent or cordoned: the job goes to n3. The heartbeat interval is 2 s; a job
+  // that runs `true` is done well within it when the ring brings the agent's heartbeat at once.
+  const Json spec = {{"metadata", {{"name", "now"}, {"project", "research"}}},
+                     {"spec", {{"gpus", 1}, {"command", {"true"}}}}};
+  const auto t0 = std::chrono::steady_clock::now();
+  HttpResult r = Http(*server_, "POST", "/api/v1/jobs", admin_, spec.dump());
+  ASSERT_EQ(r.status, 201) << r.text;
+  const int64_t job = r.body.value("id", int64_t{0});
+  ASSERT_TRUE(Eventually([&] { return JobPhase(*server_, admin_, job) != "Pending"; }, 30));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const std::string phase = JobPhase(*server_, admin_, job);
+        return phase == "Running" || phase == "Succeeded";
+      },
+      30))
+      << JobPhase(*server_, admin_, job) << "\n"
+      << ReadFile(dir_.File("agent-n3.log"));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::cout << "submission to Running over the channel: " << seconds << " s\n";
+  EXPECT_EQ(Requests(*server_, admin_, "agents.channel"), 1);
+  EXPECT_EQ(Requests(*server_, admin_, "agents.wait"), 0);
 }
 
 }  // namespace

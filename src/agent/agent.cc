@@ -219,7 +219,18 @@ Status Agent::Beat() {
   beat.remediations = remediated_;
   Json body = protocol::ToJson(beat);
   const double sent = base::WallClockNow();
-  auto r = client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
+  // Over the node's channel when one is open (ADR 0047), else POSTed on the agent's connection;
+  // either way the same answer.
+  base::Result<cli::Response> r = base::Status(base::StatusCode::kUnavailable, "");
+  if (auto over = orders_.Heartbeat(body.dump(), client_.config().read_timeout); over.ok()) {
+    cli::Response answer;
+    answer.status = over->status;
+    if (!over->body.empty()) answer.body = Json::parse(over->body, nullptr, false);
+    if (answer.body.is_discarded()) answer.body = nullptr;
+    r = std::move(answer);
+  } else {
+    r = client_.Call("POST", "/api/v1/agents/" + o_.node + "/heartbeat", &body);
+  }
   if (!r.ok()) return r.status();
   if (r->status == 404) {
     registered_ = false;  // the server forgot the node (a fresh data dir): register again

@@ -1,5 +1,8 @@
 #include "agent/orders_waiter.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -9,6 +12,8 @@
 #include <optional>
 #include <thread>
 #include <utility>
+
+#include "net/websocket_client.h"
 
 namespace meridian::agent {
 
@@ -22,6 +27,19 @@ struct OrdersWaiter::Shared {
   bool stop = false;
   bool finished = false;  // the thread has returned
   std::atomic<bool> rung{false};
+  // The channel, while it is open: the loop's wake-up pipe (a heartbeat to send, a Use, a stop),
+  // what to send, and the answer the loop hands back.
+  bool channel_open = false;
+  int wake = -1;
+  bool close_channel = false;
+  std::optional<std::string> outgoing;
+  std::optional<std::string> answer;
+  // An older server offers no channel: until then, the long poll.
+  std::chrono::steady_clock::time_point no_channel_until{};
+
+  void Wake() {
+    if (wake >= 0) (void)!::write(wake, "x", 1);
+  }
 
   // Sleeps `seconds`, or less when stopping. Returns whether to go on.
   bool Pause(double seconds) {
@@ -44,18 +62,93 @@ void RunWaitLoop(const std::shared_ptr<OrdersWaiter::Shared>& s) {
   s->cv.notify_all();
 }
 
+// Runs the node's channel until it ends: heartbeats handed over by OrdersWaiter::Heartbeat go
+// out, answers come back to it, rings set `rung`.
+void RunChannel(const std::shared_ptr<OrdersWaiter::Shared>& s, net::WebSocketClient& socket,
+                uint64_t version) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->channel_open = true;
+    s->close_channel = false;
+    s->wake = fds[1];
+  }
+  socket.Watch(fds[0], [&](std::string_view data) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (data.empty() || s->stop || s->close_channel || s->config_version != version) {
+      socket.Close();
+      return;
+    }
+    if (s->outgoing) {
+      socket.Send(std::move(*s->outgoing));
+      s->outgoing.reset();
+    }
+  });
+  socket.Run([&](std::string_view m) {
+    if (m.rfind("ring ", 0) == 0) {
+      s->rung = true;
+      return;
+    }
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->answer = std::string(m);
+    s->cv.notify_all();
+  });
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->channel_open = false;
+    s->wake = -1;
+    s->outgoing.reset();
+  }
+  s->cv.notify_all();
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
 void WaitLoop(const std::shared_ptr<OrdersWaiter::Shared>& s) {
   std::optional<cli::Client> client;
   uint64_t client_version = 0;
   uint64_t seen = 0;  // no version yet: the first answer comes at once
   double backoff = 1;
   for (;;) {
+    cli::ClientConfig config;
+    bool try_channel = false;
     {
       std::lock_guard<std::mutex> lock(s->mu);
       if (s->stop) return;
       if (!client || client_version != s->config_version) {
         client.emplace(s->config);
         client_version = s->config_version;
+      }
+      config = s->config;
+      try_channel = std::chrono::steady_clock::now() >= s->no_channel_until;
+    }
+    if (try_channel) {
+      net::WebSocketOpen open =
+          cli::OpenWebSocket(config, "/api/v1/agents/" + s->node + "/channel");
+      if (open.socket) {
+        const auto opened = std::chrono::steady_clock::now();
+        RunChannel(s, *open.socket, client_version);
+        // One that ends at once (a server closing it) is not opened again at once.
+        if (std::chrono::steady_clock::now() - opened < std::chrono::seconds(1)) {
+          if (!s->Pause(backoff)) return;
+          backoff = std::min(backoff * 2, 30.0);
+        } else {
+          backoff = 1;
+        }
+        continue;
+      }
+      if (open.status == 404 || open.status == 400) {
+        // A server without channels: the long poll, and the channel tried again in a while (the
+        // server may be upgraded meanwhile).
+        std::lock_guard<std::mutex> lock(s->mu);
+        s->no_channel_until = std::chrono::steady_clock::now() + std::chrono::minutes(5);
+      } else {
+        // The server is away, or refuses this node (heartbeats say why): wait longer before
+        // asking again; heartbeats carry the orders meanwhile.
+        if (!s->Pause(backoff)) return;
+        backoff = std::min(backoff * 2, 30.0);
+        continue;
       }
     }
     const std::string path = "/api/v1/agents/" + s->node + "/wait?seen=" + std::to_string(seen) +
@@ -91,6 +184,7 @@ OrdersWaiter::OrdersWaiter(std::string node) : shared_(std::make_shared<Shared>(
 OrdersWaiter::~OrdersWaiter() {
   std::unique_lock<std::mutex> lock(shared_->mu);
   shared_->stop = true;
+  shared_->Wake();
   shared_->cv.notify_all();
   // A wait answered meanwhile (the agent's last heartbeat rings it, when tasks ended) lets the
   // thread end here; one still held by the server ends with its answer, on its own.
@@ -105,6 +199,7 @@ void OrdersWaiter::Use(const cli::ClientConfig& config) {
     shared_->config = config;
     shared_->config.keep_connection = true;  // its own connection, beside the heartbeats'
     ++shared_->config_version;
+    shared_->Wake();  // a channel opened with the old credential is opened again
     start = !shared_->started;
     shared_->started = true;
   }
@@ -114,5 +209,37 @@ void OrdersWaiter::Use(const cli::ClientConfig& config) {
 bool OrdersWaiter::TakeRung() { return shared_->rung.exchange(false); }
 
 bool OrdersWaiter::rung() const { return shared_->rung.load(); }
+
+bool OrdersWaiter::channel_open() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->channel_open;
+}
+
+base::Result<OrdersWaiter::Answer> OrdersWaiter::Heartbeat(std::string body, double timeout) {
+  Shared& s = *shared_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (!s.channel_open) return base::Status(base::StatusCode::kUnavailable, "no channel open");
+  s.answer.reset();
+  s.outgoing = std::move(body);
+  s.Wake();
+  s.cv.wait_for(lock, std::chrono::duration<double>(timeout),
+                [&] { return s.answer.has_value() || !s.channel_open || s.stop; });
+  if (!s.answer) {
+    // A channel that does not answer is no use: closed, and opened again by the loop.
+    s.outgoing.reset();
+    s.close_channel = true;
+    s.Wake();
+    return base::Status(base::StatusCode::kUnavailable, "the channel gave no answer");
+  }
+  const std::string m = std::move(*s.answer);
+  s.answer.reset();
+  const size_t space = m.find(' ');
+  Answer a;
+  a.status = std::atoi(m.substr(0, space).c_str());
+  a.body = space == std::string::npos ? "" : m.substr(space + 1);
+  if (a.status < 100)
+    return base::Status(base::StatusCode::kUnavailable, "a channel answer without a status");
+  return a;
+}
 
 }  // namespace meridian::agent
