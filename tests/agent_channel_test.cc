@@ -207,8 +207,11 @@ TEST_F(AgentChannelTest, AnAgentHeartbeatsOverItsChannelAndStartsWorkAtTheRing) 
       << ReadFile(dir_.File("agent-n3.log"));
   EXPECT_EQ(Requests(*server_, admin_, "agents.channel"), 1);
   EXPECT_EQ(Requests(*server_, admin_, "agents.wait"), 0);
-  // n1 and n2 are silent or cordoned: the job goes to n3. The heartbeat interval is 2 s; a job
-  // that runs `true` is done well within it when the ring brings the agent's heartbeat at once.
+  // n1, never heard (but not yet silent for long), and n2 are cordoned: the job goes to n3.
+  HttpResult cordoned = Http(*server_, "POST", "/api/v1/nodes/n1/cordon", admin_, "{}");
+  ASSERT_EQ(cordoned.status, 200) << cordoned.text;
+  // The heartbeat interval is 2 s; a job that runs `true` is done well within it when the ring
+  // brings the agent's heartbeat at once.
   const Json spec = {{"metadata", {{"name", "now"}, {"project", "research"}}},
                      {"spec", {{"gpus", 1}, {"command", {"true"}}}}};
   const auto t0 = std::chrono::steady_clock::now();

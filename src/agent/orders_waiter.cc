@@ -237,8 +237,16 @@ base::Result<OrdersWaiter::Answer> OrdersWaiter::Heartbeat(std::string body, dou
   Answer a;
   a.status = std::atoi(m.substr(0, space).c_str());
   a.body = space == std::string::npos ? "" : m.substr(space + 1);
-  if (a.status < 100)
+  if (a.status < 100) {
     return base::Status(base::StatusCode::kUnavailable, "a channel answer without a status");
+  }
+  if (a.status == 307 || a.status == 308) {
+    // The server it is open to no longer leads: the channel is opened again at the leader (the
+    // loop follows the redirect), and this heartbeat is POSTed, which follows it too.
+    s.close_channel = true;
+    s.Wake();
+    return base::Status(base::StatusCode::kUnavailable, "the channel's server no longer leads");
+  }
   return a;
 }
 

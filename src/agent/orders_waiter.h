@@ -37,8 +37,8 @@ class OrdersWaiter {
 
   // A heartbeat's body sent over the channel, and the answer: its status and body, as a POST
   // would have them. kUnavailable, at once, when no channel is open (the caller POSTs it);
-  // also when the channel gave no answer within `timeout` seconds (it is closed and opened
-  // again).
+  // also when the channel gave no answer within `timeout` seconds, or its server answered that
+  // another leads (307): it is closed and opened again.
   struct Answer {
     int status = 0;
     std::string body;

@@ -249,7 +249,9 @@ void Api::AgentChannel(Call& call, net::HttpServer& server) {
   // Each message is a heartbeat's body. It is answered as POST .../heartbeat with this
   // request's headers would be (authenticated, rate-limited and counted as one), and the answer
   // goes back as "STATUS BODY". After each answer the channel waits on the node's doorbell
-  // from the version it had before the heartbeat, as GET .../wait?seen= does.
+  // from the version it had before the heartbeat, as GET .../wait?seen= does. At the open it
+  // waits from nothing, as the first wait (seen=0) does: it rings at once, and the agent
+  // heartbeats on its channel, so that no change made before its first heartbeat there is missed.
   net::Request heartbeat;
   heartbeat.method = "POST";
   heartbeat.path = "/api/v1/agents/" + node + "/heartbeat";
@@ -260,6 +262,8 @@ void Api::AgentChannel(Call& call, net::HttpServer& server) {
   call.res.channel = [this, &server, node,
                       heartbeat = std::move(heartbeat)](std::shared_ptr<net::Channel> channel) {
     auto armed = std::make_shared<std::shared_ptr<ChannelRing>>();
+    *armed = std::make_shared<ChannelRing>(channel);
+    doorbells_->Wait(node, 0, *armed);
     return [this, &server, node, heartbeat, channel, armed](std::string message) {
       const uint64_t seen = doorbells_->Version(node);
       net::Request req = heartbeat;
