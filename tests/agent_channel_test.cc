@@ -177,6 +177,35 @@ TEST_F(AgentChannelTest, IsRefusedToAnotherNodesCredentialAndToAPlainRequest) {
   EXPECT_NE(plain.text.find("WebSocket"), std::string::npos) << plain.text;
 }
 
+// A credential revoked after the upgrade: the next heartbeat is refused, as a POST would be,
+// and the channel is closed (no more rings for it).
+TEST_F(AgentChannelTest, ARevokedCredentialsNextHeartbeatIsRefusedAndItsChannelClosed) {
+  net::WebSocketOpen open = net::WebSocketClient::Connect(Channel("n1", credentials_[0]));
+  ASSERT_TRUE(open.socket) << open.error << " " << open.body;
+  net::WebSocketClient& ws = *open.socket;
+  std::vector<std::string> answers;
+  ws.Send(kBeat);
+  ws.After(30, [&] { ws.Close(); });
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string why = ws.Run([&](std::string_view m) {
+    if (m.rfind("ring ", 0) == 0) return;
+    answers.emplace_back(m);
+    if (answers.size() == 1) {
+      // The credential's id is its middle part: mrd_ID_SECRET.
+      const std::string id = credentials_[0].substr(4, 16);
+      HttpResult revoked = Http(*server_, "DELETE", "/api/v1/tokens/" + id, admin_);
+      EXPECT_EQ(revoked.status, 200) << revoked.text;
+      ws.Send(kBeat);
+    }
+  });
+  EXPECT_EQ(why, "");  // closed by the server, not broken
+  // ... and by the server, well before the test's own close at 30 s.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10);
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[0].rfind("200 ", 0), 0u) << answers[0];
+  EXPECT_EQ(answers[1].rfind("401 ", 0), 0u) << answers[1];
+}
+
 // The count of API requests of `route` with `code` (all codes when empty), from /metrics.
 double Requests(const ServerProcess& s, const std::string& admin, const std::string& route,
                 const std::string& code = "") {

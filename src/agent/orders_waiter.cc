@@ -30,8 +30,10 @@ struct OrdersWaiter::Shared {
   // The channel, while it is open: the loop's wake-up pipe (a heartbeat to send, a Use, a stop),
   // what to send, and the answer the loop hands back.
   bool channel_open = false;
+  uint64_t channel_number = 0;   // moves on with each channel opened
+  uint64_t channel_version = 0;  // the config_version it was opened with
   int wake = -1;
-  bool close_channel = false;
+  bool close_channel = false;  // asked to close: it takes no more heartbeats
   std::optional<std::string> outgoing;
   std::optional<std::string> answer;
   // An older server offers no channel: until then, the long poll.
@@ -71,8 +73,14 @@ void RunChannel(const std::shared_ptr<OrdersWaiter::Shared>& s, net::WebSocketCl
   {
     std::lock_guard<std::mutex> lock(s->mu);
     s->channel_open = true;
+    ++s->channel_number;
+    s->channel_version = version;
     s->close_channel = false;
+    s->answer.reset();
+    s->outgoing.reset();
     s->wake = fds[1];
+    // A stop or a new credential while it was being opened found no pipe to wake it.
+    if (s->stop || s->config_version != version) socket.Close();
   }
   socket.Watch(fds[0], [&](std::string_view data) {
     std::lock_guard<std::mutex> lock(s->mu);
@@ -218,17 +226,26 @@ bool OrdersWaiter::channel_open() const {
 base::Result<OrdersWaiter::Answer> OrdersWaiter::Heartbeat(std::string body, double timeout) {
   Shared& s = *shared_;
   std::unique_lock<std::mutex> lock(s.mu);
-  if (!s.channel_open) return base::Status(base::StatusCode::kUnavailable, "no channel open");
+  // Only an open channel, not one closing (whose late answers would be taken for this one's) or
+  // opened with an older credential.
+  if (!s.channel_open || s.close_channel || s.channel_version != s.config_version) {
+    return base::Status(base::StatusCode::kUnavailable, "no channel open");
+  }
+  const uint64_t mine = s.channel_number;
   s.answer.reset();
   s.outgoing = std::move(body);
   s.Wake();
-  s.cv.wait_for(lock, std::chrono::duration<double>(timeout),
-                [&] { return s.answer.has_value() || !s.channel_open || s.stop; });
-  if (!s.answer) {
-    // A channel that does not answer is no use: closed, and opened again by the loop.
-    s.outgoing.reset();
-    s.close_channel = true;
-    s.Wake();
+  s.cv.wait_for(lock, std::chrono::duration<double>(timeout), [&] {
+    return s.answer.has_value() || !s.channel_open || s.channel_number != mine || s.stop;
+  });
+  if (!s.answer || s.channel_number != mine) {
+    // A channel that does not answer is no use: closed, and opened again by the loop. One that
+    // ended meanwhile is left to the loop.
+    if (s.channel_open && s.channel_number == mine) {
+      s.outgoing.reset();
+      s.close_channel = true;
+      s.Wake();
+    }
     return base::Status(base::StatusCode::kUnavailable, "the channel gave no answer");
   }
   const std::string m = std::move(*s.answer);

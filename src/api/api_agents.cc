@@ -272,6 +272,12 @@ void Api::AgentChannel(Call& call, net::HttpServer& server) {
       server.Answer(req, res);
       channel->Send(std::to_string(res.status) + " " + res.body);
       if (*armed) (*armed)->Retire();
+      if (res.status == 401 || res.status == 403) {
+        // A credential revoked (or the node's) since the upgrade: no more rings, no channel.
+        *armed = nullptr;
+        channel->Close();
+        return;
+      }
       *armed = std::make_shared<ChannelRing>(channel);
       doorbells_->Wait(node, seen, *armed);
     };

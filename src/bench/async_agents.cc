@@ -186,14 +186,20 @@ struct AsyncAgents::Loop {
       auto ws = a.channel;
       const std::string body = HeartbeatBody(a);
       co_await ws->async_write(asio::buffer(body), asio::use_awaitable);
-      if (!a.answer) {  // its reader may have had it already
+      if (!a.answer && a.channel == ws) {  // its reader may have had it, or ended, already
         a.answered->expires_after(std::chrono::seconds(30));
         boost::system::error_code woken;
         co_await a.answered->async_wait(asio::redirect_error(asio::use_awaitable, woken));
       }
       if (!a.answer) throw std::runtime_error(a.channel ? "no answer within 30 s" : "closed");
     } catch (const std::exception& e) {
-      a.channel.reset();  // the reader ends with its read
+      if (a.channel) {
+        // Closed, not only dropped: its reader would keep it open (and answer the server's
+        // pings) until a frame came.
+        boost::system::error_code ignored;
+        beast::get_lowest_layer(*a.channel).socket().close(ignored);
+      }
+      a.channel.reset();
       ++stats.errors;
       ++stats.error_kinds[e.what()];
       co_return;

@@ -720,6 +720,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
   void ChannelWrite(std::string message) {
     if (channel_ended_) return;
+    // A peer that sends and does not read would queue answers without end: cut off.
+    if (outbox_.size() >= kChannelOutbox) {
+      base::log::Warn("a channel's peer takes none of {} messages queued for it: closed",
+                      outbox_.size());
+      return ChannelEnded();
+    }
     outbox_.push_back(std::move(message));
     if (outbox_.size() == 1) ChannelWriteFront();
   }
@@ -743,12 +749,13 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       self->Tcp().socket().close(ec);
     });
   }
-  // The peer left, or a read or write failed: the channel ends and the connection with it.
+  // The peer left, or a read or write failed: the channel ends and the connection with it. The
+  // outbox stays as it is: a write in flight still points into its front, and its completion
+  // takes it off.
   void ChannelEnded() {
     if (channel_ended_) return;
     channel_ended_ = true;
     channel_->ended_ = true;
-    outbox_.clear();
     beast::error_code ec;
     Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
     Tcp().socket().close(ec);
@@ -798,6 +805,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::shared_ptr<WsChannel> channel_;
   std::function<void(std::string)> on_message_;
   std::deque<std::string> outbox_;
+  static constexpr size_t kChannelOutbox = 256;  // messages queued for a peer, at most
   bool channel_ended_ = false;
   asio::steady_timer later_timer_;  // the timeout of an answer given later
   uint64_t id_ = 0;
