@@ -29,11 +29,10 @@ struct OrdersWaiter::Shared {
   std::atomic<bool> rung{false};
   // The channel, while it is open: the loop's wake-up pipe (a heartbeat to send, a Use, a stop),
   // what to send, and the answer the loop hands back.
-  bool channel_open = false;
   uint64_t channel_number = 0;   // moves on with each channel opened
   uint64_t channel_version = 0;  // the config_version it was opened with
-  int wake = -1;
-  bool close_channel = false;  // asked to close: it takes no more heartbeats
+  int wake = -1;                 // -1: no channel open
+  bool close_channel = false;    // asked to close: it takes no more heartbeats
   std::optional<std::string> outgoing;
   std::optional<std::string> answer;
   // An older server offers no channel: until then, the long poll.
@@ -72,7 +71,6 @@ void RunChannel(const std::shared_ptr<OrdersWaiter::Shared>& s, net::WebSocketCl
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return;
   {
     std::lock_guard<std::mutex> lock(s->mu);
-    s->channel_open = true;
     ++s->channel_number;
     s->channel_version = version;
     s->close_channel = false;
@@ -104,7 +102,6 @@ void RunChannel(const std::shared_ptr<OrdersWaiter::Shared>& s, net::WebSocketCl
   });
   {
     std::lock_guard<std::mutex> lock(s->mu);
-    s->channel_open = false;
     s->wake = -1;
     s->outgoing.reset();
   }
@@ -220,7 +217,7 @@ bool OrdersWaiter::rung() const { return shared_->rung.load(); }
 
 bool OrdersWaiter::channel_open() const {
   std::lock_guard<std::mutex> lock(shared_->mu);
-  return shared_->channel_open;
+  return shared_->wake >= 0;
 }
 
 base::Result<OrdersWaiter::Answer> OrdersWaiter::Heartbeat(std::string body, double timeout) {
@@ -228,7 +225,7 @@ base::Result<OrdersWaiter::Answer> OrdersWaiter::Heartbeat(std::string body, dou
   std::unique_lock<std::mutex> lock(s.mu);
   // Only an open channel, not one closing (whose late answers would be taken for this one's) or
   // opened with an older credential.
-  if (!s.channel_open || s.close_channel || s.channel_version != s.config_version) {
+  if (s.wake < 0 || s.close_channel || s.channel_version != s.config_version) {
     return base::Status(base::StatusCode::kUnavailable, "no channel open");
   }
   const uint64_t mine = s.channel_number;
@@ -236,12 +233,12 @@ base::Result<OrdersWaiter::Answer> OrdersWaiter::Heartbeat(std::string body, dou
   s.outgoing = std::move(body);
   s.Wake();
   s.cv.wait_for(lock, std::chrono::duration<double>(timeout), [&] {
-    return s.answer.has_value() || !s.channel_open || s.channel_number != mine || s.stop;
+    return s.answer.has_value() || s.wake < 0 || s.channel_number != mine || s.stop;
   });
   if (!s.answer || s.channel_number != mine) {
     // A channel that does not answer is no use: closed, and opened again by the loop. One that
     // ended meanwhile is left to the loop.
-    if (s.channel_open && s.channel_number == mine) {
+    if (s.wake >= 0 && s.channel_number == mine) {
       s.outgoing.reset();
       s.close_channel = true;
       s.Wake();

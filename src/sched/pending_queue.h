@@ -77,7 +77,6 @@ class PendingQueue {
   void Regroup(const Entry& e);
   bool Contains(int64_t id) const { return where_.count(id) > 0; }
   size_t size() const { return where_.size(); }
-  bool empty() const { return where_.empty(); }
 
   PendingQueue() = default;
   // It holds iterators into itself.
