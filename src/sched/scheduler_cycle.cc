@@ -244,7 +244,12 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     bool borrowed;
     double priority;
     double lost;  // GPU-seconds of work lost if stopped now
+    // Seconds its GPUs would be freed for (what its estimate says it has left) less the seconds
+    // of work it would lose (what it has run).
+    double gain;
   };
+  // Under LAS the order reads no estimate, and neither does the choice of victims.
+  const bool by_estimate = options_.order != QueueOrder::kLeastAttainedService;
   std::vector<Victim> victims;
   for (int64_t id : running_) {
     const Job& v = jobs_.at(id);
@@ -260,19 +265,26 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     // Work on borrowed quota goes first for any reason: the owner's reclaim would stop it next,
     // and stopping another job instead would cost two preemptions for one.
     const bool borrowing = v.borrowed && quotas_.Borrowing(v.spec.tenant);
-    victims.push_back(
-        {id, by_loan, borrowing, theirs, static_cast<double>(v.milli) * (now - v.start_time)});
+    const double ran = now - v.start_time;
+    victims.push_back({id, by_loan, borrowing, theirs, static_cast<double>(v.milli) * ran,
+                       by_estimate ? FairEstimate(v.spec) - 2 * ran : 0});
   }
   // Not even every candidate together frees enough GPU: no search.
   int64_t freeable = gpu_capacity_ - allocated_milli_ + claimed_milli;
   for (const Victim& v : victims) freeable += jobs_.at(v.id).milli;
   if (victims.empty() || freeable < j.milli) return false;
   // What was lent from j's reservation first, then borrowed work, then the lowest priority,
-  // then the least work lost.
+  // then the job whose estimate (capped at its limit) says it has the most time left, less the
+  // time it has run, then the least work lost. Stopping the job that would run longest frees
+  // its GPUs for longest and lets the jobs about to end finish, as shortest-remaining-time-first
+  // would; the time run keeps a long job that has come far from being thrown away for a new one.
+  // A job without an estimate or a limit counts as running for ever, so among those the last
+  // started goes first.
   std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
     if (a.loaned != b.loaned) return a.loaned;
     if (a.borrowed != b.borrowed) return a.borrowed;
     if (a.priority != b.priority) return a.priority < b.priority;
+    if (a.gain != b.gain) return a.gain > b.gain;
     if (a.lost != b.lost) return a.lost < b.lost;
     return a.id < b.id;
   });

@@ -210,6 +210,37 @@ TEST(Scheduler, PreemptionTakesTheFewestVictims) {
   EXPECT_TRUE(Started(r, 9));
 }
 
+// Of victims alike in rank, the job its estimate says will run longest is stopped, not the one
+// about to end, even if that one lost less work; but not a job that has come further than it
+// has left. Jobs without estimates count as running for ever, so of those the last started goes.
+TEST(Scheduler, PreemptionStopsTheJobWithTheMostTimeLeft) {
+  struct Case {
+    const char* what;
+    double estimate1, estimate2;  // 0: none
+    double start2, now;           // job 1 starts at 0
+    int64_t victim;
+  };
+  for (const Case& c : {
+           Case{"job 2 about to end", 36000, 1200, 600, 1200, 1},
+           Case{"job 1 has come far", 360000, 7200, 215400, 216000, 2},
+           Case{"no estimates", 0, 0, 600, 1200, 2},
+       }) {
+    SCOPED_TRACE(c.what);
+    Fixture f(1);
+    auto job = [&](int64_t id, double estimate) {
+      return estimate > 0 ? Estimated(id, f.a, 4, estimate) : Job(id, f.a, 4);
+    };
+    ASSERT_TRUE(f.sched->Submit(job(1, c.estimate1)).ok());
+    ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+    ASSERT_TRUE(f.sched->Submit(job(2, c.estimate2)).ok());
+    ASSERT_TRUE(Started(f.sched->Cycle(c.start2), 2));
+    ASSERT_TRUE(f.sched->Submit(Job(9, f.b, 4, 1, 10)).ok());
+    CycleResult r = f.sched->Cycle(c.now);
+    ASSERT_EQ(r.preempted.size(), 1u);
+    EXPECT_EQ(r.preempted[0].job, c.victim);
+  }
+}
+
 // The preemption cascade: while a victim stops (the default 30 s grace), the job it was taken
 // for counts what the victim will free, and takes nobody else, cycle after cycle.
 TEST(Scheduler, AJobWaitingForItsVictimsTakesNoMore) {
