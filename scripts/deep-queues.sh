@@ -4,7 +4,8 @@
 # properties: 80,000 jobs on 448 GPUs, lognormal durations (median 20 min, p90 3 h), gangs up to
 # 128 GPUs, 15 tenants of very unequal use (Zipf 1.5), 30% of jobs in sweeps (queues thousands
 # deep), load 0.9. Prints, per setting and policy, the mean over the seeds and [min-max] of: mean
-# JCT, wait p99, Jain fairness, preemptions and the replay's wall time; writes each replay's JSON
+# JCT, wait p99 (to first start), not-running p99 (JCT less duration: every wait, those after
+# preemptions too), Jain fairness, preemptions and the replay's wall time; writes each replay's JSON
 # into OUT_DIR.
 # Usage: scripts/deep-queues.sh [OUT_DIR] [SEEDS] [JOBS]
 set -euo pipefail
@@ -33,6 +34,7 @@ out, seeds = sys.argv[1], sys.argv[2:]
 policies = ["fifo", "sjf", "las", "meridian"]
 metrics = [("JCT mean (s)", lambda p: p["jct"]["mean"], "{:.0f}"),
            ("wait p99 (s)", lambda p: p["queueing_delay"]["p99"], "{:.0f}"),
+           ("not running p99 (s)", lambda p: p["not_running"]["p99"], "{:.0f}"),
            ("Jain fairness", lambda p: p["jain_fairness"], "{:.3f}"),
            ("preemptions", lambda p: p["preemptions"], "{:.0f}"),
            ("never started", lambda p: p["never_started"], "{:.0f}"),
@@ -40,9 +42,9 @@ metrics = [("JCT mean (s)", lambda p: p["jct"]["mean"], "{:.0f}"),
 for noise in ["0", "1"]:
     print(f"\nestimates {'exact' if noise == '0' else 'off by a lognormal factor, sigma 1'}"
           f" ({len(seeds)} seeds: mean [min-max])")
-    print(f"{'':<17}" + "".join(f"{p:>27}" for p in policies))
+    print(f"{'':<20}" + "".join(f"{p:>27}" for p in policies))
     for name, get, fmt in metrics:
-        row = f"{name:<17}"
+        row = f"{name:<20}"
         for policy in policies:
             vals = []
             for seed in seeds:

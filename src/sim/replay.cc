@@ -780,7 +780,7 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   advance(now);
   if (options.progress) options.progress(1.0);
 
-  std::vector<double> jct, delay, mig_delay, gpu_delay;
+  std::vector<double> jct, delay, not_running, mig_delay, gpu_delay;
   std::vector<std::vector<double>> project_jct(n_projects), project_delay(n_projects);
   double last_end = first;
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -790,6 +790,7 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     ++res.projects[p].completed;
     jct.push_back(st[i].end - jobs[i].submit_time);
     delay.push_back(st[i].first_start - jobs[i].submit_time);
+    not_running.push_back(jct.back() - jobs[i].duration);
     if (!jobs[i].mig_profile.empty()) {
       mig_delay.push_back(delay.back());
     } else if (jobs[i].gpus_per_task > 0) {
@@ -802,6 +803,7 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
   res.never_started = res.jobs - res.completed;
   res.jct = Summarise(jct);
   res.queueing_delay = Summarise(delay);
+  res.not_running = Summarise(std::move(not_running));
   if (has_mig) {
     res.mig_jobs = std::count_if(jobs.begin(), jobs.end(),
                                  [](const ReplayJob& j) { return !j.mig_profile.empty(); });

@@ -89,9 +89,12 @@ struct ReplayResult {
   int64_t refused = 0;         // no node of the estate could ever hold them
   Percentiles jct;             // seconds, completed jobs
   Percentiles queueing_delay;  // seconds from submission to first start
-  double makespan = 0;         // first submission to last completion
-  double utilization = 0;      // GPU-time allocated / GPU-time available over the makespan
-  double jain_fairness = 0;    // time-averaged over moments when two or more projects compete
+  // Seconds a completed job spent not running: its JCT less its duration. Unlike the wait to
+  // first start, it counts the waits after each preemption and the work lost to them.
+  Percentiles not_running;
+  double makespan = 0;       // first submission to last completion
+  double utilization = 0;    // GPU-time allocated / GPU-time available over the makespan
+  double jain_fairness = 0;  // time-averaged over moments when two or more projects compete
   int64_t preemptions = 0;
   double preempted_gpu_hours = 0;    // work lost to preemption
   double idle_gpu_hours = 0;         // over the makespan

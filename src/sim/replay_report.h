@@ -13,7 +13,8 @@ namespace meridian::sim {
 // The summary a person reads: one column per policy.
 void PrintReplayTable(const std::vector<ReplayResult>& results, std::ostream& out);
 
-// {"policies": [{"policy", "jct": {mean,p50,p95,p99}, "queueing_delay": {...}, "makespan",
+// {"policies": [{"policy", "jct": {mean,p50,p95,p99}, "queueing_delay": {...} (to first start),
+// "not_running": {...} (JCT less duration), "makespan",
 // "utilization", "jain_fairness", "preemptions", ...}]}; times in seconds.
 nlohmann::json ReplayJson(const std::vector<ReplayResult>& results);
 

@@ -238,6 +238,12 @@ TEST(Replay, MetricsHoldTogetherAndRepeat) {
     EXPECT_LE(r->jct.p50, r->jct.p95);
     EXPECT_LE(r->jct.p95, r->jct.p99);
     EXPECT_GE(r->queueing_delay.mean, 0);
+    // Time not running counts the wait to the first start and every wait after a preemption.
+    if (r->preemptions == 0) {
+      EXPECT_NEAR(r->not_running.mean, r->queueing_delay.mean, 1e-6) << policy;
+    } else {
+      EXPECT_GT(r->not_running.mean, r->queueing_delay.mean) << policy;
+    }
     EXPECT_GT(r->utilization, 0);
     EXPECT_LE(r->utilization, 1.0 + 1e-9);
     EXPECT_GT(r->jain_fairness, 0);
@@ -269,7 +275,7 @@ TEST(Replay, ReportsCarryEveryPolicy) {
   }
   nlohmann::json j = ReplayJson(results);
   ASSERT_EQ(j["policies"].size(), 2u);
-  for (const char* k : {"jct", "queueing_delay"}) {
+  for (const char* k : {"jct", "queueing_delay", "not_running"}) {
     for (const char* q : {"mean", "p50", "p95", "p99"}) {
       EXPECT_TRUE(j["policies"][1][k].contains(q)) << k << "." << q;
     }
