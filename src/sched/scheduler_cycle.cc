@@ -245,7 +245,7 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     double priority;
     double lost;  // GPU-seconds of work lost if stopped now
     // Seconds its GPUs would be freed for (what its estimate says it has left) less the seconds
-    // of work it would lose (what it has run).
+    // of work it would lose (what it has run), per GPU it holds (a job without GPUs counts one).
     double gain;
   };
   // Under LAS the order reads no estimate, and neither does the choice of victims.
@@ -266,8 +266,9 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     // and stopping another job instead would cost two preemptions for one.
     const bool borrowing = v.borrowed && quotas_.Borrowing(v.spec.tenant);
     const double ran = now - v.start_time;
+    const double gpus = v.milli > 0 ? static_cast<double>(v.milli) / 1000.0 : 1.0;
     victims.push_back({id, by_loan, borrowing, theirs, static_cast<double>(v.milli) * ran,
-                       by_estimate ? FairEstimate(v.spec) - 2 * ran : 0});
+                       by_estimate ? (FairEstimate(v.spec) - 2 * ran) / gpus : 0});
   }
   // Not even every candidate together frees enough GPU: no search.
   int64_t freeable = gpu_capacity_ - allocated_milli_ + claimed_milli;
@@ -275,11 +276,12 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
   if (victims.empty() || freeable < j.milli) return false;
   // What was lent from j's reservation first, then borrowed work, then the lowest priority,
   // then the job whose estimate (capped at its limit) says it has the most time left, less the
-  // time it has run, then the least work lost. Stopping the job that would run longest frees
-  // its GPUs for longest and lets the jobs about to end finish, as shortest-remaining-time-first
-  // would; the time run keeps a long job that has come far from being thrown away for a new one.
-  // A job without an estimate or a limit counts as running for ever, so among those the last
-  // started goes first.
+  // time it has run, per GPU; then the least work lost. Stopping the job that would run longest
+  // frees its GPUs for longest and lets the jobs about to end finish, as shortest-remaining-
+  // time-first would; the time run keeps a long job that has come far from being thrown away
+  // for a new one; per GPU, a small job goes before a large one, which loses more and waits
+  // longer to find room again. A job without an estimate or a limit counts as running for ever,
+  // so among those the last started goes first. Measured in docs/adr/0034-deep-queues.md.
   std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
     if (a.loaned != b.loaned) return a.loaned;
     if (a.borrowed != b.borrowed) return a.borrowed;

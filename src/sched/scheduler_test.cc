@@ -212,27 +212,31 @@ TEST(Scheduler, PreemptionTakesTheFewestVictims) {
 
 // Of victims alike in rank, the job its estimate says will run longest is stopped, not the one
 // about to end, even if that one lost less work; but not a job that has come further than it
-// has left. Jobs without estimates count as running for ever, so of those the last started goes.
+// has left; and time left counts per GPU, so a small job goes before a large one. Jobs without
+// estimates count as running for ever, so of those the last started goes.
 TEST(Scheduler, PreemptionStopsTheJobWithTheMostTimeLeft) {
   struct Case {
     const char* what;
     double estimate1, estimate2;  // 0: none
     double start2, now;           // job 1 starts at 0
     int64_t victim;
+    int gpus2 = 4;  // job 1 takes 4 of the node's 8 GPUs
   };
   for (const Case& c : {
            Case{"job 2 about to end", 36000, 1200, 600, 1200, 1},
            Case{"job 1 has come far", 360000, 7200, 215400, 216000, 2},
            Case{"no estimates", 0, 0, 600, 1200, 2},
+           // 8,400 s a GPU against 10,200: job 2 has less time left, but on half the GPUs.
+           Case{"job 2 is smaller", 36000, 21600, 600, 1200, 2, 2},
        }) {
     SCOPED_TRACE(c.what);
     Fixture f(1);
-    auto job = [&](int64_t id, double estimate) {
-      return estimate > 0 ? Estimated(id, f.a, 4, estimate) : Job(id, f.a, 4);
+    auto job = [&](int64_t id, int gpus, double estimate) {
+      return estimate > 0 ? Estimated(id, f.a, gpus, estimate) : Job(id, f.a, gpus);
     };
-    ASSERT_TRUE(f.sched->Submit(job(1, c.estimate1)).ok());
+    ASSERT_TRUE(f.sched->Submit(job(1, 4, c.estimate1)).ok());
     ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
-    ASSERT_TRUE(f.sched->Submit(job(2, c.estimate2)).ok());
+    ASSERT_TRUE(f.sched->Submit(job(2, c.gpus2, c.estimate2)).ok());
     ASSERT_TRUE(Started(f.sched->Cycle(c.start2), 2));
     ASSERT_TRUE(f.sched->Submit(Job(9, f.b, 4, 1, 10)).ok());
     CycleResult r = f.sched->Cycle(c.now);
