@@ -5,8 +5,8 @@
 # 128 GPUs, 15 tenants of very unequal use (Zipf 1.5), 30% of jobs in sweeps (queues thousands
 # deep), load 0.9. Prints, per setting and policy, the mean over the seeds and [min-max] of: mean
 # JCT, wait p99 (to first start), not-running p99 (JCT less duration: every wait, those after
-# preemptions too), Jain fairness, preemptions and the replay's wall time; writes each replay's JSON
-# into OUT_DIR.
+# preemptions too), Jain fairness, preemptions and the replay's wall time; writes each replay's
+# JSON into OUT_DIR.
 # Usage: scripts/deep-queues.sh [OUT_DIR] [SEEDS] [JOBS]
 set -euo pipefail
 out=${1:-deep-queues}
