@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "net/websocket_client.h"
+#include "protocol/agent_protocol.h"
 
 namespace meridian::agent {
 
@@ -92,7 +93,7 @@ void RunChannel(const std::shared_ptr<OrdersWaiter::Shared>& s, net::WebSocketCl
     }
   });
   socket.Run([&](std::string_view m) {
-    if (m.rfind("ring ", 0) == 0) {
+    if (auto message = protocol::DecodeChannelMessage(m); message && message->ring) {
       s->rung = true;
       return;
     }
@@ -245,15 +246,12 @@ base::Result<OrdersWaiter::Answer> OrdersWaiter::Heartbeat(std::string body, dou
     }
     return base::Status(base::StatusCode::kUnavailable, "the channel gave no answer");
   }
-  const std::string m = std::move(*s.answer);
+  auto message = protocol::DecodeChannelMessage(*s.answer);
   s.answer.reset();
-  const size_t space = m.find(' ');
-  Answer a;
-  a.status = std::atoi(m.substr(0, space).c_str());
-  a.body = space == std::string::npos ? "" : m.substr(space + 1);
-  if (a.status < 100) {
+  if (!message) {
     return base::Status(base::StatusCode::kUnavailable, "a channel answer without a status");
   }
+  Answer a{message->status, std::move(message->body)};
   if (a.status == 307 || a.status == 308) {
     // The server it is open to no longer leads: the channel is opened again at the leader (the
     // loop follows the redirect), and this heartbeat is POSTed, which follows it too.

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "api/api_internal.h"
+#include "protocol/agent_protocol.h"
 
 namespace meridian::api {
 
@@ -225,7 +226,7 @@ class ChannelRing : public net::Later {
   explicit ChannelRing(std::shared_ptr<net::Channel> channel) : channel_(std::move(channel)) {}
   bool Answer(net::Response response) override {
     if (!live_.exchange(false)) return false;
-    return channel_->Send("ring " + response.body);
+    return channel_->Send(protocol::ChannelRing(response.body));
   }
   bool waiting() const override { return live_ && channel_->open(); }
   void Retire() { live_ = false; }
@@ -270,7 +271,7 @@ void Api::AgentChannel(Call& call, net::HttpServer& server) {
       req.body = std::move(message);
       net::Response res;
       server.Answer(req, res);
-      channel->Send(std::to_string(res.status) + " " + res.body);
+      channel->Send(protocol::ChannelAnswer(res.status, res.body));
       if (*armed) (*armed)->Retire();
       if (res.status == 401 || res.status == 403) {
         // A credential revoked (or the node's) since the upgrade: no more rings, no channel.

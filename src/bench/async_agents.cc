@@ -22,6 +22,8 @@
 #include <optional>
 #include <thread>
 
+#include "protocol/agent_protocol.h"
+
 namespace meridian::bench {
 
 namespace asio = boost::asio;
@@ -204,10 +206,8 @@ struct AsyncAgents::Loop {
       ++stats.error_kinds[e.what()];
       co_return;
     }
-    const std::string& m = *a.answer;
-    const size_t space = m.find(' ');
-    const int status = space == std::string::npos ? 0 : std::atoi(m.substr(0, space).c_str());
-    Answered(a, status, space == std::string::npos ? "" : m.substr(space + 1), t0);
+    auto answer = protocol::DecodeChannelMessage(*a.answer);
+    Answered(a, answer ? answer->status : 0, answer ? answer->body : "", t0);
   }
 
   // Agent a's channel's messages: rings, and its heartbeats' answers.
@@ -219,7 +219,7 @@ struct AsyncAgents::Loop {
       if (ec || a.channel != ws) break;
       std::string m = beast::buffers_to_string(buffer.data());
       buffer.consume(buffer.size());
-      if (m.rfind("ring ", 0) == 0) {
+      if (auto message = protocol::DecodeChannelMessage(m); message && message->ring) {
         ++stats.waits_answered;
         a.rung = true;
         a.timer->cancel();

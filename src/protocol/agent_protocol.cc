@@ -1,5 +1,6 @@
 #include "protocol/agent_protocol.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "domain/spec.h"
@@ -587,6 +588,30 @@ std::vector<DecodedAssignment> DecodeAssignments(const Json& answer) {
     }
     out.push_back(std::move(d));
   }
+  return out;
+}
+
+std::string ChannelAnswer(int status, std::string_view body) {
+  return std::to_string(status) + " " + std::string(body);
+}
+
+std::string ChannelRing(std::string_view body) { return "ring " + std::string(body); }
+
+std::optional<ChannelMessage> DecodeChannelMessage(std::string_view m) {
+  const size_t space = m.find(' ');
+  const std::string_view head = m.substr(0, space);
+  ChannelMessage out;
+  out.body = space == std::string_view::npos ? "" : std::string(m.substr(space + 1));
+  if (head == "ring") {
+    out.ring = true;
+    return out;
+  }
+  if (head.size() != 3 ||
+      !std::all_of(head.begin(), head.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  out.status = (head[0] - '0') * 100 + (head[1] - '0') * 10 + (head[2] - '0');
+  if (out.status < 100) return std::nullopt;
   return out;
 }
 

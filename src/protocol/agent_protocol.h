@@ -21,6 +21,8 @@
 // Over HTTP (docs/openapi.yaml, /api/v1/agents):
 //   POST /agents/register          Registration       -> RegistrationAnswer
 //   POST /agents/NODE/heartbeat    Heartbeat          -> HeartbeatAnswer (the assignments)
+//   GET /agents/NODE/channel, WebSocket: the same heartbeats, and the node's doorbell
+//                                  (ChannelMessage; docs/adr/0047-one-connection-per-agent.md)
 // In a task's folder on the node (agent/shim.h):
 //   assignment.json  Assignment (the agent's, read again after a restart)
 //   spec.json        ShimSpec    (agent -> shim)
@@ -320,6 +322,19 @@ struct HealthOrders {
 };
 base::Result<HealthOrders> DecodeHealthOrders(const Json& answer);
 std::vector<DecodedAssignment> DecodeAssignments(const Json& answer);
+
+// A message the server sends on an agent's channel: the answer to the heartbeat the agent sent
+// last, as "STATUS BODY" (what POST .../heartbeat would have answered), or the node's doorbell,
+// as "ring BODY" (what GET .../wait answers).
+struct ChannelMessage {
+  bool ring = false;
+  int status = 0;  // an answer's HTTP status
+  std::string body;
+};
+std::string ChannelAnswer(int status, std::string_view body);
+std::string ChannelRing(std::string_view body);
+// Neither a ring nor an answer that starts with an HTTP status: nullopt.
+std::optional<ChannelMessage> DecodeChannelMessage(std::string_view m);
 
 // --- Agent and shim --------------------------------------------------------------------------
 

@@ -418,5 +418,26 @@ TEST(AgentProtocolTest, TheShimsFilesSurviveTheirJsonForm) {
   EXPECT_EQ(lease->fence_grace, 5);
 }
 
+// The channel's messages: answers keep their status and whole body (spaces and all), a ring
+// its body; anything else is refused, not read as an answer.
+TEST(AgentProtocolTest, ChannelMessagesSurviveTheirTextForm) {
+  auto answer = DecodeChannelMessage(ChannelAnswer(200, R"({"tasks": [], "note": "a b"})"));
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_FALSE(answer->ring);
+  EXPECT_EQ(answer->status, 200);
+  EXPECT_EQ(answer->body, R"({"tasks": [], "note": "a b"})");
+  auto empty = DecodeChannelMessage(ChannelAnswer(401, ""));
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_EQ(empty->status, 401);
+  EXPECT_EQ(empty->body, "");
+  auto ring = DecodeChannelMessage(ChannelRing("7 {}"));
+  ASSERT_TRUE(ring.has_value());
+  EXPECT_TRUE(ring->ring);
+  EXPECT_EQ(ring->body, "7 {}");
+  for (const char* bad : {"", "ok", "20 x", "2000 x", "-20 x", "099 x", "ringing x", " 200 x"}) {
+    EXPECT_FALSE(DecodeChannelMessage(bad).has_value()) << '"' << bad << '"';
+  }
+}
+
 }  // namespace
 }  // namespace meridian::protocol
