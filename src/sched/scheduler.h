@@ -37,6 +37,9 @@ struct JobSpec {
   double runtime_limit = 0;     // 0: none
   double min_runtime = 0;       // not preempted before it has run this long
   double grace_period = 0;      // between the preemption notice and the stop
+  // Keeps its work through a stop (it checkpoints and resumes), so that a preemption costs it
+  // little: such jobs are stopped first, and of them the one with the most time left.
+  bool resumes = false;
 };
 
 enum class QueueOrder {

@@ -243,9 +243,10 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     bool loaned;  // on nodes reserved for j
     bool borrowed;
     double priority;
-    double lost;  // GPU-seconds of work lost if stopped now
-    // Seconds its GPUs would be freed for (what its estimate says it has left) less the seconds
-    // of work it would lose (what it has run), per GPU it holds (a job without GPUs counts one).
+    double lost;   // GPU-seconds of work lost if stopped now and it does not resume
+    bool resumes;  // it keeps its work through the stop
+    // Of a job that resumes: seconds its GPUs would be freed for (what its estimate says it has
+    // left) less the seconds of this run (what a stop could cost it), per GPU it holds.
     double gain;
   };
   // Under LAS the order reads no estimate, and neither does the choice of victims.
@@ -266,26 +267,36 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     // and stopping another job instead would cost two preemptions for one.
     const bool borrowing = v.borrowed && quotas_.Borrowing(v.spec.tenant);
     const double ran = now - v.start_time;
-    const double gpus = v.milli > 0 ? static_cast<double>(v.milli) / 1000.0 : 1.0;
-    victims.push_back({id, by_loan, borrowing, theirs, static_cast<double>(v.milli) * ran,
-                       by_estimate ? (FairEstimate(v.spec) - 2 * ran) / gpus : 0});
+    double gain = 0;
+    if (v.spec.resumes && by_estimate) {
+      // A job without an estimate or a limit is taken to have as long left as it has run so
+      // far (its gain is 0); a small job goes before a large one, either way of 0.
+      const double gpus = v.milli > 0 ? static_cast<double>(v.milli) / 1000.0 : 1.0;
+      const bool known = v.spec.runtime_estimate > 0 || v.spec.runtime_limit > 0;
+      const double done = v.attained / gpus + ran;  // its earlier runs kept their work too
+      gain = known ? FairEstimate(v.spec) - done - ran : 0;
+      gain = gain >= 0 ? gain / gpus : gain * gpus;
+    }
+    victims.push_back(
+        {id, by_loan, borrowing, theirs, static_cast<double>(v.milli) * ran, v.spec.resumes, gain});
   }
   // Not even every candidate together frees enough GPU: no search.
   int64_t freeable = gpu_capacity_ - allocated_milli_ + claimed_milli;
   for (const Victim& v : victims) freeable += jobs_.at(v.id).milli;
   if (victims.empty() || freeable < j.milli) return false;
-  // What was lent from j's reservation first, then borrowed work, then the lowest priority,
-  // then the job whose estimate (capped at its limit) says it has the most time left, less the
-  // time it has run, per GPU; then the least work lost. Stopping the job that would run longest
-  // frees its GPUs for longest and lets the jobs about to end finish, as shortest-remaining-
-  // time-first would; the time run keeps a long job that has come far from being thrown away
-  // for a new one; per GPU, a small job goes before a large one, which loses more and waits
-  // longer to find room again. A job without an estimate or a limit counts as running for ever,
-  // so among those the last started goes first. Measured in docs/adr/0034-deep-queues.md.
+  // What was lent from j's reservation first, then borrowed work, then the lowest priority.
+  // Then jobs that resume (they lose little), and of those the one whose estimate (capped at
+  // its limit) says it has the most time left, less this run's time, per GPU: stopping the job
+  // that would run longest frees its GPUs for longest and lets the jobs about to end finish, as
+  // shortest-remaining-time-first would; the run's time keeps a long run from being stopped
+  // for a new one; a small job loses less and finds room again sooner than a large one. Then
+  // the least work lost: for a job that does not resume, all it has run. Measured in
+  // docs/adr/0034-deep-queues.md.
   std::sort(victims.begin(), victims.end(), [](const Victim& a, const Victim& b) {
     if (a.loaned != b.loaned) return a.loaned;
     if (a.borrowed != b.borrowed) return a.borrowed;
     if (a.priority != b.priority) return a.priority < b.priority;
+    if (a.resumes != b.resumes) return a.resumes;
     if (a.gain != b.gain) return a.gain > b.gain;
     if (a.lost != b.lost) return a.lost < b.lost;
     return a.id < b.id;

@@ -210,10 +210,11 @@ TEST(Scheduler, PreemptionTakesTheFewestVictims) {
   EXPECT_TRUE(Started(r, 9));
 }
 
-// Of victims alike in rank, the job its estimate says will run longest is stopped, not the one
-// about to end, even if that one lost less work; but not a job that has come further than it
-// has left; and time left counts per GPU, so a small job goes before a large one. Jobs without
-// estimates count as running for ever, so of those the last started goes.
+// Of victims alike in rank, jobs that resume from checkpoints go first, and of those the job its
+// estimate says will run longest, not the one about to end, even if that one lost less work; but
+// not one whose run has come further than it has left; and time left counts per GPU, so a small
+// job goes before a large one. A job without an estimate counts as having as long left as it has
+// run. Of jobs that do not resume, the least work lost goes, as before.
 TEST(Scheduler, PreemptionStopsTheJobWithTheMostTimeLeft) {
   struct Case {
     const char* what;
@@ -221,22 +222,32 @@ TEST(Scheduler, PreemptionStopsTheJobWithTheMostTimeLeft) {
     double start2, now;           // job 1 starts at 0
     int64_t victim;
     int gpus2 = 4;  // job 1 takes 4 of the node's 8 GPUs
+    bool resumes1 = true, resumes2 = true;
   };
   for (const Case& c : {
            Case{"job 2 about to end", 36000, 1200, 600, 1200, 1},
            Case{"job 1 has come far", 360000, 7200, 215400, 216000, 2},
-           Case{"no estimates", 0, 0, 600, 1200, 2},
            // 8,400 s a GPU against 10,200: job 2 has less time left, but on half the GPUs.
            Case{"job 2 is smaller", 36000, 21600, 600, 1200, 2, 2},
+           // Both past half way: the smaller job, which loses less, goes (-44,000 against
+           // -96,000), not the one whose shortfall is less per GPU.
+           Case{"both past half way", 36000, 36000, 1000, 30000, 2, 2},
+           Case{"no estimates", 0, 0, 600, 1200, 2},
+           // Job 1 counts as having 1,200 s left, job 2 6,600.
+           Case{"job 1 has no estimate", 0, 7200, 600, 1200, 2},
+           Case{"neither resumes", 36000, 1200, 600, 1200, 2, 4, false, false},
+           Case{"only job 1 resumes", 36000, 36000, 600, 1200, 1, 4, true, false},
        }) {
     SCOPED_TRACE(c.what);
     Fixture f(1);
-    auto job = [&](int64_t id, int gpus, double estimate) {
-      return estimate > 0 ? Estimated(id, f.a, gpus, estimate) : Job(id, f.a, gpus);
+    auto job = [&](int64_t id, int gpus, double estimate, bool resumes) {
+      JobSpec j = estimate > 0 ? Estimated(id, f.a, gpus, estimate) : Job(id, f.a, gpus);
+      j.resumes = resumes;
+      return j;
     };
-    ASSERT_TRUE(f.sched->Submit(job(1, 4, c.estimate1)).ok());
+    ASSERT_TRUE(f.sched->Submit(job(1, 4, c.estimate1, c.resumes1)).ok());
     ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
-    ASSERT_TRUE(f.sched->Submit(job(2, c.gpus2, c.estimate2)).ok());
+    ASSERT_TRUE(f.sched->Submit(job(2, c.gpus2, c.estimate2, c.resumes2)).ok());
     ASSERT_TRUE(Started(f.sched->Cycle(c.start2), 2));
     ASSERT_TRUE(f.sched->Submit(Job(9, f.b, 4, 1, 10)).ok());
     CycleResult r = f.sched->Cycle(c.now);

@@ -441,6 +441,7 @@ base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const E
   spec.runtime_limit = s.runtime_limit;
   spec.min_runtime = s.min_runtime;
   spec.grace_period = s.grace_period;
+  spec.resumes = s.checkpoint;
   spec.tasks = sched::TasksForJob(domain::JobOfSpec(job.name, job.project, s), estate.snapshot, -1);
   // A job that may be preempted may run on spot nodes, whose loss is a preemption to it.
   if (s.preemptible) {

@@ -49,6 +49,7 @@ struct Setup {
   std::vector<int32_t> leaf_of_project;  // project index -> quota tree leaf
   std::vector<int32_t> project_of_job;   // job index -> project index
   std::vector<ProjectStats> projects;
+  bool resumes = false;  // jobs keep their work through a stop, to their last checkpoint
 };
 
 std::vector<sched::TaskSpec> TasksOf(const ReplayJob& j, const sched::Snapshot& s) {
@@ -76,6 +77,7 @@ sched::JobSpec SpecOf(const Setup& setup, const std::vector<ReplayJob>& jobs, si
   spec.submit_time = jobs[i].submit_time;
   spec.runtime_estimate = jobs[i].runtime_estimate;
   spec.runtime_limit = jobs[i].runtime_limit;
+  spec.resumes = setup.resumes;
   return spec;
 }
 
@@ -107,6 +109,7 @@ base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<R
   order->mig_reconfigure_interval = options.mig_reconfigure_interval;
 
   Setup out;
+  out.resumes = options.checkpoint_interval > 0;
   sched::QuotaTree quotas;
   const int32_t root = quotas.AddNode("all", -1);
   std::map<std::string, int32_t> teams, projects;
