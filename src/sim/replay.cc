@@ -350,6 +350,7 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
                    [&](size_t a, size_t b) { return jobs[a].submit_time < jobs[b].submit_time; });
   struct State {
     double first_start = -1, start = 0, end = -1;
+    double worked = 0;    // seconds of its work done, at its end
     double progress = 0;  // seconds of work saved by checkpoints
     int64_t milli = 0;
     double price_rate = 0;  // per hour while running
@@ -592,6 +593,9 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
         continue;
       }
       sched.Finish(jobs[e.job].id, now);
+      // Its work: what its checkpoints kept of earlier runs, and this run (cut at its limit, or
+      // ended early by a reclaim).
+      s.worked = s.progress + std::max(0.0, now - s.start);
       stop_running(e.job);
       s.end = now;
       --project_active[setup->project_of_job[e.job]];
@@ -793,7 +797,7 @@ base::Result<ReplayResult> RunReplay(const ReplayCluster& cluster,
     ++res.projects[p].completed;
     jct.push_back(st[i].end - jobs[i].submit_time);
     delay.push_back(st[i].first_start - jobs[i].submit_time);
-    not_running.push_back(jct.back() - jobs[i].duration);
+    not_running.push_back(jct.back() - st[i].worked);
     if (!jobs[i].mig_profile.empty()) {
       mig_delay.push_back(delay.back());
     } else if (jobs[i].gpus_per_task > 0) {

@@ -89,8 +89,9 @@ struct ReplayResult {
   int64_t refused = 0;         // no node of the estate could ever hold them
   Percentiles jct;             // seconds, completed jobs
   Percentiles queueing_delay;  // seconds from submission to first start
-  // Seconds a completed job spent not running: its JCT less its duration. Unlike the wait to
-  // first start, it counts the waits after each preemption and the work lost to them.
+  // Seconds a completed job spent not doing its work: its JCT less the work it did (its
+  // duration, or less if its limit or a reclaim cut it). Unlike the wait to first start, it
+  // counts the waits after each preemption, the work preemptions threw away and staging.
   Percentiles not_running;
   double makespan = 0;       // first submission to last completion
   double utilization = 0;    // GPU-time allocated / GPU-time available over the makespan

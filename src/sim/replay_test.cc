@@ -265,6 +265,27 @@ TEST(Replay, MetricsHoldTogetherAndRepeat) {
   EXPECT_FALSE(RunReplay(Cluster(), jobs, bad).ok());
 }
 
+// A job cut at its runtime limit did less than its duration's work: its time not running is its
+// wait, not its wait less what the limit cut off.
+TEST(Replay, TimeNotRunningCountsTheWorkDoneNotTheDuration) {
+  auto parsed = ParseReplayJobs(
+      "id,submit_time,duration,tasks,gpus_per_task,project,priority,runtime_estimate,"
+      "runtime_limit\n"
+      "1,0,1000,2,8,a,0,1000,0\n"
+      "2,0,5000,2,8,b,0,5000,600\n",
+      "<test>");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  ReplayOptions o;
+  o.policy = "fifo";
+  auto r = RunReplay(Cluster(), *parsed, o);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->completed, 2);
+  // Each takes the whole estate: job 2 waits for job 1 (1,000 s), then runs 600 s of its 5,000
+  // (JCT less duration would say it waited -3,400 s).
+  EXPECT_NEAR(r->not_running.mean, 500, 1e-6);
+  EXPECT_NEAR(r->not_running.mean, r->queueing_delay.mean, 1e-6);
+}
+
 TEST(Replay, ReportsCarryEveryPolicy) {
   std::vector<ReplayJob> jobs = Jobs("1,0,100,1,8,a,0,100\n2,10,50,1,4,b,0,50\n");
   std::vector<ReplayResult> results;
