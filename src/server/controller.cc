@@ -495,13 +495,21 @@ std::vector<std::pair<int64_t, std::string>> SchedulerController::TakeIn(
     const int64_t preempted_for = job.status.contains("stop") && job.status["stop"].is_object()
                                       ? job.status["stop"].value("for", int64_t{-1})
                                       : -1;
+    // Its run started when its tasks said so: the scheduler counts the time it has run (and
+    // what a preemption would lose) from then, not from its record's last change (a task
+    // restarted in place, say). A job placed and not yet started: from its last change.
+    const double started_at = job.status.is_object() && job.status.contains("startedAt") &&
+                                      job.status["startedAt"].is_number() &&
+                                      job.status["startedAt"].get<double>() > 0
+                                  ? job.status["startedAt"].get<double>()
+                                  : job.updated_at;
     auto placements = AllocationFromJson(job.allocation, estate);
-    Status adopted = placements.ok() ? scheduler->Adopt(spec.value(), *placements, job.updated_at)
+    Status adopted = placements.ok() ? scheduler->Adopt(spec.value(), *placements, started_at)
                                      : placements.status();
     if (!adopted.ok()) {
       // Its node re-registered smaller, a GPU of it is unhealthy, or a node of it left.
       scheduler->AdoptStopping(std::move(spec.value()), PlacementsLeft(job.allocation, estate),
-                               job.updated_at, preempted_for > 0 ? preempted_for : -1);
+                               started_at, preempted_for > 0 ? preempted_for : -1);
       if (job.phase != "Stopping") {
         unplaced.emplace_back(job.id, adopted.message() + ": stopped, to be requeued");
       }

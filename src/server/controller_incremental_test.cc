@@ -122,6 +122,41 @@ TEST_F(ControlPlane, AJobCancelledBeforeItsStartIsWrittenLeavesTheRestOfTheCommi
   EXPECT_EQ(Rebuilds(), 1);
 }
 
+// After a restart, a running job's time run counts from its run's start, not from its record's
+// last change: a task restarted in place (a write to the job, no new run) does not make the job
+// look new, and a preemption still stops the job that started last, which lost least.
+TEST_F(ControlPlane, AnAdoptedJobsTimeRunCountsFromItsStartNotItsLastChange) {
+  Open(Estate(0));
+  Register("n1");
+  Register("n2");
+  Round();
+  const int64_t older =
+      Submit("p1", {{"gpus", 8}, {"priorityClass", "low"}, {"restartPolicy", "on-failure"}});
+  Rounds();
+  ReportJob(NodeOf(older), older, "Running");
+  Pass(30, {"n1", "n2"});
+  const int64_t newer = Submit("p1", {{"gpus", 8}, {"priorityClass", "low"}});
+  Rounds();
+  ReportJob(NodeOf(newer), newer, "Running");
+  Pass(30, {"n1", "n2"});
+  ASSERT_EQ(Phase(older), "Running");
+  ASSERT_EQ(Phase(newer), "Running");
+  // The older job's task restarts in place.
+  Heartbeat(NodeOf(older), Json::array({{{"job", older},
+                                         {"task", 0},
+                                         {"generation", Get(older).generation},
+                                         {"state", "Running"},
+                                         {"restarts", 1}}}));
+  ASSERT_EQ(Phase(older), "Running");
+  ASSERT_GT(Get(older).updated_at, Get(newer).updated_at) << "the restart wrote the job";
+  Pass(10, {"n1", "n2"});
+  Restart();
+  Submit("p2", {{"gpus", 8}, {"priorityClass", "high"}});
+  Rounds();
+  EXPECT_EQ(Phase(newer), "Stopping");
+  EXPECT_EQ(Phase(older), "Running");
+}
+
 // A victim cancelled by its user between the cycle that preempted it and the commit: the start
 // decided in the same cycle is written; the victim stops as cancelled, still counts as freeing
 // room for its preemptor (no second victim), and its GPUs go to the preemptor only once its
