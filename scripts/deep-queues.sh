@@ -4,10 +4,10 @@
 # properties: 80,000 jobs on 448 GPUs, lognormal durations (median 20 min, p90 3 h), gangs up to
 # 128 GPUs, 15 tenants of very unequal use (Zipf 1.5), 30% of jobs in sweeps (queues thousands
 # deep), load 0.9. Prints, per setting and policy, the mean over the seeds and [min-max] of: mean
-# JCT, wait p99 (to first start), not-running p99 (JCT less duration: every wait, those after
-# preemptions too), Jain fairness, preemptions and the replay's wall time; writes each replay's
-# JSON into OUT_DIR, and OUT_DIR/deep-queues.html, a chart of each policy's mean JCT over SJF's
-# per seed.
+# JCT, wait p99 (to first start), not-running p99 (JCT less the work done: every wait, those
+# after preemptions too), Jain fairness, preemptions and the replay's wall time; writes each
+# replay's JSON into OUT_DIR, and OUT_DIR/deep-queues.html, a chart of each policy's mean JCT
+# over SJF's per seed.
 # Usage: scripts/deep-queues.sh [OUT_DIR] [SEEDS] [JOBS]
 set -euo pipefail
 out=${1:-deep-queues}

@@ -35,7 +35,8 @@ struct OrdersWaiter::Shared {
   int wake = -1;                 // -1: no channel open
   bool close_channel = false;    // asked to close: it takes no more heartbeats
   std::optional<std::string> outgoing;
-  std::optional<std::string> answer;
+  // Read once, as it came: status 0 when it had none.
+  std::optional<protocol::ChannelMessage> answer;
   // An older server offers no channel: until then, the long poll.
   std::chrono::steady_clock::time_point no_channel_until{};
 
@@ -93,12 +94,13 @@ void RunChannel(const std::shared_ptr<OrdersWaiter::Shared>& s, net::WebSocketCl
     }
   });
   socket.Run([&](std::string_view m) {
-    if (auto message = protocol::DecodeChannelMessage(m); message && message->ring) {
+    auto message = protocol::DecodeChannelMessage(m);
+    if (message && message->ring) {
       s->rung = true;
       return;
     }
     std::lock_guard<std::mutex> lock(s->mu);
-    s->answer = std::string(m);
+    s->answer = message ? std::move(*message) : protocol::ChannelMessage{};
     s->cv.notify_all();
   });
   {
@@ -246,12 +248,11 @@ base::Result<OrdersWaiter::Answer> OrdersWaiter::Heartbeat(std::string body, dou
     }
     return base::Status(base::StatusCode::kUnavailable, "the channel gave no answer");
   }
-  auto message = protocol::DecodeChannelMessage(*s.answer);
+  Answer a{s.answer->status, std::move(s.answer->body)};
   s.answer.reset();
-  if (!message) {
+  if (a.status == 0) {
     return base::Status(base::StatusCode::kUnavailable, "a channel answer without a status");
   }
-  Answer a{message->status, std::move(message->body)};
   if (a.status == 307 || a.status == 308) {
     // The server it is open to no longer leads: the channel is opened again at the leader (the
     // loop follows the redirect), and this heartbeat is POSTed, which follows it too.

@@ -51,7 +51,7 @@ struct Agent {
   // heartbeat waiting on `answered` (cancelled to wake it).
   std::shared_ptr<websocket::stream<beast::tcp_stream>> channel;
   std::unique_ptr<asio::steady_timer> answered;
-  std::optional<std::string> answer;
+  std::optional<protocol::ChannelMessage> answer;  // status 0: it had none
 };
 
 Clock::duration Seconds(double s) {
@@ -206,8 +206,7 @@ struct AsyncAgents::Loop {
       ++stats.error_kinds[e.what()];
       co_return;
     }
-    auto answer = protocol::DecodeChannelMessage(*a.answer);
-    Answered(a, answer ? answer->status : 0, answer ? answer->body : "", t0);
+    Answered(a, a.answer->status, a.answer->body, t0);
   }
 
   // Agent a's channel's messages: rings, and its heartbeats' answers.
@@ -219,12 +218,13 @@ struct AsyncAgents::Loop {
       if (ec || a.channel != ws) break;
       std::string m = beast::buffers_to_string(buffer.data());
       buffer.consume(buffer.size());
-      if (auto message = protocol::DecodeChannelMessage(m); message && message->ring) {
+      auto message = protocol::DecodeChannelMessage(m);
+      if (message && message->ring) {
         ++stats.waits_answered;
         a.rung = true;
         a.timer->cancel();
       } else {
-        a.answer = std::move(m);
+        a.answer = message ? std::move(*message) : protocol::ChannelMessage{};
         a.answered->cancel();
       }
     }

@@ -492,29 +492,24 @@ std::vector<std::pair<int64_t, std::string>> SchedulerController::TakeIn(
       continue;
     }
     // A stopping job's preemptor keeps its claim on what the job will free (no second victim).
-    const int64_t preempted_for = job.status.contains("stop") && job.status["stop"].is_object()
-                                      ? job.status["stop"].value("for", int64_t{-1})
-                                      : -1;
     // Its run started when its tasks said so: the scheduler counts the time it has run (and
     // what a preemption would lose) from then, not from its record's last change (a task
     // restarted in place, say). A job placed and not yet started: from its last change.
-    const double started_at = job.status.is_object() && job.status.contains("startedAt") &&
-                                      job.status["startedAt"].is_number() &&
-                                      job.status["startedAt"].get<double>() > 0
-                                  ? job.status["startedAt"].get<double>()
-                                  : job.updated_at;
+    auto life = api::LifeOf(job);
+    const int64_t preempted_for = life.ok() && life->preempted_for > 0 ? life->preempted_for : -1;
+    const double started_at = life.ok() && life->started_at > 0 ? life->started_at : job.updated_at;
     auto placements = AllocationFromJson(job.allocation, estate);
     Status adopted = placements.ok() ? scheduler->Adopt(spec.value(), *placements, started_at)
                                      : placements.status();
     if (!adopted.ok()) {
       // Its node re-registered smaller, a GPU of it is unhealthy, or a node of it left.
       scheduler->AdoptStopping(std::move(spec.value()), PlacementsLeft(job.allocation, estate),
-                               started_at, preempted_for > 0 ? preempted_for : -1);
+                               started_at, preempted_for);
       if (job.phase != "Stopping") {
         unplaced.emplace_back(job.id, adopted.message() + ": stopped, to be requeued");
       }
     } else if (job.phase == "Stopping") {
-      scheduler->Evicting(job.id, preempted_for > 0 ? preempted_for : -1);
+      scheduler->Evicting(job.id, preempted_for);
     }
   }
   return unplaced;

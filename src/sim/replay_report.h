@@ -14,7 +14,7 @@ namespace meridian::sim {
 void PrintReplayTable(const std::vector<ReplayResult>& results, std::ostream& out);
 
 // {"policies": [{"policy", "jct": {mean,p50,p95,p99}, "queueing_delay": {...} (to first start),
-// "not_running": {...} (JCT less duration), "makespan",
+// "not_running": {...} (JCT less the work done), "makespan",
 // "utilization", "jain_fairness", "preemptions", ...}]}; times in seconds.
 nlohmann::json ReplayJson(const std::vector<ReplayResult>& results);
 
