@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "base/testing/temp_dir.h"
@@ -279,6 +280,73 @@ TEST_F(SlurmTest, AJobRunsWithItsGpusItsOutputAndExitCodeComeBackAndAGangIsOneSl
              std::string::npos;
     })) << Logs(gang, task);
   }
+}
+
+// Two 2-GPU tasks of a gang fit one 4-GPU node, and Meridian packs them there: one Slurm job on
+// one node, two tasks, each bound to GPUs of its own.
+TEST_F(SlurmTest, TwoTasksOfAGangOnOneSlurmNodeRunThereEachWithItsOwnGpus) {
+  const int64_t gang = Submit({{"command",
+                                {"bash", "-c",
+                                 "echo \"task $MERIDIAN_TASK_INDEX on $MERIDIAN_NODE "
+                                 "gpus=$CUDA_VISIBLE_DEVICES\"; sleep 2"}},
+                               {"gpus", 2},
+                               {"tasks", 2}});
+  ASSERT_TRUE(
+      Eventually([&] { return Phase(gang) == "Running" || Phase(gang) == "Succeeded"; }, 20))
+      << Says();
+  const Json allocation = Job(gang)["status"].value("allocation", Json::array());
+  ASSERT_EQ(allocation.size(), 2u) << allocation.dump();
+  const std::string node = allocation[0].value("node", "");
+  ASSERT_EQ(allocation[1].value("node", ""), node) << allocation.dump();
+  const std::vector<Json> slurm_jobs = slurm_->JobsNamed(SlurmName(gang));
+  ASSERT_EQ(slurm_jobs.size(), 1u) << Says();
+  EXPECT_EQ(slurm_jobs[0].value("node_count", 0), 1);
+  ASSERT_TRUE(Eventually([&] { return Phase(gang) == "Succeeded"; }, 60))
+      << Job(gang).dump() << Says();
+  std::set<std::string> gpus;
+  for (int task = 0; task < 2; ++task) {
+    const std::string said = "task " + std::to_string(task) + " on " + node + " gpus=";
+    ASSERT_TRUE(Eventually([&] { return Logs(gang, task).find(said) != std::string::npos; }))
+        << Logs(gang, task);
+    const std::string out = Logs(gang, task);
+    std::istringstream list(out.substr(out.find(said) + said.size()));
+    std::string line, gpu;
+    std::getline(list, line);
+    std::istringstream each(line);
+    int n = 0;
+    while (std::getline(each, gpu, ',')) n += gpus.insert(gpu).second;
+    EXPECT_EQ(n, 2) << "task " << task << " saw GPUs " << line << ", another task's among them";
+  }
+  EXPECT_EQ(gpus, (std::set<std::string>{"0", "1", "2", "3"}));
+}
+
+// Three 2-GPU tasks on 4-GPU nodes: Meridian packs two on one node and the third on another.
+// Slurm asks the same number of tasks of every node of a job, so the run goes back to Meridian's
+// queue with its layout named, and nothing of it reaches Slurm.
+TEST_F(SlurmTest, AGangSpreadUnevenlyOverSlurmNodesGoesBackToTheQueueWithItsLayout) {
+  const int64_t gang = Submit({{"command", {"sleep", "1"}}, {"gpus", 2}, {"tasks", 3}});
+  std::string said;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        for (const Json& e : JobEvents(*server_, admin_, gang)) {
+          if (e.value("reason", "") == "Requeued" &&
+              e.value("message", "").find("spread unevenly over Slurm nodes") !=
+                  std::string::npos) {
+            said = e.value("message", "");
+            return true;
+          }
+        }
+        return false;
+      },
+      20))
+      << Job(gang).dump() << Says();
+  EXPECT_NE(said.find(": 2, "), std::string::npos) << said;
+  EXPECT_NE(said.find(": 1"), std::string::npos) << said;
+  // Back in the queue (or placed again, as a first refusal waits for nothing), never failed.
+  const std::string phase = Phase(gang);
+  EXPECT_TRUE(phase == "Pending" || phase == "Placed") << phase;
+  EXPECT_EQ(Job(gang)["status"].value("restarts", 0), 0);
+  EXPECT_TRUE(slurm_->JobsNamed(SlurmName(gang, 1)).empty()) << Says();
 }
 
 TEST_F(SlurmTest, ACancelledJobGetsItsNoticeAndStopsWithinItsGrace) {

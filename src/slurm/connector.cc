@@ -475,25 +475,39 @@ void SlurmConnector::Submit(RunState& run) {
     base::log::Warn("run folder {}: {}", dir, ec.message());
     return;
   }
-  // One task per Slurm node, with one shape: what --gres, --cpus-per-task and --mem ask for.
-  std::set<std::string> nodes;
+  // The tasks on each Slurm node, the same number on each (--ntasks-per-node), all of one shape
+  // (--gpus-per-task, --cpus-per-task; --mem per node). Slurm lays the tasks out node by node
+  // and binds each task's GPUs; the script below finds its Meridian task from its node and its
+  // local rank there.
+  std::map<std::string, std::vector<int32_t>> on_node;  // Slurm node -> its tasks, in order
   std::string nodelist, cases;
   size_t gpus = 0;
   int64_t cpu_milli = 0, memory_mib = 0;
   for (const auto& [index, task] : run.tasks) {
     auto link = links_.find(task.node);
     const std::string slurm_name = link == links_.end() ? task.node : link->second.slurm_name;
-    if (!nodes.insert(slurm_name).second) {
-      run.refused = "two tasks of one job on Slurm node " + slurm_name +
-                    ": the Slurm back end runs one task per node";
-      return;
-    }
-    nodelist += (nodelist.empty() ? "" : ",") + slurm_name;
-    cases += "  " + Quote(slurm_name) + ") __meridian_i=" + std::to_string(index) +
-             " __meridian_node=" + Quote(task.node) + " ;;\n";
+    std::vector<int32_t>& here = on_node[slurm_name];
+    if (here.empty()) nodelist += (nodelist.empty() ? "" : ",") + slurm_name;
+    cases += "  " + Quote(slurm_name + ":" + std::to_string(here.size())) +
+             ") __meridian_i=" + std::to_string(index) + " __meridian_node=" + Quote(task.node) +
+             " ;;\n";
+    here.push_back(index);
     gpus = std::max(gpus, task.assignment.devices.size());
     cpu_milli = std::max(cpu_milli, task.assignment.run.cpu_milli);
     memory_mib = std::max(memory_mib, task.assignment.run.memory_mib);
+  }
+  const size_t per_node = on_node.begin()->second.size();
+  for (const auto& [slurm_name, here] : on_node) {
+    if (here.size() == per_node) continue;
+    std::string layout;
+    for (const auto& [name, tasks] : on_node) {
+      layout += (layout.empty() ? "" : ", ") + name + ": " + std::to_string(tasks.size());
+    }
+    // Nothing Meridian can see tells it so when it places: given back to its queue (with the
+    // back-off of any refusal), where a later placement may lay it out evenly.
+    run.given_back = "tasks spread unevenly over Slurm nodes (" + layout +
+                     "): Slurm runs as many tasks of a job on each of its nodes";
+    return;
   }
   const protocol::TaskRun& spec = first.run;
   if (!spec.image.empty()) {
@@ -523,7 +537,7 @@ void SlurmConnector::Submit(RunState& run) {
   // so that a job's R or i cannot move its output or its exit code.
   std::string script = "#!/bin/bash\n# Meridian job " + std::to_string(run.tag.job) +
                        ", generation " + std::to_string(run.tag.generation) +
-                       ": one task per node (written by meridian slurm-connector).\n";
+                       " (written by meridian slurm-connector).\n";
   for (const auto& [k, v] : env) {
     const bool name = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0])) &&
                       std::all_of(k.begin(), k.end(),
@@ -536,9 +550,10 @@ void SlurmConnector::Submit(RunState& run) {
   }
   script += "__meridian_r=" + Quote(dir) +
             "\n"
-            "case \"$SLURMD_NODENAME\" in\n" +
+            "case \"$SLURMD_NODENAME:$SLURM_LOCALID\" in\n" +
             cases +
-            "  *) echo \"meridian: $SLURMD_NODENAME is not a node of this run\" >&2; exit 125 ;;\n"
+            "  *) echo \"meridian: task $SLURM_LOCALID on $SLURMD_NODENAME is not one of this run\""
+            " >&2; exit 125 ;;\n"
             "esac\n"
             "export MERIDIAN_TASK_INDEX=$__meridian_i MERIDIAN_NODE=$__meridian_node\n";
   if (!spec.working_dir.empty()) {
@@ -562,15 +577,16 @@ void SlurmConnector::Submit(RunState& run) {
       "--job-name=" + TagName(run.tag, o_.instance),
       "--comment=meridian job " + std::to_string(run.tag.job) + " generation " +
           std::to_string(run.tag.generation) + " project " + first.project,
-      "--nodes=" + std::to_string(nodes.size()),
+      "--nodes=" + std::to_string(on_node.size()),
       "--nodelist=" + nodelist,
-      "--ntasks-per-node=1",
+      "--ntasks=" + std::to_string(run.tasks.size()),
+      "--ntasks-per-node=" + std::to_string(per_node),
       "--cpus-per-task=" + std::to_string(SlurmCpus(cpu_milli)),
-      "--mem=" + std::to_string(SlurmMemoryMib(memory_mib)) + "M",
+      "--mem=" + std::to_string(SlurmMemoryMib(memory_mib) * static_cast<int64_t>(per_node)) + "M",
       "--no-requeue",
       "--output=" + dir + "/slurm.out",
       "--chdir=" + (spec.working_dir.empty() ? dir : spec.working_dir)};
-  if (gpus > 0) options.push_back("--gres=gpu:" + std::to_string(gpus));
+  if (gpus > 0) options.push_back("--gpus-per-task=" + std::to_string(gpus));
   if (!o_.partitions.empty()) options.push_back("--partition=" + o_.partitions.front());
   if (!o_.account.empty()) options.push_back("--account=" + o_.account);
   if (spec.runtime_limit > 0) {
@@ -588,10 +604,8 @@ void SlurmConnector::Submit(RunState& run) {
   }
   run.submitted = true;
   run.slurm_state = "GONE";
-  auto id = slurm_.Submit(options,
-                          "#!/bin/bash\nexec srun --kill-on-bad-exit=0 "
-                          "--ntasks-per-node=1 /bin/bash " +
-                              Quote(dir + "/task.sh") + "\n");
+  auto id = slurm_.Submit(options, "#!/bin/bash\nexec srun --kill-on-bad-exit=0 /bin/bash " +
+                                       Quote(dir + "/task.sh") + "\n");
   if (!id.ok() && id.status().code() == base::StatusCode::kUnavailable) {
     // Taken or not, nobody knows yet: looked for by name in squeue, and given back if it never
     // shows (GiveBackStuck). Never submitted again.
@@ -720,7 +734,7 @@ void SlurmConnector::Act() {
       continue;
     }
     const int32_t world = run.tasks.begin()->second.assignment.world_size;
-    if (!run.submitted && run.refused.empty() &&
+    if (!run.submitted && run.refused.empty() && run.given_back.empty() &&
         run.tasks.size() == static_cast<size_t>(std::max(1, world))) {
       ready.push_back(&run);
     }

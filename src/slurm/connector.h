@@ -55,8 +55,9 @@ struct ConnectorOptions {
 //
 // - A run (a job's generation) becomes one Slurm job named meridian-INSTANCE-JOB-GENERATION
 //   (slurm_cli.h), on exactly
-//   the nodes Meridian chose (--nodelist), one task per node through srun, with the task's GPUs,
-//   CPUs and memory, its runtime limit as --time, and its notice signal before that limit.
+//   the nodes Meridian chose (--nodelist), its tasks through srun (as many on each node, as
+//   Slurm asks), each with its own GPUs (--gpus-per-task), CPUs and memory, its runtime limit as
+//   --time, and its notice signal before that limit.
 // - A run the server asks to stop gets its notice signal at once, Slurm's stop (SIGTERM, then
 //   SIGKILL after KillWait) at half its time left, and scancel again at its deadline.
 // - A Slurm job of Meridian's that no answer lists (a stale generation, a job Meridian gave up)
