@@ -7,7 +7,7 @@
 #      placement to the last start, and per job the delay from placement (Meridian's decision)
 #      to Started (the connector saw it RUNNING in Slurm, or already done), p50 and p99;
 #   3. the connector's cost with IN_FLIGHT Slurm jobs running at once: its CPU over 20 s, and
-#      what one `squeue --json` takes then.
+#      what one squeue (as the connector reads it, and with --json) takes then.
 # Needs root (munged, slurmd, fake device nodes) and Slurm (scripts/install-deps.sh).
 # Usage: MERIDIAN=build/meridian scripts/slurm-dispatch-bench.sh [N] [IN_FLIGHT]
 set -euo pipefail
@@ -139,7 +139,8 @@ while len(started) < want and time.time() < deadline:
     for e in page.get("items", []):
         if e["reason"] == "Placed": placed.setdefault(e["object"], e["at"])
         # Started: the connector saw it running in Slurm; a trivial job may be seen done first.
-        if e["reason"] in ("Started", "Succeeded", "Failed"):
+        # Only jobs placed since the submission: an earlier array's ends are not this one's starts.
+        if e["reason"] in ("Started", "Succeeded", "Failed") and e["object"] in placed:
             started.setdefault(e["object"], e["at"])
     cursor = page.get("continue", cursor)
     if len(page.get("items", [])) < 1000: time.sleep(0.2)
@@ -160,6 +161,11 @@ echo "running in Slurm: $(squeue -h -t running | wc -l)"
 ticks() { awk '{print $14 + $15}' "/proc/$CONNECTOR/stat"; }
 a=$(ticks); sleep 20; b=$(ticks)
 echo "connector CPU: $(python3 -c "print(f'{($b-$a)/$(getconf CLK_TCK)/20*100:.1f}% of one core')")"
-t0=$(now); squeue --json > /dev/null; t1=$(now)
-echo "one squeue --json: $(python3 -c "print(f'{($t1-$t0)*1000:.0f} ms')")"
+# What every round of the connector reads (slurm_cli.h, kSqueueFields), beside --json.
+FIELDS='JobID:|,State:|,Reason:|,exit_code:|,Partition:|,UserName:|,NodeList:|,Name:'
+for _ in 1 2 3; do
+  t0=$(now); squeue --noheader --states=all --Format "$FIELDS" > /dev/null; t1=$(now)
+  squeue --json > /dev/null; t2=$(now)
+  echo "one squeue as the connector reads it: $(python3 -c "print(f'{($t1-$t0)*1000:.0f} ms; --json {($t2-$t1)*1000:.0f} ms')")"
+done
 echo "connector RSS: $(awk '/VmRSS/ {print $2/1024 " MiB"}' /proc/$CONNECTOR/status)"

@@ -53,27 +53,6 @@ std::vector<std::string> StateFlags(const Json& o, const char* key) {
   return out;
 }
 
-// A job's exit as a wait status: 22.05's number, or 23.02's {"return_code", "signal"}.
-std::optional<int64_t> WaitStatus(const Json& j) {
-  auto it = j.find("exit_code");
-  if (it == j.end() || it->is_null()) return 0;
-  if (it->is_number()) return NumberOf(*it);
-  if (!it->is_object()) return std::nullopt;
-  const Json& e = *it;
-  int64_t signal = 0;
-  if (e.contains("signal") && e["signal"].is_object()) {
-    const Json& s = e["signal"];
-    if (s.contains("id")) signal = NumberOf(s["id"]).value_or(0);
-    if (s.contains("signal_id")) signal = NumberOf(s["signal_id"]).value_or(signal);
-  }
-  const std::string status = Text(e, "status");
-  if (signal > 0 && status == "SIGNALED") return signal & 0x7f;
-  if (!e.contains("return_code")) return std::nullopt;
-  auto code = NumberOf(e["return_code"]);
-  if (!code) return std::nullopt;
-  return (*code & 0xff) << 8;
-}
-
 }  // namespace
 
 std::string SlurmNode::Unavailable() const {
@@ -160,29 +139,60 @@ base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo) {
   return out;
 }
 
-base::Result<std::vector<SlurmJob>> DecodeJobs(const Json& squeue) {
-  if (!squeue.is_object() || !squeue.contains("jobs") || !squeue.at("jobs").is_array()) {
-    return Status::Invalid("squeue --json: no \"jobs\" list");
-  }
+const char* const kSqueueFields =
+    "JobID:|,State:|,Reason:|,exit_code:|,Partition:|,UserName:|,NodeList:|,Name:";
+
+base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue) {
   std::vector<SlurmJob> out;
-  size_t i = 0;
-  for (const Json& j : squeue.at("jobs")) {
-    const std::string at = "squeue --json: jobs[" + std::to_string(i++) + "]";
-    if (!j.is_object() || Number(j, "job_id") <= 0) return Status::Invalid(at + ": no job_id");
+  size_t line_no = 0;
+  while (!squeue.empty()) {
+    const size_t end = std::min(squeue.find('\n'), squeue.size());
+    std::string_view line = squeue.substr(0, end);
+    squeue.remove_prefix(std::min(end + 1, squeue.size()));
+    ++line_no;
+    if (line.empty()) continue;
+    const std::string at = "squeue, line " + std::to_string(line_no);
+    // Seven fields, each ended by '|'; the name is the rest, '|' and all.
+    std::string_view field[8];
+    for (int f = 0; f < 7; ++f) {
+      const size_t bar = line.find('|');
+      if (bar == std::string_view::npos) {
+        return Status::Invalid(at + ": " + std::to_string(f + 1) +
+                               " fields where 8 were asked for");
+      }
+      field[f] = line.substr(0, bar);
+      line.remove_prefix(bar + 1);
+    }
+    field[7] = line;
+    auto number = [](std::string_view s) -> std::optional<int64_t> {
+      if (s.empty() || s.size() > 18 || !std::all_of(s.begin(), s.end(), ::isdigit)) {
+        return std::nullopt;
+      }
+      return std::stoll(std::string(s));
+    };
     SlurmJob job;
-    job.id = Number(j, "job_id");
-    job.name = Text(j, "name");
-    job.state = Text(j, "job_state");
+    const auto id = number(field[0]);
+    if (!id || *id <= 0) return Status::Invalid(at + ": job ID \"" + std::string(field[0]) + "\"");
+    job.id = *id;
+    job.state = std::string(field[1]);
     // A job whose state cannot be read is not guessed at (running or ended): the whole answer
     // is refused, and nothing is reported from it.
-    if (job.state.empty()) return Status::Invalid(at + ": no job_state");
-    job.reason = Text(j, "state_reason");
-    auto exit = WaitStatus(j);
-    if (!exit) return Status::Invalid(at + ".exit_code: not a form this connector reads");
+    if (job.state.empty() || !std::all_of(job.state.begin(), job.state.end(), [](char c) {
+          return std::isupper(static_cast<unsigned char>(c)) || c == '_';
+        })) {
+      return Status::Invalid(at + ": job state \"" + job.state + "\"");
+    }
+    job.reason = std::string(field[2]);
+    const auto exit = number(field[3]);
+    if (!exit) {
+      return Status::Invalid(at + ": exit code \"" + std::string(field[3]) +
+                             "\" is not a wait status");
+    }
     job.exit_code = *exit;
-    job.partition = Text(j, "partition");
-    job.user = Text(j, "user_name");
-    job.nodes = Text(j, "nodes");
+    job.partition = std::string(field[4]);
+    job.user = std::string(field[5]);
+    job.nodes = std::string(field[6]);
+    job.name = std::string(field[7]);
     out.push_back(std::move(job));
   }
   return out;
@@ -259,9 +269,11 @@ base::Result<std::vector<SlurmNode>> SlurmCli::Nodes() const {
 }
 
 base::Result<std::vector<SlurmJob>> SlurmCli::Jobs() const {
-  auto j = JsonOf({"squeue", "--json"});
-  if (!j.ok()) return j.status();
-  return DecodeJobs(*j);
+  auto r = RunCommand({"squeue", "--noheader", "--states=all", "--Format", kSqueueFields}, Env(),
+                      "", timeout_);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "squeue: " + Said(*r));
+  return DecodeJobLines(r->out);
 }
 
 base::Result<int64_t> SlurmCli::Submit(const std::vector<std::string>& options,

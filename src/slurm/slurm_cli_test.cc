@@ -15,28 +15,12 @@ const char* kSinfo2205 = R"J({"meta": {"plugin": {"type": "openapi/v0.0.38"}}, "
      "gres_used": "gpu:h100:0(IDX:N/A)", "state": "idle", "state_flags": ["DRAIN"],
      "reason": "maintenance", "partitions": ["gpu", "debug"]}]})J";
 
-const char* kSqueue2205 = R"J({"jobs": [
-    {"job_id": 3, "name": "meridian-1-1", "job_state": "FAILED", "state_reason": "NonZeroExitCode",
-     "exit_code": 768, "partition": "gpu", "user_name": "root", "nodes": "n1"},
-    {"job_id": 4, "name": "alice-training", "job_state": "RUNNING", "state_reason": "None",
-     "exit_code": 0, "nodes": "n[2-3]"},
-    {"job_id": 5, "name": "meridian-2-3", "job_state": "CANCELLED", "exit_code": 9}]})J";
-
 // What 23.02 and later write: states as lists of flags, numbers as {set, infinite, number},
 // exit codes as objects.
 const char* kSinfo2311 = R"J({"nodes": [
     {"name": "n1", "cpus": 16, "real_memory": {"set": true, "infinite": false, "number": 64000},
      "gres": "gpu:a100:8(S:0-1)", "gres_used": "gpu:a100:3(IDX:0-2)", "state": ["IDLE", "DRAIN"],
      "reason": "bad fan", "partitions": ["gpu"]}]})J";
-
-const char* kSqueue2311 = R"J({"jobs": [
-    {"job_id": 7, "name": "meridian-9-2", "job_state": ["RUNNING"], "state_reason": "None",
-     "exit_code": {"status": ["RUNNING"], "return_code": {"set": true, "number": 0}}},
-    {"job_id": 8, "name": "meridian-9-1", "job_state": ["FAILED"],
-     "exit_code": {"status": ["ERROR"], "return_code": {"set": true, "number": 3},
-                   "signal": {"id": {"set": false, "number": 0}, "name": ""}}},
-    {"job_id": 9, "name": "x", "job_state": ["CANCELLED"],
-     "exit_code": {"status": "SIGNALED", "return_code": 0, "signal": {"id": 9, "name": "KILL"}}}]})J";
 
 TEST(SlurmCli, NodesOf2205AndOfLaterReleasesDecodeAlike) {
   auto old = DecodeNodes(Json::parse(kSinfo2205));
@@ -60,31 +44,54 @@ TEST(SlurmCli, NodesOf2205AndOfLaterReleasesDecodeAlike) {
   EXPECT_EQ(n.Unavailable(), "drained in Slurm: bad fan");
 }
 
-TEST(SlurmCli, JobsOf2205AndOfLaterReleasesDecodeAlike) {
-  auto old = DecodeJobs(Json::parse(kSqueue2205));
-  ASSERT_TRUE(old.ok()) << old.status().message();
-  ASSERT_EQ(old->size(), 3u);
-  EXPECT_EQ((*old)[0].state, "FAILED");
-  EXPECT_EQ((*old)[0].exit_code, 768);  // code 3
-  EXPECT_TRUE((*old)[1].Active());
-  EXPECT_FALSE((*old)[2].Active());
+// What Slurm 22.05's `squeue --noheader --states=all --Format kSqueueFields` wrote here, for a
+// job that exited with code 3, one killed by SIGKILL, one running on two nodes, one pending, and
+// a name with a '|' in it.
+const char* kSqueue = R"(3|FAILED|NonZeroExitCode|768|gpu|root|n1|meridian-hpc-1-1
+5|CANCELLED|None|9|gpu|root|n2|meridian-hpc-2-3
+4|RUNNING|None|0|gpu|alice|n[2-3]|alice-training
+6|PENDING|Resources|0|gpu|bob||odd|name with space
+)";
 
-  auto later = DecodeJobs(Json::parse(kSqueue2311));
-  ASSERT_TRUE(later.ok()) << later.status().message();
-  EXPECT_EQ((*later)[0].state, "RUNNING");
-  EXPECT_TRUE((*later)[0].Active()) << "a running job must never read as ended";
-  EXPECT_EQ((*later)[1].exit_code, 3 << 8);
-  EXPECT_EQ((*later)[2].exit_code, 9);  // killed by SIGKILL
+TEST(SlurmCli, JobsDecodeFromSqueuesLines) {
+  auto jobs = DecodeJobLines(kSqueue);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  ASSERT_EQ(jobs->size(), 4u);
+  const SlurmJob& failed = (*jobs)[0];
+  EXPECT_EQ(failed.id, 3);
+  EXPECT_EQ(failed.state, "FAILED");
+  EXPECT_EQ(failed.reason, "NonZeroExitCode");
+  EXPECT_EQ(failed.exit_code, 3 << 8);
+  EXPECT_EQ(failed.partition, "gpu");
+  EXPECT_EQ(failed.user, "root");
+  EXPECT_EQ(failed.nodes, "n1");
+  EXPECT_EQ(failed.name, "meridian-hpc-1-1");
+  EXPECT_FALSE(failed.Active());
+  EXPECT_EQ((*jobs)[1].exit_code, 9);  // killed by SIGKILL
+  EXPECT_TRUE((*jobs)[2].Active()) << "a running job must never read as ended";
+  EXPECT_EQ((*jobs)[2].nodes, "n[2-3]");
+  EXPECT_EQ((*jobs)[3].nodes, "");
+  EXPECT_EQ((*jobs)[3].name, "odd|name with space");
+  EXPECT_TRUE((*jobs)[3].Active());
+  auto none = DecodeJobLines("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
 }
 
 TEST(SlurmCli, AJobWhoseStateCannotBeReadRefusesTheWholeAnswer) {
   // Read as ended, a running job would be reported exited and never fenced.
-  const std::vector<std::string> bad = {
-      R"J({"jobs": [{"job_id": 1, "name": "meridian-1-1", "job_state": {"now": "RUNNING"}}]})J",
-      R"J({"jobs": [{"job_id": 1, "job_state": "RUNNING", "exit_code": "zero"}]})J",
-      R"J({"jobs": [{"name": "meridian-1-1", "job_state": "RUNNING"}]})J", R"J({"nodes": []})J",
-      R"J([1, 2])J"};
-  for (const std::string& b : bad) EXPECT_FALSE(DecodeJobs(Json::parse(b)).ok()) << b;
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"1||None|0|gpu|root|n1|meridian-hpc-1-1\n", "line 1: job state \"\""},
+      {"1|running now|None|0|gpu|root|n1|x\n", "line 1: job state \"running now\""},
+      {"1|RUNNING|None|0|gpu|root|n1|x\n2|RUNNING|None|zero|gpu|root|n1|y\n",
+       "line 2: exit code \"zero\" is not a wait status"},
+      {"1_[0-2]|PENDING|None|0|gpu|root||x\n", "line 1: job ID \"1_[0-2]\""},
+      {"1|RUNNING|None|0\n", "line 1: 4 fields where 8 were asked for"}};
+  for (const auto& [text, says] : bad) {
+    auto jobs = DecodeJobLines(text);
+    ASSERT_FALSE(jobs.ok()) << text;
+    EXPECT_NE(jobs.status().message().find(says), std::string::npos) << jobs.status().message();
+  }
   EXPECT_FALSE(DecodeNodes(Json::parse(R"J({"nodes": [{"name": "n1", "state": 3}]})J")).ok());
 }
 
