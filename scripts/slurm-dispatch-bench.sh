@@ -153,6 +153,8 @@ PY
 }
 python3 -c "import json; print(json.dumps({'metadata': {'name': 'trivial', 'project': 'research'}, 'spec': {'command': ['true'], 'cpuMilli': 1000, 'memoryMib': 100, 'array': '0-$((N - 1))'}}))" > "$D/array.json"
 submit_and_measure "$D/array.json" "$N" "$N"
+# A run that ended by itself and was reported so must not be "fenced" before Slurm shows its end.
+echo "runs fenced: $(grep -c 'fenced Slurm job' "$D/connector.log" || true)"
 
 echo; echo "== 3. the connector with $IN_FLIGHT Slurm jobs running"
 python3 -c "import json; print(json.dumps({'metadata': {'name': 'long', 'project': 'research'}, 'spec': {'command': ['sleep', '600'], 'cpuMilli': 1000, 'memoryMib': 100, 'array': '0-$((IN_FLIGHT - 1))'}}))" > "$D/long.json"

@@ -352,6 +352,7 @@ std::vector<protocol::TaskReport> SlurmConnector::ReportsFor(const std::string& 
         out.push_back(t);
         continue;
       }
+      if (run.in_flight) continue;  // being submitted: still Placed
       if (!run.submitted) {
         if (!run.stop) continue;  // not submitted yet
         r.message = "stopped before it was submitted to Slurm";
@@ -466,14 +467,16 @@ void SlurmConnector::Beat(Link& link) {
   }
 }
 
-void SlurmConnector::Submit(RunState& run) {
-  const protocol::Assignment& first = run.tasks.begin()->second.assignment;
-  const std::string dir = RunDir(run.tag);
+SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
+  Outcome out;
+  out.tag = order.tag;
+  const protocol::Assignment& first = order.tasks.begin()->second.assignment;
+  const std::string dir = RunDir(order.tag);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
     base::log::Warn("run folder {}: {}", dir, ec.message());
-    return;
+    return out;  // not submitted: again next round
   }
   // The tasks on each Slurm node, the same number on each (--ntasks-per-node), all of one shape
   // (--gpus-per-task, --cpus-per-task; --mem per node). Slurm lays the tasks out node by node
@@ -483,9 +486,9 @@ void SlurmConnector::Submit(RunState& run) {
   std::string nodelist, cases;
   size_t gpus = 0;
   int64_t cpu_milli = 0, memory_mib = 0;
-  for (const auto& [index, task] : run.tasks) {
-    auto link = links_.find(task.node);
-    const std::string slurm_name = link == links_.end() ? task.node : link->second.slurm_name;
+  for (const auto& [index, task] : order.tasks) {
+    auto name = order.slurm_names.find(task.node);
+    const std::string slurm_name = name == order.slurm_names.end() ? task.node : name->second;
     std::vector<int32_t>& here = on_node[slurm_name];
     if (here.empty()) nodelist += (nodelist.empty() ? "" : ",") + slurm_name;
     cases += "  " + Quote(slurm_name + ":" + std::to_string(here.size())) +
@@ -505,28 +508,28 @@ void SlurmConnector::Submit(RunState& run) {
     }
     // Nothing Meridian can see tells it so when it places: given back to its queue (with the
     // back-off of any refusal), where a later placement may lay it out evenly.
-    run.given_back = "tasks spread unevenly over Slurm nodes (" + layout +
+    out.given_back = "tasks spread unevenly over Slurm nodes (" + layout +
                      "): Slurm runs as many tasks of a job on each of its nodes";
-    return;
+    return out;
   }
   const protocol::TaskRun& spec = first.run;
   if (!spec.image.empty()) {
-    run.refused = "image " + spec.image + ": the Slurm back end runs commands, not images";
-    return;
+    out.refused = "image " + spec.image + ": the Slurm back end runs commands, not images";
+    return out;
   }
   if (spec.command.empty()) {
-    run.refused = "the job has no command";
-    return;
+    out.refused = "the job has no command";
+    return out;
   }
   std::string command;
   for (const std::string& w : spec.command) command += (command.empty() ? "" : " ") + Quote(w);
   std::map<std::string, std::string> env = spec.env;
-  env["MERIDIAN_JOB_ID"] = std::to_string(run.tag.job);
+  env["MERIDIAN_JOB_ID"] = std::to_string(order.tag.job);
   env["MERIDIAN_JOB_NAME"] = first.name;
   env["MERIDIAN_PROJECT"] = first.project;
   env["MERIDIAN_WORLD_SIZE"] = std::to_string(first.world_size);
   env["MERIDIAN_MASTER_ADDR"] = first.master_addr;
-  env["MERIDIAN_GENERATION"] = std::to_string(run.tag.generation);
+  env["MERIDIAN_GENERATION"] = std::to_string(order.tag.generation);
   env["MERIDIAN_RESTART"] = "0";
   if (first.array_id > 0) {
     env["MERIDIAN_ARRAY_JOB_ID"] = std::to_string(first.array_id);
@@ -535,16 +538,16 @@ void SlurmConnector::Submit(RunState& run) {
   const std::string notice = SignalName(spec.notice_signal);
   // The job's environment first; the wrapper's own variables after, under names no job uses,
   // so that a job's R or i cannot move its output or its exit code.
-  std::string script = "#!/bin/bash\n# Meridian job " + std::to_string(run.tag.job) +
-                       ", generation " + std::to_string(run.tag.generation) +
+  std::string script = "#!/bin/bash\n# Meridian job " + std::to_string(order.tag.job) +
+                       ", generation " + std::to_string(order.tag.generation) +
                        " (written by meridian slurm-connector).\n";
   for (const auto& [k, v] : env) {
     const bool name = !k.empty() && !std::isdigit(static_cast<unsigned char>(k[0])) &&
                       std::all_of(k.begin(), k.end(),
                                   [](unsigned char c) { return std::isalnum(c) || c == '_'; });
     if (!name || k.rfind("__meridian", 0) == 0) {
-      run.refused = "env: \"" + k + "\" is not a variable name the Slurm back end can set";
-      return;
+      out.refused = "env: \"" + k + "\" is not a variable name the Slurm back end can set";
+      return out;
     }
     script += "export " + k + "=" + Quote(v) + "\n";
   }
@@ -571,15 +574,15 @@ void SlurmConnector::Submit(RunState& run) {
             "exit \"$__meridian_rc\"\n";
   if (!WriteFile(dir + "/task.sh", script, 0755)) {
     base::log::Warn("cannot write {}/task.sh", dir);
-    return;
+    return out;
   }
   std::vector<std::string> options = {
-      "--job-name=" + TagName(run.tag, o_.instance),
-      "--comment=meridian job " + std::to_string(run.tag.job) + " generation " +
-          std::to_string(run.tag.generation) + " project " + first.project,
+      "--job-name=" + TagName(order.tag, o_.instance),
+      "--comment=meridian job " + std::to_string(order.tag.job) + " generation " +
+          std::to_string(order.tag.generation) + " project " + first.project,
       "--nodes=" + std::to_string(on_node.size()),
       "--nodelist=" + nodelist,
-      "--ntasks=" + std::to_string(run.tasks.size()),
+      "--ntasks=" + std::to_string(order.tasks.size()),
       "--ntasks-per-node=" + std::to_string(per_node),
       "--cpus-per-task=" + std::to_string(SlurmCpus(cpu_milli)),
       "--mem=" + std::to_string(SlurmMemoryMib(memory_mib) * static_cast<int64_t>(per_node)) + "M",
@@ -600,32 +603,34 @@ void SlurmConnector::Submit(RunState& run) {
   // The run is recorded before sbatch: whatever happens next, it is never submitted again.
   if (!WriteFile(dir + "/slurm-job", "")) {
     base::log::Warn("cannot write {}/slurm-job", dir);
-    return;
+    return out;
   }
-  run.submitted = true;
-  run.slurm_state = "GONE";
+  out.submitted = true;
+  out.slurm_state = "GONE";
+  ++submitted_;
   auto id = slurm_.Submit(options, "#!/bin/bash\nexec srun --kill-on-bad-exit=0 /bin/bash " +
                                        Quote(dir + "/task.sh") + "\n");
   if (!id.ok() && id.status().code() == base::StatusCode::kUnavailable) {
     // Taken or not, nobody knows yet: looked for by name in squeue, and given back if it never
     // shows (GiveBackStuck). Never submitted again.
-    run.slurm_state = "SUBMITTING";
-    run.pending_since = base::WallClockNow();
-    base::log::Warn("job {} generation {}: {}; looking for it in squeue", run.tag.job,
-                    run.tag.generation, id.status().message());
-    return;
+    out.slurm_state = "SUBMITTING";
+    out.pending_since = base::WallClockNow();
+    base::log::Warn("job {} generation {}: {}; looking for it in squeue", order.tag.job,
+                    order.tag.generation, id.status().message());
+    return out;
   }
   if (!id.ok()) {
-    run.refused = id.status().message();
-    base::log::Warn("job {} generation {}: {}", run.tag.job, run.tag.generation, run.refused);
-    return;
+    out.refused = id.status().message();
+    base::log::Warn("job {} generation {}: {}", order.tag.job, order.tag.generation, out.refused);
+    return out;
   }
   WriteFile(dir + "/slurm-job", std::to_string(*id) + "\n");
-  run.slurm_id = *id;
-  run.slurm_state = "PENDING";
-  base::log::Info(base::log::Fields{{"job", std::to_string(run.tag.job)}},
-                  "job {} generation {} submitted to Slurm as job {} on {}", run.tag.job,
-                  run.tag.generation, *id, nodelist);
+  out.slurm_id = *id;
+  out.slurm_state = "PENDING";
+  base::log::Info(base::log::Fields{{"job", std::to_string(order.tag.job)}},
+                  "job {} generation {} submitted to Slurm as job {} on {}", order.tag.job,
+                  order.tag.generation, *id, nodelist);
+  return out;
 }
 
 void SlurmConnector::Stop(RunState& run) {
@@ -726,41 +731,73 @@ void SlurmConnector::GiveBackStuck() {
 }
 
 void SlurmConnector::Act() {
-  std::vector<RunState*> ready;
+  std::vector<Order> orders;
   for (auto& [tag, run] : runs_) {
     if (!run.listed || run.tasks.empty()) continue;
     if (run.stop) {
-      Stop(run);
+      Stop(run);  // one being submitted is stopped once its outcome is in
       continue;
     }
     const int32_t world = run.tasks.begin()->second.assignment.world_size;
-    if (!run.submitted && run.refused.empty() && run.given_back.empty() &&
+    if (!run.submitted && !run.in_flight && run.refused.empty() && run.given_back.empty() &&
         run.tasks.size() == static_cast<size_t>(std::max(1, world))) {
-      ready.push_back(&run);
+      run.in_flight = true;
+      Order& order = orders.emplace_back(Order{tag, run.tasks, {}});
+      for (const auto& [index, task] : run.tasks) {
+        auto link = links_.find(task.node);
+        if (link != links_.end()) order.slurm_names[task.node] = link->second.slurm_name;
+      }
     }
   }
-  SubmitAll(ready);
+  if (orders.empty()) return;
+  queued_ += orders.size();
+  {
+    std::lock_guard<std::mutex> lock(submit_mu_);
+    for (Order& o : orders) orders_.push_back(std::move(o));
+  }
+  submit_cv_.notify_all();
 }
 
-void SlurmConnector::SubmitAll(const std::vector<RunState*>& ready) {
-  if (ready.empty()) return;
-  // Several sbatch at once (Slurm takes them faster so), for no longer than the server expects
-  // between heartbeats: the nodes' heartbeats must go on. The rest go next round, at once.
-  constexpr size_t kParallel = 16;
-  const double until = base::WallClockNow() + std::max(0.5, heartbeat_interval_);
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    while (base::WallClockNow() < until) {
-      const size_t i = next++;
-      if (i >= ready.size()) return;
-      Submit(*ready[i]);  // touches only its own run (and reads links_)
-    }
-  };
-  std::vector<std::thread> helpers;
-  for (size_t i = 1; i < std::min(kParallel, ready.size()); ++i) helpers.emplace_back(work);
-  work();
-  for (std::thread& t : helpers) t.join();
-  backlog_ = next < ready.size();
+void SlurmConnector::Submitter() {
+  std::unique_lock<std::mutex> lock(submit_mu_);
+  while (true) {
+    submit_cv_.wait(lock, [&] { return stopping_ || !orders_.empty(); });
+    if (stopping_) return;  // what is left is not submitted: its folder does not say so
+    Order order = std::move(orders_.front());
+    orders_.pop_front();
+    lock.unlock();
+    Outcome outcome = Submit(order);
+    lock.lock();
+    outcomes_.push_back(std::move(outcome));
+  }
+}
+
+bool SlurmConnector::OutcomesWaiting() {
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  return !outcomes_.empty();
+}
+
+void SlurmConnector::TakeOutcomes() {
+  std::vector<Outcome> outcomes;
+  {
+    std::lock_guard<std::mutex> lock(submit_mu_);
+    outcomes.swap(outcomes_);
+  }
+  for (Outcome& o : outcomes) {
+    auto it = runs_.find(o.tag);
+    if (it == runs_.end()) continue;  // never: a run being submitted is kept (Cleanup)
+    RunState& run = it->second;
+    run.in_flight = false;
+    run.refused = std::move(o.refused);
+    run.given_back = std::move(o.given_back);
+    if (!o.submitted) continue;  // nothing reached Slurm: again next round
+    run.submitted = true;
+    // squeue may have shown it already, by name: what it showed stands.
+    if (run.slurm_id > 0) continue;
+    run.slurm_id = o.slurm_id;
+    run.slurm_state = o.slurm_state;
+    run.pending_since = o.pending_since;
+  }
 }
 
 void SlurmConnector::Fence() {
@@ -770,6 +807,16 @@ void SlurmConnector::Fence() {
     // list it. COMPLETING: it has ended, Slurm is cleaning up after it.
     if (!HeardFromAll(run) || !run.submitted || run.slurm_id <= 0 ||
         !IsActiveState(run.slurm_state) || run.slurm_state == "COMPLETING") {
+      continue;
+    }
+    // Every task wrote its exit code: it ended by itself and was reported so, and Slurm shows the
+    // job ended a moment later. Nothing of it runs, so nothing is cancelled, and no operator is
+    // told of a fence that was none (with 1,000 short jobs, 2% were so "fenced").
+    const std::string dir = RunDir(tag);
+    if (!run.tasks.empty() && std::all_of(run.tasks.begin(), run.tasks.end(), [&](const auto& t) {
+          std::error_code ec;
+          return fs::exists(dir + "/task-" + std::to_string(t.first) + ".exit", ec);
+        })) {
       continue;
     }
     Status s = KillNow(run.slurm_id);
@@ -839,7 +886,8 @@ void SlurmConnector::Cleanup() {
     // Once no answer can still list it: every node it ran on heard from this round (every node,
     // for a run found again after a restart, whose tasks are unknown), or it would be submitted
     // again. And once its output is all with the server (or refused by it for good).
-    bool done = !run.listed && !IsActiveState(run.slurm_state) && HeardFromAll(run);
+    bool done =
+        !run.in_flight && !run.listed && !IsActiveState(run.slurm_state) && HeardFromAll(run);
     for (auto t = run.tasks.begin(); done && t != run.tasks.end(); ++t) {
       std::error_code ec;
       const auto size =
@@ -857,9 +905,12 @@ void SlurmConnector::Cleanup() {
 }
 
 Status SlurmConnector::Round() {
+  TakeOutcomes();  // before squeue is read: what it shows of them then stands
   const double now = base::WallClockNow();
   auto nodes = slurm_.Nodes();
+  const double nodes_read = base::WallClockNow();
   auto jobs = nodes.ok() ? slurm_.Jobs() : base::Result<std::vector<SlurmJob>>(nodes.status());
+  const double jobs_read = base::WallClockNow();
   if (nodes.ok() && jobs.ok()) {
     if (slurm_lost_said_) base::log::Info("Slurm answers again");
     slurm_lost_said_ = false;
@@ -888,11 +939,26 @@ Status SlurmConnector::Round() {
     WriteFile(o_.work_dir + "/lease", fmt::format("{} {:.3f}\n", lease_, server_seen_at_), 0600);
   }
   EnforceLease();
+  const double beaten = base::WallClockNow();
+  const size_t queued = queued_;
   Act();
+  const double acted = base::WallClockNow();
   GiveBackStuck();
   UploadLogs();
+  const double uploaded = base::WallClockNow();
   Fence();
+  const double fenced = base::WallClockNow();
   Cleanup();
+  const double end = base::WallClockNow();
+  base::log::Debug(
+      "round of {:.0f} ms: sinfo {:.0f} ms, squeue {:.0f} ms ({} jobs), heartbeats {:.0f} ms, "
+      "{} to submit ({} submitted since the last round) in {:.0f} ms, logs {:.0f} ms, fencing "
+      "{:.0f} ms, clean-up {:.0f} ms",
+      (end - now) * 1e3, (nodes_read - now) * 1e3, (jobs_read - nodes_read) * 1e3,
+      jobs.ok() ? jobs->size() : 0, (beaten - jobs_read) * 1e3, queued_ - queued,
+      submitted_ - logged_submitted_, (acted - beaten) * 1e3, (uploaded - acted) * 1e3,
+      (fenced - uploaded) * 1e3, (end - fenced) * 1e3);
+  logged_submitted_ = submitted_;
   return Status::Ok();
 }
 
@@ -925,13 +991,27 @@ Status SlurmConnector::Run(const std::atomic<bool>& stop) {
       "Slurm connector for cluster {} (SLURM_CONF {}), every {:.1f} s; its Slurm jobs are named "
       "meridian-{}-JOB-GENERATION",
       o_.cluster, o_.slurm_conf.empty() ? "default" : o_.slurm_conf, o_.interval, o_.instance);
+  // Submitters beside the round: sbatch waits on slurmctld (tens of milliseconds, seconds when it
+  // is busy), and the nodes' heartbeats must not wait for it.
+  for (size_t i = 0; i < kSubmitters; ++i) submitters_.emplace_back([this] { Submitter(); });
   while (!stop) {
     if (Status s = Round(); !s.ok()) base::log::Warn("{}", s.message());
-    // Runs left to submit: the next round at once.
-    const double until = backlog_ ? 0 : base::WallClockNow() + o_.interval;
-    while (!stop && base::WallClockNow() < until)
+    // The next round after the interval, or sooner once submissions are back (to see them
+    // start), but not sooner than a fifth of it: squeue is read every round.
+    const double done = base::WallClockNow();
+    while (!stop) {
+      const double now = base::WallClockNow();
+      if (now >= done + o_.interval || (now >= done + o_.interval / 5 && OutcomesWaiting())) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
+  {
+    std::lock_guard<std::mutex> lock(submit_mu_);
+    stopping_ = true;
+  }
+  submit_cv_.notify_all();
+  for (std::thread& t : submitters_) t.join();
+  submitters_.clear();
   return Status::Ok();
 }
 

@@ -1,12 +1,16 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/status.h"
@@ -113,7 +117,8 @@ class SlurmConnector {
     double noticed_at = 0;  // the notice signal was sent (0: not yet)
     double term_at = 0, kill_at = 0;
     bool termed = false, killed = false;
-    bool listed = false;  // an answer listed it this round
+    bool listed = false;     // an answer listed it this round
+    bool in_flight = false;  // handed to the submitters, its outcome not yet taken
     // Since when Slurm has shown it pending without a break (0: not pending), and whether it was
     // ever seen running (then it is never given back: its tasks may still run).
     double pending_since = 0;
@@ -130,9 +135,26 @@ class SlurmConnector {
   void Beat(Link& link);
   std::vector<protocol::TaskReport> ReportsFor(const std::string& node) const;
   void Act();
-  // Submits runs in parallel, for at most one interval; Submit touches only its run.
-  void SubmitAll(const std::vector<RunState*>& ready);
-  void Submit(RunState& run);
+  // A run handed to the submitters, with what Submit needs copied, so that the round goes on
+  // beside it; and what came of it, applied to the run by the round (TakeOutcomes).
+  struct Order {
+    RunTag tag;
+    std::map<int32_t, TaskState> tasks;
+    std::map<std::string, std::string> slurm_names;  // Meridian node -> Slurm node
+  };
+  struct Outcome {
+    RunTag tag;
+    bool submitted = false;   // its folder says so: never submitted again
+    int64_t slurm_id = 0;     // 0: sbatch refused it, or its answer was lost
+    std::string slurm_state;  // PENDING; SUBMITTING: taken or not, nobody knows yet
+    double pending_since = 0;
+    std::string refused, given_back;
+  };
+  // Writes the run's folder and runs sbatch; reads nothing the round changes.
+  Outcome Submit(const Order& order) const;
+  void Submitter();  // one of kSubmitters threads: submits orders until stopping_
+  bool OutcomesWaiting();
+  void TakeOutcomes();
   void Stop(RunState& run);
   void Fence();
   // Says `message` in an event of the run's first node (of any node when its tasks are unknown).
@@ -172,7 +194,17 @@ class SlurmConnector {
   std::map<std::string, double> answered_at_;
   double lease_ = 15;  // from the server's terms
   double heartbeat_interval_ = 2;
-  bool backlog_ = false;  // runs were left to submit in the last round
+  // Several sbatch at once: Slurm takes them faster so.
+  static constexpr size_t kSubmitters = 16;
+  std::mutex submit_mu_;  // guards orders_, outcomes_ and stopping_
+  std::condition_variable submit_cv_;
+  std::deque<Order> orders_;
+  std::vector<Outcome> outcomes_;
+  bool stopping_ = false;
+  std::vector<std::thread> submitters_;
+  size_t queued_ = 0;                         // orders handed over, for the log
+  mutable std::atomic<size_t> submitted_{0};  // sbatch runs, for the log
+  size_t logged_submitted_ = 0;               // submitted_ at the last round's log line
   bool slurm_lost_said_ = false;
 };
 
