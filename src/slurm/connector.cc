@@ -113,8 +113,11 @@ Status SlurmConnector::LoadRuns() {
     run.submitted = true;
     const std::string id = base::ReadWholeFile(entry.path() / "slurm-job");
     run.slurm_id = id.empty() ? 0 : std::atoll(id.c_str());
-    // Until squeue says otherwise: gone (it ended long ago), never submitted again.
-    run.slurm_state = "GONE";
+    // Until squeue says otherwise: gone (it ended long ago), never submitted again. With no ID,
+    // sbatch never answered the life before: taken or not, it is looked for by name in squeue
+    // and given back if it never shows (GiveBackStuck), not reported as ended.
+    run.slurm_state = run.slurm_id > 0 ? "GONE" : "SUBMITTING";
+    if (run.slurm_id <= 0) run.pending_since = base::WallClockNow();
   }
   return Status::Ok();
 }
@@ -600,6 +603,9 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
                         std::to_string(static_cast<int64_t>(std::max(1.0, spec.grace_period))));
     }
   }
+  // Past the lease the server may have given the run to other nodes: not started (the round
+  // takes it up again if the server still lists it once it answers).
+  if (base::WallClockNow() >= order.deadline) return out;
   // The run is recorded before sbatch: whatever happens next, it is never submitted again.
   if (!WriteFile(dir + "/slurm-job", "")) {
     base::log::Warn("cannot write {}/slurm-job", dir);
@@ -731,6 +737,28 @@ void SlurmConnector::GiveBackStuck() {
 }
 
 void SlurmConnector::Act() {
+  {
+    // Orders no submitter has taken yet, of runs the server no longer wants started (told to
+    // stop, or not listed this round): taken back, as if never handed over.
+    std::lock_guard<std::mutex> lock(submit_mu_);
+    std::erase_if(orders_, [&](const Order& o) {
+      auto it = runs_.find(o.tag);
+      if (it == runs_.end()) return true;
+      if (it->second.listed && !it->second.stop) return false;
+      it->second.in_flight = false;
+      return true;
+    });
+  }
+  // Runs not started yet in Slurm (being submitted, or pending there): no more than
+  // kMaxUnstarted. Beyond what Slurm can start, more only wait in its queue, where its scheduler
+  // passes over them (with 2,000 at once here, a third waited past --pending-timeout and were
+  // given back to run again).
+  size_t unstarted = 0;
+  for (const auto& [tag, run] : runs_) {
+    unstarted +=
+        run.in_flight ||
+        (run.submitted && (run.slurm_state == "PENDING" || run.slurm_state == "SUBMITTING"));
+  }
   std::vector<Order> orders;
   for (auto& [tag, run] : runs_) {
     if (!run.listed || run.tasks.empty()) continue;
@@ -740,9 +768,10 @@ void SlurmConnector::Act() {
     }
     const int32_t world = run.tasks.begin()->second.assignment.world_size;
     if (!run.submitted && !run.in_flight && run.refused.empty() && run.given_back.empty() &&
-        run.tasks.size() == static_cast<size_t>(std::max(1, world))) {
+        run.tasks.size() == static_cast<size_t>(std::max(1, world)) && unstarted < kMaxUnstarted) {
+      ++unstarted;
       run.in_flight = true;
-      Order& order = orders.emplace_back(Order{tag, run.tasks, {}});
+      Order& order = orders.emplace_back(Order{tag, run.tasks, {}, server_seen_at_ + lease_});
       for (const auto& [index, task] : run.tasks) {
         auto link = links_.find(task.node);
         if (link != links_.end()) order.slurm_names[task.node] = link->second.slurm_name;
@@ -772,9 +801,9 @@ void SlurmConnector::Submitter() {
   }
 }
 
-bool SlurmConnector::OutcomesWaiting() {
+bool SlurmConnector::SubmissionsDone() {
   std::lock_guard<std::mutex> lock(submit_mu_);
-  return !outcomes_.empty();
+  return !outcomes_.empty() && orders_.empty();
 }
 
 void SlurmConnector::TakeOutcomes() {
@@ -792,11 +821,19 @@ void SlurmConnector::TakeOutcomes() {
     run.given_back = std::move(o.given_back);
     if (!o.submitted) continue;  // nothing reached Slurm: again next round
     run.submitted = true;
-    // squeue may have shown it already, by name: what it showed stands.
-    if (run.slurm_id > 0) continue;
+    // squeue may have shown it already, by name: what it showed of this very job stands. Another
+    // job of that name (an older one, adopted) gives way to the one sbatch made.
+    if (run.slurm_id > 0 && (o.slurm_id == 0 || o.slurm_id == run.slurm_id)) continue;
+    if (o.slurm_id == 0 && o.slurm_state != "SUBMITTING") {
+      run.slurm_state = o.slurm_state;  // refused by sbatch: nothing of it is in Slurm
+      continue;
+    }
     run.slurm_id = o.slurm_id;
     run.slurm_state = o.slurm_state;
     run.pending_since = o.pending_since;
+    run.slurm_nodes.clear();
+    run.slurm_reason.clear();
+    run.wait_status = 0;
   }
 }
 
@@ -812,10 +849,13 @@ void SlurmConnector::Fence() {
     // Every task wrote its exit code: it ended by itself and was reported so, and Slurm shows the
     // job ended a moment later. Nothing of it runs, so nothing is cancelled, and no operator is
     // told of a fence that was none (with 1,000 short jobs, 2% were so "fenced").
+    // Not for ever: one that Slurm still shows running long after (a hung step) is fenced.
     const std::string dir = RunDir(tag);
+    const double now = base::WallClockNow();
     if (!run.tasks.empty() && std::all_of(run.tasks.begin(), run.tasks.end(), [&](const auto& t) {
-          std::error_code ec;
-          return fs::exists(dir + "/task-" + std::to_string(t.first) + ".exit", ec);
+          struct stat st {};
+          const std::string exit = dir + "/task-" + std::to_string(t.first) + ".exit";
+          return ::stat(exit.c_str(), &st) == 0 && now - static_cast<double>(st.st_mtime) < 30;
         })) {
       continue;
     }
@@ -993,15 +1033,18 @@ Status SlurmConnector::Run(const std::atomic<bool>& stop) {
       o_.cluster, o_.slurm_conf.empty() ? "default" : o_.slurm_conf, o_.interval, o_.instance);
   // Submitters beside the round: sbatch waits on slurmctld (tens of milliseconds, seconds when it
   // is busy), and the nodes' heartbeats must not wait for it.
+  stopping_ = false;
   for (size_t i = 0; i < kSubmitters; ++i) submitters_.emplace_back([this] { Submitter(); });
   while (!stop) {
     if (Status s = Round(); !s.ok()) base::log::Warn("{}", s.message());
-    // The next round after the interval, or sooner once submissions are back (to see them
-    // start), but not sooner than a fifth of it: squeue is read every round.
+    // The next round after the interval, or sooner (a fifth of it) once every submission handed
+    // over is back, to see them start. Not while more wait: each round reads squeue and sinfo
+    // from slurmctld, which sbatch waits on too (with 2,000 jobs at once, rounds at that pace
+    // halved the rate of submissions).
     const double done = base::WallClockNow();
     while (!stop) {
       const double now = base::WallClockNow();
-      if (now >= done + o_.interval || (now >= done + o_.interval / 5 && OutcomesWaiting())) break;
+      if (now >= done + o_.interval || (now >= done + o_.interval / 5 && SubmissionsDone())) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }

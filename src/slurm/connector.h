@@ -68,7 +68,9 @@ struct ConnectorOptions {
 //   is cancelled once every node it ran on has been heard from: fencing.
 // - Each run's folder records its Slurm job before sbatch returns, so that a run is never
 //   submitted twice, across restarts of the connector or of Slurm.
-// Single-threaded: Run() is its loop.
+// Run() is its loop, a round every --interval; sbatch runs in submitter threads beside it, on
+// copies of what a run needs (Order), and the round takes what came of it (Outcome). Round()
+// alone, without Run(), submits nothing.
 class SlurmConnector {
  public:
   explicit SlurmConnector(ConnectorOptions options);
@@ -141,6 +143,7 @@ class SlurmConnector {
     RunTag tag;
     std::map<int32_t, TaskState> tasks;
     std::map<std::string, std::string> slurm_names;  // Meridian node -> Slurm node
+    double deadline = 0;  // the lease's end when handed over: not submitted after it
   };
   struct Outcome {
     RunTag tag;
@@ -152,8 +155,8 @@ class SlurmConnector {
   };
   // Writes the run's folder and runs sbatch; reads nothing the round changes.
   Outcome Submit(const Order& order) const;
-  void Submitter();  // one of kSubmitters threads: submits orders until stopping_
-  bool OutcomesWaiting();
+  void Submitter();        // one of kSubmitters threads: submits orders until stopping_
+  bool SubmissionsDone();  // outcomes wait to be taken, and no order waits for a submitter
   void TakeOutcomes();
   void Stop(RunState& run);
   void Fence();
@@ -196,6 +199,7 @@ class SlurmConnector {
   double heartbeat_interval_ = 2;
   // Several sbatch at once: Slurm takes them faster so.
   static constexpr size_t kSubmitters = 16;
+  static constexpr size_t kMaxUnstarted = 128;
   std::mutex submit_mu_;  // guards orders_, outcomes_ and stopping_
   std::condition_variable submit_cv_;
   std::deque<Order> orders_;

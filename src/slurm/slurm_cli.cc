@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <set>
 
 namespace meridian::slurm {
 
@@ -140,10 +141,12 @@ base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo) {
 }
 
 const char* const kSqueueFields =
-    "JobID:|,State:|,Reason:|,exit_code:|,Partition:|,UserName:|,NodeList:|,Name:";
+    "JobID:\x1f,State:\x1f,Reason:\x1f,exit_code:\x1f,Partition:\x1f,UserName:\x1f,NodeList:\x1f,"
+    "Name:";
 
 base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue) {
   std::vector<SlurmJob> out;
+  std::set<int64_t> ids;
   size_t line_no = 0;
   while (!squeue.empty()) {
     const size_t end = std::min(squeue.find('\n'), squeue.size());
@@ -152,10 +155,10 @@ base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue) {
     ++line_no;
     if (line.empty()) continue;
     const std::string at = "squeue, line " + std::to_string(line_no);
-    // Seven fields, each ended by '|'; the name is the rest, '|' and all.
+    // Seven fields, each ended by the unit separator; the name is the rest.
     std::string_view field[8];
     for (int f = 0; f < 7; ++f) {
-      const size_t bar = line.find('|');
+      const size_t bar = line.find('\x1f');
       if (bar == std::string_view::npos) {
         return Status::Invalid(at + ": " + std::to_string(f + 1) +
                                " fields where 8 were asked for");
@@ -173,6 +176,9 @@ base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue) {
     SlurmJob job;
     const auto id = number(field[0]);
     if (!id || *id <= 0) return Status::Invalid(at + ": job ID \"" + std::string(field[0]) + "\"");
+    // A job shows once: a second line of one ID was written by a name holding a line break.
+    if (!ids.insert(*id).second)
+      return Status::Invalid(at + ": job " + std::string(field[0]) + " shown twice");
     job.id = *id;
     job.state = std::string(field[1]);
     // A job whose state cannot be read is not guessed at (running or ended): the whole answer
@@ -269,8 +275,10 @@ base::Result<std::vector<SlurmNode>> SlurmCli::Nodes() const {
 }
 
 base::Result<std::vector<SlurmJob>> SlurmCli::Jobs() const {
-  auto r = RunCommand({"squeue", "--noheader", "--states=all", "--Format", kSqueueFields}, Env(),
-                      "", timeout_);
+  // Only the jobs of the connector's own user (--me), as it submits them: a user's job name or
+  // state text cannot then break the answer or forge a line of it.
+  auto r = RunCommand({"squeue", "--me", "--noheader", "--states=all", "--Format", kSqueueFields},
+                      Env(), "", timeout_);
   if (!r.ok()) return r.status();
   if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "squeue: " + Said(*r));
   return DecodeJobLines(r->out);

@@ -12,7 +12,7 @@
 #include "base/status.h"
 
 // Slurm as its command-line tools show it (docs/adr/0037-slurm-connector.md): `sinfo --json` and
-// `squeue --json` decoded once into typed values, and `sbatch` and `scancel` run with the
+// `squeue --Format` decoded once into typed values, and `sbatch` and `scancel` run with the
 // cluster's SLURM_CONF. The tools, not libslurm, so that one Meridian binary works with every
 // Slurm release that has them (libslurm's ABI changes with each one), and with the munge key and
 // configuration the site's login nodes already have.
@@ -44,7 +44,7 @@ struct SlurmNode {
   std::string Unavailable() const;
 };
 
-// One job as `squeue --json` describes it (jobs that ended stay there for MinJobAge).
+// One job as squeue describes it (jobs that ended stay there for MinJobAge).
 struct SlurmJob {
   int64_t id = 0;
   std::string name;
@@ -69,10 +69,12 @@ struct GpuGres {
 GpuGres ParseGpuGres(const std::string& gres);
 
 base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo);
-// squeue's jobs as `squeue --noheader --states=all --Format kSqueueFields` lists them, a line
-// each: the ID, state, reason, exit code (a wait status), partition, user and nodes, each ended
-// by '|', then the name (which may hold a '|'). Not --json: it writes 3.7 KB of every job, and
-// took 1-14 s a call with 1,000 jobs where this took 0.1-1 s (docs/benchmarks.md).
+// squeue's jobs as `squeue --me --noheader --states=all --Format kSqueueFields` lists them, a
+// line each: the ID, state, reason, exit code (a wait status), partition, user and nodes, each
+// ended by the unit separator (0x1f), then the name. A line that cannot be read, or a job shown
+// twice, refuses the whole answer. Not --json: it writes 3.7 KB of every job, and took 1.2-1.7
+// s a call with 1,000 jobs (1-14 s while they started) where this took 55-83 ms
+// (docs/benchmarks.md).
 extern const char* const kSqueueFields;
 base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue);
 

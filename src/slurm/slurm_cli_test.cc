@@ -5,7 +5,7 @@
 namespace meridian::slurm {
 namespace {
 
-// What Slurm 22.05's `sinfo --json` and `squeue --json` write (abridged from real output).
+// What Slurm 22.05's `sinfo --json` writes (abridged from real output).
 const char* kSinfo2205 = R"J({"meta": {"plugin": {"type": "openapi/v0.0.38"}}, "errors": [],
   "nodes": [
     {"name": "n1", "address": "127.0.0.1", "cpus": 16, "real_memory": 64000,
@@ -44,17 +44,23 @@ TEST(SlurmCli, NodesOf2205AndOfLaterReleasesDecodeAlike) {
   EXPECT_EQ(n.Unavailable(), "drained in Slurm: bad fan");
 }
 
-// What Slurm 22.05's `squeue --noheader --states=all --Format kSqueueFields` wrote here, for a
-// job that exited with code 3, one killed by SIGKILL, one running on two nodes, one pending, and
-// a name with a '|' in it.
-const char* kSqueue = R"(3|FAILED|NonZeroExitCode|768|gpu|root|n1|meridian-hpc-1-1
-5|CANCELLED|None|9|gpu|root|n2|meridian-hpc-2-3
-4|RUNNING|None|0|gpu|alice|n[2-3]|alice-training
-6|PENDING|Resources|0|gpu|bob||odd|name with space
-)";
+// A line as `squeue --Format kSqueueFields` writes it: the fields, each ended by the unit
+// separator, then the name.
+std::string Line(const std::vector<std::string>& fields, const std::string& name) {
+  std::string out;
+  for (const std::string& f : fields) out += f + "\x1f";
+  return out + name + "\n";
+}
 
 TEST(SlurmCli, JobsDecodeFromSqueuesLines) {
-  auto jobs = DecodeJobLines(kSqueue);
+  // As Slurm 22.05 wrote them here: a job that exited with code 3, one killed by SIGKILL, one
+  // running on two nodes, one pending, and names with a '|' and a space in them.
+  const std::string squeue =
+      Line({"3", "FAILED", "NonZeroExitCode", "768", "gpu", "root", "n1"}, "meridian-hpc-1-1") +
+      Line({"5", "CANCELLED", "None", "9", "gpu", "root", "n2"}, "meridian-hpc-2-3") +
+      Line({"4", "RUNNING", "None", "0", "gpu", "alice", "n[2-3]"}, "alice-training") +
+      Line({"6", "PENDING", "Resources", "0", "gpu", "bob", ""}, "odd|name with space");
+  auto jobs = DecodeJobLines(squeue);
   ASSERT_TRUE(jobs.ok()) << jobs.status().message();
   ASSERT_EQ(jobs->size(), 4u);
   const SlurmJob& failed = (*jobs)[0];
@@ -80,18 +86,28 @@ TEST(SlurmCli, JobsDecodeFromSqueuesLines) {
 
 TEST(SlurmCli, AJobWhoseStateCannotBeReadRefusesTheWholeAnswer) {
   // Read as ended, a running job would be reported exited and never fenced.
+  const std::string ok = Line({"1", "RUNNING", "None", "0", "gpu", "root", "n1"}, "x");
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"1||None|0|gpu|root|n1|meridian-hpc-1-1\n", "line 1: job state \"\""},
-      {"1|running now|None|0|gpu|root|n1|x\n", "line 1: job state \"running now\""},
-      {"1|RUNNING|None|0|gpu|root|n1|x\n2|RUNNING|None|zero|gpu|root|n1|y\n",
+      {Line({"1", "", "None", "0", "gpu", "root", "n1"}, "x"), "line 1: job state \"\""},
+      {Line({"1", "running now", "None", "0", "gpu", "root", "n1"}, "x"),
+       "line 1: job state \"running now\""},
+      {ok + Line({"2", "RUNNING", "None", "zero", "gpu", "root", "n1"}, "y"),
        "line 2: exit code \"zero\" is not a wait status"},
-      {"1_[0-2]|PENDING|None|0|gpu|root||x\n", "line 1: job ID \"1_[0-2]\""},
-      {"1|RUNNING|None|0\n", "line 1: 4 fields where 8 were asked for"}};
+      {Line({"1_[0-2]", "PENDING", "None", "0", "gpu", "root", ""}, "x"),
+       "line 1: job ID \"1_[0-2]\""},
+      {"1\x1fRUNNING\x1fNone\x1f" "0\n", "line 1: 4 fields where 8 were asked for"},
+      // A name with a line break in it: the rest of the name reads as a line, here as a forged
+      // end of job 1.
+      {Line({"1", "RUNNING", "None", "0", "gpu", "root", "n1"}, "a\n") +
+           Line({"1", "COMPLETED", "None", "0", "gpu", "root", "n1"}, "meridian-hpc-1-1"),
+       "line 3: job 1 shown twice"}};
   for (const auto& [text, says] : bad) {
     auto jobs = DecodeJobLines(text);
     ASSERT_FALSE(jobs.ok()) << text;
     EXPECT_NE(jobs.status().message().find(says), std::string::npos) << jobs.status().message();
   }
+  EXPECT_FALSE(DecodeJobLines("1|RUNNING|None|0|gpu|root|n1|x\n").ok())
+      << "the fields are ended by the unit separator, not '|'";
   EXPECT_FALSE(DecodeNodes(Json::parse(R"J({"nodes": [{"name": "n1", "state": 3}]})J")).ok());
 }
 
