@@ -383,6 +383,63 @@ TEST_F(SlurmTest, TheConnectorKilledWhileAJobRunsAdoptsItAndNothingRunsTwice) {
   EXPECT_EQ(logs.find("started"), logs.rfind("started")) << logs;
 }
 
+// slurmctld slow to take jobs: every sbatch the connector runs waits 6 s first. Of 24 jobs placed
+// at once, the 16 submitters take 16 and the rest wait their turn; all 24 are cancelled
+// meanwhile. Those still waiting never reach Slurm, and those that did are stopped there.
+TEST_F(SlurmTest, JobsCancelledWhileWaitingToBeSubmittedNeverReachSlurm) {
+  connector_->Stop(SIGKILL);
+  const std::string bin = dir_.File("slow-bin");
+  std::filesystem::create_directories(bin);
+  WriteTestFile(bin + "/sbatch", "#!/bin/sh\nsleep 6\nexec " +
+                                     Shell("command -v sbatch | tr -d '\\n'") + " \"$@\"\n");
+  ASSERT_EQ(::chmod((bin + "/sbatch").c_str(), 0755), 0);
+  connector_ = std::make_unique<AgentProcess>(
+      kBinary,
+      std::vector<std::string>{"--cluster", "hpc", "--slurm-conf", slurm_->conf(), "--partition",
+                               "gpu", "--node-prefix", "slurm-", "--work-dir",
+                               dir_.File("connector"), "--interval", "0.5", "--slurm-timeout",
+                               "30"},
+      dir_.File("connector.log"),
+      std::vector<std::pair<std::string, std::string>>{
+          {"PATH", bin + ":" + std::string(getenv("PATH"))}});
+  connector_->As("slurm-connector").Start(server_->url(), agent_token_);
+  std::vector<int64_t> jobs;
+  for (int i = 0; i < 24; ++i) {
+    jobs.push_back(Submit({{"command", {"sleep", "60"}}, {"cpuMilli", 1000}}, "j", "other"));
+  }
+  ASSERT_TRUE(Eventually([&] { return Count(jobs, "Placed") == 24; }, 20)) << Says();
+  // Handed to the submitters at the connector's next round (every 0.5 s); none back yet.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  for (int64_t id : jobs) ASSERT_EQ(Run("cancel " + std::to_string(id)).code, 0);
+  ASSERT_TRUE(Eventually([&] { return Count(jobs, "Cancelled") == 24; }, 60)) << Says();
+  // Meridian cancels a job never started at once; the submitters' sbatch still run. Once the
+  // first 16 are in Slurm, as long again for any that a free submitter could still take up.
+  auto reached = [&] {
+    size_t n = 0;
+    for (int64_t id : jobs) n += slurm_->JobsNamed(SlurmName(id)).size();
+    return n;
+  };
+  EXPECT_TRUE(Eventually([&] { return reached() >= 16; }, 30)) << reached() << Says();
+  std::this_thread::sleep_for(std::chrono::seconds(8));
+  size_t in_slurm = 0;
+  for (int64_t id : jobs) {
+    for (const Json& j : slurm_->JobsNamed(SlurmName(id))) {
+      ++in_slurm;
+      EXPECT_TRUE(Eventually([&] {
+        for (const Json& now : slurm_->JobsNamed(SlurmName(id))) {
+          if (now.value("job_id", 0) == j.value("job_id", 0)) {
+            return now.value("job_state", "") == "CANCELLED";
+          }
+        }
+        return false;
+      })) << SlurmName(id)
+          << Says();
+    }
+  }
+  EXPECT_LE(in_slurm, 16u) << "jobs cancelled before a submitter took them reached Slurm" << Says();
+  EXPECT_GE(in_slurm, 1u) << "the test means the submitters to be busy when the cancel comes";
+}
+
 TEST_F(SlurmTest, SlurmctldKilledAndBackLosesNoJobAndRunsNoneTwice) {
   const int64_t id = Submit({{"command", {"bash", "-c", "echo started; sleep 8; echo done"}}});
   ASSERT_TRUE(Eventually([&] { return Logs(id).find("started") != std::string::npos; }, 20))
