@@ -413,13 +413,13 @@ TEST_F(SlurmTest, JobsCancelledWhileWaitingToBeSubmittedNeverReachSlurm) {
   for (int64_t id : jobs) ASSERT_EQ(Run("cancel " + std::to_string(id)).code, 0);
   ASSERT_TRUE(Eventually([&] { return Count(jobs, "Cancelled") == 24; }, 60)) << Says();
   // Meridian cancels a job never started at once; the submitters' sbatch still run. Once the
-  // first 16 are in Slurm, as long again for any that a free submitter could still take up.
+  // first are in Slurm, longer than one more sbatch for any that a free submitter took up.
   auto reached = [&] {
     size_t n = 0;
     for (int64_t id : jobs) n += slurm_->JobsNamed(SlurmName(id)).size();
     return n;
   };
-  EXPECT_TRUE(Eventually([&] { return reached() >= 16; }, 30)) << reached() << Says();
+  EXPECT_TRUE(Eventually([&] { return reached() >= 1; }, 30)) << Says();
   std::this_thread::sleep_for(std::chrono::seconds(8));
   size_t in_slurm = 0;
   for (int64_t id : jobs) {
