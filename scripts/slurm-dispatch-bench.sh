@@ -163,7 +163,7 @@ echo "running in Slurm: $(squeue -h -t running | wc -l)"
 ticks() { awk '{print $14 + $15}' "/proc/$CONNECTOR/stat"; }
 a=$(ticks); sleep 20; b=$(ticks)
 echo "connector CPU: $(python3 -c "print(f'{($b-$a)/$(getconf CLK_TCK)/20*100:.1f}% of one core')")"
-# What every round of the connector reads (slurm_cli.h, kSqueueFields), beside --json.
+# What every round of the connector reads (slurm_cli.cc, kSqueueFields), beside --json.
 FIELDS='JobID:|,State:|,Reason:|,exit_code:|,Partition:|,UserName:|,NodeList:|,Name:'
 for _ in 1 2 3; do
   t0=$(now); squeue --noheader --states=all --Format "$FIELDS" > /dev/null; t1=$(now)

@@ -95,6 +95,10 @@ std::string SlurmConnector::RunDir(const RunTag& tag) const {
   return o_.work_dir + "/runs/" + std::to_string(tag.job) + "-" + std::to_string(tag.generation);
 }
 
+std::string SlurmConnector::TaskFile(const RunTag& tag, int32_t task, const char* ext) const {
+  return RunDir(tag) + "/task-" + std::to_string(task) + ext;
+}
+
 Status SlurmConnector::LoadRuns() {
   std::error_code ec;
   fs::create_directories(o_.work_dir + "/runs", ec);
@@ -258,7 +262,6 @@ Status SlurmConnector::Register(Link& link) {
   auto answer = protocol::DecodeRegistrationAnswer(r->body);
   if (!answer.ok()) return answer.status();
   lease_ = answer->terms.lease;
-  heartbeat_interval_ = answer->terms.heartbeat_interval;
   if (!answer->credential.empty()) {
     WriteFile(o_.work_dir + "/credentials/" + link.registration.node, answer->credential + "\n",
               0600);
@@ -362,7 +365,7 @@ std::vector<protocol::TaskReport> SlurmConnector::ReportsFor(const std::string& 
         out.push_back(t);
         continue;
       }
-      const std::string exit_file = RunDir(tag) + "/task-" + std::to_string(index) + ".exit";
+      const std::string exit_file = TaskFile(tag, index, ".exit");
       const std::string code = base::ReadWholeFile(exit_file);
       if (run.slurm_state == "SUBMITTING") continue;  // not known to Slurm yet: still Placed
       const bool ended = !IsActiveState(run.slurm_state);
@@ -446,10 +449,7 @@ void SlurmConnector::Beat(Link& link) {
   link.notices.erase(link.notices.begin(),
                      link.notices.begin() + static_cast<std::ptrdiff_t>(beat.notices.size()));
   auto terms = protocol::DecodeTerms(r->body);
-  if (terms.ok()) {
-    lease_ = terms->lease;
-    heartbeat_interval_ = terms->heartbeat_interval;
-  }
+  if (terms.ok()) lease_ = terms->lease;
   link.heard = true;
   server_seen_at_ = base::WallClockNow();
   answered_at_[link.registration.node] = server_seen_at_;
@@ -824,10 +824,6 @@ void SlurmConnector::TakeOutcomes() {
     // squeue may have shown it already, by name: what it showed of this very job stands. Another
     // job of that name (an older one, adopted) gives way to the one sbatch made.
     if (run.slurm_id > 0 && (o.slurm_id == 0 || o.slurm_id == run.slurm_id)) continue;
-    if (o.slurm_id == 0 && o.slurm_state != "SUBMITTING") {
-      run.slurm_state = o.slurm_state;  // refused by sbatch: nothing of it is in Slurm
-      continue;
-    }
     run.slurm_id = o.slurm_id;
     run.slurm_state = o.slurm_state;
     run.pending_since = o.pending_since;
@@ -850,12 +846,12 @@ void SlurmConnector::Fence() {
     // job ended a moment later. Nothing of it runs, so nothing is cancelled, and no operator is
     // told of a fence that was none (with 1,000 short jobs, 2% were so "fenced").
     // Not for ever: one that Slurm still shows running long after (a hung step) is fenced.
-    const std::string dir = RunDir(tag);
     const double now = base::WallClockNow();
+    const RunTag& run_tag = tag;  // a structured binding: not capturable before C++20's clang
     if (!run.tasks.empty() && std::all_of(run.tasks.begin(), run.tasks.end(), [&](const auto& t) {
           struct stat st {};
-          const std::string exit = dir + "/task-" + std::to_string(t.first) + ".exit";
-          return ::stat(exit.c_str(), &st) == 0 && now - static_cast<double>(st.st_mtime) < 30;
+          return ::stat(TaskFile(run_tag, t.first, ".exit").c_str(), &st) == 0 &&
+                 now - static_cast<double>(st.st_mtime) < 30;
         })) {
       continue;
     }
@@ -889,7 +885,7 @@ void SlurmConnector::UploadLogs() {
     for (auto& [index, task] : run.tasks) {
       auto link = links_.find(task.node);
       if (link == links_.end() || !link->second.registered) continue;
-      const std::string path = RunDir(tag) + "/task-" + std::to_string(index) + ".out";
+      const std::string path = TaskFile(tag, index, ".out");
       std::error_code ec;
       const auto size = static_cast<int64_t>(fs::file_size(path, ec));
       if (ec || size <= task.uploaded) continue;
@@ -930,8 +926,7 @@ void SlurmConnector::Cleanup() {
         !run.in_flight && !run.listed && !IsActiveState(run.slurm_state) && HeardFromAll(run);
     for (auto t = run.tasks.begin(); done && t != run.tasks.end(); ++t) {
       std::error_code ec;
-      const auto size =
-          fs::file_size(RunDir(it->first) + "/task-" + std::to_string(t->first) + ".out", ec);
+      const auto size = fs::file_size(TaskFile(it->first, t->first, ".out"), ec);
       done = ec || t->second.uploaded >= static_cast<int64_t>(size);
     }
     if (!done) {

@@ -165,6 +165,8 @@ class SlurmConnector {
   void UploadLogs();
   void Cleanup();
   std::string RunDir(const RunTag& tag) const;
+  // A task's output (".out") or exit code (".exit", written by the wrapper) in its run's folder.
+  std::string TaskFile(const RunTag& tag, int32_t task, const char* ext) const;
   // The node as its agent would register it, with what Slurm's own users' work holds: `foreign`
   // GPUs (none that Meridian's runs hold) marked as such, and its CPUs and memory.
   protocol::Registration RegistrationOf(const SlurmNode& node, const Held& foreign,
@@ -196,7 +198,6 @@ class SlurmConnector {
   // partitions: its runs' lease runs out from then).
   std::map<std::string, double> answered_at_;
   double lease_ = 15;  // from the server's terms
-  double heartbeat_interval_ = 2;
   // Several sbatch at once: Slurm takes them faster so.
   static constexpr size_t kSubmitters = 16;
   static constexpr size_t kMaxUnstarted = 128;

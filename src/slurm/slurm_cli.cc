@@ -5,6 +5,8 @@
 #include <cstring>
 #include <set>
 
+#include "base/strings.h"
+
 namespace meridian::slurm {
 
 using base::Status;
@@ -140,45 +142,43 @@ base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo) {
   return out;
 }
 
+namespace {
+
+// squeue's fields, each ended by the unit separator, the name last (DecodeJobLines).
 const char* const kSqueueFields =
     "JobID:\x1f,State:\x1f,Reason:\x1f,exit_code:\x1f,Partition:\x1f,UserName:\x1f,NodeList:\x1f,"
     "Name:";
+
+// A whole non-negative number ("768"), or nullopt.
+std::optional<int64_t> Count(std::string_view s) {
+  long long v = 0;
+  if (!base::ParseInt64(s, &v) || v < 0 || s.front() == '+') return std::nullopt;
+  return v;
+}
+
+}  // namespace
 
 base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue) {
   std::vector<SlurmJob> out;
   std::set<int64_t> ids;
   size_t line_no = 0;
-  while (!squeue.empty()) {
-    const size_t end = std::min(squeue.find('\n'), squeue.size());
-    std::string_view line = squeue.substr(0, end);
-    squeue.remove_prefix(std::min(end + 1, squeue.size()));
+  for (std::string_view line : base::Split(squeue, '\n')) {
     ++line_no;
     if (line.empty()) continue;
     const std::string at = "squeue, line " + std::to_string(line_no);
-    // Seven fields, each ended by the unit separator; the name is the rest.
-    std::string_view field[8];
-    for (int f = 0; f < 7; ++f) {
-      const size_t bar = line.find('\x1f');
-      if (bar == std::string_view::npos) {
-        return Status::Invalid(at + ": " + std::to_string(f + 1) +
-                               " fields where 8 were asked for");
-      }
-      field[f] = line.substr(0, bar);
-      line.remove_prefix(bar + 1);
+    // Seven fields, each ended by the unit separator; the name is the rest of the line.
+    const std::vector<std::string_view> field = base::Split(line, '\x1f');
+    if (field.size() < 8) {
+      return Status::Invalid(at + ": " + std::to_string(field.size()) +
+                             " fields where 8 were asked for");
     }
-    field[7] = line;
-    auto number = [](std::string_view s) -> std::optional<int64_t> {
-      if (s.empty() || s.size() > 18 || !std::all_of(s.begin(), s.end(), ::isdigit)) {
-        return std::nullopt;
-      }
-      return std::stoll(std::string(s));
-    };
     SlurmJob job;
-    const auto id = number(field[0]);
+    const auto id = Count(field[0]);
     if (!id || *id <= 0) return Status::Invalid(at + ": job ID \"" + std::string(field[0]) + "\"");
     // A job shows once: a second line of one ID was written by a name holding a line break.
-    if (!ids.insert(*id).second)
+    if (!ids.insert(*id).second) {
       return Status::Invalid(at + ": job " + std::string(field[0]) + " shown twice");
+    }
     job.id = *id;
     job.state = std::string(field[1]);
     // A job whose state cannot be read is not guessed at (running or ended): the whole answer
@@ -189,7 +189,7 @@ base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue) {
       return Status::Invalid(at + ": job state \"" + job.state + "\"");
     }
     job.reason = std::string(field[2]);
-    const auto exit = number(field[3]);
+    const auto exit = Count(field[3]);
     if (!exit) {
       return Status::Invalid(at + ": exit code \"" + std::string(field[3]) +
                              "\" is not a wait status");
@@ -198,7 +198,7 @@ base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue) {
     job.partition = std::string(field[4]);
     job.user = std::string(field[5]);
     job.nodes = std::string(field[6]);
-    job.name = std::string(field[7]);
+    job.name = std::string(line.substr(static_cast<size_t>(field[7].data() - line.data())));
     out.push_back(std::move(job));
   }
   return out;

@@ -69,13 +69,12 @@ struct GpuGres {
 GpuGres ParseGpuGres(const std::string& gres);
 
 base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo);
-// squeue's jobs as `squeue --me --noheader --states=all --Format kSqueueFields` lists them, a
-// line each: the ID, state, reason, exit code (a wait status), partition, user and nodes, each
-// ended by the unit separator (0x1f), then the name. A line that cannot be read, or a job shown
-// twice, refuses the whole answer. Not --json: it writes 3.7 KB of every job, and took 1.2-1.7
-// s a call with 1,000 jobs (1-14 s while they started) where this took 55-83 ms
+// squeue's jobs as `squeue --me --noheader --states=all --Format FIELDS` (slurm_cli.cc) lists
+// them, a line each: the ID, state, reason, exit code (a wait status), partition, user and nodes,
+// each ended by the unit separator (0x1f), then the name. A line that cannot be read, or a job
+// shown twice, refuses the whole answer. Not --json: it writes 3.7 KB of every job, and
+// took 1.2-1.7 s a call with 1,000 jobs (1-14 s while they started) where this took 55-83 ms
 // (docs/benchmarks.md).
-extern const char* const kSqueueFields;
 base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue);
 
 // What a Meridian run is called in Slurm: the connector's instance (by default its Meridian

@@ -44,8 +44,8 @@ TEST(SlurmCli, NodesOf2205AndOfLaterReleasesDecodeAlike) {
   EXPECT_EQ(n.Unavailable(), "drained in Slurm: bad fan");
 }
 
-// A line as `squeue --Format kSqueueFields` writes it: the fields, each ended by the unit
-// separator, then the name.
+// A line as the connector's squeue (slurm_cli.cc, kSqueueFields) writes it: the fields, each ended
+// by the unit separator, then the name.
 std::string Line(const std::vector<std::string>& fields, const std::string& name) {
   std::string out;
   for (const std::string& f : fields) out += f + "\x1f";
@@ -95,7 +95,9 @@ TEST(SlurmCli, AJobWhoseStateCannotBeReadRefusesTheWholeAnswer) {
        "line 2: exit code \"zero\" is not a wait status"},
       {Line({"1_[0-2]", "PENDING", "None", "0", "gpu", "root", ""}, "x"),
        "line 1: job ID \"1_[0-2]\""},
-      {"1\x1fRUNNING\x1fNone\x1f" "0\n", "line 1: 4 fields where 8 were asked for"},
+      {"1\x1fRUNNING\x1fNone\x1f"
+       "0\n",
+       "line 1: 4 fields where 8 were asked for"},
       // A name with a line break in it: the rest of the name reads as a line, here as a forged
       // end of job 1.
       {Line({"1", "RUNNING", "None", "0", "gpu", "root", "n1"}, "a\n") +
