@@ -385,8 +385,14 @@ TEST_F(SlurmTest, TheConnectorKilledWhileAJobRunsAdoptsItAndNothingRunsTwice) {
 
 // slurmctld slow to take jobs: every sbatch the connector runs waits 6 s first. Of 24 jobs placed
 // at once, the 16 submitters take 16 and the rest wait their turn; all 24 are cancelled
-// meanwhile. Those still waiting never reach Slurm, and those that did are stopped there.
+// meanwhile. Those still waiting never reach Slurm, and those that did are stopped there. Under
+// the default Policy: its lease (minutes) outlasts the wait, so only taking the waiting orders
+// back keeps them out of Slurm, not the lease's deadline.
 TEST_F(SlurmTest, JobsCancelledWhileWaitingToBeSubmittedNeverReachSlurm) {
+  ASSERT_EQ(Run("apply -f " + WriteTestFile(dir_.File("policy.yaml"),
+                                            "kind: Policy\nmetadata: {name: default}\nspec: {}\n"))
+                .code,
+            0);
   connector_->Stop(SIGKILL);
   const std::string bin = dir_.File("slow-bin");
   std::filesystem::create_directories(bin);
