@@ -320,33 +320,43 @@ TEST_F(SlurmTest, TwoTasksOfAGangOnOneSlurmNodeRunThereEachWithItsOwnGpus) {
   EXPECT_EQ(gpus, (std::set<std::string>{"0", "1", "2", "3"}));
 }
 
-// Three 2-GPU tasks on 4-GPU nodes: Meridian packs two on one node and the third on another.
-// Slurm asks the same number of tasks of every node of a job, so the run goes back to Meridian's
-// queue with its layout named, and nothing of it reaches Slurm.
-TEST_F(SlurmTest, AGangSpreadUnevenlyOverSlurmNodesGoesBackToTheQueueWithItsLayout) {
-  const int64_t gang = Submit({{"command", {"sleep", "1"}}, {"gpus", 2}, {"tasks", 3}});
-  std::string said;
-  ASSERT_TRUE(Eventually(
-      [&] {
-        for (const Json& e : JobEvents(*server_, admin_, gang)) {
-          if (e.value("reason", "") == "Requeued" &&
-              e.value("message", "").find("spread unevenly over Slurm nodes") !=
-                  std::string::npos) {
-            said = e.value("message", "");
-            return true;
-          }
-        }
-        return false;
-      },
-      20))
+// Three 2-GPU tasks on 4-GPU nodes: packed, two would go on one node and the third on another,
+// which no Slurm job can be (Slurm asks the same number of tasks of each node of a job). The
+// scheduler lays them out one to a node instead: one Slurm job of three nodes, one task on each,
+// run at the first placement, never given back.
+TEST_F(SlurmTest, AGangOfThreeTasksOnFourGpuSlurmNodesIsLaidOutOneToANodeAndRuns) {
+  const int64_t gang = Submit({{"command",
+                                {"bash", "-c",
+                                 "echo \"task $MERIDIAN_TASK_INDEX on $MERIDIAN_NODE "
+                                 "gpus=$CUDA_VISIBLE_DEVICES\"; sleep 2"}},
+                               {"gpus", 2},
+                               {"tasks", 3}});
+  ASSERT_TRUE(
+      Eventually([&] { return Phase(gang) == "Running" || Phase(gang) == "Succeeded"; }, 20))
       << Job(gang).dump() << Says();
-  EXPECT_NE(said.find(": 2, "), std::string::npos) << said;
-  EXPECT_NE(said.find(": 1"), std::string::npos) << said;
-  // Back in the queue (or placed again, as a first refusal waits for nothing), never failed.
-  const std::string phase = Phase(gang);
-  EXPECT_TRUE(phase == "Pending" || phase == "Placed") << phase;
-  EXPECT_EQ(Job(gang)["status"].value("restarts", 0), 0);
-  EXPECT_TRUE(slurm_->JobsNamed(SlurmName(gang, 1)).empty()) << Says();
+  const Json allocation = Job(gang)["status"].value("allocation", Json::array());
+  ASSERT_EQ(allocation.size(), 3u) << allocation.dump();
+  std::map<int, std::string> node_of;  // task -> node
+  std::set<std::string> nodes;
+  for (const Json& a : allocation) {
+    node_of[a.value("task", -1)] = a.value("node", "");
+    nodes.insert(a.value("node", ""));
+  }
+  EXPECT_EQ(nodes.size(), 3u) << allocation.dump();
+  const std::vector<Json> slurm_jobs = slurm_->JobsNamed(SlurmName(gang));
+  ASSERT_EQ(slurm_jobs.size(), 1u) << Says();
+  EXPECT_EQ(slurm_jobs[0].value("node_count", 0), 3);
+  ASSERT_TRUE(Eventually([&] { return Phase(gang) == "Succeeded"; }, 60))
+      << Job(gang).dump() << Says();
+  for (int task = 0; task < 3; ++task) {
+    const std::string said = "task " + std::to_string(task) + " on " + node_of[task] + " gpus=0,1";
+    EXPECT_TRUE(Eventually([&] { return Logs(gang, task).find(said) != std::string::npos; }))
+        << Logs(gang, task);
+  }
+  for (const Json& e : JobEvents(*server_, admin_, gang)) {
+    EXPECT_NE(e.value("reason", ""), "Requeued") << e.dump();
+  }
+  EXPECT_EQ(Job(gang)["status"].value("generation", 0), 1);
 }
 
 TEST_F(SlurmTest, ACancelledJobGetsItsNoticeAndStopsWithinItsGrace) {

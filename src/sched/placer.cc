@@ -337,6 +337,10 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
       const int32_t node_id = (*list)[(k + offset) % size];
       if (visited_[node_id] == stamp_) continue;
       visited_[node_id] = stamp_;
+      if (!cycle.keep_off.empty() && std::find(cycle.keep_off.begin(), cycle.keep_off.end(),
+                                               node_id) != cycle.keep_off.end()) {
+        continue;
+      }
       ++out.why.nodes_considered;
       const NodeState& node = s_->nodes[node_id];
       bool passed = true;
@@ -404,7 +408,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
                     "whose idle GPUs changed MIG layout too recently to change again "
                     "(migReconfigureInterval)");
   }
-  Remember(hash, task.FeasibilityKey(), cycle, out.why);
+  if (cycle.keep_off.empty()) Remember(hash, task.FeasibilityKey(), cycle, out.why);
   return out;
 }
 

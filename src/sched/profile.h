@@ -52,6 +52,10 @@ struct CycleState {
   // placed must keep off them (it would still run when the reservation starts).
   std::vector<uint8_t> reserved_nodes;
   bool avoid_reserved = false;
+  // Nodes the task now being placed keeps off: those a job laid out as the same number of tasks
+  // on each node already uses (Scheduler::PlaceEvenly). What fits nowhere while some are kept
+  // off is not remembered: it says nothing of the shape.
+  std::vector<int32_t> keep_off;
 };
 
 }  // namespace meridian::sched

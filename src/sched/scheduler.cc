@@ -215,7 +215,130 @@ void Scheduler::Rollback(const Job& j, const std::vector<Placement>& done) {
   for (size_t i = done.size(); i-- > 0;) placer_.Release(j.spec.tasks[i], done[i]);
 }
 
+Mask Scheduler::Uneven(const std::vector<Placement>& placements) const {
+  Mask even = 0;
+  for (size_t c = 0; c < snapshot_.clusters.size(); ++c) {
+    if (snapshot_.clusters[c].even_task_layout) even |= Bit(static_cast<int>(c));
+  }
+  if (even == 0) return 0;
+  std::vector<std::pair<int32_t, int32_t>> on_node;  // node, tasks there
+  for (const Placement& p : placements) {
+    if (p.node < 0 || !(even & Bit(snapshot_.nodes[p.node].cluster))) continue;
+    auto it = std::find_if(on_node.begin(), on_node.end(),
+                           [&](const auto& e) { return e.first == p.node; });
+    if (it == on_node.end()) {
+      on_node.emplace_back(p.node, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  Mask uneven = 0;
+  for (const auto& [node, tasks] : on_node) {
+    const int32_t cluster = snapshot_.nodes[node].cluster;
+    for (const auto& [other, others] : on_node) {
+      if (snapshot_.nodes[other].cluster == cluster && others != tasks) uneven |= Bit(cluster);
+    }
+  }
+  return uneven;
+}
+
 bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why) {
+  if (!PlaceTasks(j, clusters, out, why)) return false;
+  if (out->size() < 2 || Uneven(*out) == 0) return true;
+  // Slurm runs the same number of a job's tasks on each node it uses (--ntasks-per-node): two
+  // tasks on one node and one on another cannot be one Slurm job. Laid out so on such a cluster,
+  // or placed on the others.
+  Undo(j, *out);
+  out->clear();
+  j.layout_changes.clear();
+  Mask even = 0;
+  Mask every_task = clusters;
+  for (const TaskSpec& t : j.spec.tasks) every_task &= t.allowed_clusters;
+  for (size_t c = 0; c < snapshot_.clusters.size(); ++c) {
+    const Mask bit = Bit(static_cast<int>(c));
+    if (!snapshot_.clusters[c].even_task_layout) continue;
+    even |= bit;
+    if ((every_task & bit) && PlaceEvenly(j, static_cast<int32_t>(c), out)) return true;
+  }
+  std::string elsewhere;
+  if ((clusters & ~even) && PlaceTasks(j, clusters & ~even, out, why ? &elsewhere : nullptr)) {
+    return true;
+  }
+  if (why) {
+    *why = std::to_string(j.spec.tasks.size()) +
+           " tasks fit no layout with as many on each node of a Slurm cluster (Slurm runs as "
+           "many tasks of a job on each of its nodes)";
+    if (!elsewhere.empty()) *why += "; elsewhere: " + elsewhere;
+  }
+  return false;
+}
+
+bool Scheduler::PlaceEvenly(Job& j, int32_t c, std::vector<Placement>* out) {
+  // Whether no layout fits is remembered as a job's shape is (PlaceTasks), per cluster.
+  const uint64_t hash = (j.shape_hash ^ 0x2545f4914f6cdd1dULL ^ Bit(c)) * 0xbf58476d1ce4e5b9ULL;
+  std::string key = j.shape_key +
+                    "\x04"
+                    "even@" +
+                    std::to_string(c);
+  if (placer_.Known(hash, key, cycle_)) return false;
+  // Alike tasks of whole GPUs (or none) go k to a node as one task k times their size, whose GPUs
+  // are then dealt out; others one to a node.
+  const TaskSpec& first = j.spec.tasks.front();
+  const bool merge =
+      j.alike_tasks && (first.gpu_kind == GpuKind::kWhole || first.gpu_kind == GpuKind::kNone);
+  const size_t n = j.spec.tasks.size();
+  Unschedulable why;
+  for (size_t k = merge ? n : 1; k >= 1; --k) {
+    if (n % k == 0 && PlaceEvenlyBy(j, c, k, out, &why)) return true;
+  }
+  placer_.Remember(hash, std::move(key), cycle_, std::move(why), !j.alike_tasks);
+  return false;
+}
+
+bool Scheduler::PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement>* out,
+                              Unschedulable* why) {
+  std::vector<int32_t>& taken = cycle_.keep_off;  // each group of k on a node of its own
+  taken.clear();
+  for (size_t begin = 0; begin < j.spec.tasks.size(); begin += k) {
+    TaskSpec group = j.spec.tasks[begin];
+    group.allowed_clusters &= Bit(c);
+    const int32_t gpus = group.gpu_kind == GpuKind::kWhole ? group.gpu_count : 0;
+    group.gpu_count *= static_cast<int32_t>(k);
+    group.cpu_milli *= static_cast<int64_t>(k);
+    group.memory_mib *= static_cast<int64_t>(k);
+    PlaceOutcome o = placer_.Place(group, cycle_);
+    if (!o.placed) {
+      taken.clear();
+      *why = std::move(o.why);
+      Undo(j, *out);
+      out->clear();
+      j.layout_changes.clear();
+      return false;
+    }
+    taken.push_back(o.placement.node);
+    for (size_t i = 0; i < k; ++i) {
+      Placement p;
+      p.node = o.placement.node;
+      p.score = o.placement.score;
+      if (k == 1) {
+        p.devices = o.placement.devices;
+      } else {
+        auto from = o.placement.devices.begin() + static_cast<ptrdiff_t>(i) * gpus;
+        p.devices.assign(from, from + gpus);
+      }
+      placer_.Commit(j.spec.tasks[begin + i], p, &cycle_);
+      for (const DeviceGrant& d : p.devices) {
+        if (d.mig_change != MigChange::kNone) j.layout_changes.push_back(d);
+      }
+      SettleMig(&p);
+      out->push_back(std::move(p));
+    }
+  }
+  taken.clear();
+  return true;
+}
+
+bool Scheduler::PlaceTasks(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why) {
   out->clear();
   j.layout_changes.clear();
   // A job of several tasks may place some before one fits nowhere: what it took is undone

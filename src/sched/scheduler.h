@@ -324,7 +324,17 @@ class Scheduler {
   int32_t LasLevel(double attained) const;
   // All-or-nothing placement of every task; commits on success.
   bool TryPlace(Job& j, std::string* why);
+  // Places every task of j within `clusters` (not committed past TryPlace's trial). On a cluster
+  // whose back end runs as many tasks on each node a job uses (ClusterState::even_task_layout),
+  // the tasks are laid out so, or the job goes elsewhere (PlaceEvenly).
   bool PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why);
+  // PlaceIn's tasks one by one, each where the placer finds best.
+  bool PlaceTasks(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why);
+  // j's tasks in cluster c as k tasks on each of n/k nodes, for the largest k that fits.
+  bool PlaceEvenly(Job& j, int32_t c, std::vector<Placement>* out);
+  bool PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement>* out, Unschedulable* why);
+  // The clusters of even_task_layout on which `placements` use some node more than another.
+  Mask Uneven(const std::vector<Placement>& placements) const;
   void Rollback(const Job& j, const std::vector<Placement>& done);
   // Rollback of what this TryPlace placed itself (Placer::Undo).
   void Undo(const Job& j, const std::vector<Placement>& done);

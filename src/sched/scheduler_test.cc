@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "sched/testing/estate.h"
@@ -518,6 +519,99 @@ TEST(Scheduler, GangsArePlacedWholeInOneCluster) {
   EXPECT_EQ(g.sched->snapshot().nodes[p[0].node].cluster,
             g.sched->snapshot().nodes[p[1].node].cluster);
   EXPECT_NE(p[0].node, p[1].node);
+}
+
+// A Slurm cluster runs as many tasks of a job on each node it uses (--ntasks-per-node), so a job
+// of several tasks is laid out so there: three 2-GPU tasks on 4-GPU nodes go one to a node, where
+// packing would put two on one node and the third on another.
+struct SlurmEstate {
+  QuotaTree quotas;
+  int32_t a = -1;
+  std::unique_ptr<Scheduler> sched;
+
+  // `slurm` 4-GPU nodes in Slurm cluster hpc, `agent` in the agents' cluster onprem.
+  SlurmEstate(int slurm, int agent) {
+    a = quotas.AddNode("team-a", quotas.AddNode("org", -1));
+    std::vector<domain::Cluster> clusters = testing::TwoClusters();
+    clusters[1].name = "hpc";
+    clusters[1].backend = domain::Backend::kSlurm;
+    std::vector<testing::NodeSpec> specs;
+    for (int i = 0; i < slurm + agent; ++i) {
+      specs.push_back({"n" + std::to_string(i), "H100-80GB", 4, 64000, 512 * 1024,
+                       i < slurm ? "hpc" : "onprem"});
+    }
+    sched = std::make_unique<Scheduler>(testing::Build(specs, clusters),
+                                        testing::MakeProfile({{"best-fit", 1}, {"topology", 1}}),
+                                        quotas, Plain(QueueOrder::kMeridian), 1);
+  }
+  // Tasks on each node the job's placements use.
+  std::map<int32_t, int> Layout(const CycleResult& r, int64_t id) const {
+    std::map<int32_t, int> on;
+    for (const StartDecision& s : r.started) {
+      if (s.job != id) continue;
+      for (const Placement& p : s.placements) ++on[p.node];
+    }
+    return on;
+  }
+  std::string Cluster(int32_t node) const {
+    return sched->snapshot().clusters[sched->snapshot().nodes[node].cluster].name;
+  }
+};
+
+TEST(Scheduler, OnASlurmClusterAJobsTasksAreLaidOutAsManyOnEachNode) {
+  SlurmEstate f(4, 0);
+  JobSpec three = Job(1, f.a, 2, 3);
+  three.gang = true;
+  ASSERT_TRUE(f.sched->Submit(three).ok());
+  CycleResult r = f.sched->Cycle(0);
+  ASSERT_TRUE(Started(r, 1)) << Reason(r, 1);
+  std::map<int32_t, int> on = f.Layout(r, 1);
+  EXPECT_EQ(on.size(), 3u) << "one task on each of three nodes";
+  for (const auto& [node, tasks] : on) EXPECT_EQ(tasks, 1) << f.Cluster(node);
+  // Where the tasks can pair up, they do. With one node half taken, packing would put four
+  // 2-GPU tasks one, two and one on three nodes; laid out evenly, they go two to each of two
+  // whole nodes, not one to each of four.
+  SlurmEstate g(4, 0);
+  ASSERT_TRUE(g.sched->Submit(Job(2, g.a, 2)).ok());
+  ASSERT_TRUE(Started(g.sched->Cycle(0), 2));
+  JobSpec four = Job(3, g.a, 2, 4);
+  four.gang = true;
+  ASSERT_TRUE(g.sched->Submit(four).ok());
+  r = g.sched->Cycle(1);
+  ASSERT_TRUE(Started(r, 3)) << Reason(r, 3);
+  on = g.Layout(r, 3);
+  EXPECT_EQ(on.size(), 2u);
+  for (const auto& [node, tasks] : on) EXPECT_EQ(tasks, 2);
+  // The GPUs dealt out to the tasks of one node are theirs alone.
+  std::set<int32_t> gpus;
+  for (const StartDecision& s : r.started) {
+    for (const Placement& p : s.placements) {
+      EXPECT_EQ(p.devices.size(), 2u);
+      for (const DeviceGrant& d : p.devices) EXPECT_TRUE(gpus.insert(d.gpu).second) << d.gpu;
+    }
+  }
+}
+
+TEST(Scheduler, AJobWithNoEvenLayoutOnASlurmClusterGoesElsewhereOrWaitsSayingWhy) {
+  // Two Slurm nodes: three 2-GPU tasks fit only as two and one.
+  SlurmEstate f(2, 0);
+  JobSpec gang = Job(1, f.a, 2, 3);
+  gang.gang = true;
+  ASSERT_TRUE(f.sched->Submit(gang).ok());
+  CycleResult r = f.sched->Cycle(0);
+  EXPECT_FALSE(Started(r, 1));
+  EXPECT_NE(Reason(r, 1).find("as many on each node of a Slurm cluster"), std::string::npos)
+      << Reason(r, 1);
+  EXPECT_FALSE(Started(f.sched->Cycle(1), 1)) << "remembered, and still no layout";
+  // With the agents' cluster beside it, the job goes there, packed as the placer likes.
+  SlurmEstate g(2, 2);
+  ASSERT_TRUE(g.sched->Submit(gang).ok());
+  r = g.sched->Cycle(0);
+  ASSERT_TRUE(Started(r, 1)) << Reason(r, 1);
+  for (const auto& [node, tasks] : g.Layout(r, 1)) EXPECT_EQ(g.Cluster(node), "onprem");
+  // A job of one task is never held to it, nor one whose tasks landed evenly.
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.a, 4)).ok());
+  EXPECT_TRUE(Started(f.sched->Cycle(2), 2));
 }
 
 // A spent block-cloud budget (docs/adr/0041-budgets.md): its tenant's jobs are placed in no

@@ -200,15 +200,25 @@ Status Snapshot::UpdateNode(int32_t node, const domain::Node& n) {
   return Status::Ok();
 }
 
+namespace {
+
+// What a cluster's document says of it as a site, its prices aside (they need the models).
+void DescribeSite(const domain::Cluster& c, ClusterState* cs) {
+  cs->kind = c.kind;
+  cs->region = c.region;
+  cs->datasets = c.datasets;
+  cs->egress_per_gib = c.egress_per_gib;
+  cs->bandwidth_gbps = c.bandwidth_gbps;
+  cs->keeps_checkpoints = !c.storage.checkpoints.empty();
+  cs->caches_data = !c.storage.cache.empty();
+  cs->even_task_layout = c.backend == domain::Backend::kSlurm;
+}
+
+}  // namespace
+
 void Snapshot::UpdateCluster(int32_t cluster, const domain::Cluster& c) {
   ClusterState& cs = clusters[static_cast<size_t>(cluster)];
-  cs.kind = c.kind;
-  cs.region = c.region;
-  cs.datasets = c.datasets;
-  cs.egress_per_gib = c.egress_per_gib;
-  cs.bandwidth_gbps = c.bandwidth_gbps;
-  cs.keeps_checkpoints = !c.storage.checkpoints.empty();
-  cs.caches_data = !c.storage.cache.empty();
+  DescribeSite(c, &cs);
   IndexSites();
   cs.price_by_model.assign(models_.size(), 0.0);
   for (const auto& [model, price] : c.price_per_gpu_hour) {
@@ -302,13 +312,7 @@ base::Result<Snapshot> Snapshot::Build(const std::vector<domain::Cluster>& clust
   for (const domain::Cluster& c : clusters) {
     ClusterState cs;
     cs.name = c.name;
-    cs.kind = c.kind;
-    cs.region = c.region;
-    cs.datasets = c.datasets;
-    cs.egress_per_gib = c.egress_per_gib;
-    cs.bandwidth_gbps = c.bandwidth_gbps;
-    cs.keeps_checkpoints = !c.storage.checkpoints.empty();
-    cs.caches_data = !c.storage.cache.empty();
+    DescribeSite(c, &cs);
     s.clusters.push_back(std::move(cs));
   }
   s.IndexSites();

@@ -92,6 +92,9 @@ struct ClusterState {
   std::map<std::string, double> bandwidth_gbps;  // to other sites, as the Cluster declares it
   bool keeps_checkpoints = false;                // storage.checkpoints is set
   bool caches_data = false;                      // storage.cache is set: datasets can be staged
+  // Its back end runs as many tasks of a job on each node the job uses (Slurm's
+  // --ntasks-per-node): the scheduler lays a job's tasks out so there (Scheduler::PlaceEvenly).
+  bool even_task_layout = false;
 };
 
 // A dataset that tasks read, and the sites that have it: where it lives (its locations and the
