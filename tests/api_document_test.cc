@@ -403,6 +403,14 @@ TEST_F(ApiDocumentTest, EveryAnswerOfEveryPathMatchesItsSchema) {
       r.Call("GET", "/api/v1/agents/{name}/wait", "/api/v1/agents/n1/wait?seen=0&timeout=5", a);
   EXPECT_EQ(waited.status, 200) << waited.text;
   EXPECT_GT(waited.body.value("version", uint64_t{0}), 0u) << waited.text;
+  // The same for n1's whole cluster, as a Slurm connector waits; a scope of nothing known is 400.
+  HttpResult cluster_waited = r.Call("GET", "/api/v1/agents/{name}/wait",
+                                     "/api/v1/agents/n1/wait?seen=0&timeout=5&scope=cluster", a);
+  EXPECT_EQ(cluster_waited.status, 200) << cluster_waited.text;
+  EXPECT_GT(cluster_waited.body.value("version", uint64_t{0}), 0u) << cluster_waited.text;
+  HttpResult bad_scope = r.Call("GET", "/api/v1/agents/{name}/wait",
+                                "/api/v1/agents/n1/wait?seen=0&scope=galaxy", a);
+  EXPECT_EQ(bad_scope.status, 400) << bad_scope.text;
   // Its channel is a WebSocket (tests/agent_channel_test.cc opens one); a plain request is told.
   HttpResult channel =
       r.Call("GET", "/api/v1/agents/{name}/channel", "/api/v1/agents/n1/channel", a);

@@ -20,6 +20,7 @@ namespace meridian::agent {
 
 struct OrdersWaiter::Shared {
   std::string node;
+  bool whole_cluster = false;
   std::mutex mu;
   std::condition_variable cv;
   cli::ClientConfig config;
@@ -129,7 +130,7 @@ void WaitLoop(const std::shared_ptr<OrdersWaiter::Shared>& s) {
         client_version = s->config_version;
       }
       config = s->config;
-      try_channel = std::chrono::steady_clock::now() >= s->no_channel_until;
+      try_channel = !s->whole_cluster && std::chrono::steady_clock::now() >= s->no_channel_until;
     }
     if (try_channel) {
       net::WebSocketOpen open =
@@ -160,7 +161,8 @@ void WaitLoop(const std::shared_ptr<OrdersWaiter::Shared>& s) {
       }
     }
     const std::string path = "/api/v1/agents/" + s->node + "/wait?seen=" + std::to_string(seen) +
-                             "&timeout=" + std::to_string(OrdersWaiter::kWaitSeconds);
+                             "&timeout=" + std::to_string(OrdersWaiter::kWaitSeconds) +
+                             (s->whole_cluster ? "&scope=cluster" : "");
     auto r = client->Call("GET", path);
     const nlohmann::json* version = nullptr;
     if (r.ok() && r->status == 200 && r->body.is_object() && r->body.contains("version") &&
@@ -185,8 +187,10 @@ void WaitLoop(const std::shared_ptr<OrdersWaiter::Shared>& s) {
 
 }  // namespace
 
-OrdersWaiter::OrdersWaiter(std::string node) : shared_(std::make_shared<Shared>()) {
+OrdersWaiter::OrdersWaiter(std::string node, bool whole_cluster)
+    : shared_(std::make_shared<Shared>()) {
   shared_->node = std::move(node);
+  shared_->whole_cluster = whole_cluster;
 }
 
 OrdersWaiter::~OrdersWaiter() {

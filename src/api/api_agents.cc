@@ -206,13 +206,24 @@ void Api::AgentWait(Call& call) {
   if (!seen) return;
   auto timeout = IntParam(call, "timeout", 25, 1, 60);
   if (!timeout) return;
-  // Answered when the node rings (or at once, when it rang since `seen`); at the timeout with
+  // scope=cluster: the bell of the node's whole cluster, which rings with each of its nodes'.
+  std::string bell = node;
+  const std::string scope = call.req.has_param("scope") ? call.req.get_param_value("scope") : "";
+  if (scope == "cluster") {
+    auto o = store::ReadValue(*store_, [&](store::Tx& tx) { return tx.GetObject("Node", node); });
+    if (!o.ok()) return Fail(call, o.status());
+    bell = ClusterBell(o->spec.value("cluster", ""));
+  } else if (!scope.empty() && scope != "node") {
+    return Fail(call, 400, "invalid_argument",
+                "scope: \"" + scope + "\" is not one of node, cluster", "scope");
+  }
+  // Answered when the bell rings (or at once, when it rang since `seen`); at the timeout with
   // `seen` itself: nothing new.
   Respond(call, 200, {{"version", *seen}});
   call.res.later_timeout = static_cast<double>(*timeout);
-  call.res.later = [this, node,
+  call.res.later = [this, bell,
                     seen = static_cast<uint64_t>(*seen)](std::shared_ptr<net::Later> later) {
-    doorbells_->Wait(node, seen, std::move(later));
+    doorbells_->Wait(bell, seen, std::move(later));
   };
 }
 

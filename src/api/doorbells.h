@@ -50,4 +50,10 @@ class Doorbells {
 // The answer to a wait: {"version": V}.
 net::Response VersionAnswer(uint64_t version);
 
+// The bell of a whole cluster, rung with each of its nodes' (GET
+// /api/v1/agents/{node}/wait?scope=cluster): a back end that speaks for many nodes (the Slurm
+// connector) waits on one bell rather than one per node. No node is named so: names come in
+// URL paths, which a '/' would break.
+inline std::string ClusterBell(const std::string& cluster) { return "cluster/" + cluster; }
+
 }  // namespace meridian::api

@@ -99,6 +99,7 @@ Status NodeService::Load() {
   for (const store::Object& o : *nodes) {
     NodeEntry& e = nodes_[o.name];
     e.state = o.spec.value("state", "Ready");
+    e.cluster = o.spec.value("cluster", "");
     e.simulated = o.spec.value("simulated", false);
     e.ops = domain::DecodeNodeOps(o.spec);
     e.last_seen = now;
@@ -163,6 +164,7 @@ base::Result<Json> NodeService::Register(const std::string& user, const Json& bo
   if (Status l = Load(); !l.ok()) return l;
   NodeEntry& e = nodes_[node->name];
   e.state = "Ready";
+  e.cluster = node->spec.value("cluster", "");
   e.last_seen = now;
   e.simulated = node->spec.at("simulated");
   e.ops = domain::DecodeNodeOps(node->spec);
@@ -465,8 +467,16 @@ bool SameOrders(const protocol::Assignment& a, double a_deadline, const protocol
 }  // namespace
 
 void NodeService::Ring(const std::set<std::string>& nodes) const {
-  if (!ring_) return;
-  for (const std::string& node : nodes) ring_(node);
+  if (!ring_ || nodes.empty()) return;
+  std::vector<std::pair<std::string, std::string>> rings;  // node, its cluster
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& node : nodes) {
+      auto it = nodes_.find(node);
+      rings.emplace_back(node, it == nodes_.end() ? "" : it->second.cluster);
+    }
+  }
+  for (const auto& [node, cluster] : rings) ring_(node, cluster);
 }
 
 void NodeService::Reset(const Estate& estate, const std::vector<store::JobRecord>& jobs) {

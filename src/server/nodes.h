@@ -138,11 +138,15 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   void OnChange(std::function<void()> wake) { wake_ = std::move(wake); }
   // Told each node whose orders changed (a task placed, stopped or moved; a fault to inject), so
   // that its agent heartbeats at once for them (api/doorbells.h). Set before serving.
-  void OnOrders(std::function<void(const std::string& node)> ring) { ring_ = std::move(ring); }
+  // Called with each node whose orders changed, and its cluster (empty when unknown).
+  void OnOrders(std::function<void(const std::string& node, const std::string& cluster)> ring) {
+    ring_ = std::move(ring);
+  }
 
  private:
   struct NodeEntry {
     std::string state = "Ready";  // Ready | Lost
+    std::string cluster;          // as its registration says
     double last_seen = 0;
     bool simulated = false;
     std::vector<protocol::GpuSample> telemetry;
@@ -248,7 +252,7 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   const base::Clock* clock_;
   api::EventBus* bus_;
   std::function<void()> wake_;
-  std::function<void(const std::string& node)> ring_;
+  std::function<void(const std::string& node, const std::string& cluster)> ring_;
 
   mutable std::mutex mu_;
   bool loaded_ = false;

@@ -16,11 +16,50 @@ using testing::Estate;
 class RungNodes : public ControlPlane {
  protected:
   void Listen() {
-    nodes_->OnOrders([this](const std::string& node) { rung_.insert(node); });
+    nodes_->OnOrders([this](const std::string& node, const std::string& cluster) {
+      rung_.insert(node);
+      clusters_.insert(cluster);
+    });
   }
   std::set<std::string> Take() { return std::exchange(rung_, {}); }
-  std::set<std::string> rung_;
+  std::set<std::string> TakeClusters() { return std::exchange(clusters_, {}); }
+  // A whole server restart: a node service and a controller afresh over the same store.
+  void RestartServer() {
+    controller_.reset();
+    nodes_ = std::make_unique<NodeService>(counted_.get(), &clock_, &bus_);
+    controller_ = std::make_unique<SchedulerController>(hooked_.get(), &clock_, &bus_, &metrics_,
+                                                        nodes_.get());
+    Listen();
+  }
+  std::set<std::string> rung_, clusters_;
 };
+
+// Each ring says the node's cluster, so that the cluster's bell rings with it (a Slurm connector
+// waits on that one bell for all its nodes): from the registration, and after a restart from the
+// stored node.
+TEST_F(RungNodes, EachRingSaysItsNodesCluster) {
+  Open(Estate(0));
+  Listen();
+  Register("n1");
+  Round();
+  const int64_t first = Submit("p1", {{"gpus", 8}});
+  Rounds();
+  ASSERT_EQ(Phase(first), "Placed");
+  EXPECT_EQ(Take(), std::set<std::string>{"n1"});
+  EXPECT_EQ(TakeClusters(), std::set<std::string>{"onprem"});
+  Cancel(first);
+  Report("n1", "Exited", 143);
+  Rounds();
+  RestartServer();
+  Round();
+  Take();
+  TakeClusters();
+  const int64_t second = Submit("p1", {{"gpus", 8}});
+  Rounds();
+  ASSERT_EQ(Phase(second), "Placed");
+  EXPECT_EQ(Take(), std::set<std::string>{"n1"});
+  EXPECT_EQ(TakeClusters(), std::set<std::string>{"onprem"}) << "from the node as stored";
+}
 
 TEST_F(RungNodes, ANodeIsRungWhenATaskIsPlacedOrToldToStopNotWhenItRuns) {
   Open(Estate(0));

@@ -269,7 +269,10 @@ Status RunServer(const ServerOptions& o) {
   metrics.Describe("meridian_build_info", "gauge", "1, with the version of this server.");
   metrics.Set("meridian_build_info", {{"version", MERIDIAN_VERSION}}, 1);
   api.ServeAgents(&nodes, &logs);
-  nodes.OnOrders([&api](const std::string& node) { api.doorbells().Ring(node); });
+  nodes.OnOrders([&api](const std::string& node, const std::string& cluster) {
+    api.doorbells().Ring(node);
+    if (!cluster.empty()) api.doorbells().Ring(api::ClusterBell(cluster));
+  });
   api.ServeNodeOperations(&nodes);
   // Alert rules evaluated on the server's clock, sent to the configured receivers.
   HttpAlertNotifier notifier;

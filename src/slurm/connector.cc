@@ -806,6 +806,13 @@ bool SlurmConnector::SubmissionsDone() {
   return !outcomes_.empty() && orders_.empty();
 }
 
+bool SlurmConnector::NothingOut() {
+  size_t out = 0;
+  for (const auto& [tag, run] : runs_) out += run.in_flight;
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  return orders_.empty() && outcomes_.size() == out;
+}
+
 void SlurmConnector::TakeOutcomes() {
   std::vector<Outcome> outcomes;
   {
@@ -939,6 +946,38 @@ void SlurmConnector::Cleanup() {
   }
 }
 
+void SlurmConnector::KeepBell() {
+  auto kept = links_.find(bell_node_);
+  const Link* under = kept == links_.end() ? nullptr : &kept->second;
+  // A node of its own credential (not the bootstrap token's, which speaks for no node).
+  auto own = [&](const Link& l) {
+    return l.registered && l.client && l.client->config().token != o_.server.token;
+  };
+  if (!under || !own(*under)) {
+    under = nullptr;
+    for (const auto& [name, link] : links_) {
+      if (own(link)) {
+        under = &link;
+        break;
+      }
+    }
+  }
+  if (!under) return;  // none yet: rounds at the interval
+  if (bell_ && under->registration.node == bell_node_ &&
+      under->client->config().token == bell_token_) {
+    return;
+  }
+  if (!bell_ || under->registration.node != bell_node_) {
+    bell_ = std::make_unique<agent::OrdersWaiter>(under->registration.node, true);
+  }
+  bell_node_ = under->registration.node;
+  bell_token_ = under->client->config().token;
+  bell_->Use(under->client->config());
+  base::log::Info(
+      "waiting on cluster {}'s doorbell under node {}: new orders start a round at once",
+      o_.cluster, bell_node_);
+}
+
 Status SlurmConnector::Round() {
   TakeOutcomes();  // before squeue is read: what it shows of them then stands
   const double now = base::WallClockNow();
@@ -952,6 +991,7 @@ Status SlurmConnector::Round() {
     slurm_seen_at_ = now;
     Observe(*jobs);
     Sync(*nodes);
+    KeepBell();
   } else if (now - slurm_seen_at_ > o_.slurm_timeout) {
     // Nothing Slurm runs can be vouched for: its nodes go silent, and the server gives them up.
     if (!slurm_lost_said_) {
@@ -1033,15 +1073,19 @@ Status SlurmConnector::Run(const std::atomic<bool>& stop) {
   while (!stop) {
     if (Status s = Round(); !s.ok()) base::log::Warn("{}", s.message());
     // The next round after the interval, or sooner (a fifth of it) once every submission handed
-    // over is back, to see them start. Not while more wait: each round reads squeue and sinfo
+    // over is back, to see them start; at once when the cluster's bell rang (new orders, a stop)
+    // and no submission is out. Not while submissions wait: each round reads squeue and sinfo
     // from slurmctld, which sbatch waits on too (with 2,000 jobs at once, rounds at that pace
     // halved the rate of submissions).
     const double done = base::WallClockNow();
     while (!stop) {
       const double now = base::WallClockNow();
-      if (now >= done + o_.interval || (now >= done + o_.interval / 5 && SubmissionsDone())) break;
+      if (now >= done + o_.interval) break;
+      if (now >= done + o_.interval / 5 && SubmissionsDone()) break;
+      if (bell_ && bell_->rung() && NothingOut()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    if (bell_) bell_->TakeRung();  // this round hears what it rang for
   }
   {
     std::lock_guard<std::mutex> lock(submit_mu_);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/orders_waiter.h"
 #include "base/status.h"
 #include "cli/client.h"
 #include "protocol/agent_protocol.h"
@@ -157,6 +158,7 @@ class SlurmConnector {
   Outcome Submit(const Order& order) const;
   void Submitter();        // one of kSubmitters threads: submits orders until stopping_
   bool SubmissionsDone();  // outcomes wait to be taken, and no order waits for a submitter
+  bool NothingOut();       // every order handed over is back (or none was)
   void TakeOutcomes();
   void Stop(RunState& run);
   void Fence();
@@ -188,9 +190,16 @@ class SlurmConnector {
   // The server silent past the lease: every Slurm job of Meridian's is killed.
   void EnforceLease();
 
+  // Keeps the cluster's doorbell: a wait on the bell of the whole cluster (ADR 0030), under the
+  // credential of one of its nodes, so that new orders and stops start a round at once rather
+  // than at the next interval.
+  void KeepBell();
+
   ConnectorOptions o_;
   SlurmCli slurm_;
   std::map<std::string, Link> links_;  // by Meridian node name
+  std::unique_ptr<agent::OrdersWaiter> bell_;
+  std::string bell_node_, bell_token_;  // whose credential the wait is under
   std::map<RunTag, RunState> runs_;
   double slurm_seen_at_ = 0;   // Slurm last answered
   double server_seen_at_ = 0;  // a heartbeat was last answered
