@@ -412,6 +412,72 @@ TEST_F(SlurmTest, OrdersReachSlurmAtOnceNotAtTheConnectorsNextRound) {
   }
 }
 
+// restartPolicy on-failure restarts a failed task in place on Slurm as an agent does: in the same
+// Slurm job, after 1, 2 ... s, within maxRestarts, each restart an event; past them the job fails
+// with the task's exit code. Before, the first failure failed the run.
+TEST_F(SlurmTest, AFailedTaskRestartsInPlaceByItsRestartPolicy) {
+  const std::string tries = dir_.File("tries");
+  const int64_t flaky =
+      Submit({{"command",
+               {"bash", "-c",
+                "n=$(cat " + tries + " 2>/dev/null || echo 0); echo $((n + 1)) > " + tries +
+                    "; echo \"try $n restart $MERIDIAN_RESTART\"; [ $n -ge 2 ] || exit 3"}},
+              {"restartPolicy", "on-failure"},
+              {"maxRestarts", 3}});
+  ASSERT_TRUE(Eventually([&] { return Phase(flaky) == "Succeeded"; }, 40))
+      << Job(flaky).dump() << Says();
+  const Json done = Job(flaky);
+  EXPECT_EQ(done["status"]["tasks"][0].value("restarts", -1), 2) << done.dump();
+  EXPECT_EQ(done["status"].value("generation", 0), 1) << "restarted in place, not requeued";
+  EXPECT_EQ(slurm_->JobsNamed(SlurmName(flaky)).size(), 1u) << Says();
+  int restarted = 0;
+  for (const Json& e : JobEvents(*server_, admin_, flaky)) {
+    restarted += e.value("reason", "") == "Restarted";
+  }
+  EXPECT_EQ(restarted, 2);
+  ASSERT_TRUE(Eventually([&] { return Logs(flaky).find("try 2 restart 2") != std::string::npos; }))
+      << Logs(flaky);
+  const std::string logs = Logs(flaky);
+  for (const char* said :
+       {"try 0 restart 0", "try 1 restart 1", "meridian: exited with code 3; restarting in 1 s",
+        "meridian: exited with code 3; restarting in 2 s"}) {
+    EXPECT_NE(logs.find(said), std::string::npos) << said << " in\n" << logs;
+  }
+
+  // Past maxRestarts: failed with the task's code, restarted once.
+  const int64_t failing = Submit({{"command", {"bash", "-c", "echo once; exit 4"}},
+                                  {"restartPolicy", "on-failure"},
+                                  {"maxRestarts", 1}});
+  ASSERT_TRUE(Eventually([&] { return Phase(failing) == "Failed"; }, 40)) << Says();
+  const Json failed = Job(failing);
+  EXPECT_EQ(failed["status"]["tasks"][0].value("restarts", -1), 1) << failed.dump();
+  EXPECT_EQ(failed["status"]["tasks"][0].value("exitCode", -1), 4) << failed.dump();
+
+  // Cancelled while it waits to restart: it stops at once, not when its grace period (30 s) ends
+  // and Slurm's job is killed, and is not restarted again.
+  const int64_t cancelled = Submit({{"command", {"bash", "-c", "echo attempt; exit 5"}},
+                                    {"restartPolicy", "on-failure"},
+                                    {"maxRestarts", 10}});
+  auto restarts = [&] {
+    int n = 0;
+    for (const Json& e : JobEvents(*server_, admin_, cancelled)) {
+      n += e.value("reason", "") == "Restarted";
+    }
+    return n;
+  };
+  ASSERT_TRUE(Eventually([&] { return restarts() >= 2; }, 30)) << Says();
+  ASSERT_EQ(Run("cancel " + std::to_string(cancelled)).code, 0);
+  ASSERT_TRUE(Eventually([&] { return Phase(cancelled) == "Cancelled"; }, 10)) << Says();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const std::vector<Json> jobs = slurm_->JobsNamed(SlurmName(cancelled));
+        return jobs.size() == 1 && jobs[0].value("job_state", "") != "RUNNING";
+      },
+      10))
+      << Says();
+  EXPECT_LE(Job(cancelled)["status"]["tasks"][0].value("restarts", 99), 3);
+}
+
 TEST_F(SlurmTest, ACancelledJobGetsItsNoticeAndStopsWithinItsGrace) {
   const int64_t id = Submit(
       {{"command",

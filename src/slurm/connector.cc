@@ -369,10 +369,20 @@ std::vector<protocol::TaskReport> SlurmConnector::ReportsFor(const std::string& 
       const std::string code = base::ReadWholeFile(exit_file);
       if (run.slurm_state == "SUBMITTING") continue;  // not known to Slurm yet: still Placed
       const bool ended = !IsActiveState(run.slurm_state);
+      // Restarts in place so far, and why the last one came ("N why", from the wrapper).
+      std::string restarted = base::ReadWholeFile(TaskFile(tag, index, ".restarts"));
+      if (!restarted.empty()) {
+        const size_t space = restarted.find(' ');
+        r.restarts = std::max<int64_t>(0, std::atoll(restarted.c_str()));
+        restarted = space == std::string::npos ? "" : restarted.substr(space + 1);
+        while (!restarted.empty() && restarted.back() == '\n') restarted.pop_back();
+      }
       if (code.empty() && !ended) {
         if (!Runs(run.slurm_state)) continue;  // pending in Slurm: still Placed
         r.state = domain::TaskStatus::State::kRunning;
-        r.message = "Slurm job " + std::to_string(run.slurm_id) + " on " + run.slurm_state;
+        r.message = restarted.empty()
+                        ? "Slurm job " + std::to_string(run.slurm_id) + " on " + run.slurm_state
+                        : restarted;
         out.push_back(t);
         continue;
       }
@@ -565,16 +575,42 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
   if (!spec.working_dir.empty()) {
     script += "cd " + Quote(spec.working_dir) + " || exit 125\n";
   }
-  // The wrapper outlives the task's signals (its notice, Slurm's SIGTERM) to write its exit code.
-  script += "trap : TERM" + (notice.empty() ? std::string() : " " + notice) + "\n" + command +
-            " > \"$__meridian_r/task-$__meridian_i.out\" 2>&1 &\n"
-            "__meridian_child=$!\n"
-            "while :; do wait \"$__meridian_child\"; __meridian_rc=$?;"
-            " kill -0 \"$__meridian_child\" 2>/dev/null || break; done\n"
-            "echo \"$__meridian_rc\" > \"$__meridian_r/task-$__meridian_i.exit.tmp\" &&"
-            " mv \"$__meridian_r/task-$__meridian_i.exit.tmp\""
-            " \"$__meridian_r/task-$__meridian_i.exit\"\n"
-            "exit \"$__meridian_rc\"\n";
+  // The wrapper outlives the task's signals (its notice, Slurm's SIGTERM) to write its exit code,
+  // and remembers them: a task told to stop is not restarted. restartPolicy on-failure restarts
+  // a failed task in place, as an agent does: after 1, 2, 4 ... 60 s, at most maxRestarts times,
+  // each restart written to task-I.restarts ("N why") for the connector to report.
+  const int64_t max_restarts = spec.restart.on_failure ? spec.restart.max_restarts : 0;
+  script +=
+      "trap __meridian_stop=1 TERM" + (notice.empty() ? std::string() : " " + notice) +
+      "\n"
+      "__meridian_stop= __meridian_n=0\n"
+      "__meridian_t=\"$__meridian_r/task-$__meridian_i\"\n"
+      "while :; do\n"
+      "  export MERIDIAN_RESTART=$__meridian_n\n  " +
+      command +
+      " >> \"$__meridian_t.out\" 2>&1 &\n"
+      "  __meridian_child=$!\n"
+      "  while :; do wait \"$__meridian_child\"; __meridian_rc=$?;"
+      " kill -0 \"$__meridian_child\" 2>/dev/null || break; done\n"
+      "  if [ \"$__meridian_rc\" = 0 ] || [ -n \"$__meridian_stop\" ] ||"
+      " [ \"$__meridian_n\" -ge " +
+      std::to_string(max_restarts) +
+      " ]; then break; fi\n"
+      "  __meridian_n=$((__meridian_n + 1)) __meridian_b=1 __meridian_k=1\n"
+      "  while [ \"$__meridian_k\" -lt \"$__meridian_n\" ] && [ \"$__meridian_b\" -lt 60 ]; do"
+      " __meridian_b=$((__meridian_b * 2)) __meridian_k=$((__meridian_k + 1)); done\n"
+      "  [ \"$__meridian_b\" -gt 60 ] && __meridian_b=60\n"
+      "  __meridian_m=\"exited with code $__meridian_rc; restarting in $__meridian_b s\"\n"
+      "  echo \"meridian: $__meridian_m\" >> \"$__meridian_t.out\"\n"
+      "  echo \"$__meridian_n $__meridian_m\" > \"$__meridian_t.restarts.tmp\" &&"
+      " mv \"$__meridian_t.restarts.tmp\" \"$__meridian_t.restarts\"\n"
+      "  sleep \"$__meridian_b\" & __meridian_s=$!\n"
+      "  wait \"$__meridian_s\"; kill \"$__meridian_s\" 2>/dev/null\n"
+      "  [ -n \"$__meridian_stop\" ] && break\n"
+      "done\n"
+      "echo \"$__meridian_rc\" > \"$__meridian_t.exit.tmp\" &&"
+      " mv \"$__meridian_t.exit.tmp\" \"$__meridian_t.exit\"\n"
+      "exit \"$__meridian_rc\"\n";
   if (!WriteFile(dir + "/task.sh", script, 0755)) {
     base::log::Warn("cannot write {}/task.sh", dir);
     return out;
