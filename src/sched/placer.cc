@@ -337,10 +337,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
       const int32_t node_id = (*list)[(k + offset) % size];
       if (visited_[node_id] == stamp_) continue;
       visited_[node_id] = stamp_;
-      if (!cycle.keep_off.empty() && std::find(cycle.keep_off.begin(), cycle.keep_off.end(),
-                                               node_id) != cycle.keep_off.end()) {
-        continue;
-      }
+      if (cycle.kept_off > 0 && cycle.keep_off[node_id]) continue;
       ++out.why.nodes_considered;
       const NodeState& node = s_->nodes[node_id];
       bool passed = true;
@@ -408,7 +405,7 @@ PlaceOutcome Placer::Place(const TaskSpec& task, const CycleState& cycle) {
                     "whose idle GPUs changed MIG layout too recently to change again "
                     "(migReconfigureInterval)");
   }
-  if (cycle.keep_off.empty()) Remember(hash, task.FeasibilityKey(), cycle, out.why);
+  if (cycle.kept_off == 0) Remember(hash, task.FeasibilityKey(), cycle, out.why);
   return out;
 }
 

@@ -215,12 +215,50 @@ void Scheduler::Rollback(const Job& j, const std::vector<Placement>& done) {
   for (size_t i = done.size(); i-- > 0;) placer_.Release(j.spec.tasks[i], done[i]);
 }
 
-Mask Scheduler::Uneven(const std::vector<Placement>& placements) const {
+void Scheduler::Shape(Job& j) {
+  if (j.shaped) return;
+  j.shaped = true;
+  const TaskSpec& first = j.spec.tasks.front();
+  if (j.spec.tasks.size() > 1) {
+    j.shape_hash = j.spec.gang ? 0x9e3779b97f4a7c15ULL : 0;
+    j.shape_key = j.spec.gang ? "G" : "A";
+    const std::string first_key = first.FeasibilityKey();
+    j.alike_tasks = true;
+    for (const TaskSpec& t : j.spec.tasks) {
+      const std::string task_key = t.FeasibilityKey();
+      j.shape_hash = (j.shape_hash ^ t.FeasibilityHash()) * 0xbf58476d1ce4e5b9ULL;
+      j.shape_key.append(1, '\x03').append(task_key);
+      j.alike_tasks = j.alike_tasks && task_key == first_key && t.gpu_kind != GpuKind::kMig;
+    }
+  } else {  // one task: its shape as the placer remembers it (its key when first needed)
+    j.shape_hash = first.FeasibilityHash();
+  }
+}
+
+void Scheduler::Keep(Job& j, size_t task, Placement p, std::vector<Placement>* out) {
+  placer_.Commit(j.spec.tasks[task], p, &cycle_);
+  for (const DeviceGrant& d : p.devices) {
+    if (d.mig_change != MigChange::kNone) j.layout_changes.push_back(d);
+  }
+  SettleMig(&p);
+  out->push_back(std::move(p));
+}
+
+void Scheduler::Drop(Job& j, std::vector<Placement>* out) {
+  Undo(j, *out);
+  out->clear();
+  j.layout_changes.clear();
+}
+
+Mask Scheduler::EvenClusters() const {
   Mask even = 0;
   for (size_t c = 0; c < snapshot_.clusters.size(); ++c) {
     if (snapshot_.clusters[c].even_task_layout) even |= Bit(static_cast<int>(c));
   }
-  if (even == 0) return 0;
+  return even;
+}
+
+Mask Scheduler::Uneven(const std::vector<Placement>& placements, Mask even) const {
   std::vector<std::pair<int32_t, int32_t>> on_node;  // node, tasks there
   for (const Placement& p : placements) {
     if (p.node < 0 || !(even & Bit(snapshot_.nodes[p.node].cluster))) continue;
@@ -243,63 +281,65 @@ Mask Scheduler::Uneven(const std::vector<Placement>& placements) const {
 }
 
 bool Scheduler::PlaceIn(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why) {
-  if (!PlaceTasks(j, clusters, out, why)) return false;
-  if (out->size() < 2 || Uneven(*out) == 0) return true;
+  const Mask even = j.spec.tasks.size() > 1 ? EvenClusters() & clusters : 0;
+  if (even == 0) return PlaceTasks(j, clusters, out, why);
   // Slurm runs the same number of a job's tasks on each node it uses (--ntasks-per-node): two
-  // tasks on one node and one on another cannot be one Slurm job. Laid out so on such a cluster,
-  // or placed on the others.
-  Undo(j, *out);
-  out->clear();
-  j.layout_changes.clear();
-  Mask even = 0;
+  // tasks on one node and one on another cannot be one Slurm job. A job placed so is laid out
+  // evenly on such a cluster, or placed on the others; when neither fits, that is remembered as
+  // a shape that fits nowhere is (PlaceTasks), so that later passes do not place it unevenly and
+  // take it back again. For alike tasks the answer holds until capacity is freed: an even layout
+  // of k tasks a node needs n/k nodes that hold k each, which commits only make fewer.
+  Shape(j);
+  const uint64_t hash = (j.shape_hash ^ clusters ^ 0x94d049bb133111ebULL) * 0xbf58476d1ce4e5b9ULL;
+  std::string key = j.shape_key +
+                    "\x05"
+                    "uneven@" +
+                    std::to_string(clusters);
+  auto said = [&] {
+    if (!why) return;
+    *why = std::to_string(j.spec.tasks.size()) +
+           " tasks fit no layout with as many on each node of a Slurm cluster (Slurm runs as "
+           "many tasks of a job on each of its nodes)" +
+           ((clusters & ~even) ? "; nor do they fit in the other clusters" : "");
+  };
+  if (placer_.Known(hash, key, cycle_)) {
+    said();
+    return false;
+  }
+  if (!PlaceTasks(j, clusters, out, why)) return false;
+  if (Uneven(*out, even) == 0) return true;
+  Drop(j, out);
   Mask every_task = clusters;
   for (const TaskSpec& t : j.spec.tasks) every_task &= t.allowed_clusters;
   for (size_t c = 0; c < snapshot_.clusters.size(); ++c) {
     const Mask bit = Bit(static_cast<int>(c));
-    if (!snapshot_.clusters[c].even_task_layout) continue;
-    even |= bit;
-    if ((every_task & bit) && PlaceEvenly(j, static_cast<int32_t>(c), out)) return true;
+    if ((even & every_task & bit) && PlaceEvenly(j, static_cast<int32_t>(c), out)) return true;
   }
-  std::string elsewhere;
-  if ((clusters & ~even) && PlaceTasks(j, clusters & ~even, out, why ? &elsewhere : nullptr)) {
-    return true;
-  }
-  if (why) {
-    *why = std::to_string(j.spec.tasks.size()) +
-           " tasks fit no layout with as many on each node of a Slurm cluster (Slurm runs as "
-           "many tasks of a job on each of its nodes)";
-    if (!elsewhere.empty()) *why += "; elsewhere: " + elsewhere;
-  }
+  if ((clusters & ~even) && PlaceTasks(j, clusters & ~even, out, nullptr)) return true;
+  placer_.Remember(hash, std::move(key), cycle_, Unschedulable{}, !j.alike_tasks);
+  said();
   return false;
 }
 
 bool Scheduler::PlaceEvenly(Job& j, int32_t c, std::vector<Placement>* out) {
-  // Whether no layout fits is remembered as a job's shape is (PlaceTasks), per cluster.
-  const uint64_t hash = (j.shape_hash ^ 0x2545f4914f6cdd1dULL ^ Bit(c)) * 0xbf58476d1ce4e5b9ULL;
-  std::string key = j.shape_key +
-                    "\x04"
-                    "even@" +
-                    std::to_string(c);
-  if (placer_.Known(hash, key, cycle_)) return false;
   // Alike tasks of whole GPUs (or none) go k to a node as one task k times their size, whose GPUs
   // are then dealt out; others one to a node.
   const TaskSpec& first = j.spec.tasks.front();
   const bool merge =
       j.alike_tasks && (first.gpu_kind == GpuKind::kWhole || first.gpu_kind == GpuKind::kNone);
   const size_t n = j.spec.tasks.size();
-  Unschedulable why;
   for (size_t k = merge ? n : 1; k >= 1; --k) {
-    if (n % k == 0 && PlaceEvenlyBy(j, c, k, out, &why)) return true;
+    if (n % k == 0 && PlaceEvenlyBy(j, c, k, out)) return true;
   }
-  placer_.Remember(hash, std::move(key), cycle_, std::move(why), !j.alike_tasks);
   return false;
 }
 
-bool Scheduler::PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement>* out,
-                              Unschedulable* why) {
-  std::vector<int32_t>& taken = cycle_.keep_off;  // each group of k on a node of its own
-  taken.clear();
-  for (size_t begin = 0; begin < j.spec.tasks.size(); begin += k) {
+bool Scheduler::PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement>* out) {
+  // Each group of k on a node of its own.
+  cycle_.keep_off.assign(snapshot_.nodes.size(), 0);
+  cycle_.kept_off = 0;
+  bool placed = true;
+  for (size_t begin = 0; begin < j.spec.tasks.size() && placed; begin += k) {
     TaskSpec group = j.spec.tasks[begin];
     group.allowed_clusters &= Bit(c);
     const int32_t gpus = group.gpu_kind == GpuKind::kWhole ? group.gpu_count : 0;
@@ -307,15 +347,10 @@ bool Scheduler::PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement
     group.cpu_milli *= static_cast<int64_t>(k);
     group.memory_mib *= static_cast<int64_t>(k);
     PlaceOutcome o = placer_.Place(group, cycle_);
-    if (!o.placed) {
-      taken.clear();
-      *why = std::move(o.why);
-      Undo(j, *out);
-      out->clear();
-      j.layout_changes.clear();
-      return false;
-    }
-    taken.push_back(o.placement.node);
+    placed = o.placed;
+    if (!placed) break;
+    cycle_.keep_off[static_cast<size_t>(o.placement.node)] = 1;
+    ++cycle_.kept_off;
     for (size_t i = 0; i < k; ++i) {
       Placement p;
       p.node = o.placement.node;
@@ -326,16 +361,13 @@ bool Scheduler::PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement
         auto from = o.placement.devices.begin() + static_cast<ptrdiff_t>(i) * gpus;
         p.devices.assign(from, from + gpus);
       }
-      placer_.Commit(j.spec.tasks[begin + i], p, &cycle_);
-      for (const DeviceGrant& d : p.devices) {
-        if (d.mig_change != MigChange::kNone) j.layout_changes.push_back(d);
-      }
-      SettleMig(&p);
-      out->push_back(std::move(p));
+      Keep(j, begin + i, std::move(p), out);
     }
   }
-  taken.clear();
-  return true;
+  cycle_.keep_off.clear();
+  cycle_.kept_off = 0;
+  if (!placed) Drop(j, out);
+  return placed;
 }
 
 bool Scheduler::PlaceTasks(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why) {
@@ -346,24 +378,7 @@ bool Scheduler::PlaceTasks(Job& j, Mask clusters, std::vector<Placement>* out, s
   // together, is remembered as fitting nowhere until capacity is, as a task's is. Behind a large
   // gang, a deep queue is otherwise placed in part and rolled back job by job, pass after pass.
   const bool several = j.spec.tasks.size() > 1;
-  if (!j.shaped) {
-    j.shaped = true;
-    const TaskSpec& first = j.spec.tasks.front();
-    if (several) {
-      j.shape_hash = j.spec.gang ? 0x9e3779b97f4a7c15ULL : 0;
-      j.shape_key = j.spec.gang ? "G" : "A";
-      const std::string first_key = first.FeasibilityKey();
-      j.alike_tasks = true;
-      for (const TaskSpec& t : j.spec.tasks) {
-        const std::string task_key = t.FeasibilityKey();
-        j.shape_hash = (j.shape_hash ^ t.FeasibilityHash()) * 0xbf58476d1ce4e5b9ULL;
-        j.shape_key.append(1, '\x03').append(task_key);
-        j.alike_tasks = j.alike_tasks && task_key == first_key && t.gpu_kind != GpuKind::kMig;
-      }
-    } else {  // one task: its shape as the placer remembers it (its key when first needed)
-      j.shape_hash = first.FeasibilityHash();
-    }
-  }
+  Shape(j);
   uint64_t hash = 0;
   std::string key;
   if (several) {
@@ -417,12 +432,7 @@ bool Scheduler::PlaceTasks(Job& j, Mask clusters, std::vector<Placement>* out, s
       out->clear();
       return false;
     }
-    placer_.Commit(t, o.placement, &cycle_);
-    for (const DeviceGrant& d : o.placement.devices) {
-      if (d.mig_change != MigChange::kNone) j.layout_changes.push_back(d);
-    }
-    SettleMig(&o.placement);
-    out->push_back(std::move(o.placement));
+    Keep(j, out->size(), std::move(o.placement), out);  // narrowed or not, the same resources
     // A gang stays in the cluster of its first task.
     if (j.spec.gang && out->size() == 1) clusters = Bit(snapshot_.nodes[out->front().node].cluster);
   }

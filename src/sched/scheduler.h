@@ -332,9 +332,16 @@ class Scheduler {
   bool PlaceTasks(Job& j, Mask clusters, std::vector<Placement>* out, std::string* why);
   // j's tasks in cluster c as k tasks on each of n/k nodes, for the largest k that fits.
   bool PlaceEvenly(Job& j, int32_t c, std::vector<Placement>* out);
-  bool PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement>* out, Unschedulable* why);
-  // The clusters of even_task_layout on which `placements` use some node more than another.
-  Mask Uneven(const std::vector<Placement>& placements) const;
+  bool PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement>* out);
+  // The clusters among `even` on which `placements` use some node more than another.
+  Mask Uneven(const std::vector<Placement>& placements, Mask even) const;
+  // The clusters of even_task_layout.
+  Mask EvenClusters() const;
+  // Builds j's shape (Job::shape_hash, shape_key, alike_tasks) once.
+  void Shape(Job& j);
+  // Commits `p` for j's task `task` and adds it to `out`; Drop takes back all of `out`.
+  void Keep(Job& j, size_t task, Placement p, std::vector<Placement>* out);
+  void Drop(Job& j, std::vector<Placement>* out);
   void Rollback(const Job& j, const std::vector<Placement>& done);
   // Rollback of what this TryPlace placed itself (Placer::Undo).
   void Undo(const Job& j, const std::vector<Placement>& done);

@@ -529,16 +529,17 @@ struct SlurmEstate {
   int32_t a = -1;
   std::unique_ptr<Scheduler> sched;
 
-  // `slurm` 4-GPU nodes in Slurm cluster hpc, `agent` in the agents' cluster onprem.
-  SlurmEstate(int slurm, int agent) {
+  // `slurm` 4-GPU nodes in Slurm cluster hpc, `agent` nodes of `agent_gpus` in the agents'
+  // cluster onprem.
+  SlurmEstate(int slurm, int agent, int agent_gpus = 4) {
     a = quotas.AddNode("team-a", quotas.AddNode("org", -1));
     std::vector<domain::Cluster> clusters = testing::TwoClusters();
     clusters[1].name = "hpc";
     clusters[1].backend = domain::Backend::kSlurm;
     std::vector<testing::NodeSpec> specs;
     for (int i = 0; i < slurm + agent; ++i) {
-      specs.push_back({"n" + std::to_string(i), "H100-80GB", 4, 64000, 512 * 1024,
-                       i < slurm ? "hpc" : "onprem"});
+      specs.push_back({"n" + std::to_string(i), "H100-80GB", i < slurm ? 4 : agent_gpus, 64000,
+                       512 * 1024, i < slurm ? "hpc" : "onprem"});
     }
     sched = std::make_unique<Scheduler>(testing::Build(specs, clusters),
                                         testing::MakeProfile({{"best-fit", 1}, {"topology", 1}}),
@@ -593,8 +594,11 @@ TEST(Scheduler, OnASlurmClusterAJobsTasksAreLaidOutAsManyOnEachNode) {
 }
 
 TEST(Scheduler, AJobWithNoEvenLayoutOnASlurmClusterGoesElsewhereOrWaitsSayingWhy) {
-  // Two Slurm nodes: three 2-GPU tasks fit only as two and one.
-  SlurmEstate f(2, 0);
+  // Two Slurm nodes left (a job of one task, never held to the rule, takes the third): three
+  // 2-GPU tasks fit only as two and one.
+  SlurmEstate f(3, 0);
+  ASSERT_TRUE(f.sched->Submit(Job(9, f.a, 4)).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 9));
   JobSpec gang = Job(1, f.a, 2, 3);
   gang.gang = true;
   ASSERT_TRUE(f.sched->Submit(gang).ok());
@@ -602,16 +606,32 @@ TEST(Scheduler, AJobWithNoEvenLayoutOnASlurmClusterGoesElsewhereOrWaitsSayingWhy
   EXPECT_FALSE(Started(r, 1));
   EXPECT_NE(Reason(r, 1).find("as many on each node of a Slurm cluster"), std::string::npos)
       << Reason(r, 1);
-  EXPECT_FALSE(Started(f.sched->Cycle(1), 1)) << "remembered, and still no layout";
-  // With the agents' cluster beside it, the job goes there, packed as the placer likes.
-  SlurmEstate g(2, 2);
+  // Remembered: the next pass neither places it unevenly again nor searches for a layout.
+  const int64_t searched = f.sched->placements_searched();
+  r = f.sched->Cycle(1);
+  EXPECT_FALSE(Started(r, 1));
+  EXPECT_EQ(f.sched->placements_searched(), searched);
+  EXPECT_NE(Reason(r, 1).find("as many on each node of a Slurm cluster"), std::string::npos)
+      << Reason(r, 1);
+  // A job whose tasks land evenly is not held to it: two 2-GPU tasks on one node.
+  JobSpec two = Job(2, f.a, 2, 2);
+  two.gang = true;
+  ASSERT_TRUE(f.sched->Submit(two).ok());
+  r = f.sched->Cycle(2);
+  ASSERT_TRUE(Started(r, 2)) << Reason(r, 2);
+  EXPECT_EQ(f.Layout(r, 2).size(), 1u);
+}
+
+// With the agents' cluster beside it (8-GPU nodes, which best-fit likes less than the Slurm
+// nodes' 4), the job is packed unevenly on Slurm first, then goes to the agents' cluster.
+TEST(Scheduler, AJobWithNoEvenLayoutOnASlurmClusterGoesToAnotherCluster) {
+  SlurmEstate g(2, 2, 8);
+  JobSpec gang = Job(1, g.a, 2, 3);
+  gang.gang = true;
   ASSERT_TRUE(g.sched->Submit(gang).ok());
-  r = g.sched->Cycle(0);
+  CycleResult r = g.sched->Cycle(0);
   ASSERT_TRUE(Started(r, 1)) << Reason(r, 1);
   for (const auto& [node, tasks] : g.Layout(r, 1)) EXPECT_EQ(g.Cluster(node), "onprem");
-  // A job of one task is never held to it, nor one whose tasks landed evenly.
-  ASSERT_TRUE(f.sched->Submit(Job(2, f.a, 4)).ok());
-  EXPECT_TRUE(Started(f.sched->Cycle(2), 2));
 }
 
 // A spent block-cloud budget (docs/adr/0041-budgets.md): its tenant's jobs are placed in no
