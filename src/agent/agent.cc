@@ -34,7 +34,6 @@ using base::Status;
 namespace {
 
 constexpr int64_t kUploadChunk = 256 * 1024;
-constexpr double kMaxBackoff = 60;
 
 Json ReadJson(const std::string& path) {
   Json j = Json::parse(base::ReadWholeFile(path), nullptr, false);
@@ -588,7 +587,8 @@ void Agent::Poll() {
     if (failed && may_restart && !t.stop_requested && t.message.empty() &&
         exit->staging_error.empty()) {
       ++t.restarts;
-      const double backoff = std::min(kMaxBackoff, std::pow(2.0, t.restarts - 1));
+      const double backoff =
+          std::min<double>(domain::kMaxRestartBackoffSeconds, std::pow(2.0, t.restarts - 1));
       t.state = "BackingOff";
       t.restart_at = now + backoff;
       t.message =

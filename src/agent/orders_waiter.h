@@ -21,8 +21,8 @@ namespace meridian::agent {
 class OrdersWaiter {
  public:
   // With `whole_cluster`, it waits on the bell of the node's whole cluster (GET
-  // .../wait?scope=cluster), which rings whenever any of its nodes' does, and never opens a
-  // channel: what a back end that speaks for many nodes (the Slurm connector) keeps, one for all.
+  // .../wait?scope=cluster), which rings whenever any of its nodes' orders change, and never opens
+  // a channel: what a back end that speaks for many nodes (the Slurm connector) keeps, one for all.
   explicit OrdersWaiter(std::string node, bool whole_cluster = false);
   // Ends the thread. It may still be in its last call for up to the wait's timeout: it holds
   // only what it shares with this object, never the agent.

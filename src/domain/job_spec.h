@@ -19,6 +19,8 @@ struct RestartPolicy {
   bool on_failure = false;  // restartPolicy on-failure; otherwise never
   int64_t max_restarts = 3;
 };
+// A task restarted in place waits 1, 2, 4 ... seconds before its n-th restart, at most this.
+inline constexpr int kMaxRestartBackoffSeconds = 60;
 
 // A job array (`spec.array`, Slurm's `--array`): the indices of its elements, as ranges, and how
 // many of them may hold resources at once. The ranges are kept, not the indices, so that

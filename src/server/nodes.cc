@@ -468,12 +468,15 @@ bool SameOrders(const protocol::Assignment& a, double a_deadline, const protocol
 
 void NodeService::Ring(const std::set<std::string>& nodes) const {
   if (!ring_ || nodes.empty()) return;
-  std::vector<std::pair<std::string, std::string>> rings;  // node, its cluster
+  // Node, and its cluster the first time the cluster comes up: a cluster's bell rings once.
+  std::vector<std::pair<std::string, std::string>> rings;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    std::set<std::string> clusters;
     for (const std::string& node : nodes) {
       auto it = nodes_.find(node);
-      rings.emplace_back(node, it == nodes_.end() ? "" : it->second.cluster);
+      const std::string cluster = it == nodes_.end() ? "" : it->second.cluster;
+      rings.emplace_back(node, clusters.insert(cluster).second ? cluster : "");
     }
   }
   for (const auto& [node, cluster] : rings) ring_(node, cluster);

@@ -138,7 +138,8 @@ class NodeService final : public Backend, public api::AgentHooks, public api::No
   void OnChange(std::function<void()> wake) { wake_ = std::move(wake); }
   // Told each node whose orders changed (a task placed, stopped or moved; a fault to inject), so
   // that its agent heartbeats at once for them (api/doorbells.h). Set before serving.
-  // Called with each node whose orders changed, and its cluster (empty when unknown).
+  // Called with each node whose orders changed, and its cluster (empty when unknown, and for the
+  // cluster's other nodes in the same ring: each cluster's bell rings once).
   void OnOrders(std::function<void(const std::string& node, const std::string& cluster)> ring) {
     ring_ = std::move(ring);
   }

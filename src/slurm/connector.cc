@@ -370,12 +370,14 @@ std::vector<protocol::TaskReport> SlurmConnector::ReportsFor(const std::string& 
       if (run.slurm_state == "SUBMITTING") continue;  // not known to Slurm yet: still Placed
       const bool ended = !IsActiveState(run.slurm_state);
       // Restarts in place so far, and why the last one came ("N why", from the wrapper).
+      // The task may write there too (it runs as the connector's user): its first line only,
+      // at most 200 bytes.
       std::string restarted = base::ReadWholeFile(TaskFile(tag, index, ".restarts"));
       if (!restarted.empty()) {
+        restarted = restarted.substr(0, std::min(restarted.find('\n'), size_t{200}));
         const size_t space = restarted.find(' ');
         r.restarts = std::max<int64_t>(0, std::atoll(restarted.c_str()));
         restarted = space == std::string::npos ? "" : restarted.substr(space + 1);
-        while (!restarted.empty() && restarted.back() == '\n') restarted.pop_back();
       }
       if (code.empty() && !ended) {
         if (!Runs(run.slurm_state)) continue;  // pending in Slurm: still Placed
@@ -576,37 +578,53 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
     script += "cd " + Quote(spec.working_dir) + " || exit 125\n";
   }
   // The wrapper outlives the task's signals (its notice, Slurm's SIGTERM) to write its exit code,
-  // and remembers them: a task told to stop is not restarted. restartPolicy on-failure restarts
-  // a failed task in place, as an agent does: after 1, 2, 4 ... 60 s, at most maxRestarts times,
-  // each restart written to task-I.restarts ("N why") for the connector to report.
+  // and remembers them: a task told to stop is not started again. restartPolicy on-failure
+  // restarts a failed task in place, as an agent does: after 1, 2, 4 ... 60 s, at most
+  // maxRestarts times; each restart, once made, is written to task-I.restarts ("N why") for the
+  // connector to report. Waits are a second at a time, so that a stop ends one at once. A wait
+  // for the task that a signal cut short is made again: bash keeps the status of a child that
+  // ended meanwhile.
   const int64_t max_restarts = spec.restart.on_failure ? spec.restart.max_restarts : 0;
+  const std::string cap = std::to_string(domain::kMaxRestartBackoffSeconds);
   script +=
-      "trap __meridian_stop=1 TERM" + (notice.empty() ? std::string() : " " + notice) +
-      "\n"
-      "__meridian_stop= __meridian_n=0\n"
+      "__meridian_stop= __meridian_n=0 __meridian_rc=143 __meridian_b=0\n"
       "__meridian_t=\"$__meridian_r/task-$__meridian_i\"\n"
-      "while :; do\n"
+      "trap __meridian_stop=1 TERM" +
+      (notice.empty() ? std::string() : " " + notice) +
+      "\n"
+      "while [ -z \"$__meridian_stop\" ]; do\n"
+      "  if [ \"$__meridian_n\" -gt 0 ]; then\n"
+      "    echo \"$__meridian_n exited with code $__meridian_rc; restarted after $__meridian_b s\""
+      " > \"$__meridian_t.restarts.tmp\" &&"
+      " mv \"$__meridian_t.restarts.tmp\" \"$__meridian_t.restarts\"\n"
+      "  fi\n"
       "  export MERIDIAN_RESTART=$__meridian_n\n  " +
       command +
       " >> \"$__meridian_t.out\" 2>&1 &\n"
       "  __meridian_child=$!\n"
-      "  while :; do wait \"$__meridian_child\"; __meridian_rc=$?;"
+      "  while :; do wait \"$__meridian_child\";"
       " kill -0 \"$__meridian_child\" 2>/dev/null || break; done\n"
+      "  wait \"$__meridian_child\"; __meridian_rc=$?\n"
       "  if [ \"$__meridian_rc\" = 0 ] || [ -n \"$__meridian_stop\" ] ||"
       " [ \"$__meridian_n\" -ge " +
       std::to_string(max_restarts) +
       " ]; then break; fi\n"
       "  __meridian_n=$((__meridian_n + 1)) __meridian_b=1 __meridian_k=1\n"
-      "  while [ \"$__meridian_k\" -lt \"$__meridian_n\" ] && [ \"$__meridian_b\" -lt 60 ]; do"
+      "  while [ \"$__meridian_k\" -lt \"$__meridian_n\" ] && [ \"$__meridian_b\" -lt " +
+      cap +
+      " ]; do"
       " __meridian_b=$((__meridian_b * 2)) __meridian_k=$((__meridian_k + 1)); done\n"
-      "  [ \"$__meridian_b\" -gt 60 ] && __meridian_b=60\n"
-      "  __meridian_m=\"exited with code $__meridian_rc; restarting in $__meridian_b s\"\n"
-      "  echo \"meridian: $__meridian_m\" >> \"$__meridian_t.out\"\n"
-      "  echo \"$__meridian_n $__meridian_m\" > \"$__meridian_t.restarts.tmp\" &&"
-      " mv \"$__meridian_t.restarts.tmp\" \"$__meridian_t.restarts\"\n"
-      "  sleep \"$__meridian_b\" & __meridian_s=$!\n"
-      "  wait \"$__meridian_s\"; kill \"$__meridian_s\" 2>/dev/null\n"
-      "  [ -n \"$__meridian_stop\" ] && break\n"
+      "  [ \"$__meridian_b\" -gt " +
+      cap + " ] && __meridian_b=" + cap +
+      "\n"
+      "  echo \"meridian: exited with code $__meridian_rc; restarting in $__meridian_b s\""
+      " >> \"$__meridian_t.out\"\n"
+      "  __meridian_k=0\n"
+      "  while [ \"$__meridian_k\" -lt \"$__meridian_b\" ] && [ -z \"$__meridian_stop\" ]; do\n"
+      "    sleep 1 & __meridian_s=$!\n"
+      "    wait \"$__meridian_s\" || kill \"$__meridian_s\" 2>/dev/null\n"
+      "    __meridian_k=$((__meridian_k + 1))\n"
+      "  done\n"
       "done\n"
       "echo \"$__meridian_rc\" > \"$__meridian_t.exit.tmp\" &&"
       " mv \"$__meridian_t.exit.tmp\" \"$__meridian_t.exit\"\n"
@@ -1109,16 +1127,19 @@ Status SlurmConnector::Run(const std::atomic<bool>& stop) {
   while (!stop) {
     if (Status s = Round(); !s.ok()) base::log::Warn("{}", s.message());
     // The next round after the interval, or sooner (a fifth of it) once every submission handed
-    // over is back, to see them start; at once when the cluster's bell rang (new orders, a stop)
-    // and no submission is out. Not while submissions wait: each round reads squeue and sinfo
-    // from slurmctld, which sbatch waits on too (with 2,000 jobs at once, rounds at that pace
-    // halved the rate of submissions).
+    // over is back, to see them start; when the cluster's bell rang (new orders, a stop) and no
+    // submission is out, as soon as a fifth of the interval (at most 1 s) has passed, so that a
+    // stream of rings does not make rounds back to back. Not while submissions wait: each round
+    // reads squeue and sinfo from slurmctld, which sbatch waits on too (with 2,000 jobs at once,
+    // rounds at that pace halved the rate of submissions).
     const double done = base::WallClockNow();
     while (!stop) {
       const double now = base::WallClockNow();
       if (now >= done + o_.interval) break;
       if (now >= done + o_.interval / 5 && SubmissionsDone()) break;
-      if (bell_ && bell_->rung() && NothingOut()) break;
+      if (bell_ && bell_->rung() && now >= done + std::min(o_.interval / 5, 1.0) && NothingOut()) {
+        break;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (bell_) bell_->TakeRung();  // this round hears what it rang for
