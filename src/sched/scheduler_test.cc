@@ -557,13 +557,21 @@ struct SlurmEstate {
   std::string Cluster(int32_t node) const {
     return sched->snapshot().clusters[sched->snapshot().nodes[node].cluster].name;
   }
+  // A job of one task of `gpus`, started: what takes part of the estate.
+  void Take(int64_t id, int gpus) {
+    ASSERT_TRUE(sched->Submit(Job(id, a, gpus)).ok());
+    ASSERT_TRUE(Started(sched->Cycle(0), id));
+  }
+  void SubmitGang(int64_t id, int gpus, int tasks) {
+    JobSpec gang = Job(id, a, gpus, tasks);
+    gang.gang = true;
+    ASSERT_TRUE(sched->Submit(gang).ok());
+  }
 };
 
 TEST(Scheduler, OnASlurmClusterAJobsTasksAreLaidOutAsManyOnEachNode) {
   SlurmEstate f(4, 0);
-  JobSpec three = Job(1, f.a, 2, 3);
-  three.gang = true;
-  ASSERT_TRUE(f.sched->Submit(three).ok());
+  f.SubmitGang(1, 2, 3);
   CycleResult r = f.sched->Cycle(0);
   ASSERT_TRUE(Started(r, 1)) << Reason(r, 1);
   std::map<int32_t, int> on = f.Layout(r, 1);
@@ -573,11 +581,8 @@ TEST(Scheduler, OnASlurmClusterAJobsTasksAreLaidOutAsManyOnEachNode) {
   // 2-GPU tasks one, two and one on three nodes; laid out evenly, they go two to each of two
   // whole nodes, not one to each of four.
   SlurmEstate g(4, 0);
-  ASSERT_TRUE(g.sched->Submit(Job(2, g.a, 2)).ok());
-  ASSERT_TRUE(Started(g.sched->Cycle(0), 2));
-  JobSpec four = Job(3, g.a, 2, 4);
-  four.gang = true;
-  ASSERT_TRUE(g.sched->Submit(four).ok());
+  g.Take(2, 2);
+  g.SubmitGang(3, 2, 4);
   r = g.sched->Cycle(1);
   ASSERT_TRUE(Started(r, 3)) << Reason(r, 3);
   on = g.Layout(r, 3);
@@ -597,11 +602,8 @@ TEST(Scheduler, AJobWithNoEvenLayoutOnASlurmClusterGoesElsewhereOrWaitsSayingWhy
   // Two Slurm nodes left (a job of one task, never held to the rule, takes the third): three
   // 2-GPU tasks fit only as two and one.
   SlurmEstate f(3, 0);
-  ASSERT_TRUE(f.sched->Submit(Job(9, f.a, 4)).ok());
-  ASSERT_TRUE(Started(f.sched->Cycle(0), 9));
-  JobSpec gang = Job(1, f.a, 2, 3);
-  gang.gang = true;
-  ASSERT_TRUE(f.sched->Submit(gang).ok());
+  f.Take(9, 4);
+  f.SubmitGang(1, 2, 3);
   CycleResult r = f.sched->Cycle(0);
   EXPECT_FALSE(Started(r, 1));
   EXPECT_NE(Reason(r, 1).find("as many on each node of a Slurm cluster"), std::string::npos)
@@ -614,9 +616,7 @@ TEST(Scheduler, AJobWithNoEvenLayoutOnASlurmClusterGoesElsewhereOrWaitsSayingWhy
   EXPECT_NE(Reason(r, 1).find("as many on each node of a Slurm cluster"), std::string::npos)
       << Reason(r, 1);
   // A job whose tasks land evenly is not held to it: two 2-GPU tasks on one node.
-  JobSpec two = Job(2, f.a, 2, 2);
-  two.gang = true;
-  ASSERT_TRUE(f.sched->Submit(two).ok());
+  f.SubmitGang(2, 2, 2);
   r = f.sched->Cycle(2);
   ASSERT_TRUE(Started(r, 2)) << Reason(r, 2);
   EXPECT_EQ(f.Layout(r, 2).size(), 1u);
@@ -626,9 +626,7 @@ TEST(Scheduler, AJobWithNoEvenLayoutOnASlurmClusterGoesElsewhereOrWaitsSayingWhy
 // nodes' 4), the job is packed unevenly on Slurm first, then goes to the agents' cluster.
 TEST(Scheduler, AJobWithNoEvenLayoutOnASlurmClusterGoesToAnotherCluster) {
   SlurmEstate g(2, 2, 8);
-  JobSpec gang = Job(1, g.a, 2, 3);
-  gang.gang = true;
-  ASSERT_TRUE(g.sched->Submit(gang).ok());
+  g.SubmitGang(1, 2, 3);
   CycleResult r = g.sched->Cycle(0);
   ASSERT_TRUE(Started(r, 1)) << Reason(r, 1);
   for (const auto& [node, tasks] : g.Layout(r, 1)) EXPECT_EQ(g.Cluster(node), "onprem");
