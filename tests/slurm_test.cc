@@ -184,6 +184,20 @@ class SlurmTest : public ::testing::Test {
     return r.body.value("id", int64_t{0});
   }
   Json Job(int64_t id) { return GetJob(*server_, admin_, id); }
+  // A gang of `tasks` 2-GPU tasks, each of which says its index, node and GPUs and sleeps 2 s:
+  // its allocation once it runs (or ran), empty if it did not start within 20 s.
+  Json StartGangSayingItsGpus(int tasks, int64_t* id) {
+    *id = Submit({{"command",
+                   {"bash", "-c",
+                    "echo \"task $MERIDIAN_TASK_INDEX on $MERIDIAN_NODE "
+                    "gpus=$CUDA_VISIBLE_DEVICES\"; sleep 2"}},
+                  {"gpus", 2},
+                  {"tasks", tasks}});
+    const bool started =
+        Eventually([&] { return Phase(*id) == "Running" || Phase(*id) == "Succeeded"; }, 20);
+    EXPECT_TRUE(started) << Job(*id).dump() << Says();
+    return started ? Job(*id)["status"].value("allocation", Json::array()) : Json::array();
+  }
   int Count(const std::vector<int64_t>& jobs, const std::string& phase) {
     int n = 0;
     for (int64_t id : jobs) n += Phase(id) == phase;
@@ -286,16 +300,8 @@ TEST_F(SlurmTest, AJobRunsWithItsGpusItsOutputAndExitCodeComeBackAndAGangIsOneSl
 // Two 2-GPU tasks of a gang fit one 4-GPU node, and Meridian packs them there: one Slurm job on
 // one node, two tasks, each bound to GPUs of its own.
 TEST_F(SlurmTest, TwoTasksOfAGangOnOneSlurmNodeRunThereEachWithItsOwnGpus) {
-  const int64_t gang = Submit({{"command",
-                                {"bash", "-c",
-                                 "echo \"task $MERIDIAN_TASK_INDEX on $MERIDIAN_NODE "
-                                 "gpus=$CUDA_VISIBLE_DEVICES\"; sleep 2"}},
-                               {"gpus", 2},
-                               {"tasks", 2}});
-  ASSERT_TRUE(
-      Eventually([&] { return Phase(gang) == "Running" || Phase(gang) == "Succeeded"; }, 20))
-      << Says();
-  const Json allocation = Job(gang)["status"].value("allocation", Json::array());
+  int64_t gang = 0;
+  const Json allocation = StartGangSayingItsGpus(2, &gang);
   ASSERT_EQ(allocation.size(), 2u) << allocation.dump();
   const std::string node = allocation[0].value("node", "");
   ASSERT_EQ(allocation[1].value("node", ""), node) << allocation.dump();
@@ -326,16 +332,8 @@ TEST_F(SlurmTest, TwoTasksOfAGangOnOneSlurmNodeRunThereEachWithItsOwnGpus) {
 // scheduler lays them out one to a node instead: one Slurm job of three nodes, one task on each,
 // run at the first placement, never given back.
 TEST_F(SlurmTest, AGangOfThreeTasksOnFourGpuSlurmNodesIsLaidOutOneToANodeAndRuns) {
-  const int64_t gang = Submit({{"command",
-                                {"bash", "-c",
-                                 "echo \"task $MERIDIAN_TASK_INDEX on $MERIDIAN_NODE "
-                                 "gpus=$CUDA_VISIBLE_DEVICES\"; sleep 2"}},
-                               {"gpus", 2},
-                               {"tasks", 3}});
-  ASSERT_TRUE(
-      Eventually([&] { return Phase(gang) == "Running" || Phase(gang) == "Succeeded"; }, 20))
-      << Job(gang).dump() << Says();
-  const Json allocation = Job(gang)["status"].value("allocation", Json::array());
+  int64_t gang = 0;
+  const Json allocation = StartGangSayingItsGpus(3, &gang);
   ASSERT_EQ(allocation.size(), 3u) << allocation.dump();
   std::map<int, std::string> node_of;  // task -> node
   std::set<std::string> nodes;

@@ -55,7 +55,7 @@ struct CycleState {
   // Nodes the task now being placed keeps off: those a job laid out as the same number of tasks
   // on each node already uses (Scheduler::PlaceEvenly). What fits nowhere while some are kept
   // off is not remembered: it says nothing of the shape.
-  std::vector<uint8_t> keep_off;  // by node; empty or all 0 when none is kept off
+  std::vector<uint8_t> keep_off;  // by node; all 0 (or short) when kept_off is 0
   int32_t kept_off = 0;           // how many are
 };
 

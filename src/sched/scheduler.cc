@@ -335,9 +335,10 @@ bool Scheduler::PlaceEvenly(Job& j, int32_t c, std::vector<Placement>* out) {
 }
 
 bool Scheduler::PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement>* out) {
-  // Each group of k on a node of its own.
-  cycle_.keep_off.assign(snapshot_.nodes.size(), 0);
-  cycle_.kept_off = 0;
+  // Each group of k on a node of its own. The flags are set for this call's nodes only, and
+  // unset before it returns: no pass over every node per attempt.
+  cycle_.keep_off.resize(snapshot_.nodes.size(), 0);
+  std::vector<int32_t> taken;
   bool placed = true;
   for (size_t begin = 0; begin < j.spec.tasks.size() && placed; begin += k) {
     TaskSpec group = j.spec.tasks[begin];
@@ -351,6 +352,7 @@ bool Scheduler::PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement
     if (!placed) break;
     cycle_.keep_off[static_cast<size_t>(o.placement.node)] = 1;
     ++cycle_.kept_off;
+    taken.push_back(o.placement.node);
     for (size_t i = 0; i < k; ++i) {
       Placement p;
       p.node = o.placement.node;
@@ -364,7 +366,7 @@ bool Scheduler::PlaceEvenlyBy(Job& j, int32_t c, size_t k, std::vector<Placement
       Keep(j, begin + i, std::move(p), out);
     }
   }
-  cycle_.keep_off.clear();
+  for (int32_t node : taken) cycle_.keep_off[static_cast<size_t>(node)] = 0;
   cycle_.kept_off = 0;
   if (!placed) Drop(j, out);
   return placed;

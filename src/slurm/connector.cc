@@ -848,9 +848,11 @@ void SlurmConnector::Submitter() {
     if (stopping_) return;  // what is left is not submitted: its folder does not say so
     Order order = std::move(orders_.front());
     orders_.pop_front();
+    ++submitting_;
     lock.unlock();
     Outcome outcome = Submit(order);
     lock.lock();
+    --submitting_;
     outcomes_.push_back(std::move(outcome));
   }
 }
@@ -861,10 +863,8 @@ bool SlurmConnector::SubmissionsDone() {
 }
 
 bool SlurmConnector::NothingOut() {
-  size_t out = 0;
-  for (const auto& [tag, run] : runs_) out += run.in_flight;
   std::lock_guard<std::mutex> lock(submit_mu_);
-  return orders_.empty() && outcomes_.size() == out;
+  return orders_.empty() && submitting_ == 0;
 }
 
 void SlurmConnector::TakeOutcomes() {

@@ -158,7 +158,7 @@ class SlurmConnector {
   Outcome Submit(const Order& order) const;
   void Submitter();        // one of kSubmitters threads: submits orders until stopping_
   bool SubmissionsDone();  // outcomes wait to be taken, and no order waits for a submitter
-  bool NothingOut();       // every order handed over is back (or none was)
+  bool NothingOut();       // no order waits for a submitter or is being submitted
   void TakeOutcomes();
   void Stop(RunState& run);
   void Fence();
@@ -210,10 +210,11 @@ class SlurmConnector {
   // Several sbatch at once: Slurm takes them faster so.
   static constexpr size_t kSubmitters = 16;
   static constexpr size_t kMaxUnstarted = 128;
-  std::mutex submit_mu_;  // guards orders_, outcomes_ and stopping_
+  std::mutex submit_mu_;  // guards orders_, outcomes_, submitting_ and stopping_
   std::condition_variable submit_cv_;
   std::deque<Order> orders_;
   std::vector<Outcome> outcomes_;
+  size_t submitting_ = 0;  // orders a submitter has taken and not yet handed back
   bool stopping_ = false;
   std::vector<std::thread> submitters_;
   size_t queued_ = 0;                         // orders handed over, for the log
