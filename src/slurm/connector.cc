@@ -58,6 +58,23 @@ int64_t ExitCodeOf(int64_t wait_status) {
   return signal != 0 ? 128 + signal : (wait_status >> 8) & 0xff;
 }
 
+// A run of one task runs it in the job's batch step, without srun: Slurm launches one step per
+// job rather than two, which is what limits how fast a busy cluster starts jobs (on this
+// machine, 25 jobs/s through srun against 35-80 without; docs/benchmarks.md). The batch step
+// has the job's GPUs (CUDA_VISIBLE_DEVICES), CPUs and memory on its node, which are the task's.
+// Its notice then goes to the batch shell alone (--signal=B:, scancel --batch), which passes it
+// on to the task's process group: Slurm signals the batch shell alone or every process of the
+// step, where a step's tasks are signalled each.
+bool InBatchStep(size_t tasks) { return tasks == 1; }
+
+// What the batch shell of a task run there (InBatchStep) takes as an order to SIGKILL its task's
+// process group and itself. Slurm has no immediate SIGKILL for a batch step's children: a
+// SIGKILL to the job, to the batch shell or to the whole step becomes its stop (SIGTERM, then
+// SIGKILL after KillWait, 30 s by default). Neither Slurm nor a job sends it to the batch shell;
+// a wrapper that has not set its trap yet is ended by it all the same (its default action),
+// before its task starts.
+constexpr char kKillOrder[] = "XCPU";
+
 bool Runs(const std::string& state) {
   return state == "RUNNING" || state == "COMPLETING" || state == "SUSPENDED";
 }
@@ -551,6 +568,7 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
     env["MERIDIAN_ARRAY_INDEX"] = std::to_string(first.array_index);
   }
   const std::string notice = SignalName(spec.notice_signal);
+  const bool in_batch = InBatchStep(order.tasks.size());
   // The job's environment first; the wrapper's own variables after, under names no job uses,
   // so that a job's R or i cannot move its output or its exit code.
   std::string script = "#!/bin/bash\n# Meridian job " + std::to_string(order.tag.job) +
@@ -583,15 +601,26 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
   // maxRestarts times; each restart, once made, is written to task-I.restarts ("N why") for the
   // connector to report. Waits are a second at a time, so that a stop ends one at once. A wait
   // for the task that a signal cut short is made again: bash keeps the status of a child that
-  // ended meanwhile.
+  // ended meanwhile. In the batch step (InBatchStep) the notice comes to this shell alone, which
+  // passes it on to the task's process group (its own, with set -m), as srun would to a step.
   const int64_t max_restarts = spec.restart.on_failure ? spec.restart.max_restarts : 0;
   const std::string cap = std::to_string(domain::kMaxRestartBackoffSeconds);
   script +=
-      "__meridian_stop= __meridian_n=0 __meridian_rc=143 __meridian_b=0\n"
+      "__meridian_stop= __meridian_n=0 __meridian_rc=143 __meridian_b=0 __meridian_child=\n"
       "__meridian_t=\"$__meridian_r/task-$__meridian_i\"\n"
-      "trap __meridian_stop=1 TERM" +
-      (notice.empty() ? std::string() : " " + notice) +
-      "\n"
+      "trap __meridian_stop=1 TERM\n";
+  if (!notice.empty() && !in_batch) script += "trap __meridian_stop=1 " + notice + "\n";
+  if (!notice.empty() && in_batch) {
+    script += "trap '__meridian_stop=1; [ -n \"$__meridian_child\" ] && kill -s " + notice +
+              " -- \"-$__meridian_child\" 2>/dev/null' " + notice + "\n";
+  }
+  if (in_batch) {
+    script +=
+        "trap '[ -n \"$__meridian_child\" ] && kill -KILL -- \"-$__meridian_child\" 2>/dev/null;"
+        " kill -KILL $$' " +
+        std::string(kKillOrder) + "\n";
+  }
+  script +=
       "while [ -z \"$__meridian_stop\" ]; do\n"
       "  if [ \"$__meridian_n\" -gt 0 ]; then\n"
       "    echo \"$__meridian_n exited with code $__meridian_rc; restarted after $__meridian_b s\""
@@ -599,12 +628,12 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
       " mv \"$__meridian_t.restarts.tmp\" \"$__meridian_t.restarts\"\n"
       "  fi\n"
       "  export MERIDIAN_RESTART=$__meridian_n\n  " +
-      command +
-      " >> \"$__meridian_t.out\" 2>&1 &\n"
-      "  __meridian_child=$!\n"
+      std::string(in_batch ? "set -m; " : "") + command + " >> \"$__meridian_t.out\" 2>&1 &\n" +
+      "  __meridian_child=$!" + (in_batch ? "; set +m" : "") +
+      "\n"
       "  while :; do wait \"$__meridian_child\";"
       " kill -0 \"$__meridian_child\" 2>/dev/null || break; done\n"
-      "  wait \"$__meridian_child\"; __meridian_rc=$?\n"
+      "  wait \"$__meridian_child\"; __meridian_rc=$? __meridian_child=\n"
       "  if [ \"$__meridian_rc\" = 0 ] || [ -n \"$__meridian_stop\" ] ||"
       " [ \"$__meridian_n\" -ge " +
       std::to_string(max_restarts) +
@@ -653,7 +682,7 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
     options.push_back("--time=" +
                       std::to_string(static_cast<int64_t>((spec.runtime_limit + 59) / 60)));
     if (!notice.empty()) {
-      options.push_back("--signal=" + notice + "@" +
+      options.push_back("--signal=" + std::string(in_batch ? "B:" : "") + notice + "@" +
                         std::to_string(static_cast<int64_t>(std::max(1.0, spec.grace_period))));
     }
   }
@@ -668,8 +697,9 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
   out.submitted = true;
   out.slurm_state = "GONE";
   ++submitted_;
-  auto id = slurm_.Submit(options, "#!/bin/bash\nexec srun --kill-on-bad-exit=0 /bin/bash " +
-                                       Quote(dir + "/task.sh") + "\n");
+  auto id = slurm_.Submit(options, std::string("#!/bin/bash\nexec ") +
+                                       (in_batch ? "" : "srun --kill-on-bad-exit=0 ") +
+                                       "/bin/bash " + Quote(dir + "/task.sh") + "\n");
   if (!id.ok() && id.status().code() == base::StatusCode::kUnavailable) {
     // Taken or not, nobody knows yet: looked for by name in squeue, and given back if it never
     // shows (GiveBackStuck). Never submitted again.
@@ -704,7 +734,8 @@ void SlurmConnector::Stop(RunState& run) {
     const std::string notice = SignalName(a.run.notice_signal);
     run.term_at = notice.empty() ? now : now + within / 2;
     if (!notice.empty()) {
-      Status s = slurm_.Cancel(run.slurm_id, notice);
+      Status s = InBatchStep(run.tasks.size()) ? slurm_.SignalBatch(run.slurm_id, notice)
+                                               : slurm_.Cancel(run.slurm_id, notice);
       base::log::Info("job {} generation {}: {} to Slurm job {} ({}){}", run.tag.job,
                       run.tag.generation, a.run.notice_signal, run.slurm_id, a.stop_reason,
                       s.ok() ? "" : ": " + s.message());
@@ -714,15 +745,22 @@ void SlurmConnector::Stop(RunState& run) {
   // sent again next round.
   if (!run.termed && now >= run.term_at) run.termed = slurm_.Cancel(run.slurm_id).ok();
   // At its deadline, killed as the lease kills (a SIGKILL to the whole job would wait KillWait).
-  if (!run.killed && now >= run.kill_at) run.killed = KillNow(run.slurm_id).ok();
+  if (!run.killed && now >= run.kill_at) run.killed = KillNow(run).ok();
 }
 
-Status SlurmConnector::KillNow(int64_t slurm_id) {
-  // SIGKILL to its step first (step 0, the srun its batch script runs): Slurm's own cancel, and a
-  // SIGKILL sent to the whole job, send SIGTERM and wait its KillWait (30 s by default) before
-  // SIGKILL, longer than the server waits before it runs the job elsewhere.
-  (void)slurm_.SignalStep(slurm_id, 0, "KILL");  // a job with no step yet has nothing to kill
-  return slurm_.Cancel(slurm_id);
+Status SlurmConnector::KillNow(const RunState& run) {
+  // SIGKILL first to what runs its tasks: step 0 (the srun its batch script runs), or, through
+  // its batch shell, the task run there (InBatchStep, kKillOrder); both for a run whose tasks are
+  // not known yet (found again after a restart). Slurm's own cancel, and a SIGKILL sent to the
+  // whole job, send SIGTERM and wait its KillWait (30 s by default) before SIGKILL, longer than
+  // the server waits before it runs the job elsewhere. A job with no step yet has nothing to kill.
+  if (run.tasks.empty() || !InBatchStep(run.tasks.size())) {
+    (void)slurm_.SignalStep(run.slurm_id, 0, "KILL");
+  }
+  if (run.tasks.empty() || InBatchStep(run.tasks.size())) {
+    (void)slurm_.SignalBatch(run.slurm_id, kKillOrder);
+  }
+  return slurm_.Cancel(run.slurm_id);
 }
 
 void SlurmConnector::EnforceLease() {
@@ -748,7 +786,7 @@ void SlurmConnector::EnforceLease() {
     const std::string silent =
         !node ? "the server"
               : "node " + *node + (links_.count(*node) ? "" : " (out of Slurm's partitions)");
-    run.killed = KillNow(run.slurm_id).ok();
+    run.killed = KillNow(run).ok();
     base::log::Warn("lease ran out: killed Slurm job {} ({}): {} not answered", run.slurm_id,
                     TagName(tag, o_.instance), silent);
     if (run.killed) {
@@ -916,7 +954,7 @@ void SlurmConnector::Fence() {
         })) {
       continue;
     }
-    Status s = KillNow(run.slurm_id);
+    Status s = KillNow(run);
     run.killed = s.ok();  // else again next round
     const std::string what = fmt::format(
         "Slurm job {} ({}, on {}): Meridian no longer runs job {} generation {} there",

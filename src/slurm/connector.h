@@ -61,8 +61,9 @@ struct ConnectorOptions {
 // - A run (a job's generation) becomes one Slurm job named meridian-INSTANCE-JOB-GENERATION
 //   (slurm_cli.h), on exactly
 //   the nodes Meridian chose (--nodelist), its tasks through srun (as many on each node, as
-//   Slurm asks), each with its own GPUs (--gpus-per-task), CPUs and memory, its runtime limit as
-//   --time, and its notice signal before that limit.
+//   Slurm asks; a run of one task in the batch step itself), each with its own GPUs
+//   (--gpus-per-task), CPUs and memory, its runtime limit as --time, and its notice signal
+//   before that limit.
 // - A run the server asks to stop gets its notice signal at once, Slurm's stop (SIGTERM, then
 //   SIGKILL after KillWait) at half its time left, and scancel again at its deadline.
 // - A Slurm job of Meridian's that no answer lists (a stale generation, a job Meridian gave up)
@@ -186,7 +187,7 @@ class SlurmConnector {
   void GiveBackStuck();
   // Kills a Slurm job at once (SIGKILL to its steps, then cancels it), not after Slurm's KillWait:
   // what the server counts as stopped (a lost lease, a fenced run) must not run on.
-  base::Status KillNow(int64_t slurm_id);
+  base::Status KillNow(const RunState& run);
   // The server silent past the lease: every Slurm job of Meridian's is killed.
   void EnforceLease();
 

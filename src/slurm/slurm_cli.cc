@@ -313,6 +313,10 @@ Status SlurmCli::SignalStep(int64_t id, int step, const std::string& signal) con
   return Scancel({"--signal=" + signal, std::to_string(id) + "." + std::to_string(step)});
 }
 
+Status SlurmCli::SignalBatch(int64_t id, const std::string& signal) const {
+  return Scancel({"--batch", "--signal=" + signal, std::to_string(id)});
+}
+
 Status SlurmCli::Cancel(int64_t id, const std::string& signal, const std::string& only_if) const {
   std::vector<std::string> args;
   if (!signal.empty()) args.push_back("--signal=" + signal);

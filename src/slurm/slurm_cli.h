@@ -120,6 +120,9 @@ class SlurmCli {
   // scancel --signal: `signal` to step `step` of the job only. A step's SIGKILL is delivered at
   // once, where the job's is turned into Slurm's own stop (SIGTERM, and SIGKILL after KillWait).
   base::Status SignalStep(int64_t id, int step, const std::string& signal) const;
+  // scancel --batch --signal: `signal` to the job's batch shell alone (not its children, not its
+  // steps); a SIGKILL is delivered at once, and Slurm then ends what the shell left.
+  base::Status SignalBatch(int64_t id, const std::string& signal) const;
 
  private:
   base::Result<Json> JsonOf(const std::vector<std::string>& argv) const;
