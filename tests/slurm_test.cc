@@ -713,13 +713,14 @@ TEST_F(SlurmTest, TheServerSilentPastTheLeaseHasItsSlurmJobsKilledAtOnce) {
            std::string::npos;
   })) << Shell("scontrol show config | grep -i killwait");
   // Each line its run's generation and the time: a later run (the job requeued once the server
-  // is back) writes there too.
+  // is back) writes there too. The writer is in a session of its own, as torchrun starts its
+  // workers: the kill must reach every process of the task, not only its process group.
   const std::string trace = dir_.File("trace");
-  const int64_t id =
-      Submit({{"command",
-               {"bash", "-c",
-                "trap '' TERM; while true; do echo \"$MERIDIAN_GENERATION $(date +%s.%N)\" >> " +
-                    trace + "; sleep 0.1; done"}}});
+  const int64_t id = Submit({{"command",
+                              {"bash", "-c",
+                               "trap '' TERM; setsid bash -c \"trap '' TERM; while true; do echo "
+                               "\\\"$MERIDIAN_GENERATION \\$(date +%s.%N)\\\" >> " +
+                                   trace + "; sleep 0.1; done\" & wait"}}});
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running" && !ReadFile(trace).empty(); }, 30))
       << Says();
   const double silent =

@@ -63,17 +63,47 @@ int64_t ExitCodeOf(int64_t wait_status) {
 // machine, 25 jobs/s through srun against 35-80 without; docs/benchmarks.md). The batch step
 // has the job's GPUs (CUDA_VISIBLE_DEVICES), CPUs and memory on its node, which are the task's.
 // Its notice then goes to the batch shell alone (--signal=B:, scancel --batch), which passes it
-// on to the task's process group: Slurm signals the batch shell alone or every process of the
-// step, where a step's tasks are signalled each.
+// on to every process of its task (Slurm signals either the batch shell alone or every process
+// of the step, where a step's tasks are signalled each). The run's folder records it
+// (kBatchStepFile), so that a run is signalled as it was started, across restarts and upgrades.
 bool InBatchStep(size_t tasks) { return tasks == 1; }
+constexpr char kBatchStepFile[] = "batch-step";
 
-// What the batch shell of a task run there (InBatchStep) takes as an order to SIGKILL its task's
-// process group and itself. Slurm has no immediate SIGKILL for a batch step's children: a
+// What the batch shell of a task run there (InBatchStep) takes as an order to SIGKILL every
+// process of its task and itself. Slurm has no immediate SIGKILL for a batch step's children: a
 // SIGKILL to the job, to the batch shell or to the whole step becomes its stop (SIGTERM, then
 // SIGKILL after KillWait, 30 s by default). Neither Slurm nor a job sends it to the batch shell;
 // a wrapper that has not set its trap yet is ended by it all the same (its default action),
 // before its task starts.
 constexpr char kKillOrder[] = "XCPU";
+
+// Shell functions of the wrapper of a task run in the batch step: its task's processes (the
+// task and all that descend from it, whatever their process group or session: torchrun starts
+// its workers in sessions of their own), found from their parents as Slurm's proctrack/linuxproc
+// finds a step's; and a SIGKILL of them all that first stops them until none is new, so that
+// none forks away meanwhile. The walk ignores SIGTERM (ps inherits that): Slurm's cancel, sent
+// right after the kill order, would otherwise end it half-way and leave the task running.
+constexpr char kTaskTreeFunctions[] =
+    "__meridian_tree() {\n"
+    "  local all=\" $1 \" more=1 pid ppid\n"
+    "  while [ -n \"$more\" ]; do\n"
+    "    more=\n"
+    "    while read -r pid ppid; do\n"
+    "      case \"$all\" in *\" $pid \"*) continue ;; esac\n"
+    "      case \"$all\" in *\" $ppid \"*) all=\"$all$pid \" more=1 ;; esac\n"
+    "    done < <(ps -e -o pid=,ppid= 2>/dev/null)\n"
+    "  done\n"
+    "  echo $all\n"
+    "}\n"
+    "__meridian_killtree() {\n"
+    "  local seen= now n=0\n"
+    "  while [ \"$n\" -lt 20 ]; do\n"
+    "    now=$(trap '' TERM; __meridian_tree \"$1\")\n"
+    "    [ -n \"$now\" ] && [ \"$now\" = \"$seen\" ] && break\n"
+    "    kill -STOP $now 2>/dev/null; seen=$now n=$((n + 1))\n"
+    "  done\n"
+    "  kill -KILL $now 2>/dev/null\n"
+    "}\n";
 
 bool Runs(const std::string& state) {
   return state == "RUNNING" || state == "COMPLETING" || state == "SUSPENDED";
@@ -138,6 +168,8 @@ Status SlurmConnector::LoadRuns() {
     // sbatch never answered the life before: taken or not, it is looked for by name in squeue
     // and given back if it never shows (GiveBackStuck), not reported as ended.
     run.slurm_state = run.slurm_id > 0 ? "GONE" : "SUBMITTING";
+    run.launch =
+        fs::exists(entry.path() / kBatchStepFile, missing) ? Launch::kBatchStep : Launch::kSrun;
     if (run.slurm_id <= 0) run.pending_since = base::WallClockNow();
   }
   return Status::Ok();
@@ -602,7 +634,7 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
   // connector to report. Waits are a second at a time, so that a stop ends one at once. A wait
   // for the task that a signal cut short is made again: bash keeps the status of a child that
   // ended meanwhile. In the batch step (InBatchStep) the notice comes to this shell alone, which
-  // passes it on to the task's process group (its own, with set -m), as srun would to a step.
+  // passes it on to every process of the task, as srun would to a step's.
   const int64_t max_restarts = spec.restart.on_failure ? spec.restart.max_restarts : 0;
   const std::string cap = std::to_string(domain::kMaxRestartBackoffSeconds);
   script +=
@@ -610,15 +642,31 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
       "__meridian_t=\"$__meridian_r/task-$__meridian_i\"\n"
       "trap __meridian_stop=1 TERM\n";
   if (!notice.empty() && !in_batch) script += "trap __meridian_stop=1 " + notice + "\n";
-  if (!notice.empty() && in_batch) {
-    script += "trap '__meridian_stop=1; [ -n \"$__meridian_child\" ] && kill -s " + notice +
-              " -- \"-$__meridian_child\" 2>/dev/null' " + notice + "\n";
-  }
   if (in_batch) {
+    // The traps only note what came while the task is being started (its PID not known yet);
+    // __meridian_act carries it out once it is. A kill order with no task running ends the
+    // wrapper at once; a notice then stops it (no task is started again).
+    script += kTaskTreeFunctions;
     script +=
-        "trap '[ -n \"$__meridian_child\" ] && kill -KILL -- \"-$__meridian_child\" 2>/dev/null;"
-        " kill -KILL $$' " +
+        "__meridian_kill= __meridian_tell= __meridian_starting=\n"
+        "__meridian_act() {\n"
+        "  [ -n \"$__meridian_starting\" ] && return 0\n"
+        "  if [ -n \"$__meridian_kill\" ]; then\n"
+        "    [ -n \"$__meridian_child\" ] && __meridian_killtree \"$__meridian_child\"\n"
+        "    kill -KILL $$\n"
+        "  fi\n"
+        "  if [ -n \"$__meridian_tell\" ] && [ -n \"$__meridian_child\" ]; then\n"
+        "    __meridian_tell=\n" +
+        (notice.empty() ? std::string()
+                        : "    kill -s " + notice +
+                              " $(__meridian_tree \"$__meridian_child\") 2>/dev/null\n") +
+        "  fi\n"
+        "}\n"
+        "trap '__meridian_kill=1; __meridian_act' " +
         std::string(kKillOrder) + "\n";
+    if (!notice.empty()) {
+      script += "trap '__meridian_stop=1 __meridian_tell=1; __meridian_act' " + notice + "\n";
+    }
   }
   script +=
       "while [ -z \"$__meridian_stop\" ]; do\n"
@@ -627,9 +675,10 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
       " > \"$__meridian_t.restarts.tmp\" &&"
       " mv \"$__meridian_t.restarts.tmp\" \"$__meridian_t.restarts\"\n"
       "  fi\n"
-      "  export MERIDIAN_RESTART=$__meridian_n\n  " +
-      std::string(in_batch ? "set -m; " : "") + command + " >> \"$__meridian_t.out\" 2>&1 &\n" +
-      "  __meridian_child=$!" + (in_batch ? "; set +m" : "") +
+      "  export MERIDIAN_RESTART=$__meridian_n\n" +
+      std::string(in_batch ? "  __meridian_starting=1\n" : "") + "  " + command +
+      " >> \"$__meridian_t.out\" 2>&1 &\n" + "  __meridian_child=$!" +
+      (in_batch ? " __meridian_starting=\n  __meridian_act" : "") +
       "\n"
       "  while :; do wait \"$__meridian_child\";"
       " kill -0 \"$__meridian_child\" 2>/dev/null || break; done\n"
@@ -690,6 +739,11 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
   // takes it up again if the server still lists it once it answers).
   if (base::WallClockNow() >= order.deadline) return out;
   // The run is recorded before sbatch: whatever happens next, it is never submitted again.
+  if (in_batch && !WriteFile(dir + "/" + kBatchStepFile, "")) {
+    base::log::Warn("cannot write {}/{}", dir, kBatchStepFile);
+    return out;
+  }
+  out.launch = in_batch ? Launch::kBatchStep : Launch::kSrun;
   if (!WriteFile(dir + "/slurm-job", "")) {
     base::log::Warn("cannot write {}/slurm-job", dir);
     return out;
@@ -734,8 +788,8 @@ void SlurmConnector::Stop(RunState& run) {
     const std::string notice = SignalName(a.run.notice_signal);
     run.term_at = notice.empty() ? now : now + within / 2;
     if (!notice.empty()) {
-      Status s = InBatchStep(run.tasks.size()) ? slurm_.SignalBatch(run.slurm_id, notice)
-                                               : slurm_.Cancel(run.slurm_id, notice);
+      Status s = run.launch == Launch::kBatchStep ? slurm_.SignalBatch(run.slurm_id, notice)
+                                                  : slurm_.Cancel(run.slurm_id, notice);
       base::log::Info("job {} generation {}: {} to Slurm job {} ({}){}", run.tag.job,
                       run.tag.generation, a.run.notice_signal, run.slurm_id, a.stop_reason,
                       s.ok() ? "" : ": " + s.message());
@@ -750,17 +804,22 @@ void SlurmConnector::Stop(RunState& run) {
 
 Status SlurmConnector::KillNow(const RunState& run) {
   // SIGKILL first to what runs its tasks: step 0 (the srun its batch script runs), or, through
-  // its batch shell, the task run there (InBatchStep, kKillOrder); both for a run whose tasks are
-  // not known yet (found again after a restart). Slurm's own cancel, and a SIGKILL sent to the
-  // whole job, send SIGTERM and wait its KillWait (30 s by default) before SIGKILL, longer than
-  // the server waits before it runs the job elsewhere. A job with no step yet has nothing to kill.
-  if (run.tasks.empty() || !InBatchStep(run.tasks.size())) {
-    (void)slurm_.SignalStep(run.slurm_id, 0, "KILL");
+  // its batch shell, the task run there (kBatchStep, kKillOrder); both for a run whose folder is
+  // gone. Slurm's own cancel, and a SIGKILL sent to the whole job, send SIGTERM and wait its
+  // KillWait (30 s by default) before SIGKILL, longer than the server waits before it runs the
+  // job elsewhere. A job with no step yet has nothing to kill. A kill order Slurm did not take
+  // is sent again next round (the run is not marked killed).
+  Status order;
+  if (run.launch != Launch::kBatchStep) (void)slurm_.SignalStep(run.slurm_id, 0, "KILL");
+  if (run.launch != Launch::kSrun && run.slurm_state != "PENDING") {
+    order = slurm_.SignalBatch(run.slurm_id, kKillOrder);
+    if (!order.ok()) {
+      base::log::Warn("Slurm job {}: the kill order to its batch shell: {}", run.slurm_id,
+                      order.message());
+    }
   }
-  if (run.tasks.empty() || InBatchStep(run.tasks.size())) {
-    (void)slurm_.SignalBatch(run.slurm_id, kKillOrder);
-  }
-  return slurm_.Cancel(run.slurm_id);
+  Status cancelled = slurm_.Cancel(run.slurm_id);
+  return run.launch == Launch::kBatchStep && !order.ok() ? order : cancelled;
 }
 
 void SlurmConnector::EnforceLease() {
@@ -920,6 +979,7 @@ void SlurmConnector::TakeOutcomes() {
     run.given_back = std::move(o.given_back);
     if (!o.submitted) continue;  // nothing reached Slurm: again next round
     run.submitted = true;
+    run.launch = o.launch;
     // squeue may have shown it already, by name: what it showed of this very job stands. Another
     // job of that name (an older one, adopted) gives way to the one sbatch made.
     if (run.slurm_id > 0 && (o.slurm_id == 0 || o.slurm_id == run.slurm_id)) continue;

@@ -108,8 +108,13 @@ class SlurmConnector {
     std::string node;      // Meridian's node name
     int64_t uploaded = 0;  // bytes of output the server has
   };
+  // How a run's tasks were started (InBatchStep in connector.cc), as its folder records it: how
+  // its notice and an immediate kill reach them. Unknown for a run found in squeue whose folder
+  // is gone.
+  enum class Launch { kUnknown, kSrun, kBatchStep };
   struct RunState {
     RunTag tag;
+    Launch launch = Launch::kUnknown;
     std::map<int32_t, TaskState> tasks;  // as last assigned
     int64_t slurm_id = 0;                // 0: not submitted
     bool submitted = false;              // sbatch was run (the folder says so)
@@ -149,7 +154,8 @@ class SlurmConnector {
   };
   struct Outcome {
     RunTag tag;
-    bool submitted = false;   // its folder says so: never submitted again
+    bool submitted = false;  // its folder says so: never submitted again
+    Launch launch = Launch::kUnknown;
     int64_t slurm_id = 0;     // 0: sbatch refused it, or its answer was lost
     std::string slurm_state;  // PENDING; SUBMITTING: taken or not, nobody knows yet
     double pending_since = 0;
