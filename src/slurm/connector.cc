@@ -80,29 +80,37 @@ constexpr char kKillOrder[] = "XCPU";
 // Shell functions of the wrapper of a task run in the batch step: its task's processes (the
 // task and all that descend from it, whatever their process group or session: torchrun starts
 // its workers in sessions of their own), found from their parents as Slurm's proctrack/linuxproc
-// finds a step's; and a SIGKILL of them all that first stops them until none is new, so that
-// none forks away meanwhile. The walk ignores SIGTERM (ps inherits that): Slurm's cancel, sent
-// right after the kill order, would otherwise end it half-way and leave the task running.
+// finds a step's, from one look at the process table (a task that keeps starting children
+// would never let a walk that looks again end); and a SIGKILL of them all that first stops
+// them until a walk from every process seen so far finds none new, so that none forks away,
+// and none is lost when its parent dies and it passes to init. The walks ignore SIGTERM (ps
+// inherits that): a SIGTERM from Slurm would otherwise end one half-way.
 constexpr char kTaskTreeFunctions[] =
     "__meridian_tree() {\n"
-    "  local all=\" $1 \" more=1 pid ppid\n"
+    "  local all=\" $* \" more=1 i j\n"
+    "  local -a pids ppids\n"
+    "  while read -r i j; do pids+=(\"$i\") ppids+=(\"$j\"); done < <(ps -e -o pid=,ppid= "
+    "2>/dev/null)\n"
     "  while [ -n \"$more\" ]; do\n"
     "    more=\n"
-    "    while read -r pid ppid; do\n"
-    "      case \"$all\" in *\" $pid \"*) continue ;; esac\n"
-    "      case \"$all\" in *\" $ppid \"*) all=\"$all$pid \" more=1 ;; esac\n"
-    "    done < <(ps -e -o pid=,ppid= 2>/dev/null)\n"
+    "    for i in \"${!pids[@]}\"; do\n"
+    "      case \"$all\" in *\" ${pids[i]} \"*) continue ;; esac\n"
+    "      case \"$all\" in *\" ${ppids[i]} \"*) all=\"$all${pids[i]} \" more=1 ;; esac\n"
+    "    done\n"
     "  done\n"
     "  echo $all\n"
     "}\n"
     "__meridian_killtree() {\n"
-    "  local seen= now n=0\n"
+    "  local seen=\"$1\" now n=0\n"
     "  while [ \"$n\" -lt 20 ]; do\n"
-    "    now=$(trap '' TERM; __meridian_tree \"$1\")\n"
-    "    [ -n \"$now\" ] && [ \"$now\" = \"$seen\" ] && break\n"
-    "    kill -STOP $now 2>/dev/null; seen=$now n=$((n + 1))\n"
+    "    n=$((n + 1))\n"
+    "    now=$(trap '' TERM; __meridian_tree $seen)\n"
+    "    [ -n \"$now\" ] || continue\n"
+    "    kill -STOP $now 2>/dev/null\n"
+    "    [ \"$now\" = \"$seen\" ] && break\n"
+    "    seen=$now\n"
     "  done\n"
-    "  kill -KILL $now 2>/dev/null\n"
+    "  kill -KILL $seen 2>/dev/null\n"
     "}\n";
 
 bool Runs(const std::string& state) {
@@ -656,10 +664,10 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
         "    kill -KILL $$\n"
         "  fi\n"
         "  if [ -n \"$__meridian_tell\" ] && [ -n \"$__meridian_child\" ]; then\n"
-        "    __meridian_tell=\n" +
-        (notice.empty() ? std::string()
-                        : "    kill -s " + notice +
-                              " $(__meridian_tree \"$__meridian_child\") 2>/dev/null\n") +
+        "    local pids=$(trap '' TERM; __meridian_tree \"$__meridian_child\")\n"
+        "    [ -n \"$pids\" ] && __meridian_tell= && kill -s " +
+        (notice.empty() ? std::string("TERM") : notice) +
+        " $pids 2>/dev/null\n"
         "  fi\n"
         "}\n"
         "trap '__meridian_kill=1; __meridian_act' " +
@@ -802,24 +810,43 @@ void SlurmConnector::Stop(RunState& run) {
   if (!run.killed && now >= run.kill_at) run.killed = KillNow(run).ok();
 }
 
-Status SlurmConnector::KillNow(const RunState& run) {
+Status SlurmConnector::KillNow(RunState& run) {
   // SIGKILL first to what runs its tasks: step 0 (the srun its batch script runs), or, through
   // its batch shell, the task run there (kBatchStep, kKillOrder); both for a run whose folder is
   // gone. Slurm's own cancel, and a SIGKILL sent to the whole job, send SIGTERM and wait its
   // KillWait (30 s by default) before SIGKILL, longer than the server waits before it runs the
-  // job elsewhere. A job with no step yet has nothing to kill. A kill order Slurm did not take
-  // is sent again next round (the run is not marked killed).
-  Status order;
-  if (run.launch != Launch::kBatchStep) (void)slurm_.SignalStep(run.slurm_id, 0, "KILL");
-  if (run.launch != Launch::kSrun && run.slurm_state != "PENDING") {
-    order = slurm_.SignalBatch(run.slurm_id, kKillOrder);
+  // job elsewhere. A job with no step yet has nothing to kill.
+  if (run.launch != Launch::kSrun && run.slurm_state != "PENDING" && run.kill_ordered_at == 0) {
+    // Slurm's cancel comes later (FollowKillOrders), should the order not have ended the job: its
+    // SIGTERM, sent with the order, ended a task's launcher before the wrapper had found the
+    // workers it started, which then passed to init and ran on.
+    Status order = slurm_.SignalBatch(run.slurm_id, kKillOrder);
     if (!order.ok()) {
       base::log::Warn("Slurm job {}: the kill order to its batch shell: {}", run.slurm_id,
                       order.message());
+      return order;  // sent again next round
+    }
+    run.kill_ordered_at = base::WallClockNow();
+  }
+  if (run.launch == Launch::kBatchStep && run.kill_ordered_at > 0) return Status::Ok();
+  if (run.launch != Launch::kBatchStep) (void)slurm_.SignalStep(run.slurm_id, 0, "KILL");
+  return slurm_.Cancel(run.slurm_id);
+}
+
+void SlurmConnector::FollowKillOrders() {
+  const double now = base::WallClockNow();
+  for (auto& [tag, run] : runs_) {
+    if (run.kill_ordered_at == 0 || run.kill_cancelled || !IsActiveState(run.slurm_state) ||
+        now - run.kill_ordered_at < kKillOrderTime) {
+      continue;
+    }
+    run.kill_cancelled = slurm_.Cancel(run.slurm_id).ok();
+    if (run.kill_cancelled && run.slurm_state != "COMPLETING") {
+      base::log::Warn("Slurm job {} ({}) still {} {:.1f} s after its kill order: cancelled",
+                      run.slurm_id, TagName(tag, o_.instance), run.slurm_state,
+                      now - run.kill_ordered_at);
     }
   }
-  Status cancelled = slurm_.Cancel(run.slurm_id);
-  return run.launch == Launch::kBatchStep && !order.ok() ? order : cancelled;
 }
 
 void SlurmConnector::EnforceLease() {
@@ -1174,6 +1201,7 @@ Status SlurmConnector::Round() {
   UploadLogs();
   const double uploaded = base::WallClockNow();
   Fence();
+  FollowKillOrders();
   const double fenced = base::WallClockNow();
   Cleanup();
   const double end = base::WallClockNow();

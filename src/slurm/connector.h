@@ -126,8 +126,10 @@ class SlurmConnector {
     double noticed_at = 0;  // the notice signal was sent (0: not yet)
     double term_at = 0, kill_at = 0;
     bool termed = false, killed = false;
-    bool listed = false;     // an answer listed it this round
-    bool in_flight = false;  // handed to the submitters, its outcome not yet taken
+    double kill_ordered_at = 0;   // KillNow's order went to the batch shell (0: not yet)
+    bool kill_cancelled = false;  // and Slurm's cancel followed it (FollowKillOrders)
+    bool listed = false;          // an answer listed it this round
+    bool in_flight = false;       // handed to the submitters, its outcome not yet taken
     // Since when Slurm has shown it pending without a break (0: not pending), and whether it was
     // ever seen running (then it is never given back: its tasks may still run).
     double pending_since = 0;
@@ -193,7 +195,11 @@ class SlurmConnector {
   void GiveBackStuck();
   // Kills a Slurm job at once (SIGKILL to its steps, then cancels it), not after Slurm's KillWait:
   // what the server counts as stopped (a lost lease, a fenced run) must not run on.
-  base::Status KillNow(const RunState& run);
+  base::Status KillNow(RunState& run);
+  // Slurm's cancel of a run whose batch shell was ordered to kill its task (KillNow) and that
+  // Slurm still shows running kKillOrderTime later: the order was lost, or the wrapper hung.
+  void FollowKillOrders();
+  static constexpr double kKillOrderTime = 2;
   // The server silent past the lease: every Slurm job of Meridian's is killed.
   void EnforceLease();
 
