@@ -512,6 +512,30 @@ TEST_F(SlurmTest, ATaskHearsItsNoticeBeforeItsRuntimeLimit) {
   EXPECT_NE(Logs(id).find("notice"), std::string::npos) << Logs(id);
 }
 
+// A launcher that Slurm's SIGTERM ends first leaves its worker behind, in a session of its own
+// and out of the task's process tree (passed to init), ignoring SIGTERM: it is found by its run
+// all the same, when the task ends, and does not outlive the job.
+TEST_F(SlurmTest, AWorkerWhoseLauncherEndedFirstDoesNotOutliveItsJob) {
+  const std::string trace = dir_.File("trace");
+  const int64_t id = Submit({{"command",
+                              {"bash", "-c",
+                               "setsid bash -c \"trap '' TERM; while true; do date +%s.%N >> " +
+                                   trace + "; sleep 0.1; done\" & sleep 600"}},
+                             {"gracePeriod", "4s"}});
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running" && !ReadFile(trace).empty(); }, 30))
+      << Says();
+  const double cancelled =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  ASSERT_EQ(Run("cancel " + std::to_string(id)).code, 0);
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Cancelled"; }, 25)) << Says();
+  std::this_thread::sleep_for(std::chrono::seconds(8));
+  std::istringstream lines(ReadFile(trace));
+  double last = 0;
+  for (std::string line; std::getline(lines, line);) last = std::max(last, std::stod(line));
+  EXPECT_LT(last - cancelled, 6) << "the worker ran on after its job" << Says();
+  Shell("pkill -KILL -f '" + trace + "'");  // should it have
+}
+
 TEST_F(SlurmTest, TheConnectorKilledWhileAJobRunsAdoptsItAndNothingRunsTwice) {
   const int64_t id = Submit({{"command", {"bash", "-c", "echo started; sleep 6; echo done"}}});
   ASSERT_TRUE(Eventually([&] { return Logs(id).find("started") != std::string::npos; }, 20))

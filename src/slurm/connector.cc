@@ -80,11 +80,14 @@ constexpr char kKillOrder[] = "XCPU";
 // Shell functions of the wrapper of a task run in the batch step: its task's processes (the
 // task and all that descend from it, whatever their process group or session: torchrun starts
 // its workers in sessions of their own), found from their parents as Slurm's proctrack/linuxproc
-// finds a step's, from one look at the process table (a task that keeps starting children
-// would never let a walk that looks again end); and a SIGKILL of them all that first stops
-// them until a walk from every process seen so far finds none new, so that none forks away,
-// and none is lost when its parent dies and it passes to init. The walks ignore SIGTERM (ps
-// inherits that): a SIGTERM from Slurm would otherwise end one half-way.
+// finds a step's, and by the mark every process of the task inherits in its environment
+// (__meridian_run: this job and wrapper), which finds those that left the tree too (a worker
+// whose launcher ended first passes to init), and which a reused PID does not carry; from one look
+// at the process table (a task that keeps starting children would never let a walk that looks again
+// end); and a SIGKILL of them all that first stops them until a walk from every process seen so far
+// finds none new, so that none forks away, and none is lost when its parent dies and it passes to
+// init. The walks ignore SIGTERM (ps inherits that): a SIGTERM from Slurm would otherwise end one
+// half-way.
 constexpr char kTaskTreeFunctions[] =
     "__meridian_tree() {\n"
     "  local all=\" $* \" more=1 i j\n"
@@ -100,12 +103,16 @@ constexpr char kTaskTreeFunctions[] =
     "  done\n"
     "  echo $all\n"
     "}\n"
+    "__meridian_marked() {\n"
+    "  local m=\"__meridian_run=$__meridian_run\"\n"
+    "  (export -n __meridian_run; grep -lsxzF \"$m\" /proc/[0-9]*/environ | cut -d/ -f3)\n"
+    "}\n"
     "__meridian_killtree() {\n"
-    "  local seen=\"$1\" now n=0\n"
+    "  local seen=\"$*\" now n=0\n"
     "  while [ \"$n\" -lt 20 ]; do\n"
     "    n=$((n + 1))\n"
-    "    now=$(trap '' TERM; __meridian_tree $seen)\n"
-    "    [ -n \"$now\" ] || continue\n"
+    "    now=$(trap '' TERM; __meridian_tree $seen $(__meridian_marked))\n"
+    "    [ -n \"$now\" ] || break\n"
     "    kill -STOP $now 2>/dev/null\n"
     "    [ \"$now\" = \"$seen\" ] && break\n"
     "    seen=$now\n"
@@ -653,14 +660,16 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
   if (in_batch) {
     // The traps only note what came while the task is being started (its PID not known yet);
     // __meridian_act carries it out once it is. A kill order with no task running ends the
-    // wrapper at once; a notice then stops it (no task is started again).
+    // wrapper at once; a notice then stops it (no task is started again). What a task leaves
+    // running when it ends is killed, as Slurm kills what is left of a step.
     script += kTaskTreeFunctions;
     script +=
         "__meridian_kill= __meridian_tell= __meridian_starting=\n"
+        "export __meridian_run=\"${SLURM_JOB_ID:-0}.$$\"\n"
         "__meridian_act() {\n"
         "  [ -n \"$__meridian_starting\" ] && return 0\n"
         "  if [ -n \"$__meridian_kill\" ]; then\n"
-        "    [ -n \"$__meridian_child\" ] && __meridian_killtree \"$__meridian_child\"\n"
+        "    __meridian_killtree $__meridian_child\n"
         "    kill -KILL $$\n"
         "  fi\n"
         "  if [ -n \"$__meridian_tell\" ] && [ -n \"$__meridian_child\" ]; then\n"
@@ -690,7 +699,8 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
       "\n"
       "  while :; do wait \"$__meridian_child\";"
       " kill -0 \"$__meridian_child\" 2>/dev/null || break; done\n"
-      "  wait \"$__meridian_child\"; __meridian_rc=$? __meridian_child=\n"
+      "  wait \"$__meridian_child\"; __meridian_rc=$? __meridian_child=\n" +
+      std::string(in_batch ? "  [ -n \"$(__meridian_marked)\" ] && __meridian_killtree\n" : "") +
       "  if [ \"$__meridian_rc\" = 0 ] || [ -n \"$__meridian_stop\" ] ||"
       " [ \"$__meridian_n\" -ge " +
       std::to_string(max_restarts) +
