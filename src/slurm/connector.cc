@@ -82,18 +82,21 @@ constexpr char kKillOrder[] = "XCPU";
 // its workers in sessions of their own), found from their parents as Slurm's proctrack/linuxproc
 // finds a step's, and by the mark every process of the task inherits in its environment
 // (__meridian_run: this job and wrapper), which finds those that left the tree too (a worker
-// whose launcher ended first passes to init), and which a reused PID does not carry; from one look
-// at the process table (a task that keeps starting children would never let a walk that looks again
-// end); and a SIGKILL of them all that first stops them until a walk from every process seen so far
-// finds none new, so that none forks away, and none is lost when its parent dies and it passes to
-// init. The walks ignore SIGTERM (ps inherits that): a SIGTERM from Slurm would otherwise end one
-// half-way.
+// whose launcher ended first passes to init), and which a reused PID does not carry; with this
+// job's SLURM_JOB_ID beside it, as a Slurm job that the task submits inherits the mark but not
+// the job ID (tools such as submitit do, and its processes on this node are not the task's); from
+// one look at the process table (a task that keeps starting children would never let a walk that
+// looks again end); and a SIGKILL of them all that first stops them until a walk from every process
+// seen so far finds none new, so that none forks away, and none is lost when its parent dies and it
+// passes to init. The walks ignore SIGTERM (ps inherits that): a SIGTERM from Slurm would otherwise
+// end one half-way.
 constexpr char kTaskTreeFunctions[] =
     "__meridian_tree() {\n"
-    "  local all=\" $* \" more=1 i j\n"
+    "  local all=\" \" more=1 i j\n"
+    "  for i in \"$@\"; do case \"$all\" in *\" $i \"*) ;; *) all=\"$all$i \" ;; esac; done\n"
     "  local -a pids ppids\n"
-    "  while read -r i j; do pids+=(\"$i\") ppids+=(\"$j\"); done < <(ps -e -o pid=,ppid= "
-    "2>/dev/null)\n"
+    "  while read -r i j; do pids+=(\"$i\") ppids+=(\"$j\"); done < <(export -n __meridian_run;"
+    " ps -e -o pid=,ppid= 2>/dev/null)\n"
     "  while [ -n \"$more\" ]; do\n"
     "    more=\n"
     "    for i in \"${!pids[@]}\"; do\n"
@@ -104,8 +107,9 @@ constexpr char kTaskTreeFunctions[] =
     "  echo $all\n"
     "}\n"
     "__meridian_marked() {\n"
-    "  local m=\"__meridian_run=$__meridian_run\"\n"
-    "  (export -n __meridian_run; grep -lsxzF \"$m\" /proc/[0-9]*/environ | cut -d/ -f3)\n"
+    "  local m=\"__meridian_run=$__meridian_run\" j=\"SLURM_JOB_ID=${SLURM_JOB_ID:-0}\"\n"
+    "  (export -n __meridian_run; printf '%s\\0' /proc/[0-9]*/environ |"
+    " xargs -0 grep -lsxzF -e \"$m\" | xargs -r grep -lsxzF -e \"$j\" | cut -d/ -f3)\n"
     "}\n"
     "__meridian_killtree() {\n"
     "  local seen=\"$*\" now n=0\n"
