@@ -837,8 +837,9 @@ TEST_F(SlurmTest, ANodeLeavingThePartitionHasItsRunKilledWhenItsLeaseRunsOut) {
 
 TEST_F(SlurmTest, AForeignSlurmJobsGpusAreNotDoubleBooked) {
   // Alice submits to Slurm directly: all four GPUs of n1.
-  const std::string foreign =
-      Shell("sbatch --parsable -J alice-training -w n1 --gres=gpu:4 --mem=1000 --wrap 'sleep 120'");
+  const std::string foreign = Shell(
+      "sbatch --parsable -o /dev/null -J alice-training -w n1 --gres=gpu:4 --mem=1000 --wrap "
+      "'sleep 120'");
   ASSERT_TRUE(Eventually(
       [&] {
         int unmanaged = 0;
@@ -901,7 +902,7 @@ TEST_F(SlurmTest, AnotherMeridiansSlurmJobsAreForeignAndNeverFenced) {
            {"meridian-lab-7-1", "n1"},
            {"meridian-" + std::to_string(ours) + "-1", "n2"},
            {"meridian-hpc-2-" + std::to_string(ours) + "-1", "n3"}}) {
-    const std::string id = Shell("sbatch --parsable -J " + name + " -w " + node +
+    const std::string id = Shell("sbatch --parsable -o /dev/null -J " + name + " -w " + node +
                                  " --gres=gpu:4 --mem=1000 --wrap 'sleep 120'");
     theirs.push_back(id.substr(0, id.find('\n')));
   }
@@ -943,7 +944,7 @@ TEST_F(SlurmTest, AnotherMeridiansSlurmJobsAreForeignAndNeverFenced) {
 TEST_F(SlurmTest, AForeignSlurmJobsCpusAreNotDoubleBooked) {
   // Bob submits to Slurm directly: all sixteen CPUs of n2, none of its GPUs.
   const std::string foreign = Shell(
-      "sbatch --parsable -J bob-preprocessing -w n2 --cpus-per-task=16 --mem=1000 "
+      "sbatch --parsable -o /dev/null -J bob-preprocessing -w n2 --cpus-per-task=16 --mem=1000 "
       "--wrap 'sleep 120'");
   ASSERT_TRUE(Eventually(
       [&] { return Node("slurm-n2").value("unmanagedCpuMilli", int64_t{0}) == 16000; }, 20))
