@@ -520,8 +520,7 @@ TEST_F(SlurmTest, AWorkerWhoseLauncherEndedFirstDoesNotOutliveItsJob) {
   const int64_t id = Submit({{"command",
                               {"bash", "-c",
                                "setsid bash -c \"trap '' TERM; while true; do date +%s.%N >> " +
-                                   trace + "; sleep 0.1; done\" & sleep 600"}},
-                             {"gracePeriod", "4s"}});
+                                   trace + "; sleep 0.1; done\" & sleep 600"}}});
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running" && !ReadFile(trace).empty(); }, 30))
       << Says();
   const double cancelled =

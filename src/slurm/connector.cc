@@ -675,13 +675,12 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
         "  if [ -n \"$__meridian_kill\" ]; then\n"
         "    __meridian_killtree $__meridian_child\n"
         "    kill -KILL $$\n"
-        "  fi\n"
-        "  if [ -n \"$__meridian_tell\" ] && [ -n \"$__meridian_child\" ]; then\n"
-        "    local pids=$(trap '' TERM; __meridian_tree \"$__meridian_child\")\n"
-        "    [ -n \"$pids\" ] && __meridian_tell= && kill -s " +
-        (notice.empty() ? std::string("TERM") : notice) +
-        " $pids 2>/dev/null\n"
-        "  fi\n"
+        "  fi\n" +
+        (notice.empty() ? std::string()
+                        : "  if [ -n \"$__meridian_tell\" ] && [ -n \"$__meridian_child\" ]; then\n"
+                          "    local pids=$(trap '' TERM; __meridian_tree \"$__meridian_child\")\n"
+                          "    [ -n \"$pids\" ] && __meridian_tell= && kill -s " +
+                              notice + " $pids 2>/dev/null\n  fi\n") +
         "}\n"
         "trap '__meridian_kill=1; __meridian_act' " +
         std::string(kKillOrder) + "\n";
