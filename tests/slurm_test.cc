@@ -76,6 +76,10 @@ kind: Project
 metadata: {name: other}
 spec: {team: lab}
 ---
+kind: Project
+metadata: {name: unmapped}
+spec: {team: lab}
+---
 kind: Quota
 metadata: {name: research}
 spec: {project: research, limitGpus: 8}
@@ -127,14 +131,18 @@ class SlurmTest : public ::testing::Test {
     }
   }
 
-  void StartConnector(const std::string& interval = "0.5") {
-    connector_ = std::make_unique<AgentProcess>(
-        kBinary,
-        std::vector<std::string>{"--cluster", "hpc", "--slurm-conf", slurm_->conf(), "--partition",
-                                 "gpu", "--node-prefix", "slurm-", "--work-dir",
-                                 dir_.File("connector"), "--interval", interval, "--slurm-timeout",
-                                 "3", "--pending-timeout", "3"},
-        dir_.File("connector.log"));
+  void StartConnector(const std::string& interval = "0.5",
+                      const std::vector<std::string>& more = {}) {
+    std::vector<std::string> args = {"--cluster",         "hpc",
+                                     "--slurm-conf",      slurm_->conf(),
+                                     "--partition",       "gpu",
+                                     "--node-prefix",     "slurm-",
+                                     "--work-dir",        dir_.File("connector"),
+                                     "--interval",        interval,
+                                     "--slurm-timeout",   "3",
+                                     "--pending-timeout", "3"};
+    args.insert(args.end(), more.begin(), more.end());
+    connector_ = std::make_unique<AgentProcess>(kBinary, args, dir_.File("connector.log"));
     connector_->As("slurm-connector").Start(server_->url(), agent_token_);
   }
 
@@ -548,6 +556,65 @@ TEST_F(SlurmTest, TheConnectorKilledWhileAJobRunsAdoptsItAndNothingRunsTwice) {
   ASSERT_TRUE(Eventually([&] { return Logs(id).find("done") != std::string::npos; })) << Logs(id);
   const std::string logs = Logs(id);
   EXPECT_EQ(logs.find("started"), logs.rfind("started")) << logs;
+}
+
+// Each project's Slurm jobs run as a Unix user of its own (--run-as), charged to its own account.
+// The attacks of one tenant on another: reading the other's files, its script (its environment)
+// or the list of runs; and a job that puts a link to /etc/shadow where its output was, for the
+// connector, as root, to upload as its log. A project with no user is refused, not run as root.
+TEST_F(SlurmTest, EachProjectRunsAsItsOwnUserAndReachesNoOneElsesFiles) {
+  for (const std::string user : {"meridian-slurm-a", "meridian-slurm-b"}) {
+    Shell("id -u " + user + " || useradd --system --no-create-home --shell /usr/sbin/nologin " +
+          user);
+    ASSERT_EQ(Shell("id -un " + user), user + "\n");
+  }
+  connector_->Stop(SIGTERM);
+  StartConnector("0.5", {"--run-as", "research=meridian-slurm-a", "--run-as",
+                         "other=meridian-slurm-b", "--account", "research=lab-a"});
+  const std::string runs = dir_.File("connector") + "/runs/";
+  const int64_t a = Submit({{"command",
+                             {"bash", "-c",
+                              "id -un; echo secret-of-a > mine; echo written; sleep 2; "
+                              "rm task-0.out; ln -s /etc/shadow task-0.out; sleep 4"}}});
+  ASSERT_TRUE(Eventually([&] { return Logs(a).find("written") != std::string::npos; }, 20))
+      << Says();
+  // A connector restarted meanwhile finds the job again by the ID its folder recorded (it reads
+  // other users' jobs without their names) and adopts it.
+  connector_->Stop(SIGKILL);
+  StartConnector("0.5", {"--run-as", "research=meridian-slurm-a", "--run-as",
+                         "other=meridian-slurm-b", "--account", "research=lab-a"});
+  const std::string a_run = runs + std::to_string(a) + "-1";
+  const int64_t b =
+      Submit({{"command",
+               {"bash", "-c",
+                "id -un; cat " + a_run + "/job/mine && echo LEAKED-FILE; grep -c . " + a_run +
+                    "/task.sh && echo LEAKED-SCRIPT; ls " + runs + " && echo LISTED; echo done"}}},
+             "b", "other");
+  const int64_t refused = Submit({{"command", {"true"}}}, "refused", "unmapped");
+  ASSERT_TRUE(Eventually([&] { return Phase(b) == "Succeeded"; }, 30)) << Says();
+  const std::string b_logs = Logs(b);
+  EXPECT_NE(b_logs.find("meridian-slurm-b\n"), std::string::npos) << b_logs;
+  EXPECT_NE(b_logs.find("done"), std::string::npos) << b_logs;
+  for (const char* leak : {"LEAKED", "LISTED", "secret-of-a"}) {
+    EXPECT_EQ(b_logs.find(leak), std::string::npos) << b_logs;
+  }
+  // Slurm's own view: the job is the project's user's, on the project's account.
+  const std::string account =
+      Shell("squeue -h -t all -n " + SlurmName(a) + " -O UserName:30,Account:30");
+  EXPECT_NE(account.find("meridian-slurm-a"), std::string::npos) << account;
+  EXPECT_NE(account.find("lab-a"), std::string::npos) << account;
+  ASSERT_TRUE(Eventually([&] { return Phase(a) == "Succeeded"; }, 30)) << Says();
+  EXPECT_EQ(Job(a)["status"].value("generation", 0), 1);
+  const std::string a_logs = Logs(a);
+  EXPECT_NE(a_logs.find("meridian-slurm-a\nwritten"), std::string::npos) << a_logs;
+  EXPECT_EQ(a_logs.find("root:"), std::string::npos) << a_logs;
+  EXPECT_EQ(a_logs.find(":::"), std::string::npos) << a_logs;  // every line of /etc/shadow ends so
+  ASSERT_TRUE(Eventually([&] { return Phase(refused) == "Failed"; }, 20)) << Says();
+  EXPECT_NE(Job(refused).dump().find("no user to run as"), std::string::npos)
+      << Job(refused).dump();
+  // Once its output is with the server, the job's folder is cleared (as its user) and the run's.
+  EXPECT_TRUE(Eventually([&] { return !std::filesystem::exists(a_run); }, 20))
+      << Shell("ls -laR " + a_run);
 }
 
 // slurmctld slow to take jobs: every sbatch the connector runs waits 6 s first. Of 24 jobs placed

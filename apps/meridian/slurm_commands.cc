@@ -12,7 +12,27 @@ struct SlurmFlags {
   meridian::slurm::ConnectorOptions o;
   std::string token_file;
   std::vector<std::string> gpu_models;
+  std::vector<std::string> accounts, run_as;
 };
+
+// "[PROJECT=]VALUE" flags into a map by project ("*": every project not named).
+meridian::base::Status ByProject(const std::string& flag, const std::vector<std::string>& given,
+                                 std::map<std::string, std::string>* out) {
+  for (const std::string& g : given) {
+    const size_t eq = g.find('=');
+    const std::string project = eq == std::string::npos ? "*" : g.substr(0, eq);
+    const std::string value = eq == std::string::npos ? g : g.substr(eq + 1);
+    if (project.empty() || value.empty()) {
+      return meridian::base::Status::Invalid(flag + " " + g + ": expected [PROJECT=]VALUE");
+    }
+    if (!out->emplace(project, value).second) {
+      return meridian::base::Status::Invalid(
+          flag + " " + g + ": " + (project == "*" ? "every project" : "project " + project) +
+          " is given twice");
+    }
+  }
+  return meridian::base::Status::Ok();
+}
 
 int RunConnector(SlurmFlags& f) {
   using meridian::base::Status;
@@ -32,6 +52,8 @@ int RunConnector(SlurmFlags& f) {
       return Fail(Status::Invalid("--gpu-model " + m + ": expected TYPE=MODEL"));
     f.o.gpu_models[m.substr(0, eq)] = m.substr(eq + 1);
   }
+  if (Status s = ByProject("--account", f.accounts, &f.o.accounts); !s.ok()) return Fail(s);
+  if (Status s = ByProject("--run-as", f.run_as, &f.o.run_as); !s.ok()) return Fail(s);
   if (f.o.work_dir.empty()) f.o.work_dir = "/var/lib/meridian/slurm/" + f.o.cluster;
   if (f.o.interval <= 0) return Fail(Status::Invalid("--interval must be positive"));
   std::atomic<bool> stop{false};
@@ -56,7 +78,13 @@ void AddSlurmCommands(CLI::App& app, int* rc) {
   c->add_option("--partition", f.o.partitions,
                 "a partition Meridian may use (repeatable; jobs go to the first; default: every "
                 "node, Slurm's default partition)");
-  c->add_option("--account", f.o.account, "the Slurm account jobs are charged to");
+  c->add_option("--account", f.accounts,
+                "[PROJECT=]ACCOUNT: the Slurm account a project's jobs are charged to, or every "
+                "other project's (repeatable; default: each user's default account)");
+  c->add_option("--run-as", f.run_as,
+                "[PROJECT=]USER: the Unix user a project's jobs run as, or every other "
+                "project's (repeatable; the connector then runs as root; with any, a project "
+                "with none is refused; default: the connector's own user)");
   c->add_option("--instance", f.o.instance,
                 "what this connector's Slurm jobs are named by (meridian-INSTANCE-JOB-GENERATION), "
                 "so that another Meridian's or connector's are never taken for its own (default: "

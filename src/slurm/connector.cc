@@ -1,16 +1,21 @@
 #include "slurm/connector.h"
 
+#include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "base/clock.h"
+#include "base/command.h"
 #include "base/dir_lock.h"
 #include "base/files.h"
 #include "base/log.h"
@@ -68,6 +73,38 @@ int64_t ExitCodeOf(int64_t wait_status) {
 // (kBatchStepFile), so that a run is signalled as it was started, across restarts and upgrades.
 bool InBatchStep(size_t tasks) { return tasks == 1; }
 constexpr char kBatchStepFile[] = "batch-step";
+
+// The folder of a run's folder that its job writes in (its tasks' output, exit codes and
+// restarts, Slurm's own output; its working directory unless it names one). The connector makes
+// it and gives it to the job's user (--run-as); the rest of the run's folder stays the
+// connector's (its script, its Slurm job ID), which the job may read and not change.
+constexpr char kJobFolder[] = "job";
+
+// A file of a run's job (SlurmConnector::JobUser), as the connector reads it: opened without
+// following a link, and only a regular file of the job's user. The job may put anything in its
+// folder, and a link there to /etc/shadow, read by a connector running as root, would become
+// its log. At most `limit` bytes from `offset`; `size` gets the file's size. nullopt: no such
+// file.
+std::optional<std::string> ReadJobFile(const std::string& path, uint32_t owner, int64_t offset = 0,
+                                       int64_t limit = 4096, int64_t* size = nullptr) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::optional<std::string> out;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == owner) {
+    if (size) *size = st.st_size;
+    std::string data(
+        static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(limit, st.st_size - offset))),
+        '\0');
+    const ssize_t n = data.empty() ? 0 : ::pread(fd, data.data(), data.size(), offset);
+    if (n >= 0) {
+      data.resize(static_cast<size_t>(n));
+      out = std::move(data);
+    }
+  }
+  ::close(fd);
+  return out;
+}
 
 // What the batch shell of a task run there (InBatchStep) takes as an order to SIGKILL every
 // process of its task and itself. Slurm has no immediate SIGKILL for a batch step's children: a
@@ -155,20 +192,96 @@ SlurmConnector::SlurmConnector(ConnectorOptions options)
   for (const auto& [type, model] : DefaultGpuModels()) o_.gpu_models.emplace(type, model);
   o_.server.keep_connection = true;
   if (o_.instance.empty()) o_.instance = o_.cluster;
+  own_uid_ = ::geteuid();
+  own_gid_ = ::getegid();
+}
+
+Status SlurmConnector::ResolveUsers() {
+  bool others = false;
+  for (const auto& [project, name] : o_.run_as) {
+    const std::string flag = "--run-as " + (project == "*" ? "" : project + "=") + name;
+    std::vector<char> buffer(16384);
+    struct passwd pw {};
+    struct passwd* found = nullptr;
+    if (::getpwnam_r(name.c_str(), &pw, buffer.data(), buffer.size(), &found) != 0 || !found) {
+      return Status::Invalid(flag + ": no such user here (Slurm's nodes must know it too)");
+    }
+    if (found->pw_uid != own_uid_ && own_uid_ != 0) {
+      return Status::Invalid(flag +
+                             ": only root may submit Slurm jobs as another user (sbatch "
+                             "--uid), and the connector runs as uid " +
+                             std::to_string(own_uid_));
+    }
+    others = others || found->pw_uid != own_uid_;
+    run_as_[project] = JobUser{name, found->pw_uid, found->pw_gid};
+  }
+  if (others) {
+    // Each job's user passes through the work directory to its script and its folder.
+    for (fs::path p = fs::absolute(o_.work_dir); !p.empty(); p = p.parent_path()) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH)) {
+        return Status::Invalid("--work-dir " + o_.work_dir + ": " + p.string() +
+                               " is not searchable by other users (mode " +
+                               fmt::format("{:04o}", st.st_mode & 07777) +
+                               "), and the jobs' users (--run-as) must pass through it");
+      }
+      if (p == p.root_path()) break;
+    }
+  } else if (own_uid_ == 0) {
+    base::log::Warn(
+        "every project's Slurm jobs run as root, the connector's user: give each project a user "
+        "with --run-as PROJECT=USER so that they cannot reach each other");
+  }
+  return Status::Ok();
+}
+
+const SlurmConnector::JobUser* SlurmConnector::UserOf(const std::string& project) const {
+  auto it = run_as_.find(project);
+  if (it == run_as_.end()) it = run_as_.find("*");
+  return it == run_as_.end() ? nullptr : &it->second;
+}
+
+std::vector<uint32_t> SlurmConnector::OtherUsers() const {
+  std::set<uint32_t> uids;
+  for (const auto& [project, user] : run_as_) uids.insert(user.uid);
+  for (const auto& [tag, run] : runs_) {
+    if (!run.files.empty()) uids.insert(run.owner);
+  }
+  uids.erase(own_uid_);
+  return {uids.begin(), uids.end()};
+}
+
+void SlurmConnector::FindUnanswered() {
+  constexpr int kMaxLooks = 16;  // a round's worth; the rest at the next
+  int looks = 0;
+  for (auto& [tag, run] : runs_) {
+    if (looks >= kMaxLooks) break;
+    if (!run.submitted || run.slurm_id > 0 || run.slurm_state != "SUBMITTING" ||
+        run.files.empty() || run.owner == own_uid_) {
+      continue;
+    }
+    ++looks;
+    auto ids = slurm_.JobIdsNamed(run.owner, TagName(tag, o_.instance));
+    if (ids.ok() && !ids->empty()) {
+      run.slurm_id = *std::max_element(ids->begin(), ids->end());
+    }
+  }
 }
 
 std::string SlurmConnector::RunDir(const RunTag& tag) const {
   return o_.work_dir + "/runs/" + std::to_string(tag.job) + "-" + std::to_string(tag.generation);
 }
 
-std::string SlurmConnector::TaskFile(const RunTag& tag, int32_t task, const char* ext) const {
-  return RunDir(tag) + "/task-" + std::to_string(task) + ext;
+std::string SlurmConnector::TaskFile(const RunState& run, int32_t task, const char* ext) const {
+  return (run.files.empty() ? RunDir(run.tag) : run.files) + "/task-" + std::to_string(task) + ext;
 }
 
 Status SlurmConnector::LoadRuns() {
   std::error_code ec;
   fs::create_directories(o_.work_dir + "/runs", ec);
   if (ec) return Status::Io("--work-dir " + o_.work_dir + ": " + ec.message());
+  // The jobs' users pass through to their folders; they may not list the runs.
+  chmod((o_.work_dir + "/runs").c_str(), 0711);
   fs::create_directories(o_.work_dir + "/credentials", ec);
   chmod((o_.work_dir + "/credentials").c_str(), 0700);
   for (const auto& entry : fs::directory_iterator(o_.work_dir + "/runs", ec)) {
@@ -189,6 +302,18 @@ Status SlurmConnector::LoadRuns() {
     run.slurm_state = run.slurm_id > 0 ? "GONE" : "SUBMITTING";
     run.launch =
         fs::exists(entry.path() / kBatchStepFile, missing) ? Launch::kBatchStep : Launch::kSrun;
+    // The job's folder is the connector's entry in a folder of its own: its owner is the job's
+    // user, whatever the job did inside it.
+    const std::string files = (entry.path() / kJobFolder).string();
+    struct stat st {};
+    if (::lstat(files.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      run.files = files;
+      run.owner = st.st_uid;
+      run.group = st.st_gid;
+    } else {
+      run.owner = own_uid_;
+      run.group = own_gid_;
+    }
     if (run.slurm_id <= 0) run.pending_since = base::WallClockNow();
   }
   return Status::Ok();
@@ -349,7 +474,18 @@ Status SlurmConnector::Register(Link& link) {
 
 void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
   std::map<RunTag, const SlurmJob*> seen;
+  std::map<int64_t, RunTag> recorded_ids;  // of runs of other users, found by ID alone
+  for (const auto& [tag, run] : runs_) {
+    if (run.slurm_id > 0 && !run.files.empty() && run.owner != own_uid_) {
+      recorded_ids[run.slurm_id] = tag;
+    }
+  }
   for (const SlurmJob& j : jobs) {
+    if (j.name.empty()) {  // a job of another user (SlurmCli::JobsOf): its own only by its ID
+      auto it = recorded_ids.find(j.id);
+      if (it != recorded_ids.end()) seen[it->second] = &j;
+      continue;
+    }
     auto parsed = ParseTagName(j.name);
     if (!parsed) continue;  // foreign: Slurm's own users' work
     // Another installation's, or another connector's: foreign too. Under another name (one from
@@ -395,6 +531,8 @@ void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
     RunState& run = runs_[tag];
     run.tag = tag;
     run.submitted = true;
+    run.owner = own_uid_;
+    run.group = own_gid_;
     run.slurm_id = job->id;
     run.slurm_nodes = job->nodes;
     run.slurm_state = job->state;
@@ -433,16 +571,17 @@ std::vector<protocol::TaskReport> SlurmConnector::ReportsFor(const std::string& 
         out.push_back(t);
         continue;
       }
-      const std::string exit_file = TaskFile(tag, index, ".exit");
-      const std::string code = base::ReadWholeFile(exit_file);
+      const std::string code =
+          ReadJobFile(TaskFile(run, index, ".exit"), run.owner, 0, 64).value_or("");
       if (run.slurm_state == "SUBMITTING") continue;  // not known to Slurm yet: still Placed
       const bool ended = !IsActiveState(run.slurm_state);
       // Restarts in place so far, and why the last one came ("N why", from the wrapper).
-      // The task may write there too (it runs as the connector's user): its first line only,
-      // at most 200 bytes.
-      std::string restarted = base::ReadWholeFile(TaskFile(tag, index, ".restarts"));
+      // The task may write there too (its folder is its user's): its first line only, at most
+      // 200 bytes.
+      std::string restarted =
+          ReadJobFile(TaskFile(run, index, ".restarts"), run.owner, 0, 200).value_or("");
       if (!restarted.empty()) {
-        restarted = restarted.substr(0, std::min(restarted.find('\n'), size_t{200}));
+        restarted = restarted.substr(0, restarted.find('\n'));
         const size_t space = restarted.find(' ');
         r.restarts = std::max<int64_t>(0, std::atoll(restarted.c_str()));
         restarted = space == std::string::npos ? "" : restarted.substr(space + 1);
@@ -554,13 +693,30 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
   Outcome out;
   out.tag = order.tag;
   const protocol::Assignment& first = order.tasks.begin()->second.assignment;
+  const JobUser* user = UserOf(first.project);
+  if (!run_as_.empty() && !user) {
+    out.refused = "project " + first.project +
+                  " has no user to run as on this Slurm cluster (its connector's --run-as)";
+    return out;
+  }
+  const uint32_t uid = user ? user->uid : own_uid_;
+  const uint32_t gid = user ? user->gid : own_gid_;
   const std::string dir = RunDir(order.tag);
+  const std::string files = dir + "/" + kJobFolder;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) {
-    base::log::Warn("run folder {}: {}", dir, ec.message());
+  if (!ec) fs::create_directories(files, ec);
+  // The run's folder is the connector's, and its user passes through it (0711); the job's
+  // folder, made by the connector where only it can make it, is the user's alone.
+  if (ec || ::chmod(dir.c_str(), 0711) != 0 || ::chown(files.c_str(), uid, gid) != 0 ||
+      ::chmod(files.c_str(), 0700) != 0) {
+    base::log::Warn("run folder {}: {}", dir,
+                    ec ? ec.message() : std::string(std::strerror(errno)));
     return out;  // not submitted: again next round
   }
+  out.files = files;
+  out.owner = uid;
+  out.group = gid;
   // The tasks on each Slurm node, the same number on each (--ntasks-per-node), all of one shape
   // (--gpus-per-task, --cpus-per-task; --mem per node). Slurm lays the tasks out node by node
   // and binds each task's GPUs; the script below finds its Meridian task from its node and its
@@ -635,7 +791,7 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
     }
     script += "export " + k + "=" + Quote(v) + "\n";
   }
-  script += "__meridian_r=" + Quote(dir) +
+  script += "__meridian_r=" + Quote(files) +
             "\n"
             "case \"$SLURMD_NODENAME:$SLURM_LOCALID\" in\n" +
             cases +
@@ -728,7 +884,9 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
       "echo \"$__meridian_rc\" > \"$__meridian_t.exit.tmp\" &&"
       " mv \"$__meridian_t.exit.tmp\" \"$__meridian_t.exit\"\n"
       "exit \"$__meridian_rc\"\n";
-  if (!WriteFile(dir + "/task.sh", script, 0755)) {
+  // Its user's to read and no one else's: the job's environment may hold its secrets.
+  if (!WriteFile(dir + "/task.sh", script, 0500) ||
+      ::chown((dir + "/task.sh").c_str(), uid, gid) != 0) {
     base::log::Warn("cannot write {}/task.sh", dir);
     return out;
   }
@@ -743,11 +901,17 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
       "--cpus-per-task=" + std::to_string(SlurmCpus(cpu_milli)),
       "--mem=" + std::to_string(SlurmMemoryMib(memory_mib) * static_cast<int64_t>(per_node)) + "M",
       "--no-requeue",
-      "--output=" + dir + "/slurm.out",
-      "--chdir=" + (spec.working_dir.empty() ? dir : spec.working_dir)};
+      "--output=" + files + "/slurm.out",
+      "--chdir=" + (spec.working_dir.empty() ? files : spec.working_dir)};
+  if (uid != own_uid_) {
+    options.push_back("--uid=" + std::to_string(uid));
+    options.push_back("--gid=" + std::to_string(gid));
+  }
   if (gpus > 0) options.push_back("--gpus-per-task=" + std::to_string(gpus));
   if (!o_.partitions.empty()) options.push_back("--partition=" + o_.partitions.front());
-  if (!o_.account.empty()) options.push_back("--account=" + o_.account);
+  auto account = o_.accounts.find(first.project);
+  if (account == o_.accounts.end()) account = o_.accounts.find("*");
+  if (account != o_.accounts.end()) options.push_back("--account=" + account->second);
   if (spec.runtime_limit > 0) {
     options.push_back("--time=" +
                       std::to_string(static_cast<int64_t>((spec.runtime_limit + 59) / 60)));
@@ -1020,6 +1184,9 @@ void SlurmConnector::TakeOutcomes() {
     if (!o.submitted) continue;  // nothing reached Slurm: again next round
     run.submitted = true;
     run.launch = o.launch;
+    run.files = std::move(o.files);
+    run.owner = o.owner;
+    run.group = o.group;
     // squeue may have shown it already, by name: what it showed of this very job stands. Another
     // job of that name (an older one, adopted) gives way to the one sbatch made.
     if (run.slurm_id > 0 && (o.slurm_id == 0 || o.slurm_id == run.slurm_id)) continue;
@@ -1046,10 +1213,10 @@ void SlurmConnector::Fence() {
     // told of a fence that was none (with 1,000 short jobs, 2% were so "fenced").
     // Not for ever: one that Slurm still shows running long after (a hung step) is fenced.
     const double now = base::WallClockNow();
-    const RunTag& run_tag = tag;  // a structured binding: not capturable before C++20's clang
+    const RunState& of = run;  // a structured binding: not capturable before C++20's clang
     if (!run.tasks.empty() && std::all_of(run.tasks.begin(), run.tasks.end(), [&](const auto& t) {
           struct stat st {};
-          return ::stat(TaskFile(run_tag, t.first, ".exit").c_str(), &st) == 0 &&
+          return ::lstat(TaskFile(of, t.first, ".exit").c_str(), &st) == 0 &&
                  now - static_cast<double>(st.st_mtime) < 30;
         })) {
       continue;
@@ -1084,15 +1251,11 @@ void SlurmConnector::UploadLogs() {
     for (auto& [index, task] : run.tasks) {
       auto link = links_.find(task.node);
       if (link == links_.end() || !link->second.registered) continue;
-      const std::string path = TaskFile(tag, index, ".out");
-      std::error_code ec;
-      const auto size = static_cast<int64_t>(fs::file_size(path, ec));
-      if (ec || size <= task.uploaded) continue;
-      std::ifstream in(path, std::ios::binary);
-      in.seekg(task.uploaded);
-      std::string chunk(static_cast<size_t>(std::min(kChunk, size - task.uploaded)), '\0');
-      in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-      chunk.resize(static_cast<size_t>(in.gcount()));
+      int64_t size = 0;
+      auto read =
+          ReadJobFile(TaskFile(run, index, ".out"), run.owner, task.uploaded, kChunk, &size);
+      if (!read || read->empty() || size <= task.uploaded) continue;
+      const std::string& chunk = *read;
       const std::string target =
           "/api/v1/agents/" + task.node + "/logs?job=" + std::to_string(tag.job) +
           "&task=" + std::to_string(index) + "&generation=" + std::to_string(tag.generation) +
@@ -1124,13 +1287,28 @@ void SlurmConnector::Cleanup() {
     bool done =
         !run.in_flight && !run.listed && !IsActiveState(run.slurm_state) && HeardFromAll(run);
     for (auto t = run.tasks.begin(); done && t != run.tasks.end(); ++t) {
-      std::error_code ec;
-      const auto size = fs::file_size(TaskFile(it->first, t->first, ".out"), ec);
-      done = ec || t->second.uploaded >= static_cast<int64_t>(size);
+      int64_t size = 0;
+      done = !ReadJobFile(TaskFile(run, t->first, ".out"), run.owner, 0, 0, &size) ||
+             t->second.uploaded >= size;
     }
     if (!done) {
       ++it;
       continue;
+    }
+    // What is in the job's folder, as its user: root must not walk a tree that a user may
+    // change under it (a folder swapped for a link mid-walk). Then the empty folder, as root.
+    if (!run.files.empty() && run.owner != own_uid_) {
+      auto r = base::RunCommand({"setpriv", "--reuid=" + std::to_string(run.owner),
+                                 "--regid=" + std::to_string(run.group), "--clear-groups", "find",
+                                 run.files, "-mindepth", "1", "-delete"},
+                                {}, "", 20);
+      if (!r.ok() || r->exit_code != 0 || ::rmdir(run.files.c_str()) != 0) {
+        base::log::Warn(
+            "cannot clear {} as uid {}: {}; left there", run.files, run.owner,
+            r.ok() ? (r->exit_code == 0 ? std::strerror(errno) : r->err) : r.status().message());
+        it = runs_.erase(it);
+        continue;
+      }
     }
     std::error_code ec;
     fs::remove_all(RunDir(it->first), ec);
@@ -1176,11 +1354,21 @@ Status SlurmConnector::Round() {
   auto nodes = slurm_.Nodes();
   const double nodes_read = base::WallClockNow();
   auto jobs = nodes.ok() ? slurm_.Jobs() : base::Result<std::vector<SlurmJob>>(nodes.status());
+  if (jobs.ok()) {
+    // Jobs run as other users (--run-as) are not --me: asked for apart, by their users.
+    auto theirs = slurm_.JobsOf(OtherUsers());
+    if (theirs.ok()) {
+      jobs->insert(jobs->end(), theirs->begin(), theirs->end());
+    } else {
+      jobs = theirs.status();
+    }
+  }
   const double jobs_read = base::WallClockNow();
   if (nodes.ok() && jobs.ok()) {
     if (slurm_lost_said_) base::log::Info("Slurm answers again");
     slurm_lost_said_ = false;
     slurm_seen_at_ = now;
+    FindUnanswered();
     Observe(*jobs);
     Sync(*nodes);
     KeepBell();
@@ -1243,6 +1431,7 @@ Status SlurmConnector::Run(const std::atomic<bool>& stop) {
     if (s.code() != base::StatusCode::kUnavailable) return s;
     base::log::Warn("{}: nothing keeps a second connector off it", s.message());
   }
+  if (Status s = ResolveUsers(); !s.ok()) return s;
   if (Status s = LoadRuns(); !s.ok()) return s;
   // The lease counts from the server's last answer, of this life or of the one before (kept in
   // the work directory with the lease it gave), as an agent's shims count it from the lease

@@ -36,7 +36,13 @@ struct ConnectorOptions {
   // The partitions whose nodes Meridian may use (empty: every node); jobs are submitted to the
   // first, or to Slurm's default partition when none is named.
   std::vector<std::string> partitions;
-  std::string account;      // the Slurm account jobs are charged to; empty: the user's default
+  // The Slurm account each project's jobs are charged to, "*" for every project not named;
+  // none: the user's default account.
+  std::map<std::string, std::string> accounts;
+  // The Unix user each project's jobs run as, "*" for every project not named (sbatch --uid and
+  // --gid: the connector then runs as root). None: every job runs as the connector's own user.
+  // With some, a job of a project that has none is refused.
+  std::map<std::string, std::string> run_as;
   std::string node_prefix;  // Meridian's name of a Slurm node is this prefix and Slurm's name
   std::map<std::string, std::string> gpu_models;  // GRES type -> Meridian GPU model
   // Run folders (scripts, output, exit codes: on the filesystem that Slurm's nodes share with
@@ -112,9 +118,20 @@ class SlurmConnector {
   // its notice and an immediate kill reach them. Unknown for a run found in squeue whose folder
   // is gone.
   enum class Launch { kUnknown, kSrun, kBatchStep };
+  // The user a run's job runs as (ConnectorOptions::run_as), and the folder it writes in (its
+  // output, exit codes and restarts; Slurm's own output), which only that user may write: the
+  // connector reads what is there as a file of that user (ReadJobFile) and clears it as that user.
+  struct JobUser {
+    std::string name;
+    uint32_t uid = 0;
+    uint32_t gid = 0;
+  };
   struct RunState {
     RunTag tag;
     Launch launch = Launch::kUnknown;
+    std::string files;   // empty: the run's own folder (runs from before job folders)
+    uint32_t owner = 0;  // the user of `files`: set with it
+    uint32_t group = 0;
     std::map<int32_t, TaskState> tasks;  // as last assigned
     int64_t slurm_id = 0;                // 0: not submitted
     bool submitted = false;              // sbatch was run (the folder says so)
@@ -158,6 +175,8 @@ class SlurmConnector {
     RunTag tag;
     bool submitted = false;  // its folder says so: never submitted again
     Launch launch = Launch::kUnknown;
+    std::string files;
+    uint32_t owner = 0, group = 0;
     int64_t slurm_id = 0;     // 0: sbatch refused it, or its answer was lost
     std::string slurm_state;  // PENDING; SUBMITTING: taken or not, nobody knows yet
     double pending_since = 0;
@@ -176,8 +195,18 @@ class SlurmConnector {
   void UploadLogs();
   void Cleanup();
   std::string RunDir(const RunTag& tag) const;
-  // A task's output (".out") or exit code (".exit", written by the wrapper) in its run's folder.
-  std::string TaskFile(const RunTag& tag, int32_t task, const char* ext) const;
+  // A task's output (".out") or exit code (".exit", written by the wrapper) in its job's folder.
+  std::string TaskFile(const RunState& run, int32_t task, const char* ext) const;
+  // The user a project's jobs run as; nullptr: the connector's own user (or none, when others
+  // have users: ResolveUsers' run_as_ is then not empty).
+  const JobUser* UserOf(const std::string& project) const;
+  base::Status ResolveUsers();  // run_as_ from the options, once, before the first round
+  // The users other than the connector's own whose jobs it must see: those of run_as_ and the
+  // owners of the runs it keeps (across a change of --run-as).
+  std::vector<uint32_t> OtherUsers() const;
+  // A job whose sbatch never answered, of another user, is looked for by its name among that
+  // user's jobs (SlurmCli::JobIdsNamed).
+  void FindUnanswered();
   // The node as its agent would register it, with what Slurm's own users' work holds: `foreign`
   // GPUs (none that Meridian's runs hold) marked as such, and its CPUs and memory.
   protocol::Registration RegistrationOf(const SlurmNode& node, const Held& foreign,
@@ -210,6 +239,8 @@ class SlurmConnector {
 
   ConnectorOptions o_;
   SlurmCli slurm_;
+  std::map<std::string, JobUser> run_as_;  // by project ("*": every other)
+  uint32_t own_uid_ = 0, own_gid_ = 0;
   std::map<std::string, Link> links_;  // by Meridian node name
   std::unique_ptr<agent::OrdersWaiter> bell_;
   std::string bell_node_, bell_token_;  // whose credential the wait is under

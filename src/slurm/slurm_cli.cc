@@ -148,6 +148,9 @@ namespace {
 const char* const kSqueueFields =
     "JobID:\x1f,State:\x1f,Reason:\x1f,exit_code:\x1f,Partition:\x1f,UserName:\x1f,NodeList:\x1f,"
     "Name:";
+// The same without the name, which a job's owner may change to anything (line breaks included).
+const char* const kSqueueFieldsNoName =
+    "JobID:\x1f,State:\x1f,Reason:\x1f,exit_code:\x1f,Partition:\x1f,UserName:\x1f,NodeList:\x1f";
 
 // A whole non-negative number ("768"), or nullopt.
 std::optional<int64_t> Count(std::string_view s) {
@@ -158,7 +161,7 @@ std::optional<int64_t> Count(std::string_view s) {
 
 }  // namespace
 
-base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue) {
+base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue, bool named) {
   std::vector<SlurmJob> out;
   std::set<int64_t> ids;
   size_t line_no = 0;
@@ -199,6 +202,9 @@ base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue) {
     job.user = std::string(field[5]);
     job.nodes = std::string(field[6]);
     job.name = std::string(line.substr(static_cast<size_t>(field[7].data() - line.data())));
+    if (!named && (field.size() != 8 || !job.name.empty())) {
+      return Status::Invalid(at + ": more fields than the 7 asked for");
+    }
     out.push_back(std::move(job));
   }
   return out;
@@ -282,6 +288,36 @@ base::Result<std::vector<SlurmJob>> SlurmCli::Jobs() const {
   if (!r.ok()) return r.status();
   if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "squeue: " + Said(*r));
   return DecodeJobLines(r->out);
+}
+
+base::Result<std::vector<SlurmJob>> SlurmCli::JobsOf(const std::vector<uint32_t>& uids) const {
+  if (uids.empty()) return std::vector<SlurmJob>{};
+  std::string list;
+  for (uint32_t uid : uids) list += (list.empty() ? "" : ",") + std::to_string(uid);
+  auto r = RunCommand(
+      {"squeue", "--user=" + list, "--noheader", "--states=all", "--Format", kSqueueFieldsNoName},
+      Env(), "", timeout_);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "squeue: " + Said(*r));
+  return DecodeJobLines(r->out, /*named=*/false);
+}
+
+base::Result<std::vector<int64_t>> SlurmCli::JobIdsNamed(uint32_t uid,
+                                                         const std::string& name) const {
+  auto r = RunCommand({"squeue", "--user=" + std::to_string(uid), "--name=" + name, "--noheader",
+                       "--states=all", "--Format", "JobID:"},
+                      Env(), "", timeout_);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "squeue: " + Said(*r));
+  std::vector<int64_t> out;
+  for (std::string_view line : base::Split(r->out, '\n')) {
+    while (!line.empty() && line.back() == ' ') line.remove_suffix(1);
+    if (line.empty()) continue;
+    const auto id = Count(line);
+    if (!id || *id <= 0) return Status::Invalid("squeue: job ID \"" + std::string(line) + "\"");
+    out.push_back(*id);
+  }
+  return out;
 }
 
 base::Result<int64_t> SlurmCli::Submit(const std::vector<std::string>& options,

@@ -75,7 +75,9 @@ base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo);
 // shown twice, refuses the whole answer. Not --json: it writes 3.7 KB of every job, and
 // took 1.2-1.7 s a call with 1,000 jobs (1-14 s while they started) where this took 55-83 ms
 // (docs/benchmarks.md).
-base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue);
+// `named`: false for `squeue --user=... --Format` of the same fields less the name
+// (SlurmCli::JobsOf), whose jobs then have no name.
+base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue, bool named = true);
 
 // What a Meridian run is called in Slurm: the connector's instance (by default its Meridian
 // cluster's name), its job's ID and its generation in the Slurm job's name ("meridian-hpc-42-3"),
@@ -107,6 +109,12 @@ class SlurmCli {
 
   base::Result<std::vector<SlurmNode>> Nodes() const;
   base::Result<std::vector<SlurmJob>> Jobs() const;
+  // The jobs of these users, without their names: a job's owner may rename it, with line breaks
+  // that would forge lines of the answer, so such jobs are known by the ID sbatch gave.
+  base::Result<std::vector<SlurmJob>> JobsOf(const std::vector<uint32_t>& uids) const;
+  // The IDs of the user's jobs of exactly this name (squeue --name): how a job whose sbatch
+  // never answered is found. The user could name another of its own jobs so, and nothing more.
+  base::Result<std::vector<int64_t>> JobIdsNamed(uint32_t uid, const std::string& name) const;
   // sbatch with these options and this batch script; returns Slurm's job ID. kUnavailable when
   // the outcome is unknown (sbatch timed out, or could not reach slurmctld): the job may have
   // been taken. kInvalidArgument when Slurm refused it (an account, a partition).

@@ -113,6 +113,23 @@ TEST(SlurmCli, AJobWhoseStateCannotBeReadRefusesTheWholeAnswer) {
   EXPECT_FALSE(DecodeNodes(Json::parse(R"J({"nodes": [{"name": "n1", "state": 3}]})J")).ok());
 }
 
+TEST(SlurmCli, JobsOfOtherUsersDecodeWithoutTheirNames) {
+  // squeue --user=... without the name (SlurmCli::JobsOf): seven fields, each ended by the unit
+  // separator, and nothing after them; such a job has no name.
+  auto jobs = DecodeJobLines(Line({"7", "RUNNING", "None", "0", "gpu", "alice", "n1"}, ""),
+                             /*named=*/false);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].id, 7);
+  EXPECT_EQ((*jobs)[0].user, "alice");
+  EXPECT_EQ((*jobs)[0].name, "");
+  auto more = DecodeJobLines(Line({"7", "RUNNING", "None", "0", "gpu", "alice", "n1"}, "x"),
+                             /*named=*/false);
+  ASSERT_FALSE(more.ok());
+  EXPECT_NE(more.status().message().find("more fields than the 7 asked for"), std::string::npos)
+      << more.status().message();
+}
+
 TEST(SlurmCli, GresAndRunTags) {
   EXPECT_EQ(ParseGpuGres("gpu:h100:4").count, 4);
   EXPECT_EQ(ParseGpuGres("gpu:4(S:0-1)").count, 4);
