@@ -281,6 +281,15 @@ TEST_F(SlurmTest, AJobRunsWithItsGpusItsOutputAndExitCodeComeBackAndAGangIsOneSl
   })) << Logs(one);
   ASSERT_EQ(slurm_->JobsNamed(SlurmName(one)).size(), 1u);
   EXPECT_EQ(slurm_->JobsNamed(SlurmName(one))[0].value("job_state", ""), "FAILED");
+  // A job with an image is not placed here, where it could only fail (no agent runs yet to take
+  // it): it waits, saying why.
+  const int64_t image = Submit({{"command", {"true"}}, {"image", "busybox"}});
+  ASSERT_TRUE(Eventually([&] {
+    return Job(image)["status"].value("reason", "").find("runs commands, not images") !=
+           std::string::npos;
+  })) << Job(image).dump();
+  EXPECT_EQ(Phase(image), "Pending");
+  EXPECT_TRUE(slurm_->JobsNamed(SlurmName(image)).empty());
 
   const int64_t gang = Submit({{"command",
                                 {"bash", "-c",

@@ -50,6 +50,7 @@ struct Constraints {
   std::vector<Toleration> tolerations;
   bool on_prem_only = false;
   bool checkpoint = false;  // only clusters that keep checkpoints (storage.checkpoints)
+  bool image = false;       // runs in a container: only clusters whose back end runs images
 };
 
 struct TaskGroup {

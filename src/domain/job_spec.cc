@@ -318,6 +318,7 @@ Job JobOfSpec(const std::string& name, const std::string& project, const JobSpec
   j.preemptible = spec.preemptible;
   j.datasets = spec.datasets;
   j.constraints.checkpoint = spec.checkpoint;
+  j.constraints.image = !spec.image.empty();
   TaskGroup g;
   g.replicas = spec.tasks;
   g.request.cpu_milli = spec.cpu_milli;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "sched/plugins/cluster_constraint/cluster_constraint.h"
 #include "sched/plugins/reservation/reservation.h"
 
 namespace meridian::sched {
@@ -90,9 +91,9 @@ std::string Scheduler::NeverFits(const JobSpec& spec) const {
   for (size_t k = 0; k < spec.tasks.size(); ++k) {
     const TaskSpec& t = spec.tasks[k];
     bool fits = false;
+    std::string barred;  // why the first node that would hold it is not one it may use
     // Cordoned and lost nodes count: they may come back, and a job they could hold waits.
     for (const NodeState& n : snapshot_.nodes) {
-      if (!(t.allowed_clusters & Bit(n.cluster))) continue;
       if (n.cpu_capacity < t.cpu_milli || n.memory_capacity < t.memory_mib) continue;
       if (t.WantsGpu()) {
         if (n.model == kNoModel || !(t.allowed_models & Bit(n.model))) continue;
@@ -104,8 +105,21 @@ std::string Scheduler::NeverFits(const JobSpec& spec) const {
           continue;
         }
       }
+      if (!(t.allowed_clusters & Bit(n.cluster))) {
+        if (barred.empty()) {
+          barred = plugins::WhyNot(snapshot_, t, n.cluster);
+          if (barred.empty()) {
+            barred = "in cluster " + snapshot_.clusters[static_cast<size_t>(n.cluster)].name +
+                     ", not one the job may use (its clusters, regions or on-prem constraint)";
+          }
+        }
+        continue;
+      }
       fits = true;
       break;
+    }
+    if (!fits && !barred.empty()) {
+      return "task " + std::to_string(k) + " would fit only nodes it may not use: those " + barred;
     }
     if (!fits) {
       return "task " + std::to_string(k) +

@@ -632,6 +632,38 @@ TEST(Scheduler, AJobWithNoEvenLayoutOnASlurmClusterGoesToAnotherCluster) {
   for (const auto& [node, tasks] : g.Layout(r, 1)) EXPECT_EQ(g.Cluster(node), "onprem");
 }
 
+// A job with an image runs only where the back end runs images: never on a Slurm cluster, whose
+// connector runs commands (it failed there, as not-started, where the agents could have run it).
+TEST(Scheduler, AJobWithAnImageIsNeverPlacedOnASlurmClusterAndSaysWhy) {
+  auto image_job = [](int64_t id, int32_t tenant, const Snapshot& snapshot) {
+    domain::Job job;
+    job.name = "j" + std::to_string(id);
+    job.constraints.image = true;
+    domain::TaskGroup g;
+    g.request.gpu = domain::GpuRequest::Whole(1);
+    job.task_groups.push_back(g);
+    JobSpec j;
+    j.id = id;
+    j.tenant = tenant;
+    j.tasks = TasksForJob(job, snapshot, 0);
+    return j;
+  };
+  // The Slurm nodes are the best fit (4 GPUs against the agents' 8): the job goes to the agents.
+  SlurmEstate g(2, 1, 8);
+  ASSERT_TRUE(g.sched->Submit(image_job(1, g.a, g.sched->snapshot())).ok());
+  CycleResult r = g.sched->Cycle(0);
+  ASSERT_TRUE(Started(r, 1)) << Reason(r, 1);
+  for (const auto& [node, tasks] : g.Layout(r, 1)) EXPECT_EQ(g.Cluster(node), "onprem");
+  // With only Slurm nodes it fits none, and says why (the server keeps it pending so).
+  SlurmEstate f(2, 0);
+  base::Status s = f.sched->Submit(image_job(1, f.a, f.sched->snapshot()));
+  EXPECT_EQ(s.code(), base::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("runs commands, not images"), std::string::npos) << s.message();
+  // The same job without an image runs there.
+  ASSERT_TRUE(f.sched->Submit(Job(2, f.a, 1)).ok());
+  EXPECT_TRUE(Started(f.sched->Cycle(1), 2));
+}
+
 // A spent block-cloud budget (docs/adr/0041-budgets.md): its tenant's jobs are placed in no
 // cloud cluster, gangs included; other tenants' are; what runs there stays.
 TEST(Scheduler, ATenantExcludedFromAClusterIsPlacedOnlyElsewhere) {

@@ -212,6 +212,7 @@ void DescribeSite(const domain::Cluster& c, ClusterState* cs) {
   cs->keeps_checkpoints = !c.storage.checkpoints.empty();
   cs->caches_data = !c.storage.cache.empty();
   cs->even_task_layout = c.backend == domain::Backend::kSlurm;
+  cs->runs_images = c.backend != domain::Backend::kSlurm;
 }
 
 }  // namespace

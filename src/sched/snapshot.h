@@ -95,6 +95,8 @@ struct ClusterState {
   // Its back end runs as many tasks of a job on each node the job uses (Slurm's
   // --ntasks-per-node): the scheduler lays a job's tasks out so there (Scheduler::PlaceEvenly).
   bool even_task_layout = false;
+  // Its back end runs a job's image (the agents' container runtime); Slurm's runs commands.
+  bool runs_images = true;
 };
 
 // A dataset that tasks read, and the sites that have it: where it lives (its locations and the

@@ -104,6 +104,7 @@ Mask ClusterMask(const domain::Constraints& c, const Snapshot& s) {
     }
     if (ok && c.on_prem_only) ok = cs.kind == domain::SiteKind::kOnPrem;
     if (ok && c.checkpoint) ok = cs.keeps_checkpoints;
+    if (ok && c.image) ok = cs.runs_images;
     if (ok) m |= Bit(static_cast<int>(i));
   }
   return m;
@@ -156,6 +157,7 @@ std::vector<TaskSpec> TasksForJob(const domain::Job& job, const Snapshot& snapsh
     t.tolerations = job.constraints.tolerations;
     t.datasets = datasets;
     t.checkpoint = job.constraints.checkpoint;
+    t.image = job.constraints.image;
     t.group = group;
     for (int32_t r = 0; r < g.replicas; ++r) out.push_back(t);
   }

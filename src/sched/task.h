@@ -33,6 +33,7 @@ struct TaskSpec {
   std::vector<domain::Toleration> tolerations;
   std::vector<int32_t> datasets;  // what it reads: indexes into Snapshot::datasets
   bool checkpoint = false;        // wants a checkpoint folder (allowed_clusters keep them)
+  bool image = false;             // runs in a container (allowed_clusters run images)
   int32_t group = -1;  // tasks of one gang or job: their placement prefers the same racks
 
   bool WantsGpu() const { return gpu_kind != GpuKind::kNone; }
