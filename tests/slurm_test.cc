@@ -577,41 +577,57 @@ TEST_F(SlurmTest, EachProjectRunsAsItsOwnUserAndReachesNoOneElsesFiles) {
           user);
     ASSERT_EQ(Shell("id -un " + user), user + "\n");
   }
+  // The users and accounts from a config file, as a site would keep them.
+  const std::string config = WriteTestFile(dir_.File("connector.yaml"), R"(slurm-connector:
+  run-as: [research=meridian-slurm-a, other=meridian-slurm-b]
+  account: [research=lab-a]
+)");
   connector_->Stop(SIGTERM);
-  StartConnector("0.5", {"--run-as", "research=meridian-slurm-a", "--run-as",
-                         "other=meridian-slurm-b", "--account", "research=lab-a"});
+  StartConnector("0.5", {"--config", config});
   const std::string runs = dir_.File("connector") + "/runs/";
+  // research's job writes a file of its own, then (once told) puts a link to /etc/shadow where
+  // its output was.
   const int64_t a = Submit({{"command",
                              {"bash", "-c",
-                              "id -un; echo secret-of-a > mine; echo written; sleep 2; "
-                              "rm task-0.out; ln -s /etc/shadow task-0.out; sleep 4"}}});
+                              "id -un; echo secret-of-a > mine; echo written; "
+                              "while [ ! -e go ]; do sleep 0.2; done; "
+                              "rm task-0.out; ln -s /etc/shadow task-0.out; sleep 3"}}});
   ASSERT_TRUE(Eventually([&] { return Logs(a).find("written") != std::string::npos; }, 20))
       << Says();
   // A connector restarted meanwhile finds the job again by the ID its folder recorded (it reads
   // other users' jobs without their names) and adopts it.
   connector_->Stop(SIGKILL);
-  StartConnector("0.5", {"--run-as", "research=meridian-slurm-a", "--run-as",
-                         "other=meridian-slurm-b", "--account", "research=lab-a"});
+  StartConnector("0.5", {"--config", config});
   const std::string a_run = runs + std::to_string(a) + "-1";
+  // other's job, while research's runs: its file, its script (its environment), the list of
+  // runs; and what the connector's environment (its token) or user (root) left it.
   const int64_t b =
       Submit({{"command",
                {"bash", "-c",
-                "id -un; cat " + a_run + "/job/mine && echo LEAKED-FILE; grep -c . " + a_run +
-                    "/task.sh && echo LEAKED-SCRIPT; ls " + runs + " && echo LISTED; echo done"}}},
+                "id -un; echo home=$HOME; echo tokens=$(env | grep -c TOKEN); cat " + a_run +
+                    "/job/mine; grep -c . " + a_run + "/task.sh; ls " + runs + "; echo done"}}},
              "b", "other");
   const int64_t refused = Submit({{"command", {"true"}}}, "refused", "unmapped");
   ASSERT_TRUE(Eventually([&] { return Phase(b) == "Succeeded"; }, 30)) << Says();
+  EXPECT_EQ(Phase(a), "Running");
   const std::string b_logs = Logs(b);
   EXPECT_NE(b_logs.find("meridian-slurm-b\n"), std::string::npos) << b_logs;
+  EXPECT_NE(b_logs.find("tokens=0\n"), std::string::npos) << b_logs;
+  EXPECT_EQ(b_logs.find("home=/root"), std::string::npos) << b_logs;
   EXPECT_NE(b_logs.find("done"), std::string::npos) << b_logs;
-  for (const char* leak : {"LEAKED", "LISTED", "secret-of-a"}) {
-    EXPECT_EQ(b_logs.find(leak), std::string::npos) << b_logs;
+  EXPECT_EQ(b_logs.find("secret-of-a"), std::string::npos) << b_logs;
+  int refusals = 0;
+  for (size_t at = b_logs.find("Permission denied"); at != std::string::npos;
+       at = b_logs.find("Permission denied", at + 1)) {
+    ++refusals;
   }
+  EXPECT_EQ(refusals, 3) << "the file, the script and the list: " << b_logs;
   // Slurm's own view: the job is the project's user's, on the project's account.
   const std::string account =
       Shell("squeue -h -t all -n " + SlurmName(a) + " -O UserName:30,Account:30");
   EXPECT_NE(account.find("meridian-slurm-a"), std::string::npos) << account;
   EXPECT_NE(account.find("lab-a"), std::string::npos) << account;
+  std::ofstream(a_run + "/job/go").flush();
   ASSERT_TRUE(Eventually([&] { return Phase(a) == "Succeeded"; }, 30)) << Says();
   EXPECT_EQ(Job(a)["status"].value("generation", 0), 1);
   const std::string a_logs = Logs(a);
@@ -621,9 +637,44 @@ TEST_F(SlurmTest, EachProjectRunsAsItsOwnUserAndReachesNoOneElsesFiles) {
   ASSERT_TRUE(Eventually([&] { return Phase(refused) == "Failed"; }, 20)) << Says();
   EXPECT_NE(Job(refused).dump().find("no user to run as"), std::string::npos)
       << Job(refused).dump();
-  // Once its output is with the server, the job's folder is cleared (as its user) and the run's.
+  // Once its output is with the server, the run's folder is removed, the job's in it too.
   EXPECT_TRUE(Eventually([&] { return !std::filesystem::exists(a_run); }, 20))
       << Shell("ls -laR " + a_run);
+}
+
+// A job run as another user whose sbatch never answered (here: Slurm took it, and sbatch said
+// "Socket timed out"): the connector cannot know it from its name in the usual squeue, as it
+// reads other users' jobs without names, so it looks it up by name among that user's jobs, and
+// adopts it: it runs once, in its first generation, not again after being given back.
+TEST_F(SlurmTest, AnotherUsersJobWhoseSbatchNeverAnsweredIsFoundAndRunsOnce) {
+  Shell(
+      "id -u meridian-slurm-a || useradd --system --no-create-home --shell /usr/sbin/nologin "
+      "meridian-slurm-a");
+  connector_->Stop(SIGKILL);
+  const std::string bin = dir_.File("lost-bin");
+  std::filesystem::create_directories(bin);
+  WriteTestFile(bin + "/sbatch", "#!/bin/sh\n" + Shell("command -v sbatch | tr -d '\\n'") +
+                                     " \"$@\" > /dev/null\n"
+                                     "echo 'sbatch: error: Socket timed out on send/recv "
+                                     "operation' >&2\nexit 1\n");
+  ASSERT_EQ(::chmod((bin + "/sbatch").c_str(), 0755), 0);
+  connector_ = std::make_unique<AgentProcess>(
+      kBinary,
+      std::vector<std::string>{"--cluster", "hpc", "--slurm-conf", slurm_->conf(), "--partition",
+                               "gpu", "--node-prefix", "slurm-", "--work-dir",
+                               dir_.File("connector"), "--interval", "0.5", "--slurm-timeout", "3",
+                               "--pending-timeout", "3", "--run-as", "meridian-slurm-a"},
+      dir_.File("connector.log"),
+      std::vector<std::pair<std::string, std::string>>{
+          {"PATH", bin + ":" + std::string(getenv("PATH"))}});
+  connector_->As("slurm-connector").Start(server_->url(), agent_token_);
+  const int64_t id = Submit({{"command", {"bash", "-c", "id -un; sleep 4"}}});
+  ASSERT_TRUE(Eventually([&] { return Phase(id) == "Succeeded"; }, 40)) << Says();
+  EXPECT_EQ(Job(id)["status"].value("generation", 0), 1) << Says();
+  EXPECT_EQ(slurm_->JobsNamed(SlurmName(id)).size(), 1u) << Says();
+  EXPECT_TRUE(slurm_->JobsNamed(SlurmName(id, 2)).empty()) << Says();
+  EXPECT_TRUE(Eventually([&] { return Logs(id).find("meridian-slurm-a") != std::string::npos; }))
+      << Logs(id);
 }
 
 // slurmctld slow to take jobs: every sbatch the connector runs waits 6 s first. Of 24 jobs placed

@@ -10,7 +10,7 @@ using meridian::base::Status;
 namespace {
 
 // The sections a config file may hold: the commands that take --config.
-const std::set<std::string> kSections = {"server", "agent"};
+const std::set<std::string> kSections = {"server", "agent", "slurm-connector"};
 
 std::string At(const std::string& path, const YAML::Mark& mark) {
   return path + ":" + std::to_string(mark.line + 1);
@@ -45,8 +45,9 @@ Status ApplyConfigFile(CLI::App* command, const std::string& path) {
   }
   if (root.IsNull()) return Status::Ok();
   if (!root.IsMap()) {
-    return Status::Invalid(At(path, root.Mark()) +
-                           ": expected a mapping with the sections server and agent");
+    return Status::Invalid(
+        At(path, root.Mark()) +
+        ": expected a mapping with the sections server, agent and slurm-connector");
   }
   const std::string& name = command->get_name();
   YAML::Node section;
@@ -54,7 +55,7 @@ Status ApplyConfigFile(CLI::App* command, const std::string& path) {
     const std::string key = entry.first.as<std::string>("");
     if (!kSections.count(key)) {
       return Status::Invalid(At(path, entry.first.Mark()) + ": unknown section \"" + key +
-                             "\" (expected server or agent)");
+                             "\" (expected server, agent or slurm-connector)");
     }
     if (key == name) section = entry.second;
   }

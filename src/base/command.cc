@@ -23,18 +23,39 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+Result<CommandResult> Run(const std::vector<std::string>& argv,
+                          const std::vector<std::string>& env_in, const std::string& input,
+                          double timeout);
+
 }  // namespace
 
 Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                  const std::map<std::string, std::string>& extra_env,
                                  const std::string& input, double timeout) {
-  if (argv.empty()) return Status::Invalid("no command to run");
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
     if (!extra_env.count(kv.substr(0, kv.find('=')))) env_strings.push_back(kv);
   }
   for (const auto& [k, v] : extra_env) env_strings.push_back(k + "=" + v);
+  return Run(argv, env_strings, input, timeout);
+}
+
+Result<CommandResult> RunCommandWithOnly(const std::vector<std::string>& argv,
+                                         const std::map<std::string, std::string>& env,
+                                         const std::string& input, double timeout) {
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  return Run(argv, env_strings, input, timeout);
+}
+
+namespace {
+
+Result<CommandResult> Run(const std::vector<std::string>& argv,
+                          const std::vector<std::string>& env_in, const std::string& input,
+                          double timeout) {
+  if (argv.empty()) return Status::Invalid("no command to run");
+  std::vector<std::string> env_strings = env_in;
   std::vector<char*> envp, args;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -122,6 +143,8 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
 }
+
+}  // namespace
 
 std::string FindProgram(const std::string& program) {
   if (program.empty()) return "";

@@ -22,6 +22,11 @@ struct CommandResult {
 base::Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
                                        const std::map<std::string, std::string>& extra_env,
                                        const std::string& input, double timeout);
+// The same with `env` as its whole environment: nothing of this process's (its credentials)
+// reaches the command, nor what the command passes on (sbatch gives a job its environment).
+base::Result<CommandResult> RunCommandWithOnly(const std::vector<std::string>& argv,
+                                               const std::map<std::string, std::string>& env,
+                                               const std::string& input, double timeout);
 
 // Where `program` is: itself when it names a path, else the first folder of this process's PATH
 // that holds it as an executable. Empty when it is not installed.

@@ -20,6 +20,7 @@
 #include "base/files.h"
 #include "base/log.h"
 #include "base/version.h"
+#include "slurm/job_files.h"
 
 namespace meridian::slurm {
 
@@ -79,32 +80,12 @@ constexpr char kBatchStepFile[] = "batch-step";
 // it and gives it to the job's user (--run-as); the rest of the run's folder stays the
 // connector's (its script, its Slurm job ID), which the job may read and not change.
 constexpr char kJobFolder[] = "job";
-
-// A file of a run's job (SlurmConnector::JobUser), as the connector reads it: opened without
-// following a link, and only a regular file of the job's user. The job may put anything in its
-// folder, and a link there to /etc/shadow, read by a connector running as root, would become
-// its log. At most `limit` bytes from `offset`; `size` gets the file's size. nullopt: no such
-// file.
-std::optional<std::string> ReadJobFile(const std::string& path, uint32_t owner, int64_t offset = 0,
-                                       int64_t limit = 4096, int64_t* size = nullptr) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  std::optional<std::string> out;
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == owner) {
-    if (size) *size = st.st_size;
-    std::string data(
-        static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(limit, st.st_size - offset))),
-        '\0');
-    const ssize_t n = data.empty() ? 0 : ::pread(fd, data.data(), data.size(), offset);
-    if (n >= 0) {
-      data.resize(static_cast<size_t>(n));
-      out = std::move(data);
-    }
-  }
-  ::close(fd);
-  return out;
-}
+// In a run's folder: its job writes in kJobFolder (a run of an older connector, without it,
+// wrote in the run's folder itself).
+constexpr char kJobFolderFile[] = "job-folder";
+// Entries a round's clean-up removes at most (RemoveTree): a job that leaves millions of files
+// does not hold the heartbeats.
+constexpr int64_t kCleanupBudget = 50000;
 
 // What the batch shell of a task run there (InBatchStep) takes as an order to SIGKILL every
 // process of its task and itself. Slurm has no immediate SIGKILL for a batch step's children: a
@@ -193,79 +174,7 @@ SlurmConnector::SlurmConnector(ConnectorOptions options)
   o_.server.keep_connection = true;
   if (o_.instance.empty()) o_.instance = o_.cluster;
   own_uid_ = ::geteuid();
-  own_gid_ = ::getegid();
-}
-
-Status SlurmConnector::ResolveUsers() {
-  bool others = false;
-  for (const auto& [project, name] : o_.run_as) {
-    const std::string flag = "--run-as " + (project == "*" ? "" : project + "=") + name;
-    std::vector<char> buffer(16384);
-    struct passwd pw {};
-    struct passwd* found = nullptr;
-    if (::getpwnam_r(name.c_str(), &pw, buffer.data(), buffer.size(), &found) != 0 || !found) {
-      return Status::Invalid(flag + ": no such user here (Slurm's nodes must know it too)");
-    }
-    if (found->pw_uid != own_uid_ && own_uid_ != 0) {
-      return Status::Invalid(flag +
-                             ": only root may submit Slurm jobs as another user (sbatch "
-                             "--uid), and the connector runs as uid " +
-                             std::to_string(own_uid_));
-    }
-    others = others || found->pw_uid != own_uid_;
-    run_as_[project] = JobUser{name, found->pw_uid, found->pw_gid};
-  }
-  if (others) {
-    // Each job's user passes through the work directory to its script and its folder.
-    for (fs::path p = fs::absolute(o_.work_dir); !p.empty(); p = p.parent_path()) {
-      struct stat st {};
-      if (::stat(p.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH)) {
-        return Status::Invalid("--work-dir " + o_.work_dir + ": " + p.string() +
-                               " is not searchable by other users (mode " +
-                               fmt::format("{:04o}", st.st_mode & 07777) +
-                               "), and the jobs' users (--run-as) must pass through it");
-      }
-      if (p == p.root_path()) break;
-    }
-  } else if (own_uid_ == 0) {
-    base::log::Warn(
-        "every project's Slurm jobs run as root, the connector's user: give each project a user "
-        "with --run-as PROJECT=USER so that they cannot reach each other");
-  }
-  return Status::Ok();
-}
-
-const SlurmConnector::JobUser* SlurmConnector::UserOf(const std::string& project) const {
-  auto it = run_as_.find(project);
-  if (it == run_as_.end()) it = run_as_.find("*");
-  return it == run_as_.end() ? nullptr : &it->second;
-}
-
-std::vector<uint32_t> SlurmConnector::OtherUsers() const {
-  std::set<uint32_t> uids;
-  for (const auto& [project, user] : run_as_) uids.insert(user.uid);
-  for (const auto& [tag, run] : runs_) {
-    if (!run.files.empty()) uids.insert(run.owner);
-  }
-  uids.erase(own_uid_);
-  return {uids.begin(), uids.end()};
-}
-
-void SlurmConnector::FindUnanswered() {
-  constexpr int kMaxLooks = 16;  // a round's worth; the rest at the next
-  int looks = 0;
-  for (auto& [tag, run] : runs_) {
-    if (looks >= kMaxLooks) break;
-    if (!run.submitted || run.slurm_id > 0 || run.slurm_state != "SUBMITTING" ||
-        run.files.empty() || run.owner == own_uid_) {
-      continue;
-    }
-    ++looks;
-    auto ids = slurm_.JobIdsNamed(run.owner, TagName(tag, o_.instance));
-    if (ids.ok() && !ids->empty()) {
-      run.slurm_id = *std::max_element(ids->begin(), ids->end());
-    }
-  }
+  own_ = JobUser{std::to_string(own_uid_), own_uid_, static_cast<uint32_t>(::getegid()), "/"};
 }
 
 std::string SlurmConnector::RunDir(const RunTag& tag) const {
@@ -306,13 +215,18 @@ Status SlurmConnector::LoadRuns() {
     // user, whatever the job did inside it.
     const std::string files = (entry.path() / kJobFolder).string();
     struct stat st {};
-    if (::lstat(files.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (fs::exists(entry.path() / kJobFolderFile, missing) && ::lstat(files.c_str(), &st) == 0 &&
+        S_ISDIR(st.st_mode)) {
       run.files = files;
-      run.owner = st.st_uid;
-      run.group = st.st_gid;
+      if (st.st_uid != own_uid_) {
+        // Its name as squeue shows it; a user this host no longer knows keeps its uid, and
+        // OtherUsers leaves it out of what is asked (its run left as it was).
+        run.user = UserByUid(st.st_uid).value_or(
+            JobUser{std::to_string(st.st_uid), st.st_uid, st.st_gid, "/"});
+      }
     } else {
-      run.owner = own_uid_;
-      run.group = own_gid_;
+      // An older connector's: closed to the users its jobs may run as now.
+      chmod(entry.path().c_str(), 0700);
     }
     if (run.slurm_id <= 0) run.pending_since = base::WallClockNow();
   }
@@ -472,18 +386,20 @@ Status SlurmConnector::Register(Link& link) {
   return Status::Ok();
 }
 
-void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
+void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs, const std::set<uint32_t>& others) {
   std::map<RunTag, const SlurmJob*> seen;
   std::map<int64_t, RunTag> recorded_ids;  // of runs of other users, found by ID alone
   for (const auto& [tag, run] : runs_) {
-    if (run.slurm_id > 0 && !run.files.empty() && run.owner != own_uid_) {
-      recorded_ids[run.slurm_id] = tag;
-    }
+    if (run.slurm_id > 0 && run.user) recorded_ids[run.slurm_id] = tag;
   }
   for (const SlurmJob& j : jobs) {
-    if (j.name.empty()) {  // a job of another user (SlurmCli::JobsOf): its own only by its ID
+    if (j.name.empty()) {
+      // A job of another user (SlurmCli::JobsOf): the run's only by the ID recorded for it, and
+      // of the run's user (an ID Slurm gave again, after its state was lost, is someone else's).
       auto it = recorded_ids.find(j.id);
-      if (it != recorded_ids.end()) seen[it->second] = &j;
+      if (it != recorded_ids.end() && runs_.at(it->second).user->name == j.user) {
+        seen[it->second] = &j;
+      }
       continue;
     }
     auto parsed = ParseTagName(j.name);
@@ -503,6 +419,7 @@ void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
   for (auto& [tag, run] : runs_) {
     auto it = seen.find(tag);
     if (it == seen.end()) {
+      if (run.user && !others.count(run.user->uid)) continue;  // its user's jobs were not read
       if (run.submitted && run.slurm_id > 0 && IsActiveState(run.slurm_state)) {
         run.slurm_state = "GONE";  // it ended and aged out of squeue between two looks
       }
@@ -531,8 +448,6 @@ void SlurmConnector::Observe(const std::vector<SlurmJob>& jobs) {
     RunState& run = runs_[tag];
     run.tag = tag;
     run.submitted = true;
-    run.owner = own_uid_;
-    run.group = own_gid_;
     run.slurm_id = job->id;
     run.slurm_nodes = job->nodes;
     run.slurm_state = job->state;
@@ -572,14 +487,14 @@ std::vector<protocol::TaskReport> SlurmConnector::ReportsFor(const std::string& 
         continue;
       }
       const std::string code =
-          ReadJobFile(TaskFile(run, index, ".exit"), run.owner, 0, 64).value_or("");
+          ReadJobFile(TaskFile(run, index, ".exit"), OwnerOf(run), 0, 64).value_or("");
       if (run.slurm_state == "SUBMITTING") continue;  // not known to Slurm yet: still Placed
       const bool ended = !IsActiveState(run.slurm_state);
       // Restarts in place so far, and why the last one came ("N why", from the wrapper).
       // The task may write there too (its folder is its user's): its first line only, at most
       // 200 bytes.
       std::string restarted =
-          ReadJobFile(TaskFile(run, index, ".restarts"), run.owner, 0, 200).value_or("");
+          ReadJobFile(TaskFile(run, index, ".restarts"), OwnerOf(run), 0, 200).value_or("");
       if (!restarted.empty()) {
         restarted = restarted.substr(0, restarted.find('\n'));
         const size_t space = restarted.find(' ');
@@ -699,24 +614,9 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
                   " has no user to run as on this Slurm cluster (its connector's --run-as)";
     return out;
   }
-  const uint32_t uid = user ? user->uid : own_uid_;
-  const uint32_t gid = user ? user->gid : own_gid_;
+  const JobUser& runs_as = user ? *user : own_;
   const std::string dir = RunDir(order.tag);
-  const std::string files = dir + "/" + kJobFolder;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (!ec) fs::create_directories(files, ec);
-  // The run's folder is the connector's, and its user passes through it (0711); the job's
-  // folder, made by the connector where only it can make it, is the user's alone.
-  if (ec || ::chmod(dir.c_str(), 0711) != 0 || ::chown(files.c_str(), uid, gid) != 0 ||
-      ::chmod(files.c_str(), 0700) != 0) {
-    base::log::Warn("run folder {}: {}", dir,
-                    ec ? ec.message() : std::string(std::strerror(errno)));
-    return out;  // not submitted: again next round
-  }
-  out.files = files;
-  out.owner = uid;
-  out.group = gid;
+  const std::string files = dir + "/" + kJobFolder;  // made once nothing refuses the run
   // The tasks on each Slurm node, the same number on each (--ntasks-per-node), all of one shape
   // (--gpus-per-task, --cpus-per-task; --mem per node). Slurm lays the tasks out node by node
   // and binds each task's GPUs; the script below finds its Meridian task from its node and its
@@ -884,11 +784,9 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
       "echo \"$__meridian_rc\" > \"$__meridian_t.exit.tmp\" &&"
       " mv \"$__meridian_t.exit.tmp\" \"$__meridian_t.exit\"\n"
       "exit \"$__meridian_rc\"\n";
-  // Its user's to read and no one else's: the job's environment may hold its secrets.
-  if (!WriteFile(dir + "/task.sh", script, 0500) ||
-      ::chown((dir + "/task.sh").c_str(), uid, gid) != 0) {
-    base::log::Warn("cannot write {}/task.sh", dir);
-    return out;
+  if (Status s = MakeRunFolder(dir, files, script, runs_as); !s.ok()) {
+    base::log::Warn("run folder {}: {}", dir, s.message());
+    return out;  // not submitted: again next round
   }
   std::vector<std::string> options = {
       "--job-name=" + TagName(order.tag, o_.instance),
@@ -903,9 +801,9 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
       "--no-requeue",
       "--output=" + files + "/slurm.out",
       "--chdir=" + (spec.working_dir.empty() ? files : spec.working_dir)};
-  if (uid != own_uid_) {
-    options.push_back("--uid=" + std::to_string(uid));
-    options.push_back("--gid=" + std::to_string(gid));
+  if (runs_as.uid != own_uid_) {
+    options.push_back("--uid=" + std::to_string(runs_as.uid));
+    options.push_back("--gid=" + std::to_string(runs_as.gid));
   }
   if (gpus > 0) options.push_back("--gpus-per-task=" + std::to_string(gpus));
   if (!o_.partitions.empty()) options.push_back("--partition=" + o_.partitions.front());
@@ -929,6 +827,12 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
     return out;
   }
   out.launch = in_batch ? Launch::kBatchStep : Launch::kSrun;
+  if (!WriteFile(dir + "/" + kJobFolderFile, "")) {
+    base::log::Warn("cannot write {}/{}", dir, kJobFolderFile);
+    return out;
+  }
+  out.files = files;
+  if (user && user->uid != own_uid_) out.user = *user;
   if (!WriteFile(dir + "/slurm-job", "")) {
     base::log::Warn("cannot write {}/slurm-job", dir);
     return out;
@@ -936,9 +840,11 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
   out.submitted = true;
   out.slurm_state = "GONE";
   ++submitted_;
-  auto id = slurm_.Submit(options, std::string("#!/bin/bash\nexec ") +
-                                       (in_batch ? "" : "srun --kill-on-bad-exit=0 ") +
-                                       "/bin/bash " + Quote(dir + "/task.sh") + "\n");
+  auto id = slurm_.Submit(options,
+                          std::string("#!/bin/bash\nexec ") +
+                              (in_batch ? "" : "srun --kill-on-bad-exit=0 ") + "/bin/bash " +
+                              Quote(dir + "/task.sh") + "\n",
+                          JobEnv(runs_as));
   if (!id.ok() && id.status().code() == base::StatusCode::kUnavailable) {
     // Taken or not, nobody knows yet: looked for by name in squeue, and given back if it never
     // shows (GiveBackStuck). Never submitted again.
@@ -1185,8 +1091,7 @@ void SlurmConnector::TakeOutcomes() {
     run.submitted = true;
     run.launch = o.launch;
     run.files = std::move(o.files);
-    run.owner = o.owner;
-    run.group = o.group;
+    run.user = std::move(o.user);
     // squeue may have shown it already, by name: what it showed of this very job stands. Another
     // job of that name (an older one, adopted) gives way to the one sbatch made.
     if (run.slurm_id > 0 && (o.slurm_id == 0 || o.slurm_id == run.slurm_id)) continue;
@@ -1211,15 +1116,19 @@ void SlurmConnector::Fence() {
     // Every task wrote its exit code: it ended by itself and was reported so, and Slurm shows the
     // job ended a moment later. Nothing of it runs, so nothing is cancelled, and no operator is
     // told of a fence that was none (with 1,000 short jobs, 2% were so "fenced").
-    // Not for ever: one that Slurm still shows running long after (a hung step) is fenced.
+    // Not for ever: one that Slurm still shows running 30 s after (a hung step, or a job that
+    // wrote its exit codes and ran on) is fenced. By the connector's clock: the files' times are
+    // the job's to set.
     const double now = base::WallClockNow();
     const RunState& of = run;  // a structured binding: not capturable before C++20's clang
     if (!run.tasks.empty() && std::all_of(run.tasks.begin(), run.tasks.end(), [&](const auto& t) {
           struct stat st {};
-          return ::lstat(TaskFile(of, t.first, ".exit").c_str(), &st) == 0 &&
-                 now - static_cast<double>(st.st_mtime) < 30;
+          return ::lstat(TaskFile(of, t.first, ".exit").c_str(), &st) == 0;
         })) {
-      continue;
+      if (run.exits_seen_at == 0) run.exits_seen_at = now;
+      if (now - run.exits_seen_at < 30) continue;
+    } else {
+      run.exits_seen_at = 0;
     }
     Status s = KillNow(run);
     run.killed = s.ok();  // else again next round
@@ -1253,7 +1162,7 @@ void SlurmConnector::UploadLogs() {
       if (link == links_.end() || !link->second.registered) continue;
       int64_t size = 0;
       auto read =
-          ReadJobFile(TaskFile(run, index, ".out"), run.owner, task.uploaded, kChunk, &size);
+          ReadJobFile(TaskFile(run, index, ".out"), OwnerOf(run), task.uploaded, kChunk, &size);
       if (!read || read->empty() || size <= task.uploaded) continue;
       const std::string& chunk = *read;
       const std::string target =
@@ -1279,6 +1188,7 @@ void SlurmConnector::UploadLogs() {
 }
 
 void SlurmConnector::Cleanup() {
+  int64_t budget = kCleanupBudget;
   for (auto it = runs_.begin(); it != runs_.end();) {
     RunState& run = it->second;
     // Once no answer can still list it: every node it ran on heard from this round (every node,
@@ -1288,30 +1198,25 @@ void SlurmConnector::Cleanup() {
         !run.in_flight && !run.listed && !IsActiveState(run.slurm_state) && HeardFromAll(run);
     for (auto t = run.tasks.begin(); done && t != run.tasks.end(); ++t) {
       int64_t size = 0;
-      done = !ReadJobFile(TaskFile(run, t->first, ".out"), run.owner, 0, 0, &size) ||
+      done = !ReadJobFile(TaskFile(run, t->first, ".out"), OwnerOf(run), 0, 0, &size) ||
              t->second.uploaded >= size;
     }
-    if (!done) {
+    if (!done || budget <= 0) {
       ++it;
       continue;
     }
-    // What is in the job's folder, as its user: root must not walk a tree that a user may
-    // change under it (a folder swapped for a link mid-walk). Then the empty folder, as root.
-    if (!run.files.empty() && run.owner != own_uid_) {
-      auto r = base::RunCommand({"setpriv", "--reuid=" + std::to_string(run.owner),
-                                 "--regid=" + std::to_string(run.group), "--clear-groups", "find",
-                                 run.files, "-mindepth", "1", "-delete"},
-                                {}, "", 20);
-      if (!r.ok() || r->exit_code != 0 || ::rmdir(run.files.c_str()) != 0) {
-        base::log::Warn(
-            "cannot clear {} as uid {}: {}; left there", run.files, run.owner,
-            r.ok() ? (r->exit_code == 0 ? std::strerror(errno) : r->err) : r.status().message());
-        it = runs_.erase(it);
-        continue;
-      }
+    // Its job's folder is its user's, who may change it while it is removed: RemoveTree follows
+    // no link, and takes a share of the round's budget (the rest at the next round).
+    auto removed = RemoveTree(RunDir(it->first), &budget);
+    if (removed.ok() && !*removed) {
+      ++it;
+      continue;
     }
-    std::error_code ec;
-    fs::remove_all(RunDir(it->first), ec);
+    if (!removed.ok()) base::log::Warn("{}; left there", removed.status().message());
+    // A run of another user whose sbatch never answered: Slurm may show it yet, to be fenced.
+    if (run.user && run.submitted && run.slurm_id <= 0) {
+      unanswered_[it->first] = {run.user->uid, base::WallClockNow() + kUnansweredWatch};
+    }
     it = runs_.erase(it);
   }
 }
@@ -1354,9 +1259,10 @@ Status SlurmConnector::Round() {
   auto nodes = slurm_.Nodes();
   const double nodes_read = base::WallClockNow();
   auto jobs = nodes.ok() ? slurm_.Jobs() : base::Result<std::vector<SlurmJob>>(nodes.status());
+  const std::set<uint32_t> others = OtherUsers();
   if (jobs.ok()) {
     // Jobs run as other users (--run-as) are not --me: asked for apart, by their users.
-    auto theirs = slurm_.JobsOf(OtherUsers());
+    auto theirs = slurm_.JobsOf({others.begin(), others.end()});
     if (theirs.ok()) {
       jobs->insert(jobs->end(), theirs->begin(), theirs->end());
     } else {
@@ -1369,7 +1275,7 @@ Status SlurmConnector::Round() {
     slurm_lost_said_ = false;
     slurm_seen_at_ = now;
     FindUnanswered();
-    Observe(*jobs);
+    Observe(*jobs, others);
     Sync(*nodes);
     KeepBell();
   } else if (now - slurm_seen_at_ > o_.slurm_timeout) {

@@ -57,6 +57,19 @@ struct ConnectorOptions {
   double pending_timeout = 30;
 };
 
+// The user a run's job runs as (ConnectorOptions::run_as), when not the connector's own. Its
+// job writes in a folder of its own in the run's folder (its output, exit codes and restarts;
+// Slurm's own output), which only that user may write: the connector reads what is there as
+// files of that user (ReadJobFile) and removes it without following links (RemoveTree).
+struct JobUser {
+  std::string name;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string home;
+};
+// The user of `uid`, as this host knows it (connector_users.cc); nullopt when it does not.
+std::optional<JobUser> UserByUid(uint32_t uid);
+
 // A Slurm cluster as Meridian's back end (docs/adr/0037-slurm-connector.md). It runs where
 // Slurm's commands work (a login node) and speaks for each Slurm node as that node's agent
 // would: it registers the node (CPUs, memory, GPUs from GRES, and whether Slurm will start work
@@ -118,20 +131,14 @@ class SlurmConnector {
   // its notice and an immediate kill reach them. Unknown for a run found in squeue whose folder
   // is gone.
   enum class Launch { kUnknown, kSrun, kBatchStep };
-  // The user a run's job runs as (ConnectorOptions::run_as), and the folder it writes in (its
-  // output, exit codes and restarts; Slurm's own output), which only that user may write: the
-  // connector reads what is there as a file of that user (ReadJobFile) and clears it as that user.
-  struct JobUser {
-    std::string name;
-    uint32_t uid = 0;
-    uint32_t gid = 0;
-  };
   struct RunState {
     RunTag tag;
     Launch launch = Launch::kUnknown;
-    std::string files;   // empty: the run's own folder (runs from before job folders)
-    uint32_t owner = 0;  // the user of `files`: set with it
-    uint32_t group = 0;
+    std::string files;  // where its job writes; empty: the run's own folder (runs from before)
+    std::optional<JobUser> user;  // none: the connector's own user
+    // Since when every task's exit code has been there while Slurm still shows the job (0: not
+    // so): the connector's own clock, not the files' times, which the job may set.
+    double exits_seen_at = 0;
     std::map<int32_t, TaskState> tasks;  // as last assigned
     int64_t slurm_id = 0;                // 0: not submitted
     bool submitted = false;              // sbatch was run (the folder says so)
@@ -157,7 +164,9 @@ class SlurmConnector {
   };
 
   base::Status LoadRuns();  // the run folders an earlier life left
-  void Observe(const std::vector<SlurmJob>& jobs);
+  // `others`: the other users whose jobs `jobs` holds (OtherUsers when asked): a run of a user
+  // not among them is left as it was, not taken for ended.
+  void Observe(const std::vector<SlurmJob>& jobs, const std::set<uint32_t>& others);
   void Sync(const std::vector<SlurmNode>& nodes);  // registrations
   base::Status Register(Link& link);
   void Beat(Link& link);
@@ -176,7 +185,7 @@ class SlurmConnector {
     bool submitted = false;  // its folder says so: never submitted again
     Launch launch = Launch::kUnknown;
     std::string files;
-    uint32_t owner = 0, group = 0;
+    std::optional<JobUser> user;
     int64_t slurm_id = 0;     // 0: sbatch refused it, or its answer was lost
     std::string slurm_state;  // PENDING; SUBMITTING: taken or not, nobody knows yet
     double pending_since = 0;
@@ -200,13 +209,24 @@ class SlurmConnector {
   // The user a project's jobs run as; nullptr: the connector's own user (or none, when others
   // have users: ResolveUsers' run_as_ is then not empty).
   const JobUser* UserOf(const std::string& project) const;
-  base::Status ResolveUsers();  // run_as_ from the options, once, before the first round
-  // The users other than the connector's own whose jobs it must see: those of run_as_ and the
-  // owners of the runs it keeps (across a change of --run-as).
-  std::vector<uint32_t> OtherUsers() const;
-  // A job whose sbatch never answered, of another user, is looked for by its name among that
-  // user's jobs (SlurmCli::JobIdsNamed).
+  // run_as_ from the options, once, before the first round, and what they need of the work
+  // directory (connector_users.cc).
+  base::Status ResolveUsers();
+  uint32_t OwnerOf(const RunState& run) const { return run.user ? run.user->uid : own_uid_; }
+  // The users other than the connector's own whose jobs it must see (those of run_as_, of the
+  // runs it keeps, across a change of --run-as, and of unanswered submissions), of those this
+  // host still knows: squeue leaves out a user it cannot resolve, and says nothing.
+  std::set<uint32_t> OtherUsers() const;
+  // Jobs of other users whose sbatch never answered are looked for by name among their users'
+  // jobs (SlurmCli::JobsNamed): those of runs it keeps, and those of runs given back and gone
+  // (unanswered_), which are then taken up again to be fenced.
   void FindUnanswered();
+  // Makes the run's folder (the connector's, 0711) and the job's in it (its user's, 0700), and
+  // writes the job's script there, its user's alone (it holds the job's environment).
+  base::Status MakeRunFolder(const std::string& dir, const std::string& files,
+                             const std::string& script, const JobUser& user) const;
+  // sbatch's whole environment, and so the job's: the user's, nothing of the connector's.
+  std::map<std::string, std::string> JobEnv(const JobUser& user) const;
   // The node as its agent would register it, with what Slurm's own users' work holds: `foreign`
   // GPUs (none that Meridian's runs hold) marked as such, and its CPUs and memory.
   protocol::Registration RegistrationOf(const SlurmNode& node, const Held& foreign,
@@ -240,7 +260,16 @@ class SlurmConnector {
   ConnectorOptions o_;
   SlurmCli slurm_;
   std::map<std::string, JobUser> run_as_;  // by project ("*": every other)
-  uint32_t own_uid_ = 0, own_gid_ = 0;
+  JobUser own_;                            // the connector's own user
+  uint32_t own_uid_ = 0;
+  // Runs of other users whose sbatch never answered, gone from runs_ (given back, cleaned up):
+  // looked for by name until `until`, so that a job Slurm took after all is found and fenced.
+  struct Unanswered {
+    uint32_t uid = 0;
+    double until = 0;
+  };
+  std::map<RunTag, Unanswered> unanswered_;
+  static constexpr double kUnansweredWatch = 600;
   std::map<std::string, Link> links_;  // by Meridian node name
   std::unique_ptr<agent::OrdersWaiter> bell_;
   std::string bell_node_, bell_token_;  // whose credential the wait is under

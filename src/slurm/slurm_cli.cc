@@ -148,9 +148,11 @@ namespace {
 const char* const kSqueueFields =
     "JobID:\x1f,State:\x1f,Reason:\x1f,exit_code:\x1f,Partition:\x1f,UserName:\x1f,NodeList:\x1f,"
     "Name:";
-// The same without the name, which a job's owner may change to anything (line breaks included).
-const char* const kSqueueFieldsNoName =
-    "JobID:\x1f,State:\x1f,Reason:\x1f,exit_code:\x1f,Partition:\x1f,UserName:\x1f,NodeList:\x1f";
+// The same without what a job's owner may write: its name (renamed to anything, line breaks
+// included) and its reason (a plugin's words may carry the user's text, as a burst buffer's
+// refusal quotes the user's --bb).
+const char* const kSqueueFieldsOfOthers =
+    "JobID:\x1f,State:\x1f,exit_code:\x1f,Partition:\x1f,UserName:\x1f,NodeList:\x1f";
 
 // A whole non-negative number ("768"), or nullopt.
 std::optional<int64_t> Count(std::string_view s) {
@@ -161,7 +163,10 @@ std::optional<int64_t> Count(std::string_view s) {
 
 }  // namespace
 
-base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue, bool named) {
+base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue, JobNames names) {
+  const bool named = names == JobNames::kWith;
+  // Where each field is: without names, the reason is not asked for either.
+  const size_t fields = named ? 7 : 6, exit_at = named ? 3 : 2;
   std::vector<SlurmJob> out;
   std::set<int64_t> ids;
   size_t line_no = 0;
@@ -169,11 +174,12 @@ base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue, bool
     ++line_no;
     if (line.empty()) continue;
     const std::string at = "squeue, line " + std::to_string(line_no);
-    // Seven fields, each ended by the unit separator; the name is the rest of the line.
+    // Seven fields (six), each ended by the unit separator; the name is the rest of the line.
     const std::vector<std::string_view> field = base::Split(line, '\x1f');
-    if (field.size() < 8) {
-      return Status::Invalid(at + ": " + std::to_string(field.size()) +
-                             " fields where 8 were asked for");
+    if (field.size() < fields + 1 ||
+        (!named && (field.size() != fields + 1 || !field[fields].empty()))) {
+      return Status::Invalid(at + ": " + std::to_string(field.size()) + " fields where " +
+                             std::to_string(fields + 1) + " were asked for");
     }
     SlurmJob job;
     const auto id = Count(field[0]);
@@ -191,19 +197,18 @@ base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue, bool
         })) {
       return Status::Invalid(at + ": job state \"" + job.state + "\"");
     }
-    job.reason = std::string(field[2]);
-    const auto exit = Count(field[3]);
+    if (named) job.reason = std::string(field[2]);
+    const auto exit = Count(field[exit_at]);
     if (!exit) {
-      return Status::Invalid(at + ": exit code \"" + std::string(field[3]) +
+      return Status::Invalid(at + ": exit code \"" + std::string(field[exit_at]) +
                              "\" is not a wait status");
     }
     job.exit_code = *exit;
-    job.partition = std::string(field[4]);
-    job.user = std::string(field[5]);
-    job.nodes = std::string(field[6]);
-    job.name = std::string(line.substr(static_cast<size_t>(field[7].data() - line.data())));
-    if (!named && (field.size() != 8 || !job.name.empty())) {
-      return Status::Invalid(at + ": more fields than the 7 asked for");
+    job.partition = std::string(field[exit_at + 1]);
+    job.user = std::string(field[exit_at + 2]);
+    job.nodes = std::string(field[exit_at + 3]);
+    if (named) {
+      job.name = std::string(line.substr(static_cast<size_t>(field[7].data() - line.data())));
     }
     out.push_back(std::move(job));
   }
@@ -280,51 +285,62 @@ base::Result<std::vector<SlurmNode>> SlurmCli::Nodes() const {
   return DecodeNodes(*j);
 }
 
+base::Result<std::string> SlurmCli::Squeue(std::vector<std::string> args) const {
+  args.insert(args.begin(), {"squeue", "--noheader", "--states=all"});
+  auto r = RunCommand(args, Env(), "", timeout_);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "squeue: " + Said(*r));
+  return std::move(r->out);
+}
+
 base::Result<std::vector<SlurmJob>> SlurmCli::Jobs() const {
   // Only the jobs of the connector's own user (--me), as it submits them: a user's job name or
   // state text cannot then break the answer or forge a line of it.
-  auto r = RunCommand({"squeue", "--me", "--noheader", "--states=all", "--Format", kSqueueFields},
-                      Env(), "", timeout_);
-  if (!r.ok()) return r.status();
-  if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "squeue: " + Said(*r));
-  return DecodeJobLines(r->out);
+  auto out = Squeue({"--me", "--Format", kSqueueFields});
+  if (!out.ok()) return out.status();
+  return DecodeJobLines(*out);
 }
 
 base::Result<std::vector<SlurmJob>> SlurmCli::JobsOf(const std::vector<uint32_t>& uids) const {
   if (uids.empty()) return std::vector<SlurmJob>{};
   std::string list;
   for (uint32_t uid : uids) list += (list.empty() ? "" : ",") + std::to_string(uid);
-  auto r = RunCommand(
-      {"squeue", "--user=" + list, "--noheader", "--states=all", "--Format", kSqueueFieldsNoName},
-      Env(), "", timeout_);
-  if (!r.ok()) return r.status();
-  if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "squeue: " + Said(*r));
-  return DecodeJobLines(r->out, /*named=*/false);
+  auto out = Squeue({"--user=" + list, "--Format", kSqueueFieldsOfOthers});
+  if (!out.ok()) return out.status();
+  return DecodeJobLines(*out, JobNames::kWithout);
 }
 
-base::Result<std::vector<int64_t>> SlurmCli::JobIdsNamed(uint32_t uid,
-                                                         const std::string& name) const {
-  auto r = RunCommand({"squeue", "--user=" + std::to_string(uid), "--name=" + name, "--noheader",
-                       "--states=all", "--Format", "JobID:"},
-                      Env(), "", timeout_);
-  if (!r.ok()) return r.status();
-  if (r->exit_code != 0) return Status(base::StatusCode::kUnavailable, "squeue: " + Said(*r));
-  std::vector<int64_t> out;
-  for (std::string_view line : base::Split(r->out, '\n')) {
-    while (!line.empty() && line.back() == ' ') line.remove_suffix(1);
+base::Result<std::vector<std::pair<int64_t, std::string>>> SlurmCli::JobsNamed(
+    uint32_t uid, const std::vector<std::string>& names) const {
+  std::vector<std::pair<int64_t, std::string>> jobs;
+  if (names.empty()) return jobs;
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ",") + n;
+  auto out =
+      Squeue({"--user=" + std::to_string(uid), "--name=" + list, "--Format", "JobID:\x1f,Name:"});
+  if (!out.ok()) return out.status();
+  const std::set<std::string> asked(names.begin(), names.end());
+  for (std::string_view line : base::Split(*out, '\n')) {
     if (line.empty()) continue;
-    const auto id = Count(line);
-    if (!id || *id <= 0) return Status::Invalid("squeue: job ID \"" + std::string(line) + "\"");
-    out.push_back(*id);
+    const size_t sep = line.find('\x1f');
+    const auto id = sep == std::string_view::npos ? std::nullopt : Count(line.substr(0, sep));
+    const std::string name(sep == std::string_view::npos ? "" : line.substr(sep + 1));
+    if (!id || *id <= 0 || !asked.count(name)) {
+      return Status::Invalid("squeue --name: line \"" + std::string(line) + "\"");
+    }
+    jobs.emplace_back(*id, name);
   }
-  return out;
+  return jobs;
 }
 
 base::Result<int64_t> SlurmCli::Submit(const std::vector<std::string>& options,
-                                       const std::string& script) const {
+                                       const std::string& script,
+                                       const std::map<std::string, std::string>& env) const {
   std::vector<std::string> argv = {"sbatch", "--parsable"};
   argv.insert(argv.end(), options.begin(), options.end());
-  auto r = RunCommand(argv, Env(), script, timeout_);
+  std::map<std::string, std::string> whole = env;
+  for (const auto& [k, v] : Env()) whole[k] = v;
+  auto r = base::RunCommandWithOnly(argv, whole, script, timeout_);
   if (!r.ok()) return r.status();
   // --parsable prints "ID" or "ID;CLUSTER".
   const std::string id = r->out.substr(0, r->out.find_first_of(";\n"));

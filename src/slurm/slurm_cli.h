@@ -75,9 +75,11 @@ base::Result<std::vector<SlurmNode>> DecodeNodes(const Json& sinfo);
 // shown twice, refuses the whole answer. Not --json: it writes 3.7 KB of every job, and
 // took 1.2-1.7 s a call with 1,000 jobs (1-14 s while they started) where this took 55-83 ms
 // (docs/benchmarks.md).
-// `named`: false for `squeue --user=... --Format` of the same fields less the name
-// (SlurmCli::JobsOf), whose jobs then have no name.
-base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue, bool named = true);
+// kWithout: `squeue --user=... --Format` of the same fields less the name (SlurmCli::JobsOf),
+// whose jobs then have no name.
+enum class JobNames { kWith, kWithout };
+base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue,
+                                                   JobNames names = JobNames::kWith);
 
 // What a Meridian run is called in Slurm: the connector's instance (by default its Meridian
 // cluster's name), its job's ID and its generation in the Slurm job's name ("meridian-hpc-42-3"),
@@ -112,14 +114,18 @@ class SlurmCli {
   // The jobs of these users, without their names: a job's owner may rename it, with line breaks
   // that would forge lines of the answer, so such jobs are known by the ID sbatch gave.
   base::Result<std::vector<SlurmJob>> JobsOf(const std::vector<uint32_t>& uids) const;
-  // The IDs of the user's jobs of exactly this name (squeue --name): how a job whose sbatch
-  // never answered is found. The user could name another of its own jobs so, and nothing more.
-  base::Result<std::vector<int64_t>> JobIdsNamed(uint32_t uid, const std::string& name) const;
+  // The user's jobs of exactly these names (squeue --user --name), as ID and name: how a job
+  // whose sbatch never answered is found. Their names are these, so no line can be forged; the
+  // user could name another of its own jobs so, and nothing more.
+  base::Result<std::vector<std::pair<int64_t, std::string>>> JobsNamed(
+      uint32_t uid, const std::vector<std::string>& names) const;
   // sbatch with these options and this batch script; returns Slurm's job ID. kUnavailable when
   // the outcome is unknown (sbatch timed out, or could not reach slurmctld): the job may have
-  // been taken. kInvalidArgument when Slurm refused it (an account, a partition).
-  base::Result<int64_t> Submit(const std::vector<std::string>& options,
-                               const std::string& script) const;
+  // been taken. kInvalidArgument when Slurm refused it (an account, a partition). `env` is
+  // sbatch's whole environment, and so the job's (Slurm's --export=ALL), with SLURM_CONF added:
+  // nothing of the connector's own (its token) reaches a job.
+  base::Result<int64_t> Submit(const std::vector<std::string>& options, const std::string& script,
+                               const std::map<std::string, std::string>& env) const;
   // scancel: `signal` to every step of the job (its notice), or, with no signal, the job itself
   // (Slurm sends SIGTERM, then SIGKILL after KillWait); with `only_if`, only a job in that state
   // (PENDING: never one that has just started).
@@ -134,7 +140,8 @@ class SlurmCli {
 
  private:
   base::Result<Json> JsonOf(const std::vector<std::string>& argv) const;
-  base::Status Scancel(std::vector<std::string> args) const;  // scancel ARGS...
+  base::Status Scancel(std::vector<std::string> args) const;              // scancel ARGS...
+  base::Result<std::string> Squeue(std::vector<std::string> args) const;  // squeue ARGS...
   std::map<std::string, std::string> Env() const;
 
   std::string slurm_conf_;

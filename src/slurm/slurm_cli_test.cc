@@ -113,21 +113,27 @@ TEST(SlurmCli, AJobWhoseStateCannotBeReadRefusesTheWholeAnswer) {
   EXPECT_FALSE(DecodeNodes(Json::parse(R"J({"nodes": [{"name": "n1", "state": 3}]})J")).ok());
 }
 
-TEST(SlurmCli, JobsOfOtherUsersDecodeWithoutTheirNames) {
-  // squeue --user=... without the name (SlurmCli::JobsOf): seven fields, each ended by the unit
-  // separator, and nothing after them; such a job has no name.
-  auto jobs = DecodeJobLines(Line({"7", "RUNNING", "None", "0", "gpu", "alice", "n1"}, ""),
-                             /*named=*/false);
+TEST(SlurmCli, JobsOfOtherUsersDecodeWithoutTheirNamesOrReasons) {
+  // squeue --user=... without what a job's owner may write (SlurmCli::JobsOf): six fields, each
+  // ended by the unit separator, and nothing after them; such a job has no name and no reason.
+  auto jobs =
+      DecodeJobLines(Line({"7", "RUNNING", "0", "gpu", "alice", "n1"}, ""), JobNames::kWithout);
   ASSERT_TRUE(jobs.ok()) << jobs.status().message();
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_EQ((*jobs)[0].id, 7);
+  EXPECT_EQ((*jobs)[0].state, "RUNNING");
+  EXPECT_EQ((*jobs)[0].partition, "gpu");
   EXPECT_EQ((*jobs)[0].user, "alice");
+  EXPECT_EQ((*jobs)[0].nodes, "n1");
   EXPECT_EQ((*jobs)[0].name, "");
-  auto more = DecodeJobLines(Line({"7", "RUNNING", "None", "0", "gpu", "alice", "n1"}, "x"),
-                             /*named=*/false);
-  ASSERT_FALSE(more.ok());
-  EXPECT_NE(more.status().message().find("more fields than the 7 asked for"), std::string::npos)
-      << more.status().message();
+  EXPECT_EQ((*jobs)[0].reason, "");
+  for (const std::string& bad : {Line({"7", "RUNNING", "0", "gpu", "alice", "n1"}, "x"),
+                                 Line({"7", "RUNNING", "None", "0", "gpu", "alice", "n1"}, "")}) {
+    auto more = DecodeJobLines(bad, JobNames::kWithout);
+    ASSERT_FALSE(more.ok()) << bad;
+    EXPECT_NE(more.status().message().find("were asked for"), std::string::npos)
+        << more.status().message();
+  }
 }
 
 TEST(SlurmCli, GresAndRunTags) {

@@ -1,0 +1,275 @@
+// The users a Slurm connector's jobs run as (ConnectorOptions::run_as; ADR 0037, "Whose jobs
+// they are"): resolving them, the folders their jobs write in, finding their jobs in Slurm.
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "slurm/connector.h"
+
+namespace meridian::slurm {
+
+using base::Status;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::optional<JobUser> UserByName(const std::string& name) {
+  std::vector<char> buffer(16384);
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  if (::getpwnam_r(name.c_str(), &pw, buffer.data(), buffer.size(), &found) != 0 || !found) {
+    return std::nullopt;
+  }
+  return JobUser{found->pw_name, found->pw_uid, found->pw_gid, found->pw_dir};
+}
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// Writes `content` to `path` as a file of uid:gid with `mode`, through a temporary file made
+// afresh (never one that was there: O_EXCL, O_NOFOLLOW), owned and closed to others before a
+// byte is in it, then renamed over.
+Status WriteOwned(const std::string& path, const std::string& content, uint32_t uid, uint32_t gid,
+                  mode_t mode) {
+  const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
+  if (fd < 0) return Status::Io(Errno(tmp));
+  Status s = Status::Ok();
+  if (::fchown(fd, uid, gid) != 0 || ::fchmod(fd, mode) != 0) s = Status::Io(Errno(tmp));
+  for (size_t done = 0; s.ok() && done < content.size();) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      s = Status::Io(Errno(tmp));
+    } else {
+      done += static_cast<size_t>(n);
+    }
+  }
+  ::close(fd);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Status::Io(Errno(path));
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
+
+// The folder `path` made if it is not there, then given to uid:gid with `mode` through a
+// descriptor opened without following a link.
+Status MakeOwnedFolder(const std::string& path, uint32_t uid, uint32_t gid, mode_t mode) {
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Status::Io(Errno(path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return Status::Io(Errno(path));
+  Status s = Status::Ok();
+  if (::fchown(fd, uid, gid) != 0 || ::fchmod(fd, mode) != 0) s = Status::Io(Errno(path));
+  ::close(fd);
+  return s;
+}
+
+}  // namespace
+
+std::optional<JobUser> UserByUid(uint32_t uid) {
+  std::vector<char> buffer(16384);
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  if (::getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &found) != 0 || !found) {
+    return std::nullopt;
+  }
+  return JobUser{found->pw_name, found->pw_uid, found->pw_gid, found->pw_dir};
+}
+
+Status SlurmConnector::ResolveUsers() {
+  own_uid_ = ::geteuid();
+  own_ = UserByUid(own_uid_).value_or(
+      JobUser{std::to_string(own_uid_), own_uid_, static_cast<uint32_t>(::getegid()), "/"});
+  std::map<uint32_t, std::string> projects_of;  // uid -> the projects it runs
+  for (const auto& [project, name] : o_.run_as) {
+    const std::string flag = "--run-as " + (project == "*" ? "" : project + "=") + name;
+    const std::optional<JobUser> user = UserByName(name);
+    if (!user)
+      return Status::Invalid(flag + ": no such user here (Slurm's nodes must know it too)");
+    if (user->uid == 0 && own_uid_ == 0) {
+      return Status::Invalid(flag + ": a project's jobs never run as root");
+    }
+    if (user->uid != own_uid_ && own_uid_ != 0) {
+      return Status::Invalid(flag +
+                             ": only root may submit Slurm jobs as another user (sbatch "
+                             "--uid), and the connector runs as uid " +
+                             std::to_string(own_uid_));
+    }
+    std::string& shared = projects_of[user->uid];
+    shared += (shared.empty() ? "" : ", ") + (project == "*" ? "every project not named" : project);
+    run_as_[project] = *user;
+  }
+  for (const auto& [uid, projects] : projects_of) {
+    if (projects.find(", ") != std::string::npos || projects.find("every") != std::string::npos) {
+      base::log::Warn("{} run as one user, uid {}: they can reach each other's work", projects,
+                      uid);
+    }
+  }
+  for (const auto& [project, user] : run_as_) {
+    base::log::Info("{}: Slurm jobs run as {} (uid {})",
+                    project == "*" ? "every project not named" : "project " + project, user.name,
+                    user.uid);
+  }
+  const bool others = std::any_of(run_as_.begin(), run_as_.end(),
+                                  [&](const auto& u) { return u.second.uid != own_uid_; });
+  if (!others) {
+    if (own_uid_ == 0) {
+      base::log::Warn(
+          "every project's Slurm jobs run as root, the connector's user: give each project a "
+          "user with --run-as PROJECT=USER so that they cannot reach each other");
+    }
+    return Status::Ok();
+  }
+  // Each job's user passes through the work directory to its script and its folder, and no one
+  // but root may change what lies on the way (a folder swapped for a link would point the
+  // connector's chown elsewhere): every folder above it root's, written by no one else unless
+  // sticky (/tmp).
+  for (fs::path p = fs::absolute(o_.work_dir); !p.empty(); p = p.parent_path()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0) {
+      const std::string mode = fmt::format("{:04o}", st.st_mode & 07777);
+      if (!(st.st_mode & S_IXOTH)) {
+        return Status::Invalid("--work-dir " + o_.work_dir + ": " + p.string() +
+                               " is not searchable by other users (mode " + mode +
+                               "), and the jobs' users (--run-as) must pass through it");
+      }
+      if (st.st_uid != 0 || ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))) {
+        return Status::Invalid("--work-dir " + o_.work_dir + ": " + p.string() +
+                               " is not root's alone (owner uid " + std::to_string(st.st_uid) +
+                               ", mode " + mode +
+                               "), and the jobs' users (--run-as) must not "
+                               "change what lies above their folders");
+      }
+    }
+    if (p == p.root_path()) break;
+  }
+  // A filesystem that squashes root (NFS's root_squash) cannot give a folder to a user.
+  std::error_code ec;
+  fs::create_directories(o_.work_dir + "/runs", ec);
+  const JobUser& probe_user = std::find_if(run_as_.begin(), run_as_.end(), [&](const auto& u) {
+                                return u.second.uid != own_uid_;
+                              })->second;
+  const std::string probe = o_.work_dir + "/runs/.probe-" + std::to_string(::getpid());
+  Status given = MakeOwnedFolder(probe, probe_user.uid, probe_user.gid, 0700);
+  ::rmdir(probe.c_str());
+  if (!given.ok()) {
+    return Status::Invalid("--work-dir " + o_.work_dir + ": cannot give a folder to " +
+                           probe_user.name + " (" + given.message() +
+                           "); jobs run as other users (--run-as) need a filesystem where root "
+                           "may (not NFS with root_squash)");
+  }
+  return Status::Ok();
+}
+
+const JobUser* SlurmConnector::UserOf(const std::string& project) const {
+  auto it = run_as_.find(project);
+  if (it == run_as_.end()) it = run_as_.find("*");
+  return it == run_as_.end() ? nullptr : &it->second;
+}
+
+std::set<uint32_t> SlurmConnector::OtherUsers() const {
+  std::set<uint32_t> uids;
+  for (const auto& [project, user] : run_as_) uids.insert(user.uid);
+  for (const auto& [tag, run] : runs_) {
+    if (run.user) uids.insert(run.user->uid);
+  }
+  for (const auto& [tag, watch] : unanswered_) uids.insert(watch.uid);
+  uids.erase(own_uid_);
+  for (auto it = uids.begin(); it != uids.end();) {
+    if (UserByUid(*it)) {
+      ++it;
+      continue;
+    }
+    base::log::Warn(
+        "uid {} is not known here: its Slurm jobs cannot be seen, and its runs are "
+        "left as they were",
+        *it);
+    it = uids.erase(it);
+  }
+  return uids;
+}
+
+void SlurmConnector::FindUnanswered() {
+  const double now = base::WallClockNow();
+  std::map<uint32_t, std::vector<std::string>> names;  // by uid
+  for (const auto& [tag, run] : runs_) {
+    if (run.user && run.submitted && run.slurm_id <= 0 && run.slurm_state == "SUBMITTING") {
+      names[run.user->uid].push_back(TagName(tag, o_.instance));
+    }
+  }
+  for (auto it = unanswered_.begin(); it != unanswered_.end();) {
+    if (it->second.until < now || runs_.count(it->first)) {
+      it = unanswered_.erase(it);
+      continue;
+    }
+    names[it->second.uid].push_back(TagName(it->first, o_.instance));
+    ++it;
+  }
+  for (const auto& [uid, asked] : names) {
+    auto found = slurm_.JobsNamed(uid, asked);
+    if (!found.ok()) {
+      base::log::Warn("looking for unanswered submissions of uid {}: {}", uid,
+                      found.status().message());
+      continue;
+    }
+    for (const auto& [id, name] : *found) {
+      auto parsed = ParseTagName(name);
+      if (!parsed || parsed->instance != o_.instance) continue;
+      auto watched = unanswered_.find(parsed->tag);
+      if (watched != unanswered_.end()) {
+        // Given back and gone, yet Slurm took it: taken up again, listed by no answer, fenced.
+        RunState& run = runs_[parsed->tag];
+        run.tag = parsed->tag;
+        run.submitted = true;
+        run.user = UserByUid(uid);
+        run.slurm_id = id;
+        run.slurm_state = "GONE";
+        unanswered_.erase(watched);
+        base::log::Warn(
+            "Slurm took job {} generation {} after all (Slurm job {}), after it was "
+            "given back",
+            parsed->tag.job, parsed->tag.generation, id);
+        continue;
+      }
+      auto it = runs_.find(parsed->tag);
+      if (it == runs_.end() || it->second.slurm_id > 0) continue;
+      it->second.slurm_id = id;
+      // Recorded, as sbatch's answer would have been: found again after a restart by its ID.
+      const std::string record = RunDir(parsed->tag) + "/slurm-job";
+      if (fs::exists(record)) {
+        Status s = WriteOwned(record, std::to_string(id) + "\n", own_uid_, own_.gid, 0644);
+        if (!s.ok()) base::log::Warn("{}", s.message());
+      }
+    }
+  }
+}
+
+Status SlurmConnector::MakeRunFolder(const std::string& dir, const std::string& files,
+                                     const std::string& script, const JobUser& user) const {
+  // Closed to all while its script is written, then passed through (0711), never listed.
+  if (Status s = MakeOwnedFolder(dir, own_uid_, own_.gid, 0700); !s.ok()) return s;
+  if (Status s = MakeOwnedFolder(files, user.uid, user.gid, 0700); !s.ok()) return s;
+  if (Status s = WriteOwned(dir + "/task.sh", script, user.uid, user.gid, 0500); !s.ok()) {
+    return s;
+  }
+  if (::chmod(dir.c_str(), 0711) != 0) return Status::Io(Errno(dir));
+  return Status::Ok();
+}
+
+std::map<std::string, std::string> SlurmConnector::JobEnv(const JobUser& user) const {
+  const char* path = std::getenv("PATH");
+  return {{"PATH", path ? path : "/usr/local/bin:/usr/bin:/bin"},
+          {"HOME", user.home},
+          {"USER", user.name},
+          {"LOGNAME", user.name},
+          {"LANG", "C.UTF-8"}};
+}
+
+}  // namespace meridian::slurm

@@ -1,0 +1,131 @@
+#include "slurm/job_files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace meridian::slurm {
+
+using base::Status;
+
+std::optional<std::string> ReadJobFile(const std::string& path, uint32_t owner, int64_t offset,
+                                       int64_t limit, int64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::optional<std::string> out;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == owner) {
+    if (size) *size = st.st_size;
+    std::string data(
+        static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(limit, st.st_size - offset))),
+        '\0');
+    const ssize_t n = data.empty() ? 0 : ::pread(fd, data.data(), data.size(), offset);
+    if (n >= 0) {
+      data.resize(static_cast<size_t>(n));
+      out = std::move(data);
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+namespace {
+
+// Deeper than this, a folder is left (and said so): each level holds a descriptor and a frame.
+constexpr int kMaxDepth = 128;
+
+// Empties the folder open as `dir` (whose descriptor it takes), `depth` levels down, spending
+// `budget`; true once it is empty.
+base::Result<bool> Empty(int dir, const std::string& where, int depth, int64_t* budget) {
+  DIR* d = ::fdopendir(dir);
+  if (!d) {
+    const int e = errno;
+    ::close(dir);
+    return Status::Io(where + ": " + std::strerror(e));
+  }
+  std::vector<std::string> names;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  bool empty = true;
+  Status failed = Status::Ok();
+  for (const std::string& name : names) {
+    if (*budget <= 0) {
+      empty = false;
+      break;
+    }
+    --*budget;
+    if (::unlinkat(dir, name.c_str(), 0) == 0 || errno == ENOENT) continue;
+    if (errno != EISDIR && errno != EPERM) {
+      failed = Status::Io(where + "/" + name + ": " + std::strerror(errno));
+      break;
+    }
+    // A folder: opened from here, never through a link (a link swapped in is removed above, or
+    // fails to open here as one).
+    const int sub = ::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sub < 0) {
+      if (errno == ENOENT) continue;
+      if (errno == ELOOP || errno == ENOTDIR) {  // swapped meanwhile: removed next call
+        empty = false;
+        continue;
+      }
+      failed = Status::Io(where + "/" + name + ": " + std::strerror(errno));
+      break;
+    }
+    if (depth >= kMaxDepth) {
+      ::close(sub);
+      failed = Status::Io(where + "/" + name + ": more than " + std::to_string(kMaxDepth) +
+                          " folders deep");
+      break;
+    }
+    auto done = Empty(sub, where + "/" + name, depth + 1, budget);
+    if (!done.ok()) {
+      failed = done.status();
+      break;
+    }
+    if (!*done) {
+      empty = false;
+      break;
+    }
+    if (::unlinkat(dir, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+      if (errno == ENOTEMPTY || errno == EEXIST) {  // refilled meanwhile
+        empty = false;
+        continue;
+      }
+      failed = Status::Io(where + "/" + name + ": " + std::strerror(errno));
+      break;
+    }
+  }
+  ::closedir(d);  // closes `dir`
+  if (!failed.ok()) return failed;
+  return empty;
+}
+
+}  // namespace
+
+base::Result<bool> RemoveTree(const std::string& path, int64_t* budget) {
+  const int dir = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir < 0) {
+    if (errno == ENOENT) return true;
+    if (errno == ELOOP || errno == ENOTDIR) {  // not a folder: removed as what it is
+      if (::unlink(path.c_str()) == 0 || errno == ENOENT) return true;
+    }
+    return Status::Io(path + ": " + std::strerror(errno));
+  }
+  auto done = Empty(dir, path, 0, budget);
+  if (!done.ok() || !*done) return done;
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) {
+    if (errno == ENOTEMPTY || errno == EEXIST) return false;
+    return Status::Io(path + ": " + std::strerror(errno));
+  }
+  return true;
+}
+
+}  // namespace meridian::slurm
