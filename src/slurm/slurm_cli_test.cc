@@ -184,5 +184,15 @@ TEST(SlurmCli, RunCommandFeedsItsInputAndSaysHowItEnded) {
   EXPECT_FALSE(RunCommand({"/nonexistent/command"}, {}, "", 5).ok());
 }
 
+TEST(SlurmCli, ACommandRunWithOnlyItsEnvironmentGetsNothingOfThisProcesss) {
+  // What sbatch passes on to a job: the connector's token must not be in it.
+  ::setenv("MERIDIAN_TOKEN", "secret", 1);
+  auto r =
+      base::RunCommandWithOnly({"/usr/bin/env"}, {{"PATH", "/usr/bin:/bin"}, {"X", "1"}}, "", 10);
+  ::unsetenv("MERIDIAN_TOKEN");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->out, "PATH=/usr/bin:/bin\nX=1\n");
+}
+
 }  // namespace
 }  // namespace meridian::slurm
