@@ -577,6 +577,22 @@ TEST_F(SlurmTest, EachProjectRunsAsItsOwnUserAndReachesNoOneElsesFiles) {
           user);
     ASSERT_EQ(Shell("id -un " + user), user + "\n");
   }
+  // What would let a user reach root's work is refused at start, saying what and where.
+  const std::string open_dir = dir_.File("open-to-all");
+  std::filesystem::create_directories(open_dir);
+  ASSERT_EQ(::chmod(open_dir.c_str(), 01777), 0);
+  const std::string start = "MERIDIAN_TOKEN=x timeout 20 " + kBinary +
+                            " --server http://127.0.0.1:1 slurm-connector --cluster hpc ";
+  const std::string sticky =
+      Shell(start + "--work-dir " + open_dir + " --run-as meridian-slurm-a 2>&1; echo rc=$?");
+  EXPECT_NE(sticky.find("is not a folder of root's that no one else may write"), std::string::npos)
+      << sticky;
+  EXPECT_EQ(sticky.find("rc=0"), std::string::npos) << sticky;
+  const std::string as_root =
+      Shell(start + "--work-dir " + dir_.File("w2") + " --run-as research=root 2>&1; echo rc=$?");
+  EXPECT_NE(as_root.find("--run-as research=root: a project's jobs never run as root"),
+            std::string::npos)
+      << as_root;
   // The users and accounts from a config file, as a site would keep them.
   const std::string config = WriteTestFile(dir_.File("connector.yaml"), R"(slurm-connector:
   run-as: [research=meridian-slurm-a, other=meridian-slurm-b]

@@ -86,6 +86,10 @@ constexpr char kJobFolderFile[] = "job-folder";
 // Entries a round's clean-up removes at most (RemoveTree): a job that leaves millions of files
 // does not hold the heartbeats.
 constexpr int64_t kCleanupBudget = 50000;
+constexpr int kMaxRemovalRounds = 100;
+// How long after a run ended its output is still uploaded before its folder goes regardless
+// (the server keeps 64 MiB of a run, a MiB a round: about a minute).
+constexpr double kUploadAfterEnd = 300;
 
 // What the batch shell of a task run there (InBatchStep) takes as an order to SIGKILL every
 // process of its task and itself. Slurm has no immediate SIGKILL for a batch step's children: a
@@ -1196,7 +1200,13 @@ void SlurmConnector::Cleanup() {
     // again. And once its output is all with the server (or refused by it for good).
     bool done =
         !run.in_flight && !run.listed && !IsActiveState(run.slurm_state) && HeardFromAll(run);
-    for (auto t = run.tasks.begin(); done && t != run.tasks.end(); ++t) {
+    const double now = base::WallClockNow();
+    if (!done) run.ended_at = 0;
+    if (done && run.ended_at == 0) run.ended_at = now;
+    // Its output, all of it with the server (or refused by it for good); not waited for past
+    // kUploadAfterEnd, as something of the job's user may keep growing it.
+    for (auto t = run.tasks.begin();
+         done && now - run.ended_at < kUploadAfterEnd && t != run.tasks.end(); ++t) {
       int64_t size = 0;
       done = !ReadJobFile(TaskFile(run, t->first, ".out"), OwnerOf(run), 0, 0, &size) ||
              t->second.uploaded >= size;
@@ -1206,13 +1216,21 @@ void SlurmConnector::Cleanup() {
       continue;
     }
     // Its job's folder is its user's, who may change it while it is removed: RemoveTree follows
-    // no link, and takes a share of the round's budget (the rest at the next round).
-    auto removed = RemoveTree(RunDir(it->first), &budget);
-    if (removed.ok() && !*removed) {
+    // no link, and takes a share of the round's budget (the rest at the next round), at most a
+    // fifth of it, so that other runs' folders go too. One its user keeps filling is left.
+    int64_t share = std::min(budget, kCleanupBudget / 5);
+    budget -= share;
+    auto removed = RemoveTree(RunDir(it->first), &share);
+    budget += share;
+    if (removed.ok() && !*removed && ++run.removal_rounds < kMaxRemovalRounds) {
       ++it;
       continue;
     }
     if (!removed.ok()) base::log::Warn("{}; left there", removed.status().message());
+    if (removed.ok() && !*removed) {
+      base::log::Warn("{}: still not removed after {} rounds; left there", RunDir(it->first),
+                      kMaxRemovalRounds);
+    }
     // A run of another user whose sbatch never answered: Slurm may show it yet, to be fenced.
     if (run.user && run.submitted && run.slurm_id <= 0) {
       unanswered_[it->first] = {run.user->uid, base::WallClockNow() + kUnansweredWatch};

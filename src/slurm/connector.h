@@ -139,6 +139,10 @@ class SlurmConnector {
     // Since when every task's exit code has been there while Slurm still shows the job (0: not
     // so): the connector's own clock, not the files' times, which the job may set.
     double exits_seen_at = 0;
+    // Since when no answer lists it and Slurm shows it ended (0: not so): its output is
+    // uploaded until then and a while after, not for as long as a job's process grows it.
+    double ended_at = 0;
+    int removal_rounds = 0;              // rounds its folder's removal has taken (Cleanup)
     std::map<int32_t, TaskState> tasks;  // as last assigned
     int64_t slurm_id = 0;                // 0: not submitted
     bool submitted = false;              // sbatch was run (the folder says so)

@@ -13,6 +13,9 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "slurm/connector.h"
+#include "slurm/job_files.h"
+
+extern char** environ;
 
 namespace meridian::slurm {
 
@@ -59,10 +62,10 @@ Status WriteOwned(const std::string& path, const std::string& content, uint32_t 
   return s;
 }
 
-// The folder `path` made if it is not there, then given to uid:gid with `mode` through a
-// descriptor opened without following a link.
+// The folder `path` made afresh (an error if something is there), then given to uid:gid with
+// `mode` through a descriptor opened without following a link.
 Status MakeOwnedFolder(const std::string& path, uint32_t uid, uint32_t gid, mode_t mode) {
-  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Status::Io(Errno(path));
+  if (::mkdir(path.c_str(), 0700) != 0) return Status::Io(Errno(path));
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return Status::Io(Errno(path));
   Status s = Status::Ok();
@@ -85,8 +88,8 @@ std::optional<JobUser> UserByUid(uint32_t uid) {
 
 Status SlurmConnector::ResolveUsers() {
   own_uid_ = ::geteuid();
-  own_ = UserByUid(own_uid_).value_or(
-      JobUser{std::to_string(own_uid_), own_uid_, static_cast<uint32_t>(::getegid()), "/"});
+  own_ = UserByUid(own_uid_).value_or(JobUser{std::to_string(own_uid_), own_uid_, 0, "/"});
+  own_.gid = ::getegid();  // the group it runs as, whatever its passwd entry says
   std::map<uint32_t, std::string> projects_of;  // uid -> the projects it runs
   for (const auto& [project, name] : o_.run_as) {
     const std::string flag = "--run-as " + (project == "*" ? "" : project + "=") + name;
@@ -129,34 +132,49 @@ Status SlurmConnector::ResolveUsers() {
   }
   // Each job's user passes through the work directory to its script and its folder, and no one
   // but root may change what lies on the way (a folder swapped for a link would point the
-  // connector's chown elsewhere): every folder above it root's, written by no one else unless
-  // sticky (/tmp).
-  for (fs::path p = fs::absolute(o_.work_dir); !p.empty(); p = p.parent_path()) {
+  // connector's chown elsewhere): the work directory, its runs/ and credentials/ root's and
+  // written by no one else; every folder above it the same, or sticky (/tmp); all of them
+  // searchable by others. Checked on the path with its links resolved.
+  std::error_code ec;
+  for (const char* sub : {"/runs", "/credentials"}) fs::create_directories(o_.work_dir + sub, ec);
+  const fs::path real = fs::canonical(o_.work_dir, ec);
+  if (ec) return Status::Invalid("--work-dir " + o_.work_dir + ": " + ec.message());
+  auto refuse = [&](const fs::path& p, const struct stat& st, const std::string& why) {
+    return Status::Invalid("--work-dir " + o_.work_dir + ": " + p.string() + " (owner uid " +
+                           std::to_string(st.st_uid) + ", mode " +
+                           fmt::format("{:04o}", st.st_mode & 07777) + ") " + why +
+                           ", and the jobs' users (--run-as) must not change what lies above "
+                           "their folders");
+  };
+  for (const char* sub : {"/runs", "/credentials", ""}) {
+    const fs::path p = real.string() + sub;
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+        (st.st_mode & (S_IWGRP | S_IWOTH))) {
+      return refuse(p, st, "is not a folder of root's that no one else may write");
+    }
+  }
+  for (fs::path p = real; !p.empty(); p = p.parent_path()) {
     struct stat st {};
     if (::stat(p.c_str(), &st) == 0) {
-      const std::string mode = fmt::format("{:04o}", st.st_mode & 07777);
       if (!(st.st_mode & S_IXOTH)) {
         return Status::Invalid("--work-dir " + o_.work_dir + ": " + p.string() +
-                               " is not searchable by other users (mode " + mode +
+                               " is not searchable by other users (mode " +
+                               fmt::format("{:04o}", st.st_mode & 07777) +
                                "), and the jobs' users (--run-as) must pass through it");
       }
       if (st.st_uid != 0 || ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))) {
-        return Status::Invalid("--work-dir " + o_.work_dir + ": " + p.string() +
-                               " is not root's alone (owner uid " + std::to_string(st.st_uid) +
-                               ", mode " + mode +
-                               "), and the jobs' users (--run-as) must not "
-                               "change what lies above their folders");
+        return refuse(p, st, "is not root's alone");
       }
     }
     if (p == p.root_path()) break;
   }
   // A filesystem that squashes root (NFS's root_squash) cannot give a folder to a user.
-  std::error_code ec;
-  fs::create_directories(o_.work_dir + "/runs", ec);
   const JobUser& probe_user = std::find_if(run_as_.begin(), run_as_.end(), [&](const auto& u) {
                                 return u.second.uid != own_uid_;
                               })->second;
   const std::string probe = o_.work_dir + "/runs/.probe-" + std::to_string(::getpid());
+  ::rmdir(probe.c_str());  // a crashed start's
   Status given = MakeOwnedFolder(probe, probe_user.uid, probe_user.gid, 0700);
   ::rmdir(probe.c_str());
   if (!given.ok()) {
@@ -219,7 +237,17 @@ void SlurmConnector::FindUnanswered() {
                       found.status().message());
       continue;
     }
+    // One job per run: the newest of a name is taken, and any other of that name (a job of the
+    // same user named so, to be taken instead) cancelled, so that nothing of it runs unseen.
+    std::map<std::string, int64_t> newest;
+    for (const auto& [id, name] : *found) newest[name] = std::max(newest[name], id);
     for (const auto& [id, name] : *found) {
+      if (id == newest[name]) continue;
+      Status s = slurm_.Cancel(id);
+      base::log::Warn("Slurm job {} of uid {} is named {} as a newer one is: cancelled{}", id, uid,
+                      name, s.ok() ? "" : " (" + s.message() + ")");
+    }
+    for (const auto& [name, id] : newest) {
       auto parsed = ParseTagName(name);
       if (!parsed || parsed->instance != o_.instance) continue;
       auto watched = unanswered_.find(parsed->tag);
@@ -228,7 +256,7 @@ void SlurmConnector::FindUnanswered() {
         RunState& run = runs_[parsed->tag];
         run.tag = parsed->tag;
         run.submitted = true;
-        run.user = UserByUid(uid);
+        run.user = UserByUid(uid).value_or(JobUser{std::to_string(uid), uid, 0, "/"});
         run.slurm_id = id;
         run.slurm_state = "GONE";
         unanswered_.erase(watched);
@@ -253,6 +281,12 @@ void SlurmConnector::FindUnanswered() {
 
 Status SlurmConnector::MakeRunFolder(const std::string& dir, const std::string& files,
                                      const std::string& script, const JobUser& user) const {
+  // Made afresh: what an attempt that did not submit left (a job folder its user could fill,
+  // or plant a file in for another user's output) goes first.
+  int64_t budget = 100000;
+  auto removed = RemoveTree(dir, &budget);
+  if (!removed.ok()) return removed.status();
+  if (!*removed) return Status(base::StatusCode::kUnavailable, dir + ": still being removed");
   // Closed to all while its script is written, then passed through (0711), never listed.
   if (Status s = MakeOwnedFolder(dir, own_uid_, own_.gid, 0700); !s.ok()) return s;
   if (Status s = MakeOwnedFolder(files, user.uid, user.gid, 0700); !s.ok()) return s;
@@ -265,11 +299,19 @@ Status SlurmConnector::MakeRunFolder(const std::string& dir, const std::string& 
 
 std::map<std::string, std::string> SlurmConnector::JobEnv(const JobUser& user) const {
   const char* path = std::getenv("PATH");
-  return {{"PATH", path ? path : "/usr/local/bin:/usr/bin:/bin"},
-          {"HOME", user.home},
-          {"USER", user.name},
-          {"LOGNAME", user.name},
-          {"LANG", "C.UTF-8"}};
+  std::map<std::string, std::string> env = {{"PATH", path ? path : "/usr/local/bin:/usr/bin:/bin"},
+                                            {"HOME", user.home},
+                                            {"USER", user.name},
+                                            {"LOGNAME", user.name},
+                                            {"LANG", "C.UTF-8"}};
+  // The operator's sbatch defaults (SBATCH_PARTITION, SBATCH_QOS, ...): settings, not secrets.
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (kv.rfind("SBATCH_", 0) == 0 && eq != std::string::npos)
+      env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
 }
 
 }  // namespace meridian::slurm

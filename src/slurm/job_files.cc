@@ -40,27 +40,35 @@ namespace {
 // Deeper than this, a folder is left (and said so): each level holds a descriptor and a frame.
 constexpr int kMaxDepth = 128;
 
-// Empties the folder open as `dir` (whose descriptor it takes), `depth` levels down, spending
-// `budget`; true once it is empty.
-base::Result<bool> Empty(int dir, const std::string& where, int depth, int64_t* budget) {
+// Empties the folder open as `dir` (whose descriptor it takes; `st` is its fstat), `depth`
+// levels down, spending `budget` on each entry it meets; true once it is empty. Entries are
+// removed as they are read, so that a folder of millions holds neither memory nor the round.
+// A folder is gone into only on the same filesystem as the top (no mount a user made is
+// walked), and only when it is its parent's owner's or its parent is root's: a folder of root's
+// (or of another user's) that a user moved into its own is not the user's to have removed.
+base::Result<bool> Empty(int dir, const struct stat& st, dev_t top_dev, const std::string& where,
+                         int depth, int64_t* budget) {
   DIR* d = ::fdopendir(dir);
   if (!d) {
     const int e = errno;
     ::close(dir);
     return Status::Io(where + ": " + std::strerror(e));
   }
-  std::vector<std::string> names;
-  while (const dirent* entry = ::readdir(d)) {
-    const std::string name = entry->d_name;
-    if (name != "." && name != "..") names.push_back(name);
-  }
   bool empty = true;
   Status failed = Status::Ok();
-  for (const std::string& name : names) {
+  while (failed.ok()) {
     if (*budget <= 0) {
       empty = false;
       break;
     }
+    errno = 0;
+    const dirent* entry = ::readdir(d);
+    if (!entry) {
+      if (errno != 0) failed = Status::Io(where + ": " + std::strerror(errno));
+      break;
+    }
+    const std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
     --*budget;
     if (::unlinkat(dir, name.c_str(), 0) == 0 || errno == ENOENT) continue;
     if (errno != EISDIR && errno != EPERM) {
@@ -79,13 +87,24 @@ base::Result<bool> Empty(int dir, const std::string& where, int depth, int64_t* 
       failed = Status::Io(where + "/" + name + ": " + std::strerror(errno));
       break;
     }
+    struct stat sub_st {};
+    if (::fstat(sub, &sub_st) != 0 || sub_st.st_dev != top_dev ||
+        (sub_st.st_uid != st.st_uid && st.st_uid != 0)) {
+      ::close(sub);
+      failed = Status::Io(where + "/" + name + ": " +
+                          (sub_st.st_dev != top_dev
+                               ? "another filesystem"
+                               : "uid " + std::to_string(sub_st.st_uid) +
+                                     "'s, in a folder of uid " + std::to_string(st.st_uid)));
+      break;
+    }
     if (depth >= kMaxDepth) {
       ::close(sub);
       failed = Status::Io(where + "/" + name + ": more than " + std::to_string(kMaxDepth) +
                           " folders deep");
       break;
     }
-    auto done = Empty(sub, where + "/" + name, depth + 1, budget);
+    auto done = Empty(sub, sub_st, top_dev, where + "/" + name, depth + 1, budget);
     if (!done.ok()) {
       failed = done.status();
       break;
@@ -119,7 +138,13 @@ base::Result<bool> RemoveTree(const std::string& path, int64_t* budget) {
     }
     return Status::Io(path + ": " + std::strerror(errno));
   }
-  auto done = Empty(dir, path, 0, budget);
+  struct stat st {};
+  if (::fstat(dir, &st) != 0) {
+    const int e = errno;
+    ::close(dir);
+    return Status::Io(path + ": " + std::strerror(e));
+  }
+  auto done = Empty(dir, st, st.st_dev, path, 0, budget);
   if (!done.ok() || !*done) return done;
   if (::rmdir(path.c_str()) != 0 && errno != ENOENT) {
     if (errno == ENOTEMPTY || errno == EEXIST) return false;

@@ -23,10 +23,12 @@ std::optional<std::string> ReadJobFile(const std::string& path, uint32_t owner, 
 // change meanwhile: each folder is opened from its parent's descriptor without following a link
 // (openat, O_NOFOLLOW | O_DIRECTORY) and its entries removed through that descriptor (unlinkat),
 // so a link is removed, never followed, and nothing outside the tree is reached whatever is
-// swapped in. It removes at most `*budget` entries, less by what it removed, so that a folder
-// of millions of files does not hold the connector's round: false while something is left
-// (call again), true once it is gone (or never was). An error for what cannot be removed (its
-// message names it).
+// swapped in. It goes into a folder only on the top's filesystem (no mount is walked) and only
+// when the folder is its parent's owner's or its parent is root's: a folder of root's that a
+// user moved into its own is left, with an error, as the user could not remove it itself. It
+// removes at most `*budget` entries, less by what it removed, so that a folder of millions of files
+// does not hold the connector's round: false while something is left (call again), true once it is
+// gone (or never was). An error for what cannot be removed (its message names it).
 base::Result<bool> RemoveTree(const std::string& path, int64_t* budget);
 
 }  // namespace meridian::slurm

@@ -73,6 +73,25 @@ TEST(JobFiles, ATreeIsRemovedWithoutFollowingItsLinks) {
   EXPECT_TRUE(fs::exists(dir.File("outside/keep")));
 }
 
+TEST(JobFiles, AFolderOfAnotherOwnerMovedIntoAUsersFolderIsLeft) {
+  // A user's folder S holds R, root's, with a file the user may not remove; the user moves S
+  // into its job's folder for root to remove. Root's folders above job/ are walked.
+  base::testing::TempDir dir;
+  const uint32_t user = 65534;  // nobody
+  const std::string run = dir.File("run");
+  fs::create_directories(run + "/job/S/R");
+  Write(run + "/job/S/R/policy", "kept");
+  Write(run + "/job/mine", "x");
+  ASSERT_EQ(::chown((run + "/job").c_str(), user, user), 0) << "the tests run as root";
+  ASSERT_EQ(::chown((run + "/job/S").c_str(), user, user), 0);
+  int64_t budget = 1000;
+  auto r = RemoveTree(run, &budget);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("uid 0's, in a folder of uid 65534"), std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(fs::exists(run + "/job/S/R/policy"));
+}
+
 TEST(JobFiles, AFolderOfManyFilesIsRemovedABudgetAtATime) {
   base::testing::TempDir dir;
   const std::string job = dir.File("job");

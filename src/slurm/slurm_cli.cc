@@ -161,6 +161,16 @@ std::optional<int64_t> Count(std::string_view s) {
   return v;
 }
 
+// A wait status as squeue prints it: a 32-bit value, with "%d" (a job's owner may complete its
+// job with any code, 0xFFFFFFFF printing as -1). nullopt for what is no such number.
+std::optional<int64_t> WaitStatus(std::string_view s) {
+  long long v = 0;
+  if (!base::ParseInt64(s, &v) || v < INT32_MIN || v > UINT32_MAX || s.front() == '+') {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(static_cast<uint32_t>(v));
+}
+
 }  // namespace
 
 base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue, JobNames names) {
@@ -198,7 +208,7 @@ base::Result<std::vector<SlurmJob>> DecodeJobLines(std::string_view squeue, JobN
       return Status::Invalid(at + ": job state \"" + job.state + "\"");
     }
     if (named) job.reason = std::string(field[2]);
-    const auto exit = Count(field[exit_at]);
+    const auto exit = WaitStatus(field[exit_at]);
     if (!exit) {
       return Status::Invalid(at + ": exit code \"" + std::string(field[exit_at]) +
                              "\" is not a wait status");

@@ -127,6 +127,14 @@ TEST(SlurmCli, JobsOfOtherUsersDecodeWithoutTheirNamesOrReasons) {
   EXPECT_EQ((*jobs)[0].nodes, "n1");
   EXPECT_EQ((*jobs)[0].name, "");
   EXPECT_EQ((*jobs)[0].reason, "");
+  // A job's owner may complete its job with any exit code (slurm_complete_job): 0xFFFFFFFF
+  // prints as -1, and must not refuse the answer (every node would go silent).
+  auto odd = DecodeJobLines(Line({"8", "FAILED", "-1", "gpu", "alice", "n1"}, "") +
+                                Line({"9", "FAILED", "-2147483648", "gpu", "alice", "n1"}, ""),
+                            JobNames::kWithout);
+  ASSERT_TRUE(odd.ok()) << odd.status().message();
+  EXPECT_EQ((*odd)[0].exit_code, 0xFFFFFFFFLL);
+  EXPECT_EQ((*odd)[1].exit_code, 0x80000000LL);
   for (const std::string& bad : {Line({"7", "RUNNING", "0", "gpu", "alice", "n1"}, "x"),
                                  Line({"7", "RUNNING", "None", "0", "gpu", "alice", "n1"}, "")}) {
     auto more = DecodeJobLines(bad, JobNames::kWithout);
