@@ -676,13 +676,15 @@ TEST_F(SlurmTest, AnotherUsersJobWhoseSbatchNeverAnsweredIsFoundAndRunsOnce) {
   ASSERT_EQ(::chmod((bin + "/sbatch").c_str(), 0755), 0);
   connector_ = std::make_unique<AgentProcess>(
       kBinary,
-      std::vector<std::string>{"--cluster", "hpc", "--slurm-conf", slurm_->conf(), "--partition",
-                               "gpu", "--node-prefix", "slurm-", "--work-dir",
-                               dir_.File("connector"), "--interval", "0.5", "--slurm-timeout", "3",
-                               "--pending-timeout", "3", "--run-as", "meridian-slurm-a"},
+      // Slurm's configuration from SLURM_CONF, as at many sites, not --slurm-conf: sbatch runs
+      // with little of the connector's environment, and that must be in it.
+      std::vector<std::string>{"--cluster", "hpc", "--partition", "gpu", "--node-prefix", "slurm-",
+                               "--work-dir", dir_.File("connector"), "--interval", "0.5",
+                               "--slurm-timeout", "3", "--pending-timeout", "3", "--run-as",
+                               "meridian-slurm-a"},
       dir_.File("connector.log"),
       std::vector<std::pair<std::string, std::string>>{
-          {"PATH", bin + ":" + std::string(getenv("PATH"))}});
+          {"PATH", bin + ":" + std::string(getenv("PATH"))}, {"SLURM_CONF", slurm_->conf()}});
   connector_->As("slurm-connector").Start(server_->url(), agent_token_);
   const int64_t id = Submit({{"command", {"bash", "-c", "id -un; sleep 4"}}});
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Succeeded"; }, 40)) << Says();

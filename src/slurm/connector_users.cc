@@ -304,12 +304,17 @@ std::map<std::string, std::string> SlurmConnector::JobEnv(const JobUser& user) c
                                             {"USER", user.name},
                                             {"LOGNAME", user.name},
                                             {"LANG", "C.UTF-8"}};
-  // The operator's sbatch defaults (SBATCH_PARTITION, SBATCH_QOS, ...): settings, not secrets.
+  // How Slurm's commands find the cluster when --slurm-conf does not say (SLURM_CONF, and
+  // SLURM_CONF_SERVER for a configless site), and the operator's sbatch defaults
+  // (SBATCH_PARTITION, SBATCH_QOS, ...): settings, not secrets.
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
     const size_t eq = kv.find('=');
-    if (kv.rfind("SBATCH_", 0) == 0 && eq != std::string::npos)
-      env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    if (eq == std::string::npos) continue;
+    const std::string name = kv.substr(0, eq);
+    if (name.rfind("SBATCH_", 0) == 0 || name == "SLURM_CONF" || name == "SLURM_CONF_SERVER") {
+      env[name] = kv.substr(eq + 1);
+    }
   }
   return env;
 }
