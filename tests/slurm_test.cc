@@ -34,6 +34,22 @@ std::string Shell(const std::string& cmd) {
   return out;
 }
 
+// Seconds since the epoch, as the trace writers below write them (date +%s.%N).
+double WallNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Of a trace's lines ("[PREFIX]SECONDS"), the latest time among those that start with `prefix`
+// (every line with none); 0 when there is none.
+double LastTime(const std::string& trace, const std::string& prefix = "") {
+  double last = 0;
+  std::istringstream lines(ReadFile(trace));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) == 0) last = std::max(last, std::stod(line.substr(prefix.size())));
+  }
+  return last;
+}
+
 // The real Slurm cluster under test, as the dev estate runs it (slurm::LocalCluster): four nodes
 // of four fake H100s. Slurm's commands in this process find it through SLURM_CONF.
 class SlurmCluster : public slurm::LocalCluster {
@@ -540,14 +556,11 @@ TEST_F(SlurmTest, AWorkerWhoseLauncherEndedFirstDoesNotOutliveItsJob) {
                                    trace + "; sleep 0.1; done\" & sleep 600"}}});
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running" && !ReadFile(trace).empty(); }, 30))
       << Says();
-  const double cancelled =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double cancelled = WallNow();
   ASSERT_EQ(Run("cancel " + std::to_string(id)).code, 0);
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Cancelled"; }, 25)) << Says();
   std::this_thread::sleep_for(std::chrono::seconds(8));
-  std::istringstream lines(ReadFile(trace));
-  double last = 0;
-  for (std::string line; std::getline(lines, line);) last = std::max(last, std::stod(line));
+  const double last = LastTime(trace);
   EXPECT_LT(last - cancelled, 6) << "the worker ran on after its job" << Says();
   Shell("pkill -KILL -f '" + trace + "'");  // should it have
 }
@@ -891,8 +904,7 @@ TEST_F(SlurmTest, TheServerSilentPastTheLeaseHasItsSlurmJobsKilledAtOnce) {
                                    trace + "; sleep 0.1; done\" & wait"}}});
   ASSERT_TRUE(Eventually([&] { return Phase(id) == "Running" && !ReadFile(trace).empty(); }, 30))
       << Says();
-  const double silent =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double silent = WallNow();
   server_->Signal(SIGSTOP);
   // The lease is 4.2 s (the Policy's nodeLostTimeout, 6 s, times 0.7).
   const bool ended = Eventually(
@@ -906,11 +918,7 @@ TEST_F(SlurmTest, TheServerSilentPastTheLeaseHasItsSlurmJobsKilledAtOnce) {
   ASSERT_TRUE(ended) << Says();
   // The first run's last line: written within the lease and a round of the server going silent,
   // not at Slurm's KillWait.
-  double last = 0;
-  std::istringstream lines(ReadFile(trace));
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("1 ", 0) == 0) last = std::max(last, std::stod(line.substr(2)));
-  }
+  const double last = LastTime(trace, "1 ");
   EXPECT_GT(last, silent);
   EXPECT_LT(last - silent, 10) << "the first run ran on after the lease" << Says();
   EXPECT_NE(ReadFile(dir_.File("connector.log")).find("lease ran out: killed Slurm job"),
@@ -944,8 +952,7 @@ TEST_F(SlurmTest, ANodeLeavingThePartitionHasItsRunKilledWhenItsLeaseRunsOut) {
     if ("n" + std::to_string(i) == slurm_node) continue;
     others += (others.empty() ? "n" : ",n") + std::to_string(i);
   }
-  const double left =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double left = WallNow();
   Shell("scontrol update PartitionName=gpu Nodes=" + others);
   // The server requeues it (the node lost after 6 s) and it runs again elsewhere.
   ASSERT_TRUE(Eventually(

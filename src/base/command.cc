@@ -24,7 +24,7 @@ double Now() {
 }
 
 Result<CommandResult> Run(const std::vector<std::string>& argv,
-                          const std::vector<std::string>& env_in, const std::string& input,
+                          std::vector<std::string> env_strings, const std::string& input,
                           double timeout);
 
 }  // namespace
@@ -38,7 +38,7 @@ Result<CommandResult> RunCommand(const std::vector<std::string>& argv,
     if (!extra_env.count(kv.substr(0, kv.find('=')))) env_strings.push_back(kv);
   }
   for (const auto& [k, v] : extra_env) env_strings.push_back(k + "=" + v);
-  return Run(argv, env_strings, input, timeout);
+  return Run(argv, std::move(env_strings), input, timeout);
 }
 
 Result<CommandResult> RunCommandWithOnly(const std::vector<std::string>& argv,
@@ -46,16 +46,15 @@ Result<CommandResult> RunCommandWithOnly(const std::vector<std::string>& argv,
                                          const std::string& input, double timeout) {
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  return Run(argv, env_strings, input, timeout);
+  return Run(argv, std::move(env_strings), input, timeout);
 }
 
 namespace {
 
 Result<CommandResult> Run(const std::vector<std::string>& argv,
-                          const std::vector<std::string>& env_in, const std::string& input,
+                          std::vector<std::string> env_strings, const std::string& input,
                           double timeout) {
   if (argv.empty()) return Status::Invalid("no command to run");
-  std::vector<std::string> env_strings = env_in;
   std::vector<char*> envp, args;
   for (std::string& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);

@@ -1,21 +1,16 @@
 #include "slurm/connector.h"
 
-#include <fcntl.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "base/clock.h"
-#include "base/command.h"
 #include "base/dir_lock.h"
 #include "base/files.h"
 #include "base/log.h"
@@ -33,17 +28,9 @@ namespace {
 int64_t SlurmCpus(int64_t cpu_milli) { return std::max<int64_t>(1, (cpu_milli + 999) / 1000); }
 int64_t SlurmMemoryMib(int64_t memory_mib) { return std::max<int64_t>(1, memory_mib); }
 
-// Writes whole or not at all (a temporary file renamed over), with `mode`.
+// Writes whole or not at all, as the connector's own file (WriteFileAs), with `mode`.
 bool WriteFile(const std::string& path, const std::string& content, mode_t mode = 0644) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!(out << content)) return false;
-  }
-  chmod(tmp.c_str(), mode);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  return !ec;
+  return WriteFileAs(path, content, ::geteuid(), ::getegid(), mode).ok();
 }
 
 std::string Quote(const std::string& s) {
@@ -177,8 +164,12 @@ SlurmConnector::SlurmConnector(ConnectorOptions options)
   for (const auto& [type, model] : DefaultGpuModels()) o_.gpu_models.emplace(type, model);
   o_.server.keep_connection = true;
   if (o_.instance.empty()) o_.instance = o_.cluster;
-  own_uid_ = ::geteuid();
-  own_ = JobUser{std::to_string(own_uid_), own_uid_, static_cast<uint32_t>(::getegid()), "/"};
+  // The connector's own user, once: its name and home as the host knows them, the group it runs
+  // as (whatever its passwd entry says).
+  const uint32_t uid = ::geteuid();
+  own_ = UserByUid(uid).value_or(JobUser{std::to_string(uid), uid, 0, "/"});
+  own_.gid = ::getegid();
+  sbatch_env_ = SbatchEnv();
 }
 
 std::string SlurmConnector::RunDir(const RunTag& tag) const {
@@ -222,7 +213,7 @@ Status SlurmConnector::LoadRuns() {
     if (fs::exists(entry.path() / kJobFolderFile, missing) && ::lstat(files.c_str(), &st) == 0 &&
         S_ISDIR(st.st_mode)) {
       run.files = files;
-      if (st.st_uid != own_uid_) {
+      if (st.st_uid != own_.uid) {
         // Its name as squeue shows it; a user this host no longer knows keeps its uid, and
         // OtherUsers leaves it out of what is asked (its run left as it was).
         run.user = UserByUid(st.st_uid).value_or(
@@ -805,15 +796,15 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
       "--no-requeue",
       "--output=" + files + "/slurm.out",
       "--chdir=" + (spec.working_dir.empty() ? files : spec.working_dir)};
-  if (runs_as.uid != own_uid_) {
+  if (runs_as.uid != own_.uid) {
     options.push_back("--uid=" + std::to_string(runs_as.uid));
     options.push_back("--gid=" + std::to_string(runs_as.gid));
   }
   if (gpus > 0) options.push_back("--gpus-per-task=" + std::to_string(gpus));
   if (!o_.partitions.empty()) options.push_back("--partition=" + o_.partitions.front());
-  auto account = o_.accounts.find(first.project);
-  if (account == o_.accounts.end()) account = o_.accounts.find("*");
-  if (account != o_.accounts.end()) options.push_back("--account=" + account->second);
+  if (const std::string* account = ForProject(o_.accounts, first.project)) {
+    options.push_back("--account=" + *account);
+  }
   if (spec.runtime_limit > 0) {
     options.push_back("--time=" +
                       std::to_string(static_cast<int64_t>((spec.runtime_limit + 59) / 60)));
@@ -836,7 +827,7 @@ SlurmConnector::Outcome SlurmConnector::Submit(const Order& order) const {
     return out;
   }
   out.files = files;
-  if (user && user->uid != own_uid_) out.user = *user;
+  if (user && user->uid != own_.uid) out.user = *user;
   if (!WriteFile(dir + "/slurm-job", "")) {
     base::log::Warn("cannot write {}/slurm-job", dir);
     return out;

@@ -70,6 +70,15 @@ struct JobUser {
 // The user of `uid`, as this host knows it (connector_users.cc); nullopt when it does not.
 std::optional<JobUser> UserByUid(uint32_t uid);
 
+// What `by_project` (ConnectorOptions::run_as, accounts) says for `project`, or for every
+// project not named ("*"); nullptr when neither is there.
+template <typename T>
+const T* ForProject(const std::map<std::string, T>& by_project, const std::string& project) {
+  auto it = by_project.find(project);
+  if (it == by_project.end()) it = by_project.find("*");
+  return it == by_project.end() ? nullptr : &it->second;
+}
+
 // A Slurm cluster as Meridian's back end (docs/adr/0037-slurm-connector.md). It runs where
 // Slurm's commands work (a login node) and speaks for each Slurm node as that node's agent
 // would: it registers the node (CPUs, memory, GPUs from GRES, and whether Slurm will start work
@@ -216,7 +225,7 @@ class SlurmConnector {
   // run_as_ from the options, once, before the first round, and what they need of the work
   // directory (connector_users.cc).
   base::Status ResolveUsers();
-  uint32_t OwnerOf(const RunState& run) const { return run.user ? run.user->uid : own_uid_; }
+  uint32_t OwnerOf(const RunState& run) const { return run.user ? run.user->uid : own_.uid; }
   // The users other than the connector's own whose jobs it must see (those of run_as_, of the
   // runs it keeps, across a change of --run-as, and of unanswered submissions), of those this
   // host still knows: squeue leaves out a user it cannot resolve, and says nothing.
@@ -231,6 +240,8 @@ class SlurmConnector {
                              const std::string& script, const JobUser& user) const;
   // sbatch's whole environment, and so the job's: the user's, nothing of the connector's.
   std::map<std::string, std::string> JobEnv(const JobUser& user) const;
+  // sbatch_env_, from this process's environment.
+  static std::map<std::string, std::string> SbatchEnv();
   // The node as its agent would register it, with what Slurm's own users' work holds: `foreign`
   // GPUs (none that Meridian's runs hold) marked as such, and its CPUs and memory.
   protocol::Registration RegistrationOf(const SlurmNode& node, const Held& foreign,
@@ -264,8 +275,10 @@ class SlurmConnector {
   ConnectorOptions o_;
   SlurmCli slurm_;
   std::map<std::string, JobUser> run_as_;  // by project ("*": every other)
-  JobUser own_;                            // the connector's own user
-  uint32_t own_uid_ = 0;
+  JobUser own_;  // the connector's own user (set once, by the constructor)
+  // What every sbatch runs with besides its job user's HOME, USER and LOGNAME (JobEnv): PATH,
+  // how Slurm's commands find the cluster, the operator's SBATCH_* defaults. Read once.
+  std::map<std::string, std::string> sbatch_env_;
   // Runs of other users whose sbatch never answered, gone from runs_ (given back, cleaned up):
   // looked for by name until `until`, so that a job Slurm took after all is found and fenced.
   struct Unanswered {

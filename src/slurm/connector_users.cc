@@ -24,43 +24,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::optional<JobUser> UserByName(const std::string& name) {
+// A user from the passwd database by `lookup(entry, buffer, size, &found)` (getpwnam_r or
+// getpwuid_r with their key bound); nullopt when there is none.
+template <typename Lookup>
+std::optional<JobUser> PasswdUser(Lookup lookup) {
   std::vector<char> buffer(16384);
   struct passwd pw {};
   struct passwd* found = nullptr;
-  if (::getpwnam_r(name.c_str(), &pw, buffer.data(), buffer.size(), &found) != 0 || !found) {
-    return std::nullopt;
-  }
+  if (lookup(&pw, buffer.data(), buffer.size(), &found) != 0 || !found) return std::nullopt;
   return JobUser{found->pw_name, found->pw_uid, found->pw_gid, found->pw_dir};
 }
 
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
-
-// Writes `content` to `path` as a file of uid:gid with `mode`, through a temporary file made
-// afresh (never one that was there: O_EXCL, O_NOFOLLOW), owned and closed to others before a
-// byte is in it, then renamed over.
-Status WriteOwned(const std::string& path, const std::string& content, uint32_t uid, uint32_t gid,
-                  mode_t mode) {
-  const std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
-  if (fd < 0) return Status::Io(Errno(tmp));
-  Status s = Status::Ok();
-  if (::fchown(fd, uid, gid) != 0 || ::fchmod(fd, mode) != 0) s = Status::Io(Errno(tmp));
-  for (size_t done = 0; s.ok() && done < content.size();) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      s = Status::Io(Errno(tmp));
-    } else {
-      done += static_cast<size_t>(n);
-    }
-  }
-  ::close(fd);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = Status::Io(Errno(path));
-  if (!s.ok()) ::unlink(tmp.c_str());
-  return s;
+std::optional<JobUser> UserByName(const std::string& name) {
+  return PasswdUser([&](passwd* pw, char* buf, size_t size, passwd** found) {
+    return ::getpwnam_r(name.c_str(), pw, buf, size, found);
+  });
 }
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 // The folder `path` made afresh (an error if something is there), then given to uid:gid with
 // `mode` through a descriptor opened without following a link.
@@ -77,42 +58,36 @@ Status MakeOwnedFolder(const std::string& path, uint32_t uid, uint32_t gid, mode
 }  // namespace
 
 std::optional<JobUser> UserByUid(uint32_t uid) {
-  std::vector<char> buffer(16384);
-  struct passwd pw {};
-  struct passwd* found = nullptr;
-  if (::getpwuid_r(uid, &pw, buffer.data(), buffer.size(), &found) != 0 || !found) {
-    return std::nullopt;
-  }
-  return JobUser{found->pw_name, found->pw_uid, found->pw_gid, found->pw_dir};
+  return PasswdUser([&](passwd* pw, char* buf, size_t size, passwd** found) {
+    return ::getpwuid_r(uid, pw, buf, size, found);
+  });
 }
 
 Status SlurmConnector::ResolveUsers() {
-  own_uid_ = ::geteuid();
-  own_ = UserByUid(own_uid_).value_or(JobUser{std::to_string(own_uid_), own_uid_, 0, "/"});
-  own_.gid = ::getegid();  // the group it runs as, whatever its passwd entry says
-  std::map<uint32_t, std::string> projects_of;  // uid -> the projects it runs
+  std::map<uint32_t, std::vector<std::string>> projects_of;  // uid -> the projects it runs
   for (const auto& [project, name] : o_.run_as) {
     const std::string flag = "--run-as " + (project == "*" ? "" : project + "=") + name;
     const std::optional<JobUser> user = UserByName(name);
     if (!user)
       return Status::Invalid(flag + ": no such user here (Slurm's nodes must know it too)");
-    if (user->uid == 0 && own_uid_ == 0) {
+    if (user->uid == 0 && own_.uid == 0) {
       return Status::Invalid(flag + ": a project's jobs never run as root");
     }
-    if (user->uid != own_uid_ && own_uid_ != 0) {
+    if (user->uid != own_.uid && own_.uid != 0) {
       return Status::Invalid(flag +
                              ": only root may submit Slurm jobs as another user (sbatch "
                              "--uid), and the connector runs as uid " +
-                             std::to_string(own_uid_));
+                             std::to_string(own_.uid));
     }
-    std::string& shared = projects_of[user->uid];
-    shared += (shared.empty() ? "" : ", ") + (project == "*" ? "every project not named" : project);
+    projects_of[user->uid].push_back(project == "*" ? "every project not named" : project);
     run_as_[project] = *user;
   }
   for (const auto& [uid, projects] : projects_of) {
-    if (projects.find(", ") != std::string::npos || projects.find("every") != std::string::npos) {
-      base::log::Warn("{} run as one user, uid {}: they can reach each other's work", projects,
-                      uid);
+    // "*" is many projects by itself.
+    const auto every = run_as_.find("*");
+    if (projects.size() > 1 || (every != run_as_.end() && every->second.uid == uid)) {
+      base::log::Warn("{} run as one user, uid {}: they can reach each other's work",
+                      fmt::join(projects, ", "), uid);
     }
   }
   for (const auto& [project, user] : run_as_) {
@@ -121,9 +96,9 @@ Status SlurmConnector::ResolveUsers() {
                     user.uid);
   }
   const bool others = std::any_of(run_as_.begin(), run_as_.end(),
-                                  [&](const auto& u) { return u.second.uid != own_uid_; });
+                                  [&](const auto& u) { return u.second.uid != own_.uid; });
   if (!others) {
-    if (own_uid_ == 0) {
+    if (own_.uid == 0) {
       base::log::Warn(
           "every project's Slurm jobs run as root, the connector's user: give each project a "
           "user with --run-as PROJECT=USER so that they cannot reach each other");
@@ -171,7 +146,7 @@ Status SlurmConnector::ResolveUsers() {
   }
   // A filesystem that squashes root (NFS's root_squash) cannot give a folder to a user.
   const JobUser& probe_user = std::find_if(run_as_.begin(), run_as_.end(), [&](const auto& u) {
-                                return u.second.uid != own_uid_;
+                                return u.second.uid != own_.uid;
                               })->second;
   const std::string probe = o_.work_dir + "/runs/.probe-" + std::to_string(::getpid());
   ::rmdir(probe.c_str());  // a crashed start's
@@ -187,9 +162,7 @@ Status SlurmConnector::ResolveUsers() {
 }
 
 const JobUser* SlurmConnector::UserOf(const std::string& project) const {
-  auto it = run_as_.find(project);
-  if (it == run_as_.end()) it = run_as_.find("*");
-  return it == run_as_.end() ? nullptr : &it->second;
+  return ForProject(run_as_, project);
 }
 
 std::set<uint32_t> SlurmConnector::OtherUsers() const {
@@ -199,7 +172,7 @@ std::set<uint32_t> SlurmConnector::OtherUsers() const {
     if (run.user) uids.insert(run.user->uid);
   }
   for (const auto& [tag, watch] : unanswered_) uids.insert(watch.uid);
-  uids.erase(own_uid_);
+  uids.erase(own_.uid);
   for (auto it = uids.begin(); it != uids.end();) {
     if (UserByUid(*it)) {
       ++it;
@@ -272,7 +245,7 @@ void SlurmConnector::FindUnanswered() {
       // Recorded, as sbatch's answer would have been: found again after a restart by its ID.
       const std::string record = RunDir(parsed->tag) + "/slurm-job";
       if (fs::exists(record)) {
-        Status s = WriteOwned(record, std::to_string(id) + "\n", own_uid_, own_.gid, 0644);
+        Status s = WriteFileAs(record, std::to_string(id) + "\n", own_.uid, own_.gid, 0644);
         if (!s.ok()) base::log::Warn("{}", s.message());
       }
     }
@@ -288,9 +261,9 @@ Status SlurmConnector::MakeRunFolder(const std::string& dir, const std::string& 
   if (!removed.ok()) return removed.status();
   if (!*removed) return Status(base::StatusCode::kUnavailable, dir + ": still being removed");
   // Closed to all while its script is written, then passed through (0711), never listed.
-  if (Status s = MakeOwnedFolder(dir, own_uid_, own_.gid, 0700); !s.ok()) return s;
+  if (Status s = MakeOwnedFolder(dir, own_.uid, own_.gid, 0700); !s.ok()) return s;
   if (Status s = MakeOwnedFolder(files, user.uid, user.gid, 0700); !s.ok()) return s;
-  if (Status s = WriteOwned(dir + "/task.sh", script, user.uid, user.gid, 0500); !s.ok()) {
+  if (Status s = WriteFileAs(dir + "/task.sh", script, user.uid, user.gid, 0500); !s.ok()) {
     return s;
   }
   if (::chmod(dir.c_str(), 0711) != 0) return Status::Io(Errno(dir));
@@ -298,11 +271,16 @@ Status SlurmConnector::MakeRunFolder(const std::string& dir, const std::string& 
 }
 
 std::map<std::string, std::string> SlurmConnector::JobEnv(const JobUser& user) const {
+  std::map<std::string, std::string> env = sbatch_env_;
+  env["HOME"] = user.home;
+  env["USER"] = user.name;
+  env["LOGNAME"] = user.name;
+  return env;
+}
+
+std::map<std::string, std::string> SlurmConnector::SbatchEnv() {
   const char* path = std::getenv("PATH");
   std::map<std::string, std::string> env = {{"PATH", path ? path : "/usr/local/bin:/usr/bin:/bin"},
-                                            {"HOME", user.home},
-                                            {"USER", user.name},
-                                            {"LOGNAME", user.name},
                                             {"LANG", "C.UTF-8"}};
   // How Slurm's commands find the cluster when --slurm-conf does not say (SLURM_CONF, and
   // SLURM_CONF_SERVER for a configless site), and the operator's sbatch defaults

@@ -35,6 +35,31 @@ std::optional<std::string> ReadJobFile(const std::string& path, uint32_t owner, 
   return out;
 }
 
+Status WriteFileAs(const std::string& path, const std::string& content, uint32_t uid, uint32_t gid,
+                   mode_t mode) {
+  const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
+  if (fd < 0) return Status::Io(tmp + ": " + std::strerror(errno));
+  Status s = Status::Ok();
+  if (::fchown(fd, uid, gid) != 0 || ::fchmod(fd, mode) != 0)
+    s = Status::Io(tmp + ": " + std::strerror(errno));
+  for (size_t done = 0; s.ok() && done < content.size();) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      s = Status::Io(tmp + ": " + std::strerror(errno));
+    } else {
+      done += static_cast<size_t>(n);
+    }
+  }
+  ::close(fd);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    s = Status::Io(path + ": " + std::strerror(errno));
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
+}
+
 namespace {
 
 // Deeper than this, a folder is left (and said so): each level holds a descriptor and a frame.

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,6 +20,12 @@ namespace meridian::slurm {
 // link, not a regular file, another owner's).
 std::optional<std::string> ReadJobFile(const std::string& path, uint32_t owner, int64_t offset = 0,
                                        int64_t limit = 4096, int64_t* size = nullptr);
+
+// Writes `content` to `path` whole or not at all, as a file of uid:gid with `mode`: through a
+// temporary file beside it made afresh (O_EXCL, O_NOFOLLOW: never one that was there, never
+// through a link), owned and closed to others before a byte is in it, then renamed over.
+base::Status WriteFileAs(const std::string& path, const std::string& content, uint32_t uid,
+                         uint32_t gid, mode_t mode);
 
 // Removes the folder `path` and everything in it, as root may do safely in a tree its user may
 // change meanwhile: each folder is opened from its parent's descriptor without following a link

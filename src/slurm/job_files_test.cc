@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/files.h"
 #include "base/testing/temp_dir.h"
 
 namespace meridian::slurm {
@@ -39,6 +40,23 @@ TEST(JobFiles, AJobFileIsReadOnlyAsARegularFileOfItsUser) {
   EXPECT_EQ(ReadJobFile(dir.File("fifo"), me), std::nullopt);
   fs::create_directory(dir.File("folder"));
   EXPECT_EQ(ReadJobFile(dir.File("folder"), me), std::nullopt);
+}
+
+TEST(JobFiles, AFileIsWrittenAsItsUsersWithoutFollowingALinkLeftWhereItsTemporaryGoes) {
+  base::testing::TempDir dir;
+  Write(dir.File("secret"), "root's");
+  // A link where the temporary file goes, to a file of root's: replaced, not written through.
+  fs::create_symlink(dir.File("secret"), dir.File("task.sh.tmp"));
+  const uint32_t user = 65534;  // nobody
+  ASSERT_TRUE(WriteFileAs(dir.File("task.sh"), "echo hi\n", user, user, 0500).ok());
+  EXPECT_EQ(base::ReadWholeFile(dir.File("secret")), "root's");
+  EXPECT_FALSE(fs::exists(fs::symlink_status(dir.File("task.sh.tmp"))));
+  struct stat st {};
+  ASSERT_EQ(::lstat(dir.File("task.sh").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_uid, user) << "the tests run as root";
+  EXPECT_EQ(st.st_mode & 07777, 0500u);
+  EXPECT_EQ(ReadJobFile(dir.File("task.sh"), user), "echo hi\n");
 }
 
 TEST(JobFiles, ATreeIsRemovedWithoutFollowingItsLinks) {
