@@ -208,6 +208,11 @@ void PolicySpec(FieldReader& s) {
   // The meridian order across tenants: a job's estimate counts (1 + usageStretch × hours of the
   // whole estate its tenant received lately) times over (docs/adr/0034-deep-queues.md).
   s.Number("usageStretch", 0, 100, 0.36);
+  // The meridian order: a job that has waited firstStartWithin and never ran goes before the rest
+  // of its priority class and may stop jobs of its class (those that borrow, or its project's)
+  // that have run firstStartPreemptsAfter. 0: off (docs/adr/0034-deep-queues.md, "First starts").
+  s.Duration("firstStartWithin", 0, kMaxSeconds, 1800);
+  s.Duration("firstStartPreemptsAfter", 0, kMaxSeconds, 600);
   s.Duration("cycleInterval", 0.01, 3600, 1.0);
   // Agents heartbeat this often. An agent that has not reached the server for agentLease stops
   // its tasks (SIGTERM at once, SIGKILL at most fenceGrace later), and a node silent for

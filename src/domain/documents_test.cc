@@ -224,13 +224,16 @@ TEST(Documents, PolicyDurationsTakeUnits) {
   ErrorList errors;
   auto docs = Parse(
       "kind: Policy\nmetadata: {name: default}\nspec:\n  fairShareHalfLife: 2h\n  "
-      "starvationHorizon: 1d12h\n  gpuHealth:\n    faultWindow: \"12:00:00\"\n",
+      "starvationHorizon: 1d12h\n  firstStartWithin: 45m\n  gpuHealth:\n    faultWindow: "
+      "\"12:00:00\"\n",
       &errors);
   ASSERT_TRUE(errors.empty()) << errors.ToString();
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(docs[0].spec["fairShareHalfLife"], 7200.0);
   EXPECT_EQ(docs[0].spec["starvationHorizon"], 129600.0);
   EXPECT_EQ(docs[0].spec["usageStretch"], 0.36) << "the default, written out";
+  EXPECT_EQ(docs[0].spec["firstStartWithin"], 2700.0);
+  EXPECT_EQ(docs[0].spec["firstStartPreemptsAfter"], 600.0) << "the default, written out";
   EXPECT_EQ(GpuHealthPolicyOf(docs[0].spec).fault_window, 43200.0);
   ErrorList bad;
   Parse("kind: Policy\nmetadata: {name: default}\nspec:\n  reserveAfter: 1 hour\n", &bad);

@@ -21,8 +21,14 @@ QueueKey PendingQueue::KeyAt(const Entry& e, const Aging& aging) {
   const double waited = std::max(0.0, aging.now - e.submit);
   // Whole priority steps, so that within a class fair share decides (Scheduler's
   // EffectivePriority); the estimate halves after one starvation horizon waited, thirds after two.
-  const double priority = e.priority + std::floor(aging.aging_per_hour * waited / 3600.0);
-  const double second = aging.starvation_horizon > 0
+  // A job whose first start is due goes half a step up, above the rest of its class and below the
+  // next, and the due jobs go oldest first: their estimates no longer count.
+  const bool due =
+      e.never_started && aging.first_start_within > 0 && waited >= aging.first_start_within;
+  const double priority =
+      e.priority + std::floor(aging.aging_per_hour * waited / 3600.0) + (due ? 0.5 : 0.0);
+  const double second = due ? 0.0
+                        : aging.starvation_horizon > 0
                             ? e.estimate / (1.0 + waited / aging.starvation_horizon)
                             : e.estimate;
   return {priority, second, e.submit, e.id, 0};
@@ -46,7 +52,7 @@ bool PendingQueue::Add(const Entry& e) {
   if (!added) return false;
   it->second.at = order_.size();
   order_.push_back(e.id);
-  Join(&it->second, e.tenant, {e.priority, Band(e.estimate)}, MemberOf(e));
+  Join(&it->second, e.tenant, GroupOf(e), MemberOf(e));
   return true;
 }
 
@@ -67,7 +73,7 @@ void PendingQueue::Regroup(const Entry& e) {
   auto it = where_.find(e.id);
   if (it == where_.end() || e.tenant < 0) return;
   Where& w = it->second;
-  const GroupKey group{e.priority, Band(e.estimate)};
+  const GroupKey group = GroupOf(e);
   const Member member = MemberOf(e);
   const Member& was = *w.member;
   if (w.tenant == e.tenant && w.group->first == group && was.submit == member.submit &&
@@ -118,18 +124,18 @@ std::vector<int32_t> PendingQueue::Tenants() const {
   return out;
 }
 
-PendingQueue::Next PendingQueue::Reading::Read(const Member& m, int32_t tenant,
-                                               int32_t priority) const {
-  return {KeyAt({m.id, tenant, priority, m.estimate, m.submit}, aging_), m.work};
+PendingQueue::Next PendingQueue::Reading::Read(const Member& m, int32_t tenant, int32_t priority,
+                                               bool never_started) const {
+  return {KeyAt({m.id, tenant, priority, m.estimate, m.submit, 0, never_started}, aging_), m.work};
 }
 
 PendingQueue::Next PendingQueue::Reading::BoundAt(const Bound& b, uint32_t index) const {
   // Every job from `next` on waited no longer than it (the group is by age, then id), so it has
   // gained no more priority, its estimate is at least `least` and aged no more, and on a tie it
-  // is no older, nor of a lower id when as old: none of their keys is better than this one. (A
-  // bound that went before the jobs of its own key would read a whole array of jobs submitted
-  // together, all alike, to take one.)
-  const Entry bound{b.next->id, 0, b.priority, b.least, b.next->submit};
+  // is no older, nor of a lower id when as old, and its first start is due only if this one's is:
+  // none of their keys is better than this one. (A bound that went before the jobs of its own key
+  // would read a whole array of jobs submitted together, all alike, to take one.)
+  const Entry bound{b.next->id, 0, b.priority, b.least, b.next->submit, 0, b.never_started};
   Next next{KeyAt(bound, aging_), 0};
   next.key.queued = index + 1;
   return next;
@@ -158,12 +164,12 @@ PendingQueue::Reading::Tenant& PendingQueue::Reading::Open(int32_t tenant) {
   for (const auto& [key, group] : queue_->groups_[t]) {
     if (whole || group.jobs.size() <= kReadWhole) {
       for (const Member& m : group.jobs) {
-        mine.heap.push_back(Read(m, tenant, key.first));
+        mine.heap.push_back(Read(m, tenant, key.priority, key.never_started));
       }
       keys_read_ += static_cast<int64_t>(group.jobs.size());
       continue;
     }
-    const Bound b{&group.jobs, group.jobs.begin(), group.least, key.first};
+    const Bound b{&group.jobs, group.jobs.begin(), group.least, key.priority, key.never_started};
     mine.heap.push_back(BoundAt(b, static_cast<uint32_t>(mine.bounds.size())));
     mine.bounds.push_back(b);
   }
@@ -182,7 +188,7 @@ const PendingQueue::Next* PendingQueue::Reading::Head(int32_t tenant) {
     heap.pop_back();
     Bound& b = mine.bounds[index];
     const Member& m = *b.next;
-    heap.push_back(Read(m, tenant, b.priority));
+    heap.push_back(Read(m, tenant, b.priority, b.never_started));
     std::push_heap(heap.begin(), heap.end(), Worse{});
     ++keys_read_;
     if (++b.next != b.group->end()) {

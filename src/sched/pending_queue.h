@@ -11,13 +11,16 @@
 //
 // The Meridian order ranks a tenant's jobs by a key that moves with time: a job's priority rises
 // as it waits (aging), and its estimate counts for less the longer it waits (the starvation
-// horizon). No order of the jobs holds from one pass to the next, so none is kept. What does hold
+// horizon), and a job that has waited its first start for too long goes before the rest of its
+// class (the first-start guarantee). No order of the jobs holds from one pass to the next, so
+// none is kept. What does hold
 // is this: within a group, a younger job can be no better than the bound its elders set (it has
 // waited less, and its estimate is at least the group's least). A pass reads each tenant best
 // first by opening a group one job at a time, only while the group's next job could still come
 // next, so it reads about as many jobs as it takes. The keys it gives are exactly the keys a
 // sort of every job would give (pending_queue_test.cc checks one against the other).
 
+#include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -51,6 +54,7 @@ struct Aging {
   double now = 0;
   double aging_per_hour = 0;
   double starvation_horizon = 0;
+  double first_start_within = 0;
 };
 
 class PendingQueue {
@@ -62,6 +66,9 @@ class PendingQueue {
     double estimate = 1;   // what the order takes the job to run for (> 0)
     double submit = 0;
     int64_t milli = 0;  // GPU milli of the whole job
+    // It has never run: once it has waited Aging::first_start_within, it goes before the other
+    // jobs of its class (half a step above them), oldest first.
+    bool never_started = false;
   };
 
   // The job's key in the Meridian order at `aging.now`.
@@ -132,6 +139,7 @@ class PendingQueue {
       Jobs::const_iterator next;
       double least;
       int32_t priority;
+      bool never_started;
     };
     // A tenant's heap holds jobs with their keys (`queued` 0), and bounds: keys no job left
     // unread in a group can be better than, with `queued` the bound's index in `bounds` plus 1.
@@ -145,7 +153,7 @@ class PendingQueue {
     Reading& operator=(const Reading&) = delete;
     Tenant& Open(int32_t tenant);
     Next BoundAt(const Bound& b, uint32_t index) const;
-    Next Read(const Member& m, int32_t tenant, int32_t priority) const;
+    Next Read(const Member& m, int32_t tenant, int32_t priority, bool never_started) const;
 
     const PendingQueue* queue_;
     Aging aging_;
@@ -165,8 +173,16 @@ class PendingQueue {
   // each pass (16 bands a doubling made replays with learned estimates slower: more bounds).
   static int32_t Band(double estimate);
   static Member MemberOf(const Entry& e);
-  // (priority, band): a tenant's groups. Within one, jobs by (submit, id).
-  using GroupKey = std::pair<int32_t, int32_t>;
+  // A tenant's groups. Within one, jobs by (submit, id).
+  struct GroupKey {
+    int32_t priority;
+    bool never_started;
+    int32_t band;
+    auto operator<=>(const GroupKey&) const = default;
+  };
+  static GroupKey GroupOf(const Entry& e) {
+    return {e.priority, e.never_started, Band(e.estimate)};
+  }
   struct Group {
     double least = std::numeric_limits<double>::infinity();  // no job's estimate is below it
     std::set<Member> jobs;

@@ -14,12 +14,17 @@ namespace {
 // A job's key as the Meridian order has always defined it (written out here, not taken from
 // PendingQueue::KeyAt, so that a change of either shows): its class plus a step per
 // 1/aging_per_hour hours waited; its estimate over 1 + the horizons it waited; then age and id.
+// A job that never ran and has waited first_start_within is half a step up, with no estimate.
 QueueKey ReferenceKey(const PendingQueue::Entry& e, const Aging& aging) {
   const double waited = std::max(0.0, aging.now - e.submit);
   QueueKey k{0, 0, e.submit, e.id, 0};
   k.priority = e.priority + std::floor(aging.aging_per_hour * waited / 3600.0);
   k.second = aging.starvation_horizon > 0 ? e.estimate / (1.0 + waited / aging.starvation_horizon)
                                           : e.estimate;
+  if (e.never_started && aging.first_start_within > 0 && waited >= aging.first_start_within) {
+    k.priority += 0.5;
+    k.second = 0;
+  }
   return k;
 }
 
@@ -78,6 +83,7 @@ TEST(PendingQueue, ReadsEachTenantInTheOrderASortOfEveryJobGives) {
       // Mostly in order of joining, some requeued with their old age.
       e.submit = rng() % 5 ? static_cast<double>(id) * 60 : static_cast<double>(rng() % 100) * 60;
       e.milli = static_cast<int64_t>(rng() % 4) * 500;  // CPU-only jobs among them
+      e.never_started = rng() % 4 != 0;                 // some requeued
       ASSERT_TRUE(queue.Add(e));
       ASSERT_FALSE(queue.Add(e));
       jobs[id] = e;
@@ -93,6 +99,7 @@ TEST(PendingQueue, ReadsEachTenantInTheOrderASortOfEveryJobGives) {
         it->second.tenant = static_cast<int32_t>(rng() % 4);
         it->second.milli = static_cast<int64_t>(rng() % 4) * 500;
         if (rng() % 2) it->second.estimate = picks[rng() % 4];
+        if (rng() % 4 == 0) it->second.never_started = false;
         queue.Regroup(it->second);
       }
     }
@@ -105,6 +112,8 @@ TEST(PendingQueue, ReadsEachTenantInTheOrderASortOfEveryJobGives) {
                     : static_cast<double>(count) * 60 + static_cast<double>(rng() % 5) * kDay;
     aging.aging_per_hour = round % 3 == 0 ? 0 : 0.5;
     aging.starvation_horizon = round % 4 == 0 ? 0 : (round % 2 ? kDay : 3600);
+    // First starts due after half an hour (some jobs due, most not), after days, or never.
+    aging.first_start_within = round % 3 == 1 ? 0 : (round % 3 ? 1800 : 2 * kDay);
     for (size_t wanted : {size_t{4}, size_t{100000}}) {
       PendingQueue::Reading reading = queue.Read(aging, wanted);
       for (int32_t tenant = 0; tenant < 5; ++tenant) {

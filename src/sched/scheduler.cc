@@ -208,6 +208,12 @@ int32_t Scheduler::LasLevel(double attained) const {
   return level;
 }
 
+bool Scheduler::FirstStartDue(const Job& j, double now) const {
+  return options_.order == QueueOrder::kMeridian && options_.first_start_within > 0 &&
+         j.phase == Phase::kPending && NeverStarted(j) &&
+         now - j.spec.submit_time >= options_.first_start_within;
+}
+
 double Scheduler::PreemptionRank(const Job& j, double now) const {
   if (options_.order != QueueOrder::kLeastAttainedService) return j.spec.priority;
   double attained = j.attained;

@@ -40,6 +40,9 @@ struct JobSpec {
   // Keeps its work through a stop (it checkpoints and resumes), so that a preemption costs it
   // little: such jobs are stopped first, and of them the one with the most time left.
   bool resumes = false;
+  // It ran before (a job requeued after a preemption or a lost node, before a server restart):
+  // the first-start guarantee is for jobs that have never run.
+  bool started_before = false;
 };
 
 enum class QueueOrder {
@@ -93,6 +96,13 @@ struct SchedulerOptions {
   // halves after one horizon, thirds after two), so that long jobs are not starved by a stream
   // of short ones. 0: plain shortest-estimate-first.
   double starvation_horizon = 24 * 3600.0;
+  // Meridian order: a job that has waited this long and never run goes before the rest of its
+  // priority class (oldest first, across tenants by share) and may stop running jobs of its class,
+  // chosen as any preemption chooses, that have run first_start_preempts_after in their current
+  // run: no one waits for ever behind a stream of shorter jobs, as Volcano's sla-waiting-time
+  // promises. 0: off. Measured on deep traces (docs/adr/0034-deep-queues.md, "First starts").
+  double first_start_within = 1800;
+  double first_start_preempts_after = 600;
   // Tiresias queue boundaries in attained GPU-seconds (level k below thresholds[k]).
   std::vector<double> las_thresholds = {3600.0, 36000.0};
 };
@@ -110,7 +120,7 @@ struct StartDecision {
 struct PreemptDecision {
   int64_t job = 0;
   int64_t for_job = 0;
-  std::string reason;  // "priority", "quota reclaim" or "reservation"
+  std::string reason;  // "priority", "quota reclaim", "reservation" or "first start due"
   double stop_at = 0;  // the caller reports Evicted(job) then
 };
 
@@ -311,6 +321,8 @@ class Scheduler {
   // What the Meridian order takes a job to run for: its estimate, never above its limit.
   static double FairEstimate(const JobSpec& spec);
   PendingQueue::Entry QueueEntry(const Job& j) const;
+  // It has not run, here or (by its spec) before.
+  static bool NeverStarted(const Job& j) { return !j.spec.started_before && j.attained == 0; }
   // A job joins the queue: submitted, requeued, or a start taken back (Unstart, after the cycle).
   // It leaves at the end of the pass that started it, or when cancelled.
   void Enqueue(Job& j);
@@ -322,6 +334,8 @@ class Scheduler {
   // attained service counted up to `now`).
   double PreemptionRank(const Job& j, double now) const;
   int32_t LasLevel(double attained) const;
+  // The job has waited first_start_within at `now` and never ran (Meridian order only).
+  bool FirstStartDue(const Job& j, double now) const;
   // All-or-nothing placement of every task; commits on success.
   bool TryPlace(Job& j, std::string* why);
   // Places every task of j within `clusters` (not committed past TryPlace's trial). On a cluster

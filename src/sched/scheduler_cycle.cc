@@ -230,9 +230,11 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
   for (int64_t id : *claimed) claimed_milli += jobs_.at(id).milli;
   const double mine = PreemptionRank(j, now);
   const bool reclaim = quotas_.WithinGuarantee(j.spec.tenant, kNoModel, j.milli);
-  // No running job could be a victim below (the same three reasons): nothing to walk.
+  // A job whose first start is due may stop jobs of its own class too.
+  const bool due = j.spec.preempting && FirstStartDue(j, now);
+  // No running job could be a victim below (the same four reasons): nothing to walk.
   const RunningSummary& running = SummariseRunning(now);
-  if (!(j.spec.preempting && running.lowest_rank < mine) &&
+  if (!(j.spec.preempting && running.lowest_rank < mine) && !(due && running.lowest_rank <= mine) &&
       !(reclaim && running.lowest_borrowed_rank <= mine) &&
       std::find(running.lenders.begin(), running.lenders.end(), j.spec.id) ==
           running.lenders.end()) {
@@ -262,10 +264,15 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     const bool by_reclaim = reclaim && v.spec.tenant != j.spec.tenant && v.borrowed &&
                             quotas_.Borrowing(v.spec.tenant) && theirs <= mine;
     const bool by_loan = v.on_loan_from == j.spec.id && theirs <= mine;
-    if (!by_priority && !by_reclaim && !by_loan) continue;
     // Work on borrowed quota goes first for any reason: the owner's reclaim would stop it next,
     // and stopping another job instead would cost two preemptions for one.
     const bool borrowing = v.borrowed && quotas_.Borrowing(v.spec.tenant);
+    // For a first start: a job of its class that has run long enough in this run, and either
+    // borrows or is its own tenant's (another tenant's guarantee holds against equal priority).
+    const bool by_first_start = due && theirs == mine &&
+                                now - v.start_time >= options_.first_start_preempts_after &&
+                                (borrowing || v.spec.tenant == j.spec.tenant);
+    if (!by_priority && !by_reclaim && !by_loan && !by_first_start) continue;
     const double ran = now - v.start_time;
     double gain = 0;
     if (v.spec.resumes && by_estimate) {
@@ -301,6 +308,29 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
     if (a.lost != b.lost) return a.lost < b.lost;
     return a.id < b.id;
   });
+  // Most searches fail: a job waits behind work it may not stop, and looks again each cycle.
+  // With every candidate released, one placement that scores nothing says whether the job could
+  // fit at all. Only for a job of like whole-GPU tasks, where the first node that holds a task
+  // is as good as the best for whether the rest fit (they need the same, each on one node).
+  const TaskSpec& first = j.spec.tasks.front();
+  const bool like_whole =
+      std::all_of(j.spec.tasks.begin(), j.spec.tasks.end(), [&](const TaskSpec& t) {
+        return t.gpu_kind == GpuKind::kWhole && t.gpu_count == first.gpu_count && t.gpu_count > 0 &&
+               t.cpu_milli == first.cpu_milli && t.memory_mib == first.memory_mib &&
+               t.allowed_models == first.allowed_models;
+      });
+  if (like_whole && victims.size() > 1) {
+    for (const Victim& v : victims) Rollback(jobs_.at(v.id), jobs_.at(v.id).placements);
+    placer_.set_first_fit(true);
+    const bool could = TryPlace(j, nullptr);
+    placer_.set_first_fit(false);
+    if (could) {
+      Rollback(j, j.placements);
+      j.placements.clear();
+    }
+    for (const Victim& v : victims) Restore(jobs_.at(v.id));
+    if (!could) return false;
+  }
   // Release victims one at a time until the job fits.
   std::vector<int64_t> taken;
   bool fits = false;
@@ -343,9 +373,10 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
   claimed->clear();
   for (int64_t id : needed) {
     Job& victim = jobs_.at(id);
-    const std::string reason = victim.on_loan_from == j.spec.id ? "reservation"
-                               : victim.borrowed && reclaim     ? "quota reclaim"
-                                                                : "priority";
+    const std::string reason = victim.on_loan_from == j.spec.id     ? "reservation"
+                               : victim.borrowed && reclaim         ? "quota reclaim"
+                               : PreemptionRank(victim, now) < mine ? "priority"
+                                                                    : "first start due";
     out->preempted.push_back({id, j.spec.id, reason, now + victim.spec.grace_period});
     victim.preempted_at = now;
     if (immediate) {

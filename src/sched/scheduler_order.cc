@@ -36,7 +36,7 @@ double Scheduler::FairEstimate(const JobSpec& spec) {
 
 PendingQueue::Entry Scheduler::QueueEntry(const Job& j) const {
   return {j.spec.id,          j.spec.tenant, j.spec.priority, FairEstimate(j.spec),
-          j.spec.submit_time, j.milli};
+          j.spec.submit_time, j.milli,       NeverStarted(j)};
 }
 
 void Scheduler::Enqueue(Job& j) {
@@ -77,8 +77,10 @@ std::vector<int64_t> Scheduler::FairOrder(double now) {
   // estimate counts for less the longer a job waits (halved after one starvation horizon), so a
   // long job cannot be passed over for ever within its tenant.
   const size_t depth = std::min(pending_.size(), static_cast<size_t>(options_.queue_depth));
-  PendingQueue::Reading reading = pending_.Read(
-      {now, std::max(0.0, options_.aging_per_hour), options_.starvation_horizon}, depth);
+  PendingQueue::Reading reading =
+      pending_.Read({now, std::max(0.0, options_.aging_per_hour), options_.starvation_horizon,
+                     options_.first_start_within},
+                    depth);
   // Each tenant's queue, with its path in the tenancy tree from the root down.
   struct Queue {
     int32_t tenant;

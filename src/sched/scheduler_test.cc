@@ -120,7 +120,11 @@ TEST(Scheduler, RefusesJobsNoNodeCouldEverHold) {
 }
 
 TEST(Scheduler, FairShareFavoursTheTenantThatHadLess) {
-  Fixture f(1);
+  // Job 2 has waited since 0: its first start would be due by 1800 and put it first (tested on
+  // its own: AJobWhoseFirstStartIsDue...).
+  SchedulerOptions o;
+  o.first_start_within = 0;
+  Fixture f(1, o);
   // Team A runs 8 GPUs for an hour; then both want the node: B goes first.
   ASSERT_TRUE(f.sched->Submit(Job(1, f.a, 8)).ok());
   ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
@@ -1016,6 +1020,7 @@ TEST(Scheduler, ShortJobsFirstButALongWaitWins) {
   for (double horizon : {0.0, 24 * 3600.0}) {
     SchedulerOptions o;
     o.starvation_horizon = horizon;
+    o.first_start_within = 0;  // it would put the long job first either way
     Fixture f(1, o);
     JobSpec long_job = Job(1, f.a, 8);
     long_job.runtime_estimate = 10000;
@@ -1030,6 +1035,127 @@ TEST(Scheduler, ShortJobsFirstButALongWaitWins) {
     EXPECT_EQ(Started(r, 1), horizon > 0) << "horizon " << horizon;
     EXPECT_EQ(Started(r, 2), horizon == 0) << "horizon " << horizon;
   }
+}
+
+// Two nodes; team a is guaranteed one. At 0 a and b each start a long job of 8 GPUs (b's on
+// borrowed quota); at 100 a submits a third, which fits nowhere.
+Fixture TwoLongRunnersAndAJobThatWaits(const SchedulerOptions& o) {
+  Fixture f(2, o);
+  f.quotas.SetQuota(f.a, kNoModel, 8000, kUnlimited);
+  f.Init(2, o);
+  for (auto [id, tenant] : {std::pair{1, f.a}, std::pair{2, f.b}}) {
+    JobSpec j = Estimated(id, tenant, 8, 100000);
+    j.resumes = true;
+    EXPECT_TRUE(f.sched->Submit(j).ok());
+  }
+  EXPECT_EQ(f.sched->Cycle(0).started.size(), 2u);
+  EXPECT_TRUE(f.sched->Submit(Estimated(3, f.a, 8, 1e6, 100)).ok());
+  return f;
+}
+
+TEST(Scheduler, AJobWhoseFirstStartIsDueStopsBorrowedWorkOfItsClass) {
+  {
+    SCOPED_TRACE("the defaults: due after 30 minutes; victims that have run 10");
+    Fixture f = TwoLongRunnersAndAJobThatWaits({});
+    for (double t : {100.0, 1000.0, 1899.0}) {
+      CycleResult r = f.sched->Cycle(t);
+      EXPECT_TRUE(r.preempted.empty()) << "at " << t << ": waited " << t - 100;
+      EXPECT_FALSE(Started(r, 3));
+    }
+    CycleResult r = f.sched->Cycle(1900);
+    ASSERT_EQ(r.preempted.size(), 1u);
+    EXPECT_EQ(r.preempted[0].job, 2) << "b's borrowed work, not a's own job";
+    EXPECT_EQ(r.preempted[0].reason, "first start due");
+    EXPECT_TRUE(Started(r, 3));
+    // Job 2 ran before: its wait is no first start, and b holds nothing it could take back.
+    for (double t : {1901.0, 10000.0, 100000.0}) {
+      EXPECT_TRUE(f.sched->Cycle(t).preempted.empty()) << "at " << t;
+    }
+  }
+  {
+    SCOPED_TRACE("a victim must have run firstStartPreemptsAfter");
+    SchedulerOptions o;
+    o.first_start_preempts_after = 2000;
+    Fixture f = TwoLongRunnersAndAJobThatWaits(o);
+    EXPECT_TRUE(f.sched->Cycle(1900).preempted.empty());
+    CycleResult r = f.sched->Cycle(2000);
+    ASSERT_EQ(r.preempted.size(), 1u);
+    EXPECT_EQ(r.preempted[0].job, 2);
+  }
+  // (LAS preempts by attained service, its own way.)
+  for (QueueOrder order :
+       {QueueOrder::kFifo, QueueOrder::kShortestJobFirst, QueueOrder::kMeridian}) {
+    SCOPED_TRACE("off, or another order");
+    SchedulerOptions o;
+    o.order = order;
+    if (order == QueueOrder::kMeridian) o.first_start_within = 0;
+    Fixture f = TwoLongRunnersAndAJobThatWaits(o);
+    for (double t : {1900.0, 10000.0, 100000.0}) {
+      EXPECT_TRUE(f.sched->Cycle(t).preempted.empty()) << "at " << t;
+    }
+  }
+  {
+    SCOPED_TRACE("a job that ran before, here or before a restart");
+    Fixture f(2);
+    f.quotas.SetQuota(f.a, kNoModel, 8000, kUnlimited);
+    f.Init(2, {});
+    for (auto [id, tenant] : {std::pair{1, f.a}, std::pair{2, f.b}}) {
+      ASSERT_TRUE(f.sched->Submit(Estimated(id, tenant, 8, 100000)).ok());
+    }
+    ASSERT_EQ(f.sched->Cycle(0).started.size(), 2u);
+    JobSpec requeued = Estimated(3, f.a, 8, 1e6, 100);
+    requeued.started_before = true;
+    ASSERT_TRUE(f.sched->Submit(requeued).ok());
+    for (double t : {1900.0, 100000.0}) {
+      EXPECT_TRUE(f.sched->Cycle(t).preempted.empty()) << "at " << t;
+    }
+  }
+}
+
+TEST(Scheduler, AJobWhoseFirstStartIsDueTakesNoOtherProjectsGuaranteeNorAHigherClass) {
+  for (bool higher : {false, true}) {
+    SCOPED_TRACE(higher ? "b's own job of a higher class" : "a's jobs within its guarantee");
+    Fixture f(2);
+    // a is guaranteed the whole estate, or one node while b runs a job of a higher class.
+    f.quotas.SetQuota(f.a, kNoModel, higher ? 8000 : 16000, kUnlimited);
+    f.Init(2, {});
+    ASSERT_TRUE(f.sched->Submit(Estimated(1, f.a, 8, 100000)).ok());
+    JobSpec second = Estimated(2, higher ? f.b : f.a, 8, 100000);
+    second.priority = higher ? 5 : 0;
+    ASSERT_TRUE(f.sched->Submit(second).ok());
+    ASSERT_EQ(f.sched->Cycle(0).started.size(), 2u);
+    ASSERT_TRUE(f.sched->Submit(Estimated(3, f.b, 8, 1000, 100)).ok());
+    for (double t : {1900.0, 10000.0, 100000.0}) {
+      CycleResult r = f.sched->Cycle(t);
+      EXPECT_TRUE(r.preempted.empty()) << "at " << t;
+      EXPECT_FALSE(Started(r, 3));
+    }
+  }
+}
+
+TEST(Scheduler, AJobWhoseFirstStartIsDueGoesBeforeShorterJobsOfItsClassOldestFirst) {
+  SchedulerOptions o = Plain(QueueOrder::kMeridian);  // the order alone
+  Fixture f(1, o);
+  ASSERT_TRUE(f.sched->Submit(Estimated(1, f.a, 8, 10000)).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  ASSERT_TRUE(f.sched->Submit(Estimated(2, f.a, 8, 50000, 10)).ok());
+  ASSERT_TRUE(f.sched->Submit(Estimated(3, f.a, 8, 40000, 20)).ok());
+  ASSERT_TRUE(f.sched->Submit(Estimated(4, f.a, 8, 100, 3000)).ok());
+  JobSpec requeued = Estimated(5, f.a, 8, 200, 5);
+  requeued.started_before = true;
+  ASSERT_TRUE(f.sched->Submit(requeued).ok());
+  // Jobs 2 and 3 are due, 2 the older; job 4 is shortest, job 5 short and oldest but ran before.
+  std::vector<int64_t> started;
+  double t = 5000;
+  f.sched->Finish(1, t);
+  for (int k = 0; k < 4; ++k) {
+    CycleResult r = f.sched->Cycle(t);
+    ASSERT_EQ(r.started.size(), 1u) << "at " << t;
+    started.push_back(r.started[0].job);
+    t += 1;
+    f.sched->Finish(r.started[0].job, t);
+  }
+  EXPECT_EQ(started, (std::vector<int64_t>{2, 3, 4, 5}));
 }
 
 TEST(Scheduler, FifoBlocksBehindItsHead) {

@@ -266,6 +266,42 @@ TEST_F(ControlPlane, PreemptionWithTheDefaultGraceTakesOneVictim) {
   EXPECT_EQ(Phase(high), "Placed");
 }
 
+// The first-start guarantee through the control plane, with the default Policy: a job that has
+// waited 30 minutes and never ran stops its project's job that has run 10, which is told why; and
+// that job, requeued, is not taken for one that never ran, not even by a restarted server.
+TEST_F(ControlPlane, AJobWaitingThirtyMinutesForItsFirstStartStopsItsProjectsLongRunner) {
+  Open(Estate(0));
+  Register("n1");
+  Round();
+  const int64_t runner = Submit("p1", {{"gpus", 8}});
+  Rounds();
+  ASSERT_EQ(NodeOf(runner), "n1");
+  Report("n1", "Running");
+  const int64_t waiter = Submit("p1", {{"gpus", 8}});
+  Pass(1790, {"n1"});
+  Round();
+  EXPECT_TRUE(Events(runner, "Preempted").empty()) << "the waiter has waited under 30 minutes";
+  Pass(10, {"n1"});
+  Round();
+  const std::vector<std::string> preempted = Events(runner, "Preempted");
+  ASSERT_EQ(preempted.size(), 1u);
+  EXPECT_NE(preempted[0].find("for job " + std::to_string(waiter) + " (first start due)"),
+            std::string::npos)
+      << preempted[0];
+  Report("n1", "Exited", 143);
+  EXPECT_EQ(Phase(runner), "Pending");
+  Rounds();
+  ASSERT_EQ(Phase(waiter), "Placed");
+  Report("n1", "Running");
+  Restart();
+  Round();
+  Pass(3600, {"n1"});
+  Rounds();
+  EXPECT_TRUE(Events(waiter, "Preempted").empty())
+      << "the runner ran before: its wait is no first start";
+  EXPECT_EQ(Phase(runner), "Pending");
+}
+
 // Admission reads the estate as the last cycle took it in, without waiting for the cycle that
 // runs: a refusal by a view older than the submission (`apply && submit`) waits for a cycle to
 // take in what the store held, and is decided on that.

@@ -148,6 +148,10 @@ void ApplyPolicy(const store::Object& o, Estate* e) {
       o.spec.value("migReconfigureInterval", sched::SchedulerOptions{}.mig_reconfigure_interval);
   e->options.starvation_horizon = o.spec.value("starvationHorizon", 24 * 3600.0);
   e->options.usage_stretch = o.spec.value("usageStretch", sched::SchedulerOptions{}.usage_stretch);
+  e->options.first_start_within =
+      o.spec.value("firstStartWithin", sched::SchedulerOptions{}.first_start_within);
+  e->options.first_start_preempts_after =
+      o.spec.value("firstStartPreemptsAfter", sched::SchedulerOptions{}.first_start_preempts_after);
   e->placement = o.spec.value("placement", "meridian");
   e->cycle_interval = o.spec.value("cycleInterval", 1.0);
   const domain::AgentTiming timing = domain::AgentTimingOf(o.spec);
@@ -442,6 +446,7 @@ base::Result<sched::JobSpec> ToSchedulerJob(const store::JobRecord& job, const E
   spec.min_runtime = s.min_runtime;
   spec.grace_period = s.grace_period;
   spec.resumes = s.checkpoint;
+  spec.started_before = job.generation > 0;  // placed before: requeued, or adopted
   spec.tasks = sched::TasksForJob(domain::JobOfSpec(job.name, job.project, s), estate.snapshot, -1);
   // A job that may be preempted may run on spot nodes, whose loss is a preemption to it.
   if (s.preemptible) {

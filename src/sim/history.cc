@@ -341,7 +341,9 @@ ReplaySetup SetupOfDocuments(const ReplayCluster& trace, const Json& documents) 
        {std::pair{"fairShareHalfLife", &out.options.fair_share_half_life},
         std::pair{"reserveAfter", &out.options.reserve_after},
         std::pair{"starvationHorizon", &out.options.starvation_horizon},
-        std::pair{"usageStretch", &out.options.usage_stretch}}) {
+        std::pair{"usageStretch", &out.options.usage_stretch},
+        std::pair{"firstStartWithin", &out.options.first_start_within},
+        std::pair{"firstStartPreemptsAfter", &out.options.first_start_preempts_after}}) {
     if (policy.contains(key) && policy.at(key).is_number()) *field = policy.at(key).get<double>();
   }
   const std::string placement = policy.value("placement", "meridian");

@@ -197,7 +197,12 @@ TEST(History, ProposedDocumentsResizePoolsAndChangeTenantsAndPolicyButKeepAgents
       Doc("NodePool", "spare",
           {{"cluster", "onprem"}, {"nodes", 3}, {"gpuModel", "H100-80GB"}, {"gpusPerNode", 4}}),
       Doc("Quota", "nlp-gpus", {{"project", "nlp"}, {"guaranteedGpus", 2}}),
-      Doc("Policy", "default", {{"queueOrder", "sjf"}, {"backfill", false}, {"usageStretch", 0}}),
+      Doc("Policy", "default",
+          {{"queueOrder", "sjf"},
+           {"backfill", false},
+           {"usageStretch", 0},
+           {"firstStartWithin", 0},
+           {"firstStartPreemptsAfter", 900}}),
   });
   const Json proposed = ProposedDocuments(Live().documents, changes, false);
   const ReplaySetup now = SetupOfDocuments(trace->cluster, Live().documents);
@@ -209,6 +214,8 @@ TEST(History, ProposedDocumentsResizePoolsAndChangeTenantsAndPolicyButKeepAgents
   EXPECT_FALSE(then.options.preemption.has_value());  // left out: the queue order's own
   EXPECT_FALSE(now.options.usage_stretch.has_value());
   EXPECT_EQ(then.options.usage_stretch, 0.0);
+  EXPECT_EQ(then.options.first_start_within, 0.0);
+  EXPECT_EQ(then.options.first_start_preempts_after, 900.0);
   ASSERT_EQ(now.cluster.nodes.size(), 2u);
   ASSERT_EQ(then.cluster.nodes.size(), 4u);  // agent-0 and three declared nodes of 4 GPUs
   EXPECT_EQ(then.cluster.nodes[0].name, "agent-0");

@@ -105,6 +105,10 @@ base::Result<Setup> BuildSetup(const ReplayCluster& cluster, const std::vector<R
   if (options.reserve_after) order->reserve_after = *options.reserve_after;
   if (options.starvation_horizon) order->starvation_horizon = *options.starvation_horizon;
   if (options.usage_stretch) order->usage_stretch = *options.usage_stretch;
+  if (options.first_start_within) order->first_start_within = *options.first_start_within;
+  if (options.first_start_preempts_after) {
+    order->first_start_preempts_after = *options.first_start_preempts_after;
+  }
   order->mig_static = options.mig_static;
   order->mig_reconfigure_interval = options.mig_reconfigure_interval;
 

@@ -34,6 +34,8 @@ struct ReplayOptions {
   std::optional<double> reserve_after;
   std::optional<double> starvation_horizon;
   std::optional<double> usage_stretch;
+  std::optional<double> first_start_within;
+  std::optional<double> first_start_preempts_after;
   // Elastic pools (ReplayCluster::elastic): off, their nodes stay off (on-prem only); on, they
   // grow as the server's burst planning decides (sched/elastic.h, every 30 s of trace time) and
   // release nodes empty for their idle timeout. `burst_budget` (money per 30 days of trace
