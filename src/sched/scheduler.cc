@@ -503,6 +503,7 @@ bool Scheduler::TryPlace(Job& j, std::string* why) {
 }
 
 void Scheduler::Start(Job& j, double now, CycleResult* out) {
+  ++j.starts;
   int64_t total = 0;
   for (int64_t m : j.charged_milli) total += m;
   j.borrowed = !quotas_.WithinGuarantee(j.spec.tenant, kNoModel, total);
@@ -617,6 +618,7 @@ base::Status Scheduler::Adopt(JobSpec spec, const std::vector<Placement>& placem
   }
   Job j;
   j.spec = std::move(spec);
+  j.starts = 1;  // it runs
   std::vector<Placement> adopted = placements;
   for (Placement& p : adopted) {
     if (p.node >= 0 && p.node < static_cast<int32_t>(snapshot_.nodes.size())) RedoMigLayout(&p);
@@ -649,6 +651,7 @@ void Scheduler::AdoptStopping(JobSpec spec, std::vector<Placement> placements, d
   if (jobs_.count(spec.id) || spec.tenant < 0 || spec.tenant >= quotas_.size()) return;
   Job j;
   j.spec = std::move(spec);
+  j.starts = 1;                            // it ran
   placements.resize(j.spec.tasks.size());  // a task with no placement holds nothing
   for (size_t i = 0; i < placements.size(); ++i) {
     Placement& p = placements[i];

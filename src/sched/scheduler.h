@@ -287,6 +287,7 @@ class Scheduler {
     int64_t stopping_for = -1;  // kStopping: the job it was preempted for, which counts on it
     double preempted_at = -1;   // its last preemption; it neither starts nor preempts again then
     uint32_t queued = 0;        // bumped each time it joins the queue (its entry in ordered_)
+    int32_t starts = 0;         // starts here, less those taken back (Unstart)
     int64_t milli = 0;          // GPU milli of the whole job
     // Its shape as PlaceIn asks the placer whether it fits nowhere: a job of several tasks,
     // its tasks' shapes together; of one, the task's FeasibilityHash and FeasibilityKey (built
@@ -321,8 +322,9 @@ class Scheduler {
   // What the Meridian order takes a job to run for: its estimate, never above its limit.
   static double FairEstimate(const JobSpec& spec);
   PendingQueue::Entry QueueEntry(const Job& j) const;
-  // It has not run, here or (by its spec) before.
-  static bool NeverStarted(const Job& j) { return !j.spec.started_before && j.attained == 0; }
+  // It has not run, here or (by its spec) before. Not by attained service, which a CPU-only job
+  // never gains.
+  static bool NeverStarted(const Job& j) { return !j.spec.started_before && j.starts == 0; }
   // A job joins the queue: submitted, requeued, or a start taken back (Unstart, after the cycle).
   // It leaves at the end of the pass that started it, or when cancelled.
   void Enqueue(Job& j);

@@ -175,6 +175,7 @@ void Scheduler::Unstart(int64_t id, double now) {
   j.phase = Phase::kPending;
   j.placements.clear();
   j.borrowed = false;
+  --j.starts;  // it never ran
   Enqueue(j);
   if (reservation_used_by_ == id) {
     reserved_job_ = id;

@@ -319,7 +319,14 @@ bool Scheduler::PreemptMore(Job& j, double now, std::vector<int64_t>* claimed, C
                t.cpu_milli == first.cpu_milli && t.memory_mib == first.memory_mib &&
                t.allowed_models == first.allowed_models;
       });
-  if (like_whole && victims.size() > 1) {
+  // A per-model limit is checked after placing, on the node first fit found: the probe could
+  // refuse where another node would do, so it is made only where no limit of a model bites.
+  bool no_model_limit = true;
+  for (int m = 0; m < snapshot_.model_count() && no_model_limit; ++m) {
+    if (!(first.allowed_models & Bit(m))) continue;
+    no_model_limit = quotas_.WithinLimits(j.spec.tenant, static_cast<ModelId>(m), j.milli);
+  }
+  if (like_whole && no_model_limit && victims.size() > 1) {
     for (const Victim& v : victims) Rollback(jobs_.at(v.id), jobs_.at(v.id).placements);
     placer_.set_first_fit(true);
     const bool could = TryPlace(j, nullptr);

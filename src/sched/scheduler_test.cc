@@ -1133,6 +1133,58 @@ TEST(Scheduler, AJobWhoseFirstStartIsDueTakesNoOtherProjectsGuaranteeNorAHigherC
   }
 }
 
+// n0 holds H100s and n1 A100s; team a may use no H100 (a limit of 0). Its job of 8 GPUs of either
+// model, due for its first start, finds both nodes held by b's borrowed jobs. Stopping the job
+// on n1 lets it start on the A100s. With both released, the first node that fits is n0, whose
+// H100s a may not use: that alone must not end the search (its quick first look).
+TEST(Scheduler, AFirstStartSearchIsNotCutShortByAModelLimit) {
+  QuotaTree quotas;
+  const int32_t org = quotas.AddNode("org", -1);
+  const int32_t a = quotas.AddNode("team-a", org);
+  const int32_t b = quotas.AddNode("team-b", org);
+  Snapshot snap = testing::Build({{"n0", "H100-80GB", 8, 128000, 1024 * 1024, "onprem", "r0"},
+                                  {"n1", "A100-80GB", 8, 128000, 1024 * 1024, "onprem", "r0"}});
+  const ModelId h100 = snap.FindModel("H100-80GB");
+  const ModelId a100 = snap.FindModel("A100-80GB");
+  ASSERT_GE(h100, 0);
+  ASSERT_GE(a100, 0);
+  quotas.SetQuota(a, h100, 0, 0);
+  Scheduler s(std::move(snap), testing::MakeProfile({{"best-fit", 1}}), quotas, {}, 1);
+  // b's job on the A100s has more left: it is the first victim either way.
+  for (auto [id, model, estimate] : {std::tuple{1, h100, 10000.0}, std::tuple{2, a100, 100000.0}}) {
+    JobSpec j = Estimated(id, b, 8, estimate);
+    j.tasks[0].allowed_models = Bit(model);
+    j.resumes = true;
+    ASSERT_TRUE(s.Submit(j).ok());
+  }
+  ASSERT_EQ(s.Cycle(0).started.size(), 2u);
+  ASSERT_TRUE(s.Submit(Estimated(3, a, 8, 1000, 100)).ok());
+  CycleResult r = s.Cycle(1900);
+  ASSERT_EQ(r.preempted.size(), 1u);
+  EXPECT_EQ(r.preempted[0].job, 2);
+  EXPECT_TRUE(Started(r, 3));
+}
+
+// Jobs that take no GPU gain no attained service: a job stopped for a first start is still
+// known to have run, or two of them would take turns stopping each other every 10 minutes.
+TEST(Scheduler, JobsWithoutGpusDoNotTakeTurnsStoppingEachOtherForAFirstStart) {
+  Fixture f(1);
+  auto cpu_only = [&](int64_t id, double submit) {
+    JobSpec j = Job(id, f.a, 1);
+    j.tasks[0].gpu_kind = GpuKind::kNone;
+    j.tasks[0].gpu_count = 0;
+    j.tasks[0].cpu_milli = 128000;  // the node's every CPU
+    j.submit_time = submit;
+    return j;
+  };
+  ASSERT_TRUE(f.sched->Submit(cpu_only(1, 0)).ok());
+  ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
+  ASSERT_TRUE(f.sched->Submit(cpu_only(2, 10)).ok());
+  int preemptions = 0;
+  for (double t = 20; t < 6 * 3600; t += 60) preemptions += f.sched->Cycle(t).preempted.size();
+  EXPECT_EQ(preemptions, 1) << "job 2's first start stops job 1 once; job 1 waits after it";
+}
+
 TEST(Scheduler, AJobWhoseFirstStartIsDueGoesBeforeShorterJobsOfItsClassOldestFirst) {
   SchedulerOptions o = Plain(QueueOrder::kMeridian);  // the order alone
   Fixture f(1, o);
@@ -1140,11 +1192,12 @@ TEST(Scheduler, AJobWhoseFirstStartIsDueGoesBeforeShorterJobsOfItsClassOldestFir
   ASSERT_TRUE(Started(f.sched->Cycle(0), 1));
   ASSERT_TRUE(f.sched->Submit(Estimated(2, f.a, 8, 50000, 10)).ok());
   ASSERT_TRUE(f.sched->Submit(Estimated(3, f.a, 8, 40000, 20)).ok());
-  ASSERT_TRUE(f.sched->Submit(Estimated(4, f.a, 8, 100, 3000)).ok());
+  ASSERT_TRUE(f.sched->Submit(Estimated(4, f.a, 8, 100, 4000)).ok());
   JobSpec requeued = Estimated(5, f.a, 8, 200, 5);
   requeued.started_before = true;
   ASSERT_TRUE(f.sched->Submit(requeued).ok());
-  // Jobs 2 and 3 are due, 2 the older; job 4 is shortest, job 5 short and oldest but ran before.
+  // Jobs 2 and 3 are due, 2 the older; job 4 is the shortest and not due yet (it waited 1,000 s
+  // at most); job 5 is short and the oldest but ran before.
   std::vector<int64_t> started;
   double t = 5000;
   f.sched->Finish(1, t);

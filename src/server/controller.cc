@@ -347,6 +347,7 @@ void SchedulerController::Follow(const store::JobRecord& job, double now) {
   if (before != "Pending" && job.phase == "Pending" && BackingOff(id, now)) {
     if (const sched::JobSpec* spec = scheduler_->Find(id)) {
       sched::JobSpec held = *spec;
+      held.started_before = true;  // it ran: no first start is due when it comes back
       scheduler_->Cancel(id, now);
       HoldForBackoff(id, std::move(held));
     }

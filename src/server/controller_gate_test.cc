@@ -302,5 +302,52 @@ TEST_F(Gates, AJobGivenBackAgainAndAgainWaitsOutItsBackOff) {
   EXPECT_EQ(Phase(next), "Placed") << "the node is free: nothing of the cancelled job holds it";
 }
 
+// A job given back by its runner was placed: when its back-off ends it waits in the ordinary
+// order, and stops nobody for a first start, however long ago it was submitted (else a job that
+// Slurm keeps refusing would stop a running job at every back-off).
+TEST_F(Gates, AJobBackFromItsBackOffStopsNobodyForAFirstStart) {
+  Open(Estate(0));
+  Register("n1");
+  Register("n2");
+  Round();
+  const int64_t first = Submit("p1", {{"gpus", 8}});
+  Rounds();
+  const std::string first_node = NodeOf(first);
+  ASSERT_FALSE(first_node.empty());
+  Report(first_node, "Running");
+  const std::string other = first_node == "n1" ? "n2" : "n1";
+  const int64_t refused = Submit("p1", {{"gpus", 8}});
+  auto refuse = [&] {
+    Json reports = Json::array();
+    for (const Json& a : Heartbeat(other)) {
+      reports.push_back({{"job", a["job"]},
+                         {"task", a["task"]},
+                         {"generation", a["generation"]},
+                         {"state", "Exited"},
+                         {"refused", true},
+                         {"message", "Slurm kept it pending (QOSMaxGRESPerUser)"}});
+    }
+    ASSERT_EQ(reports.size(), 1u);
+    Heartbeat(other, reports);
+  };
+  for (int i = 0; i < 2; ++i) {
+    Rounds();
+    ASSERT_EQ(NodeOf(refused), other);
+    refuse();
+    ASSERT_EQ(Phase(refused), "Pending");
+  }
+  // In its back-off, another job takes the node it left.
+  const int64_t taker = Submit("p1", {{"gpus", 8}});
+  Round();
+  ASSERT_EQ(Phase(refused), "Pending") << "backing off";
+  ASSERT_EQ(NodeOf(taker), other);
+  Report(other, "Running");
+  Pass(3600, {"n1", "n2"});
+  Rounds();
+  EXPECT_EQ(Phase(refused), "Pending");
+  EXPECT_TRUE(Events(first, "Preempted").empty());
+  EXPECT_TRUE(Events(taker, "Preempted").empty());
+}
+
 }  // namespace
 }  // namespace meridian::server
